@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Everything CI checks: formatting, lints (warnings are errors) and the tests.
+# Extra arguments go to `cargo test`, e.g. scripts/test.sh --test examples
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+scripts/setup.sh
+cargo fmt --check
+cargo clippy --all-targets -- -D warnings
+cargo test "$@"

@@ -1,0 +1,244 @@
+//! C text of a statement's computation: tensor loads and stores through
+//! row-major linearised subscripts, the right-hand side in its compute type,
+//! and the reducer's combine or identity.
+//!
+//! Two arithmetic modes share this printer: [`Mode::Native`] computes in each
+//! expression's compute type (f16 and bf16 stored narrow, computed in f32),
+//! [`Mode::Reference`] computes every float in `double` from `double`
+//! tensors: the unoptimised f64 program the checks compare against.
+
+use std::collections::HashMap;
+
+use crate::frontend::ast::{
+    Affine, AssignOp, DType, Expr, ExprKind, ExprType, Func, Reducer, Statement, UnOp,
+};
+use crate::model::{ModelTensor, StmtKind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Native,
+    Reference,
+}
+
+/// C name of a tensor pointer.
+pub fn tensor_name(t: &str) -> String {
+    format!("t_{t}")
+}
+/// C name of a parameter.
+pub fn param_name(p: &str) -> String {
+    format!("p_{p}")
+}
+
+/// Everything needed to print statement bodies of one program.
+pub struct Printer<'a> {
+    pub tensors: &'a [ModelTensor],
+    pub params: &'a [String],
+    pub mode: Mode,
+}
+
+impl Printer<'_> {
+    fn tensor(&self, name: &str) -> &ModelTensor {
+        self.tensors
+            .iter()
+            .find(|t| t.name == name)
+            .expect("tensor checked by the model")
+    }
+
+    /// An affine form with index variables replaced by `env` (C text).
+    pub fn affine(&self, a: &Affine, env: &HashMap<String, String>) -> String {
+        let mut parts = Vec::new();
+        for (name, c) in &a.terms {
+            let v = match env.get(name) {
+                Some(v) => format!("({v})"),
+                None => param_name(name),
+            };
+            parts.push(if *c == 1 { v } else { format!("{c} * {v}") });
+        }
+        if a.constant != 0 || parts.is_empty() {
+            parts.push(a.constant.to_string());
+        }
+        format!("({})", parts.join(" + "))
+    }
+
+    /// `t_X[((s0) * E1 + s1) * E2 + s2]`.
+    pub fn element(&self, tensor: &str, subs: &[Affine], env: &HashMap<String, String>) -> String {
+        let t = self.tensor(tensor);
+        let mut idx = String::new();
+        for (d, s) in subs.iter().enumerate() {
+            let s = self.affine(s, env);
+            idx = if d == 0 {
+                s
+            } else {
+                let e = self.affine(&t.shape[d], &HashMap::new());
+                format!("({idx} * {e} + {s})")
+            };
+        }
+        if idx.is_empty() {
+            idx = "0".into();
+        }
+        format!("{}[{idx}]", tensor_name(tensor))
+    }
+
+    fn load(&self, tensor: &str, subs: &[Affine], env: &HashMap<String, String>) -> String {
+        let el = self.element(tensor, subs, env);
+        match (self.mode, self.tensor(tensor).dtype) {
+            (Mode::Native, DType::F16) => format!("pf_h2f({el})"),
+            (Mode::Native, DType::BF16) => format!("pf_b2f({el})"),
+            (Mode::Reference, DType::I32) => format!("((long long){el})"),
+            _ => el,
+        }
+    }
+
+    /// The C type arithmetic of compute type `t` is carried out in.
+    fn ctype(&self, t: DType) -> &'static str {
+        match (self.mode, t) {
+            (Mode::Reference, DType::I32) => "long long",
+            (Mode::Reference, _) => "double",
+            (_, DType::F64) => "double",
+            (_, DType::I32) => "int",
+            _ => "float",
+        }
+    }
+
+    fn is_single(&self, t: DType) -> bool {
+        self.mode == Mode::Native && t == DType::F32
+    }
+
+    fn literal(&self, v: f64, t: DType) -> String {
+        if t == DType::I32 {
+            return format!("{}", v as i64);
+        }
+        let s = format!("{v:?}");
+        if self.is_single(t) {
+            format!("{s}f")
+        } else {
+            s
+        }
+    }
+
+    pub fn expr(&self, e: &Expr, env: &HashMap<String, String>) -> String {
+        let num = match e.ty {
+            ExprType::Num(t) => t,
+            ExprType::Bool => DType::I32,
+        };
+        match &e.kind {
+            ExprKind::Number(v) => self.literal(*v, num),
+            ExprKind::Inf { negative } => {
+                let s = if *negative { "-" } else { "" };
+                match num {
+                    DType::I32 => if *negative { "INT_MIN".into() } else { "INT_MAX".into() },
+                    t if self.is_single(t) => format!("({s}INFINITY)"),
+                    _ => format!("({s}(double)INFINITY)"),
+                }
+            }
+            ExprKind::Index(name) => format!("(({})({}))", self.ctype(num), env[name]),
+            ExprKind::Param(name) => format!("(({})({}))", self.ctype(num), param_name(name)),
+            ExprKind::Access { tensor, subscripts } => self.load(tensor, subscripts, env),
+            ExprKind::Unary(op, a) => {
+                let a = self.expr(a, env);
+                match op {
+                    UnOp::Neg => format!("(-{a})"),
+                    UnOp::Not => format!("(!{a})"),
+                }
+            }
+            ExprKind::Binary(op, a, b) => {
+                format!("({} {} {})", self.expr(a, env), op.symbol(), self.expr(b, env))
+            }
+            ExprKind::Select(c, a, b) => format!(
+                "({} ? {} : {})",
+                self.expr(c, env),
+                self.expr(a, env),
+                self.expr(b, env)
+            ),
+            ExprKind::Call(f, args) => {
+                let a: Vec<String> = args.iter().map(|x| self.expr(x, env)).collect();
+                self.call(*f, &a, num)
+            }
+            ExprKind::Cast(to, a) => {
+                let inner = self.expr(a, env);
+                match (self.mode, to) {
+                    (Mode::Reference, DType::I32) => format!("((long long)({inner}))"),
+                    (Mode::Reference, _) => format!("((double)({inner}))"),
+                    (_, DType::F16) => format!("pf_h2f(pf_f2h((float)({inner})))"),
+                    (_, DType::BF16) => format!("pf_b2f(pf_f2b((float)({inner})))"),
+                    (_, t) => format!("(({})({inner}))", self.ctype(*t)),
+                }
+            }
+        }
+    }
+
+    fn call(&self, f: Func, a: &[String], t: DType) -> String {
+        if t == DType::I32 {
+            return match f {
+                Func::Abs => format!("pf_iabs({})", a[0]),
+                Func::Max => format!("pf_max({}, {})", a[0], a[1]),
+                Func::Min => format!("pf_min({}, {})", a[0], a[1]),
+                _ => format!("{}({})", f.name(), a.join(", ")),
+            };
+        }
+        let sfx = if self.is_single(t) { "f" } else { "" };
+        let one = if self.is_single(t) { "1.0f" } else { "1.0" };
+        match f {
+            Func::Exp => format!("exp{sfx}({})", a[0]),
+            Func::Log => format!("log{sfx}({})", a[0]),
+            Func::Sqrt => format!("sqrt{sfx}({})", a[0]),
+            Func::Rsqrt => format!("({one} / sqrt{sfx}({}))", a[0]),
+            Func::Tanh => format!("tanh{sfx}({})", a[0]),
+            Func::Sigmoid => format!("({one} / ({one} + exp{sfx}(-({}))))", a[0]),
+            Func::Abs => format!("fabs{sfx}({})", a[0]),
+            Func::Max => format!("fmax{sfx}({}, {})", a[0], a[1]),
+            Func::Min => format!("fmin{sfx}({}, {})", a[0], a[1]),
+            Func::Pow => format!("pow{sfx}({}, {})", a[0], a[1]),
+        }
+    }
+
+    /// The identity of a reducer in the left side's compute type.
+    fn identity(&self, r: Reducer, t: DType) -> String {
+        let inf = |neg: bool| match t {
+            DType::I32 => if neg { "INT_MIN" } else { "INT_MAX" }.to_string(),
+            t if self.is_single(t) => format!("({}INFINITY)", if neg { "-" } else { "" }),
+            _ => format!("({}(double)INFINITY)", if neg { "-" } else { "" }),
+        };
+        match r {
+            Reducer::Sum => self.literal(0.0, t),
+            Reducer::Prod => self.literal(1.0, t),
+            Reducer::Max => inf(true),
+            Reducer::Min => inf(false),
+        }
+    }
+
+    fn combine(&self, r: Reducer, t: DType, acc: &str, v: &str) -> String {
+        let sfx = if self.is_single(t) { "f" } else { "" };
+        match (r, t) {
+            (Reducer::Sum, _) => format!("{acc} + {v}"),
+            (Reducer::Prod, _) => format!("{acc} * {v}"),
+            (Reducer::Max, DType::I32) => format!("pf_max({acc}, {v})"),
+            (Reducer::Min, DType::I32) => format!("pf_min({acc}, {v})"),
+            (Reducer::Max, _) => format!("fmax{sfx}({acc}, {v})"),
+            (Reducer::Min, _) => format!("fmin{sfx}({acc}, {v})"),
+        }
+    }
+
+    /// One C statement (with its `;`) executing `kind` of `st` at the point
+    /// where index variable `v` has value `env[v]`.
+    pub fn statement(&self, st: &Statement, kind: StmtKind, env: &HashMap<String, String>) -> String {
+        let lhs = self.tensor(&st.lhs_tensor);
+        let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+        let el = self.element(&st.lhs_tensor, &subs, env);
+        let t = lhs.dtype.compute();
+        let value = match (kind, st.op) {
+            (StmtKind::Init, AssignOp::Reduce { op, .. }) => self.identity(op, t),
+            (StmtKind::Update, AssignOp::Reduce { op, .. }) => {
+                let acc = self.load(&st.lhs_tensor, &subs, env);
+                self.combine(op, t, &acc, &self.expr(&st.rhs, env))
+            }
+            _ => self.expr(&st.rhs, env),
+        };
+        match (self.mode, lhs.dtype) {
+            (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
+            (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
+            (Mode::Reference, _) => format!("{el} = (double)({value});"),
+            _ => format!("{el} = {value};"),
+        }
+    }
+}

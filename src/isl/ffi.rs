@@ -1,0 +1,148 @@
+//! Raw declarations for the isl functions isl-rs does not bind, and the only
+//! `unsafe` code of polyfuse's isl side.
+//!
+//! * The AST builder (`isl_ast_build_*`), which turns a schedule tree into an
+//!   AST for codegen.
+//! * `isl_*_to_str` with the returned string freed: isl-rs's `to_str`
+//!   returns a borrowed view of a string it never frees.
+
+use isl_rs::{ASTExpr, ASTNode, PwAff, Schedule, Set};
+use libc::{c_char, uintptr_t};
+use std::ffi::CStr;
+
+extern "C" {
+    fn isl_ast_build_from_context(set: uintptr_t) -> uintptr_t;
+    fn isl_ast_build_node_from_schedule(build: uintptr_t, schedule: uintptr_t) -> uintptr_t;
+    fn isl_ast_build_expr_from_pw_aff(build: uintptr_t, pa: uintptr_t) -> uintptr_t;
+    fn isl_ast_build_free(build: uintptr_t) -> uintptr_t;
+    fn isl_ast_node_get_type(node: uintptr_t) -> i32;
+
+    fn isl_set_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_map_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_union_set_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_union_map_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_schedule_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_schedule_node_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_pw_aff_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_multi_union_pw_aff_to_str(x: uintptr_t) -> *mut c_char;
+    fn isl_val_to_str(x: uintptr_t) -> *mut c_char;
+}
+
+/// Takes ownership of a string isl allocated and frees it.
+fn take_isl_string(p: *mut c_char) -> String {
+    if p.is_null() {
+        return String::from("<isl error>");
+    }
+    // SAFETY: isl returns a NUL-terminated string allocated with malloc,
+    // which the caller owns and must free.
+    unsafe {
+        let s = CStr::from_ptr(p).to_string_lossy().into_owned();
+        libc::free(p as *mut libc::c_void);
+        s
+    }
+}
+
+/// isl's text form of an object, without leaking it.
+pub trait IslPrint {
+    fn text(&self) -> String;
+}
+
+macro_rules! isl_print {
+    ($ty:ty, $f:ident) => {
+        impl IslPrint for $ty {
+            fn text(&self) -> String {
+                // SAFETY: `ptr` is a live isl object owned by `self`; the
+                // function only reads it.
+                take_isl_string(unsafe { $f(self.ptr) })
+            }
+        }
+    };
+}
+
+isl_print!(Set, isl_set_to_str);
+isl_print!(isl_rs::Map, isl_map_to_str);
+isl_print!(isl_rs::UnionSet, isl_union_set_to_str);
+isl_print!(isl_rs::UnionMap, isl_union_map_to_str);
+isl_print!(Schedule, isl_schedule_to_str);
+isl_print!(isl_rs::ScheduleNode, isl_schedule_node_to_str);
+isl_print!(PwAff, isl_pw_aff_to_str);
+isl_print!(isl_rs::MultiUnionPwAff, isl_multi_union_pw_aff_to_str);
+isl_print!(isl_rs::Val, isl_val_to_str);
+
+/// Builds the isl AST of `schedule` under the parameter `context`.
+/// Returns `None` when isl fails.
+pub fn ast_build_node_from_schedule(context: Set, schedule: Schedule) -> Option<ASTNode> {
+    let mut context = context;
+    let mut schedule = schedule;
+    context.do_not_free_on_drop();
+    schedule.do_not_free_on_drop();
+    // SAFETY: both arguments are owned values whose ownership passes to
+    // isl (`__isl_take`); the build is freed before returning.
+    unsafe {
+        let build = isl_ast_build_from_context(context.ptr);
+        if build == 0 {
+            isl_rs_free_schedule(schedule);
+            return None;
+        }
+        let node = isl_ast_build_node_from_schedule(build, schedule.ptr);
+        isl_ast_build_free(build);
+        if node == 0 {
+            return None;
+        }
+        Some(ASTNode {
+            ptr: node,
+            should_free_on_drop: true,
+        })
+    }
+}
+
+/// An AST expression for `pa` under the parameter `context` (used to print
+/// inferred shapes and bounds as C).
+pub fn ast_build_expr_from_pw_aff(context: Set, pa: PwAff) -> Option<ASTExpr> {
+    let mut context = context;
+    let mut pa = pa;
+    context.do_not_free_on_drop();
+    pa.do_not_free_on_drop();
+    // SAFETY: as above; `pa` is taken, the build kept then freed.
+    unsafe {
+        let build = isl_ast_build_from_context(context.ptr);
+        if build == 0 {
+            drop(PwAff {
+                ptr: pa.ptr,
+                should_free_on_drop: true,
+            });
+            return None;
+        }
+        let e = isl_ast_build_expr_from_pw_aff(build, pa.ptr);
+        isl_ast_build_free(build);
+        if e == 0 {
+            return None;
+        }
+        Some(ASTExpr {
+            ptr: e,
+            should_free_on_drop: true,
+        })
+    }
+}
+
+/// The type of an AST node. isl-rs's own `get_type` numbers the node types
+/// from 0 where isl numbers them from 1 (`isl_ast_node_for = 1`), so it is
+/// read here directly.
+pub fn ast_node_type(node: &ASTNode) -> isl_rs::ASTNodeType {
+    // SAFETY: `node.ptr` is a live AST node owned by `node`; read only.
+    match unsafe { isl_ast_node_get_type(node.ptr) } {
+        1 => isl_rs::ASTNodeType::For,
+        2 => isl_rs::ASTNodeType::If,
+        3 => isl_rs::ASTNodeType::Block,
+        4 => isl_rs::ASTNodeType::Mark,
+        5 => isl_rs::ASTNodeType::User,
+        _ => isl_rs::ASTNodeType::Error,
+    }
+}
+
+fn isl_rs_free_schedule(s: Schedule) {
+    drop(Schedule {
+        ptr: s.ptr,
+        should_free_on_drop: true,
+    });
+}

@@ -1,0 +1,86 @@
+//! The isl boundary: a context that owns every isl object made through it,
+//! the few bindings isl-rs lacks (the AST builder, printing that frees what
+//! isl allocates), and small constructors from isl's text syntax.
+//!
+//! isl-rs wraps each object as an owned value that frees itself on drop; the
+//! only rule left to us is that no object outlives its [`Isl`] context.
+//! polyfuse keeps that rule by running each compilation inside one function
+//! that creates the context and returns only plain Rust data.
+
+mod ffi;
+
+pub use ffi::{ast_build_expr_from_pw_aff, ast_build_node_from_schedule, ast_node_type, IslPrint};
+pub use isl_rs::{
+    ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType, Context, DimType, Map, MultiUnionPwAff,
+    Schedule, ScheduleConstraints, ScheduleNode, ScheduleNodeType, Set, UnionAccessInfo,
+    UnionMap, UnionSet, Val,
+};
+
+use crate::error::{Error, Result};
+
+/// One isl context with polyfuse's options. Dropped last: see the module
+/// comment.
+pub struct Isl {
+    pub ctx: Context,
+}
+
+impl Isl {
+    pub fn new() -> Isl {
+        let ctx = Context::alloc();
+        // ISL_ON_ERROR_CONTINUE: errors come back as values, never abort,
+        // and are reported by polyfuse, not printed by isl.
+        let _ = isl_rs::Options::set_on_error(&ctx, 1);
+        Isl { ctx }
+    }
+
+    pub fn set(&self, text: &str) -> Result<Set> {
+        Set::read_from_str(&self.ctx, text).map_err(|e| parse_error("set", text, e))
+    }
+    pub fn map(&self, text: &str) -> Result<Map> {
+        Map::read_from_str(&self.ctx, text).map_err(|e| parse_error("map", text, e))
+    }
+    pub fn union_set(&self, text: &str) -> Result<UnionSet> {
+        UnionSet::read_from_str(&self.ctx, text).map_err(|e| parse_error("union set", text, e))
+    }
+    pub fn union_map(&self, text: &str) -> Result<UnionMap> {
+        UnionMap::read_from_str(&self.ctx, text).map_err(|e| parse_error("union map", text, e))
+    }
+    pub fn schedule(&self, text: &str) -> Result<Schedule> {
+        Schedule::read_from_str(&self.ctx, text).map_err(|e| parse_error("schedule", text, e))
+    }
+}
+
+impl Default for Isl {
+    fn default() -> Self {
+        Isl::new()
+    }
+}
+
+fn parse_error(what: &str, text: &str, e: isl_rs::LibISLError) -> Error {
+    Error::Internal(format!("isl could not read {what} `{text}`: {e:?}"))
+}
+
+/// Value of an integer isl value; isl values here are sizes and bounds that
+/// fit in an i64.
+pub fn val_to_i64(v: &Val) -> Result<i64> {
+    let den = v.get_den_si()?;
+    if den != 1 {
+        return Err(Error::Internal("expected an integer isl value".into()));
+    }
+    Ok(v.get_num_si()?)
+}
+
+/// The affine function `aff` of the parameters as `(constant, [(name,
+/// coefficient)])`; errors when it depends on set dimensions or divisions.
+pub fn aff_in_params(aff: &isl_rs::Aff) -> Result<(i64, Vec<(String, i64)>)> {
+    let c = val_to_i64(&aff.get_constant_val()?)?;
+    let n = aff.dim(DimType::Param)?;
+    let mut terms = Vec::new();
+    for i in 0..n {
+        let v = val_to_i64(&aff.get_coefficient_val(DimType::Param, i)?)?;
+        if v != 0 {
+            terms.push((aff.get_dim_name(DimType::Param, i as u32)?.to_string(), v));
+        }
+    }
+    Ok((c, terms))
+}

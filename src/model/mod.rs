@@ -1,0 +1,426 @@
+//! The polyhedral model of a program (its SCoP): for every statement
+//! instance set an iteration domain `D_S ⊆ Z^n` (an isl set over the
+//! parameters), a write access relation `W_S : D_S -> T` and read relations
+//! `R_S : D_S -> T`, all affine.
+//!
+//! A TC statement becomes one or two isl statements:
+//! * `X(i) = e` and `X(i) op= e` (no `!`): one statement `S<k>`;
+//! * `X(i) op=! e`: an init statement `S<k>_init` over the left indices that
+//!   writes the reducer's identity, then the update `S<k>` over all indices.
+//!
+//! Built here too: TC's checks on the model. Every access stays inside its
+//! tensor (`(D.A) \ T = ∅`) and every output element is written.
+
+mod ranges;
+
+use crate::error::{Error, Result};
+use crate::frontend::ast::{
+    Affine, AssignOp, Expr, ExprKind, Program, Statement, TensorRole, WhereClause,
+};
+use crate::isl::{IslPrint, Isl, Map, Set, UnionMap, UnionSet};
+
+/// What an isl statement does with its source statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StmtKind {
+    /// `X(..) = e`
+    Assign,
+    /// Sets the left side to the reducer's identity (the `!` of `op=!`).
+    Init,
+    /// `X(..) = X(..) op e`, one reduction step.
+    Update,
+}
+
+/// One isl statement.
+pub struct ModelStmt {
+    /// isl tuple name: `S3` or `S3_init`.
+    pub name: String,
+    /// Index of the source statement in `Program::statements`.
+    pub source: usize,
+    pub kind: StmtKind,
+    /// Names of the domain dimensions, in order.
+    pub iterators: Vec<String>,
+    pub domain: Set,
+    pub write: Map,
+    /// Every tensor read (for an update, the left side first).
+    pub reads: Vec<Map>,
+}
+
+/// A tensor with its shape resolved (declared, or inferred for temps).
+#[derive(Debug, Clone)]
+pub struct ModelTensor {
+    pub name: String,
+    pub dtype: crate::frontend::ast::DType,
+    pub role: TensorRole,
+    /// Extents, affine in the parameters.
+    pub shape: Vec<Affine>,
+}
+
+/// The polyhedral model of one program.
+pub struct Scop {
+    /// `[P] -> { : ... }`: parameters >= 1, fixed ones pinned to their
+    /// value, every tensor extent >= 1.
+    pub context: Set,
+    /// `"[M, N, K] -> "`, the prefix every isl text of this program uses.
+    pub param_prefix: String,
+    pub statements: Vec<ModelStmt>,
+    pub tensors: Vec<ModelTensor>,
+}
+
+impl Scop {
+    pub fn tensor(&self, name: &str) -> Option<&ModelTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+    pub fn statement(&self, name: &str) -> Option<&ModelStmt> {
+        self.statements.iter().find(|s| s.name == name)
+    }
+    /// The union of all iteration domains.
+    pub fn domain(&self) -> Result<UnionSet> {
+        let mut u: Option<UnionSet> = None;
+        for s in &self.statements {
+            let d = UnionSet::from_set(s.domain.copy()?)?;
+            u = Some(match u {
+                None => d,
+                Some(a) => a.union(d)?,
+            });
+        }
+        u.ok_or_else(|| Error::Internal("program without statements".into()))
+    }
+    /// All writes as one relation from instances to tensor elements.
+    pub fn writes(&self) -> Result<UnionMap> {
+        union_of(self.statements.iter().map(|s| s.write.copy()))
+    }
+    /// All reads as one relation from instances to tensor elements.
+    pub fn reads(&self) -> Result<UnionMap> {
+        union_of(
+            self.statements
+                .iter()
+                .flat_map(|s| s.reads.iter().map(|r| r.copy())),
+        )
+    }
+    /// The plain-text model, for `--emit json` and messages.
+    pub fn describe(&self) -> serde_json::Value {
+        let stmts: Vec<_> = self
+            .statements
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name,
+                    "source": s.source,
+                    "kind": format!("{:?}", s.kind).to_lowercase(),
+                    "domain": s.domain.text(),
+                    "write": s.write.text(),
+                    "reads": s.reads.iter().map(|r| r.text()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        serde_json::json!({ "context": self.context.text(), "statements": stmts })
+    }
+}
+
+fn union_of(maps: impl Iterator<Item = std::result::Result<Map, isl_rs::LibISLError>>) -> Result<UnionMap> {
+    let mut u: Option<UnionMap> = None;
+    for m in maps {
+        let m = UnionMap::from_map(m?)?;
+        u = Some(match u {
+            None => m,
+            Some(a) => a.union(m)?,
+        });
+    }
+    u.ok_or_else(|| Error::Internal("no accesses".into()))
+}
+
+/// Builds the model of `program`. Parameters with a value are pinned in the
+/// context; the others stay symbolic.
+pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
+    let names: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
+    let param_prefix = format!("[{}] -> ", names.join(", "));
+    let mut tensors: Vec<ModelTensor> = Vec::new();
+    for t in &program.tensors {
+        if let Some(shape) = &t.shape {
+            tensors.push(ModelTensor {
+                name: t.name.clone(),
+                dtype: t.dtype,
+                role: t.role,
+                shape: shape.clone(),
+            });
+        }
+    }
+    let mut cons: Vec<String> = Vec::new();
+    for p in &program.params {
+        match p.value {
+            Some(v) => cons.push(format!("{} = {}", p.name, v)),
+            None => cons.push(format!("{} >= 1", p.name)),
+        }
+    }
+    for t in &tensors {
+        for e in &t.shape {
+            if e.as_constant().is_none() {
+                cons.push(format!("{e} >= 1"));
+            }
+        }
+    }
+    let context_text = if cons.is_empty() {
+        format!("{param_prefix}{{ : }}")
+    } else {
+        format!("{param_prefix}{{ : {} }}", cons.join(" and "))
+    };
+    let context = isl.set(&context_text)?;
+    if context.is_empty()? {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message: "the parameter values make a tensor extent smaller than 1".into(),
+        });
+    }
+    for t in &tensors {
+        for (d, e) in t.shape.iter().enumerate() {
+            if let Some(c) = e.as_constant() {
+                if c < 1 {
+                    return Err(Error::Input {
+                        file: program.source.clone(),
+                        message: format!("tensor {}: extent {} of dimension {d} is < 1", t.name, c),
+                    });
+                }
+            }
+        }
+    }
+
+    let mut statements = Vec::new();
+    for (k, st) in program.statements.iter().enumerate() {
+        let err = |message: String| Error::Statement {
+            file: program.source.clone(),
+            position: st.position + 1,
+            text: st.text.clone(),
+            message,
+        };
+        let all = st.all_indices();
+        let name = format!("S{k}");
+        let user = |m: ranges::RangeError| match m {
+            ranges::RangeError::User(m) => err(m),
+            ranges::RangeError::Isl(e) => e,
+        };
+        let (domain, init_domain, new_tensor) = {
+            let ctx = ranges::Ctx {
+                isl,
+                program,
+                tensors: &tensors,
+                param_prefix: &param_prefix,
+                context: &context,
+            };
+            let var_ranges = ranges::infer(&ctx, st).map_err(user)?;
+            let domain = ranges::domain_of(&ctx, &name, &all, &var_ranges, &st.wheres)?;
+            let init_domain = ranges::domain_of(
+                &ctx,
+                &format!("{name}_init"),
+                &st.lhs_indices,
+                &var_ranges,
+                &lhs_only_wheres(st),
+            )?;
+            // The left tensor: a temp without a declared shape gets the
+            // bounding box of what this first writer writes.
+            let new_tensor = if tensors.iter().all(|t| t.name != st.lhs_tensor) {
+                let decl = program
+                    .tensor(&st.lhs_tensor)
+                    .ok_or_else(|| err(format!("unknown tensor `{}`", st.lhs_tensor)))?;
+                let shape = ranges::extent_of_lhs(&ctx, st, &var_ranges).map_err(user)?;
+                Some(ModelTensor {
+                    name: decl.name.clone(),
+                    dtype: decl.dtype,
+                    role: decl.role,
+                    shape,
+                })
+            } else {
+                None
+            };
+            (domain, init_domain, new_tensor)
+        };
+        tensors.extend(new_tensor);
+        let lhs_access = access_text(&st.lhs_tensor, &st.lhs_indices.iter().map(|i| Affine::var(i)).collect::<Vec<_>>());
+        let mut rhs_reads = Vec::new();
+        collect_reads(&st.rhs, &mut rhs_reads);
+        for (t, _) in &rhs_reads {
+            if tensors.iter().all(|m| &m.name != t) {
+                return Err(err(format!(
+                    "tensor `{t}` is read before any statement gives it a shape; declare it in `temps` with a shape"
+                )));
+            }
+        }
+        let map_of = |stmt: &str, iters: &[String], access: &str, dom: &Set| -> Result<Map> {
+            let m = isl.map(&format!(
+                "{param_prefix}{{ {stmt}[{}] -> {access} }}",
+                iters.join(", ")
+            ))?;
+            Ok(m.intersect_domain(dom.copy()?)?)
+        };
+        let reads_for = |stmt: &str, iters: &[String], dom: &Set, with_lhs: bool| -> Result<Vec<Map>> {
+            let mut v = Vec::new();
+            if with_lhs {
+                v.push(map_of(stmt, iters, &lhs_access, dom)?);
+            }
+            for (t, subs) in &rhs_reads {
+                v.push(map_of(stmt, iters, &access_text(t, subs), dom)?);
+            }
+            Ok(v)
+        };
+        match st.op {
+            AssignOp::Assign => {
+                let write = map_of(&name, &all, &lhs_access, &domain)?;
+                let reads = reads_for(&name, &all, &domain, false)?;
+                statements.push(ModelStmt {
+                    name,
+                    source: k,
+                    kind: StmtKind::Assign,
+                    iterators: all,
+                    domain,
+                    write,
+                    reads,
+                });
+            }
+            AssignOp::Reduce { init, .. } => {
+                if init {
+                    let init_name = format!("S{k}_init");
+                    let idom = init_domain;
+                    let write = map_of(&init_name, &st.lhs_indices, &lhs_access, &idom)?;
+                    statements.push(ModelStmt {
+                        name: init_name,
+                        source: k,
+                        kind: StmtKind::Init,
+                        iterators: st.lhs_indices.clone(),
+                        domain: idom,
+                        write,
+                        reads: Vec::new(),
+                    });
+                }
+                let write = map_of(&name, &all, &lhs_access, &domain)?;
+                let reads = reads_for(&name, &all, &domain, true)?;
+                statements.push(ModelStmt {
+                    name,
+                    source: k,
+                    kind: StmtKind::Update,
+                    iterators: all,
+                    domain,
+                    write,
+                    reads,
+                });
+            }
+        }
+    }
+    let scop = Scop {
+        context,
+        param_prefix,
+        statements,
+        tensors,
+    };
+    check_footprints(isl, program, &scop)?;
+    check_outputs_written(isl, program, &scop)?;
+    Ok(scop)
+}
+
+/// `where` constraints that mention only the left side's indices (and
+/// parameters): those restrict which elements a reduction initialises.
+fn lhs_only_wheres(st: &Statement) -> Vec<WhereClause> {
+    st.wheres
+        .iter()
+        .filter(|w| match w {
+            WhereClause::Range { index, .. } => st.lhs_indices.contains(index),
+            WhereClause::Constraint { lhs, rhs, .. } => lhs
+                .names()
+                .chain(rhs.names())
+                .all(|n| !st.reduction_indices.iter().any(|r| r == n)),
+        })
+        .cloned()
+        .collect()
+}
+
+/// `T[e0, e1]` in isl syntax.
+pub fn access_text(tensor: &str, subs: &[Affine]) -> String {
+    let s: Vec<String> = subs.iter().map(|a| a.to_string()).collect();
+    format!("{tensor}[{}]", s.join(", "))
+}
+
+/// Every tensor read of an expression, in evaluation order.
+pub fn collect_reads(e: &Expr, out: &mut Vec<(String, Vec<Affine>)>) {
+    match &e.kind {
+        ExprKind::Access { tensor, subscripts } => out.push((tensor.clone(), subscripts.clone())),
+        ExprKind::Unary(_, a) | ExprKind::Cast(_, a) => collect_reads(a, out),
+        ExprKind::Binary(_, a, b) => {
+            collect_reads(a, out);
+            collect_reads(b, out);
+        }
+        ExprKind::Select(c, a, b) => {
+            collect_reads(c, out);
+            collect_reads(a, out);
+            collect_reads(b, out);
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| collect_reads(a, out)),
+        ExprKind::Number(_) | ExprKind::Inf { .. } | ExprKind::Index(_) | ExprKind::Param(_) => {}
+    }
+}
+
+/// `{ T[a0, ..] : 0 <= a_d < extent_d }`.
+fn tensor_set(isl: &Isl, prefix: &str, t: &ModelTensor) -> Result<Set> {
+    let vars: Vec<String> = (0..t.shape.len()).map(|d| format!("a{d}")).collect();
+    let cons: Vec<String> = t
+        .shape
+        .iter()
+        .enumerate()
+        .map(|(d, e)| format!("0 <= a{d} < {e}"))
+        .collect();
+    let text = if cons.is_empty() {
+        format!("{prefix}{{ {}[] }}", t.name)
+    } else {
+        format!("{prefix}{{ {}[{}] : {} }}", t.name, vars.join(", "), cons.join(" and "))
+    };
+    isl.set(&text)
+}
+
+/// TC's footprint check: `(D_S . A) \ T = ∅` for every access `A` of every
+/// statement `S`, under the context.
+fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
+    for s in &scop.statements {
+        let st = &program.statements[s.source];
+        for (what, acc) in std::iter::once(("writes", &s.write)).chain(s.reads.iter().map(|r| ("reads", r))) {
+            let tname = acc.get_tuple_name(isl_rs::DimType::Out)?.to_string();
+            let t = scop.tensor(&tname).ok_or_else(|| Error::Internal(format!("no tensor {tname}")))?;
+            let fp = s.domain.copy()?.apply(acc.copy()?)?.intersect_params(scop.context.copy()?)?;
+            let outside = fp.subtract(tensor_set(isl, &scop.param_prefix, t)?)?;
+            if !outside.is_empty()? {
+                let point = outside.sample_point()?;
+                let p = isl_rs::Set::from_point(point)?;
+                return Err(Error::Statement {
+                    file: program.source.clone(),
+                    position: st.position + 1,
+                    text: st.text.clone(),
+                    message: format!(
+                        "{what} tensor {tname} out of bounds (shape [{}]), e.g. at {}",
+                        t.shape.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+                        p.text()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every element of every output is written by some statement.
+fn check_outputs_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
+    let writes = scop.writes()?.intersect_domain(scop.domain()?)?;
+    let written = writes.range()?;
+    for t in scop.tensors.iter().filter(|t| t.role == TensorRole::Output) {
+        let all = tensor_set(isl, &scop.param_prefix, t)?.intersect_params(scop.context.copy()?)?;
+        let missing = all.subtract(written.copy()?.extract_set(all_space(isl, &scop.param_prefix, t)?)?)?;
+        if !missing.is_empty()? {
+            let p = isl_rs::Set::from_point(missing.sample_point()?)?;
+            return Err(Error::Input {
+                file: program.source.clone(),
+                message: format!("output {}: no statement writes element {}", t.name, p.text()),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn all_space(isl: &Isl, prefix: &str, t: &ModelTensor) -> Result<isl_rs::Space> {
+    let vars: Vec<String> = (0..t.shape.len()).map(|d| format!("a{d}")).collect();
+    Ok(isl.set(&format!("{prefix}{{ {}[{}] }}", t.name, vars.join(", ")))?.get_space()?)
+}

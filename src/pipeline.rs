@@ -1,0 +1,167 @@
+//! One compilation, end to end: program -> model -> dependences -> schedule
+//! (strategy, tiling, sinking, legality) -> C. Everything isl is created and
+//! dropped inside [`compile`]; the result is plain data.
+
+use std::collections::HashMap;
+
+use crate::codegen::{self, c::Boxes};
+use crate::deps;
+use crate::error::{Error, Result};
+use crate::frontend::ast::Program;
+use crate::isl::{aff_in_params, IslPrint, Isl};
+use crate::model::{self, ModelTensor};
+use crate::schedule::{self, ScheduleTree, Strategy};
+
+/// Options of one compilation.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub strategy: Strategy,
+    /// Tile sizes for the members of each permutable band (the last one
+    /// repeats); empty: no tiling.
+    pub tile: Vec<i64>,
+    /// TC's imperfectly nested tiling: sink point bands below inner tile
+    /// bands.
+    pub sink: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            strategy: Strategy::Isl,
+            tile: vec![32],
+            sink: true,
+        }
+    }
+}
+
+/// What a compilation produced.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub program: Program,
+    pub tensors: Vec<ModelTensor>,
+    /// The final schedule tree (after tiling and sinking).
+    pub tree: ScheduleTree,
+    /// The schedule before tiling.
+    pub untiled_tree: ScheduleTree,
+    /// `flow:`, `anti:`, `output:` lines.
+    pub deps_text: String,
+    pub deps_json: serde_json::Value,
+    pub model_json: serde_json::Value,
+    /// The optimised kernel, `pf_kernel` (C, without the prelude).
+    pub kernel_c: String,
+    /// The f64 reference `pf_reference`, when every parameter has a value.
+    pub reference_c: Option<String>,
+}
+
+impl Compiled {
+    /// Parameter values in file order; errors when one is symbolic.
+    pub fn param_values(&self) -> Result<Vec<i64>> {
+        self.program
+            .params
+            .iter()
+            .map(|p| {
+                p.value.ok_or_else(|| Error::Input {
+                    file: self.program.source.clone(),
+                    message: format!(
+                        "parameter {} has no value; give one with --param {}=VALUE",
+                        p.name, p.name
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    /// The complete C source: prelude and kernel.
+    pub fn c_source(&self) -> String {
+        format!("{}\n{}", codegen::c::PRELUDE, self.kernel_c)
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.program.name,
+            "model": self.model_json,
+            "dependences": self.deps_json,
+            "schedule": self.tree.to_json(),
+            "schedule_text": self.tree.to_string(),
+            "c": self.c_source(),
+        })
+    }
+}
+
+/// Compiles `program` under `options`.
+pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
+    let isl = Isl::new();
+    let file = program.source.as_str();
+    let scop = model::build(&isl, program)?;
+    let order = schedule::canonical(&isl, &scop)?;
+    let deps = deps::compute(&scop, &order)?;
+    let sched = schedule::compute(&isl, &scop, &deps, options.strategy)?;
+    schedule::check_legal(file, &sched, &scop, &deps)?;
+    let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
+    let tiled = schedule::tile(&isl, sched, &options.tile)?;
+    let mut tree = ScheduleTree::from_isl(&tiled.get_root()?)?;
+    if options.sink && !options.tile.is_empty() {
+        tree.root = schedule::sink_point_bands(&isl, tree.root)?;
+    }
+    let final_schedule = isl.schedule(&tree.to_isl_text())?;
+    // Every schedule codegen sees is checked against the dependences.
+    schedule::check_legal(file, &final_schedule, &scop, &deps)?;
+    let ast = codegen::build_ast(&scop, &final_schedule)?;
+    let kernel_c = codegen::c::kernel(program, &scop, &ast);
+    let values: HashMap<String, i64> = program
+        .params
+        .iter()
+        .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
+        .collect();
+    let reference_c = if values.len() == program.params.len() {
+        let boxes = bounding_boxes(&scop, &values)?;
+        Some(codegen::c::reference(program, &scop, &boxes))
+    } else {
+        None
+    };
+    Ok(Compiled {
+        program: program.clone(),
+        tensors: scop.tensors.clone(),
+        tree,
+        untiled_tree,
+        deps_text: deps.describe(),
+        deps_json: deps.to_json(),
+        model_json: scop.describe(),
+        kernel_c,
+        reference_c,
+    })
+}
+
+/// Integer bounds of each statement's iterators (all parameters fixed by
+/// the context). Statements with an empty domain are left out.
+fn bounding_boxes(scop: &model::Scop, values: &HashMap<String, i64>) -> Result<Boxes> {
+    let mut boxes = Boxes::new();
+    for s in &scop.statements {
+        if s.domain.is_empty()? {
+            continue;
+        }
+        let mut b = Vec::new();
+        for pos in 0..s.iterators.len() as i32 {
+            let lo = fixed_value(s.domain.copy()?.dim_min(pos)?, scop, values)?;
+            let hi = fixed_value(s.domain.copy()?.dim_max(pos)?, scop, values)?;
+            b.push((lo, hi));
+        }
+        boxes.insert(s.name.clone(), b);
+    }
+    Ok(boxes)
+}
+
+fn fixed_value(pa: isl_rs::PwAff, scop: &model::Scop, values: &HashMap<String, i64>) -> Result<i64> {
+    let pa = pa.gist_params(scop.context.copy()?)?;
+    if !pa.isa_aff()? {
+        return Err(Error::Internal(format!("bound {} is not one affine piece", pa.text())));
+    }
+    let (c, terms) = aff_in_params(&pa.as_aff()?)?;
+    let mut v = c;
+    for (name, k) in terms {
+        v += k * values
+            .get(&name)
+            .ok_or_else(|| Error::Internal(format!("parameter {name} has no value")))?;
+    }
+    Ok(v)
+}

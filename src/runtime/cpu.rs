@@ -1,0 +1,264 @@
+//! The CPU target: the emitted C (kernel and f64 reference) with a small
+//! `main` is compiled by the system C compiler (`$CC`, else `cc`) and run in
+//! a scratch directory. Inputs go in, outputs and reference outputs come
+//! back as files; timing uses `CLOCK_MONOTONIC`, median of the runs after
+//! one warm-up.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::data::{self, CheckResult};
+use super::RunReport;
+use crate::codegen::c::PRELUDE;
+use crate::error::{Error, Result};
+use crate::frontend::ast::{DType, TensorRole};
+use crate::pipeline::Compiled;
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub check: bool,
+    /// Timed runs (0: no timing).
+    pub bench_runs: usize,
+    pub seed: u64,
+}
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "polyfuse-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Environment(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Element counts of every tensor, at the program's parameter values.
+pub fn tensor_counts(compiled: &Compiled) -> Result<Vec<usize>> {
+    let values = compiled.param_values()?;
+    let names: Vec<&str> = compiled.program.params.iter().map(|p| p.name.as_str()).collect();
+    let lookup = |n: &str| names.iter().position(|p| *p == n).map(|i| values[i]);
+    compiled
+        .tensors
+        .iter()
+        .map(|t| {
+            let mut count: i64 = 1;
+            for e in &t.shape {
+                let v = e.substitute(&lookup).as_constant().ok_or_else(|| {
+                    Error::Internal(format!("extent {e} of {} is not known", t.name))
+                })?;
+                count = count.saturating_mul(v.max(0));
+            }
+            usize::try_from(count).map_err(|_| Error::Internal("tensor too large".into()))
+        })
+        .collect()
+}
+
+fn harness(compiled: &Compiled, counts: &[usize]) -> Result<String> {
+    let values = compiled.param_values()?;
+    let reference = compiled
+        .reference_c
+        .as_ref()
+        .ok_or_else(|| Error::Internal("no reference for a program with symbolic parameters".into()))?;
+    let mut s = String::new();
+    s.push_str("#define _POSIX_C_SOURCE 199309L\n");
+    s.push_str(PRELUDE);
+    s.push_str("#include <stdio.h>\n#include <stdlib.h>\n#include <time.h>\n\n");
+    s.push_str(&compiled.kernel_c);
+    s.push('\n');
+    s.push_str(reference);
+    let nt = compiled.tensors.len();
+    let list = |v: Vec<String>| v.join(", ");
+    let _ = write!(
+        s,
+        r#"
+static double pf_now(void) {{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec * 1e-3; }}
+static int pf_cmp(const void *a, const void *b) {{ double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }}
+static double pf_get(int dtype, const void *p, long i) {{
+  switch (dtype) {{
+  case 0: return ((const float *)p)[i];
+  case 1: return pf_h2f(((const uint16_t *)p)[i]);
+  case 2: return pf_b2f(((const uint16_t *)p)[i]);
+  case 3: return ((const double *)p)[i];
+  default: return ((const int *)p)[i];
+  }}
+}}
+int main(int argc, char **argv) {{
+  if (argc != 6) return 64;
+  long params[] = {{ {params} }};
+  long counts[{nt}] = {{ {counts} }};
+  int sizes[{nt}] = {{ {sizes} }};
+  int dtypes[{nt}] = {{ {dtypes} }};
+  int roles[{nt}] = {{ {roles} }};
+  void *t[{nt}];
+  double *r[{nt}];
+  FILE *in = fopen(argv[1], "rb");
+  if (!in) return 65;
+  for (int i = 0; i < {nt}; i++) {{
+    t[i] = calloc(counts[i] ? counts[i] : 1, sizes[i]);
+    if (!t[i]) return 66;
+    if (roles[i] == 0 && fread(t[i], sizes[i], counts[i], in) != (size_t)counts[i]) return 67;
+  }}
+  fclose(in);
+  pf_kernel(params, t);
+  FILE *out = fopen(argv[2], "wb");
+  for (int i = 0; i < {nt}; i++) if (roles[i] == 1) fwrite(t[i], sizes[i], counts[i], out);
+  fclose(out);
+  int runs = atoi(argv[4]);
+  if (runs > 0) {{
+    double *times = malloc(sizeof(double) * runs);
+    pf_kernel(params, t);
+    for (int k = 0; k < runs; k++) {{ double t0 = pf_now(); pf_kernel(params, t); times[k] = pf_now() - t0; }}
+    qsort(times, runs, sizeof(double), pf_cmp);
+    printf("median_us %.3f\n", times[runs / 2]);
+  }}
+  if (atoi(argv[5])) {{
+    for (int i = 0; i < {nt}; i++) {{
+      r[i] = calloc(counts[i] ? counts[i] : 1, sizeof(double));
+      if (!r[i]) return 66;
+      if (roles[i] == 0) for (long k = 0; k < counts[i]; k++) r[i][k] = pf_get(dtypes[i], t[i], k);
+    }}
+    pf_reference(params, (void **)r);
+    FILE *ref = fopen(argv[3], "wb");
+    for (int i = 0; i < {nt}; i++) if (roles[i] == 1) fwrite(r[i], sizeof(double), counts[i], ref);
+    fclose(ref);
+  }}
+  return 0;
+}}
+"#,
+        params = if values.is_empty() { "0".into() } else { list(values.iter().map(|v| v.to_string()).collect()) },
+        counts = list(counts.iter().map(|c| c.to_string()).collect()),
+        sizes = list(compiled.tensors.iter().map(|t| t.dtype.size().to_string()).collect()),
+        dtypes = list(compiled.tensors.iter().map(|t| dtype_code(t.dtype).to_string()).collect()),
+        roles = list(
+            compiled
+                .tensors
+                .iter()
+                .map(|t| match t.role {
+                    TensorRole::Input => "0",
+                    TensorRole::Output => "1",
+                    TensorRole::Temp => "2",
+                }
+                .to_string())
+                .collect()
+        ),
+    );
+    Ok(s)
+}
+
+fn dtype_code(t: DType) -> i32 {
+    match t {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::F64 => 3,
+        DType::I32 => 4,
+    }
+}
+
+fn c_compiler() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".to_string())
+}
+
+fn compile_c(source: &Path, binary: &Path) -> Result<()> {
+    let cc = c_compiler();
+    let out = Command::new(&cc)
+        .args(["-O2", "-std=gnu11", "-march=native", "-o"])
+        .arg(binary)
+        .arg(source)
+        .arg("-lm")
+        .output()
+        .map_err(|e| Error::Environment(format!("cannot run the C compiler `{cc}`: {e}; install gcc or set CC")))?;
+    if !out.status.success() {
+        return Err(Error::Internal(format!(
+            "the C compiler rejected the generated code ({}):\n{}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// Compiles and runs `compiled` on the CPU.
+pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
+    let counts = tensor_counts(compiled)?;
+    let dir = Scratch::new()?;
+    let src = dir.0.join("program.c");
+    let bin = dir.0.join("program");
+    std::fs::write(&src, harness(compiled, &counts)?)
+        .map_err(|e| Error::Environment(format!("cannot write {}: {e}", src.display())))?;
+    compile_c(&src, &bin)?;
+    let mut input = Vec::new();
+    for (i, t) in compiled.tensors.iter().enumerate() {
+        if t.role == TensorRole::Input {
+            input.extend(data::random_bytes(t.dtype, counts[i], opts.seed.wrapping_add(i as u64)));
+        }
+    }
+    let (fin, fout, fref) = (dir.0.join("in.bin"), dir.0.join("out.bin"), dir.0.join("ref.bin"));
+    std::fs::write(&fin, &input).map_err(|e| Error::Environment(e.to_string()))?;
+    let out = Command::new(&bin)
+        .arg(&fin)
+        .arg(&fout)
+        .arg(&fref)
+        .arg(opts.bench_runs.to_string())
+        .arg(if opts.check { "1" } else { "0" })
+        .output()
+        .map_err(|e| Error::Environment(format!("cannot run the compiled program: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::Internal(format!(
+            "the compiled program failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let median_us = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("median_us "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    let check = if opts.check {
+        Some(check_outputs(compiled, &counts, &fout, &fref)?)
+    } else {
+        None
+    };
+    Ok(RunReport {
+        check,
+        median_us,
+        runs: opts.bench_runs,
+    })
+}
+
+fn check_outputs(compiled: &Compiled, counts: &[usize], fout: &Path, fref: &Path) -> Result<CheckResult> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| Error::Internal(format!("{}: {e}", p.display())));
+    let got = read(fout)?;
+    let want = read(fref)?;
+    let (mut go, mut wo) = (0usize, 0usize);
+    let mut outputs = Vec::new();
+    for (i, t) in compiled.tensors.iter().enumerate() {
+        if t.role != TensorRole::Output {
+            continue;
+        }
+        let gb = counts[i] * t.dtype.size();
+        let wb = counts[i] * 8;
+        let y = data::to_f64(t.dtype, &got[go..go + gb]);
+        let r = data::to_f64(DType::F64, &want[wo..wo + wb]);
+        go += gb;
+        wo += wb;
+        outputs.push((t.name.clone(), t.dtype, y, r));
+    }
+    Ok(data::compare(&outputs))
+}

@@ -1,0 +1,337 @@
+//! Scheduling: the program-order (canonical) schedule, isl's scheduler under
+//! TC's strategies, tiling with TC's imperfectly nested variant, and the
+//! legality check every final schedule passes before codegen.
+//!
+//! Legality: a schedule `σ` respects a dependence relation `D` when every
+//! pair is ordered, `∀ (a -> b) ∈ D : σ(a) ≺ σ(b)`. The violated part is
+//! `D ∩ { a -> b : σ(a) ⪰ σ(b) }`, computed in isl; it must be empty.
+
+pub mod tree;
+
+use crate::deps::Dependences;
+use crate::error::{Error, Result};
+use crate::isl::{IslPrint, Isl, Schedule, ScheduleConstraints, ScheduleNode, ScheduleNodeType};
+use crate::model::Scop;
+pub use tree::{Band, ScheduleTree, Tree};
+
+/// How the schedule is found (TC's fusion strategies plus isl's default and
+/// plain program order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// isl's scheduler with its default options.
+    Isl,
+    /// Minimal fusion: every strongly connected component of the dependence
+    /// graph is scheduled on its own (isl's `serialize_sccs`).
+    Min,
+    /// Maximal fusion: each connected component is scheduled as a whole
+    /// (isl's `whole_component`), fusing as much as the dependences allow.
+    Max,
+    /// Program order, one loop nest per statement, no scheduler.
+    Canonical,
+}
+
+impl Strategy {
+    pub fn parse(s: &str) -> Option<Strategy> {
+        Some(match s {
+            "isl" => Strategy::Isl,
+            "min" => Strategy::Min,
+            "max" => Strategy::Max,
+            "canonical" => Strategy::Canonical,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Isl => "isl",
+            Strategy::Min => "min",
+            Strategy::Max => "max",
+            Strategy::Canonical => "canonical",
+        }
+    }
+}
+
+/// The program-order schedule: a sequence of the statements in body order
+/// (a reduction's init before its update), each under one band over its
+/// iterators in declaration order.
+pub fn canonical(isl: &Isl, scop: &Scop) -> Result<Schedule> {
+    let p = &scop.param_prefix;
+    let mut children = Vec::new();
+    for s in &scop.statements {
+        let tuple = format!("{}[{}]", s.name, s.iterators.join(", "));
+        let child = if s.iterators.is_empty() {
+            Tree::Leaf
+        } else {
+            let members: Vec<String> = s
+                .iterators
+                .iter()
+                .map(|i| format!("{{ {tuple} -> [({i})] }}"))
+                .collect();
+            Tree::Band(
+                Band {
+                    schedule: format!("{p}[{}]", members.join(", ")),
+                    permutable: false,
+                    coincident: vec![false; s.iterators.len()],
+                },
+                Box::new(Tree::Leaf),
+            )
+        };
+        children.push((format!("{p}{{ {tuple} }}"), child));
+    }
+    let tree = ScheduleTree {
+        domain: scop.domain()?.text(),
+        root: Tree::Sequence(children),
+    };
+    isl.schedule(&tree.to_isl_text())
+}
+
+/// A schedule from isl's scheduler under `strategy`, with all dependences as
+/// validity, proximity and coincidence constraints.
+pub fn compute(isl: &Isl, scop: &Scop, deps: &Dependences, strategy: Strategy) -> Result<Schedule> {
+    if strategy == Strategy::Canonical {
+        let s = canonical(isl, scop)?;
+        return annotate_bands(isl, s, deps, &scop.param_prefix);
+    }
+    use isl_rs::Options;
+    let ctx = &isl.ctx;
+    let (serialize, whole) = match strategy {
+        Strategy::Min => (1, 0),
+        Strategy::Max => (0, 1),
+        _ => (0, 0),
+    };
+    Options::set_schedule_serialize_sccs(ctx, serialize)?;
+    Options::set_schedule_whole_component(ctx, whole)?;
+    Options::set_schedule_outer_coincidence(ctx, 1)?;
+    let all = deps.all()?;
+    let sc = ScheduleConstraints::on_domain(scop.domain()?)?
+        .set_context(scop.context.copy()?)?
+        .set_validity(all.copy()?)?
+        .set_proximity(all.copy()?)?
+        .set_coincidence(all)?;
+    Ok(sc.compute_schedule()?)
+}
+
+/// Marks each band of `schedule` permutable and its members coincident
+/// where the dependences allow: restricted to pairs with equal outer
+/// schedule, all distances of the band are `>= 0` (permutable) and a
+/// member's distances are all `0` (coincident).
+pub fn annotate_bands(
+    isl: &Isl,
+    schedule: Schedule,
+    deps: &Dependences,
+    param_prefix: &str,
+) -> Result<Schedule> {
+    let all = deps.all()?;
+    let root = schedule.get_root()?;
+    let root = walk(root, &mut |node| {
+        if node.get_type()? != ScheduleNodeType::Band {
+            return Ok(node);
+        }
+        let prefix = node.get_prefix_schedule_union_map()?;
+        let same_outer = prefix.copy()?.apply_range(prefix.reverse()?)?;
+        let partial = node.band_get_partial_schedule_union_map()?;
+        let inner = all.copy()?.intersect(same_outer)?;
+        let inner = inner
+            .intersect_domain(partial.copy()?.domain()?)?
+            .intersect_range(partial.copy()?.domain()?)?;
+        let n = node.band_n_member()?;
+        let mut node = node;
+        if inner.is_empty()? {
+            node = node.band_set_permutable(1)?;
+            for i in 0..n {
+                node = node.band_member_set_coincident(i, 1)?;
+            }
+            return Ok(node);
+        }
+        let dist = inner
+            .apply_domain(partial.copy()?)?
+            .apply_range(partial)?
+            .deltas()?;
+        let space = (0..n).map(|i| format!("d{i}")).collect::<Vec<_>>().join(", ");
+        let check = |cond: &str| -> Result<bool> {
+            let s = isl.union_set(&format!("{param_prefix}{{ [{space}] : {cond} }}"))?;
+            Ok(dist.is_subset(&s)?)
+        };
+        let nonneg: Vec<String> = (0..n).map(|i| format!("d{i} >= 0")).collect();
+        if check(&nonneg.join(" and "))? {
+            node = node.band_set_permutable(1)?;
+        }
+        for i in 0..n {
+            if check(&format!("d{i} = 0"))? {
+                node = node.band_member_set_coincident(i, 1)?;
+            }
+        }
+        Ok(node)
+    })?;
+    Ok(root.get_schedule()?)
+}
+
+/// Applies `f` to every node, pre-order, and returns the root.
+fn walk(
+    node: ScheduleNode,
+    f: &mut dyn FnMut(ScheduleNode) -> Result<ScheduleNode>,
+) -> Result<ScheduleNode> {
+    let mut node = f(node)?;
+    let n = node.n_children()?;
+    for i in 0..n {
+        node = walk(node.child(i)?, f)?.parent()?;
+    }
+    Ok(node)
+}
+
+/// Tiles every permutable band (and every single-member band, for which
+/// strip-mining is always legal) with `sizes` (the last size repeats for
+/// extra members). The tile band gets a `tile` mark, the point band a
+/// `point` mark.
+pub fn tile(isl: &Isl, schedule: Schedule, sizes: &[i64]) -> Result<Schedule> {
+    if sizes.is_empty() {
+        return Ok(schedule);
+    }
+    fn rec(isl: &Isl, node: ScheduleNode, sizes: &[i64]) -> Result<ScheduleNode> {
+        let mut node = node;
+        if node.get_type()? == ScheduleNodeType::Band {
+            let n = node.band_n_member()?;
+            if node.band_get_permutable()? || n == 1 {
+                let mut mv = isl_rs::MultiVal::zero(node.band_get_space()?)?;
+                for i in 0..n {
+                    let s = sizes[(i as usize).min(sizes.len() - 1)];
+                    mv = mv.set_val(i, isl_rs::Val::int_from_si(&isl.ctx, s)?)?;
+                }
+                node = node.band_tile(mv)?;
+                node = node.insert_mark(isl_rs::Id::read_from_str(&isl.ctx, "tile")?)?;
+                // mark -> tile band -> point band
+                node = node.child(0)?.child(0)?;
+                node = node.insert_mark(isl_rs::Id::read_from_str(&isl.ctx, "point")?)?;
+                node = node.child(0)?;
+                // recurse below the point band
+                let k = node.n_children()?;
+                for i in 0..k {
+                    node = rec(isl, node.child(i)?, sizes)?.parent()?;
+                }
+                // back to the tile mark
+                return Ok(node.parent()?.parent()?.parent()?);
+            }
+        }
+        let k = node.n_children()?;
+        for i in 0..k {
+            node = rec(isl, node.child(i)?, sizes)?.parent()?;
+        }
+        Ok(node)
+    }
+    let root = rec(isl, schedule.get_root()?, sizes)?;
+    Ok(root.get_schedule()?)
+}
+
+/// TC's imperfectly nested tiling: a point band whose child is a sequence
+/// (or set) in which some branch is tiled again is pushed into every branch,
+/// below the inner tile and point bands (`T1 P1 seq[A; T2 P2]` becomes
+/// `T1 seq[P1 A; T2 P2 P1]`), so every tile loop sits outside every point
+/// loop. Legality is checked afterwards like any other schedule.
+pub fn sink_point_bands(isl: &Isl, tree: Tree) -> Result<Tree> {
+    Ok(match tree {
+        Tree::Mark(m, inner) if m == "point" => match *inner {
+            Tree::Band(p, child) => match *child {
+                Tree::Sequence(ch) | Tree::Set(ch)
+                    if ch.iter().any(|(_, c)| is_tiled(c)) =>
+                {
+                    let mut out = Vec::new();
+                    for (filter, c) in ch {
+                        let restricted = restrict_band(isl, &p, &filter)?;
+                        let point = |rest: Tree| {
+                            Tree::Mark("point".into(), Box::new(Tree::Band(restricted.clone(), Box::new(rest))))
+                        };
+                        let sub = match c {
+                            Tree::Mark(t, tb) if t == "tile" && is_tiled_band(&tb) => {
+                                let Tree::Band(tband, pm) = *tb else { unreachable!() };
+                                let Tree::Mark(_, pb) = *pm else { unreachable!() };
+                                let Tree::Band(pband, rest) = *pb else { unreachable!() };
+                                let rest = sink_point_bands(isl, *rest)?;
+                                Tree::Mark(
+                                    "tile".into(),
+                                    Box::new(Tree::Band(
+                                        tband,
+                                        Box::new(Tree::Mark(
+                                            "point".into(),
+                                            Box::new(Tree::Band(pband, Box::new(point(rest)))),
+                                        )),
+                                    )),
+                                )
+                            }
+                            other => point(sink_point_bands(isl, other)?),
+                        };
+                        out.push((filter, sub));
+                    }
+                    Tree::Sequence(out)
+                }
+                other => Tree::Mark(
+                    m,
+                    Box::new(Tree::Band(p, Box::new(sink_point_bands(isl, other)?))),
+                ),
+            },
+            other => Tree::Mark(m, Box::new(sink_point_bands(isl, other)?)),
+        },
+        Tree::Mark(m, c) => Tree::Mark(m, Box::new(sink_point_bands(isl, *c)?)),
+        Tree::Band(b, c) => Tree::Band(b, Box::new(sink_point_bands(isl, *c)?)),
+        Tree::Sequence(ch) => Tree::Sequence(
+            ch.into_iter()
+                .map(|(f, c)| Ok((f, sink_point_bands(isl, c)?)))
+                .collect::<Result<_>>()?,
+        ),
+        Tree::Set(ch) => Tree::Set(
+            ch.into_iter()
+                .map(|(f, c)| Ok((f, sink_point_bands(isl, c)?)))
+                .collect::<Result<_>>()?,
+        ),
+        Tree::Leaf => Tree::Leaf,
+    })
+}
+
+/// `mark tile -> band -> mark point -> band`.
+fn is_tiled_band(t: &Tree) -> bool {
+    match t {
+        Tree::Band(_, c) => matches!(&**c, Tree::Mark(p, pb) if p == "point" && matches!(&**pb, Tree::Band(..))),
+        _ => false,
+    }
+}
+
+fn is_tiled(t: &Tree) -> bool {
+    matches!(t, Tree::Mark(m, b) if m == "tile" && is_tiled_band(b))
+}
+
+fn restrict_band(isl: &Isl, band: &Band, filter: &str) -> Result<Band> {
+    let mupa = isl_rs::MultiUnionPwAff::read_from_str(&isl.ctx, &band.schedule)?;
+    let f = isl.union_set(filter)?;
+    Ok(Band {
+        schedule: mupa.intersect_domain(f)?.text(),
+        permutable: band.permutable,
+        coincident: band.coincident.clone(),
+    })
+}
+
+/// Checks `schedule` against every dependence; the error names the kind of
+/// dependence and the instance pairs it would reverse.
+pub fn check_legal(file: &str, schedule: &Schedule, scop: &Scop, deps: &Dependences) -> Result<()> {
+    let sigma = schedule.get_map()?.intersect_domain(scop.domain()?)?;
+    let not_before = sigma.copy()?.lex_ge_union_map(sigma)?;
+    for (kind, d) in [("flow", &deps.flow), ("anti", &deps.anti), ("output", &deps.output)] {
+        let violated = d.copy()?.intersect(not_before.copy()?)?;
+        if !violated.is_empty()? {
+            return Err(Error::Illegal {
+                file: file.to_string(),
+                message: format!(
+                    "illegal schedule: it reverses the {kind} dependence {}",
+                    violated.coalesce()?.text()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Root node type helper used by tests.
+pub fn root_child_type(s: &Schedule) -> Result<ScheduleNodeType> {
+    let r = s.get_root()?;
+    if r.n_children()? == 0 {
+        return Ok(ScheduleNodeType::Leaf);
+    }
+    Ok(r.child(0)?.get_type()?)
+}

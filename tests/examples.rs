@@ -1,0 +1,256 @@
+//! Executes every program in `examples/` through the command line and checks
+//! it against the f64 reference: `polyfuse run FILE --target cpu --check`,
+//! under every scheduling strategy, with tiling on and off, at the default
+//! sizes and at sizes that are no multiple of the tile sizes.
+//!
+//! One test function per example, so that a failure names the example; each
+//! runs all its variants and reports every failing one, not just the first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const STRATEGIES: [&str; 4] = ["isl", "min", "max", "canonical"];
+
+fn polyfuse() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_polyfuse"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(format!("{name}.json"))
+}
+
+fn describe(args: &[String], out: &Output) -> String {
+    format!(
+        "polyfuse {}\n  status: {}\n  stdout: {}\n  stderr: {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+    )
+}
+
+/// Runs `name` with `--check` in every variant. `odd_sizes` are `--param`
+/// overrides chosen so that no extent is a multiple of a tile size while all
+/// shapes stay valid.
+fn check_example(name: &str, odd_sizes: &[(&str, i64)]) {
+    let file = example(name);
+    assert!(file.is_file(), "{} is missing", file.display());
+
+    let odd: Vec<String> = odd_sizes
+        .iter()
+        .flat_map(|(p, v)| ["--param".to_string(), format!("{p}={v}")])
+        .collect();
+    let sizes: [(&str, Vec<String>); 2] = [("default sizes", Vec::new()), ("odd sizes", odd)];
+    let tilings: [(&str, Vec<String>); 2] = [
+        ("tiled", Vec::new()),
+        ("untiled", vec!["--no-tile".to_string()]),
+    ];
+
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (size_label, size_args) in &sizes {
+        for strategy in STRATEGIES {
+            for (tile_label, tile_args) in &tilings {
+                runs += 1;
+                let mut args: Vec<String> = vec![
+                    "run".into(),
+                    file.display().to_string(),
+                    "--target".into(),
+                    "cpu".into(),
+                    "--check".into(),
+                    "--strategy".into(),
+                    strategy.into(),
+                ];
+                args.extend(tile_args.iter().cloned());
+                args.extend(size_args.iter().cloned());
+
+                let label = format!("[{size_label}, --strategy {strategy}, {tile_label}]");
+                let out = match polyfuse().args(&args).output() {
+                    Ok(out) => out,
+                    Err(e) => {
+                        failures.push(format!("{label} could not start polyfuse: {e}"));
+                        continue;
+                    }
+                };
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let ok = out.status.code() == Some(0)
+                    && stdout.lines().any(|l| l.starts_with("check: ok"));
+                if !ok {
+                    failures.push(format!("{label} {}", describe(&args, &out)));
+                }
+            }
+        }
+    }
+
+    assert!(
+        failures.is_empty(),
+        "{name}: {} of {runs} runs failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn gemm() {
+    check_example("gemm", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
+fn matvec() {
+    check_example("matvec", &[("M", 37), ("N", 53)]);
+}
+
+#[test]
+fn fcrelu() {
+    check_example("fcrelu", &[("B", 37), ("M", 53), ("N", 29)]);
+}
+
+#[test]
+fn conv2d() {
+    // Output 35 x 25.
+    check_example(
+        "conv2d",
+        &[
+            ("N", 3),
+            ("C", 5),
+            ("F", 7),
+            ("H", 37),
+            ("W", 29),
+            ("KH", 3),
+            ("KW", 5),
+        ],
+    );
+}
+
+#[test]
+fn conv2d_strided() {
+    // Input 2*OH+KH-2 = 27 by 2*OW+KW-2 = 23.
+    check_example(
+        "conv2d_strided",
+        &[
+            ("N", 3),
+            ("C", 5),
+            ("F", 7),
+            ("OH", 13),
+            ("OW", 11),
+            ("KH", 3),
+            ("KW", 3),
+        ],
+    );
+}
+
+#[test]
+fn maxpool2x2() {
+    // Input 38 x 26.
+    check_example("maxpool2x2", &[("B", 3), ("C", 5), ("H", 19), ("W", 13)]);
+}
+
+#[test]
+fn tbmm() {
+    check_example("tbmm", &[("B", 3), ("N", 37), ("M", 53), ("K", 29)]);
+}
+
+#[test]
+fn gemm_chain() {
+    check_example("gemm_chain", &[("M", 37), ("K", 29), ("N", 53), ("L", 23)]);
+}
+
+#[test]
+fn softmax() {
+    check_example("softmax", &[("N", 37), ("D", 53)]);
+}
+
+#[test]
+fn layernorm() {
+    check_example("layernorm", &[("N", 37), ("D", 53)]);
+}
+
+#[test]
+fn every_example_is_tested() {
+    let tested = [
+        "conv2d",
+        "conv2d_strided",
+        "fcrelu",
+        "gemm",
+        "gemm_chain",
+        "layernorm",
+        "matvec",
+        "maxpool2x2",
+        "softmax",
+        "tbmm",
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut found: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            if path.extension()? != "json" {
+                return None;
+            }
+            Some(path.file_stem()?.to_string_lossy().into_owned())
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found, tested,
+        "examples/ and the tests in tests/examples.rs disagree; add a test for each new example"
+    );
+}
+
+#[test]
+fn gemm_deps_mention_flow() {
+    let args: Vec<String> = vec![
+        "schedule".into(),
+        example("gemm").display().to_string(),
+        "--emit".into(),
+        "deps".into(),
+    ];
+    let out = polyfuse().args(&args).output().expect("polyfuse starts");
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&args, &out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("flow"),
+        "no flow dependence printed: {}",
+        describe(&args, &out)
+    );
+}
+
+#[test]
+fn unknown_tensor_is_a_bad_input() {
+    let path = std::env::temp_dir().join(format!(
+        "polyfuse-unknown-tensor-{}.json",
+        std::process::id()
+    ));
+    let program = r#"{
+  "name": "bad",
+  "params": {"M": 8, "N": 8, "K": 8},
+  "inputs": {
+    "A": {"dtype": "f32", "shape": ["M", "K"]},
+    "B": {"dtype": "f32", "shape": ["K", "N"]}
+  },
+  "outputs": {
+    "C": {"dtype": "f32", "shape": ["M", "N"]}
+  },
+  "body": [
+    "C(i, j) +=! A(i, k) * Nowhere(k, j)"
+  ]
+}
+"#;
+    std::fs::write(&path, program).expect("write the temporary program");
+    let file = path.display().to_string();
+    let args: Vec<String> = vec!["schedule".into(), file.clone()];
+    let out = polyfuse().args(&args).output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.expect("polyfuse starts");
+
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&args, &out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&file),
+        "stderr does not name {file}: {}",
+        describe(&args, &out)
+    );
+}
