@@ -221,17 +221,20 @@ pub fn tile(isl: &Isl, schedule: Schedule, sizes: &[i64]) -> Result<Schedule> {
     Ok(root.get_schedule()?)
 }
 
-/// TC's imperfectly nested tiling: a point band whose child is a sequence
-/// (or set) in which some branch is tiled again is pushed into every branch,
+/// TC's imperfectly nested tiling: a point band of parallel (coincident)
+/// members whose child is a sequence (or set) in which some branch is tiled
+/// again is pushed into every branch,
 /// below the inner tile and point bands (`T1 P1 seq[A; T2 P2]` becomes
 /// `T1 seq[P1 A; T2 P2 P1]`), so every tile loop sits outside every point
-/// loop. Legality is checked afterwards like any other schedule.
+/// loop. Only coincident members move: their dependence distance is zero
+/// within the band, so moving them inward cannot reverse a dependence.
+/// Legality is still checked afterwards like any other schedule.
 pub fn sink_point_bands(isl: &Isl, tree: Tree) -> Result<Tree> {
     Ok(match tree {
         Tree::Mark(m, inner) if m == "point" => match *inner {
             Tree::Band(p, child) => match *child {
                 Tree::Sequence(ch) | Tree::Set(ch)
-                    if ch.iter().any(|(_, c)| is_tiled(c)) =>
+                    if p.coincident.iter().all(|c| *c) && ch.iter().any(|(_, c)| is_tiled(c)) =>
                 {
                     let mut out = Vec::new();
                     for (filter, c) in ch {

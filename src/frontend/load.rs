@@ -1,0 +1,191 @@
+//! The JSON file: keys, parameters, tensor declarations, and the body,
+//! statement by statement.
+
+use serde_json::Value;
+
+use super::ast::{DType, Param, Program, Tensor, TensorRole};
+use super::resolve::{self, is_reserved};
+use crate::error::{Error, Result};
+
+const KEYS: [&str; 7] = ["name", "params", "inputs", "outputs", "temps", "body", "schedule"];
+
+fn is_identifier(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+pub fn program(json: &str, source: &str) -> Result<Program> {
+    let input = |message: String| Error::Input {
+        file: source.to_string(),
+        message,
+    };
+    let v: Value = serde_json::from_str(json).map_err(|e| input(format!("not valid JSON: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| input("the program must be a JSON object".into()))?;
+    for k in obj.keys() {
+        if !KEYS.contains(&k.as_str()) {
+            return Err(input(format!(
+                "unknown key `{k}` (expected one of {})",
+                KEYS.join(", ")
+            )));
+        }
+    }
+    for k in ["name", "params", "inputs", "outputs", "body"] {
+        if !obj.contains_key(k) {
+            return Err(input(format!("missing required key `{k}`")));
+        }
+    }
+    let name = obj["name"]
+        .as_str()
+        .filter(|s| is_identifier(s))
+        .ok_or_else(|| input("`name` must be an identifier string".into()))?
+        .to_string();
+    let mut program = Program {
+        name,
+        source: source.to_string(),
+        params: Vec::new(),
+        tensors: Vec::new(),
+        statements: Vec::new(),
+        schedule: obj.get("schedule").cloned(),
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut claim = |n: &str, what: &str| -> Result<()> {
+        if !is_identifier(n) {
+            return Err(input(format!("{what} name `{n}` is not an identifier")));
+        }
+        if is_reserved(n) {
+            return Err(input(format!("{what} name `{n}` is reserved (a function, cast or keyword)")));
+        }
+        if seen.iter().any(|s| s == n) {
+            return Err(input(format!("the name `{n}` is declared twice")));
+        }
+        seen.push(n.to_string());
+        Ok(())
+    };
+    let params = obj["params"]
+        .as_object()
+        .ok_or_else(|| input("`params` must be an object".into()))?;
+    for (n, val) in params {
+        claim(n, "parameter")?;
+        let value = match val {
+            Value::Null => None,
+            Value::Number(x) => match x.as_i64() {
+                Some(i) if i >= 1 => Some(i),
+                _ => return Err(input(format!("parameter `{n}` must be a positive integer or null, not {x}"))),
+            },
+            other => return Err(input(format!("parameter `{n}` must be a positive integer or null, not {other}"))),
+        };
+        program.params.push(Param {
+            name: n.clone(),
+            value,
+        });
+    }
+    for (key, role) in [
+        ("inputs", TensorRole::Input),
+        ("outputs", TensorRole::Output),
+        ("temps", TensorRole::Temp),
+    ] {
+        let Some(section) = obj.get(key) else { continue };
+        let section = section
+            .as_object()
+            .ok_or_else(|| input(format!("`{key}` must be an object")))?;
+        for (n, decl) in section {
+            claim(n, "tensor")?;
+            let d = decl
+                .as_object()
+                .ok_or_else(|| input(format!("tensor `{n}` must be an object with dtype and shape")))?;
+            if let Some(k) = d.keys().find(|k| *k != "dtype" && *k != "shape") {
+                return Err(input(format!("tensor `{n}`: unknown key `{k}`")));
+            }
+            let dt = d
+                .get("dtype")
+                .and_then(|x| x.as_str())
+                .ok_or_else(|| input(format!("tensor `{n}` needs a dtype")))?;
+            let dtype = DType::parse(dt).ok_or_else(|| {
+                input(format!("tensor `{n}`: unknown dtype `{dt}` (f32, f16, bf16, f64, i32)"))
+            })?;
+            let shape = match d.get("shape") {
+                None if role == TensorRole::Temp => None,
+                None => return Err(input(format!("tensor `{n}` needs a shape"))),
+                Some(s) => {
+                    let arr = s
+                        .as_array()
+                        .ok_or_else(|| input(format!("tensor `{n}`: shape must be an array")))?;
+                    let mut dims = Vec::new();
+                    for e in arr {
+                        let a = match e {
+                            Value::Number(x) => match x.as_i64() {
+                                Some(i) if i >= 1 => super::ast::Affine::constant(i),
+                                _ => return Err(input(format!("tensor `{n}`: extent {x} must be a positive integer"))),
+                            },
+                            Value::String(s) => resolve::shape_entry(&program, s)
+                                .map_err(|m| input(format!("tensor `{n}`: {m}")))?,
+                            other => return Err(input(format!("tensor `{n}`: bad extent {other}"))),
+                        };
+                        dims.push(a);
+                    }
+                    Some(dims)
+                }
+            };
+            program.tensors.push(Tensor {
+                name: n.clone(),
+                dtype,
+                shape,
+                role,
+            });
+        }
+    }
+    let body = obj["body"]
+        .as_array()
+        .ok_or_else(|| input("`body` must be an array of statements".into()))?;
+    if body.is_empty() {
+        return Err(input("`body` has no statements".into()));
+    }
+    for (pos, s) in body.iter().enumerate() {
+        let text = s
+            .as_str()
+            .ok_or_else(|| input(format!("statement {} is not a string", pos + 1)))?;
+        let stmt_err = |message: String| Error::Statement {
+            file: source.to_string(),
+            position: pos + 1,
+            text: text.to_string(),
+            message,
+        };
+        let snapshot = program.clone();
+        let dtypes = |n: &str| snapshot.tensor(n).map(|t| t.dtype);
+        let mut new_temp: Option<Tensor> = None;
+        let lhs_dtype = |n: &str, natural: Option<DType>| -> std::result::Result<DType, String> {
+            match snapshot.tensor(n) {
+                Some(t) if t.role == TensorRole::Input => {
+                    Err(format!("`{n}` is an input; inputs are read-only"))
+                }
+                Some(t) => Ok(t.dtype),
+                None if snapshot.is_param(n) || is_reserved(n) => {
+                    Err(format!("`{n}` cannot be written: it is not a tensor"))
+                }
+                None => Ok(natural.unwrap_or(DType::F32)),
+            }
+        };
+        let st = resolve::statement(&snapshot, pos, text, &dtypes, &lhs_dtype).map_err(stmt_err)?;
+        if program.tensor(&st.lhs_tensor).is_none() {
+            if !is_identifier(&st.lhs_tensor) {
+                return Err(stmt_err(format!("`{}` is not a valid tensor name", st.lhs_tensor)));
+            }
+            let natural = match st.rhs.ty {
+                super::ast::ExprType::Num(t) => t,
+                super::ast::ExprType::Bool => DType::F32,
+            };
+            new_temp = Some(Tensor {
+                name: st.lhs_tensor.clone(),
+                dtype: natural,
+                shape: None,
+                role: TensorRole::Temp,
+            });
+        }
+        program.tensors.extend(new_temp);
+        program.statements.push(st);
+    }
+    Ok(program)
+}

@@ -1,0 +1,407 @@
+//! Name resolution and type checking of one parsed statement.
+//!
+//! Names: a declared tensor followed by `(` is an access, a function or a
+//! cast name followed by `(` is a call, `inf` is infinity, a parameter is a
+//! parameter, and any other name is an index variable. Subscripts and
+//! `where` bounds must be affine in index variables and parameters.
+//!
+//! Types: tensors compute in `dtype.compute()` (f16/bf16 in f32). Literals,
+//! `inf`, index variables and parameters have no type of their own and take
+//! the type of what they are combined with (the left side's by default).
+//! Mixing two typed operands of different types is an error that asks for a
+//! cast.
+
+use super::ast::{
+    Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Func, Program, Reducer, Statement,
+    UnOp, WhereClause,
+};
+use super::syntax::{parse_statement, Raw, RawClause};
+
+fn cast_type(name: &str) -> Option<DType> {
+    match name {
+        "f32" | "f16" | "bf16" | "f64" | "i32" => DType::parse(name),
+        _ => None,
+    }
+}
+
+/// Names a program may not use for its own tensors or parameters.
+pub fn is_reserved(name: &str) -> bool {
+    Func::parse(name).is_some()
+        || cast_type(name).is_some()
+        || matches!(name, "inf" | "where" | "in")
+}
+
+struct Ctx<'a> {
+    program: &'a Program,
+    /// Tensor dtypes known so far (declared, or defined by earlier
+    /// statements).
+    dtypes: &'a dyn Fn(&str) -> Option<DType>,
+    index_order: Vec<String>,
+}
+
+impl Ctx<'_> {
+    fn is_tensor(&self, n: &str) -> bool {
+        (self.dtypes)(n).is_some()
+    }
+    fn note_index(&mut self, n: &str) {
+        if !self.index_order.iter().any(|x| x == n) {
+            self.index_order.push(n.to_string());
+        }
+    }
+
+    fn affine(&mut self, r: &Raw) -> Result<Affine, String> {
+        let not_affine = || format!("subscript `{}` is not affine", show_raw(r));
+        Ok(match r {
+            Raw::Num(v, true) => Affine::constant(*v as i64),
+            Raw::Num(..) => return Err(not_affine()),
+            Raw::Name(n) => {
+                if self.is_tensor(n) {
+                    return Err(format!("tensor `{n}` used without subscripts"));
+                }
+                if n == "inf" || is_reserved(n) {
+                    return Err(not_affine());
+                }
+                if !self.program.is_param(n) {
+                    self.note_index(n);
+                }
+                Affine::var(n)
+            }
+            Raw::Unary(UnOp::Neg, a) => self.affine(a)?.scale(-1),
+            Raw::Binary(BinOp::Add, a, b) => self.affine(a)?.add(&self.affine(b)?),
+            Raw::Binary(BinOp::Sub, a, b) => self.affine(a)?.sub(&self.affine(b)?),
+            Raw::Binary(BinOp::Mul, a, b) => {
+                let (x, y) = (self.affine(a)?, self.affine(b)?);
+                match (x.as_constant(), y.as_constant()) {
+                    (Some(c), _) => y.scale(c),
+                    (_, Some(c)) => x.scale(c),
+                    _ => return Err(not_affine()),
+                }
+            }
+            _ => return Err(not_affine()),
+        })
+    }
+
+    /// The type an expression has of its own, if any.
+    fn natural(&self, r: &Raw) -> Option<DType> {
+        match r {
+            Raw::Num(..) | Raw::Name(_) => None,
+            Raw::Call(n, args) => {
+                if let Some(t) = (self.dtypes)(n) {
+                    Some(t.compute())
+                } else if let Some(t) = cast_type(n) {
+                    Some(t.compute())
+                } else {
+                    args.iter().find_map(|a| self.natural(a))
+                }
+            }
+            Raw::Unary(UnOp::Neg, a) => self.natural(a),
+            Raw::Unary(UnOp::Not, _) => None,
+            Raw::Binary(op, a, b) if !op.is_comparison() && !op.is_logical() => {
+                self.natural(a).or_else(|| self.natural(b))
+            }
+            Raw::Binary(..) => None,
+            Raw::Select(_, a, b) => self.natural(a).or_else(|| self.natural(b)),
+        }
+    }
+
+    /// The common type of two operands, `want` when neither has one.
+    fn unify(&self, a: &Raw, b: &Raw, want: DType) -> Result<DType, String> {
+        match (self.natural(a), self.natural(b)) {
+            (Some(x), Some(y)) if x != y => Err(format!(
+                "type mismatch: `{}` is {x} and `{}` is {y}; add a cast such as {x}(...)",
+                show_raw(a),
+                show_raw(b)
+            )),
+            (Some(x), _) | (_, Some(x)) => Ok(x),
+            _ => Ok(want),
+        }
+    }
+
+    fn num(&mut self, r: &Raw, t: DType) -> Result<Expr, String> {
+        let e = |kind: ExprKind| Expr {
+            kind,
+            ty: ExprType::Num(t),
+        };
+        Ok(match r {
+            Raw::Num(v, int) => {
+                if t == DType::I32 && !int {
+                    return Err(format!("the fractional literal `{v}` is used as an i32"));
+                }
+                e(ExprKind::Number(*v))
+            }
+            Raw::Name(n) if n == "inf" => e(ExprKind::Inf { negative: false }),
+            Raw::Unary(UnOp::Neg, a) if matches!(&**a, Raw::Name(n) if n == "inf") => {
+                e(ExprKind::Inf { negative: true })
+            }
+            Raw::Name(n) => {
+                if self.is_tensor(n) {
+                    return Err(format!("tensor `{n}` used without subscripts"));
+                }
+                if is_reserved(n) {
+                    return Err(format!("`{n}` is a function; call it with arguments"));
+                }
+                if self.program.is_param(n) {
+                    e(ExprKind::Param(n.clone()))
+                } else {
+                    self.note_index(n);
+                    e(ExprKind::Index(n.clone()))
+                }
+            }
+            Raw::Call(n, args) => {
+                if let Some(dt) = (self.dtypes)(n) {
+                    let _ = dt;
+                    let subscripts = args
+                        .iter()
+                        .map(|a| self.affine(a))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if let Some(rank) = self.rank(n) {
+                        if rank != subscripts.len() {
+                            return Err(format!(
+                                "tensor `{n}` has {rank} dimensions but is accessed with {}",
+                                subscripts.len()
+                            ));
+                        }
+                    }
+                    e(ExprKind::Access {
+                        tensor: n.clone(),
+                        subscripts,
+                    })
+                } else if let Some(to) = cast_type(n) {
+                    if args.len() != 1 {
+                        return Err(format!("the cast `{n}` takes one argument"));
+                    }
+                    let inner_t = self.natural(&args[0]).unwrap_or(to.compute());
+                    let inner = self.num(&args[0], inner_t)?;
+                    Expr {
+                        kind: ExprKind::Cast(to, Box::new(inner)),
+                        ty: ExprType::Num(to.compute()),
+                    }
+                } else if let Some(f) = Func::parse(n) {
+                    if args.len() != f.arity() {
+                        return Err(format!("`{n}` takes {} argument(s), not {}", f.arity(), args.len()));
+                    }
+                    if t == DType::I32 && !matches!(f, Func::Abs | Func::Max | Func::Min) {
+                        return Err(format!("`{n}` needs a float argument, not i32"));
+                    }
+                    let ft = if args.len() == 2 { self.unify(&args[0], &args[1], t)? } else { t };
+                    let a = args
+                        .iter()
+                        .map(|a| self.num(a, ft))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    e(ExprKind::Call(f, a))
+                } else {
+                    return Err(format!("unknown tensor or function `{n}`"));
+                }
+            }
+            Raw::Unary(UnOp::Neg, a) => e(ExprKind::Unary(UnOp::Neg, Box::new(self.num(a, t)?))),
+            Raw::Binary(op, a, b) if !op.is_comparison() && !op.is_logical() => {
+                let x = self.num(a, t)?;
+                let y = self.num(b, t)?;
+                e(ExprKind::Binary(*op, Box::new(x), Box::new(y)))
+            }
+            Raw::Select(c, a, b) => {
+                let c = self.boolean(c)?;
+                let x = self.num(a, t)?;
+                let y = self.num(b, t)?;
+                e(ExprKind::Select(Box::new(c), Box::new(x), Box::new(y)))
+            }
+            Raw::Unary(UnOp::Not, _) | Raw::Binary(..) => {
+                return Err(format!(
+                    "`{}` is a condition, not a number; write `c ? 1 : 0`",
+                    show_raw(r)
+                ))
+            }
+        })
+    }
+
+    fn rank(&self, tensor: &str) -> Option<usize> {
+        self.program
+            .tensor(tensor)
+            .and_then(|t| t.shape.as_ref().map(|s| s.len()))
+    }
+
+    fn boolean(&mut self, r: &Raw) -> Result<Expr, String> {
+        let b = |kind| Expr {
+            kind,
+            ty: ExprType::Bool,
+        };
+        Ok(match r {
+            Raw::Binary(op, a, c) if op.is_logical() => b(ExprKind::Binary(
+                *op,
+                Box::new(self.boolean(a)?),
+                Box::new(self.boolean(c)?),
+            )),
+            Raw::Binary(op, a, c) if op.is_comparison() => {
+                let t = self.unify(a, c, DType::I32)?;
+                let x = self.num(a, t)?;
+                let y = self.num(c, t)?;
+                b(ExprKind::Binary(*op, Box::new(x), Box::new(y)))
+            }
+            Raw::Unary(UnOp::Not, a) => b(ExprKind::Unary(UnOp::Not, Box::new(self.boolean(a)?))),
+            _ => return Err(format!("`{}` is a number, not a condition", show_raw(r))),
+        })
+    }
+}
+
+/// Resolves and type-checks statement `position` of `program`.
+pub fn statement(
+    program: &Program,
+    position: usize,
+    text: &str,
+    dtypes: &dyn Fn(&str) -> Option<DType>,
+    lhs_dtype: &dyn Fn(&str, Option<DType>) -> Result<DType, String>,
+) -> Result<Statement, String> {
+    let raw = parse_statement(text)?;
+    let mut cx = Ctx {
+        program,
+        dtypes,
+        index_order: Vec::new(),
+    };
+    let mut lhs_indices = Vec::new();
+    for a in &raw.lhs_args {
+        match a {
+            Raw::Name(n) if !program.is_param(n) && !cx.is_tensor(n) && !is_reserved(n) && n != "inf" => {
+                if lhs_indices.contains(n) {
+                    return Err(format!("index `{n}` appears twice on the left side"));
+                }
+                lhs_indices.push(n.clone());
+            }
+            _ => {
+                return Err(format!(
+                    "the left side's subscripts must be plain index variables; `{}` is not",
+                    show_raw(a)
+                ))
+            }
+        }
+    }
+    for i in &lhs_indices {
+        cx.note_index(i);
+    }
+    let natural = cx.natural(&raw.rhs);
+    let lt = lhs_dtype(&raw.lhs, natural)?;
+    if let Some(rank) = cx.rank(&raw.lhs) {
+        if rank != lhs_indices.len() {
+            return Err(format!(
+                "tensor `{}` has {rank} dimensions but is written with {}",
+                raw.lhs,
+                lhs_indices.len()
+            ));
+        }
+    }
+    let t = lt.compute();
+    if let Some(n) = natural {
+        if n != t {
+            return Err(format!(
+                "type mismatch: the right side is {n} but `{}` is {lt}; add a cast such as {}(...)",
+                raw.lhs,
+                lt.compute()
+            ));
+        }
+    }
+    let rhs = cx.num(&raw.rhs, t)?;
+    let mut wheres = Vec::new();
+    for w in &raw.wheres {
+        wheres.push(match w {
+            RawClause::Range(n, lo, hi) => {
+                if program.is_param(n) || cx.is_tensor(n) {
+                    return Err(format!("`{n}` in a where range is not an index variable"));
+                }
+                cx.note_index(n);
+                WhereClause::Range {
+                    index: n.clone(),
+                    lo: cx.affine(lo)?,
+                    hi: cx.affine(hi)?,
+                }
+            }
+            RawClause::Constraint(a, rel, b) => WhereClause::Constraint {
+                lhs: cx.affine(a)?,
+                rel: *rel,
+                rhs: cx.affine(b)?,
+            },
+        });
+    }
+    let reduction_indices: Vec<String> = cx
+        .index_order
+        .iter()
+        .filter(|i| !lhs_indices.contains(i))
+        .cloned()
+        .collect();
+    let op = match (raw.op.as_str(), raw.bang) {
+        ("=", _) => AssignOp::Assign,
+        (o, init) => AssignOp::Reduce {
+            op: match o {
+                "+=" => Reducer::Sum,
+                "*=" => Reducer::Prod,
+                "max=" => Reducer::Max,
+                _ => Reducer::Min,
+            },
+            init,
+        },
+    };
+    if op == AssignOp::Assign && !reduction_indices.is_empty() {
+        return Err(format!(
+            "index `{}` appears on the right but not on the left; a reduction over it needs a reduction operator such as `+=!`",
+            reduction_indices[0]
+        ));
+    }
+    // Reading the left tensor: only the element being written, and only
+    // with `=`.
+    let mut reads = Vec::new();
+    crate::model::collect_reads(&rhs, &mut reads);
+    let own: Vec<Affine> = lhs_indices.iter().map(|i| Affine::var(i)).collect();
+    for (t, subs) in reads.iter().filter(|(t, _)| *t == raw.lhs) {
+        if op != AssignOp::Assign {
+            return Err(format!(
+                "a reduction into `{t}` may not read `{t}` on its right side"
+            ));
+        }
+        if *subs != own {
+            return Err(format!(
+                "`{t}` is read at other elements than the one written; TC forbids this (use a temp)"
+            ));
+        }
+    }
+    Ok(Statement {
+        position,
+        text: text.to_string(),
+        lhs_tensor: raw.lhs,
+        lhs_indices,
+        op,
+        rhs,
+        wheres,
+        reduction_indices,
+    })
+}
+
+fn show_raw(r: &Raw) -> String {
+    match r {
+        Raw::Num(v, _) => format!("{v}"),
+        Raw::Name(n) => n.clone(),
+        Raw::Call(n, a) => format!(
+            "{n}({})",
+            a.iter().map(show_raw).collect::<Vec<_>>().join(", ")
+        ),
+        Raw::Unary(UnOp::Neg, a) => format!("-{}", show_raw(a)),
+        Raw::Unary(UnOp::Not, a) => format!("!{}", show_raw(a)),
+        Raw::Binary(op, a, b) => format!("{} {} {}", show_raw(a), op.symbol(), show_raw(b)),
+        Raw::Select(c, a, b) => format!("{} ? {} : {}", show_raw(c), show_raw(a), show_raw(b)),
+    }
+}
+
+/// An affine expression of parameters (a tensor extent).
+pub fn shape_entry(program: &Program, text: &str) -> Result<Affine, String> {
+    let raw = super::syntax::parse_additive(text)?;
+    let none = |_: &str| None;
+    let mut cx = Ctx {
+        program,
+        dtypes: &none,
+        index_order: Vec::new(),
+    };
+    let a = cx
+        .affine(&raw)
+        .map_err(|_| format!("extent `{text}` is not an affine expression of parameters"))?;
+    if let Some(n) = a.names().find(|n| !program.is_param(n)) {
+        return Err(format!("extent `{text}` uses `{n}`, which is not a parameter"));
+    }
+    Ok(a)
+}

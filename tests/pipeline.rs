@@ -1,0 +1,277 @@
+//! The pipeline stages on small programs: model checks, dependences, the
+//! legality check, tiling and sinking. Each behaviour is also executed
+//! (see `run_ok`), never only printed.
+
+use polyfuse::frontend::load_str;
+use polyfuse::isl::{IslPrint, Isl};
+use polyfuse::runtime::cpu::{run, RunOptions};
+use polyfuse::schedule::{self, Strategy, Tree};
+use polyfuse::{compile, deps, model, Error, Options};
+
+fn program(body: &[&str], params: &str, inputs: &str, outputs: &str, temps: &str) -> String {
+    let body: Vec<String> = body.iter().map(|s| format!("\"{s}\"")).collect();
+    format!(
+        r#"{{ "name": "t", "params": {{ {params} }}, "inputs": {{ {inputs} }},
+             "outputs": {{ {outputs} }}, "temps": {{ {temps} }}, "body": [ {} ] }}"#,
+        body.join(", ")
+    )
+}
+
+fn gemm() -> String {
+    program(
+        &["C(i, j) +=! A(i, k) * B(k, j)"],
+        r#""M": 37, "N": 53, "K": 29"#,
+        r#""A": {"dtype": "f32", "shape": ["M", "K"]}, "B": {"dtype": "f32", "shape": ["K", "N"]}"#,
+        r#""C": {"dtype": "f32", "shape": ["M", "N"]}"#,
+        "",
+    )
+}
+
+fn run_ok(json: &str, options: &Options) {
+    let p = load_str(json, "test.json").unwrap();
+    let c = compile(&p, options).unwrap_or_else(|e| panic!("{e}"));
+    let r = run(
+        &c,
+        &RunOptions {
+            check: true,
+            bench_runs: 0,
+            seed: 3,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let check = r.check.unwrap();
+    assert!(check.ok, "{}", check.line());
+}
+
+#[test]
+fn gemm_dependences_are_exact() {
+    let p = load_str(&gemm(), "gemm.json").unwrap();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &p).unwrap();
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let d = deps::compute(&scop, &order).unwrap();
+    // Flow: init -> first update, update k -> update k+1; nothing else.
+    let expected = isl
+        .union_map(
+            "[M, N, K] -> { S0_init[i, j] -> S0[i, j, 0] : M = 37 and N = 53 and K = 29 and 0 <= i < 37 and 0 <= j < 53; \
+             S0[i, j, k] -> S0[i, j, k + 1] : M = 37 and N = 53 and K = 29 and 0 <= i < 37 and 0 <= j < 53 and 0 <= k < 28 }",
+        )
+        .unwrap();
+    assert!(d.flow.is_equal(&expected).unwrap(), "flow = {}", d.flow.text());
+    // Anti: every read of C(i, j) at step k before every later write.
+    let anti_pairs = d.anti.copy().unwrap().deltas().unwrap();
+    let text = anti_pairs.text();
+    assert!(text.contains("i0 = 0") || text.contains("[0, 0,"), "anti deltas {text}");
+}
+
+#[test]
+fn reversed_loop_is_refused_with_the_violated_dependence() {
+    let p = load_str(&gemm(), "gemm.json").unwrap();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &p).unwrap();
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let d = deps::compute(&scop, &order).unwrap();
+    // Run the reduction loop backwards: k -> -k.
+    let bad = isl
+        .schedule(&format!(
+            "{{ domain: \"{}\", child: {{ sequence: [ {{ filter: \"{{ S0_init[i, j] }}\" }}, \
+             {{ filter: \"{{ S0[i, j, k] }}\", child: {{ schedule: \"[{{ S0[i, j, k] -> [(i)] }}, {{ S0[i, j, k] -> [(j)] }}, {{ S0[i, j, k] -> [(-k)] }}]\" }} }} ] }} }}",
+            scop.domain().unwrap().text()
+        ))
+        .unwrap();
+    let err = schedule::check_legal("gemm.json", &bad, &scop, &d).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Illegal { .. }));
+    assert_eq!(err.exit_code(), 2);
+    assert!(msg.contains("gemm.json") && msg.contains("dependence"), "{msg}");
+    assert!(msg.contains("S0[i, j, k]"), "{msg}");
+    // The program-order schedule itself is legal.
+    schedule::check_legal("gemm.json", &order, &scop, &d).unwrap();
+}
+
+#[test]
+fn canonical_bands_are_annotated_and_tiled() {
+    let p = load_str(&gemm(), "gemm.json").unwrap();
+    let opts = Options {
+        strategy: Strategy::Canonical,
+        tile: vec![8, 4],
+        sink: true,
+    };
+    let c = compile(&p, &opts).unwrap();
+    let text = c.tree.to_string();
+    assert!(text.contains("mark: tile") && text.contains("mark: point"), "{text}");
+    assert!(c.kernel_c.contains("+= 8") && c.kernel_c.contains("+= 4"), "{}", c.kernel_c);
+    run_ok(&gemm(), &opts);
+}
+
+/// Counts the point marks below each tile mark on the path to the leaves.
+fn tile_marks_above_points(t: &Tree, seen_point: bool, bad: &mut bool) {
+    match t {
+        Tree::Mark(m, c) => {
+            if m == "tile" && seen_point {
+                *bad = true;
+            }
+            tile_marks_above_points(c, seen_point || m == "point", bad)
+        }
+        Tree::Band(_, c) => tile_marks_above_points(c, seen_point, bad),
+        Tree::Sequence(ch) | Tree::Set(ch) => {
+            for (_, c) in ch {
+                tile_marks_above_points(c, seen_point, bad)
+            }
+        }
+        Tree::Leaf => {}
+    }
+}
+
+#[test]
+fn point_loops_sink_below_inner_tile_loops() {
+    // Two reductions over the same rows fuse under the row band; the row
+    // band's point loop must end up below the inner tile loops.
+    let json = program(
+        &["S(r) +=! X(r, c)", "Y(r, c) = X(r, c) - S(r)"],
+        r#""R": 37, "C": 53"#,
+        r#""X": {"dtype": "f32", "shape": ["R", "C"]}"#,
+        r#""Y": {"dtype": "f32", "shape": ["R", "C"]}"#,
+        r#""S": {"dtype": "f32", "shape": ["R"]}"#,
+    );
+    let p = load_str(&json, "t.json").unwrap();
+    for strategy in [Strategy::Isl, Strategy::Max] {
+        let opts = Options {
+            strategy,
+            tile: vec![8],
+            sink: true,
+        };
+        let c = compile(&p, &opts).unwrap();
+        let mut bad = false;
+        tile_marks_above_points(&c.tree.root, false, &mut bad);
+        assert!(!bad, "a tile loop below a point loop:\n{}", c.tree);
+        run_ok(&json, &opts);
+        let unsunk = Options { sink: false, ..opts };
+        run_ok(&json, &unsunk);
+    }
+}
+
+#[test]
+fn out_of_bounds_read_names_statement_tensor_and_point() {
+    let json = program(
+        &["Y(i) = X(i + 1)"],
+        r#""N": 10"#,
+        r#""X": {"dtype": "f32", "shape": ["N"]}"#,
+        r#""Y": {"dtype": "f32", "shape": ["N"]}"#,
+        "",
+    );
+    let p = load_str(&json, "oob.json").unwrap();
+    let err = compile(&p, &Options::default()).unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(err.exit_code(), 2);
+    assert!(msg.contains("oob.json") && msg.contains("statement 1"), "{msg}");
+    assert!(msg.contains("X") && msg.contains("out of bounds"), "{msg}");
+}
+
+#[test]
+fn unwritten_output_element_is_an_error() {
+    let json = program(
+        &["Y(i) = X(i) where i < 5"],
+        r#""N": 10"#,
+        r#""X": {"dtype": "f32", "shape": ["N"]}"#,
+        r#""Y": {"dtype": "f32", "shape": ["N"]}"#,
+        "",
+    );
+    let p = load_str(&json, "partial.json").unwrap();
+    let err = compile(&p, &Options::default()).unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(err.exit_code(), 2);
+    assert!(msg.contains("output Y") && msg.contains("no statement writes"), "{msg}");
+}
+
+#[test]
+fn underconstrained_index_asks_for_a_where_clause() {
+    let json = program(
+        &["P(i) max=! X(i + u)"],
+        r#""N": 10"#,
+        r#""X": {"dtype": "f32", "shape": ["N"]}"#,
+        r#""P": {"dtype": "f32", "shape": ["N"]}"#,
+        "",
+    );
+    let p = load_str(&json, "pool.json").unwrap();
+    let err = compile(&p, &Options::default()).unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(err.exit_code(), 2);
+    assert!(msg.contains("`u`") && msg.contains("where u in"), "{msg}");
+}
+
+#[test]
+fn range_inference_uses_earlier_rounds() {
+    // k from W alone (round 1), then i from I(i + k) (round 2): i in [0, N-K+1).
+    let json = program(
+        &["O(i) +=! I(i + k) * W(k)"],
+        r#""N": 40, "K": 5"#,
+        r#""I": {"dtype": "f32", "shape": ["N"]}, "W": {"dtype": "f32", "shape": ["K"]}"#,
+        r#""O": {"dtype": "f32", "shape": ["N - K + 1"]}"#,
+        "",
+    );
+    let p = load_str(&json, "conv1d.json").unwrap();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &p).unwrap();
+    let s = scop.statement("S0").unwrap();
+    let expected = isl
+        .set("[N, K] -> { S0[i, k] : N = 40 and K = 5 and 0 <= i <= 35 and 0 <= k <= 4 }")
+        .unwrap();
+    assert!(s.domain.is_equal(&expected).unwrap(), "{}", s.domain.text());
+    run_ok(&json, &Options::default());
+}
+
+#[test]
+fn temp_shape_is_inferred_from_its_writer() {
+    let json = program(
+        &["T(i) = X(i) * 2", "Y(i) = T(i) + 1"],
+        r#""N": 19"#,
+        r#""X": {"dtype": "f32", "shape": ["N"]}"#,
+        r#""Y": {"dtype": "f32", "shape": ["N"]}"#,
+        r#""T": {"dtype": "f32"}"#,
+    );
+    let p = load_str(&json, "t.json").unwrap();
+    let c = compile(&p, &Options::default()).unwrap();
+    let t = c.tensors.iter().find(|t| t.name == "T").unwrap();
+    assert_eq!(t.shape.len(), 1);
+    assert_eq!(t.shape[0].to_string(), "N");
+    run_ok(&json, &Options::default());
+}
+
+#[test]
+fn symbolic_parameters_schedule_but_need_values_to_run() {
+    let json = program(
+        &["C(i, j) +=! A(i, k) * B(k, j)"],
+        r#""M": null, "N": null, "K": 16"#,
+        r#""A": {"dtype": "f32", "shape": ["M", "K"]}, "B": {"dtype": "f32", "shape": ["K", "N"]}"#,
+        r#""C": {"dtype": "f32", "shape": ["M", "N"]}"#,
+        "",
+    );
+    let p = load_str(&json, "sym.json").unwrap();
+    let c = compile(&p, &Options::default()).unwrap();
+    assert!(c.kernel_c.contains("pf_params[0]"), "{}", c.kernel_c);
+    let err = c.param_values().unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("--param M="), "{err}");
+}
+
+#[test]
+fn half_precision_and_causal_where() {
+    let json = program(
+        &["M(i) max=! S(i, j) where j <= i", "Y(i) = f16(M(i)) * 2"],
+        r#""N": 45"#,
+        r#""S": {"dtype": "f16", "shape": ["N", "N"]}"#,
+        r#""Y": {"dtype": "f16", "shape": ["N"]}"#,
+        r#""M": {"dtype": "f32", "shape": ["N"]}"#,
+    );
+    for strategy in [Strategy::Isl, Strategy::Canonical] {
+        run_ok(
+            &json,
+            &Options {
+                strategy,
+                tile: vec![16],
+                sink: true,
+            },
+        );
+    }
+}
