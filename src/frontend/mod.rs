@@ -57,3 +57,153 @@ pub fn apply_param_overrides(program: &mut Program, overrides: &[(String, i64)])
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ast::*;
+    use super::*;
+
+    fn prog(body: &[&str]) -> String {
+        let body: Vec<String> = body.iter().map(|s| format!("\"{s}\"")).collect();
+        format!(
+            r#"{{ "name": "t", "params": {{ "N": 8, "M": 4 }},
+                 "inputs": {{ "X": {{ "dtype": "f32", "shape": ["N", "M"] }},
+                              "H": {{ "dtype": "f16", "shape": ["N"] }},
+                              "D": {{ "dtype": "f64", "shape": ["N"] }},
+                              "I": {{ "dtype": "i32", "shape": ["N"] }} }},
+                 "outputs": {{ "Y": {{ "dtype": "f32", "shape": ["N"] }},
+                               "Z": {{ "dtype": "i32", "shape": ["N"] }} }},
+                 "body": [ {} ] }}"#,
+            body.join(", ")
+        )
+    }
+
+    fn err(body: &[&str]) -> String {
+        let e = load_str(&prog(body), "t.json").unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        e.to_string()
+    }
+
+    fn ok(body: &[&str]) -> Program {
+        load_str(&prog(body), "t.json").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn statement_forms_and_reduction_indices() {
+        let p = ok(&["Y(i) +=! X(i, k) * 2", "Y(i) max= X(i, k)", "Z(i) = I(i) + 1"]);
+        let s = &p.statements[0];
+        assert_eq!(s.lhs_indices, vec!["i"]);
+        assert_eq!(s.reduction_indices, vec!["k"]);
+        assert_eq!(
+            s.op,
+            AssignOp::Reduce {
+                op: Reducer::Sum,
+                init: true
+            }
+        );
+        assert_eq!(
+            p.statements[1].op,
+            AssignOp::Reduce {
+                op: Reducer::Max,
+                init: false
+            }
+        );
+        assert_eq!(p.statements[2].rhs.ty, ExprType::Num(DType::I32));
+    }
+
+    #[test]
+    fn functions_casts_inf_and_select_typecheck() {
+        let p = ok(&[
+            "Y(i) = exp(X(i, 0)) + log(1.5) + sqrt(2) + rsqrt(3) + tanh(0) + sigmoid(0) + abs(-1) + max(X(i, 1), 0) + min(1, 2) + pow(2, 3)",
+            "Y(i) = H(i) * f32(D(i)) + f32(N)",
+            "Y(i) max= i < 3 && !(i == 2) ? -inf : inf",
+            "Z(i) = max(I(i), 0) + abs(I(i))",
+        ]);
+        assert_eq!(p.statements[1].rhs.ty, ExprType::Num(DType::F32));
+        match &p.statements[2].rhs.kind {
+            ExprKind::Select(c, a, _) => {
+                assert_eq!(c.ty, ExprType::Bool);
+                assert_eq!(a.kind, ExprKind::Inf { negative: true });
+            }
+            k => panic!("{k:?}"),
+        }
+    }
+
+    #[test]
+    fn affine_subscripts_and_where_clauses() {
+        let p = ok(&["Y(i) +=! X(i, 2*j + u - 1) where u in 0:2, j <= i, j in 0:M/1"]).statements;
+        let _ = p;
+        let p = ok(&["Y(i) +=! X(i, 2*j + u) where u in 0:2, j < 1"]);
+        let s = &p.statements[0];
+        match &s.rhs.kind {
+            ExprKind::Access { subscripts, .. } => {
+                assert_eq!(subscripts[1].coeff("j"), 2);
+                assert_eq!(subscripts[1].coeff("u"), 1);
+            }
+            k => panic!("{k:?}"),
+        }
+        assert_eq!(s.wheres.len(), 2);
+        assert_eq!(s.reduction_indices, vec!["j", "u"]);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        assert!(err(&["Y(i) = X(i, k)"]).contains("index `k` appears on the right"));
+        assert!(err(&["Y(i) = X(i, j * k)"]).contains("not affine"));
+        assert!(err(&["Y(i) = X(i, Y(0))"]).contains("not affine"));
+        assert!(err(&["Y(i) = Q(i)"]).contains("unknown tensor or function `Q`"));
+        assert!(err(&["X(i, j) = 1"]).contains("input"));
+        assert!(err(&["Y(i) = D(i)"]).contains("type mismatch"));
+        assert!(err(&["Y(i) = H(i) + D(i)"]).contains("type mismatch"));
+        assert!(err(&["Z(i) = 0.5"]).contains("fractional"));
+        assert!(err(&["Z(i) = exp(I(i))"]).contains("float"));
+        assert!(err(&["Y(i) = X(i)"]).contains("2 dimensions"));
+        assert!(err(&["Y(i, i) = 1"]).contains("twice"));
+        assert!(err(&["Y(i + 1) = 1"]).contains("plain index"));
+        assert!(err(&["Y(i) +=! Y(i) * 2"]).contains("may not read"));
+        assert!(err(&["Y(i) = Y(0)"]).contains("other elements"));
+        assert!(err(&["Y(i) = X"]).contains("without subscripts"));
+        assert!(err(&["Y(i) = exp(1, 2)"]).contains("argument"));
+        assert!(err(&["Y(i) = i < 2"]).contains("condition"));
+        let e = err(&["Y(i) = X(i, 0) +"]);
+        assert!(e.contains("statement 1") && e.contains("t.json"), "{e}");
+    }
+
+    #[test]
+    fn file_level_errors() {
+        let bad = |json: &str, needle: &str| {
+            let e = load_str(json, "f.json").unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            assert!(e.to_string().contains(needle), "{e}");
+        };
+        bad("{", "not valid JSON");
+        bad(r#"{"name": "a", "params": {}, "inputs": {}, "outputs": {}, "body": [], "oops": 1}"#, "unknown key `oops`");
+        bad(r#"{"name": "a", "params": {}, "inputs": {}, "outputs": {}}"#, "missing required key `body`");
+        bad(r#"{"name": "a", "params": {"N": 0}, "inputs": {}, "outputs": {}, "body": ["Y() = 1"]}"#, "positive integer");
+        bad(r#"{"name": "a", "params": {"N": 2}, "inputs": {"N": {"dtype": "f32", "shape": [2]}}, "outputs": {}, "body": ["Y() = 1"]}"#, "declared twice");
+        bad(r#"{"name": "a", "params": {}, "inputs": {"A": {"dtype": "f8", "shape": [2]}}, "outputs": {}, "body": ["Y() = 1"]}"#, "unknown dtype");
+        bad(r#"{"name": "a", "params": {"N": 2}, "inputs": {"A": {"dtype": "f32", "shape": ["N*N"]}}, "outputs": {}, "body": ["Y() = 1"]}"#, "affine");
+        bad(r#"{"name": "a", "params": {}, "inputs": {"exp": {"dtype": "f32", "shape": [2]}}, "outputs": {}, "body": ["Y() = 1"]}"#, "reserved");
+    }
+
+    #[test]
+    fn undeclared_left_side_becomes_a_temp() {
+        let p = ok(&["T(i) = D(i) * 2", "Y(i) = f32(T(i))"]);
+        let t = p.tensor("T").unwrap();
+        assert_eq!(t.role, TensorRole::Temp);
+        assert_eq!(t.dtype, DType::F64);
+        assert!(t.shape.is_none());
+    }
+
+    #[test]
+    fn param_overrides() {
+        let mut p = ok(&["Y(i) = 1"]);
+        let o = parse_param_override("N=37").unwrap();
+        apply_param_overrides(&mut p, &[o]).unwrap();
+        assert_eq!(p.param("N").unwrap().value, Some(37));
+        assert!(parse_param_override("N").is_err());
+        assert!(parse_param_override("N=-1").is_err());
+        let e = apply_param_overrides(&mut p, &[("Q".into(), 3)]).unwrap_err();
+        assert!(e.to_string().contains("no parameter `Q`"));
+    }
+}

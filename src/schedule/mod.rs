@@ -23,8 +23,9 @@ pub enum Strategy {
     /// Minimal fusion: every strongly connected component of the dependence
     /// graph is scheduled on its own (isl's `serialize_sccs`).
     Min,
-    /// Maximal fusion: each connected component is scheduled as a whole
-    /// (isl's `whole_component`), fusing as much as the dependences allow.
+    /// Maximal fusion: clusters are merged whenever the dependences allow,
+    /// even where the merged band loses parallelism (isl's
+    /// `maximize_coincidence` off).
     Max,
     /// Program order, one loop nest per statement, no scheduler.
     Canonical,
@@ -93,13 +94,17 @@ pub fn compute(isl: &Isl, scop: &Scop, deps: &Dependences, strategy: Strategy) -
     }
     use isl_rs::Options;
     let ctx = &isl.ctx;
-    let (serialize, whole) = match strategy {
-        Strategy::Min => (1, 0),
-        Strategy::Max => (0, 1),
-        _ => (0, 0),
+    // Max fusion keeps isl's incremental clustering (scheduling whole
+    // components at once can take minutes on a chain of two gemms) but
+    // stops preferring parallelism over fusion when merging clusters.
+    let (serialize, maximize_coincidence) = match strategy {
+        Strategy::Min => (1, 1),
+        Strategy::Max => (0, 0),
+        _ => (0, 1),
     };
     Options::set_schedule_serialize_sccs(ctx, serialize)?;
-    Options::set_schedule_whole_component(ctx, whole)?;
+    Options::set_schedule_whole_component(ctx, 0)?;
+    Options::set_schedule_maximize_coincidence(ctx, maximize_coincidence)?;
     Options::set_schedule_outer_coincidence(ctx, 1)?;
     let all = deps.all()?;
     let sc = ScheduleConstraints::on_domain(scop.domain()?)?
