@@ -123,7 +123,11 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
     }
     let options = Options {
         strategy: common.strategy,
-        tile: if common.no_tile { Vec::new() } else { common.tile.clone() },
+        tile: if common.no_tile {
+            Vec::new()
+        } else {
+            common.tile.clone()
+        },
         sink: !common.no_sink,
     };
     Ok((program, options))
@@ -182,7 +186,12 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 if options.tile.is_empty() {
                     "off".to_string()
                 } else {
-                    options.tile.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+                    options
+                        .tile
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
                 }
             );
             if let Some(us) = report.median_us {

@@ -8,7 +8,7 @@ use crate::codegen::{self, c::Boxes};
 use crate::deps;
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
-use crate::isl::{aff_in_params, IslPrint, Isl};
+use crate::isl::{aff_in_params, Isl, IslPrint};
 use crate::model::{self, ModelTensor};
 use crate::schedule::{self, ScheduleTree, Strategy};
 
@@ -90,8 +90,14 @@ impl Compiled {
 
 /// Compiles `program` under `options`.
 pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
-    let isl = Isl::new();
     let file = program.source.as_str();
+    if program.schedule.is_some() {
+        return Err(Error::Illegal {
+            file: file.to_string(),
+            message: "the `schedule` directives are not implemented yet; remove the key and choose a strategy with --strategy and --tile".into(),
+        });
+    }
+    let isl = Isl::new();
     let scop = model::build(&isl, program)?;
     let order = schedule::canonical(&isl, &scop)?;
     let deps = deps::compute(&scop, &order)?;
@@ -151,10 +157,17 @@ fn bounding_boxes(scop: &model::Scop, values: &HashMap<String, i64>) -> Result<B
     Ok(boxes)
 }
 
-fn fixed_value(pa: isl_rs::PwAff, scop: &model::Scop, values: &HashMap<String, i64>) -> Result<i64> {
+fn fixed_value(
+    pa: isl_rs::PwAff,
+    scop: &model::Scop,
+    values: &HashMap<String, i64>,
+) -> Result<i64> {
     let pa = pa.gist_params(scop.context.copy()?)?;
     if !pa.isa_aff()? {
-        return Err(Error::Internal(format!("bound {} is not one affine piece", pa.text())));
+        return Err(Error::Internal(format!(
+            "bound {} is not one affine piece",
+            pa.text()
+        )));
     }
     let (c, terms) = aff_in_params(&pa.as_aff()?)?;
     let mut v = c;

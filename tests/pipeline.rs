@@ -3,7 +3,7 @@
 //! (see `run_ok`), never only printed.
 
 use polyfuse::frontend::load_str;
-use polyfuse::isl::{IslPrint, Isl};
+use polyfuse::isl::{Isl, IslPrint};
 use polyfuse::runtime::cpu::{run, RunOptions};
 use polyfuse::schedule::{self, Strategy, Tree};
 use polyfuse::{compile, deps, model, Error, Options};
@@ -57,11 +57,22 @@ fn gemm_dependences_are_exact() {
              S0[i, j, k] -> S0[i, j, k + 1] : M = 37 and N = 53 and K = 29 and 0 <= i < 37 and 0 <= j < 53 and 0 <= k < 28 }",
         )
         .unwrap();
-    assert!(d.flow.is_equal(&expected).unwrap(), "flow = {}", d.flow.text());
-    // Anti: every read of C(i, j) at step k before every later write.
-    let anti_pairs = d.anti.copy().unwrap().deltas().unwrap();
-    let text = anti_pairs.text();
-    assert!(text.contains("i0 = 0") || text.contains("[0, 0,"), "anti deltas {text}");
+    assert!(
+        d.flow.is_equal(&expected).unwrap(),
+        "flow = {}",
+        d.flow.text()
+    );
+    // Anti: every read of C(i, j) at step k before every later write, so
+    // the distances are (0, 0, d) for every d in [1, K).
+    let anti = d.anti.copy().unwrap().deltas().unwrap();
+    let expected = isl
+        .union_set("[M, N, K] -> { S0[0, 0, d] : M = 37 and N = 53 and K = 29 and 0 < d <= 28 }")
+        .unwrap();
+    assert!(
+        anti.is_equal(&expected).unwrap(),
+        "anti deltas {}",
+        anti.text()
+    );
 }
 
 #[test]
@@ -83,7 +94,10 @@ fn reversed_loop_is_refused_with_the_violated_dependence() {
     let msg = err.to_string();
     assert!(matches!(err, Error::Illegal { .. }));
     assert_eq!(err.exit_code(), 2);
-    assert!(msg.contains("gemm.json") && msg.contains("dependence"), "{msg}");
+    assert!(
+        msg.contains("gemm.json") && msg.contains("dependence"),
+        "{msg}"
+    );
     assert!(msg.contains("S0[i, j, k]"), "{msg}");
     // The program-order schedule itself is legal.
     schedule::check_legal("gemm.json", &order, &scop, &d).unwrap();
@@ -99,8 +113,15 @@ fn canonical_bands_are_annotated_and_tiled() {
     };
     let c = compile(&p, &opts).unwrap();
     let text = c.tree.to_string();
-    assert!(text.contains("mark: tile") && text.contains("mark: point"), "{text}");
-    assert!(c.kernel_c.contains("+= 8") && c.kernel_c.contains("+= 4"), "{}", c.kernel_c);
+    assert!(
+        text.contains("mark: tile") && text.contains("mark: point"),
+        "{text}"
+    );
+    assert!(
+        c.kernel_c.contains("+= 8") && c.kernel_c.contains("+= 4"),
+        "{}",
+        c.kernel_c
+    );
     run_ok(&gemm(), &opts);
 }
 
@@ -146,15 +167,19 @@ fn point_loops_sink_below_inner_tile_loops() {
         tile_marks_above_points(&c.tree.root, false, &mut bad);
         assert!(!bad, "a tile loop below a point loop:\n{}", c.tree);
         run_ok(&json, &opts);
-        let unsunk = Options { sink: false, ..opts };
+        let unsunk = Options {
+            sink: false,
+            ..opts
+        };
         run_ok(&json, &unsunk);
     }
 }
 
 #[test]
 fn out_of_bounds_read_names_statement_tensor_and_point() {
+    // Inferred ranges never read out of bounds; an explicit range can.
     let json = program(
-        &["Y(i) = X(i + 1)"],
+        &["Y(i) = X(i + 1) where i in 0:N"],
         r#""N": 10"#,
         r#""X": {"dtype": "f32", "shape": ["N"]}"#,
         r#""Y": {"dtype": "f32", "shape": ["N"]}"#,
@@ -164,7 +189,10 @@ fn out_of_bounds_read_names_statement_tensor_and_point() {
     let err = compile(&p, &Options::default()).unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.exit_code(), 2);
-    assert!(msg.contains("oob.json") && msg.contains("statement 1"), "{msg}");
+    assert!(
+        msg.contains("oob.json") && msg.contains("statement 1"),
+        "{msg}"
+    );
     assert!(msg.contains("X") && msg.contains("out of bounds"), "{msg}");
 }
 
@@ -181,13 +209,16 @@ fn unwritten_output_element_is_an_error() {
     let err = compile(&p, &Options::default()).unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.exit_code(), 2);
-    assert!(msg.contains("output Y") && msg.contains("no statement writes"), "{msg}");
+    assert!(
+        msg.contains("output Y") && msg.contains("no statement writes"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn underconstrained_index_asks_for_a_where_clause() {
     let json = program(
-        &["P(i) max=! X(i + u)"],
+        &["P(i) max=! X(i) * u"],
         r#""N": 10"#,
         r#""X": {"dtype": "f32", "shape": ["N"]}"#,
         r#""P": {"dtype": "f32", "shape": ["N"]}"#,
@@ -234,8 +265,14 @@ fn temp_shape_is_inferred_from_its_writer() {
     let c = compile(&p, &Options::default()).unwrap();
     let t = c.tensors.iter().find(|t| t.name == "T").unwrap();
     assert_eq!(t.shape.len(), 1);
-    assert_eq!(t.shape[0].to_string(), "N");
+    assert_eq!(t.shape[0].to_string(), "19");
     run_ok(&json, &Options::default());
+    // With N symbolic the extent is the affine expression N.
+    let symbolic = json.replace(r#""N": 19"#, r#""N": null"#);
+    let p = load_str(&symbolic, "t.json").unwrap();
+    let c = compile(&p, &Options::default()).unwrap();
+    let t = c.tensors.iter().find(|t| t.name == "T").unwrap();
+    assert_eq!(t.shape[0].to_string(), "N");
 }
 
 #[test]
@@ -274,4 +311,19 @@ fn half_precision_and_causal_where() {
             },
         );
     }
+}
+
+#[test]
+fn inferred_ranges_keep_reads_in_bounds() {
+    // i is inferred as [0, N - 1) from X(i + 1): Y(N - 1) is then unwritten.
+    let json = program(
+        &["Y(i) = X(i + 1)"],
+        r#""N": 10"#,
+        r#""X": {"dtype": "f32", "shape": ["N"]}"#,
+        r#""Y": {"dtype": "f32", "shape": ["N"]}"#,
+        "",
+    );
+    let p = load_str(&json, "shift.json").unwrap();
+    let msg = compile(&p, &Options::default()).unwrap_err().to_string();
+    assert!(msg.contains("Y[a0 = 9]") || msg.contains("Y[9]"), "{msg}");
 }

@@ -3,7 +3,9 @@
 //! and never call isl.
 
 use crate::error::{Error, Result};
-use crate::isl::{ast_node_type, val_to_i64, ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType};
+use crate::isl::{
+    ast_node_type, val_to_i64, ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -58,8 +60,14 @@ pub enum Node {
     Block(Vec<Node>),
     /// One statement instance: `S3(args...)`, where `args` give the
     /// statement's iterators as expressions of the loop iterators.
-    User { statement: String, args: Vec<Expr> },
-    Mark { name: String, body: Box<Node> },
+    User {
+        statement: String,
+        args: Vec<Expr>,
+    },
+    Mark {
+        name: String,
+        body: Box<Node>,
+    },
 }
 
 pub fn from_isl(node: &ASTNode) -> Result<Node> {
@@ -148,7 +156,9 @@ fn expr(e: &ASTExpr) -> Result<Expr> {
                 ASTExprOpType::Gt => Op::Gt,
                 ASTExprOpType::Call => Op::Call,
                 other => {
-                    return Err(Error::Internal(format!("unsupported isl AST operator {other:?}")))
+                    return Err(Error::Internal(format!(
+                        "unsupported isl AST operator {other:?}"
+                    )))
                 }
             };
             Expr::Op(op, args)

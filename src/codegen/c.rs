@@ -47,19 +47,34 @@ pub fn storage_type(t: DType) -> &'static str {
 }
 
 fn header(program: &Program, scop: &Scop, fname: &str, mode: Mode, out: &mut String) {
-    let _ = writeln!(out, "void {fname}(const long *pf_params, void **pf_tensors) {{");
+    let _ = writeln!(
+        out,
+        "void {fname}(const long *pf_params, void **pf_tensors) {{"
+    );
     for (i, p) in program.params.iter().enumerate() {
         match (mode, p.value) {
             (Mode::Native, Some(v)) => {
-                let _ = writeln!(out, "  const long {} = {v}; (void)pf_params;", param_name(&p.name));
+                let _ = writeln!(
+                    out,
+                    "  const long {} = {v}; (void)pf_params;",
+                    param_name(&p.name)
+                );
             }
             _ => {
-                let _ = writeln!(out, "  const long {} = pf_params[{i}];", param_name(&p.name));
+                let _ = writeln!(
+                    out,
+                    "  const long {} = pf_params[{i}];",
+                    param_name(&p.name)
+                );
             }
         }
     }
     for (i, t) in scop.tensors.iter().enumerate() {
-        let ty = if mode == Mode::Reference { "double" } else { storage_type(t.dtype) };
+        let ty = if mode == Mode::Reference {
+            "double"
+        } else {
+            storage_type(t.dtype)
+        };
         let _ = writeln!(
             out,
             "  {ty} *restrict {} = ({ty} *)pf_tensors[{i}];",
@@ -196,7 +211,10 @@ pub fn reference(program: &Program, scop: &Scop, boxes: &Boxes) -> String {
         let mut depth = 1;
         for (i, (lo, hi)) in s.iterators.iter().zip(bx) {
             let pad = "  ".repeat(depth);
-            let _ = writeln!(out, "{pad}for (long i_{i} = {lo}; i_{i} <= {hi}; i_{i}++) {{");
+            let _ = writeln!(
+                out,
+                "{pad}for (long i_{i} = {lo}; i_{i} <= {hi}; i_{i}++) {{"
+            );
             depth += 1;
         }
         let guards: Vec<String> = st
@@ -209,7 +227,11 @@ pub fn reference(program: &Program, scop: &Scop, boxes: &Boxes) -> String {
                         .chain(rhs.names())
                         .all(|n| program.is_param(n) || s.iterators.iter().any(|i| i == n));
                     names_ok.then(|| {
-                        let op = if rel.symbol() == "=" { "==" } else { rel.symbol() };
+                        let op = if rel.symbol() == "=" {
+                            "=="
+                        } else {
+                            rel.symbol()
+                        };
                         format!(
                             "{} {op} {}",
                             printer.affine(lhs, &env),
@@ -234,4 +256,3 @@ pub fn reference(program: &Program, scop: &Scop, boxes: &Boxes) -> String {
     out.push_str("}\n");
     out
 }
-

@@ -126,7 +126,13 @@ impl Printer<'_> {
             ExprKind::Inf { negative } => {
                 let s = if *negative { "-" } else { "" };
                 match num {
-                    DType::I32 => if *negative { "INT_MIN".into() } else { "INT_MAX".into() },
+                    DType::I32 => {
+                        if *negative {
+                            "INT_MIN".into()
+                        } else {
+                            "INT_MAX".into()
+                        }
+                    }
                     t if self.is_single(t) => format!("({s}INFINITY)"),
                     _ => format!("({s}(double)INFINITY)"),
                 }
@@ -142,7 +148,12 @@ impl Printer<'_> {
                 }
             }
             ExprKind::Binary(op, a, b) => {
-                format!("({} {} {})", self.expr(a, env), op.symbol(), self.expr(b, env))
+                format!(
+                    "({} {} {})",
+                    self.expr(a, env),
+                    op.symbol(),
+                    self.expr(b, env)
+                )
             }
             ExprKind::Select(c, a, b) => format!(
                 "({} ? {} : {})",
@@ -221,7 +232,12 @@ impl Printer<'_> {
 
     /// One C statement (with its `;`) executing `kind` of `st` at the point
     /// where index variable `v` has value `env[v]`.
-    pub fn statement(&self, st: &Statement, kind: StmtKind, env: &HashMap<String, String>) -> String {
+    pub fn statement(
+        &self,
+        st: &Statement,
+        kind: StmtKind,
+        env: &HashMap<String, String>,
+    ) -> String {
         let lhs = self.tensor(&st.lhs_tensor);
         let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
         let el = self.element(&st.lhs_tensor, &subs, env);

@@ -343,7 +343,9 @@ pub enum ExprKind {
     /// A numeric literal as written (`2`, `0.5`, `1e-5`).
     Number(f64),
     /// `inf` (false) or `-inf` (true).
-    Inf { negative: bool },
+    Inf {
+        negative: bool,
+    },
     /// An index variable used as a value.
     Index(String),
     /// A parameter used as a value.

@@ -7,7 +7,9 @@ use super::ast::{DType, Param, Program, Tensor, TensorRole};
 use super::resolve::{self, is_reserved};
 use crate::error::{Error, Result};
 
-const KEYS: [&str; 7] = ["name", "params", "inputs", "outputs", "temps", "body", "schedule"];
+const KEYS: [&str; 7] = [
+    "name", "params", "inputs", "outputs", "temps", "body", "schedule",
+];
 
 fn is_identifier(s: &str) -> bool {
     let mut c = s.chars();
@@ -56,7 +58,9 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
             return Err(input(format!("{what} name `{n}` is not an identifier")));
         }
         if is_reserved(n) {
-            return Err(input(format!("{what} name `{n}` is reserved (a function, cast or keyword)")));
+            return Err(input(format!(
+                "{what} name `{n}` is reserved (a function, cast or keyword)"
+            )));
         }
         if seen.iter().any(|s| s == n) {
             return Err(input(format!("the name `{n}` is declared twice")));
@@ -73,9 +77,17 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
             Value::Null => None,
             Value::Number(x) => match x.as_i64() {
                 Some(i) if i >= 1 => Some(i),
-                _ => return Err(input(format!("parameter `{n}` must be a positive integer or null, not {x}"))),
+                _ => {
+                    return Err(input(format!(
+                        "parameter `{n}` must be a positive integer or null, not {x}"
+                    )))
+                }
             },
-            other => return Err(input(format!("parameter `{n}` must be a positive integer or null, not {other}"))),
+            other => {
+                return Err(input(format!(
+                    "parameter `{n}` must be a positive integer or null, not {other}"
+                )))
+            }
         };
         program.params.push(Param {
             name: n.clone(),
@@ -87,15 +99,19 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
         ("outputs", TensorRole::Output),
         ("temps", TensorRole::Temp),
     ] {
-        let Some(section) = obj.get(key) else { continue };
+        let Some(section) = obj.get(key) else {
+            continue;
+        };
         let section = section
             .as_object()
             .ok_or_else(|| input(format!("`{key}` must be an object")))?;
         for (n, decl) in section {
             claim(n, "tensor")?;
-            let d = decl
-                .as_object()
-                .ok_or_else(|| input(format!("tensor `{n}` must be an object with dtype and shape")))?;
+            let d = decl.as_object().ok_or_else(|| {
+                input(format!(
+                    "tensor `{n}` must be an object with dtype and shape"
+                ))
+            })?;
             if let Some(k) = d.keys().find(|k| *k != "dtype" && *k != "shape") {
                 return Err(input(format!("tensor `{n}`: unknown key `{k}`")));
             }
@@ -104,7 +120,9 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
                 .and_then(|x| x.as_str())
                 .ok_or_else(|| input(format!("tensor `{n}` needs a dtype")))?;
             let dtype = DType::parse(dt).ok_or_else(|| {
-                input(format!("tensor `{n}`: unknown dtype `{dt}` (f32, f16, bf16, f64, i32)"))
+                input(format!(
+                    "tensor `{n}`: unknown dtype `{dt}` (f32, f16, bf16, f64, i32)"
+                ))
             })?;
             let shape = match d.get("shape") {
                 None if role == TensorRole::Temp => None,
@@ -118,11 +136,17 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
                         let a = match e {
                             Value::Number(x) => match x.as_i64() {
                                 Some(i) if i >= 1 => super::ast::Affine::constant(i),
-                                _ => return Err(input(format!("tensor `{n}`: extent {x} must be a positive integer"))),
+                                _ => {
+                                    return Err(input(format!(
+                                        "tensor `{n}`: extent {x} must be a positive integer"
+                                    )))
+                                }
                             },
                             Value::String(s) => resolve::shape_entry(&program, s)
                                 .map_err(|m| input(format!("tensor `{n}`: {m}")))?,
-                            other => return Err(input(format!("tensor `{n}`: bad extent {other}"))),
+                            other => {
+                                return Err(input(format!("tensor `{n}`: bad extent {other}")))
+                            }
                         };
                         dims.push(a);
                     }
@@ -171,7 +195,10 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
         let st = resolve::statement(&snapshot, pos, text, &dtypes, &lhs_dtype).map_err(stmt_err)?;
         if program.tensor(&st.lhs_tensor).is_none() {
             if !is_identifier(&st.lhs_tensor) {
-                return Err(stmt_err(format!("`{}` is not a valid tensor name", st.lhs_tensor)));
+                return Err(stmt_err(format!(
+                    "`{}` is not a valid tensor name",
+                    st.lhs_tensor
+                )));
             }
             let natural = match st.rhs.ty {
                 super::ast::ExprType::Num(t) => t,

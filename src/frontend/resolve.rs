@@ -149,7 +149,9 @@ impl Ctx<'_> {
             }
             Raw::Call(n, args) => {
                 if let Some(dt) = (self.dtypes)(n) {
-                    let _ = dt;
+                    if dt.compute() != t {
+                        return Err(mismatch(r, dt.compute(), t));
+                    }
                     let subscripts = args
                         .iter()
                         .map(|a| self.affine(a))
@@ -170,6 +172,9 @@ impl Ctx<'_> {
                     if args.len() != 1 {
                         return Err(format!("the cast `{n}` takes one argument"));
                     }
+                    if to.compute() != t {
+                        return Err(mismatch(r, to.compute(), t));
+                    }
                     let inner_t = self.natural(&args[0]).unwrap_or(to.compute());
                     let inner = self.num(&args[0], inner_t)?;
                     Expr {
@@ -178,12 +183,20 @@ impl Ctx<'_> {
                     }
                 } else if let Some(f) = Func::parse(n) {
                     if args.len() != f.arity() {
-                        return Err(format!("`{n}` takes {} argument(s), not {}", f.arity(), args.len()));
+                        return Err(format!(
+                            "`{n}` takes {} argument(s), not {}",
+                            f.arity(),
+                            args.len()
+                        ));
                     }
                     if t == DType::I32 && !matches!(f, Func::Abs | Func::Max | Func::Min) {
                         return Err(format!("`{n}` needs a float argument, not i32"));
                     }
-                    let ft = if args.len() == 2 { self.unify(&args[0], &args[1], t)? } else { t };
+                    let ft = if args.len() == 2 {
+                        self.unify(&args[0], &args[1], t)?
+                    } else {
+                        t
+                    };
                     let a = args
                         .iter()
                         .map(|a| self.num(a, ft))
@@ -243,13 +256,17 @@ impl Ctx<'_> {
     }
 }
 
+/// Decides the dtype of a statement's left tensor from its name and the
+/// right side's own type (or refuses the write).
+pub type LhsDtype<'a> = dyn Fn(&str, Option<DType>) -> Result<DType, String> + 'a;
+
 /// Resolves and type-checks statement `position` of `program`.
 pub fn statement(
     program: &Program,
     position: usize,
     text: &str,
     dtypes: &dyn Fn(&str) -> Option<DType>,
-    lhs_dtype: &dyn Fn(&str, Option<DType>) -> Result<DType, String>,
+    lhs_dtype: &LhsDtype,
 ) -> Result<Statement, String> {
     let raw = parse_statement(text)?;
     let mut cx = Ctx {
@@ -260,7 +277,9 @@ pub fn statement(
     let mut lhs_indices = Vec::new();
     for a in &raw.lhs_args {
         match a {
-            Raw::Name(n) if !program.is_param(n) && !cx.is_tensor(n) && !is_reserved(n) && n != "inf" => {
+            Raw::Name(n)
+                if !program.is_param(n) && !cx.is_tensor(n) && !is_reserved(n) && n != "inf" =>
+            {
                 if lhs_indices.contains(n) {
                     return Err(format!("index `{n}` appears twice on the left side"));
                 }
@@ -373,6 +392,13 @@ pub fn statement(
     })
 }
 
+fn mismatch(r: &Raw, is: DType, want: DType) -> String {
+    format!(
+        "type mismatch: `{}` is {is} where {want} is expected; add a cast such as {want}(...)",
+        show_raw(r)
+    )
+}
+
 fn show_raw(r: &Raw) -> String {
     match r {
         Raw::Num(v, _) => format!("{v}"),
@@ -401,7 +427,9 @@ pub fn shape_entry(program: &Program, text: &str) -> Result<Affine, String> {
         .affine(&raw)
         .map_err(|_| format!("extent `{text}` is not an affine expression of parameters"))?;
     if let Some(n) = a.names().find(|n| !program.is_param(n)) {
-        return Err(format!("extent `{text}` uses `{n}`, which is not a parameter"));
+        return Err(format!(
+            "extent `{text}` uses `{n}`, which is not a parameter"
+        ));
     }
     Ok(a)
 }

@@ -270,11 +270,16 @@ impl P {
                 self.expect(")")?;
                 Ok(e)
             }
-            t => Err(format!("expected an expression but found {}", show(t.as_ref()))),
+            t => Err(format!(
+                "expected an expression but found {}",
+                show(t.as_ref())
+            )),
         }
     }
     fn clause(&mut self) -> Result<RawClause, String> {
-        if let (Some(Tok::Ident(name)), Some(Tok::Ident(kw))) = (self.t.get(self.i), self.t.get(self.i + 1)) {
+        if let (Some(Tok::Ident(name)), Some(Tok::Ident(kw))) =
+            (self.t.get(self.i), self.t.get(self.i + 1))
+        {
             if kw == "in" {
                 let name = name.clone();
                 self.i += 2;
@@ -293,8 +298,7 @@ impl P {
             ("==", Rel::Eq),
         ]
         .into_iter()
-        .find(|(s, _)| self.is(s))
-        .map(|(s, r)| (s, r));
+        .find(|(s, _)| self.is(s));
         let Some((s, rel)) = rel else {
             return Err(format!(
                 "a where clause is `IDX in lo:hi` or a comparison such as `j <= i`; found {} after the left side",
@@ -309,7 +313,10 @@ impl P {
 
 /// Parses one statement.
 pub fn parse_statement(text: &str) -> Result<RawStatement, String> {
-    let mut p = P { t: lex(text)?, i: 0 };
+    let mut p = P {
+        t: lex(text)?,
+        i: 0,
+    };
     let lhs = p.ident()?;
     p.expect("(")?;
     let mut lhs_args = Vec::new();
@@ -367,7 +374,10 @@ pub fn parse_statement(text: &str) -> Result<RawStatement, String> {
 
 /// Parses an affine-looking expression (tensor shapes).
 pub fn parse_additive(text: &str) -> Result<Raw, String> {
-    let mut p = P { t: lex(text)?, i: 0 };
+    let mut p = P {
+        t: lex(text)?,
+        i: 0,
+    };
     let e = p.add()?;
     if p.i < p.t.len() {
         return Err(format!("unexpected {} in `{text}`", show(p.peek())));
@@ -399,7 +409,9 @@ mod tests {
                 assert!(matches!(*c, Raw::Binary(BinOp::Lt, ..)));
                 assert!(matches!(*a, Raw::Unary(UnOp::Neg, _)));
                 if let Raw::Binary(BinOp::Lt, l, _) = *c {
-                    assert!(matches!(*l, Raw::Binary(BinOp::Add, _, ref r) if matches!(**r, Raw::Binary(BinOp::Mul, ..))));
+                    assert!(
+                        matches!(*l, Raw::Binary(BinOp::Add, _, ref r) if matches!(**r, Raw::Binary(BinOp::Mul, ..)))
+                    );
                 }
             }
             other => panic!("{other:?}"),
@@ -422,7 +434,9 @@ mod tests {
             let s = parse_statement(src).unwrap();
             assert_eq!((s.op.as_str(), s.bang), (op, bang), "{src}");
         }
-        assert!(parse_statement("X(i) - Y(i)").unwrap_err().contains("assignment operator"));
+        assert!(parse_statement("X(i) - Y(i)")
+            .unwrap_err()
+            .contains("assignment operator"));
     }
 
     #[test]
@@ -432,6 +446,8 @@ mod tests {
         assert!(matches!(&s.wheres[0], RawClause::Range(n, _, _) if n == "u"));
         assert!(matches!(&s.wheres[1], RawClause::Constraint(_, Rel::Le, _)));
         assert!(parse_statement("P(i) = X(i) where i").is_err());
-        assert!(parse_statement("P(i) = X(i) extra").unwrap_err().contains("extra"));
+        assert!(parse_statement("P(i) = X(i) extra")
+            .unwrap_err()
+            .contains("extra"));
     }
 }

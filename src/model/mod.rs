@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{
     Affine, AssignOp, Expr, ExprKind, Program, Statement, TensorRole, WhereClause,
 };
-use crate::isl::{IslPrint, Isl, Map, Set, UnionMap, UnionSet};
+use crate::isl::{Isl, IslPrint, Map, Set, UnionMap, UnionSet};
 
 /// What an isl statement does with its source statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +117,9 @@ impl Scop {
     }
 }
 
-fn union_of(maps: impl Iterator<Item = std::result::Result<Map, isl_rs::LibISLError>>) -> Result<UnionMap> {
+fn union_of(
+    maps: impl Iterator<Item = std::result::Result<Map, isl_rs::LibISLError>>,
+) -> Result<UnionMap> {
     let mut u: Option<UnionMap> = None;
     for m in maps {
         let m = UnionMap::from_map(m?)?;
@@ -234,7 +236,13 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
             (domain, init_domain, new_tensor)
         };
         tensors.extend(new_tensor);
-        let lhs_access = access_text(&st.lhs_tensor, &st.lhs_indices.iter().map(|i| Affine::var(i)).collect::<Vec<_>>());
+        let lhs_access = access_text(
+            &st.lhs_tensor,
+            &st.lhs_indices
+                .iter()
+                .map(|i| Affine::var(i))
+                .collect::<Vec<_>>(),
+        );
         let mut rhs_reads = Vec::new();
         collect_reads(&st.rhs, &mut rhs_reads);
         for (t, _) in &rhs_reads {
@@ -251,16 +259,17 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
             ))?;
             Ok(m.intersect_domain(dom.copy()?)?)
         };
-        let reads_for = |stmt: &str, iters: &[String], dom: &Set, with_lhs: bool| -> Result<Vec<Map>> {
-            let mut v = Vec::new();
-            if with_lhs {
-                v.push(map_of(stmt, iters, &lhs_access, dom)?);
-            }
-            for (t, subs) in &rhs_reads {
-                v.push(map_of(stmt, iters, &access_text(t, subs), dom)?);
-            }
-            Ok(v)
-        };
+        let reads_for =
+            |stmt: &str, iters: &[String], dom: &Set, with_lhs: bool| -> Result<Vec<Map>> {
+                let mut v = Vec::new();
+                if with_lhs {
+                    v.push(map_of(stmt, iters, &lhs_access, dom)?);
+                }
+                for (t, subs) in &rhs_reads {
+                    v.push(map_of(stmt, iters, &access_text(t, subs), dom)?);
+                }
+                Ok(v)
+            };
         match st.op {
             AssignOp::Assign => {
                 let write = map_of(&name, &all, &lhs_access, &domain)?;
@@ -368,7 +377,12 @@ fn tensor_set(isl: &Isl, prefix: &str, t: &ModelTensor) -> Result<Set> {
     let text = if cons.is_empty() {
         format!("{prefix}{{ {}[] }}", t.name)
     } else {
-        format!("{prefix}{{ {}[{}] : {} }}", t.name, vars.join(", "), cons.join(" and "))
+        format!(
+            "{prefix}{{ {}[{}] : {} }}",
+            t.name,
+            vars.join(", "),
+            cons.join(" and ")
+        )
     };
     isl.set(&text)
 }
@@ -378,10 +392,18 @@ fn tensor_set(isl: &Isl, prefix: &str, t: &ModelTensor) -> Result<Set> {
 fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
     for s in &scop.statements {
         let st = &program.statements[s.source];
-        for (what, acc) in std::iter::once(("writes", &s.write)).chain(s.reads.iter().map(|r| ("reads", r))) {
+        for (what, acc) in
+            std::iter::once(("writes", &s.write)).chain(s.reads.iter().map(|r| ("reads", r)))
+        {
             let tname = acc.get_tuple_name(isl_rs::DimType::Out)?.to_string();
-            let t = scop.tensor(&tname).ok_or_else(|| Error::Internal(format!("no tensor {tname}")))?;
-            let fp = s.domain.copy()?.apply(acc.copy()?)?.intersect_params(scop.context.copy()?)?;
+            let t = scop
+                .tensor(&tname)
+                .ok_or_else(|| Error::Internal(format!("no tensor {tname}")))?;
+            let fp = s
+                .domain
+                .copy()?
+                .apply(acc.copy()?)?
+                .intersect_params(scop.context.copy()?)?;
             let outside = fp.subtract(tensor_set(isl, &scop.param_prefix, t)?)?;
             if !outside.is_empty()? {
                 let point = outside.sample_point()?;
@@ -392,7 +414,11 @@ fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
                     text: st.text.clone(),
                     message: format!(
                         "{what} tensor {tname} out of bounds (shape [{}]), e.g. at {}",
-                        t.shape.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+                        t.shape
+                            .iter()
+                            .map(|a| a.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         p.text()
                     ),
                 });
@@ -408,12 +434,20 @@ fn check_outputs_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()
     let written = writes.range()?;
     for t in scop.tensors.iter().filter(|t| t.role == TensorRole::Output) {
         let all = tensor_set(isl, &scop.param_prefix, t)?.intersect_params(scop.context.copy()?)?;
-        let missing = all.subtract(written.copy()?.extract_set(all_space(isl, &scop.param_prefix, t)?)?)?;
+        let missing = all.subtract(written.copy()?.extract_set(all_space(
+            isl,
+            &scop.param_prefix,
+            t,
+        )?)?)?;
         if !missing.is_empty()? {
             let p = isl_rs::Set::from_point(missing.sample_point()?)?;
             return Err(Error::Input {
                 file: program.source.clone(),
-                message: format!("output {}: no statement writes element {}", t.name, p.text()),
+                message: format!(
+                    "output {}: no statement writes element {}",
+                    t.name,
+                    p.text()
+                ),
             });
         }
     }
@@ -422,5 +456,7 @@ fn check_outputs_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()
 
 fn all_space(isl: &Isl, prefix: &str, t: &ModelTensor) -> Result<isl_rs::Space> {
     let vars: Vec<String> = (0..t.shape.len()).map(|d| format!("a{d}")).collect();
-    Ok(isl.set(&format!("{prefix}{{ {}[{}] }}", t.name, vars.join(", ")))?.get_space()?)
+    Ok(isl
+        .set(&format!("{prefix}{{ {}[{}] }}", t.name, vars.join(", ")))?
+        .get_space()?)
 }

@@ -146,7 +146,9 @@ fn in_bounds_range(
         .isl
         .set(&format!("{p}{{ [{tuple}] : {e} < 0 or {e} >= {extent} }}"))?;
     for y in &ys {
-        let lift = ctx.isl.map(&format!("{p}{{ [t] -> [{tuple}] : {y} = t }}"))?;
+        let lift = ctx
+            .isl
+            .map(&format!("{p}{{ [t] -> [{tuple}] : {y} = t }}"))?;
         bad = bad.intersect(resolved[*y].copy()?.apply(lift)?)?;
     }
     let project = ctx.isl.map(&format!("{p}{{ [{tuple}] -> [{x}] }}"))?;
@@ -166,7 +168,9 @@ pub(super) fn domain_of(
     let tuple = vars.join(", ");
     let mut dom = ctx.isl.set(&format!("{p}{{ {name}[{tuple}] }}"))?;
     for v in vars {
-        let lift = ctx.isl.map(&format!("{p}{{ [t] -> {name}[{tuple}] : {v} = t }}"))?;
+        let lift = ctx
+            .isl
+            .map(&format!("{p}{{ [t] -> {name}[{tuple}] : {v} = t }}"))?;
         dom = dom.intersect(ranges[v].copy()?.apply(lift)?)?;
     }
     for w in wheres {
@@ -184,13 +188,16 @@ pub(super) fn domain_of(
 /// The shape of a temp that the file leaves to inference: the upper bounds
 /// of its left-side indices, plus one, as affine forms of the parameters.
 pub(super) fn extent_of_lhs(
-    _ctx: &Ctx,
+    ctx: &Ctx,
     st: &Statement,
     ranges: &Ranges,
 ) -> Result<Vec<Affine>, RangeError> {
     let mut shape = Vec::new();
     for v in &st.lhs_indices {
-        let max = ranges[v].copy()?.dim_max(0)?;
+        let max = ranges[v]
+            .copy()?
+            .dim_max(0)?
+            .gist_params(ctx.context.copy()?)?;
         let not_affine = || {
             RangeError::User(format!(
                 "cannot infer the extent of `{}` along `{v}` as one affine expression; declare it in `temps` with a shape",

@@ -50,7 +50,12 @@ impl Drop for Scratch {
 /// Element counts of every tensor, at the program's parameter values.
 pub fn tensor_counts(compiled: &Compiled) -> Result<Vec<usize>> {
     let values = compiled.param_values()?;
-    let names: Vec<&str> = compiled.program.params.iter().map(|p| p.name.as_str()).collect();
+    let names: Vec<&str> = compiled
+        .program
+        .params
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
     let lookup = |n: &str| names.iter().position(|p| *p == n).map(|i| values[i]);
     compiled
         .tensors
@@ -70,10 +75,9 @@ pub fn tensor_counts(compiled: &Compiled) -> Result<Vec<usize>> {
 
 fn harness(compiled: &Compiled, counts: &[usize]) -> Result<String> {
     let values = compiled.param_values()?;
-    let reference = compiled
-        .reference_c
-        .as_ref()
-        .ok_or_else(|| Error::Internal("no reference for a program with symbolic parameters".into()))?;
+    let reference = compiled.reference_c.as_ref().ok_or_else(|| {
+        Error::Internal("no reference for a program with symbolic parameters".into())
+    })?;
     let mut s = String::new();
     s.push_str("#define _POSIX_C_SOURCE 199309L\n");
     s.push_str(PRELUDE);
@@ -140,10 +144,26 @@ int main(int argc, char **argv) {{
   return 0;
 }}
 "#,
-        params = if values.is_empty() { "0".into() } else { list(values.iter().map(|v| v.to_string()).collect()) },
+        params = if values.is_empty() {
+            "0".into()
+        } else {
+            list(values.iter().map(|v| v.to_string()).collect())
+        },
         counts = list(counts.iter().map(|c| c.to_string()).collect()),
-        sizes = list(compiled.tensors.iter().map(|t| t.dtype.size().to_string()).collect()),
-        dtypes = list(compiled.tensors.iter().map(|t| dtype_code(t.dtype).to_string()).collect()),
+        sizes = list(
+            compiled
+                .tensors
+                .iter()
+                .map(|t| t.dtype.size().to_string())
+                .collect()
+        ),
+        dtypes = list(
+            compiled
+                .tensors
+                .iter()
+                .map(|t| dtype_code(t.dtype).to_string())
+                .collect()
+        ),
         roles = list(
             compiled
                 .tensors
@@ -182,7 +202,11 @@ fn compile_c(source: &Path, binary: &Path) -> Result<()> {
         .arg(source)
         .arg("-lm")
         .output()
-        .map_err(|e| Error::Environment(format!("cannot run the C compiler `{cc}`: {e}; install gcc or set CC")))?;
+        .map_err(|e| {
+            Error::Environment(format!(
+                "cannot run the C compiler `{cc}`: {e}; install gcc or set CC"
+            ))
+        })?;
     if !out.status.success() {
         return Err(Error::Internal(format!(
             "the C compiler rejected the generated code ({}):\n{}",
@@ -205,10 +229,18 @@ pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
     let mut input = Vec::new();
     for (i, t) in compiled.tensors.iter().enumerate() {
         if t.role == TensorRole::Input {
-            input.extend(data::random_bytes(t.dtype, counts[i], opts.seed.wrapping_add(i as u64)));
+            input.extend(data::random_bytes(
+                t.dtype,
+                counts[i],
+                opts.seed.wrapping_add(i as u64),
+            ));
         }
     }
-    let (fin, fout, fref) = (dir.0.join("in.bin"), dir.0.join("out.bin"), dir.0.join("ref.bin"));
+    let (fin, fout, fref) = (
+        dir.0.join("in.bin"),
+        dir.0.join("out.bin"),
+        dir.0.join("ref.bin"),
+    );
     std::fs::write(&fin, &input).map_err(|e| Error::Environment(e.to_string()))?;
     let out = Command::new(&bin)
         .arg(&fin)
@@ -242,8 +274,14 @@ pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
     })
 }
 
-fn check_outputs(compiled: &Compiled, counts: &[usize], fout: &Path, fref: &Path) -> Result<CheckResult> {
-    let read = |p: &Path| std::fs::read(p).map_err(|e| Error::Internal(format!("{}: {e}", p.display())));
+fn check_outputs(
+    compiled: &Compiled,
+    counts: &[usize],
+    fout: &Path,
+    fref: &Path,
+) -> Result<CheckResult> {
+    let read =
+        |p: &Path| std::fs::read(p).map_err(|e| Error::Internal(format!("{}: {e}", p.display())));
     let got = read(fout)?;
     let want = read(fref)?;
     let (mut go, mut wo) = (0usize, 0usize);

@@ -96,7 +96,10 @@ impl CheckResult {
     /// The one line the spec asks for.
     pub fn line(&self) -> String {
         let status = if self.ok { "ok" } else { "FAILED" };
-        let mut s = format!("check: {status} max relative error {:.3e}", self.max_rel_err);
+        let mut s = format!(
+            "check: {status} max relative error {:.3e}",
+            self.max_rel_err
+        );
         let parts: Vec<String> = self
             .per_output
             .iter()

@@ -10,7 +10,7 @@ pub mod tree;
 
 use crate::deps::Dependences;
 use crate::error::{Error, Result};
-use crate::isl::{IslPrint, Isl, Schedule, ScheduleConstraints, ScheduleNode, ScheduleNodeType};
+use crate::isl::{Isl, IslPrint, Schedule, ScheduleConstraints, ScheduleNode, ScheduleNodeType};
 use crate::model::Scop;
 pub use tree::{Band, ScheduleTree, Tree};
 
@@ -151,7 +151,10 @@ pub fn annotate_bands(
             .apply_domain(partial.copy()?)?
             .apply_range(partial)?
             .deltas()?;
-        let space = (0..n).map(|i| format!("d{i}")).collect::<Vec<_>>().join(", ");
+        let space = (0..n)
+            .map(|i| format!("d{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let check = |cond: &str| -> Result<bool> {
             let s = isl.union_set(&format!("{param_prefix}{{ [{space}] : {cond} }}"))?;
             Ok(dist.is_subset(&s)?)
@@ -245,13 +248,22 @@ pub fn sink_point_bands(isl: &Isl, tree: Tree) -> Result<Tree> {
                     for (filter, c) in ch {
                         let restricted = restrict_band(isl, &p, &filter)?;
                         let point = |rest: Tree| {
-                            Tree::Mark("point".into(), Box::new(Tree::Band(restricted.clone(), Box::new(rest))))
+                            Tree::Mark(
+                                "point".into(),
+                                Box::new(Tree::Band(restricted.clone(), Box::new(rest))),
+                            )
                         };
                         let sub = match c {
                             Tree::Mark(t, tb) if t == "tile" && is_tiled_band(&tb) => {
-                                let Tree::Band(tband, pm) = *tb else { unreachable!() };
-                                let Tree::Mark(_, pb) = *pm else { unreachable!() };
-                                let Tree::Band(pband, rest) = *pb else { unreachable!() };
+                                let Tree::Band(tband, pm) = *tb else {
+                                    unreachable!()
+                                };
+                                let Tree::Mark(_, pb) = *pm else {
+                                    unreachable!()
+                                };
+                                let Tree::Band(pband, rest) = *pb else {
+                                    unreachable!()
+                                };
                                 let rest = sink_point_bands(isl, *rest)?;
                                 Tree::Mark(
                                     "tile".into(),
@@ -296,7 +308,9 @@ pub fn sink_point_bands(isl: &Isl, tree: Tree) -> Result<Tree> {
 /// `mark tile -> band -> mark point -> band`.
 fn is_tiled_band(t: &Tree) -> bool {
     match t {
-        Tree::Band(_, c) => matches!(&**c, Tree::Mark(p, pb) if p == "point" && matches!(&**pb, Tree::Band(..))),
+        Tree::Band(_, c) => {
+            matches!(&**c, Tree::Mark(p, pb) if p == "point" && matches!(&**pb, Tree::Band(..)))
+        }
         _ => false,
     }
 }
@@ -320,7 +334,11 @@ fn restrict_band(isl: &Isl, band: &Band, filter: &str) -> Result<Band> {
 pub fn check_legal(file: &str, schedule: &Schedule, scop: &Scop, deps: &Dependences) -> Result<()> {
     let sigma = schedule.get_map()?.intersect_domain(scop.domain()?)?;
     let not_before = sigma.copy()?.lex_ge_union_map(sigma)?;
-    for (kind, d) in [("flow", &deps.flow), ("anti", &deps.anti), ("output", &deps.output)] {
+    for (kind, d) in [
+        ("flow", &deps.flow),
+        ("anti", &deps.anti),
+        ("output", &deps.output),
+    ] {
         let violated = d.copy()?.intersect(not_before.copy()?)?;
         if !violated.is_empty()? {
             return Err(Error::Illegal {

@@ -134,7 +134,11 @@ fn write_isl(t: &Tree, s: &mut String) {
     match t {
         Tree::Leaf => s.push_str("{ leaf }"),
         Tree::Band(b, child) => {
-            let flags: Vec<&str> = b.coincident.iter().map(|c| if *c { "1" } else { "0" }).collect();
+            let flags: Vec<&str> = b
+                .coincident
+                .iter()
+                .map(|c| if *c { "1" } else { "0" })
+                .collect();
             let _ = write!(
                 s,
                 "{{ schedule: \"{}\", permutable: {}, coincident: [ {} ]",
@@ -149,7 +153,11 @@ fn write_isl(t: &Tree, s: &mut String) {
             s.push_str(" }");
         }
         Tree::Sequence(ch) | Tree::Set(ch) => {
-            let key = if matches!(t, Tree::Sequence(_)) { "sequence" } else { "set" };
+            let key = if matches!(t, Tree::Sequence(_)) {
+                "sequence"
+            } else {
+                "set"
+            };
             let _ = write!(s, "{{ {key}: [ ");
             for (i, (f, c)) in ch.iter().enumerate() {
                 if i > 0 {
@@ -184,7 +192,11 @@ fn tree_json(t: &Tree) -> serde_json::Value {
             "coincident": b.coincident, "child": tree_json(c)
         }),
         Tree::Sequence(ch) | Tree::Set(ch) => {
-            let key = if matches!(t, Tree::Sequence(_)) { "sequence" } else { "set" };
+            let key = if matches!(t, Tree::Sequence(_)) {
+                "sequence"
+            } else {
+                "set"
+            };
             let v: Vec<_> = ch
                 .iter()
                 .map(|(f, c)| json!({ "filter": f, "child": tree_json(c) }))
@@ -208,7 +220,11 @@ fn display(t: &Tree, depth: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     match t {
         Tree::Leaf => Ok(()),
         Tree::Band(b, c) => {
-            let flags: Vec<&str> = b.coincident.iter().map(|c| if *c { "1" } else { "0" }).collect();
+            let flags: Vec<&str> = b
+                .coincident
+                .iter()
+                .map(|c| if *c { "1" } else { "0" })
+                .collect();
             writeln!(
                 f,
                 "{pad}band{} coincident [{}]: {}",
@@ -219,7 +235,15 @@ fn display(t: &Tree, depth: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             display(c, depth + 1, f)
         }
         Tree::Sequence(ch) | Tree::Set(ch) => {
-            writeln!(f, "{pad}{}", if matches!(t, Tree::Sequence(_)) { "sequence" } else { "set" })?;
+            writeln!(
+                f,
+                "{pad}{}",
+                if matches!(t, Tree::Sequence(_)) {
+                    "sequence"
+                } else {
+                    "set"
+                }
+            )?;
             for (flt, c) in ch {
                 writeln!(f, "{pad}  filter: {flt}")?;
                 display(c, depth + 2, f)?;
