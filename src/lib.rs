@@ -9,6 +9,7 @@ pub mod codegen;
 pub mod deps;
 pub mod error;
 pub mod frontend;
+pub mod gpu;
 pub mod isl;
 pub mod model;
 pub mod pipeline;

@@ -22,6 +22,9 @@ pub struct Options {
     /// TC's imperfectly nested tiling: sink point bands below inner tile
     /// bands.
     pub sink: bool,
+    /// Also map the tiled tree to the GPU (`--target cuda`, `--emit cuda`,
+    /// and the CPU emulation of the mapped tree).
+    pub gpu: Option<crate::gpu::GpuOptions>,
 }
 
 impl Default for Options {
@@ -30,6 +33,7 @@ impl Default for Options {
             strategy: Strategy::Isl,
             tile: vec![32],
             sink: true,
+            gpu: None,
         }
     }
 }
@@ -51,6 +55,11 @@ pub struct Compiled {
     pub kernel_c: String,
     /// The f64 reference `pf_reference`, when every parameter has a value.
     pub reference_c: Option<String>,
+    /// The GPU program, when [`Options::gpu`] asked for it.
+    pub cuda: Option<crate::gpu::CudaProgram>,
+    /// The mapped and promoted tree as C for the CPU (`pf_kernel`, blocks
+    /// and threads as loops), when [`Options::gpu`] asked for it.
+    pub emulation_c: Option<String>,
 }
 
 impl Compiled {
@@ -135,6 +144,8 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         model_json: scop.describe(),
         kernel_c,
         reference_c,
+        cuda: None,
+        emulation_c: None,
     })
 }
 

@@ -1,0 +1,144 @@
+//! The GPU target: the tiled schedule tree mapped to CUDA blocks and
+//! threads ([`mapping`]), arrays promoted to shared memory ([`promote`]), and
+//! the result as a CUDA program description ([`CudaProgram`]) that the
+//! CUDA printer (`codegen::cuda`), the CPU emulation (`codegen::c`), the
+//! runtime (`runtime::cuda`) and the C ABI all read.
+//!
+//! Every kernel takes the same arguments: a pointer per tensor of the
+//! program in the model's order (inputs, outputs, temps), then one `long`
+//! per parameter that has no value at compile time, in file order.
+
+use std::collections::HashMap;
+
+use crate::codegen::ast::Expr;
+use crate::error::{Error, Result};
+use crate::frontend::ast::DType;
+
+/// Options of the GPU mapping, independent of the tile sizes (as in PPCG):
+/// a block of threads executes a tile cyclically when it has fewer threads
+/// than the tile has points, and a grid smaller than the number of tiles
+/// runs them cyclically too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Threads per block along x, y, z (innermost mapped member first);
+    /// empty: chosen from the tile sizes (at most 256 threads).
+    pub block: Vec<u32>,
+    /// Upper bounds on blocks along x, y, z; empty: one block per tile.
+    pub grid: Vec<u32>,
+    /// Promote reused tiles of read-only tensors to shared memory.
+    pub shared: bool,
+    /// Shared memory a block may use, in bytes (the H100 allows 227 KB
+    /// with the opt-in; 48 KB without).
+    pub shared_limit: usize,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            block: Vec::new(),
+            grid: Vec::new(),
+            shared: true,
+            shared_limit: 48 * 1024,
+        }
+    }
+}
+
+/// One argument of every kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KernelArg {
+    /// A device pointer to the tensor's elements (row-major, storage type).
+    Tensor {
+        name: String,
+        dtype: DType,
+        /// Extents as C/isl text in the parameters.
+        shape: Vec<String>,
+    },
+    /// A parameter without a compile-time value, passed as a C `long`.
+    Param { name: String },
+}
+
+/// One `__global__` function and how to launch it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    /// The function's name in [`CudaProgram::source`].
+    pub name: String,
+    /// Blocks along x, y, z as expressions in the parameters.
+    pub grid: [Expr; 3],
+    /// Threads along x, y, z.
+    pub block: [u32; 3],
+    /// Bytes of dynamic shared memory to launch with (static shared arrays
+    /// are declared in the kernel and not counted here).
+    pub dynamic_shared: usize,
+    /// Bytes of shared memory the kernel declares statically.
+    pub static_shared: usize,
+}
+
+/// Everything a launcher needs: the source, the kernels in launch order
+/// (each one after the previous finished, on one stream) and their
+/// arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CudaProgram {
+    /// Complete CUDA C++ source (NVRTC or nvcc), kernels `extern "C"`.
+    pub source: String,
+    pub kernels: Vec<Kernel>,
+    pub args: Vec<KernelArg>,
+}
+
+impl Kernel {
+    /// The grid for the given parameter values (every parameter, by name).
+    /// A dimension that evaluates to zero or less launches no block: the
+    /// caller skips the kernel.
+    pub fn grid_dims(&self, params: &HashMap<String, i64>) -> Result<[u32; 3]> {
+        let mut out = [1u32; 3];
+        for (d, e) in self.grid.iter().enumerate() {
+            let v = eval(e, params)?;
+            out[d] = u32::try_from(v.clamp(0, u32::MAX as i64)).unwrap_or(u32::MAX);
+        }
+        Ok(out)
+    }
+}
+
+/// Evaluates an isl AST expression in the parameters.
+pub fn eval(e: &Expr, params: &HashMap<String, i64>) -> Result<i64> {
+    use crate::codegen::ast::Op;
+    Ok(match e {
+        Expr::Int(v) => *v,
+        Expr::Id(s) => *params
+            .get(s)
+            .ok_or_else(|| Error::Internal(format!("launch bound uses {s}, which has no value")))?,
+        Expr::Op(op, a) => {
+            let v: Vec<i64> = a.iter().map(|x| eval(x, params)).collect::<Result<_>>()?;
+            let arg = |i: usize| v.get(i).copied().unwrap_or(0);
+            match op {
+                Op::Add => v.iter().sum(),
+                Op::Sub => arg(0) - arg(1),
+                Op::Mul => v.iter().product(),
+                Op::Neg => -arg(0),
+                Op::Max => v.iter().copied().max().unwrap_or(0),
+                Op::Min => v.iter().copied().min().unwrap_or(0),
+                Op::Div | Op::PosDiv => arg(0).checked_div(arg(1)).unwrap_or(0),
+                Op::FloorDiv => arg(0).checked_div_euclid(arg(1)).unwrap_or(0),
+                Op::PosRem | Op::ZeroRem => arg(0).checked_rem(arg(1)).unwrap_or(0),
+                Op::Select => {
+                    if arg(0) != 0 {
+                        arg(1)
+                    } else {
+                        arg(2)
+                    }
+                }
+                Op::And => (v.iter().all(|x| *x != 0)) as i64,
+                Op::Or => (v.iter().any(|x| *x != 0)) as i64,
+                Op::Eq => (arg(0) == arg(1)) as i64,
+                Op::Le => (arg(0) <= arg(1)) as i64,
+                Op::Lt => (arg(0) < arg(1)) as i64,
+                Op::Ge => (arg(0) >= arg(1)) as i64,
+                Op::Gt => (arg(0) > arg(1)) as i64,
+                Op::Call => {
+                    return Err(Error::Internal(
+                        "a call in a launch bound cannot be evaluated".into(),
+                    ))
+                }
+            }
+        }
+    })
+}
