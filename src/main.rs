@@ -129,6 +129,7 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
             common.tile.clone()
         },
         sink: !common.no_sink,
+        gpu: None,
     };
     Ok((program, options))
 }

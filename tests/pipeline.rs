@@ -110,6 +110,7 @@ fn canonical_bands_are_annotated_and_tiled() {
         strategy: Strategy::Canonical,
         tile: vec![8, 4],
         sink: true,
+        gpu: None,
     };
     let c = compile(&p, &opts).unwrap();
     let text = c.tree.to_string();
@@ -161,6 +162,7 @@ fn point_loops_sink_below_inner_tile_loops() {
             strategy,
             tile: vec![8],
             sink: true,
+            gpu: None,
         };
         let c = compile(&p, &opts).unwrap();
         let mut bad = false;
@@ -169,6 +171,7 @@ fn point_loops_sink_below_inner_tile_loops() {
         run_ok(&json, &opts);
         let unsunk = Options {
             sink: false,
+            gpu: None,
             ..opts
         };
         run_ok(&json, &unsunk);
@@ -308,6 +311,7 @@ fn half_precision_and_causal_where() {
                 strategy,
                 tile: vec![16],
                 sink: true,
+                gpu: None,
             },
         );
     }
