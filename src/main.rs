@@ -137,7 +137,10 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Schedule { common, emit } => {
-            let (program, options) = load(&common)?;
+            let (program, mut options) = load(&common)?;
+            if matches!(emit, Emit::Cuda) {
+                options.gpu = Some(polyfuse::gpu::GpuOptions::default());
+            }
             let compiled = compile(&program, &options)?;
             match emit {
                 Emit::Tree => print!("{}", compiled.tree),
@@ -149,9 +152,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                         .map_err(|e| Error::Internal(e.to_string()))?
                 ),
                 Emit::Cuda => {
-                    return Err(Error::Environment(
-                        "the CUDA backend is not implemented yet; use --emit c".into(),
-                    ))
+                    if let Some(c) = &compiled.cuda {
+                        print!("{}", c.source);
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)

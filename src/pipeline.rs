@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use crate::codegen::{self, c::Boxes};
 use crate::deps;
+use crate::gpu::{self, CudaProgram, GpuOptions};
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
 use crate::isl::{aff_in_params, Isl, IslPrint};
@@ -55,6 +56,8 @@ pub struct Compiled {
     pub kernel_c: String,
     /// The f64 reference `pf_reference`, when every parameter has a value.
     pub reference_c: Option<String>,
+    /// The mapped schedule tree, when [`Options::gpu`] asked for it.
+    pub gpu_tree: Option<ScheduleTree>,
     /// The GPU program, when [`Options::gpu`] asked for it.
     pub cuda: Option<crate::gpu::CudaProgram>,
     /// The mapped and promoted tree as C for the CPU (`pf_kernel`, blocks
@@ -113,6 +116,10 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let sched = schedule::compute(&isl, &scop, &deps, options.strategy)?;
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
+    let gpu = match &options.gpu {
+        Some(g) => Some(map_to_gpu(&isl, program, &scop, &deps, sched.copy()?, options, g)?),
+        None => None,
+    };
     let tiled = schedule::tile(&isl, sched, &options.tile)?;
     let mut tree = ScheduleTree::from_isl(&tiled.get_root()?)?;
     if options.sink && !options.tile.is_empty() {
@@ -144,9 +151,37 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         model_json: scop.describe(),
         kernel_c,
         reference_c,
-        cuda: None,
-        emulation_c: None,
+        gpu_tree: gpu.as_ref().map(|g| g.0.clone()),
+        cuda: gpu.as_ref().map(|g| g.1.clone()),
+        emulation_c: gpu.map(|g| g.2),
     })
+}
+
+/// The GPU side of a compilation: the mapped tree (checked against every
+/// dependence like the CPU schedule), its CUDA, and its C emulation.
+fn map_to_gpu(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    schedule: isl_rs::Schedule,
+    options: &Options,
+    gpu_options: &GpuOptions,
+) -> Result<(ScheduleTree, CudaProgram, String)> {
+    let (mapped, plans) = gpu::mapping::map(isl, scop, schedule, &options.tile, gpu_options)
+        .map_err(|e| match e {
+            Error::Input { message, .. } => Error::Input {
+                file: program.source.clone(),
+                message,
+            },
+            other => other,
+        })?;
+    schedule::check_legal(&program.source, &mapped, scop, deps)?;
+    let tree = ScheduleTree::from_isl(&mapped.get_root()?)?;
+    let ast = codegen::build_ast(scop, &mapped)?;
+    let cuda = codegen::cuda::program(program, scop, &ast, &plans)?;
+    let emulation = codegen::c::kernel(program, scop, &ast);
+    Ok((tree, cuda, emulation))
 }
 
 /// Integer bounds of each statement's iterators (all parameters fixed by

@@ -73,17 +73,17 @@ pub enum Node {
 pub fn from_isl(node: &ASTNode) -> Result<Node> {
     Ok(match ast_node_type(node) {
         ASTNodeType::For => Node::For {
-            iterator: match expr(&node.for_get_iterator()?)? {
+            iterator: match expr_from_isl(&node.for_get_iterator()?)? {
                 Expr::Id(s) => s,
                 _ => return Err(Error::Internal("for iterator is not an id".into())),
             },
-            init: expr(&node.for_get_init()?)?,
-            cond: expr(&node.for_get_cond()?)?,
-            inc: expr(&node.for_get_inc()?)?,
+            init: expr_from_isl(&node.for_get_init()?)?,
+            cond: expr_from_isl(&node.for_get_cond()?)?,
+            inc: expr_from_isl(&node.for_get_inc()?)?,
             body: Box::new(from_isl(&node.for_get_body()?)?),
         },
         ASTNodeType::If => Node::If {
-            cond: expr(&node.if_get_cond()?)?,
+            cond: expr_from_isl(&node.if_get_cond()?)?,
             then: Box::new(from_isl(&node.if_get_then_node()?)?),
             otherwise: if node.if_has_else_node()? {
                 Some(Box::new(from_isl(&node.if_get_else_node()?)?))
@@ -101,7 +101,7 @@ pub fn from_isl(node: &ASTNode) -> Result<Node> {
             Node::Block(v)
         }
         ASTNodeType::User => {
-            let call = expr(&node.user_get_expr()?)?;
+            let call = expr_from_isl(&node.user_get_expr()?)?;
             match call {
                 Expr::Op(Op::Call, mut args) if !args.is_empty() => {
                     let name = match args.remove(0) {
@@ -124,7 +124,7 @@ pub fn from_isl(node: &ASTNode) -> Result<Node> {
     })
 }
 
-fn expr(e: &ASTExpr) -> Result<Expr> {
+pub fn expr_from_isl(e: &ASTExpr) -> Result<Expr> {
     Ok(match e.get_type()? {
         ASTExprType::Int => Expr::Int(val_to_i64(&e.int_get_val()?)?),
         ASTExprType::Id => Expr::Id(e.id_get_id()?.get_name()?.to_string()),
@@ -132,7 +132,7 @@ fn expr(e: &ASTExpr) -> Result<Expr> {
             let n = e.get_op_n_arg()?;
             let mut args = Vec::new();
             for i in 0..n {
-                args.push(expr(&e.get_op_arg(i)?)?);
+                args.push(expr_from_isl(&e.get_op_arg(i)?)?);
             }
             let op = match e.get_op_type()? {
                 ASTExprOpType::And | ASTExprOpType::AndThen => Op::And,

@@ -4,6 +4,7 @@
 
 pub mod ast;
 pub mod c;
+pub mod cuda;
 pub mod expr;
 
 use crate::error::{Error, Result};

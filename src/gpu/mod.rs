@@ -8,6 +8,8 @@
 //! program in the model's order (inputs, outputs, temps), then one `long`
 //! per parameter that has no value at compile time, in file order.
 
+pub mod mapping;
+
 use std::collections::HashMap;
 
 use crate::codegen::ast::Expr;

@@ -1,0 +1,253 @@
+//! Mapping a schedule to CUDA blocks and threads, on the schedule tree.
+//!
+//! The rules are those of Tensor Comprehensions and PPCG:
+//! * each child of a top-level sequence (or set) is one kernel, launched
+//!   after the previous one finished; a tree without such a sequence is a
+//!   single kernel;
+//! * in a kernel, the outermost band's leading coincident members (at most
+//!   three) are tiled; the tile loops of those members map to blocks, the
+//!   remaining tile loops run sequentially inside a block, and the point
+//!   band's leading coincident members (at most three) map to threads;
+//! * a mapped loop is distributed cyclically: block `b` of a grid of `G`
+//!   blocks runs iterations `b, b + G, ...`, so grid and block sizes are
+//!   independent of the tile sizes and every size is correct.
+//!
+//! Why this is legal: a member is coincident when every dependence not
+//! carried by the bands above has distance zero along it. Instances that
+//! differ in a block-mapped member therefore never depend on each other,
+//! so the blocks may run in any order or at the same time. Instances that
+//! differ in a thread-mapped member are independent within the iteration
+//! of the loops above it; the loops above are executed in order by all
+//! threads of the block together, separated by barriers.
+//!
+//! The result keeps every mapping decision in the tree as marks
+//! (`kernel_K`, `block_x`, `thread_y`, ...), one above each single-member
+//! band that is mapped, so that the printers find the mapped loops in the
+//! AST isl builds from it.
+
+use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, Val};
+
+use super::GpuOptions;
+use crate::codegen::ast::{self, Expr, Op};
+use crate::error::{Error, Result};
+use crate::isl::{ast_build_expr_from_pw_aff, Isl};
+use crate::model::Scop;
+
+/// CUDA's three axes, innermost first.
+pub const AXES: [&str; 3] = ["x", "y", "z"];
+
+/// What was decided for one kernel.
+#[derive(Debug, Clone)]
+pub struct KernelPlan {
+    /// The mark above the kernel's subtree (`kernel_K`).
+    pub mark: String,
+    /// Blocks along x, y, z (number of tiles along each block-mapped
+    /// member), as expressions in the parameters.
+    pub grid: [Expr; 3],
+    /// Threads along x, y, z.
+    pub block: [u32; 3],
+    /// Number of block-mapped and thread-mapped members.
+    pub block_dims: usize,
+    pub thread_dims: usize,
+}
+
+/// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
+/// repeats; empty means tiles of one point). Returns the mapped schedule
+/// and one plan per kernel in launch order.
+pub fn map(
+    isl: &Isl,
+    scop: &Scop,
+    schedule: Schedule,
+    tile: &[i64],
+    opts: &GpuOptions,
+) -> Result<(Schedule, Vec<KernelPlan>)> {
+    let tile: Vec<i64> = if tile.is_empty() {
+        vec![1]
+    } else {
+        tile.to_vec()
+    };
+    let root = schedule.get_root()?;
+    if root.n_children()? == 0 {
+        return Ok((root.get_schedule()?, Vec::new()));
+    }
+    let top = root.child(0)?;
+    let ty = top.get_type()?;
+    let mut plans = Vec::new();
+    let mut node = top;
+    if ty == ScheduleNodeType::Sequence || ty == ScheduleNodeType::Set {
+        let n = node.n_children()?;
+        for i in 0..n {
+            // root -> sequence -> filter i -> kernel root
+            let k = node.root()?.child(0)?.child(i)?.child(0)?;
+            let (k, plan) = map_kernel(isl, scop, k, plans.len(), &tile, opts)?;
+            plans.push(plan);
+            node = k;
+        }
+    } else {
+        let (k, plan) = map_kernel(isl, scop, node, 0, &tile, opts)?;
+        plans.push(plan);
+        node = k;
+    }
+    Ok((node.get_schedule()?, plans))
+}
+
+fn mark(isl: &Isl, name: &str) -> Result<Id> {
+    Ok(Id::read_from_str(&isl.ctx, name)?)
+}
+
+/// Number of leading coincident members of a band.
+fn leading_coincident(band: &ScheduleNode) -> Result<usize> {
+    let n = band.band_n_member()?;
+    let mut k = 0;
+    while k < n && band.band_member_get_coincident(k)? {
+        k += 1;
+    }
+    Ok(k as usize)
+}
+
+/// Maps the kernel whose subtree starts at `node`; returns some node of
+/// the modified tree and the plan.
+fn map_kernel(
+    isl: &Isl,
+    scop: &Scop,
+    node: ScheduleNode,
+    index: usize,
+    tile: &[i64],
+    opts: &GpuOptions,
+) -> Result<(ScheduleNode, KernelPlan)> {
+    let name = format!("kernel_{index}");
+    let mut node = node.insert_mark(mark(isl, &name)?)?.child(0)?;
+    let one = || Expr::Int(1);
+    let mut plan = KernelPlan {
+        mark: name,
+        grid: [one(), one(), one()],
+        block: [1, 1, 1],
+        block_dims: 0,
+        thread_dims: 0,
+    };
+    while node.get_type()? == ScheduleNodeType::Mark {
+        node = node.child(0)?;
+    }
+    if node.get_type()? != ScheduleNodeType::Band || leading_coincident(&node)? == 0 {
+        // Nothing parallel on top: one block of one thread runs it.
+        return Ok((node, plan));
+    }
+    let lc = leading_coincident(&node)?;
+    let nb = lc.min(3);
+    if !node.band_get_permutable()? && (lc as i32) < node.band_n_member()? {
+        // The coincident prefix is permutable on its own (all its
+        // distances are zero); tile only that part.
+        node = node.band_split(lc as i32)?;
+    }
+    let n = node.band_n_member()? as usize;
+    let mut sizes = MultiVal::zero(node.band_get_space()?)?;
+    let mut member_tile = Vec::new();
+    for i in 0..n {
+        let s = tile[i.min(tile.len() - 1)];
+        member_tile.push(s);
+        sizes = sizes.set_val(i as i32, Val::int_from_si(&isl.ctx, s)?)?;
+    }
+    node = node.band_tile(sizes)?;
+    if nb < n {
+        node = node.band_split(nb as i32)?;
+    }
+    // Block bands: one member each, under a mark naming its axis.
+    for j in 0..nb {
+        if j + 1 < nb {
+            node = node.band_split(1)?;
+        }
+        let axis = nb - 1 - j;
+        let count = tile_count(scop, &node, member_tile[j])?;
+        plan.grid[axis] = match opts.grid.get(axis) {
+            Some(cap) => Expr::Op(Op::Min, vec![count, Expr::Int(i64::from(*cap))]),
+            None => count,
+        };
+        node = node.insert_mark(mark(isl, &format!("block_{}", AXES[axis]))?)?;
+        node = node.child(0)?.child(0)?; // mark -> band -> below
+    }
+    plan.block_dims = nb;
+    if nb < n {
+        node = node.child(0)?; // past the sequential tile loops
+    }
+    // The point band: its leading coincident members map to threads.
+    if node.get_type()? == ScheduleNodeType::Band {
+        let nt = leading_coincident(&node)?.min(3);
+        if nt > 0 {
+            if (nt as i32) < node.band_n_member()? {
+                node = node.band_split(nt as i32)?;
+            }
+            for j in 0..nt {
+                if j + 1 < nt {
+                    node = node.band_split(1)?;
+                }
+                let axis = nt - 1 - j;
+                node = node.insert_mark(mark(isl, &format!("thread_{}", AXES[axis]))?)?;
+                node = node.child(0)?.child(0)?;
+            }
+            plan.thread_dims = nt;
+            plan.block = thread_block(&member_tile[..nt], opts)?;
+        }
+    }
+    Ok((node, plan))
+}
+
+/// Number of tiles along the single-member band `node` whose tile size is
+/// `size`: `(max - min) / size + 1` over the instances reaching it, as an
+/// expression in the parameters.
+fn tile_count(scop: &Scop, node: &ScheduleNode, size: i64) -> Result<Expr> {
+    let values = node
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(node.get_domain()?)?
+        .range()?;
+    if values.is_empty()? {
+        return Ok(Expr::Int(0));
+    }
+    let set = Set::from_union_set(values)?;
+    let to_expr = |pa| -> Result<Expr> {
+        let e = ast_build_expr_from_pw_aff(scop.context.copy()?, pa)
+            .ok_or_else(|| Error::Internal("isl could not print a grid bound".into()))?;
+        ast::expr_from_isl(&e)
+    };
+    let hi = to_expr(set.copy()?.dim_max(0)?)?;
+    let lo = to_expr(set.dim_min(0)?)?;
+    Ok(Expr::Op(
+        Op::Add,
+        vec![
+            Expr::Op(
+                Op::FloorDiv,
+                vec![Expr::Op(Op::Sub, vec![hi, lo]), Expr::Int(size)],
+            ),
+            Expr::Int(1),
+        ],
+    ))
+}
+
+/// Threads per block: the options' sizes, or the tile sizes of the
+/// thread-mapped members (innermost on x) up to 256 threads in all.
+fn thread_block(tiles: &[i64], opts: &GpuOptions) -> Result<[u32; 3]> {
+    let mut block = [1u32; 3];
+    let nt = tiles.len();
+    if !opts.block.is_empty() {
+        for (axis, b) in block.iter_mut().enumerate().take(nt) {
+            *b = opts.block.get(axis).copied().unwrap_or(1).max(1);
+        }
+    } else {
+        let mut budget: u32 = 256;
+        for (axis, b) in block.iter_mut().enumerate().take(nt) {
+            let t = tiles[nt - 1 - axis].clamp(1, 1024) as u32;
+            *b = t.min(budget).max(1);
+            budget = (budget / *b).max(1);
+        }
+    }
+    let total: u64 = block.iter().map(|b| u64::from(*b)).product();
+    if total > 1024 || block[2] > 64 {
+        return Err(Error::Input {
+            file: String::new(),
+            message: format!(
+                "block {}x{}x{} is larger than CUDA allows (1024 threads, z at most 64)",
+                block[0], block[1], block[2]
+            ),
+        });
+    }
+    Ok(block)
+}
