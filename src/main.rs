@@ -103,8 +103,13 @@ enum Emit {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Target {
+    /// The CPU schedule, compiled with the system C compiler.
     Cpu,
+    /// The GPU kernels, through NVRTC and the CUDA driver.
     Cuda,
+    /// The GPU mapping executed on the CPU: the same mapped and promoted
+    /// tree, blocks and threads as loops (what CI checks without a GPU).
+    Emulate,
 }
 
 fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), Error> {
@@ -172,9 +177,15 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     "the CUDA target is not implemented yet; use --target cpu".into(),
                 ));
             }
-            let (program, options) = load(&common)?;
-            let compiled = compile(&program, &options)?;
+            let (program, mut options) = load(&common)?;
+            if target == Target::Emulate {
+                options.gpu = Some(polyfuse::gpu::GpuOptions::default());
+            }
+            let mut compiled = compile(&program, &options)?;
             compiled.param_values()?;
+            if let Some(emulation) = compiled.emulation_c.clone() {
+                compiled.kernel_c = emulation;
+            }
             let report = cpu::run(
                 &compiled,
                 &RunOptions {
@@ -184,8 +195,13 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 },
             )?;
             println!(
-                "ran {} on the cpu ({} strategy, tile {})",
+                "ran {} on the cpu{} ({} strategy, tile {})",
                 program.name,
+                if target == Target::Emulate {
+                    ", emulating the gpu mapping"
+                } else {
+                    ""
+                },
                 options.strategy.name(),
                 if options.tile.is_empty() {
                     "off".to_string()
