@@ -177,10 +177,10 @@ fn map_to_gpu(
             other => other,
         })?;
     schedule::check_legal(&program.source, &mapped, scop, deps)?;
+    gpu::mapping::check_parallel(&program.source, &mapped, deps)?;
     let tree = ScheduleTree::from_isl(&mapped.get_root()?)?;
     let ast = codegen::build_ast(scop, &mapped)?;
-    let cuda = codegen::cuda::program(program, scop, &ast, &plans)?;
-    let emulation = codegen::c::kernel(program, scop, &ast);
+    let (cuda, emulation) = codegen::cuda::program(program, scop, &ast, &plans)?;
     Ok((tree, cuda, emulation))
 }
 

@@ -46,7 +46,7 @@ pub fn storage_type(t: DType) -> &'static str {
     }
 }
 
-fn header(program: &Program, scop: &Scop, fname: &str, mode: Mode, out: &mut String) {
+pub(crate) fn header(program: &Program, scop: &Scop, fname: &str, mode: Mode, out: &mut String) {
     let _ = writeln!(
         out,
         "void {fname}(const long *pf_params, void **pf_tensors) {{"

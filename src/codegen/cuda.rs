@@ -77,13 +77,22 @@ static __device__ __forceinline__ int pf_iabs(int a) { return a < 0 ? -a : a; }
     s
 }
 
-/// The kernels of `ast` (the AST of the mapped schedule) as CUDA.
+/// The kernels of `ast` (the AST of the mapped schedule) as CUDA, and the
+/// same kernels as C for the CPU (`pf_kernel`).
+///
+/// The C emulation runs every mapped loop cyclically exactly as the GPU
+/// does, over [`EMULATED_BLOCKS`] blocks and the kernel's block size, with
+/// the blocks and the threads taken in *decreasing* order: a mapping that
+/// let one thread or block depend on another one with a higher index would
+/// compute a different result than the reference, and the check fails.
+/// Barriers become no-ops, since each thread's part between two barriers
+/// runs to completion before the next thread's.
 pub fn program(
     program: &Program,
     scop: &Scop,
     ast: &Node,
     plans: &[KernelPlan],
-) -> Result<CudaProgram> {
+) -> Result<(CudaProgram, String)> {
     let mut bodies = Vec::new();
     collect_kernels(ast, &mut Vec::new(), &mut bodies)?;
     let params: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
@@ -125,6 +134,13 @@ pub fn program(
         }
     }
     let mut source = prelude(scop);
+    let mut emulation = String::new();
+    let _ = writeln!(
+        emulation,
+        "/* {}: the GPU mapping emulated on the CPU by polyfuse */",
+        program.name
+    );
+    super::c::header(program, scop, "pf_kernel", Mode::Native, &mut emulation);
     let mut kernels = Vec::new();
     for (mark, body) in &bodies {
         let plan = plans
@@ -148,9 +164,17 @@ pub fn program(
             printer: &printer,
             params: &params,
             has_threads: threads > 1,
+            emulate: None,
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
+        let emu = Ctx {
+            emulate: Some(plan.block),
+            ..ctx
+        };
+        let _ = writeln!(emulation, "  {{ /* {mark} */");
+        emu.node(body, 2, &[], false, &mut emulation);
+        let _ = writeln!(emulation, "  }}");
         kernels.push(Kernel {
             name: mark.clone(),
             grid: plan.grid.clone(),
@@ -159,11 +183,15 @@ pub fn program(
             static_shared: 0,
         });
     }
-    Ok(CudaProgram {
-        source,
-        kernels,
-        args,
-    })
+    emulation.push_str("}\n");
+    Ok((
+        CudaProgram {
+            source,
+            kernels,
+            args,
+        },
+        emulation,
+    ))
 }
 
 /// The kernel marks of the AST in order, each body under the conditions
@@ -219,7 +247,14 @@ struct Ctx<'a> {
     printer: &'a Printer<'a>,
     params: &'a [String],
     has_threads: bool,
+    /// `Some(block)`: print the CPU emulation for this block size.
+    emulate: Option<[u32; 3]>,
 }
+
+/// Blocks per mapped dimension in the CPU emulation: more than one, so the
+/// cyclic distribution is exercised, and few, so that a tile is often
+/// revisited by the same block.
+pub const EMULATED_BLOCKS: u32 = 3;
 
 fn id_of(p: Pending) -> String {
     format!(
@@ -275,7 +310,24 @@ impl Ctx<'_> {
             } => {
                 let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
                 let mut inner_thread = in_thread;
-                if let Some((&p, outer)) = pending.split_last() {
+                if let (Some(block), Some(&p)) = (self.emulate, pending.last()) {
+                    let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+                    let (var, count) = if p.0 {
+                        (format!("pf_thread_{}", p.1), block[axis.min(2)])
+                    } else {
+                        (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
+                    };
+                    let _ = writeln!(
+                        out,
+                        "{pad}for (long {var} = {}; {var} >= 0; {var}--)",
+                        count - 1
+                    );
+                    let _ = writeln!(
+                        out,
+                        "{pad}for (long {iterator} = {init} + {var} * {inc}; {cond}; {iterator} += {count} * {inc}) {{"
+                    );
+                    inner_thread |= p.0;
+                } else if let Some((&p, outer)) = pending.split_last() {
                     // Outer pending mappings lost their loop: index 0 only.
                     let guard = self.guard(outer);
                     if !guard.is_empty() {
@@ -295,7 +347,7 @@ impl Ctx<'_> {
                     );
                 }
                 self.node(body, depth + 1, &[], inner_thread, out);
-                if !inner_thread && self.has_threads && has_work(body) {
+                if self.emulate.is_none() && !inner_thread && self.has_threads && has_work(body) {
                     let _ = writeln!(out, "{pad}  __syncthreads();");
                 }
                 let _ = writeln!(out, "{pad}}}");
@@ -315,7 +367,7 @@ impl Ctx<'_> {
             }
             Node::Block(v) => {
                 for (i, c) in v.iter().enumerate() {
-                    if i > 0 && !in_thread && self.has_threads {
+                    if i > 0 && !in_thread && self.has_threads && self.emulate.is_none() {
                         barrier(out);
                     }
                     self.node(c, depth, pending, in_thread, out);
@@ -352,7 +404,7 @@ impl Ctx<'_> {
                 let st = &self.program.statements[s.source];
                 let text = self.printer.statement(st, s.kind, &env);
                 let mut guard = self.guard(pending);
-                if !in_thread && self.has_threads {
+                if self.emulate.is_none() && !in_thread && self.has_threads {
                     let all = "threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0";
                     guard = if guard.is_empty() {
                         all.to_string()
@@ -372,6 +424,9 @@ impl Ctx<'_> {
     /// `idx == 0` for every mapping in `pending` (their loops have a single
     /// iteration, which one index runs).
     fn guard(&self, pending: &[Pending]) -> String {
+        if self.emulate.is_some() {
+            return String::new();
+        }
         pending
             .iter()
             .map(|p| format!("{} == 0", id_of(*p)))

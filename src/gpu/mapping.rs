@@ -251,3 +251,55 @@ fn thread_block(tiles: &[i64], opts: &GpuOptions) -> Result<[u32; 3]> {
     }
     Ok(block)
 }
+
+/// Checks in isl that the mapping of `schedule` runs no two dependent
+/// instances in parallel.
+///
+/// For every mapped single-member band `b` (under a `block_*` or
+/// `thread_*` mark) with prefix schedule `P` (all loops above it) and
+/// dependences `D` (flow, anti and output), the instances that run in
+/// parallel are those with the same prefix and different values of `b`.
+/// The mapping is legal when no dependence relates two of them:
+///
+/// `D ∩ (P⁻¹ ∘ P) \ (b⁻¹ ∘ b) = ∅`
+///
+/// (pairs with different prefixes are ordered by the loops above, which
+/// every thread of a block executes together, separated by barriers; and
+/// block-mapped bands sit at the top, where the prefix is empty).
+pub fn check_parallel(
+    file: &str,
+    schedule: &Schedule,
+    deps: &crate::deps::Dependences,
+) -> Result<()> {
+    let all = deps.all()?;
+    fn rec(node: ScheduleNode, all: &isl_rs::UnionMap, file: &str) -> Result<()> {
+        if node.get_type()? == ScheduleNodeType::Mark {
+            let name = node.mark_get_id()?.get_name()?.to_string();
+            if name.starts_with("block_") || name.starts_with("thread_") {
+                let band = node.get_child(0)?;
+                let prefix = band.get_prefix_schedule_union_map()?;
+                let member = band.band_get_partial_schedule_union_map()?;
+                let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
+                let same_member = member.copy()?.apply_range(member.reverse()?)?;
+                let parallel = same_prefix.subtract(same_member)?;
+                let violated = all.copy()?.intersect(parallel)?;
+                if !violated.is_empty()? {
+                    return Err(Error::Illegal {
+                        file: file.to_string(),
+                        message: format!(
+                            "illegal GPU mapping: the loop mapped to {} runs dependent instances in parallel: {}",
+                            name.replace('_', "."),
+                            crate::isl::IslPrint::text(&violated.coalesce()?)
+                        ),
+                    });
+                }
+            }
+        }
+        let n = node.n_children()?;
+        for i in 0..n {
+            rec(node.get_child(i)?, all, file)?;
+        }
+        Ok(())
+    }
+    rec(schedule.get_root()?, &all, file)
+}

@@ -1,0 +1,188 @@
+//! The GPU mapping: its legality check in isl, the kernels and launch
+//! bounds it produces, and the CUDA it prints. Execution of the mapped
+//! tree (CPU emulation) for every example is in `tests/examples.rs`.
+
+use std::collections::HashMap;
+
+use polyfuse::frontend::load_str;
+use polyfuse::gpu::{mapping, GpuOptions, KernelArg};
+use polyfuse::isl::{Isl, IslPrint};
+use polyfuse::runtime::cpu::{run, RunOptions};
+use polyfuse::{compile, deps, model, schedule, Error, Options};
+
+fn gemm(m: i64, n: i64, k: i64) -> String {
+    format!(
+        r#"{{ "name": "gemm", "params": {{ "M": {m}, "N": {n}, "K": {k} }},
+             "inputs": {{ "A": {{"dtype": "f32", "shape": ["M", "K"]}}, "B": {{"dtype": "f32", "shape": ["K", "N"]}} }},
+             "outputs": {{ "C": {{"dtype": "f32", "shape": ["M", "N"]}} }},
+             "body": [ "C(i, j) +=! A(i, k) * B(k, j)" ] }}"#
+    )
+}
+
+fn gpu_options(tile: &[i64]) -> Options {
+    Options {
+        tile: tile.to_vec(),
+        gpu: Some(GpuOptions::default()),
+        ..Options::default()
+    }
+}
+
+/// A schedule for gemm with `mark` above the band of iterator `dim`.
+fn gemm_schedule_with_mark(domain: &str, dim: &str) -> String {
+    let band = |d: &str, with_init: bool| {
+        let init = if with_init {
+            format!("S0_init[i, j] -> [({d})]; ")
+        } else {
+            String::new()
+        };
+        format!("[M, N, K] -> [{{ {init}S0[i, j, k] -> [({d})] }}]")
+    };
+    let k_band = band("k", false);
+    let inner = if dim == "k" {
+        format!("{{ mark: \"thread_x\", child: {{ schedule: \"{k_band}\" }} }}")
+    } else {
+        format!("{{ schedule: \"{k_band}\" }}")
+    };
+    let j = if dim == "j" {
+        format!(
+            "{{ mark: \"thread_x\", child: {{ schedule: \"{}\", child: SEQ }} }}",
+            band("j", true)
+        )
+    } else {
+        format!("{{ schedule: \"{}\", child: SEQ }}", band("j", true))
+    };
+    let seq = format!(
+        "{{ sequence: [ {{ filter: \"{{ S0_init[i, j] }}\" }}, {{ filter: \"{{ S0[i, j, k] }}\", child: {inner} }} ] }}"
+    );
+    format!(
+        "{{ domain: \"{domain}\", child: {{ schedule: \"{}\", child: {} }} }}",
+        band("i", true),
+        j.replace("SEQ", &seq)
+    )
+}
+
+#[test]
+fn mapping_a_reduction_loop_to_threads_is_refused() {
+    let p = load_str(&gemm(7, 5, 6), "gemm.json").unwrap();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &p).unwrap();
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let d = deps::compute(&scop, &order).unwrap();
+    let domain = scop.domain().unwrap().text();
+
+    let legal = isl.schedule(&gemm_schedule_with_mark(&domain, "j")).unwrap();
+    schedule::check_legal("gemm.json", &legal, &scop, &d).unwrap();
+    mapping::check_parallel("gemm.json", &legal, &d).unwrap();
+
+    let racy = isl.schedule(&gemm_schedule_with_mark(&domain, "k")).unwrap();
+    // Sequentially the order is fine ...
+    schedule::check_legal("gemm.json", &racy, &scop, &d).unwrap();
+    // ... but the k loop carries the reduction: threads would race on C.
+    match mapping::check_parallel("gemm.json", &racy, &d) {
+        Err(Error::Illegal { message, .. }) => {
+            assert!(message.contains("thread.x"), "{message}");
+            assert!(message.contains("S0[i, j, k]"), "{message}");
+        }
+        other => panic!("expected an illegal-mapping error, got {other:?}"),
+    }
+}
+
+#[test]
+fn gemm_maps_rows_and_columns_to_blocks_and_threads() {
+    let p = load_str(&gemm(100, 70, 33), "gemm.json").unwrap();
+    let c = compile(&p, &gpu_options(&[32, 16, 8])).unwrap();
+    let cuda = c.cuda.as_ref().unwrap();
+    assert_eq!(cuda.kernels.len(), 1);
+    let k = &cuda.kernels[0];
+    // j (tile 16) on x, i (tile 32) on y.
+    let grid = k.grid_dims(&HashMap::new()).unwrap();
+    assert_eq!(grid, [70_u32.div_ceil(16), 100_u32.div_ceil(32), 1]);
+    assert_eq!(k.block, [16, 16, 1]);
+    let src = &cuda.source;
+    for needle in [
+        "extern \"C\" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_A, float *__restrict__ t_B, float *__restrict__ t_C)",
+        "blockIdx.x",
+        "blockIdx.y",
+        "threadIdx.x",
+        "threadIdx.y",
+        "__syncthreads();",
+    ] {
+        assert!(src.contains(needle), "missing {needle} in\n{src}");
+    }
+    // The reduction loop is not mapped: no blockIdx.z / threadIdx.z.
+    assert!(!src.contains("threadIdx.z *"), "{src}");
+    assert_eq!(
+        cuda.args
+            .iter()
+            .map(|a| match a {
+                KernelArg::Tensor { name, .. } => name.clone(),
+                KernelArg::Param { name } => format!("param {name}"),
+            })
+            .collect::<Vec<_>>(),
+        ["A", "B", "C"]
+    );
+    // The mapped tree carries its marks.
+    let tree = c.gpu_tree.as_ref().unwrap().to_string();
+    for m in ["kernel_0", "block_x", "block_y", "thread_x", "thread_y"] {
+        assert!(tree.contains(m), "missing mark {m} in\n{tree}");
+    }
+}
+
+#[test]
+fn softmax_is_four_kernels_and_symbolic_sizes_become_arguments() {
+    let json = r#"{ "name": "softmax", "params": {"N": null, "D": null},
+        "inputs": {"X": {"dtype": "f32", "shape": ["N", "D"]}},
+        "outputs": {"Y": {"dtype": "f32", "shape": ["N", "D"]}},
+        "temps": {"M": {"dtype": "f32", "shape": ["N"]}, "E": {"dtype": "f32", "shape": ["N", "D"]}, "S": {"dtype": "f32", "shape": ["N"]}},
+        "body": ["M(r) max=! X(r, c)", "E(r, c) = exp(X(r, c) - M(r))", "S(r) +=! E(r, c)", "Y(r, c) = E(r, c) / S(r)"] }"#;
+    let p = load_str(json, "softmax.json").unwrap();
+    let c = compile(&p, &gpu_options(&[32])).unwrap();
+    let cuda = c.cuda.as_ref().unwrap();
+    assert_eq!(cuda.kernels.len(), 4, "{}", cuda.source);
+    let params: HashMap<String, i64> = [("N".to_string(), 1000), ("D".to_string(), 77)].into();
+    // Row reductions: one block dimension over rows.
+    assert_eq!(cuda.kernels[0].grid_dims(&params).unwrap(), [32, 1, 1]);
+    // Elementwise: columns on x, rows on y.
+    assert_eq!(cuda.kernels[1].grid_dims(&params).unwrap(), [3, 32, 1]);
+    assert!(cuda.source.contains("long p_N, long p_D)"), "{}", cuda.source);
+    assert!(cuda
+        .args
+        .iter()
+        .any(|a| matches!(a, KernelArg::Param { name } if name == "D")));
+}
+
+#[test]
+fn emulation_of_the_mapping_matches_the_reference_with_grids_and_blocks_of_any_size() {
+    // Blocks smaller than tiles (each thread runs several points) and a
+    // grid smaller than the number of tiles (each block several tiles).
+    let p = load_str(&gemm(45, 38, 21), "gemm.json").unwrap();
+    for block in [vec![], vec![8, 4], vec![32, 32], vec![1, 1]] {
+        for grid in [vec![], vec![2, 1]] {
+            let mut o = gpu_options(&[16, 8, 4]);
+            o.gpu = Some(GpuOptions {
+                block: block.clone(),
+                grid: grid.clone(),
+                ..GpuOptions::default()
+            });
+            let mut c = compile(&p, &o).unwrap();
+            if !grid.is_empty() {
+                let g = c.cuda.as_ref().unwrap().kernels[0]
+                    .grid_dims(&HashMap::new())
+                    .unwrap();
+                assert_eq!(g, [2, 1, 1]);
+            }
+            c.kernel_c = c.emulation_c.clone().unwrap();
+            let r = run(
+                &c,
+                &RunOptions {
+                    check: true,
+                    bench_runs: 0,
+                    seed: 11,
+                },
+            )
+            .unwrap();
+            let check = r.check.unwrap();
+            assert!(check.ok, "block {block:?} grid {grid:?}: {}", check.line());
+        }
+    }
+}
