@@ -77,6 +77,17 @@ struct Common {
     /// Do not tile.
     #[arg(long)]
     no_tile: bool,
+    /// GPU: threads per block along x,y,z (e.g. 32,8); default: from the
+    /// tile sizes, at most 256 threads.
+    #[arg(long, value_delimiter = ',')]
+    block: Vec<u32>,
+    /// GPU: at most this many blocks along x,y,z (blocks then run several
+    /// tiles each); default: one block per tile.
+    #[arg(long, value_delimiter = ',')]
+    grid: Vec<u32>,
+    /// GPU: do not promote tiles to shared memory.
+    #[arg(long)]
+    no_shared: bool,
     /// Keep point loops where tiling put them (no TC-style sinking below
     /// inner tile loops).
     #[arg(long)]
@@ -136,7 +147,23 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         sink: !common.no_sink,
         gpu: None,
     };
+    if common.block.iter().any(|b| *b == 0) || common.grid.iter().any(|g| *g == 0) {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message: "--block and --grid sizes must be at least 1".into(),
+        });
+    }
     Ok((program, options))
+}
+
+/// The GPU options from the command line.
+fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
+    polyfuse::gpu::GpuOptions {
+        block: common.block.clone(),
+        grid: common.grid.clone(),
+        shared: !common.no_shared,
+        ..Default::default()
+    }
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
@@ -144,7 +171,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Schedule { common, emit } => {
             let (program, mut options) = load(&common)?;
             if matches!(emit, Emit::Cuda) {
-                options.gpu = Some(polyfuse::gpu::GpuOptions::default());
+                options.gpu = Some(gpu_options(&common));
             }
             let compiled = compile(&program, &options)?;
             match emit {
@@ -179,7 +206,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             let (program, mut options) = load(&common)?;
             if target == Target::Emulate {
-                options.gpu = Some(polyfuse::gpu::GpuOptions::default());
+                options.gpu = Some(gpu_options(&common));
             }
             let mut compiled = compile(&program, &options)?;
             compiled.param_values()?;

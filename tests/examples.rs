@@ -1,7 +1,8 @@
 //! Executes every program in `examples/` through the command line and checks
 //! it against the f64 reference: `polyfuse run FILE --target cpu --check`,
-//! under every scheduling strategy, with tiling on and off, at the default
-//! sizes and at sizes that are no multiple of the tile sizes.
+//! under every scheduling strategy, with tiling on and off, and the GPU
+//! mapping emulated on the CPU (`--target emulate`), at the default sizes
+//! and at sizes that are no multiple of the tile sizes.
 //!
 //! One test function per example, so that a failure names the example; each
 //! runs all its variants and reports every failing one, not just the first.
@@ -45,9 +46,20 @@ fn check_example(name: &str, odd_sizes: &[(&str, i64)]) {
         .flat_map(|(p, v)| ["--param".to_string(), format!("{p}={v}")])
         .collect();
     let sizes: [(&str, Vec<String>); 2] = [("default sizes", Vec::new()), ("odd sizes", odd)];
-    let tilings: [(&str, Vec<String>); 2] = [
-        ("tiled", Vec::new()),
-        ("untiled", vec!["--no-tile".to_string()]),
+    let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    // CPU schedules tiled and untiled; the GPU mapping emulated on the CPU
+    // with default tiles and blocks, and with blocks smaller than the tiles
+    // and a grid smaller than the number of tiles.
+    let tilings: [(&str, Vec<String>); 4] = [
+        ("cpu, tiled", strs(&["--target", "cpu"])),
+        ("cpu, untiled", strs(&["--target", "cpu", "--no-tile"])),
+        ("gpu emulated", strs(&["--target", "emulate"])),
+        (
+            "gpu emulated, small blocks and grid",
+            strs(&[
+                "--target", "emulate", "--tile", "16,8,4", "--block", "4,2", "--grid", "2,3",
+            ]),
+        ),
     ];
 
     let mut failures = Vec::new();
@@ -59,8 +71,6 @@ fn check_example(name: &str, odd_sizes: &[(&str, i64)]) {
                 let mut args: Vec<String> = vec![
                     "run".into(),
                     file.display().to_string(),
-                    "--target".into(),
-                    "cpu".into(),
                     "--check".into(),
                     "--strategy".into(),
                     strategy.into(),

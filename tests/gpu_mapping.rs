@@ -70,17 +70,21 @@ fn mapping_a_reduction_loop_to_threads_is_refused() {
     let d = deps::compute(&scop, &order).unwrap();
     let domain = scop.domain().unwrap().text();
 
-    let legal = isl.schedule(&gemm_schedule_with_mark(&domain, "j")).unwrap();
+    let legal = isl
+        .schedule(&gemm_schedule_with_mark(&domain, "j"))
+        .unwrap();
     schedule::check_legal("gemm.json", &legal, &scop, &d).unwrap();
     mapping::check_parallel("gemm.json", &legal, &d).unwrap();
 
-    let racy = isl.schedule(&gemm_schedule_with_mark(&domain, "k")).unwrap();
+    let racy = isl
+        .schedule(&gemm_schedule_with_mark(&domain, "k"))
+        .unwrap();
     // Sequentially the order is fine ...
     schedule::check_legal("gemm.json", &racy, &scop, &d).unwrap();
     // ... but the k loop carries the reduction: threads would race on C.
     match mapping::check_parallel("gemm.json", &racy, &d) {
         Err(Error::Illegal { message, .. }) => {
-            assert!(message.contains("thread.x"), "{message}");
+            assert!(message.contains("threadIdx.x"), "{message}");
             assert!(message.contains("S0[i, j, k]"), "{message}");
         }
         other => panic!("expected an illegal-mapping error, got {other:?}"),
@@ -123,7 +127,7 @@ fn gemm_maps_rows_and_columns_to_blocks_and_threads() {
     );
     // The mapped tree carries its marks.
     let tree = c.gpu_tree.as_ref().unwrap().to_string();
-    for m in ["kernel_0", "block_x", "block_y", "thread_x", "thread_y"] {
+    for m in ["kernel_0", "block_x_", "block_y_", "thread_x_", "thread_y_"] {
         assert!(tree.contains(m), "missing mark {m} in\n{tree}");
     }
 }
@@ -144,7 +148,11 @@ fn softmax_is_four_kernels_and_symbolic_sizes_become_arguments() {
     assert_eq!(cuda.kernels[0].grid_dims(&params).unwrap(), [32, 1, 1]);
     // Elementwise: columns on x, rows on y.
     assert_eq!(cuda.kernels[1].grid_dims(&params).unwrap(), [3, 32, 1]);
-    assert!(cuda.source.contains("long p_N, long p_D)"), "{}", cuda.source);
+    assert!(
+        cuda.source.contains("long p_N, long p_D)"),
+        "{}",
+        cuda.source
+    );
     assert!(cuda
         .args
         .iter()

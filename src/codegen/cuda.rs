@@ -23,7 +23,7 @@ use super::ast::{c_expr, Expr, Node, Op};
 use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
-use crate::gpu::mapping::KernelPlan;
+use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::model::Scop;
 
@@ -238,8 +238,8 @@ fn collect_kernels(n: &Node, conds: &mut Vec<Expr>, out: &mut Vec<(String, Node)
     Ok(())
 }
 
-/// A mapping still waiting for its loop: (thread?, axis).
-type Pending = (bool, char);
+/// A mapping still waiting for its loop: (thread?, axis, loop iterator).
+type Pending = (bool, char, String);
 
 struct Ctx<'a> {
     program: &'a Program,
@@ -256,15 +256,11 @@ struct Ctx<'a> {
 /// revisited by the same block.
 pub const EMULATED_BLOCKS: u32 = 3;
 
-fn id_of(p: Pending) -> String {
-    format!(
-        "{}.{}",
-        if p.0 { "threadIdx" } else { "blockIdx" },
-        p.1
-    )
+fn id_of(p: &Pending) -> String {
+    format!("{}.{}", if p.0 { "threadIdx" } else { "blockIdx" }, p.1)
 }
 
-fn count_of(p: Pending) -> String {
+fn count_of(p: &Pending) -> String {
     format!("{}.{}", if p.0 { "blockDim" } else { "gridDim" }, p.1)
 }
 
@@ -310,43 +306,55 @@ impl Ctx<'_> {
             } => {
                 let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
                 let mut inner_thread = in_thread;
-                if let (Some(block), Some(&p)) = (self.emulate, pending.last()) {
-                    let axis = (p.1 as u8).saturating_sub(b'x') as usize;
-                    let (var, count) = if p.0 {
-                        (format!("pf_thread_{}", p.1), block[axis.min(2)])
-                    } else {
-                        (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
-                    };
-                    let _ = writeln!(
-                        out,
-                        "{pad}for (long {var} = {}; {var} >= 0; {var}--)",
-                        count - 1
-                    );
-                    let _ = writeln!(
-                        out,
-                        "{pad}for (long {iterator} = {init} + {var} * {inc}; {cond}; {iterator} += {count} * {inc}) {{"
-                    );
-                    inner_thread |= p.0;
-                } else if let Some((&p, outer)) = pending.split_last() {
-                    // Outer pending mappings lost their loop: index 0 only.
-                    let guard = self.guard(outer);
-                    if !guard.is_empty() {
-                        let _ = writeln!(out, "{pad}if ({guard})");
+                let matched = pending.iter().position(|p| &p.2 == iterator);
+                let mut inner_pending: Vec<Pending> = Vec::new();
+                match matched {
+                    Some(k) if self.emulate.is_some() => {
+                        let p = &pending[k];
+                        let block = self.emulate.unwrap_or([1, 1, 1]);
+                        let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+                        let (var, count) = if p.0 {
+                            (format!("pf_thread_{}", p.1), block[axis.min(2)])
+                        } else {
+                            (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
+                        };
+                        let _ = writeln!(
+                            out,
+                            "{pad}for (long {var} = {}; {var} >= 0; {var}--)",
+                            count - 1
+                        );
+                        let _ = writeln!(
+                            out,
+                            "{pad}for (long {iterator} = {init} + {var} * {inc}; {cond}; {iterator} += {count} * {inc}) {{"
+                        );
+                        inner_thread |= p.0;
                     }
-                    let _ = writeln!(
-                        out,
-                        "{pad}for (long {iterator} = {init} + (long){} * {inc}; {cond}; {iterator} += (long){} * {inc}) {{",
-                        id_of(p),
-                        count_of(p)
-                    );
-                    inner_thread |= p.0;
-                } else {
-                    let _ = writeln!(
-                        out,
-                        "{pad}for (long {iterator} = {init}; {cond}; {iterator} += {inc}) {{"
-                    );
+                    Some(k) => {
+                        let p = &pending[k];
+                        // Mappings above this one lost their loop: index 0.
+                        let guard = self.guard(&pending[..k]);
+                        if !guard.is_empty() {
+                            let _ = writeln!(out, "{pad}if ({guard})");
+                        }
+                        let _ = writeln!(
+                            out,
+                            "{pad}for (long {iterator} = {init} + (long){} * {inc}; {cond}; {iterator} += (long){} * {inc}) {{",
+                            id_of(p),
+                            count_of(p)
+                        );
+                        inner_thread |= p.0;
+                    }
+                    None => {
+                        // A loop of an unmapped member (or of a deeper band
+                        // while a mapped member has a single iteration).
+                        inner_pending = pending.to_vec();
+                        let _ = writeln!(
+                            out,
+                            "{pad}for (long {iterator} = {init}; {cond}; {iterator} += {inc}) {{"
+                        );
+                    }
                 }
-                self.node(body, depth + 1, &[], inner_thread, out);
+                self.node(body, depth + 1, &inner_pending, inner_thread, out);
                 if self.emulate.is_none() && !inner_thread && self.has_threads && has_work(body) {
                     let _ = writeln!(out, "{pad}  __syncthreads();");
                 }
@@ -373,23 +381,17 @@ impl Ctx<'_> {
                     self.node(c, depth, pending, in_thread, out);
                 }
             }
-            Node::Mark { name, body } => {
-                let mapped = name
-                    .strip_prefix("block_")
-                    .map(|a| (false, a))
-                    .or_else(|| name.strip_prefix("thread_").map(|a| (true, a)));
-                match mapped {
-                    Some((thread, axis)) => {
-                        let mut p = pending.to_vec();
-                        p.push((thread, axis.chars().next().unwrap_or('x')));
-                        self.node(body, depth, &p, in_thread, out);
-                    }
-                    None => {
-                        let _ = writeln!(out, "{pad}/* {name} */");
-                        self.node(body, depth, pending, in_thread, out);
-                    }
+            Node::Mark { name, body } => match parse_mapping_mark(name) {
+                Some(m) => {
+                    let mut p = pending.to_vec();
+                    p.push(m);
+                    self.node(body, depth, &p, in_thread, out);
                 }
-            }
+                None => {
+                    let _ = writeln!(out, "{pad}/* {name} */");
+                    self.node(body, depth, pending, in_thread, out);
+                }
+            },
             Node::User { statement, args } => {
                 let s = self
                     .scop
@@ -429,7 +431,7 @@ impl Ctx<'_> {
         }
         pending
             .iter()
-            .map(|p| format!("{} == 0", id_of(*p)))
+            .map(|p| format!("{} == 0", id_of(p)))
             .collect::<Vec<_>>()
             .join(" && ")
     }

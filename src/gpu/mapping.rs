@@ -21,9 +21,12 @@
 //! threads of the block together, separated by barriers.
 //!
 //! The result keeps every mapping decision in the tree as marks
-//! (`kernel_K`, `block_x`, `thread_y`, ...), one above each single-member
-//! band that is mapped, so that the printers find the mapped loops in the
-//! AST isl builds from it.
+//! (`kernel_K`, `block_x_D`, `thread_y_D`, ...), one above each
+//! single-member band that is mapped, `D` being the band's schedule depth:
+//! isl names the loop of schedule dimension `D` `cD`, which is how the
+//! printers find the mapped loop in the AST (and know that a member isl
+//! generated no loop for, because it has one iteration, is not mapped to
+//! some deeper loop).
 
 use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, Val};
 
@@ -152,17 +155,18 @@ fn map_kernel(
         node = node.band_split(nb as i32)?;
     }
     // Block bands: one member each, under a mark naming its axis.
-    for j in 0..nb {
+    for (j, &size) in member_tile.iter().enumerate().take(nb) {
         if j + 1 < nb {
             node = node.band_split(1)?;
         }
         let axis = nb - 1 - j;
-        let count = tile_count(scop, &node, member_tile[j])?;
+        let count = tile_count(scop, &node, size)?;
         plan.grid[axis] = match opts.grid.get(axis) {
             Some(cap) => Expr::Op(Op::Min, vec![count, Expr::Int(i64::from(*cap))]),
             None => count,
         };
-        node = node.insert_mark(mark(isl, &format!("block_{}", AXES[axis]))?)?;
+        let depth = node.get_schedule_depth()?;
+        node = node.insert_mark(mark(isl, &format!("block_{}_{depth}", AXES[axis]))?)?;
         node = node.child(0)?.child(0)?; // mark -> band -> below
     }
     plan.block_dims = nb;
@@ -181,7 +185,8 @@ fn map_kernel(
                     node = node.band_split(1)?;
                 }
                 let axis = nt - 1 - j;
-                node = node.insert_mark(mark(isl, &format!("thread_{}", AXES[axis]))?)?;
+                let depth = node.get_schedule_depth()?;
+                node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
             }
             plan.thread_dims = nt;
@@ -288,7 +293,7 @@ pub fn check_parallel(
                         file: file.to_string(),
                         message: format!(
                             "illegal GPU mapping: the loop mapped to {} runs dependent instances in parallel: {}",
-                            name.replace('_', "."),
+                            mapped_index(&name).unwrap_or(name.clone()),
                             crate::isl::IslPrint::text(&violated.coalesce()?)
                         ),
                     });
@@ -302,4 +307,28 @@ pub fn check_parallel(
         Ok(())
     }
     rec(schedule.get_root()?, &all, file)
+}
+
+/// `blockIdx.x` for a mark `block_x_D`, `threadIdx.y` for `thread_y_D`.
+pub fn mapped_index(mark: &str) -> Option<String> {
+    let (kind, rest) = if let Some(r) = mark.strip_prefix("block_") {
+        ("blockIdx", r)
+    } else {
+        ("threadIdx", mark.strip_prefix("thread_")?)
+    };
+    let axis = rest.split('_').next()?;
+    Some(format!("{kind}.{axis}"))
+}
+
+/// The mapping a mark stands for: (thread?, axis, name of the AST loop).
+pub fn parse_mapping_mark(mark: &str) -> Option<(bool, char, String)> {
+    let (thread, rest) = if let Some(r) = mark.strip_prefix("block_") {
+        (false, r)
+    } else {
+        (true, mark.strip_prefix("thread_")?)
+    };
+    let (axis, depth) = rest.split_once('_')?;
+    let axis = axis.chars().next()?;
+    let depth: usize = depth.parse().ok()?;
+    Some((thread, axis, format!("c{depth}")))
 }
