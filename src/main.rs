@@ -147,7 +147,7 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         sink: !common.no_sink,
         gpu: None,
     };
-    if common.block.iter().any(|b| *b == 0) || common.grid.iter().any(|g| *g == 0) {
+    if common.block.contains(&0) || common.grid.contains(&0) {
         return Err(Error::Input {
             file: program.source.clone(),
             message: "--block and --grid sizes must be at least 1".into(),

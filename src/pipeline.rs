@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use crate::codegen::{self, c::Boxes};
 use crate::deps;
-use crate::gpu::{self, CudaProgram, GpuOptions};
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
+use crate::gpu::{self, CudaProgram, GpuOptions};
 use crate::isl::{aff_in_params, Isl, IslPrint};
 use crate::model::{self, ModelTensor};
 use crate::schedule::{self, ScheduleTree, Strategy};
@@ -117,7 +117,15 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     let gpu = match &options.gpu {
-        Some(g) => Some(map_to_gpu(&isl, program, &scop, &deps, sched.copy()?, options, g)?),
+        Some(g) => Some(map_to_gpu(
+            &isl,
+            program,
+            &scop,
+            &deps,
+            sched.copy()?,
+            options,
+            g,
+        )?),
         None => None,
     };
     let tiled = schedule::tile(&isl, sched, &options.tile)?;
