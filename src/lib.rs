@@ -5,6 +5,7 @@
 //! [`compile`] drives it for one program and returns plain data; isl objects
 //! never leave it.
 
+pub mod capi;
 pub mod codegen;
 pub mod deps;
 pub mod error;

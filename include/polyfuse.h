@@ -1,0 +1,186 @@
+/*
+ * polyfuse.h: the C ABI of polyfuse, a polyhedral compiler for small
+ * machine-learning kernels. Usable from C99 and C++.
+ *
+ * A context holds one program (the JSON program format) and its options;
+ * pf_compile turns it into a result: CUDA kernels with their launch
+ * configuration and argument order (target "cuda"), or C source (target
+ * "cpu"), plus the schedule tree.
+ *
+ * Conventions
+ * - Every function that can fail returns a pf_status: PF_OK or an error
+ *   code. The codes mirror the command line's exit statuses (2 bad input or
+ *   illegal transformation, 3 environment, 4 internal). No function unwinds
+ *   or aborts: a bug inside polyfuse is PF_ERR_INTERNAL.
+ * - Handles are opaque and never dereferenced by the library: a null,
+ *   destroyed or forged handle is refused with PF_ERR_INVALID_HANDLE, so
+ *   destroying a handle twice is an error, not a crash.
+ * - The message of a failed call is kept on the handle it was about
+ *   (pf_context_error_message, pf_result_error_message) and on the calling
+ *   thread (pf_last_error_message).
+ * - Every char * handed out is owned by the caller and freed with
+ *   pf_string_free (pf_version's static string excepted).
+ * - Contexts are independent: several threads may compile with several
+ *   contexts at once. Calls on one context are serialised. A result is
+ *   immutable and may be queried from several threads.
+ * - "params" arrays hold the values of the parameters that have no
+ *   compile-time value, in pf_result_param_name order
+ *   (pf_result_num_params of them; may be NULL when there are none).
+ *
+ * Link with -lpolyfuse (libpolyfuse.so or libpolyfuse.a; the static
+ * library also needs -lpthread -ldl -lm).
+ */
+#ifndef POLYFUSE_H
+#define POLYFUSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI version this header describes; compare with pf_abi_version(). */
+#define PF_ABI_VERSION 1
+
+typedef int32_t pf_status;
+enum {
+    PF_OK = 0,
+    PF_ERR_INPUT = 2,            /* bad JSON, program or option; illegal transformation */
+    PF_ERR_ENVIRONMENT = 3,      /* no CUDA driver, NVRTC or CUDA context */
+    PF_ERR_INTERNAL = 4,         /* a bug in polyfuse */
+    PF_ERR_INVALID_HANDLE = 5,   /* null, destroyed or forged handle or string */
+    PF_ERR_INVALID_ARGUMENT = 6  /* null output, index out of range, not UTF-8, wrong target */
+};
+
+typedef int32_t pf_dtype;
+enum {
+    PF_DTYPE_F32 = 0,
+    PF_DTYPE_F16 = 1, /* stored as 16-bit IEEE half */
+    PF_DTYPE_BF16 = 2, /* stored as 16-bit bfloat16 */
+    PF_DTYPE_F64 = 3,
+    PF_DTYPE_I32 = 4
+};
+
+typedef int32_t pf_arg_kind;
+enum {
+    PF_ARG_TENSOR = 0, /* a device pointer */
+    PF_ARG_PARAM = 1   /* a parameter value, passed as a 64-bit long */
+};
+
+typedef struct pf_context pf_context;
+typedef struct pf_result pf_result;
+
+/* The CUDA driver's stream type, declared here so that no cuda.h is needed;
+ * pass a CUstream or a cudaStream_t. */
+typedef struct CUstream_st *CUstream;
+
+/* ---- version, strings, errors ---------------------------------------- */
+
+/* The library version, e.g. "0.1.0"; static, do not free. */
+const char *pf_version(void);
+/* PF_ABI_VERSION of the library. */
+int32_t pf_abi_version(void);
+/* Frees a string handed out by polyfuse; NULL is ignored; a string freed
+ * already or not handed out is refused (PF_ERR_INVALID_HANDLE). */
+pf_status pf_string_free(char *s);
+/* The message of the latest failed call on this thread, or NULL. */
+char *pf_last_error_message(void);
+/* The message of the latest call on ctx if it failed, or NULL. */
+char *pf_context_error_message(const pf_context *ctx);
+/* The message of the latest call on result if it failed, or NULL. */
+char *pf_result_error_message(const pf_result *result);
+
+/* ---- contexts -------------------------------------------------------- */
+
+/* A context with the defaults: target cpu, strategy isl, tile 32, sinking
+ * on, GPU block and grid chosen by polyfuse, shared-memory promotion on. */
+pf_status pf_context_create(pf_context **out);
+/* Results compiled from ctx stay valid. */
+pf_status pf_context_destroy(pf_context *ctx);
+/* Loads a program from JSON text, replacing any program loaded before. */
+pf_status pf_context_load_json(pf_context *ctx, const char *json);
+/* Loads a program file. */
+pf_status pf_context_load_file(pf_context *ctx, const char *path);
+/* "cpu" or "cuda". */
+pf_status pf_context_set_target(pf_context *ctx, const char *target);
+/* "isl", "min", "max" or "canonical". */
+pf_status pf_context_set_strategy(pf_context *ctx, const char *strategy);
+/* "NAME=VALUE" (a positive integer); overrides the file. */
+pf_status pf_context_set_param(pf_context *ctx, const char *assignment);
+/* Tile sizes per band member (the last repeats); count 0: no tiling. */
+pf_status pf_context_set_tile(pf_context *ctx, const int64_t *sizes, size_t count);
+/* Sink point loops below inner tile loops (TC's tiling): nonzero on. */
+pf_status pf_context_set_sink(pf_context *ctx, int enabled);
+/* GPU threads per block, x, y, z (1 to 3 values); count 0: automatic. */
+pf_status pf_context_set_block(pf_context *ctx, const uint32_t *sizes, size_t count);
+/* Upper bounds on GPU blocks, x, y, z; count 0: one block per tile. */
+pf_status pf_context_set_grid(pf_context *ctx, const uint32_t *sizes, size_t count);
+/* Shared-memory promotion: nonzero on. */
+pf_status pf_context_set_shared(pf_context *ctx, int enabled);
+/* Directives as JSON (the program's "schedule" key); NULL clears them.
+ * Not implemented yet: pf_compile then fails with PF_ERR_INPUT. */
+pf_status pf_context_set_directives(pf_context *ctx, const char *json);
+/* Compiles the loaded program under the context's options. */
+pf_status pf_compile(pf_context *ctx, pf_result **out);
+
+/* ---- results ---------------------------------------------------------- */
+
+pf_status pf_result_destroy(pf_result *result);
+/* "cpu" or "cuda". */
+pf_status pf_result_target(const pf_result *result, char **out);
+/* CUDA kernels, to be launched in index order on one stream; 0 for cpu. */
+pf_status pf_result_num_kernels(const pf_result *result, size_t *out);
+/* The kernel's extern "C" __global__ function name in the CUDA source. */
+pf_status pf_result_kernel_name(const pf_result *result, size_t kernel, char **out);
+/* The complete CUDA source of all kernels (NVRTC or nvcc). */
+pf_status pf_result_cuda_source(const pf_result *result, char **out);
+/* Threads per block: block[0..2] = x, y, z. */
+pf_status pf_result_kernel_block(const pf_result *result, size_t kernel, uint32_t *block);
+/* Blocks for the given parameter values: grid[0..2] = x, y, z. A zero
+ * dimension means there is nothing to do: skip the kernel. */
+pf_status pf_result_kernel_grid(const pf_result *result, size_t kernel, const int64_t *params,
+                                size_t num_params, uint32_t *grid);
+/* Dynamic shared memory to launch with, and static shared memory the
+ * kernel declares, in bytes; either output may be NULL. */
+pf_status pf_result_kernel_shared_memory(const pf_result *result, size_t kernel,
+                                         size_t *dynamic_bytes, size_t *static_bytes);
+/* Parameters without a compile-time value (the entries of params arrays). */
+pf_status pf_result_num_params(const pf_result *result, size_t *out);
+pf_status pf_result_param_name(const pf_result *result, size_t index, char **out);
+/* Kernel arguments in order: one per tensor (inputs, outputs, temps), then
+ * one per parameter without a compile-time value. */
+pf_status pf_result_num_args(const pf_result *result, size_t *out);
+pf_status pf_result_arg_kind(const pf_result *result, size_t index, pf_arg_kind *out);
+pf_status pf_result_arg_name(const pf_result *result, size_t index, char **out);
+/* Tensor arguments only: element type, rank, extents. */
+pf_status pf_result_arg_dtype(const pf_result *result, size_t index, pf_dtype *out);
+pf_status pf_result_arg_rank(const pf_result *result, size_t index, size_t *out);
+/* Extent as text in the parameters, e.g. "M" or "H - 2". */
+pf_status pf_result_arg_dim(const pf_result *result, size_t index, size_t dim, char **out);
+/* Extent for the given parameter values. */
+pf_status pf_result_arg_extent(const pf_result *result, size_t index, size_t dim,
+                               const int64_t *params, size_t num_params, int64_t *out);
+/* Bytes to allocate for the tensor (row-major, storage type). */
+pf_status pf_result_arg_bytes(const pf_result *result, size_t index, const int64_t *params,
+                              size_t num_params, size_t *out);
+/* The final schedule tree as text (for cuda, the mapped tree). */
+pf_status pf_result_schedule_tree(const pf_result *result, char **out);
+/* C source: void pf_kernel(const long *pf_params, void **pf_tensors), where
+ * pf_params holds every parameter in file order and pf_tensors the tensor
+ * arguments in order. Available for both targets. */
+pf_status pf_result_c_source(const pf_result *result, char **out);
+/* Launches kernel `kernel` on `stream` (NULL: the default stream of the
+ * thread's current CUDA context) with the caller's device buffers:
+ * device_ptrs holds one device pointer per tensor argument, in argument
+ * order, each at least pf_result_arg_bytes large. Compiles with NVRTC on
+ * first use in a CUDA context. Returns once the launch is queued.
+ * PF_ERR_ENVIRONMENT when there is no CUDA driver, NVRTC or context. */
+pf_status pf_result_launch(const pf_result *result, size_t kernel, const int64_t *params,
+                           void **device_ptrs, CUstream stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* POLYFUSE_H */

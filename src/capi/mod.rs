@@ -1,0 +1,1316 @@
+//! The C ABI (`include/polyfuse.h`): an `extern "C"` layer over
+//! [`crate::compile`] for C and C++ programs that embed polyfuse without
+//! Rust in their build. It holds no compiler logic of its own: it parses
+//! C arguments, calls the library, and hands back plain values.
+//!
+//! Three rules shape every function here:
+//! - Nothing unwinds across the boundary: each entry runs its body under
+//!   `catch_unwind` and turns a panic into `PF_ERR_INTERNAL`.
+//! - Handles are never dereferenced: they are registry numbers (see
+//!   [`handles`]), so null, freed and forged handles are refused with
+//!   `PF_ERR_INVALID_HANDLE`.
+//! - Errors are a status (the exit statuses of the command line: 2 bad input
+//!   or illegal transformation, 3 environment, 4 internal; 5 and 6 for
+//!   misuse of the ABI itself) plus a message, kept on the handle the call
+//!   was about and, for every call, on the calling thread.
+//!
+//! The header and these definitions are kept in step by
+//! `scripts/check-abi.sh`, which CI runs: every `pf_` declaration of the
+//! header must have a definition here with the same parameter and return
+//! types, and the reverse.
+#![allow(non_camel_case_types)]
+
+mod handles;
+mod launch;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::frontend::{self, ast::DType, ast::Program};
+use crate::gpu::{GpuOptions, KernelArg};
+use crate::pipeline::{compile, Compiled, Options};
+use crate::schedule::Strategy;
+use crate::Error;
+
+use handles::Object;
+
+/// Status of every call; `PF_OK` or one of the `PF_ERR_` codes.
+pub type pf_status = i32;
+pub const PF_OK: pf_status = 0;
+/// Bad input: JSON, program, option value; or an illegal transformation.
+pub const PF_ERR_INPUT: pf_status = 2;
+/// Something the machine lacks: the CUDA driver, NVRTC, a CUDA context.
+pub const PF_ERR_ENVIRONMENT: pf_status = 3;
+/// A bug in polyfuse (including a caught panic).
+pub const PF_ERR_INTERNAL: pf_status = 4;
+/// A null, freed or never-issued handle or string.
+pub const PF_ERR_INVALID_HANDLE: pf_status = 5;
+/// A null output pointer, an index out of range, a string that is not
+/// UTF-8, or a query the result cannot answer (CUDA source of a CPU result).
+pub const PF_ERR_INVALID_ARGUMENT: pf_status = 6;
+
+/// Element type of a tensor argument.
+pub type pf_dtype = i32;
+pub const PF_DTYPE_F32: pf_dtype = 0;
+pub const PF_DTYPE_F16: pf_dtype = 1;
+pub const PF_DTYPE_BF16: pf_dtype = 2;
+pub const PF_DTYPE_F64: pf_dtype = 3;
+pub const PF_DTYPE_I32: pf_dtype = 4;
+
+/// What an argument of the kernels is.
+pub type pf_arg_kind = i32;
+pub const PF_ARG_TENSOR: pf_arg_kind = 0;
+pub const PF_ARG_PARAM: pf_arg_kind = 1;
+
+/// The version of the ABI this library implements (`PF_ABI_VERSION`).
+pub const ABI_VERSION: i32 = 1;
+
+/// A compiler context: one program, its options. Opaque.
+#[repr(C)]
+pub struct pf_context {
+    _private: [u8; 0],
+}
+
+/// What one compilation produced. Opaque; immutable once made, so it may be
+/// queried from several threads at once.
+#[repr(C)]
+pub struct pf_result {
+    _private: [u8; 0],
+}
+
+/// The CUDA driver's stream type, declared opaque so that the header needs
+/// no `cuda.h`; the same pointer type as the driver's `CUstream`.
+#[repr(C)]
+pub struct CUstream_st {
+    _private: [u8; 0],
+}
+pub type CUstream = *mut CUstream_st;
+
+/// Where the compiled program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Cpu,
+    Cuda,
+}
+
+/// The state behind a `pf_context`.
+pub(crate) struct ContextState {
+    program: Option<Program>,
+    target: Target,
+    options: Options,
+    gpu: GpuOptions,
+    /// `NAME=VALUE` overrides, applied at compile time so that options may
+    /// be set before the program is loaded.
+    params: Vec<(String, i64)>,
+    /// Replaces the program's `schedule` key when set.
+    directives: Option<serde_json::Value>,
+    last_error: Option<String>,
+}
+
+/// The state behind a `pf_result`.
+pub(crate) struct ResultState {
+    compiled: Compiled,
+    target: Target,
+    /// Kernel arguments in order: tensors, then symbolic parameters.
+    args: Vec<KernelArg>,
+    /// Every parameter with a compile-time value.
+    fixed: HashMap<String, i64>,
+    /// The parameters without one, in the order callers pass their values.
+    symbolic: Vec<String>,
+    last_error: Mutex<Option<String>>,
+    modules: Mutex<launch::Modules>,
+}
+
+/// A failed call: its status and message.
+pub(crate) struct Failure {
+    status: pf_status,
+    message: String,
+}
+
+impl Failure {
+    fn new(status: pf_status, message: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            message: message.into(),
+        }
+    }
+    fn argument(message: impl Into<String>) -> Failure {
+        Failure::new(PF_ERR_INVALID_ARGUMENT, message)
+    }
+    fn input(message: impl Into<String>) -> Failure {
+        Failure::new(PF_ERR_INPUT, message)
+    }
+    pub(crate) fn environment(message: impl Into<String>) -> Failure {
+        Failure::new(PF_ERR_ENVIRONMENT, message)
+    }
+    pub(crate) fn internal(message: impl Into<String>) -> Failure {
+        Failure::new(PF_ERR_INTERNAL, message)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let status = match e.exit_code() {
+            2 => PF_ERR_INPUT,
+            3 => PF_ERR_ENVIRONMENT,
+            _ => PF_ERR_INTERNAL,
+        };
+        Failure::new(status, e.to_string())
+    }
+}
+
+type Outcome<T = ()> = Result<T, Failure>;
+
+thread_local! {
+    /// The message of the latest failed call on this thread.
+    static LAST_ERROR: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    format!("internal error: {what}")
+}
+
+/// Runs `f` with panics caught, and records its failure on this thread.
+fn guard(f: impl FnOnce() -> Outcome) -> pf_status {
+    let outcome = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(o) => o,
+        Err(payload) => Err(Failure::internal(panic_message(&*payload))),
+    };
+    match outcome {
+        Ok(()) => PF_OK,
+        Err(fail) => {
+            let status = fail.status;
+            let _ = catch_unwind(|| LAST_ERROR.with(|l| *l.borrow_mut() = Some(fail.message)));
+            status
+        }
+    }
+}
+
+fn invalid_handle(what: &str) -> Failure {
+    Failure::new(
+        PF_ERR_INVALID_HANDLE,
+        format!("{what} is null, already destroyed, or not a handle polyfuse handed out"),
+    )
+}
+
+fn context_of(ctx: *const pf_context) -> Outcome<Arc<Mutex<ContextState>>> {
+    match handles::get(ctx.addr() as u64) {
+        Some(Object::Context(c)) => Ok(c),
+        _ => Err(invalid_handle("the pf_context")),
+    }
+}
+
+fn result_of(r: *const pf_result) -> Outcome<Arc<ResultState>> {
+    match handles::get(r.addr() as u64) {
+        Some(Object::Result(s)) => Ok(s),
+        _ => Err(invalid_handle("the pf_result")),
+    }
+}
+
+/// A call about a context: the outcome also becomes the context's last
+/// error (cleared on success).
+fn with_context(ctx: *const pf_context, f: impl FnOnce(&mut ContextState) -> Outcome) -> pf_status {
+    guard(|| {
+        let state = context_of(ctx)?;
+        let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut lock(&state))))
+            .unwrap_or_else(|p| Err(Failure::internal(panic_message(&*p))));
+        lock(&state).last_error = outcome.as_ref().err().map(|e| e.message.clone());
+        outcome
+    })
+}
+
+/// A call about a result; its outcome becomes the result's last error.
+fn with_result(r: *const pf_result, f: impl FnOnce(&ResultState) -> Outcome) -> pf_status {
+    guard(|| {
+        let state = result_of(r)?;
+        let outcome = catch_unwind(AssertUnwindSafe(|| f(&state)))
+            .unwrap_or_else(|p| Err(Failure::internal(panic_message(&*p))));
+        *lock(&state.last_error) = outcome.as_ref().err().map(|e| e.message.clone());
+        outcome
+    })
+}
+
+/// Reads a C string argument.
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string that stays valid for
+/// the call (the header's contract for every `const char *`).
+unsafe fn text<'a>(p: *const c_char, what: &str) -> Outcome<&'a str> {
+    if p.is_null() {
+        return Err(Failure::argument(format!("{what} is null")));
+    }
+    // SAFETY: non-null, and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Failure::argument(format!("{what} is not UTF-8")))
+}
+
+/// Reads `count` elements of a C array argument; an empty slice when
+/// `count` is 0 (then `p` may be null).
+///
+/// # Safety
+/// `p` points to `count` readable elements when `count > 0`.
+unsafe fn array<'a, T>(p: *const T, count: usize, what: &str) -> Outcome<&'a [T]> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Failure::argument(format!("{what} is null")));
+    }
+    // SAFETY: non-null and `count` elements long by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, count) })
+}
+
+/// Writes an output argument.
+///
+/// # Safety
+/// `out` is null or points to writable memory for one `T`.
+unsafe fn put<T>(out: *mut T, value: T, what: &str) -> Outcome {
+    if out.is_null() {
+        return Err(Failure::argument(format!(
+            "the output pointer {what} is null"
+        )));
+    }
+    // SAFETY: non-null, and writable by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+fn dtype_code(t: DType) -> pf_dtype {
+    match t {
+        DType::F32 => PF_DTYPE_F32,
+        DType::F16 => PF_DTYPE_F16,
+        DType::BF16 => PF_DTYPE_BF16,
+        DType::F64 => PF_DTYPE_F64,
+        DType::I32 => PF_DTYPE_I32,
+    }
+}
+
+fn dtype_bytes(t: DType) -> u64 {
+    match t {
+        DType::F16 | DType::BF16 => 2,
+        DType::F32 | DType::I32 => 4,
+        DType::F64 => 8,
+    }
+}
+
+impl ResultState {
+    fn cuda(&self) -> Outcome<&crate::gpu::CudaProgram> {
+        self.compiled.cuda.as_ref().ok_or_else(|| {
+            Failure::argument("the result was compiled for the cpu target; it has no CUDA program")
+        })
+    }
+
+    fn kernel(&self, k: usize) -> Outcome<&crate::gpu::Kernel> {
+        let n = self.compiled.cuda.as_ref().map_or(0, |c| c.kernels.len());
+        self.compiled
+            .cuda
+            .as_ref()
+            .and_then(|c| c.kernels.get(k))
+            .ok_or_else(|| Failure::argument(format!("kernel index {k} is out of range (0..{n})")))
+    }
+
+    fn arg(&self, i: usize) -> Outcome<&KernelArg> {
+        self.args.get(i).ok_or_else(|| {
+            Failure::argument(format!(
+                "argument index {i} is out of range (0..{})",
+                self.args.len()
+            ))
+        })
+    }
+
+    /// Every parameter's value: the compile-time ones and `values` for the
+    /// symbolic ones, in [`ResultState::symbolic`] order.
+    fn param_map(&self, values: &[i64]) -> Outcome<HashMap<String, i64>> {
+        if values.len() != self.symbolic.len() {
+            return Err(Failure::argument(format!(
+                "{} parameter values given; the result has {} symbolic parameters ({})",
+                values.len(),
+                self.symbolic.len(),
+                self.symbolic.join(", ")
+            )));
+        }
+        let mut map = self.fixed.clone();
+        for (name, v) in self.symbolic.iter().zip(values) {
+            if *v < 1 {
+                return Err(Failure::input(format!(
+                    "parameter {name} = {v}: parameters are positive integers"
+                )));
+            }
+            map.insert(name.clone(), *v);
+        }
+        Ok(map)
+    }
+
+    /// Extent `d` of tensor argument `i` for the given parameter values.
+    fn extent(&self, i: usize, d: usize, params: &HashMap<String, i64>) -> Outcome<i64> {
+        let name = match self.arg(i)? {
+            KernelArg::Tensor { name, .. } => name,
+            KernelArg::Param { name } => {
+                return Err(Failure::argument(format!(
+                    "argument {i} is the parameter {name}, not a tensor"
+                )))
+            }
+        };
+        let t = self
+            .compiled
+            .tensors
+            .iter()
+            .find(|t| &t.name == name)
+            .ok_or_else(|| Failure::internal(format!("tensor {name} is not in the model")))?;
+        let e = t.shape.get(d).ok_or_else(|| {
+            Failure::argument(format!(
+                "dimension {d} is out of range: {name} has rank {}",
+                t.shape.len()
+            ))
+        })?;
+        let mut v = e.constant;
+        for (p, k) in &e.terms {
+            let x = params
+                .get(p)
+                .ok_or_else(|| Failure::internal(format!("extent of {name} uses {p}")))?;
+            v += k * x;
+        }
+        Ok(v)
+    }
+}
+
+/// Builds a result from a context's program and options.
+fn compile_context(state: &ContextState) -> Outcome<ResultState> {
+    let mut program = state.program.clone().ok_or_else(|| {
+        Failure::input(
+            "no program is loaded; call pf_context_load_json or pf_context_load_file first",
+        )
+    })?;
+    frontend::apply_param_overrides(&mut program, &state.params)?;
+    if let Some(d) = &state.directives {
+        program.schedule = Some(d.clone());
+    }
+    let mut options = state.options.clone();
+    if state.target == Target::Cuda {
+        options.gpu = Some(state.gpu.clone());
+    }
+    let compiled = compile(&program, &options)?;
+    let args = match (&compiled.cuda, state.target) {
+        (Some(c), Target::Cuda) => c.args.clone(),
+        (None, Target::Cuda) => {
+            return Err(Failure::environment(
+                "the CUDA target is not available in this build of polyfuse (the GPU mapping produced no CUDA program)",
+            ))
+        }
+        _ => {
+            // The CPU kernel takes the same tensors in the same order.
+            let mut a: Vec<KernelArg> = compiled
+                .tensors
+                .iter()
+                .map(|t| KernelArg::Tensor {
+                    name: t.name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.iter().map(|e| e.to_string()).collect(),
+                })
+                .collect();
+            a.extend(
+                program
+                    .params
+                    .iter()
+                    .filter(|p| p.value.is_none())
+                    .map(|p| KernelArg::Param {
+                        name: p.name.clone(),
+                    }),
+            );
+            a
+        }
+    };
+    let fixed = program
+        .params
+        .iter()
+        .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
+        .collect();
+    let symbolic = program
+        .params
+        .iter()
+        .filter(|p| p.value.is_none())
+        .map(|p| p.name.clone())
+        .collect();
+    Ok(ResultState {
+        compiled,
+        target: state.target,
+        args,
+        fixed,
+        symbolic,
+        last_error: Mutex::new(None),
+        modules: Mutex::new(launch::Modules::default()),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Version, strings, errors
+// ---------------------------------------------------------------------------
+
+/// The library's version, e.g. `"0.1.0"`; a static string, not to be freed.
+#[no_mangle]
+pub extern "C" fn pf_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The ABI version; equals `PF_ABI_VERSION` of the header the caller was
+/// built with unless header and library disagree.
+#[no_mangle]
+pub extern "C" fn pf_abi_version() -> i32 {
+    ABI_VERSION
+}
+
+/// Frees a string handed out by polyfuse. Null is accepted and ignored; a
+/// pointer polyfuse did not hand out, or already freed, is refused.
+///
+/// # Safety
+/// `s` is null or any pointer value; it is never dereferenced unless
+/// polyfuse handed it out and has not taken it back.
+#[no_mangle]
+pub unsafe extern "C" fn pf_string_free(s: *mut c_char) -> pf_status {
+    guard(|| {
+        if s.is_null() {
+            return Ok(());
+        }
+        handles::take_string(s).map(drop).ok_or_else(|| {
+            Failure::new(
+                PF_ERR_INVALID_HANDLE,
+                "pf_string_free: the string was not handed out by polyfuse or is already freed",
+            )
+        })
+    })
+}
+
+/// The message of the latest failed call on the calling thread (whatever
+/// handle it was about, including calls refused for a bad handle); null when
+/// none failed. Free it with `pf_string_free`.
+#[no_mangle]
+pub extern "C" fn pf_last_error_message() -> *mut c_char {
+    catch_unwind(|| {
+        LAST_ERROR.with(|l| {
+            l.borrow()
+                .as_deref()
+                .map_or(std::ptr::null_mut(), handles::give_string)
+        })
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// The message of the latest call on `ctx` if it failed; null when it
+/// succeeded or `ctx` is not a live context. Free it with `pf_string_free`.
+///
+/// # Safety
+/// Any pointer value is accepted; handles are never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_error_message(ctx: *const pf_context) -> *mut c_char {
+    catch_unwind(|| {
+        context_of(ctx)
+            .ok()
+            .and_then(|c| lock(&c).last_error.clone())
+            .map_or(std::ptr::null_mut(), |m| handles::give_string(&m))
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// The message of the latest call on `result` if it failed; null otherwise.
+/// Free it with `pf_string_free`.
+///
+/// # Safety
+/// Any pointer value is accepted; handles are never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_error_message(result: *const pf_result) -> *mut c_char {
+    catch_unwind(|| {
+        result_of(result)
+            .ok()
+            .and_then(|r| lock(&r.last_error).clone())
+            .map_or(std::ptr::null_mut(), |m| handles::give_string(&m))
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+// ---------------------------------------------------------------------------
+// Contexts
+// ---------------------------------------------------------------------------
+
+/// Creates a context with the command line's defaults: target cpu,
+/// strategy isl, tile 32, sinking on, GPU block and grid chosen by
+/// polyfuse, shared-memory promotion on.
+///
+/// # Safety
+/// `out` is null or points to writable memory for one handle.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::argument("the output pointer out is null"));
+        }
+        let state = ContextState {
+            program: None,
+            target: Target::Cpu,
+            options: Options::default(),
+            gpu: GpuOptions::default(),
+            params: Vec::new(),
+            directives: None,
+            last_error: None,
+        };
+        let id = handles::insert(Object::Context(Arc::new(Mutex::new(state))));
+        // SAFETY: `out` is non-null and writable by the caller's contract.
+        unsafe { put(out, std::ptr::without_provenance_mut(id as usize), "out") }
+    })
+}
+
+/// Destroys a context. Results compiled from it stay valid.
+///
+/// # Safety
+/// Any pointer value is accepted; handles are never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_destroy(ctx: *mut pf_context) -> pf_status {
+    guard(|| {
+        handles::remove(ctx.addr() as u64, |o| matches!(o, Object::Context(_)))
+            .map(drop)
+            .ok_or_else(|| invalid_handle("the pf_context"))
+    })
+}
+
+/// Loads a program from JSON text (the program format); replaces any
+/// program loaded before. Messages name it `<json>`.
+///
+/// # Safety
+/// `json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_load_json(
+    ctx: *mut pf_context,
+    json: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `json`.
+        let json = unsafe { text(json, "json") }?;
+        s.program = Some(frontend::load_str(json, "<json>")?);
+        Ok(())
+    })
+}
+
+/// Loads a program file; replaces any program loaded before.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_load_file(
+    ctx: *mut pf_context,
+    path: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `path`.
+        let path = unsafe { text(path, "path") }?;
+        s.program = Some(frontend::load_file(Path::new(path))?);
+        Ok(())
+    })
+}
+
+/// Sets the target: `"cpu"` (C source) or `"cuda"` (CUDA kernels).
+///
+/// # Safety
+/// `target` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_target(
+    ctx: *mut pf_context,
+    target: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `target`.
+        s.target = match unsafe { text(target, "target") }? {
+            "cpu" => Target::Cpu,
+            "cuda" => Target::Cuda,
+            other => {
+                return Err(Failure::input(format!(
+                    "unknown target `{other}` (cpu, cuda)"
+                )))
+            }
+        };
+        Ok(())
+    })
+}
+
+/// Sets the scheduling strategy: `"isl"`, `"min"`, `"max"` or
+/// `"canonical"` (see the README).
+///
+/// # Safety
+/// `strategy` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_strategy(
+    ctx: *mut pf_context,
+    strategy: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `strategy`.
+        let name = unsafe { text(strategy, "strategy") }?;
+        s.options.strategy = Strategy::parse(name).ok_or_else(|| {
+            Failure::input(format!(
+                "unknown strategy `{name}` (isl, min, max, canonical)"
+            ))
+        })?;
+        Ok(())
+    })
+}
+
+/// Gives a parameter a value, `"NAME=VALUE"` as `--param` does; overrides
+/// the file. Checked against the program when it is compiled (the program
+/// may be loaded after), and at once when one is loaded already.
+///
+/// # Safety
+/// `assignment` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_param(
+    ctx: *mut pf_context,
+    assignment: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `assignment`.
+        let a = unsafe { text(assignment, "assignment") }?;
+        let (name, value) = frontend::parse_param_override(a)?;
+        if let Some(p) = &s.program {
+            frontend::apply_param_overrides(&mut p.clone(), &[(name.clone(), value)])?;
+        }
+        s.params.retain(|(n, _)| n != &name);
+        s.params.push((name, value));
+        Ok(())
+    })
+}
+
+/// Sets the tile sizes of each permutable band (the last repeats);
+/// `count == 0` turns tiling off. Every size must be at least 1.
+///
+/// # Safety
+/// `sizes` points to `count` values (may be null when `count` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_tile(
+    ctx: *mut pf_context,
+    sizes: *const i64,
+    count: usize,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `sizes` and `count`.
+        let sizes = unsafe { array(sizes, count, "sizes") }?;
+        if let Some(bad) = sizes.iter().find(|t| **t < 1) {
+            return Err(Failure::input(format!(
+                "tile size {bad} must be at least 1"
+            )));
+        }
+        s.options.tile = sizes.to_vec();
+        Ok(())
+    })
+}
+
+/// TC's imperfectly nested tiling (sink point loops below inner tile
+/// loops): nonzero on (the default), zero off.
+///
+/// # Safety
+/// Any pointer value is accepted for `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_sink(ctx: *mut pf_context, enabled: c_int) -> pf_status {
+    with_context(ctx, |s| {
+        s.options.sink = enabled != 0;
+        Ok(())
+    })
+}
+
+fn gpu_sizes(sizes: &[u32], what: &str) -> Outcome<Vec<u32>> {
+    if sizes.len() > 3 || sizes.contains(&0) {
+        return Err(Failure::input(format!(
+            "{what} sizes are one to three values of at least 1 (x, y, z)"
+        )));
+    }
+    Ok(sizes.to_vec())
+}
+
+/// GPU threads per block along x, y, z; `count == 0`: chosen from the tile
+/// sizes (at most 256 threads).
+///
+/// # Safety
+/// `sizes` points to `count` values (may be null when `count` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_block(
+    ctx: *mut pf_context,
+    sizes: *const u32,
+    count: usize,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `sizes` and `count`.
+        s.gpu.block = gpu_sizes(unsafe { array(sizes, count, "sizes") }?, "block")?;
+        Ok(())
+    })
+}
+
+/// Upper bounds on GPU blocks along x, y, z; `count == 0`: one block per
+/// tile.
+///
+/// # Safety
+/// `sizes` points to `count` values (may be null when `count` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_grid(
+    ctx: *mut pf_context,
+    sizes: *const u32,
+    count: usize,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `sizes` and `count`.
+        s.gpu.grid = gpu_sizes(unsafe { array(sizes, count, "sizes") }?, "grid")?;
+        Ok(())
+    })
+}
+
+/// Shared-memory promotion of reused read-only tiles: nonzero on (the
+/// default), zero off.
+///
+/// # Safety
+/// Any pointer value is accepted for `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_shared(ctx: *mut pf_context, enabled: c_int) -> pf_status {
+    with_context(ctx, |s| {
+        s.gpu.shared = enabled != 0;
+        Ok(())
+    })
+}
+
+/// Transformation directives as JSON text, used as the program's
+/// `schedule` key; null clears them. Directives are not implemented yet:
+/// `pf_compile` then fails with `PF_ERR_INPUT` and says so. Text that is
+/// not JSON is refused here.
+///
+/// # Safety
+/// `json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_directives(
+    ctx: *mut pf_context,
+    json: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        if json.is_null() {
+            s.directives = None;
+            return Ok(());
+        }
+        // SAFETY: the header's contract for `json`.
+        let text = unsafe { text(json, "json") }?;
+        let v = serde_json::from_str(text)
+            .map_err(|e| Failure::input(format!("directives: not valid JSON: {e}")))?;
+        s.directives = Some(v);
+        Ok(())
+    })
+}
+
+/// Compiles the context's program under its options into a new result.
+/// Contexts are independent: several threads may compile on several
+/// contexts at once (calls on one context wait for each other).
+///
+/// # Safety
+/// `out` is null or points to writable memory for one handle.
+#[no_mangle]
+pub unsafe extern "C" fn pf_compile(ctx: *mut pf_context, out: *mut *mut pf_result) -> pf_status {
+    with_context(ctx, |s| {
+        if out.is_null() {
+            return Err(Failure::argument("the output pointer out is null"));
+        }
+        let result = compile_context(s)?;
+        let id = handles::insert(Object::Result(Arc::new(result)));
+        // SAFETY: `out` is non-null and writable by the caller's contract.
+        unsafe { put(out, std::ptr::without_provenance_mut(id as usize), "out") }
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Results
+// ---------------------------------------------------------------------------
+
+/// Destroys a result (and the CUDA modules it loaded for launches).
+///
+/// # Safety
+/// Any pointer value is accepted; handles are never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_destroy(result: *mut pf_result) -> pf_status {
+    guard(|| {
+        handles::remove(result.addr() as u64, |o| matches!(o, Object::Result(_)))
+            .map(drop)
+            .ok_or_else(|| invalid_handle("the pf_result"))
+    })
+}
+
+/// Writes a string output.
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+unsafe fn put_string(out: *mut *mut c_char, s: &str) -> Outcome {
+    if out.is_null() {
+        return Err(Failure::argument("the output pointer out is null"));
+    }
+    // SAFETY: non-null, writable by the caller's contract.
+    unsafe { put(out, handles::give_string(s), "out") }
+}
+
+/// The target the result was compiled for: `"cpu"` or `"cuda"`.
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_target(
+    result: *const pf_result,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let t = match r.target {
+            Target::Cpu => "cpu",
+            Target::Cuda => "cuda",
+        };
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, t) }
+    })
+}
+
+/// Number of CUDA kernels, launched in order on one stream; 0 for the cpu
+/// target.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_num_kernels(
+    result: *const pf_result,
+    out: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        let n = match r.target {
+            Target::Cuda => r.compiled.cuda.as_ref().map_or(0, |c| c.kernels.len()),
+            Target::Cpu => 0,
+        };
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, n, "out") }
+    })
+}
+
+/// The name of kernel `kernel`: its `extern "C" __global__` function in
+/// the CUDA source.
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_kernel_name(
+    result: *const pf_result,
+    kernel: usize,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, &k.name) }
+    })
+}
+
+/// The complete CUDA source of every kernel (NVRTC or nvcc).
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_cuda_source(
+    result: *const pf_result,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let c = r.cuda()?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, &c.source) }
+    })
+}
+
+/// Threads per block of kernel `kernel`, x, y, z into `block[0..3]`.
+///
+/// # Safety
+/// `block` is null or writable for three values.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_kernel_block(
+    result: *const pf_result,
+    kernel: usize,
+    block: *mut u32,
+) -> pf_status {
+    with_result(result, |r| {
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `block`.
+        unsafe { put(block.cast::<[u32; 3]>(), k.block, "block") }
+    })
+}
+
+/// Blocks of kernel `kernel` along x, y, z into `grid[0..3]`, for the
+/// values of the symbolic parameters (`params`, `num_params` of them, in
+/// `pf_result_param_name` order). A zero dimension means: skip the kernel.
+///
+/// # Safety
+/// `params` points to `num_params` values; `grid` is null or writable for
+/// three values.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_kernel_grid(
+    result: *const pf_result,
+    kernel: usize,
+    params: *const i64,
+    num_params: usize,
+    grid: *mut u32,
+) -> pf_status {
+    with_result(result, |r| {
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let dims = k.grid_dims(&r.param_map(values)?)?;
+        // SAFETY: the header's contract for `grid`.
+        unsafe { put(grid.cast::<[u32; 3]>(), dims, "grid") }
+    })
+}
+
+/// Bytes of dynamic shared memory to launch kernel `kernel` with, and
+/// bytes it declares statically; either output may be null.
+///
+/// # Safety
+/// Each output is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_kernel_shared_memory(
+    result: *const pf_result,
+    kernel: usize,
+    dynamic_bytes: *mut usize,
+    static_bytes: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        let k = r.kernel(kernel)?;
+        if !dynamic_bytes.is_null() {
+            // SAFETY: non-null and writable by the caller's contract.
+            unsafe { dynamic_bytes.write(k.dynamic_shared) };
+        }
+        if !static_bytes.is_null() {
+            // SAFETY: as above.
+            unsafe { static_bytes.write(k.static_shared) };
+        }
+        Ok(())
+    })
+}
+
+/// Number of parameters without a compile-time value: the values every
+/// `params` array of this result holds.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_num_params(
+    result: *const pf_result,
+    out: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, r.symbolic.len(), "out") }
+    })
+}
+
+/// The name of symbolic parameter `index`.
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_param_name(
+    result: *const pf_result,
+    index: usize,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let name = r.symbolic.get(index).ok_or_else(|| {
+            Failure::argument(format!(
+                "parameter index {index} is out of range (0..{})",
+                r.symbolic.len()
+            ))
+        })?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, name) }
+    })
+}
+
+/// Number of kernel arguments: one device pointer per tensor (inputs,
+/// outputs, temps, in the model's order), then one per symbolic parameter.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_num_args(
+    result: *const pf_result,
+    out: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, r.args.len(), "out") }
+    })
+}
+
+/// Whether argument `index` is a tensor or a parameter.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_kind(
+    result: *const pf_result,
+    index: usize,
+    out: *mut pf_arg_kind,
+) -> pf_status {
+    with_result(result, |r| {
+        let kind = match r.arg(index)? {
+            KernelArg::Tensor { .. } => PF_ARG_TENSOR,
+            KernelArg::Param { .. } => PF_ARG_PARAM,
+        };
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, kind, "out") }
+    })
+}
+
+/// The tensor's or parameter's name of argument `index`.
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_name(
+    result: *const pf_result,
+    index: usize,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let name = match r.arg(index)? {
+            KernelArg::Tensor { name, .. } | KernelArg::Param { name } => name,
+        };
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, name) }
+    })
+}
+
+fn tensor_arg(r: &ResultState, index: usize) -> Outcome<(DType, &[String])> {
+    match r.arg(index)? {
+        KernelArg::Tensor { dtype, shape, .. } => Ok((*dtype, shape)),
+        KernelArg::Param { name } => Err(Failure::argument(format!(
+            "argument {index} is the parameter {name}, not a tensor"
+        ))),
+    }
+}
+
+/// The element type of tensor argument `index`.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_dtype(
+    result: *const pf_result,
+    index: usize,
+    out: *mut pf_dtype,
+) -> pf_status {
+    with_result(result, |r| {
+        let (t, _) = tensor_arg(r, index)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, dtype_code(t), "out") }
+    })
+}
+
+/// The rank of tensor argument `index`.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_rank(
+    result: *const pf_result,
+    index: usize,
+    out: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        let (_, shape) = tensor_arg(r, index)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, shape.len(), "out") }
+    })
+}
+
+/// Extent `dim` of tensor argument `index` as text in the parameters
+/// (e.g. `"M"`, `"H - 2"`).
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_dim(
+    result: *const pf_result,
+    index: usize,
+    dim: usize,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let (_, shape) = tensor_arg(r, index)?;
+        let e = shape.get(dim).ok_or_else(|| {
+            Failure::argument(format!(
+                "dimension {dim} is out of range (rank {})",
+                shape.len()
+            ))
+        })?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, e) }
+    })
+}
+
+/// Extent `dim` of tensor argument `index` for the given symbolic
+/// parameter values.
+///
+/// # Safety
+/// `params` points to `num_params` values; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_extent(
+    result: *const pf_result,
+    index: usize,
+    dim: usize,
+    params: *const i64,
+    num_params: usize,
+    out: *mut i64,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let v = r.extent(index, dim, &r.param_map(values)?)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, v, "out") }
+    })
+}
+
+/// Bytes of tensor argument `index` (row-major, its storage type: 2 bytes
+/// for f16 and bf16) for the given symbolic parameter values: what to
+/// allocate for it.
+///
+/// # Safety
+/// `params` points to `num_params` values; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_bytes(
+    result: *const pf_result,
+    index: usize,
+    params: *const i64,
+    num_params: usize,
+    out: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let map = r.param_map(values)?;
+        let (t, shape) = tensor_arg(r, index)?;
+        let mut bytes = dtype_bytes(t);
+        for d in 0..shape.len() {
+            let e = r.extent(index, d, &map)?.max(0) as u64;
+            bytes = bytes
+                .checked_mul(e)
+                .ok_or_else(|| Failure::input("the tensor's size overflows"))?;
+        }
+        let bytes =
+            usize::try_from(bytes).map_err(|_| Failure::input("the tensor's size overflows"))?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, bytes, "out") }
+    })
+}
+
+/// The final schedule tree as text (what `polyfuse schedule` prints; for
+/// the cuda target the tree that was mapped to blocks and threads).
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_schedule_tree(
+    result: *const pf_result,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let text = match (&r.compiled.gpu_tree, r.target) {
+            (Some(t), Target::Cuda) => t.to_string(),
+            _ => r.compiled.tree.to_string(),
+        };
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, &text) }
+    })
+}
+
+/// The generated C (prelude and `void pf_kernel(const long *pf_params,
+/// void **pf_tensors)`; `pf_params` holds every parameter in file order,
+/// `pf_tensors` the tensor arguments in order). Available for both targets.
+///
+/// # Safety
+/// `out` is null or writable for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_c_source(
+    result: *const pf_result,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, &r.compiled.c_source()) }
+    })
+}
+
+/// Launches kernel `kernel` on `stream` (null: the legacy default stream of
+/// the current context). `params` holds the symbolic parameter values
+/// (`pf_result_num_params` of them; may be null when there are none);
+/// `device_ptrs` one device pointer per tensor argument, in argument order.
+/// The kernel is compiled with NVRTC for the stream's device on first use
+/// and cached per CUDA context. The call returns once the launch is queued;
+/// kernels of one result must be launched in index order.
+///
+/// # Safety
+/// `params` and `device_ptrs` point to as many values as described;
+/// `stream` is null or a live stream; the device pointers address buffers
+/// of at least `pf_result_arg_bytes` bytes in the stream's context.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_launch(
+    result: *const pf_result,
+    kernel: usize,
+    params: *const i64,
+    device_ptrs: *mut *mut c_void,
+    stream: CUstream,
+) -> pf_status {
+    with_result(result, |r| {
+        if r.target != Target::Cuda {
+            return Err(Failure::argument(
+                "the result was compiled for the cpu target; compile with target cuda to launch",
+            ));
+        }
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, r.symbolic.len(), "params") }?;
+        let map = r.param_map(values)?;
+        let tensors = r
+            .args
+            .iter()
+            .filter(|a| matches!(a, KernelArg::Tensor { .. }))
+            .count();
+        // SAFETY: the header's contract for `device_ptrs`.
+        let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
+        let grid = k.grid_dims(&map)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let cuda = r.cuda()?;
+        let mut args = launch::Args::default();
+        let mut next_ptr = ptrs.iter();
+        for a in &r.args {
+            match a {
+                KernelArg::Tensor { .. } => {
+                    let p = next_ptr.next().copied().unwrap_or(std::ptr::null_mut());
+                    args.push_pointer(p.addr() as u64);
+                }
+                KernelArg::Param { name } => {
+                    args.push_long(map.get(name).copied().unwrap_or(0));
+                }
+            }
+        }
+        let mut modules = lock(&r.modules);
+        // SAFETY: the header's contract for `stream` and the buffers.
+        unsafe { modules.launch(cuda, kernel, grid, k, &mut args, stream) }
+    })
+}
