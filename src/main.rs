@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use polyfuse::runtime::cpu::{self, RunOptions};
+use polyfuse::runtime::RunReport;
 use polyfuse::schedule::Strategy;
 use polyfuse::{compile, frontend, Error, Options};
 
@@ -35,6 +36,9 @@ enum Command {
         /// What to print.
         #[arg(long, value_enum, default_value = "tree")]
         emit: Emit,
+        /// GPU architecture for --emit ptx (sm_90, sm_80, compute_90, ...).
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
     },
     /// Execute the optimised program on random inputs from a fixed seed.
     Run {
@@ -56,6 +60,10 @@ enum Command {
         /// Seed of the input generator.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Print one JSON object (program, target, device, check, median_us,
+        /// runs, bytes, flops, gb_per_s, tflop_per_s) instead of lines.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -106,6 +114,9 @@ enum Emit {
     C,
     /// The generated CUDA (not available yet).
     Cuda,
+    /// The CUDA compiled to PTX by NVRTC for --arch (needs NVRTC, not a
+    /// GPU or driver).
+    Ptx,
     /// Model, dependences, schedule and C as one JSON document.
     Json,
     /// Flow, anti and output dependences.
@@ -168,9 +179,9 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
-        Command::Schedule { common, emit } => {
+        Command::Schedule { common, emit, arch } => {
             let (program, mut options) = load(&common)?;
-            if matches!(emit, Emit::Cuda) {
+            if matches!(emit, Emit::Cuda | Emit::Ptx) {
                 options.gpu = Some(gpu_options(&common));
             }
             let compiled = compile(&program, &options)?;
@@ -188,6 +199,15 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                         print!("{}", c.source);
                     }
                 }
+                Emit::Ptx => {
+                    let c = compiled.cuda.as_ref().ok_or_else(|| {
+                        Error::Environment("this build produces no CUDA to compile".into())
+                    })?;
+                    print!(
+                        "{}",
+                        polyfuse::runtime::cuda::compile_ptx(&c.source, &arch)?
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -198,61 +218,124 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             bench,
             runs,
             seed,
+            json,
         } => {
             if target == Target::Cuda {
-                return Err(Error::Environment(
-                    "the CUDA target is not implemented yet; use --target cpu".into(),
-                ));
+                // Fail before compiling on a machine without a driver.
+                polyfuse::runtime::cuda::probe_driver()?;
             }
             let (program, mut options) = load(&common)?;
-            if target == Target::Emulate {
+            if target != Target::Cpu {
                 options.gpu = Some(gpu_options(&common));
             }
             let mut compiled = compile(&program, &options)?;
             compiled.param_values()?;
-            if let Some(emulation) = compiled.emulation_c.clone() {
-                compiled.kernel_c = emulation;
-            }
-            let report = cpu::run(
-                &compiled,
-                &RunOptions {
-                    check,
-                    bench_runs: if bench { runs.max(1) } else { 0 },
-                    seed,
-                },
-            )?;
-            println!(
-                "ran {} on the cpu{} ({} strategy, tile {})",
-                program.name,
-                if target == Target::Emulate {
-                    ", emulating the gpu mapping"
-                } else {
-                    ""
-                },
-                options.strategy.name(),
-                if options.tile.is_empty() {
-                    "off".to_string()
-                } else {
-                    options
-                        .tile
-                        .iter()
-                        .map(|t| t.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
+            let run_options = RunOptions {
+                check,
+                bench_runs: if bench { runs.max(1) } else { 0 },
+                seed,
+            };
+            let report = if target == Target::Cuda {
+                polyfuse::runtime::cuda::run(&compiled, &run_options)?
+            } else {
+                if let Some(emulation) = compiled.emulation_c.clone() {
+                    compiled.kernel_c = emulation;
                 }
-            );
-            if let Some(us) = report.median_us {
-                println!("time: median {us:.1} us over {} runs", report.runs);
+                cpu::run(&compiled, &run_options)?
+            };
+            if json {
+                print_json(&program.name, target, &report)?;
+            } else {
+                print_report(&program.name, target, &options, &report);
             }
-            if let Some(c) = &report.check {
-                println!("{}", c.line());
-                if !c.ok {
-                    return Ok(ExitCode::from(1));
-                }
+            match &report.check {
+                Some(c) if !c.ok => Ok(ExitCode::from(1)),
+                _ => Ok(ExitCode::SUCCESS),
             }
-            Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The lines of `run`: what ran where, the time with its rates, the check.
+fn print_report(name: &str, target: Target, options: &Options, report: &RunReport) {
+    if target == Target::Cuda {
+        println!(
+            "ran {name} on the gpu ({}; {} kernel{})",
+            report.device,
+            report.launches,
+            if report.launches == 1 { "" } else { "s" }
+        );
+    } else {
+        println!(
+            "ran {name} on the cpu{} ({} strategy, tile {})",
+            if target == Target::Emulate {
+                ", emulating the gpu mapping"
+            } else {
+                ""
+            },
+            options.strategy.name(),
+            if options.tile.is_empty() {
+                "off".to_string()
+            } else {
+                options
+                    .tile
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
+        );
+    }
+    if let Some(us) = report.median_us {
+        println!(
+            "time: median {us:.1} us over {} runs ({:.1} GB/s, {:.3} TFLOP/s)",
+            report.runs,
+            report.gb_per_s().unwrap_or(0.0),
+            report.tflop_per_s().unwrap_or(0.0)
+        );
+    }
+    if let Some(c) = &report.check {
+        println!("{}", c.line());
+    }
+}
+
+/// `run --json`: one object with the same facts as [`print_report`].
+fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Error> {
+    let check = report.check.as_ref().map(|c| {
+        let (tensor, index) = match &c.worst {
+            Some((t, i)) => (serde_json::json!(t), serde_json::json!(i)),
+            None => (serde_json::Value::Null, serde_json::Value::Null),
+        };
+        serde_json::json!({
+            "ok": c.ok,
+            // JSON has no infinity: a NaN where the reference has a number
+            // (an element never written) is reported as null.
+            "max_rel_error": if c.max_rel_err.is_finite() { serde_json::json!(c.max_rel_err) } else { serde_json::Value::Null },
+            "tensor": tensor,
+            "index": index,
+        })
+    });
+    let value = serde_json::json!({
+        "program": name,
+        "target": match target {
+            Target::Cpu => "cpu",
+            Target::Cuda => "cuda",
+            Target::Emulate => "emulate",
+        },
+        "device": report.device,
+        "check": check,
+        "median_us": report.median_us,
+        "runs": report.runs,
+        "bytes": report.work.bytes,
+        "flops": report.work.flops,
+        "gb_per_s": report.gb_per_s(),
+        "tflop_per_s": report.tflop_per_s(),
+    });
+    println!(
+        "{}",
+        serde_json::to_string(&value).map_err(|e| Error::Internal(e.to_string()))?
+    );
+    Ok(())
 }
 
 fn main() -> ExitCode {

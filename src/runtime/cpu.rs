@@ -73,7 +73,9 @@ pub fn tensor_counts(compiled: &Compiled) -> Result<Vec<usize>> {
         .collect()
 }
 
-fn harness(compiled: &Compiled, counts: &[usize]) -> Result<String> {
+/// The C program that runs `kernel_c` (which defines `pf_kernel`) and the
+/// reference on one set of inputs.
+fn harness(compiled: &Compiled, counts: &[usize], kernel_c: &str) -> Result<String> {
     let values = compiled.param_values()?;
     let reference = compiled.reference_c.as_ref().ok_or_else(|| {
         Error::Internal("no reference for a program with symbolic parameters".into())
@@ -82,7 +84,7 @@ fn harness(compiled: &Compiled, counts: &[usize]) -> Result<String> {
     s.push_str("#define _POSIX_C_SOURCE 199309L\n");
     s.push_str(PRELUDE);
     s.push_str("#include <stdio.h>\n#include <stdlib.h>\n#include <time.h>\n\n");
-    s.push_str(&compiled.kernel_c);
+    s.push_str(kernel_c);
     s.push('\n');
     s.push_str(reference);
     let nt = compiled.tensors.len();
@@ -220,10 +222,81 @@ fn compile_c(source: &Path, binary: &Path) -> Result<()> {
 /// Compiles and runs `compiled` on the CPU.
 pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
     let counts = tensor_counts(compiled)?;
+    let work = super::work::measure(compiled)?;
+    let (dir, stdout) = execute(compiled, &compiled.kernel_c, &counts, opts)?;
+    let median_us = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("median_us "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    let check = if opts.check {
+        Some(check_outputs(
+            compiled,
+            &counts,
+            &dir.0.join("out.bin"),
+            &dir.0.join("ref.bin"),
+        )?)
+    } else {
+        None
+    };
+    Ok(RunReport {
+        check,
+        median_us,
+        runs: opts.bench_runs,
+        device: "cpu".to_string(),
+        launches: 1,
+        work,
+    })
+}
+
+/// A `pf_kernel` that does nothing: the harness then runs the reference
+/// alone (for targets that run the kernel elsewhere).
+const NO_KERNEL: &str =
+    "void pf_kernel(const long *pf_params, void **pf_tensors) { (void)pf_params; (void)pf_tensors; }\n";
+
+/// Runs only the f64 reference on the CPU, on the inputs every target makes
+/// from `seed` (input `i` from `seed + i`, as in [`run`]), and returns each
+/// output's reference values in tensor order: what another target (CUDA)
+/// compares its outputs with.
+pub fn reference_outputs(compiled: &Compiled, seed: u64) -> Result<Vec<(String, DType, Vec<f64>)>> {
+    let counts = tensor_counts(compiled)?;
+    let opts = RunOptions {
+        check: true,
+        bench_runs: 0,
+        seed,
+    };
+    let (dir, _) = execute(compiled, NO_KERNEL, &counts, &opts)?;
+    let fref = dir.0.join("ref.bin");
+    let want =
+        std::fs::read(&fref).map_err(|e| Error::Internal(format!("{}: {e}", fref.display())))?;
+    let mut at = 0usize;
+    let mut outputs = Vec::new();
+    for (i, t) in compiled.tensors.iter().enumerate() {
+        if t.role != TensorRole::Output {
+            continue;
+        }
+        let end = at + counts[i] * 8;
+        let bytes = want.get(at..end).ok_or_else(|| {
+            Error::Internal(format!("{}: short reference output", fref.display()))
+        })?;
+        outputs.push((t.name.clone(), t.dtype, data::to_f64(DType::F64, bytes)));
+        at = end;
+    }
+    Ok(outputs)
+}
+
+/// Compiles the harness around `kernel_c`, runs it once on the inputs of
+/// `opts.seed`, and returns the scratch directory (with `out.bin` and, for
+/// a check, `ref.bin`) and what the program printed.
+fn execute(
+    compiled: &Compiled,
+    kernel_c: &str,
+    counts: &[usize],
+    opts: &RunOptions,
+) -> Result<(Scratch, String)> {
     let dir = Scratch::new()?;
     let src = dir.0.join("program.c");
     let bin = dir.0.join("program");
-    std::fs::write(&src, harness(compiled, &counts)?)
+    std::fs::write(&src, harness(compiled, counts, kernel_c)?)
         .map_err(|e| Error::Environment(format!("cannot write {}: {e}", src.display())))?;
     compile_c(&src, &bin)?;
     let mut input = Vec::new();
@@ -257,21 +330,8 @@ pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let median_us = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("median_us "))
-        .and_then(|v| v.trim().parse::<f64>().ok());
-    let check = if opts.check {
-        Some(check_outputs(compiled, &counts, &fout, &fref)?)
-    } else {
-        None
-    };
-    Ok(RunReport {
-        check,
-        median_us,
-        runs: opts.bench_runs,
-    })
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    Ok((dir, stdout))
 }
 
 fn check_outputs(

@@ -1,0 +1,656 @@
+//! The CUDA target: the program's CUDA ([`crate::gpu::CudaProgram`]) is
+//! compiled by NVRTC for the device's architecture, loaded and launched
+//! through the CUDA driver (cudarc), and checked against the same f64
+//! reference as the CPU target, on the same inputs.
+//!
+//! Nothing here needs a GPU at build time: the driver and NVRTC are loaded
+//! when first used ([`sys`]). A machine without them gets
+//! [`Error::Environment`] (exit status 3), never a panic.
+//!
+//! One execution is the program's kernels launched in order on one stream;
+//! a kernel whose grid is empty at the run's parameter values is skipped.
+//! Before the checked execution every output and temporary is filled with
+//! 0xFF bytes (NaN in every float type), so an element no kernel writes
+//! fails the check instead of passing by luck.
+
+mod sys;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
+use cudarc::nvrtc::Ptx;
+
+use super::cpu::{self, RunOptions};
+use super::data;
+use super::RunReport;
+use crate::error::{Error, Result};
+use crate::frontend::ast::TensorRole;
+use crate::gpu::{CudaProgram, KernelArg};
+use crate::pipeline::Compiled;
+
+/// Dynamic shared memory a kernel may use without opting in.
+const DEFAULT_DYNAMIC_SHARED: usize = 48 * 1024;
+
+/// Untimed executions before the timed ones (`--bench`): the first launch
+/// of a module pays for loading it, and clocks need to ramp up.
+const WARMUP_RUNS: usize = 3;
+
+const CPU_HINT: &str = "--target cpu runs the program on the CPU";
+
+/// The GPU of a run: its context, stream and description.
+struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    /// Compute capability as one number: 90 for sm_90.
+    cc: i32,
+}
+
+/// Checks that the CUDA driver can be loaded, without touching a device:
+/// the command line calls it before compiling, so that a machine without a
+/// driver fails at once with exit status 3.
+pub fn probe_driver() -> Result<()> {
+    match sys::load_driver(&driver_dirs()) {
+        Ok(_) => Ok(()),
+        Err(searched) => Err(Error::Environment(format!(
+            "no CUDA driver found: libcuda.so.1 is not on the loader's path (LD_LIBRARY_PATH, \
+             the ld.so cache){}; {CPU_HINT}",
+            searched_text(searched)
+        ))),
+    }
+}
+
+/// Loads NVRTC or says where it looked.
+fn require_nvrtc() -> Result<&'static str> {
+    match sys::load_nvrtc(&nvrtc_dirs()) {
+        Ok(found) => Ok(found.as_str()),
+        Err(searched) => Err(Error::Environment(format!(
+            "NVRTC not found: libnvrtc.so.13 (or another version's) is not on the loader's \
+             path (LD_LIBRARY_PATH, the ld.so cache){}; install the CUDA toolkit or the \
+             nvidia-cuda-nvrtc Python wheel, or put its lib folder on LD_LIBRARY_PATH",
+            searched_text(searched)
+        ))),
+    }
+}
+
+fn searched_text(searched: &[String]) -> String {
+    if searched.is_empty() {
+        String::new()
+    } else {
+        format!(" nor in {}", searched.join(", "))
+    }
+}
+
+fn open_gpu() -> Result<Gpu> {
+    probe_driver()?;
+    let ctx = sys::context(0).map_err(|e| {
+        Error::Environment(format!(
+            "no usable CUDA device (the driver says: {e}); {CPU_HINT}"
+        ))
+    })?;
+    let env = |what: &str, e: cudarc::driver::DriverError| {
+        Error::Environment(format!(
+            "cannot read the device's {what}: {}",
+            sys::describe(&e)
+        ))
+    };
+    let name = ctx.name().map_err(|e| env("name", e))?;
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(|e| env("compute capability", e))?;
+    let stream = ctx.default_stream();
+    Ok(Gpu {
+        ctx,
+        stream,
+        name,
+        cc: major * 10 + minor,
+    })
+}
+
+/// Compiles CUDA `source` to PTX for `arch` (`sm_90`, `sm_90a` or
+/// `compute_90`) with NVRTC alone: no GPU or driver is needed, which is how
+/// CI checks that the printed CUDA compiles.
+pub fn compile_ptx(source: &str, arch: &str) -> Result<String> {
+    let virt = virtual_arch(arch)?;
+    require_nvrtc()?;
+    let out = nvrtc(source, &format!("--gpu-architecture={virt}"))?;
+    out.ptx.ok_or_else(|| {
+        Error::Internal(format!(
+            "NVRTC compiled for {virt} but returned no PTX (log: {})",
+            out.log.trim()
+        ))
+    })
+}
+
+/// `sm_90` -> `compute_90`; `compute_XX` as is; anything else is refused.
+fn virtual_arch(arch: &str) -> Result<String> {
+    let bad = || Error::Input {
+        file: "--arch".into(),
+        message: format!("`{arch}` is not a GPU architecture (write it as sm_90 or compute_90)"),
+    };
+    let (_, rest) = arch
+        .split_once('_')
+        .filter(|(p, _)| *p == "sm" || *p == "compute")
+        .ok_or_else(bad)?;
+    let digits = rest.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if digits.len() < 2 || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    Ok(format!("compute_{rest}"))
+}
+
+/// Compiles with NVRTC under `arch_option`, with the include folders that
+/// hold `cuda_fp16.h`; if that fails, once more without them (NVRTC 12.8
+/// and later carry those headers built in, and a mismatched toolkit's copy
+/// can break them). On failure the source is written to a file that the
+/// error names, with NVRTC's log.
+fn nvrtc(source: &str, arch_option: &str) -> Result<sys::NvrtcOutput> {
+    let includes = include_dirs();
+    let options = |with_includes: bool| {
+        let mut o = vec![arch_option.to_string(), "--std=c++17".to_string()];
+        if with_includes {
+            o.extend(
+                includes
+                    .iter()
+                    .map(|d| format!("--include-path={}", d.display())),
+            );
+        }
+        o
+    };
+    let first = sys::nvrtc_compile(source, "polyfuse.cu", &options(true));
+    let failure = match first {
+        Ok(out) => return Ok(out),
+        Err(f) if includes.is_empty() => f,
+        Err(f) => match sys::nvrtc_compile(source, "polyfuse.cu", &options(false)) {
+            Ok(out) => return Ok(out),
+            Err(_) => f,
+        },
+    };
+    let path = std::env::temp_dir().join(format!("polyfuse-{}.cu", std::process::id()));
+    let saved = match std::fs::write(&path, source) {
+        Ok(()) => path.display().to_string(),
+        Err(e) => format!("(could not save it to {}: {e})", path.display()),
+    };
+    let version = sys::nvrtc_version()
+        .map(|(a, b)| format!("NVRTC {a}.{b}"))
+        .unwrap_or_else(|| "NVRTC".into());
+    Err(Error::Internal(format!(
+        "{version} rejected the generated CUDA ({}; options {}); source: {saved}\n{}",
+        failure.error,
+        options(true).join(" "),
+        failure.log.trim_end()
+    )))
+}
+
+/// Compiles the program for the device: machine code (CUBIN) when NVRTC
+/// knows the device's architecture, else PTX for the newest architecture
+/// it knows below it, which the driver compiles further.
+fn compile_for(gpu: &Gpu, source: &str) -> Result<(Ptx, String)> {
+    require_nvrtc()?;
+    let archs = sys::nvrtc_archs();
+    let known = archs.is_empty() || archs.contains(&gpu.cc);
+    if known {
+        let out = nvrtc(source, &format!("--gpu-architecture=sm_{}", gpu.cc))?;
+        if let Some(cubin) = out.cubin {
+            return Ok((Ptx::from_binary(cubin), format!("sm_{}", gpu.cc)));
+        }
+        if let Some(ptx) = out.ptx {
+            return Ok((Ptx::from_src(ptx), format!("sm_{}", gpu.cc)));
+        }
+        return Err(Error::Internal(
+            "NVRTC returned neither CUBIN nor PTX".into(),
+        ));
+    }
+    let below = archs.iter().copied().filter(|a| *a < gpu.cc).max();
+    let Some(a) = below else {
+        return Err(Error::Environment(format!(
+            "this NVRTC cannot compile for sm_{} (it knows sm_{:?}); install an NVRTC that \
+             supports the device",
+            gpu.cc, archs
+        )));
+    };
+    let out = nvrtc(source, &format!("--gpu-architecture=compute_{a}"))?;
+    let ptx = out
+        .ptx
+        .ok_or_else(|| Error::Internal("NVRTC returned no PTX".into()))?;
+    Ok((Ptx::from_src(ptx), format!("compute_{a}")))
+}
+
+/// One kernel, ready to launch.
+struct Launch {
+    name: String,
+    func: CudaFunction,
+    cfg: LaunchConfig,
+}
+
+/// Loads the module and prepares every kernel whose grid is not empty,
+/// checking its launch bounds against the device.
+fn prepare(gpu: &Gpu, program: &CudaProgram, compiled: &Compiled, ptx: Ptx) -> Result<Vec<Launch>> {
+    let module = gpu.ctx.load_module(ptx).map_err(|e| {
+        let what = sys::describe(&e);
+        let versions = format!(
+            "NVRTC {}, driver CUDA {}",
+            sys::nvrtc_version()
+                .map(|(a, b)| format!("{a}.{b}"))
+                .unwrap_or_else(|| "?".into()),
+            sys::driver_version()
+                .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+                .unwrap_or_else(|| "?".into())
+        );
+        if what.contains("UNSUPPORTED_PTX_VERSION")
+            || what.contains("NO_BINARY_FOR_GPU")
+            || what.contains("INVALID_IMAGE")
+        {
+            Error::Environment(format!(
+                "the driver cannot load what NVRTC produced ({what}; {versions}): use an NVRTC \
+                 no newer than the driver"
+            ))
+        } else {
+            Error::Internal(format!(
+                "loading the compiled module failed: {what} ({versions})"
+            ))
+        }
+    })?;
+    let values = param_map(compiled)?;
+    let attr = |a: CUdevice_attribute| gpu.ctx.attribute(a).unwrap_or(0).max(0) as usize;
+    let max_threads = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    let max_shared =
+        attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .max(DEFAULT_DYNAMIC_SHARED);
+    let illegal = |message: String| Error::Illegal {
+        file: compiled.program.source.clone(),
+        message,
+    };
+    let mut launches = Vec::new();
+    for k in &program.kernels {
+        let grid = k.grid_dims(&values)?;
+        if grid.contains(&0) {
+            continue;
+        }
+        let threads = k.block.iter().map(|b| *b as usize).product::<usize>();
+        if threads == 0 || threads > max_threads {
+            return Err(illegal(format!(
+                "kernel {} has {threads} threads per block ({:?}); the device allows 1 to {max_threads}",
+                k.name, k.block
+            )));
+        }
+        let shared = k.dynamic_shared + k.static_shared;
+        if shared > max_shared {
+            return Err(illegal(format!(
+                "kernel {} needs {shared} bytes of shared memory per block; the device allows {max_shared}",
+                k.name
+            )));
+        }
+        let func = module.load_function(&k.name).map_err(|e| {
+            Error::Internal(format!(
+                "kernel {} is not in the module: {}",
+                k.name,
+                sys::describe(&e)
+            ))
+        })?;
+        if k.dynamic_shared > DEFAULT_DYNAMIC_SHARED {
+            func.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                k.dynamic_shared as i32,
+            )
+            .map_err(|e| {
+                Error::Internal(format!(
+                    "kernel {}: cannot allow {} bytes of dynamic shared memory: {}",
+                    k.name,
+                    k.dynamic_shared,
+                    sys::describe(&e)
+                ))
+            })?;
+        }
+        launches.push(Launch {
+            name: k.name.clone(),
+            func,
+            cfg: LaunchConfig {
+                grid_dim: (grid[0], grid[1], grid[2]),
+                block_dim: (k.block[0], k.block[1], k.block[2]),
+                shared_mem_bytes: k.dynamic_shared as u32,
+            },
+        });
+    }
+    Ok(launches)
+}
+
+/// Every parameter's value by name (all have one for a run).
+fn param_map(compiled: &Compiled) -> Result<HashMap<String, i64>> {
+    let values = compiled.param_values()?;
+    Ok(compiled
+        .program
+        .params
+        .iter()
+        .map(|p| p.name.clone())
+        .zip(values)
+        .collect())
+}
+
+/// What each kernel argument is: a tensor (index into the buffers) or a
+/// parameter value. Checks that the program's argument list covers every
+/// tensor of the model in order, which is what the kernels expect.
+enum ArgSlot {
+    Tensor(usize),
+    Long(i64),
+}
+
+fn arg_slots(program: &CudaProgram, compiled: &Compiled) -> Result<Vec<ArgSlot>> {
+    let values = param_map(compiled)?;
+    let mut slots = Vec::new();
+    let mut next_tensor = 0usize;
+    for a in &program.args {
+        match a {
+            KernelArg::Tensor { name, dtype, .. } => {
+                let i = compiled
+                    .tensors
+                    .iter()
+                    .position(|t| &t.name == name)
+                    .ok_or_else(|| {
+                        Error::Internal(format!("kernel argument {name} is no tensor"))
+                    })?;
+                if i != next_tensor || compiled.tensors[i].dtype != *dtype {
+                    return Err(Error::Internal(format!(
+                        "kernel argument {name} ({dtype}) is out of the model's tensor order"
+                    )));
+                }
+                next_tensor += 1;
+                slots.push(ArgSlot::Tensor(i));
+            }
+            KernelArg::Param { name } => {
+                let v = values
+                    .get(name)
+                    .ok_or_else(|| Error::Internal(format!("parameter {name} has no value")))?;
+                slots.push(ArgSlot::Long(*v));
+            }
+        }
+    }
+    if next_tensor != compiled.tensors.len() {
+        return Err(Error::Internal(
+            "the kernels do not take every tensor as an argument".into(),
+        ));
+    }
+    Ok(slots)
+}
+
+/// Runs `compiled` (compiled with the GPU mapping) on the GPU: `--check`
+/// compares with the CPU's f64 reference on the same inputs, `--bench`
+/// times `bench_runs` executions with CUDA events after a few warm-ups.
+pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
+    let program = compiled.cuda.as_ref().ok_or_else(|| {
+        Error::Internal("the program was compiled without the GPU mapping".into())
+    })?;
+    let counts = cpu::tensor_counts(compiled)?;
+    let slots = arg_slots(program, compiled)?;
+    let work = super::work::measure(compiled)?;
+    let gpu = open_gpu()?;
+    // cudarc panics on a few conditions it treats as impossible (a missing
+    // driver entry point); those become errors rather than crashes.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        execute(&gpu, program, compiled, &counts, &slots, opts)
+    }))
+    .map_err(|p| {
+        Error::Internal(format!(
+            "the CUDA runtime failed: {}",
+            sys::panic_text(p.as_ref())
+        ))
+    })?;
+    let (check, median_us, arch, launches) = result?;
+    Ok(RunReport {
+        check,
+        median_us,
+        runs: opts.bench_runs,
+        device: format!("{}, {arch}", gpu.name),
+        launches,
+        work,
+    })
+}
+
+type Executed = (Option<data::CheckResult>, Option<f64>, String, usize);
+
+fn execute(
+    gpu: &Gpu,
+    program: &CudaProgram,
+    compiled: &Compiled,
+    counts: &[usize],
+    slots: &[ArgSlot],
+    opts: &RunOptions,
+) -> Result<Executed> {
+    let (ptx, arch) = compile_for(gpu, &program.source)?;
+    let launches = prepare(gpu, program, compiled, ptx)?;
+    let driver = |what: &str, e: cudarc::driver::DriverError| {
+        Error::Internal(format!("{what}: {}", sys::describe(&e)))
+    };
+    // Buffers: inputs from the shared generator, the rest poisoned.
+    let mut buffers: Vec<CudaSlice<u8>> = Vec::new();
+    for (i, t) in compiled.tensors.iter().enumerate() {
+        let bytes = if t.role == TensorRole::Input {
+            data::random_bytes(t.dtype, counts[i], opts.seed.wrapping_add(i as u64))
+        } else {
+            vec![0xFF; counts[i] * t.dtype.size()]
+        };
+        // A zero-sized tensor still gets a valid pointer.
+        let bytes = if bytes.is_empty() { vec![0xFF] } else { bytes };
+        let b = gpu
+            .stream
+            .clone_htod(&bytes)
+            .map_err(|e| driver(&format!("allocating and filling {}", t.name), e))?;
+        buffers.push(b);
+    }
+    let args: Vec<sys::Arg> = slots
+        .iter()
+        .map(|s| match s {
+            ArgSlot::Tensor(i) => sys::Arg::Buffer(&buffers[*i]),
+            ArgSlot::Long(v) => sys::Arg::Long(v),
+        })
+        .collect();
+    // The checked execution: synchronize after every kernel so that a
+    // fault names the kernel that caused it.
+    for l in &launches {
+        sys::launch(&gpu.stream, &l.func, l.cfg, &args)
+            .map_err(|e| driver(&format!("launching {}", l.name), e))?;
+        gpu.stream
+            .synchronize()
+            .map_err(|e| driver(&format!("kernel {} failed", l.name), e))?;
+    }
+    let check = if opts.check {
+        let reference = cpu::reference_outputs(compiled, opts.seed)?;
+        let mut outputs = Vec::new();
+        for (i, t) in compiled.tensors.iter().enumerate() {
+            if t.role != TensorRole::Output {
+                continue;
+            }
+            let got = gpu
+                .stream
+                .clone_dtoh(&buffers[i])
+                .map_err(|e| driver(&format!("copying {} back", t.name), e))?;
+            let n = counts[i] * t.dtype.size();
+            let y = data::to_f64(t.dtype, &got[..n.min(got.len())]);
+            let r = reference
+                .iter()
+                .find(|(name, _, _)| name == &t.name)
+                .map(|(_, _, r)| r.clone())
+                .ok_or_else(|| Error::Internal(format!("no reference for {}", t.name)))?;
+            outputs.push((t.name.clone(), t.dtype, y, r));
+        }
+        Some(data::compare(&outputs))
+    } else {
+        None
+    };
+    let median_us = if opts.bench_runs > 0 {
+        let run_all = || -> Result<()> {
+            for l in &launches {
+                sys::launch(&gpu.stream, &l.func, l.cfg, &args)
+                    .map_err(|e| driver(&format!("launching {}", l.name), e))?;
+            }
+            Ok(())
+        };
+        for _ in 0..WARMUP_RUNS {
+            run_all()?;
+        }
+        gpu.stream.synchronize().map_err(|e| driver("warm-up", e))?;
+        let event = || {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| driver("creating an event", e))
+        };
+        let (start, end) = (event()?, event()?);
+        let mut times = Vec::with_capacity(opts.bench_runs);
+        for _ in 0..opts.bench_runs {
+            start.record(&gpu.stream).map_err(|e| driver("timing", e))?;
+            run_all()?;
+            end.record(&gpu.stream).map_err(|e| driver("timing", e))?;
+            let ms = start.elapsed_ms(&end).map_err(|e| driver("timing", e))?;
+            times.push(ms as f64 * 1e3);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        Some(times[times.len() / 2])
+    } else {
+        None
+    };
+    gpu.stream
+        .synchronize()
+        .map_err(|e| driver("finishing", e))?;
+    Ok((check, median_us, arch, launches.len()))
+}
+
+/// Folders where the driver library may be outside the loader's search.
+fn driver_dirs() -> Vec<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/local/nvidia/lib64",
+        "/usr/local/nvidia/lib",
+        "/usr/lib/wsl/lib",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect()
+}
+
+/// Folders that may hold `libnvrtc`: the toolkit's, then the pip wheels'.
+fn nvrtc_dirs() -> Vec<PathBuf> {
+    let mut dirs = toolkit_dirs(&["lib64", "lib", "targets/x86_64-linux/lib"]);
+    for n in python_nvidia_dirs() {
+        for sub in ["cu13/lib", "cuda_nvrtc/lib", "cu12/lib"] {
+            dirs.push(n.join(sub));
+        }
+    }
+    dirs
+}
+
+/// Folders that hold `cuda_fp16.h` and `cuda_bf16.h`, NVRTC's own first
+/// (the `include` beside the `lib` it was loaded from), then the toolkit's
+/// and the pip wheels'.
+fn include_dirs() -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(found) = sys::nvrtc_path() {
+        if let Some(lib) = Path::new(found).parent() {
+            candidates.push(lib.join("../include"));
+        }
+    }
+    candidates.extend(toolkit_dirs(&["include", "targets/x86_64-linux/include"]));
+    for n in python_nvidia_dirs() {
+        for sub in [
+            "cu13/include",
+            "cuda_runtime/include",
+            "cuda_nvrtc/include",
+            "cu12/include",
+        ] {
+            candidates.push(n.join(sub));
+        }
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for c in candidates {
+        if c.join("cuda_fp16.h").is_file() {
+            let c = c.canonicalize().unwrap_or(c);
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// `$CUDA_HOME`, `$CUDA_PATH`, `$CUDA_ROOT` and the usual install
+/// prefixes, each joined with every one of `subdirs`.
+fn toolkit_dirs(subdirs: &[&str]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from)
+        .collect();
+    roots.push(PathBuf::from("/usr/local/cuda"));
+    roots.push(PathBuf::from("/opt/cuda"));
+    let mut out = Vec::new();
+    for r in roots {
+        for s in subdirs {
+            let d = r.join(s);
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The `nvidia` package folders of the Python installation, where the pip
+/// wheels (`nvidia-cuda-nvrtc`, `nvidia-cuda-runtime`, ...) put their
+/// libraries and headers; found by asking `python3` for its search path
+/// (which includes `PYTHONPATH`). Asked once per process.
+fn python_nvidia_dirs() -> &'static [PathBuf] {
+    static DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(|| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import sys\nfor p in sys.path: print(p)"])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output();
+        let mut dirs = Vec::new();
+        if let Ok(out) = out {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let line = line.trim();
+                let d = Path::new(line).join("nvidia");
+                if !line.is_empty() && d.is_dir() && !dirs.contains(&d) {
+                    dirs.push(d);
+                }
+            }
+        }
+        dirs
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn architectures_become_virtual() {
+        assert_eq!(virtual_arch("sm_90").unwrap(), "compute_90");
+        assert_eq!(virtual_arch("sm_90a").unwrap(), "compute_90a");
+        assert_eq!(virtual_arch("compute_80").unwrap(), "compute_80");
+        for bad in ["90", "sm90", "sm_", "sm_9", "gfx_90", "sm_x0"] {
+            assert!(
+                matches!(virtual_arch(bad), Err(Error::Input { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn real_architectures_give_machine_code() {
+        if require_nvrtc().is_err() {
+            eprintln!("note: NVRTC is not available; CUBIN output not tested");
+            return;
+        }
+        let src = "extern \"C\" __global__ void k(float *x) { x[threadIdx.x] += 1.0f; }";
+        let out = nvrtc(src, "--gpu-architecture=sm_90").unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.cubin.is_some_and(|c| c.starts_with(b"\x7fELF")));
+        let out = nvrtc(src, "--gpu-architecture=compute_90").unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.ptx.is_some_and(|p| p.contains(".entry k")));
+        assert!(sys::nvrtc_archs().contains(&90));
+    }
+}

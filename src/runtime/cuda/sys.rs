@@ -1,0 +1,298 @@
+//! The only `unsafe` code of the CUDA runtime: loading the CUDA libraries,
+//! the NVRTC calls cudarc has no safe form for (CUBIN output, supported
+//! architectures, version), and kernel launches.
+//!
+//! cudarc loads `libcuda` and `libnvrtc` lazily by file name and *panics*
+//! when neither name resolves. So before cudarc is first used, each library
+//! is looked for here ([`load_driver`], [`load_nvrtc`]): first by the names
+//! cudarc tries (the dynamic loader's usual search: `LD_LIBRARY_PATH`, the
+//! ld.so cache), then by full path in the directories the caller lists. A
+//! library found by path is opened and deliberately never closed: glibc's
+//! `dlopen` matches an already loaded object by its soname, so cudarc's
+//! later `dlopen("libnvrtc.so.13")` returns that same object.
+
+use std::ffi::{c_char, c_int, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::PushKernelArg;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig};
+use cudarc::nvrtc::result as nvrtc;
+use cudarc::nvrtc::sys as nvrtc_sys;
+
+/// Where a library was found (its name or path), or the folders that were
+/// searched after the loader's own search by name failed.
+pub type Found = std::result::Result<String, Vec<String>>;
+
+/// Opens `name` (a file name, searched by the dynamic loader, or a path)
+/// for the life of the process.
+fn open_forever(name: &str) -> bool {
+    let Ok(c) = CString::new(name) else {
+        return false;
+    };
+    // SAFETY: `c` is a NUL-terminated string that outlives the call. The
+    // handle is intentionally leaked (see the module comment); running the
+    // library's initialisers is what loading it for cudarc would do too.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    !handle.is_null()
+}
+
+/// Finds one of cudarc's candidate names of library `lib` by name, then in
+/// each of `dirs`.
+fn find(lib: &str, dirs: &[PathBuf]) -> Found {
+    let names = cudarc::get_lib_name_candidates(lib);
+    // cudarc tries the same names in the same order: it gets the library
+    // opened here.
+    if let Some(n) = names.iter().find(|n| open_forever(n)) {
+        return Ok(n.clone());
+    }
+    let mut searched = Vec::new();
+    for d in dirs {
+        for n in &names {
+            let p = d.join(n);
+            if p.is_file() {
+                let s = p.to_string_lossy().into_owned();
+                if open_forever(&s) {
+                    return Ok(s);
+                }
+                searched.push(format!("{s} (present, but it does not load)"));
+            }
+        }
+        if d.is_dir() {
+            searched.push(d.display().to_string());
+        }
+    }
+    Err(searched)
+}
+
+/// Loads the CUDA driver library (`libcuda.so.1`) once per process.
+pub fn load_driver(dirs: &[PathBuf]) -> &'static Found {
+    static DRIVER: OnceLock<Found> = OnceLock::new();
+    DRIVER.get_or_init(|| find("cuda", dirs))
+}
+
+static NVRTC: OnceLock<Found> = OnceLock::new();
+
+/// Loads NVRTC (`libnvrtc.so.13`, or another version's name) once per
+/// process.
+pub fn load_nvrtc(dirs: &[PathBuf]) -> &'static Found {
+    NVRTC.get_or_init(|| find("nvrtc", dirs))
+}
+
+/// The path NVRTC was loaded from, when it was found by path (not by name).
+pub fn nvrtc_path() -> Option<&'static str> {
+    match NVRTC.get() {
+        Some(Ok(p)) if p.contains('/') => Some(p.as_str()),
+        _ => None,
+    }
+}
+
+/// NVRTC's version (major, minor). Call only after [`load_nvrtc`] found it.
+pub fn nvrtc_version() -> Option<(i32, i32)> {
+    let (mut major, mut minor): (c_int, c_int) = (0, 0);
+    // SAFETY: NVRTC is loaded (the caller checked); both pointers are to
+    // live locals.
+    let r = unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) };
+    r.result().ok().map(|_| (major, minor))
+}
+
+/// The real architectures NVRTC can compile for (`90` for sm_90). Call only
+/// after [`load_nvrtc`] found it.
+pub fn nvrtc_archs() -> Vec<i32> {
+    let mut n: c_int = 0;
+    // SAFETY: NVRTC is loaded; `n` is a live local.
+    if unsafe { nvrtc_sys::nvrtcGetNumSupportedArchs(&mut n) }
+        .result()
+        .is_err()
+        || n <= 0
+    {
+        return Vec::new();
+    }
+    let mut archs = vec![0 as c_int; n as usize];
+    // SAFETY: `archs` has room for the `n` entries NVRTC reported.
+    if unsafe { nvrtc_sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
+        .result()
+        .is_err()
+    {
+        return Vec::new();
+    }
+    archs
+}
+
+/// The CUDA version the driver supports (`12040` for 12.4). Call only
+/// after [`load_driver`] found it.
+pub fn driver_version() -> Option<i32> {
+    let mut v: c_int = 0;
+    // SAFETY: the driver library is loaded; `v` is a live local.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    r.result().ok().map(|_| v)
+}
+
+/// What NVRTC produced.
+pub struct NvrtcOutput {
+    /// PTX text, when NVRTC kept it (a virtual `compute_XX` target).
+    pub ptx: Option<String>,
+    /// Machine code, for a real `sm_XX` target.
+    pub cubin: Option<Vec<u8>>,
+    pub log: String,
+}
+
+/// Why NVRTC failed: its error and log.
+pub struct NvrtcFailure {
+    pub error: String,
+    pub log: String,
+}
+
+/// An NVRTC program, destroyed on drop on every path.
+struct Program(nvrtc_sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` was created by `create_program` and is destroyed
+        // only here.
+        let _ = unsafe { nvrtc::destroy_program(self.0) };
+    }
+}
+
+/// Reads NVRTC's `(size, fill)` pair of calls into a byte vector.
+fn read_bytes(
+    size: impl FnOnce(&mut usize) -> nvrtc_sys::nvrtcResult,
+    fill: impl FnOnce(*mut c_char) -> nvrtc_sys::nvrtcResult,
+) -> Option<Vec<u8>> {
+    let mut n = 0usize;
+    size(&mut n).result().ok()?;
+    let mut buf = vec![0u8; n];
+    fill(buf.as_mut_ptr() as *mut c_char).result().ok()?;
+    Some(buf)
+}
+
+fn text(mut bytes: Vec<u8>) -> String {
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Compiles CUDA `source` with NVRTC under `options`. Call only after
+/// [`load_nvrtc`] found NVRTC.
+pub fn nvrtc_compile(
+    source: &str,
+    name: &str,
+    options: &[String],
+) -> std::result::Result<NvrtcOutput, NvrtcFailure> {
+    let fail = |error: String| NvrtcFailure {
+        error,
+        log: String::new(),
+    };
+    let src = CString::new(source).map_err(|_| fail("the source contains a NUL byte".into()))?;
+    let cname = CString::new(name).map_err(|_| fail("the name contains a NUL byte".into()))?;
+    if options.iter().any(|o| o.contains('\0')) {
+        return Err(fail("an option contains a NUL byte".into()));
+    }
+    let prog =
+        Program(nvrtc::create_program(&src, Some(&cname)).map_err(|e| fail(format!("{e:?}")))?);
+    let p = prog.0;
+    // SAFETY: `p` is a live program (destroyed when `prog` drops, after
+    // every use below); the options contain no NUL byte (checked above).
+    let compiled = unsafe { nvrtc::compile_program(p, options) };
+    // SAFETY: as above; the log exists once compilation was attempted.
+    let log = read_bytes(
+        |n| unsafe { nvrtc_sys::nvrtcGetProgramLogSize(p, n) },
+        |b| unsafe { nvrtc_sys::nvrtcGetProgramLog(p, b) },
+    )
+    .map(text)
+    .unwrap_or_default();
+    if let Err(e) = compiled {
+        return Err(NvrtcFailure {
+            error: format!("{e:?}"),
+            log,
+        });
+    }
+    // SAFETY: as above; each getter writes at most the size it reported.
+    let ptx = read_bytes(
+        |n| unsafe { nvrtc_sys::nvrtcGetPTXSize(p, n) },
+        |b| unsafe { nvrtc_sys::nvrtcGetPTX(p, b) },
+    )
+    .map(text)
+    .filter(|s| !s.is_empty());
+    // SAFETY: as above.
+    let cubin = read_bytes(
+        |n| unsafe { nvrtc_sys::nvrtcGetCUBINSize(p, n) },
+        |b| unsafe { nvrtc_sys::nvrtcGetCUBIN(p, b) },
+    )
+    .filter(|b| !b.is_empty());
+    Ok(NvrtcOutput { ptx, cubin, log })
+}
+
+/// Creates the primary context of device `ordinal`. Call only after
+/// [`load_driver`] found the driver. cudarc panics where a driver entry
+/// point it expects is missing (a driver older than the bindings); that
+/// panic is caught and returned as an error message.
+pub fn context(ordinal: usize) -> std::result::Result<Arc<CudaContext>, String> {
+    let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+        .map_err(|p| panic_text(p.as_ref()))?
+        .map_err(|e| describe(&e))?;
+    // SAFETY: polyfuse uses one stream of this context, and orders every
+    // copy and launch on it, so cudarc's per-buffer events (which would add
+    // event records to every launch that is timed) are not needed.
+    unsafe { ctx.disable_event_tracking() };
+    Ok(ctx)
+}
+
+/// The text of a caught panic.
+pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else {
+        "a panic inside cudarc".to_string()
+    }
+}
+
+/// A driver error as `CUDA_ERROR_NAME: description`.
+pub fn describe(e: &DriverError) -> String {
+    let name = e
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0));
+    match e.error_string() {
+        Ok(s) => format!("{name}: {}", s.to_string_lossy()),
+        Err(_) => name,
+    }
+}
+
+/// One kernel argument.
+pub enum Arg<'a> {
+    /// A tensor's device buffer, passed as its device pointer.
+    Buffer(&'a CudaSlice<u8>),
+    /// A parameter, passed as a C `long`.
+    Long(&'a i64),
+}
+
+/// Launches `f` on `stream` with `args`.
+///
+/// The caller guarantees that `args` match the kernel's C signature: the
+/// CUDA printer declares every kernel with one pointer per tensor in the
+/// model's order and then one `long` per symbolic parameter, and the
+/// runtime builds `args` from the same [`crate::gpu::CudaProgram::args`];
+/// each buffer holds its tensor's full extent.
+pub fn launch(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &[Arg],
+) -> std::result::Result<(), DriverError> {
+    let mut b = stream.launch_builder(f);
+    for a in args {
+        match a {
+            Arg::Buffer(s) => b.arg(*s),
+            Arg::Long(v) => b.arg(*v),
+        };
+    }
+    // SAFETY: the arguments match the kernel's parameters in number, order
+    // and type (see above), every buffer outlives the launch (the caller
+    // synchronizes the stream before dropping them), and the launch bounds
+    // were checked against the device's limits.
+    unsafe { b.launch(cfg) }.map(|_| ())
+}

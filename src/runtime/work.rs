@@ -1,0 +1,280 @@
+//! The work of one execution of a program at its parameter values: the
+//! bytes it must move and the arithmetic it must do, whatever the schedule.
+//! Both targets divide these by the measured time, so their GB/s and
+//! TFLOP/s mean the same thing and compare schedules fairly.
+//!
+//! * bytes: every input read once and every output written once (element
+//!   count × storage size). Temporaries are not counted: a fused schedule
+//!   may never store them, and counting them would reward schedules that
+//!   do.
+//! * flops: Σ over isl statements of |D_S| × the operations of one
+//!   instance of S ([`flops_per_instance`]). |D_S| is the exact number of
+//!   integer points of the statement's iteration domain with every
+//!   parameter fixed ([`count_points`]), so `where` constraints such as a
+//!   causal mask `j <= i` are counted exactly, not bounded by a box.
+
+use crate::error::{Error, Result};
+use crate::frontend::ast::{BinOp, Expr, ExprKind, Statement, TensorRole};
+use crate::isl::{DimType, Isl, Set, Val};
+use crate::model::{self, StmtKind};
+use crate::pipeline::Compiled;
+
+/// Bytes and flops of one execution.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Inputs read once plus outputs written once, in bytes.
+    pub bytes: u64,
+    /// Arithmetic operations of all statement instances.
+    pub flops: u64,
+    /// Per isl statement (`S0_init`, `S0`, ...): instances and flops of
+    /// one instance, in model order.
+    pub statements: Vec<StatementWork>,
+}
+
+/// The work of one isl statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatementWork {
+    pub name: String,
+    /// |D_S|: points of the iteration domain at the parameter values.
+    pub instances: u64,
+    pub flops_per_instance: u64,
+}
+
+/// The work of `compiled` at its parameter values (every parameter must
+/// have one). The model is rebuilt from the program: `Compiled` holds no
+/// isl objects (see `pipeline`).
+pub fn measure(compiled: &Compiled) -> Result<Work> {
+    compiled.param_values()?;
+    let counts = super::cpu::tensor_counts(compiled)?;
+    let mut bytes: u64 = 0;
+    for (t, n) in compiled.tensors.iter().zip(&counts) {
+        if matches!(t.role, TensorRole::Input | TensorRole::Output) {
+            bytes = bytes.saturating_add((*n as u64).saturating_mul(t.dtype.size() as u64));
+        }
+    }
+    let isl = Isl::new();
+    let scop = model::build(&isl, &compiled.program)?;
+    let mut flops: u64 = 0;
+    let mut statements = Vec::new();
+    for s in &scop.statements {
+        let source = compiled.program.statements.get(s.source).ok_or_else(|| {
+            Error::Internal(format!("statement {} has no source statement", s.name))
+        })?;
+        let per = flops_per_instance(source, s.kind);
+        let domain = s
+            .domain
+            .copy()?
+            .intersect_params(scop.context.copy()?)?
+            .project_out_all_params()?;
+        let instances = count_points(&domain).map_err(|e| match e {
+            Error::Internal(m) => Error::Internal(format!("counting {}: {m}", s.name)),
+            other => other,
+        })?;
+        flops = flops.saturating_add(instances.saturating_mul(per));
+        statements.push(StatementWork {
+            name: s.name.clone(),
+            instances,
+            flops_per_instance: per,
+        });
+    }
+    Ok(Work {
+        bytes,
+        flops,
+        statements,
+    })
+}
+
+/// Operations of one instance of an isl statement of `stmt`:
+///
+/// * an init instance (`S_init`, the `!` of `op=!`) stores a constant: 0;
+/// * an update instance is its right side plus 1 for the combine with the
+///   left side, so `C(i, j) +=! A(i, k) * B(k, j)` is 2 (a multiply-add);
+/// * an assignment is its right side.
+pub fn flops_per_instance(stmt: &Statement, kind: StmtKind) -> u64 {
+    match kind {
+        StmtKind::Init => 0,
+        StmtKind::Update => expr_flops(&stmt.rhs) + 1,
+        StmtKind::Assign => expr_flops(&stmt.rhs),
+    }
+}
+
+/// Operations of an expression: every arithmetic binary operator and every
+/// comparison counts 1 (a comparison is the flop of a ReLU or a max), every
+/// function call (`exp`, `max`, `rsqrt`, ...) counts 1. Reads, constants,
+/// negation, `!`, `&&`, `||`, selects and casts count 0: they are data
+/// movement or control, not arithmetic a roofline charges for.
+pub fn expr_flops(e: &Expr) -> u64 {
+    match &e.kind {
+        ExprKind::Number(_)
+        | ExprKind::Inf { .. }
+        | ExprKind::Index(_)
+        | ExprKind::Param(_)
+        | ExprKind::Access { .. } => 0,
+        ExprKind::Unary(_, a) | ExprKind::Cast(_, a) => expr_flops(a),
+        ExprKind::Binary(op, a, b) => {
+            let own = match op {
+                BinOp::And | BinOp::Or => 0,
+                _ => 1,
+            };
+            own + expr_flops(a) + expr_flops(b)
+        }
+        ExprKind::Select(c, a, b) => expr_flops(c) + expr_flops(a) + expr_flops(b),
+        ExprKind::Call(_, args) => 1 + args.iter().map(expr_flops).sum::<u64>(),
+    }
+}
+
+/// Largest number of slices [`count_points`] cuts a set into before it
+/// gives up: each costs a few isl operations, so this bounds the time to a
+/// few seconds even for a set with three mutually constrained dimensions.
+const SLICE_BUDGET: u64 = 1 << 20;
+
+/// The exact number of integer points of `set`, a bounded set without
+/// parameters (fix them first).
+///
+/// isl alone only counts by enumerating every point (`isl_set_count_val`),
+/// which is far too slow for a 1024³ gemm, and plain isl has no
+/// parametric counting (that is barvinok's). So the count is split:
+/// * a set equal to its bounding box has the product of the extents;
+/// * a dimension whose constraints do not involve the others (the set is
+///   its projection times the dimension's range) contributes a factor;
+/// * otherwise the set is cut into slices along its shortest dimension and
+///   each slice is counted the same way. A causal mask `j <= i` over
+///   `b, i, j` factors `b` out and then cuts `i` into rows, each a box.
+pub fn count_points(set: &Set) -> Result<u64> {
+    let mut budget = SLICE_BUDGET;
+    count(set.copy()?, &mut budget)
+}
+
+fn count(set: Set, budget: &mut u64) -> Result<u64> {
+    if set.is_empty()? {
+        return Ok(0);
+    }
+    let n = set.dim(DimType::Set)?;
+    if n == 0 {
+        return Ok(1);
+    }
+    let mut bounds = Vec::new();
+    for pos in 0..n {
+        let lo = bound(set.copy()?.dim_min_val(pos)?, "lower")?;
+        let hi = bound(set.copy()?.dim_max_val(pos)?, "upper")?;
+        bounds.push((lo, hi));
+    }
+    let extent = |(lo, hi): (i64, i64)| (hi - lo + 1).max(0) as u64;
+    // The bounding box of the set; the set is a box when it equals it.
+    let mut boxed = Set::universe(set.get_space()?)?;
+    for (pos, (lo, hi)) in bounds.iter().enumerate() {
+        boxed = bound_dim(boxed, pos as u32, *lo, *hi)?;
+    }
+    if boxed.is_equal(&set)? {
+        return Ok(bounds
+            .iter()
+            .fold(1u64, |a, b| a.saturating_mul(extent(*b))));
+    }
+    // A dimension independent of the others factors out.
+    for (pos, (lo, hi)) in bounds.iter().enumerate() {
+        let rest = set.copy()?.project_out(DimType::Set, pos as u32, 1)?;
+        let back = bound_dim(
+            rest.copy()?.insert_dims(DimType::Set, pos as u32, 1)?,
+            pos as u32,
+            *lo,
+            *hi,
+        )?;
+        if back.is_equal(&set)? {
+            return Ok(extent((*lo, *hi)).saturating_mul(count(rest, budget)?));
+        }
+    }
+    // Cut into slices along the shortest dimension.
+    let (pos, (lo, hi)) = bounds
+        .iter()
+        .copied()
+        .enumerate()
+        .min_by_key(|(_, b)| extent(*b))
+        .ok_or_else(|| Error::Internal("a set without dimensions".into()))?;
+    let slices = extent((lo, hi));
+    if slices > *budget {
+        return Err(Error::Internal(format!(
+            "the domain needs more than {SLICE_BUDGET} slices to count exactly"
+        )));
+    }
+    *budget -= slices;
+    let mut total: u64 = 0;
+    for v in lo..=hi {
+        let slice = set
+            .copy()?
+            .fix_val(
+                DimType::Set,
+                pos as u32,
+                Val::int_from_si(&set.get_ctx(), v)?,
+            )?
+            .project_out(DimType::Set, pos as u32, 1)?;
+        total = total.saturating_add(count(slice, budget)?);
+    }
+    Ok(total)
+}
+
+/// `set` with dimension `pos` restricted to `lo..=hi`.
+fn bound_dim(set: Set, pos: u32, lo: i64, hi: i64) -> Result<Set> {
+    let ctx = set.get_ctx();
+    Ok(set
+        .lower_bound_val(DimType::Set, pos, Val::int_from_si(&ctx, lo)?)?
+        .upper_bound_val(DimType::Set, pos, Val::int_from_si(&ctx, hi)?)?)
+}
+
+/// An integer bound from isl; infinite means the set is unbounded, which a
+/// statement domain with all parameters fixed never is.
+fn bound(v: Val, which: &str) -> Result<i64> {
+    if !v.is_int()? {
+        return Err(Error::Internal(format!(
+            "the domain has no finite {which} bound"
+        )));
+    }
+    crate::isl::val_to_i64(&v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn points(text: &str) -> u64 {
+        let isl = Isl::new();
+        count_points(&isl.set(text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn boxes_are_products() {
+        assert_eq!(
+            points("{ S[i, j, k] : 0 <= i < 37 and 0 <= j < 53 and 0 <= k < 29 }"),
+            37 * 53 * 29
+        );
+        assert_eq!(points("{ S[] }"), 1);
+        assert_eq!(points("{ S[i] : 0 <= i < 0 }"), 0);
+    }
+
+    #[test]
+    fn triangles_and_strides_are_exact() {
+        // causal mask over a batch: b factors out, each row i has i + 1 points
+        assert_eq!(
+            points("{ S[b, i, j] : 0 <= b < 3 and 0 <= i < 10 and 0 <= j <= i }"),
+            3 * 55
+        );
+        // even points only
+        assert_eq!(points("{ S[i] : 0 <= i < 10 and exists e : i = 2e }"), 5);
+        // a union of two overlapping boxes
+        assert_eq!(
+            points("{ S[i, j] : 0 <= i < 4 and 0 <= j < 2; S[i, j] : 0 <= i < 2 and 0 <= j < 4 }"),
+            12
+        );
+    }
+
+    #[test]
+    fn large_boxes_count_without_enumerating() {
+        assert_eq!(
+            points("{ S[i, j, k] : 0 <= i < 4096 and 0 <= j < 4096 and 0 <= k < 4096 }"),
+            1 << 36
+        );
+        assert_eq!(
+            points("{ S[i, j] : 0 <= i < 4096 and 0 <= j <= i }"),
+            4096 * 4097 / 2
+        );
+    }
+}
