@@ -1,0 +1,635 @@
+//! The C ABI (`include/polyfuse.h`) called as a C program would, through
+//! the exported functions: results, error codes and messages, null and
+//! stale handles, concurrent compiles, and the header drift check.
+//! (`scripts/abi-test.sh` covers the same ABI from real C and C++.)
+
+use std::ffi::{c_char, CStr, CString};
+use std::path::Path;
+use std::process::Command;
+use std::ptr::{null, null_mut};
+
+use polyfuse::capi::*;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn c(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+/// Reads and frees a string handed out by polyfuse.
+fn take(p: *mut c_char) -> String {
+    assert!(!p.is_null(), "expected a string");
+    // SAFETY: polyfuse handed out `p` as a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string();
+    // SAFETY: freeing once what polyfuse handed out.
+    assert_eq!(unsafe { pf_string_free(p) }, PF_OK);
+    s
+}
+
+fn ctx_error(ctx: *const pf_context) -> String {
+    // SAFETY: any handle value is accepted.
+    take(unsafe { pf_context_error_message(ctx) })
+}
+
+fn last_error() -> String {
+    take(pf_last_error_message())
+}
+
+/// A context with `setup` applied, compiling `file` from examples/.
+fn context(file: &str) -> *mut pf_context {
+    let mut ctx = null_mut();
+    // SAFETY: `ctx` is a valid place for the handle; the path is a C string.
+    unsafe {
+        assert_eq!(pf_context_create(&mut ctx), PF_OK);
+        let path = c(&format!("{ROOT}/examples/{file}"));
+        assert_eq!(pf_context_load_file(ctx, path.as_ptr()), PF_OK);
+    }
+    ctx
+}
+
+fn compile_ok(ctx: *mut pf_context) -> *mut pf_result {
+    let mut r = null_mut();
+    // SAFETY: valid handle and output place.
+    let st = unsafe { pf_compile(ctx, &mut r) };
+    assert_eq!(st, PF_OK, "{}", ctx_error(ctx));
+    r
+}
+
+fn string_of(
+    r: *const pf_result,
+    f: unsafe extern "C" fn(*const pf_result, *mut *mut c_char) -> pf_status,
+) -> String {
+    let mut s = null_mut();
+    // SAFETY: valid handle and output place.
+    assert_eq!(unsafe { f(r, &mut s) }, PF_OK);
+    take(s)
+}
+
+#[test]
+fn version_and_abi() {
+    // SAFETY: a static NUL-terminated string.
+    let v = unsafe { CStr::from_ptr(pf_version()) }.to_str().unwrap();
+    assert_eq!(v, env!("CARGO_PKG_VERSION"));
+    assert_eq!(pf_abi_version(), 1);
+    let header = std::fs::read_to_string(format!("{ROOT}/include/polyfuse.h")).unwrap();
+    assert!(header.contains("#define PF_ABI_VERSION 1"));
+}
+
+#[test]
+fn cpu_result_exposes_c_tree_and_arguments() {
+    let ctx = context("gemm.json");
+    let r = compile_ok(ctx);
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(string_of(r, pf_result_target), "cpu");
+        let mut n = 9;
+        assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
+        assert_eq!(n, 0);
+        let c_src = string_of(r, pf_result_c_source);
+        assert!(c_src.contains("void pf_kernel(const long *pf_params, void **pf_tensors)"));
+        let tree = string_of(r, pf_result_schedule_tree);
+        assert!(tree.contains("domain"), "{tree}");
+        let mut s = null_mut();
+        assert_eq!(pf_result_cuda_source(r, &mut s), PF_ERR_INVALID_ARGUMENT);
+        let msg = take(pf_result_error_message(r));
+        assert!(msg.contains("cpu target"), "{msg}");
+        assert_eq!(
+            pf_result_launch(r, 0, null(), null_mut(), null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+
+        assert_eq!(pf_result_num_params(r, &mut n), PF_OK);
+        assert_eq!(n, 0);
+        assert_eq!(pf_result_num_args(r, &mut n), PF_OK);
+        assert_eq!(n, 3);
+        let mut names = Vec::new();
+        for i in 0..3 {
+            let mut kind = -1;
+            assert_eq!(pf_result_arg_kind(r, i, &mut kind), PF_OK);
+            assert_eq!(kind, PF_ARG_TENSOR);
+            let mut name = null_mut();
+            assert_eq!(pf_result_arg_name(r, i, &mut name), PF_OK);
+            names.push(take(name));
+            let mut t = -1;
+            assert_eq!(pf_result_arg_dtype(r, i, &mut t), PF_OK);
+            assert_eq!(t, PF_DTYPE_F32);
+            let mut rank = 0;
+            assert_eq!(pf_result_arg_rank(r, i, &mut rank), PF_OK);
+            assert_eq!(rank, 2);
+        }
+        assert_eq!(names, ["A", "B", "C"]);
+        let mut dim = null_mut();
+        assert_eq!(pf_result_arg_dim(r, 0, 1, &mut dim), PF_OK);
+        assert_eq!(take(dim), "K");
+        let mut e = 0;
+        assert_eq!(pf_result_arg_extent(r, 1, 1, null(), 0, &mut e), PF_OK);
+        assert_eq!(e, 256);
+        let mut bytes = 0;
+        assert_eq!(pf_result_arg_bytes(r, 0, null(), 0, &mut bytes), PF_OK);
+        assert_eq!(bytes, 128 * 64 * 4);
+        // Out of range.
+        let mut rank = 0;
+        assert_eq!(pf_result_arg_rank(r, 3, &mut rank), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            pf_result_arg_dim(r, 0, 2, &mut dim),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            pf_result_kernel_name(r, 0, &mut dim),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(take(pf_result_error_message(r)).contains("out of range"));
+        // A success clears the result's error.
+        assert_eq!(pf_result_num_args(r, &mut n), PF_OK);
+        assert!(pf_result_error_message(r).is_null());
+
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn cuda_result_describes_kernels_and_launch() {
+    let ctx = context("gemm.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        let mut r = null_mut();
+        let st = pf_compile(ctx, &mut r);
+        if st == PF_ERR_ENVIRONMENT {
+            // The GPU mapping is not in this build: the message says so.
+            assert!(ctx_error(ctx).contains("CUDA"));
+            pf_context_destroy(ctx);
+            return;
+        }
+        assert_eq!(st, PF_OK, "{}", ctx_error(ctx));
+        let mut n = 0;
+        assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
+        assert!(n >= 1);
+        let src = string_of(r, pf_result_cuda_source);
+        for k in 0..n {
+            let mut name = null_mut();
+            assert_eq!(pf_result_kernel_name(r, k, &mut name), PF_OK);
+            let name = take(name);
+            assert!(src.contains(&name), "{name} not in the source");
+            let mut block = [0u32; 3];
+            assert_eq!(pf_result_kernel_block(r, k, block.as_mut_ptr()), PF_OK);
+            assert!(block.iter().all(|b| *b >= 1));
+            assert!(block.iter().product::<u32>() <= 1024);
+            let mut grid = [0u32; 3];
+            assert_eq!(
+                pf_result_kernel_grid(r, k, null(), 0, grid.as_mut_ptr()),
+                PF_OK
+            );
+            assert!(grid.iter().all(|g| *g >= 1), "{grid:?}");
+            let (mut dynamic, mut stat) = (usize::MAX, usize::MAX);
+            assert_eq!(
+                pf_result_kernel_shared_memory(r, k, &mut dynamic, &mut stat),
+                PF_OK
+            );
+            assert!(dynamic < usize::MAX && stat < usize::MAX);
+        }
+        // Too many parameter values for a program whose sizes are fixed.
+        let mut grid = [0u32; 3];
+        assert_eq!(
+            pf_result_kernel_grid(r, 0, [4i64].as_ptr(), 1, grid.as_mut_ptr()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        // Without a driver the launch is an environment error, not a crash.
+        // SAFETY: probing only loads and unloads the library.
+        if !cudarc::driver::sys::is_culib_present() {
+            let mut ptrs = [null_mut(); 3];
+            assert_eq!(
+                pf_result_launch(r, 0, null(), ptrs.as_mut_ptr(), null_mut()),
+                PF_ERR_ENVIRONMENT
+            );
+            assert!(take(pf_result_error_message(r)).contains("CUDA driver"));
+        }
+        assert!(string_of(r, pf_result_schedule_tree).contains("domain"));
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn symbolic_parameters_are_passed_by_value() {
+    let json = r#"{ "name": "scale", "params": { "N": null, "M": 8 },
+        "inputs": { "X": { "dtype": "f16", "shape": ["N", "M"] } },
+        "outputs": { "Y": { "dtype": "f16", "shape": ["N", "M"] } },
+        "body": [ "Y(i, j) = X(i, j) * 2" ] }"#;
+    let mut ctx = null_mut();
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_create(&mut ctx), PF_OK);
+        assert_eq!(pf_context_load_json(ctx, c(json).as_ptr()), PF_OK);
+        let r = compile_ok(ctx);
+        let mut n = 0;
+        assert_eq!(pf_result_num_params(r, &mut n), PF_OK);
+        assert_eq!(n, 1);
+        let mut name = null_mut();
+        assert_eq!(pf_result_param_name(r, 0, &mut name), PF_OK);
+        assert_eq!(take(name), "N");
+        assert_eq!(pf_result_num_args(r, &mut n), PF_OK);
+        assert_eq!(n, 3);
+        let mut kind = -1;
+        assert_eq!(pf_result_arg_kind(r, 2, &mut kind), PF_OK);
+        assert_eq!(kind, PF_ARG_PARAM);
+        let mut t = 0;
+        assert_eq!(pf_result_arg_dtype(r, 2, &mut t), PF_ERR_INVALID_ARGUMENT);
+        let mut bytes = 0;
+        assert_eq!(
+            pf_result_arg_bytes(r, 0, [10i64].as_ptr(), 1, &mut bytes),
+            PF_OK
+        );
+        assert_eq!(bytes, 10 * 8 * 2);
+        // The count must match, and values are positive.
+        assert_eq!(
+            pf_result_arg_bytes(r, 0, null(), 0, &mut bytes),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            pf_result_arg_bytes(r, 0, [0i64].as_ptr(), 1, &mut bytes),
+            PF_ERR_INPUT
+        );
+        pf_result_destroy(r);
+        // Giving N a value makes it a compile-time constant.
+        assert_eq!(pf_context_set_param(ctx, c("N=5").as_ptr()), PF_OK);
+        let r = compile_ok(ctx);
+        assert_eq!(pf_result_num_params(r, &mut n), PF_OK);
+        assert_eq!(n, 0);
+        let mut e = 0;
+        assert_eq!(pf_result_arg_extent(r, 1, 0, null(), 0, &mut e), PF_OK);
+        assert_eq!(e, 5);
+        pf_result_destroy(r);
+        pf_context_destroy(ctx);
+    }
+}
+
+#[test]
+fn bad_json_and_bad_programs_are_input_errors() {
+    let mut ctx = null_mut();
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_create(&mut ctx), PF_OK);
+        assert_eq!(
+            pf_context_load_json(ctx, c("{ nope").as_ptr()),
+            PF_ERR_INPUT
+        );
+        let msg = ctx_error(ctx);
+        assert!(
+            msg.contains("not valid JSON") && msg.contains("<json>"),
+            "{msg}"
+        );
+        assert_eq!(last_error(), msg);
+        // Nothing loaded: compiling is an input error.
+        let mut r = null_mut();
+        assert_eq!(pf_compile(ctx, &mut r), PF_ERR_INPUT);
+        assert!(ctx_error(ctx).contains("no program is loaded"));
+        assert!(r.is_null());
+        let bad = r#"{ "name": "t", "params": {}, "inputs": {},
+            "outputs": { "Y": { "dtype": "f32", "shape": [4] } }, "body": [ "Y(i) = Q(i)" ] }"#;
+        assert_eq!(pf_context_load_json(ctx, c(bad).as_ptr()), PF_ERR_INPUT);
+        assert!(ctx_error(ctx).contains("unknown tensor or function `Q`"));
+        let missing = c("/nonexistent/program.json");
+        assert_eq!(pf_context_load_file(ctx, missing.as_ptr()), PF_ERR_INPUT);
+        assert!(ctx_error(ctx).contains("cannot read the file"));
+        // Not UTF-8.
+        let latin1 = [0xffu8, 0];
+        assert_eq!(
+            pf_context_load_json(ctx, latin1.as_ptr().cast()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_context_load_json(ctx, null()), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn bad_options_are_refused_with_a_message() {
+    let ctx = context("gemm.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        let fails = |st: pf_status, code: pf_status, needle: &str| {
+            assert_eq!(st, code);
+            let m = ctx_error(ctx);
+            assert!(m.contains(needle), "`{m}` lacks `{needle}`");
+        };
+        fails(
+            pf_context_set_strategy(ctx, c("greedy").as_ptr()),
+            PF_ERR_INPUT,
+            "unknown strategy `greedy`",
+        );
+        fails(
+            pf_context_set_target(ctx, c("tpu").as_ptr()),
+            PF_ERR_INPUT,
+            "unknown target",
+        );
+        fails(
+            pf_context_set_tile(ctx, [32i64, 0].as_ptr(), 2),
+            PF_ERR_INPUT,
+            "tile size 0",
+        );
+        fails(
+            pf_context_set_tile(ctx, null(), 2),
+            PF_ERR_INVALID_ARGUMENT,
+            "sizes is null",
+        );
+        fails(
+            pf_context_set_param(ctx, c("M").as_ptr()),
+            PF_ERR_INPUT,
+            "NAME=VALUE",
+        );
+        fails(
+            pf_context_set_param(ctx, c("M=0").as_ptr()),
+            PF_ERR_INPUT,
+            "positive integer",
+        );
+        fails(
+            pf_context_set_param(ctx, c("Q=3").as_ptr()),
+            PF_ERR_INPUT,
+            "no parameter `Q`",
+        );
+        fails(
+            pf_context_set_block(ctx, [32u32, 0].as_ptr(), 2),
+            PF_ERR_INPUT,
+            "block",
+        );
+        fails(
+            pf_context_set_grid(ctx, [1u32, 1, 1, 1].as_ptr(), 4),
+            PF_ERR_INPUT,
+            "grid",
+        );
+        fails(
+            pf_context_set_directives(ctx, c("{").as_ptr()),
+            PF_ERR_INPUT,
+            "not valid JSON",
+        );
+        // Good options still compile after the refusals.
+        assert_eq!(pf_context_set_strategy(ctx, c("max").as_ptr()), PF_OK);
+        assert!(pf_context_error_message(ctx).is_null());
+        assert_eq!(pf_context_set_tile(ctx, [16i64, 8].as_ptr(), 2), PF_OK);
+        assert_eq!(pf_context_set_param(ctx, c("M=37").as_ptr()), PF_OK);
+        assert_eq!(pf_context_set_sink(ctx, 0), PF_OK);
+        let r = compile_ok(ctx);
+        let mut e = 0;
+        assert_eq!(pf_result_arg_extent(r, 0, 0, null(), 0, &mut e), PF_OK);
+        assert_eq!(e, 37);
+        pf_result_destroy(r);
+        // Directives are passed through as the `schedule` key, which the
+        // compiler refuses for now: the compile error comes back.
+        assert_eq!(
+            pf_context_set_directives(ctx, c(r#"{"tile": [8]}"#).as_ptr()),
+            PF_OK
+        );
+        let mut r = null_mut();
+        fails(pf_compile(ctx, &mut r), PF_ERR_INPUT, "not implemented");
+        assert_eq!(pf_context_set_directives(ctx, null()), PF_OK);
+        let r = compile_ok(ctx);
+        pf_result_destroy(r);
+        pf_context_destroy(ctx);
+    }
+}
+
+#[test]
+fn null_handles_and_outputs_are_refused() {
+    // SAFETY: the point of the test: null and forged handles.
+    unsafe {
+        assert_eq!(pf_context_create(null_mut()), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(pf_context_destroy(null_mut()), PF_ERR_INVALID_HANDLE);
+        assert!(last_error().contains("pf_context is null"));
+        assert_eq!(
+            pf_context_load_json(null_mut(), c("{}").as_ptr()),
+            PF_ERR_INVALID_HANDLE
+        );
+        assert_eq!(pf_context_set_sink(null_mut(), 1), PF_ERR_INVALID_HANDLE);
+        let mut r = null_mut();
+        assert_eq!(pf_compile(null_mut(), &mut r), PF_ERR_INVALID_HANDLE);
+        let mut n = 0;
+        assert_eq!(pf_result_num_kernels(null(), &mut n), PF_ERR_INVALID_HANDLE);
+        assert_eq!(pf_result_destroy(null_mut()), PF_ERR_INVALID_HANDLE);
+        assert_eq!(
+            pf_result_launch(null(), 0, null(), null_mut(), null_mut()),
+            PF_ERR_INVALID_HANDLE
+        );
+        assert!(pf_context_error_message(null()).is_null());
+        assert!(pf_result_error_message(null()).is_null());
+        // Forged handles: small integers and an arbitrary address.
+        let forged = 0x1234usize as *mut pf_context;
+        assert_eq!(pf_context_set_sink(forged, 1), PF_ERR_INVALID_HANDLE);
+        let mut local = 0u64;
+        let stack = (&mut local as *mut u64).cast::<pf_result>();
+        assert_eq!(pf_result_num_args(stack, &mut n), PF_ERR_INVALID_HANDLE);
+        assert_eq!(pf_string_free(null_mut()), PF_OK);
+        let mut mine = *b"not polyfuse's\0";
+        assert_eq!(
+            pf_string_free(mine.as_mut_ptr().cast()),
+            PF_ERR_INVALID_HANDLE
+        );
+
+        // Null outputs on live handles.
+        let ctx = context("gemm.json");
+        assert_eq!(pf_compile(ctx, null_mut()), PF_ERR_INVALID_ARGUMENT);
+        let r = compile_ok(ctx);
+        assert_eq!(pf_result_num_args(r, null_mut()), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(pf_result_c_source(r, null_mut()), PF_ERR_INVALID_ARGUMENT);
+        pf_result_destroy(r);
+        pf_context_destroy(ctx);
+    }
+}
+
+#[test]
+fn double_free_and_use_after_free_return_errors() {
+    let ctx = context("matvec.json");
+    let r = compile_ok(ctx);
+    // SAFETY: the point of the test: stale handles and strings.
+    unsafe {
+        // A result handle is not a context, and survives the attempt.
+        assert_eq!(
+            pf_context_destroy(r.cast::<pf_context>()),
+            PF_ERR_INVALID_HANDLE
+        );
+        assert_eq!(
+            pf_result_destroy(ctx.cast::<pf_result>()),
+            PF_ERR_INVALID_HANDLE
+        );
+        let mut s = null_mut();
+        assert_eq!(pf_result_c_source(r, &mut s), PF_OK);
+        assert_eq!(pf_string_free(s), PF_OK);
+        assert_eq!(pf_string_free(s), PF_ERR_INVALID_HANDLE);
+        assert!(last_error().contains("already freed"));
+
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+        // The result outlives its context.
+        assert!(string_of(r, pf_result_schedule_tree).contains("domain"));
+        assert_eq!(pf_context_destroy(ctx), PF_ERR_INVALID_HANDLE);
+        assert_eq!(pf_context_set_sink(ctx, 1), PF_ERR_INVALID_HANDLE);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_result_destroy(r), PF_ERR_INVALID_HANDLE);
+        let mut n = 0;
+        assert_eq!(pf_result_num_args(r, &mut n), PF_ERR_INVALID_HANDLE);
+        // Handles are never reused, so a new context does not revive an
+        // old handle.
+        let ctx2 = context("matvec.json");
+        assert_ne!(ctx2, ctx);
+        assert_eq!(pf_context_destroy(ctx), PF_ERR_INVALID_HANDLE);
+        assert_eq!(pf_context_destroy(ctx2), PF_OK);
+    }
+}
+
+/// Everything a compile hands out, as text, for comparing compiles.
+fn describe(file: &str, target: &str, strategy: &str) -> String {
+    let ctx = context(file);
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c(target).as_ptr()), PF_OK);
+        assert_eq!(pf_context_set_strategy(ctx, c(strategy).as_ptr()), PF_OK);
+        let mut r = null_mut();
+        let st = pf_compile(ctx, &mut r);
+        if st != PF_OK {
+            let m = ctx_error(ctx);
+            pf_context_destroy(ctx);
+            return format!("error {st}: {m}");
+        }
+        let mut out = string_of(r, pf_result_schedule_tree) + &string_of(r, pf_result_c_source);
+        let mut n = 0;
+        pf_result_num_kernels(r, &mut n);
+        if n > 0 {
+            out += &string_of(r, pf_result_cuda_source);
+        }
+        pf_result_destroy(r);
+        pf_context_destroy(ctx);
+        out
+    }
+}
+
+#[test]
+fn contexts_compile_concurrently_with_identical_results() {
+    let cases = [
+        ("gemm.json", "cpu", "isl"),
+        ("softmax.json", "cpu", "max"),
+        ("conv2d.json", "cuda", "isl"),
+        ("layernorm.json", "cuda", "min"),
+    ];
+    let expected: Vec<String> = cases.iter().map(|(f, t, s)| describe(f, t, s)).collect();
+    for e in &expected {
+        assert!(!e.starts_with("error"), "{e}");
+    }
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            std::thread::spawn(move || {
+                // Each thread walks the cases from a different start, so
+                // different programs compile at the same time.
+                (0..cases.len() * 2)
+                    .map(|j| {
+                        let k = (i + j) % cases.len();
+                        let (f, t, s) = cases[k];
+                        (k, describe(f, t, s))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for t in threads {
+        for (k, got) in t.join().unwrap() {
+            assert_eq!(got, expected[k], "case {k} differs under concurrency");
+        }
+    }
+}
+
+#[test]
+fn one_context_shared_by_threads_is_serialised() {
+    let ctx = context("gemm.json") as usize;
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let ctx = ctx as *mut pf_context;
+                let r = compile_ok(ctx);
+                let text = string_of(r, pf_result_c_source);
+                // SAFETY: a live result handle.
+                assert_eq!(unsafe { pf_result_destroy(r) }, PF_OK);
+                text
+            })
+        })
+        .collect();
+    let texts: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(texts.windows(2).all(|w| w[0] == w[1]));
+    // SAFETY: a live context handle.
+    assert_eq!(unsafe { pf_context_destroy(ctx as *mut pf_context) }, PF_OK);
+}
+
+fn check_abi(args: &[&str]) -> (bool, String) {
+    let out = Command::new("bash")
+        .arg(format!("{ROOT}/scripts/check-abi.sh"))
+        .args(args)
+        .output()
+        .expect("bash runs scripts/check-abi.sh");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn header_drift_check_fails_on_a_mismatch() {
+    let (ok, out) = check_abi(&["--no-lib"]);
+    assert!(ok, "the header and src/capi disagree:\n{out}");
+
+    let header = std::fs::read_to_string(format!("{ROOT}/include/polyfuse.h")).unwrap();
+    let dir = std::env::temp_dir().join(format!("polyfuse-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mutated = |name: &str, from: &str, to: &str| {
+        assert!(header.contains(from), "{from}");
+        let p = dir.join(name);
+        std::fs::write(&p, header.replacen(from, to, 1)).unwrap();
+        p.display().to_string()
+    };
+    let cases = [
+        (
+            mutated(
+                "type.h",
+                "pf_result_kernel_name(const pf_result *result, size_t kernel",
+                "pf_result_kernel_name(const pf_result *result, int kernel",
+            ),
+            "pf_result_kernel_name: parameter 2",
+        ),
+        (
+            mutated(
+                "const.h",
+                "pf_result_num_args(const pf_result *result",
+                "pf_result_num_args(pf_result *result",
+            ),
+            "pf_result_num_args: parameter 1",
+        ),
+        (
+            mutated(
+                "missing.h",
+                "pf_status pf_context_set_sink(pf_context *ctx, int enabled);",
+                "",
+            ),
+            "pf_context_set_sink is defined in Rust but not declared",
+        ),
+        (
+            mutated(
+                "extra.h",
+                "pf_status pf_compile(",
+                "pf_status pf_compile_async(pf_context *ctx);\npf_status pf_compile(",
+            ),
+            "pf_compile_async is declared in the header but not defined",
+        ),
+        (
+            mutated(
+                "ret.h",
+                "int32_t pf_abi_version(void);",
+                "int64_t pf_abi_version(void);",
+            ),
+            "pf_abi_version: returns",
+        ),
+    ];
+    for (path, needle) in &cases {
+        let (ok, out) = check_abi(&["--no-lib", "--header", path]);
+        assert!(!ok, "the check passed a mismatched header ({needle})");
+        assert!(out.contains(needle), "expected `{needle}` in:\n{out}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(Path::new(&format!("{ROOT}/src/capi/mod.rs")).exists());
+}
