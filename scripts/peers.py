@@ -1,0 +1,485 @@
+#!/usr/bin/env python3
+"""Times the PyTorch peers of polyfuse programs on the GPU.
+
+    scripts/peers.py SPEC [SPEC ...] [--param NAME=VALUE ...] [--compile LIST]
+
+A SPEC is a program file (examples/gemm.json), a program name looked up in
+examples/ and bench/programs/ (gemm, gemm_4096), or `copy`; `@NAME=V,NAME=V`
+after it overrides parameters for that program only (gemm@M=37,N=53,K=29),
+and `--param` overrides them for every program. `copy@MIB=256` times a
+device-to-device copy of that many MiB (default 256), the bandwidth ceiling,
+counted as bytes read plus bytes written.
+
+For every program it makes fresh random inputs (uniform in [-1, 1), from
+--seed) of the shapes in the file, runs each peer once and compares it with
+a float64 reference written from the program's statements (relative error
+||out - ref|| / ||ref||, limit --tol), then times it: warm-up, then the
+median of many runs, each between two CUDA events (no L2 flush, as
+polyfuse's --bench). float32 matrix products run in full float32:
+torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+are False, and every line says so.
+
+The peers: torch.matmul (gemm), torch.mv (matvec), linear+relu (fcrelu),
+conv2d, max_pool2d, torch.bmm (tbmm), two matmuls (gemm_chain),
+torch.softmax, layer_norm, a*x+z, x.sum(dim=1), x.t().contiguous(), and
+torch.compile (mode default) of the first peer's eager function where
+--compile names the program (all, none, or a comma list of names; default
+all).
+
+Output: one JSON line per (program, peer) on stdout:
+  {"program", "params", "peer", "median_us", "runs", "bytes", "flops",
+   "gb_per_s", "tflop_per_s", "check": {"ok", "rel_error"}, "tf32": false}
+or {"program", "peer", "error"} where a peer failed. Progress on stderr.
+--dry-run prints the plan (shapes, bytes, flops) without importing torch.
+"""
+
+import argparse
+import ast
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i32": 4}
+
+
+def log(msg):
+    print(f"peers: {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Programs: files, parameters, shapes
+
+
+def find_program(name):
+    if os.path.isfile(name):
+        return name
+    for folder in ("examples", os.path.join("bench", "programs")):
+        path = os.path.join(ROOT, folder, name + ".json")
+        if os.path.isfile(path):
+            return path
+    raise SystemExit(f"peers: no program file {name} (nor examples/ or bench/programs/{name}.json)")
+
+
+def parse_params(text, what):
+    out = {}
+    for item in filter(None, text.split(",")):
+        if "=" not in item:
+            raise SystemExit(f"peers: bad parameter {item!r} in {what}: NAME=VALUE expected")
+        k, v = item.split("=", 1)
+        out[k.strip()] = int(v)
+    return out
+
+
+def affine(expr, params):
+    """Evaluates a shape entry: an integer, a parameter, or +,-,* of them."""
+    if isinstance(expr, int):
+        return expr
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return params[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+        raise SystemExit(f"peers: shape entry {expr!r} is not affine")
+
+    return ev(ast.parse(str(expr), mode="eval"))
+
+
+class Program:
+    def __init__(self, path, overrides):
+        with open(path) as f:
+            doc = json.load(f)
+        self.path = path
+        self.name = doc["name"]
+        self.params = dict(doc["params"])
+        for k, v in overrides.items():
+            if k not in self.params:
+                raise SystemExit(f"peers: {self.name} has no parameter {k}")
+            self.params[k] = v
+        missing = [k for k, v in self.params.items() if v is None]
+        if missing:
+            raise SystemExit(f"peers: {self.name}: give --param for {', '.join(missing)}")
+
+        def shapes(section):
+            return {
+                n: (t["dtype"], [affine(e, self.params) for e in t["shape"]])
+                for n, t in doc.get(section, {}).items()
+            }
+
+        self.inputs = shapes("inputs")
+        self.outputs = shapes("outputs")
+        self.kind = kind_of(self.name)
+
+    def bytes(self):
+        total = 0
+        for dtype, shape in list(self.inputs.values()) + list(self.outputs.values()):
+            total += DTYPE_BYTES[dtype] * math.prod(shape)
+        return total
+
+
+# --------------------------------------------------------------------------
+# Peers by kind of program. Each kind has its peers (label, eager function
+# of the input tensors by name), a float64 reference written from the
+# program's statements, and a flop count (multiply-add = 2).
+
+
+def kind_of(name):
+    best = None
+    for kind in KINDS:
+        if name == kind or name.startswith(kind + "_"):
+            if best is None or len(kind) > len(best):
+                best = kind
+    if best is None:
+        raise SystemExit(f"peers: no peer known for program {name!r} (known: {', '.join(sorted(KINDS))})")
+    return best
+
+
+def flops(kind, p):
+    if kind == "gemm":
+        return 2 * p["M"] * p["N"] * p["K"]
+    if kind == "matvec":
+        return 2 * p["M"] * p["N"]
+    if kind == "fcrelu":
+        return 2 * p["B"] * p["M"] * p["N"] + 2 * p["B"] * p["N"]
+    if kind == "conv2d":
+        oh, ow = p["H"] - p["KH"] + 1, p["W"] - p["KW"] + 1
+        return 2 * p["N"] * p["F"] * oh * ow * p["C"] * p["KH"] * p["KW"]
+    if kind == "conv2d_strided":
+        return 2 * p["N"] * p["F"] * p["OH"] * p["OW"] * p["C"] * p["KH"] * p["KW"]
+    if kind == "maxpool2x2":
+        return 4 * p["B"] * p["C"] * p["H"] * p["W"]
+    if kind == "tbmm":
+        return 2 * p["B"] * p["N"] * p["M"] * p["K"]
+    if kind == "gemm_chain":
+        return 2 * p["M"] * p["N"] * p["K"] + 2 * p["M"] * p["L"] * p["N"]
+    if kind == "softmax":  # max, subtract, exp, sum, divide
+        return 5 * p["N"] * p["D"]
+    if kind == "layernorm":  # mean 2, variance 4, output 4 per element
+        return 10 * p["N"] * p["D"]
+    if kind == "scale_add":
+        return 2 * p["M"] * p["N"]
+    if kind == "rowsum":
+        return p["M"] * p["N"]
+    if kind == "transpose":
+        return 0
+    raise KeyError(kind)
+
+
+def make_kinds():
+    """Peers and references; torch is imported by the caller first."""
+    import torch
+    import torch.nn.functional as F
+
+    def conv_ref(t, stride):
+        i, w = t["I"], t["Wt"]
+        kh, kw = w.shape[2], w.shape[3]
+        patches = i.unfold(2, kh, stride).unfold(3, kw, stride)  # n c h w y x
+        return torch.einsum("nchwyx,fcyx->nfhw", patches, w)
+
+    def softmax_ref(t):
+        x = t["X"]
+        e = torch.exp(x - x.amax(dim=1, keepdim=True))
+        return e / e.sum(dim=1, keepdim=True)
+
+    def layernorm_ref(t):
+        x = t["X"]
+        d = x.shape[1]
+        mean = (x / d).sum(dim=1, keepdim=True)
+        var = ((x - mean) * (x - mean) / d).sum(dim=1, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + 1e-5) * t["gamma"] + t["beta"]
+
+    return {
+        "gemm": (
+            [("torch.matmul", lambda t: torch.matmul(t["A"], t["B"]))],
+            lambda t: torch.einsum("ik,kj->ij", t["A"], t["B"]),
+        ),
+        "matvec": (
+            [("torch.mv", lambda t: torch.mv(t["A"], t["x"]))],
+            lambda t: torch.einsum("ij,j->i", t["A"], t["x"]),
+        ),
+        "fcrelu": (
+            [("linear+relu", lambda t: torch.relu(F.linear(t["I"], t["W1"], t["B1"])))],
+            lambda t: torch.clamp(torch.einsum("bm,nm->bn", t["I"], t["W1"]) + t["B1"], min=0),
+        ),
+        "conv2d": (
+            [("F.conv2d", lambda t: F.conv2d(t["I"], t["Wt"]))],
+            lambda t: conv_ref(t, 1),
+        ),
+        "conv2d_strided": (
+            [("F.conv2d stride 2", lambda t: F.conv2d(t["I"], t["Wt"], stride=2))],
+            lambda t: conv_ref(t, 2),
+        ),
+        "maxpool2x2": (
+            [("F.max_pool2d", lambda t: F.max_pool2d(t["X"], 2))],
+            lambda t: t["X"].unfold(2, 2, 2).unfold(3, 2, 2).amax(dim=(-1, -2)),
+        ),
+        "tbmm": (
+            [("torch.bmm", lambda t: torch.bmm(t["X"], t["Y"].transpose(1, 2)))],
+            lambda t: torch.einsum("bnk,bmk->bnm", t["X"], t["Y"]),
+        ),
+        "gemm_chain": (
+            [("2x torch.matmul", lambda t: torch.matmul(torch.matmul(t["A"], t["B"]), t["C"]))],
+            lambda t: torch.einsum("ij,jl->il", torch.einsum("ik,kj->ij", t["A"], t["B"]), t["C"]),
+        ),
+        "softmax": (
+            [("torch.softmax", lambda t: torch.softmax(t["X"], dim=1))],
+            softmax_ref,
+        ),
+        "layernorm": (
+            [
+                (
+                    "F.layer_norm",
+                    lambda t: F.layer_norm(t["X"], (t["X"].shape[1],), t["gamma"], t["beta"], eps=1e-5),
+                )
+            ],
+            layernorm_ref,
+        ),
+        "scale_add": (
+            [("a*x+z", lambda t: t["a"] * t["X"] + t["Z"])],
+            lambda t: t["a"].reshape(()) * t["X"] + t["Z"],
+        ),
+        "rowsum": (
+            [("x.sum(dim=1)", lambda t: t["X"].sum(dim=1))],
+            lambda t: torch.einsum("ij->i", t["X"]),
+        ),
+        "transpose": (
+            [("x.t().contiguous()", lambda t: t["X"].t().contiguous())],
+            lambda t: t["X"].permute(1, 0).clone(),
+        ),
+    }
+
+
+KINDS = [
+    "gemm", "matvec", "fcrelu", "conv2d", "conv2d_strided", "maxpool2x2", "tbmm",
+    "gemm_chain", "softmax", "layernorm", "scale_add", "rowsum", "transpose",
+]
+
+
+# --------------------------------------------------------------------------
+# Timing
+
+
+def time_cpu(fn, target_ms, min_runs, max_runs):
+    """--device cpu (to try the script without a GPU): host clock."""
+    for _ in range(2):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    per_run_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
+    runs = int(min(max_runs, max(min_runs, target_ms / per_run_ms)))
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times) * 1000.0, runs
+
+
+def time_cuda(torch, fn, target_ms, min_runs, max_runs):
+    """Median of single runs between CUDA events, after warm-up."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    # Estimate one run to size the sample.
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    per_run_ms = max(start.elapsed_time(end) / 5, 1e-3)
+    runs = int(min(max_runs, max(min_runs, target_ms / per_run_ms)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return statistics.median(times) * 1000.0, runs
+
+
+def rel_error(torch, out, ref):
+    out = out.double()
+    if out.shape != ref.shape:
+        return math.inf, f"shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    if not bool(torch.isfinite(out).all()):
+        return math.inf, "non-finite output"
+    denom = float(torch.linalg.vector_norm(ref))
+    num = float(torch.linalg.vector_norm(out - ref))
+    return (num / denom if denom > 0 else num), None
+
+
+# --------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("specs", nargs="+", metavar="SPEC")
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a parameter in every program")
+    ap.add_argument("--compile", default="all",
+                    help="programs that also get a torch.compile peer: all, none, or names")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tol", type=float, default=1e-4, help="relative error limit (f32)")
+    ap.add_argument("--target-ms", type=float, default=300.0, help="timed milliseconds per peer")
+    ap.add_argument("--min-runs", type=int, default=10)
+    ap.add_argument("--max-runs", type=int, default=500)
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu to try the script without a GPU")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, import no torch")
+    args = ap.parse_args()
+
+    common = parse_params(",".join(args.param), "--param")
+    jobs = []
+    for spec in args.specs:
+        name, _, over = spec.partition("@")
+        if name == "copy":
+            jobs.append(("copy", parse_params(over, spec)))
+            continue
+        overrides = dict(common)
+        overrides.update(parse_params(over, spec))
+        jobs.append(("program", Program(find_program(name), overrides)))
+    compile_all = args.compile == "all"
+    compile_set = set() if args.compile in ("all", "none") else set(filter(None, args.compile.split(",")))
+
+    if args.dry_run:
+        for what, job in jobs:
+            if what == "copy":
+                mib = job.get("MIB", 256)
+                print(json.dumps({"program": "copy", "bytes": 2 * mib * 2**20}))
+            else:
+                print(json.dumps({
+                    "program": job.name, "kind": job.kind, "params": job.params,
+                    "inputs": {k: v[1] for k, v in job.inputs.items()},
+                    "outputs": {k: v[1] for k, v in job.outputs.items()},
+                    "bytes": job.bytes(), "flops": flops(job.kind, job.params),
+                    "compile": compile_all or job.name in compile_set,
+                }))
+        return 0
+
+    import torch
+
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        log("no CUDA device visible to PyTorch")
+        return 3
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.benchmark = True
+    kinds = make_kinds()
+    dev = torch.device(args.device)
+    device_name = torch.cuda.get_device_name(dev) if cuda else "cpu"
+    failed = 0
+
+    def emit(obj):
+        print(json.dumps(obj), flush=True)
+
+    def timed(fn):
+        if cuda:
+            return time_cuda(torch, fn, args.target_ms, args.min_runs, args.max_runs)
+        return time_cpu(fn, args.target_ms, args.min_runs, args.max_runs)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    for what, job in jobs:
+        if what == "copy":
+            mib = job.get("MIB", 256)
+            n = mib * 2**20 // 4
+            try:
+                src = torch.rand(n, device=dev)
+                dst = torch.empty_like(src)
+                us, runs = timed(lambda: dst.copy_(src))
+                ok = bool(torch.equal(dst, src))
+                nbytes = 2 * n * 4
+                emit({"program": "copy", "params": {"MIB": mib}, "peer": "device-to-device copy",
+                      "device": device_name, "median_us": us, "runs": runs, "bytes": nbytes,
+                      "flops": 0, "gb_per_s": nbytes / us / 1e3, "tflop_per_s": 0.0,
+                      "check": {"ok": ok, "rel_error": 0.0 if ok else math.inf}, "tf32": False})
+                log(f"copy {mib} MiB: {us:.1f} us, {nbytes / us / 1e3:.0f} GB/s")
+                del src, dst
+            except Exception as e:  # keep going: report and continue
+                failed += 1
+                emit({"program": "copy", "peer": "device-to-device copy", "error": f"{type(e).__name__}: {e}"})
+            continue
+
+        prog = job
+        peers, ref_fn = kinds[prog.kind]
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(args.seed)
+        try:
+            tensors = {}
+            for name, (dtype, shape) in prog.inputs.items():
+                if dtype != "f32":
+                    raise ValueError(f"input {name} is {dtype}; peers.py makes f32 inputs only")
+                tensors[name] = torch.rand(shape, generator=gen, device=dev, dtype=torch.float32) * 2 - 1
+            ref = ref_fn({k: v.double() for k, v in tensors.items()})
+        except Exception as e:
+            failed += 1
+            emit({"program": prog.name, "peer": "inputs", "error": f"{type(e).__name__}: {e}"})
+            log(f"{prog.name}: inputs or reference failed: {e}")
+            continue
+
+        nbytes, nflops = prog.bytes(), flops(prog.kind, prog.params)
+        plist = list(peers)
+        if compile_all or prog.name in compile_set:
+            # A fresh compile per program: static shapes (no automatic
+            # dynamic shapes carried over from an earlier size).
+            torch._dynamo.reset()
+            eager = peers[0][1]
+            plist.append((f"torch.compile({peers[0][0]})", torch.compile(eager, dynamic=False)))
+        for label, fn in plist:
+            t0 = time.time()
+            try:
+                out = fn(tensors)
+                sync()
+                err, why = rel_error(torch, out, ref)
+                ok = why is None and err <= args.tol
+                del out
+                us, runs = timed(lambda: fn(tensors))
+                line = {
+                    "program": prog.name, "params": prog.params, "peer": label, "device": device_name,
+                    "median_us": us, "runs": runs, "bytes": nbytes, "flops": nflops,
+                    "gb_per_s": nbytes / us / 1e3, "tflop_per_s": nflops / us / 1e6,
+                    "check": {"ok": ok, "rel_error": err if math.isfinite(err) else None},
+                    "tf32": False,
+                }
+                if why:
+                    line["check"]["why"] = why
+                if not ok:
+                    failed += 1
+                emit(line)
+                log(f"{prog.name}: {label}: {us:.1f} us, rel error {err:.2e}"
+                    f"{'' if ok else ' FAILED'} ({time.time() - t0:.1f} s)")
+            except Exception as e:
+                failed += 1
+                emit({"program": prog.name, "params": prog.params, "peer": label,
+                      "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+                log(f"{prog.name}: {label}: FAILED: {type(e).__name__}: {e}")
+        del tensors, ref
+        if cuda:
+            torch.cuda.empty_cache()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
