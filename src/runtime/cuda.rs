@@ -542,14 +542,24 @@ fn nvrtc_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// Folders that hold `cuda_fp16.h` and `cuda_bf16.h`, NVRTC's own first
-/// (the `include` beside the `lib` it was loaded from), then the toolkit's
-/// and the pip wheels'.
+/// Folders that hold `cuda_fp16.h` and `cuda_bf16.h` (NVRTC does not carry
+/// them): NVRTC's own first (the `include` beside the `lib` it was loaded
+/// from), then those beside `LD_LIBRARY_PATH`'s folders, then the
+/// toolkit's and the pip wheels'.
 fn include_dirs() -> Vec<PathBuf> {
     let mut candidates = Vec::new();
     if let Some(found) = sys::nvrtc_path() {
         if let Some(lib) = Path::new(found).parent() {
             candidates.push(lib.join("../include"));
+        }
+    }
+    // NVRTC found by name: the `include` beside each folder the loader
+    // searches first (a wheel's `nvidia/cu13/lib` on LD_LIBRARY_PATH).
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        for d in std::env::split_paths(&path) {
+            if !d.as_os_str().is_empty() {
+                candidates.push(d.join("../include"));
+            }
         }
     }
     candidates.extend(toolkit_dirs(&["include", "targets/x86_64-linux/include"]));
