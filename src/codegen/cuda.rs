@@ -24,6 +24,7 @@ use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
+use crate::gpu::promote::{Scope, ITERATOR_PREFIX};
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::model::Scop;
 
@@ -100,6 +101,7 @@ pub fn program(
         tensors: &scop.tensors,
         params: &params,
         mode: Mode::Native,
+        overrides: Default::default(),
     };
     let mut args: Vec<KernelArg> = scop
         .tensors
@@ -158,6 +160,16 @@ pub fn program(
                 let _ = writeln!(source, "  const long {} = {v};", param_name(&p.name));
             }
         }
+        let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
+        for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
+            let _ = writeln!(
+                source,
+                "  __shared__ {} {}[{}];",
+                storage_type(a.dtype),
+                a.buffer,
+                a.len
+            );
+        }
         let ctx = Ctx {
             program,
             scop,
@@ -165,6 +177,8 @@ pub fn program(
             params: &params,
             has_threads: threads > 1,
             emulate: None,
+            scope,
+            in_scope: false,
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
@@ -173,6 +187,15 @@ pub fn program(
             ..ctx
         };
         let _ = writeln!(emulation, "  {{ /* {mark} */");
+        for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
+            let _ = writeln!(
+                emulation,
+                "    static {} {}[{}];",
+                super::c::storage_type(a.dtype),
+                a.buffer,
+                a.len
+            );
+        }
         emu.node(body, 2, &[], false, &mut emulation);
         let _ = writeln!(emulation, "  }}");
         kernels.push(Kernel {
@@ -180,7 +203,7 @@ pub fn program(
             grid: plan.grid.clone(),
             block: plan.block,
             dynamic_shared: 0,
-            static_shared: 0,
+            static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
         });
     }
     emulation.push_str("}\n");
@@ -241,6 +264,7 @@ fn collect_kernels(n: &Node, conds: &mut Vec<Expr>, out: &mut Vec<(String, Node)
 /// A mapping still waiting for its loop: (thread?, axis, loop iterator).
 type Pending = (bool, char, String);
 
+#[derive(Clone, Copy)]
 struct Ctx<'a> {
     program: &'a Program,
     scop: &'a Scop,
@@ -249,6 +273,10 @@ struct Ctx<'a> {
     has_threads: bool,
     /// `Some(block)`: print the CPU emulation for this block size.
     emulate: Option<[u32; 3]>,
+    /// The kernel's shared-memory promotions, if any.
+    scope: Option<&'a Scope>,
+    /// Inside the promotion scope: promoted reads use the shared copies.
+    in_scope: bool,
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -382,6 +410,24 @@ impl Ctx<'_> {
                 }
             }
             Node::Mark { name, body } => match parse_mapping_mark(name) {
+                Some(m)
+                    if m.0
+                        && !self.in_scope
+                        && !in_thread
+                        && !pending.iter().any(|p| p.0)
+                        && self.scope.is_some() =>
+                {
+                    let mut p = pending.to_vec();
+                    p.push(m);
+                    let _ = writeln!(out, "{pad}{{");
+                    self.copy_in(depth + 1, out);
+                    let inner = Ctx {
+                        in_scope: true,
+                        ..*self
+                    };
+                    inner.node(body, depth + 1, &p, in_thread, out);
+                    let _ = writeln!(out, "{pad}}}");
+                }
                 Some(m) => {
                     let mut p = pending.to_vec();
                     p.push(m);
@@ -397,14 +443,35 @@ impl Ctx<'_> {
                     .scop
                     .statement(statement)
                     .expect("AST statements come from the model");
-                let env = s
+                let env: std::collections::HashMap<String, String> = s
                     .iterators
                     .iter()
                     .zip(args)
                     .map(|(i, a)| (i.clone(), self.e(a)))
                     .collect();
                 let st = &self.program.statements[s.source];
+                if let (true, Some(scope)) = (self.in_scope, self.scope) {
+                    let mut o = self.printer.overrides.borrow_mut();
+                    o.clear();
+                    for ((stmt, key), (k, subs)) in &scope.accesses {
+                        if stmt != statement {
+                            continue;
+                        }
+                        let a = &scope.arrays[*k];
+                        let rename = |id: &str| match id.strip_prefix(ITERATOR_PREFIX) {
+                            Some(it) => format!("({})", env.get(it).cloned().unwrap_or_default()),
+                            None => self.rename(id),
+                        };
+                        let idx: Vec<String> = subs
+                            .iter()
+                            .zip(&a.pitch)
+                            .map(|(e, p)| format!("{} * {p}", c_expr(e, &rename)))
+                            .collect();
+                        o.insert(key.clone(), format!("{}[{}]", a.buffer, idx.join(" + ")));
+                    }
+                }
                 let text = self.printer.statement(st, s.kind, &env);
+                self.printer.overrides.borrow_mut().clear();
                 let mut guard = self.guard(pending);
                 if self.emulate.is_none() && !in_thread && self.has_threads {
                     let all = "threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0";
@@ -420,6 +487,89 @@ impl Ctx<'_> {
                     let _ = writeln!(out, "{pad}if ({guard}) {text}");
                 }
             }
+        }
+    }
+
+    /// Copies the promoted tiles into shared memory: the prefix iterators
+    /// isl generated no loop for, each tile's offset, one cooperative loop
+    /// per tile (consecutive threads on consecutive elements of the
+    /// innermost dimension; elements outside the tensor are skipped), and a
+    /// barrier before the threads read the copies.
+    fn copy_in(&self, depth: usize, out: &mut String) {
+        let Some(scope) = self.scope else {
+            return;
+        };
+        let pad = "  ".repeat(depth);
+        for (d, v) in scope.prefix_values.iter().enumerate() {
+            if let Some(v) = v {
+                let _ = writeln!(out, "{pad}const long c{d} = {}; (void)c{d};", self.e(v));
+            }
+        }
+        let emulate = self.emulate.is_some();
+        for (k, a) in scope.arrays.iter().enumerate() {
+            let tensor = self
+                .scop
+                .tensor(&a.tensor)
+                .expect("promoted tensors come from the model");
+            let rank = a.sizes.len();
+            let box_len: i64 = a.sizes.iter().product();
+            for (d, o) in a.offset.iter().enumerate() {
+                let _ = writeln!(out, "{pad}const long pf_o{k}_{d} = {};", self.e(o));
+            }
+            if emulate {
+                let _ = writeln!(out, "{pad}for (long pf_e = 0; pf_e < {box_len}; pf_e++) {{");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{pad}for (long pf_e = threadIdx.x + (long)blockDim.x * (threadIdx.y + (long)blockDim.y * threadIdx.z); pf_e < {box_len}; pf_e += (long)blockDim.x * blockDim.y * blockDim.z) {{"
+                );
+            }
+            let mut rest = "pf_e".to_string();
+            let mut conds = Vec::new();
+            let mut local = Vec::new();
+            let mut global = String::new();
+            for d in (0..rank).rev() {
+                let size = a.sizes[d];
+                if d == 0 {
+                    let _ = writeln!(out, "{pad}  const long pf_a{d} = {rest};");
+                } else {
+                    let _ = writeln!(out, "{pad}  const long pf_a{d} = {rest} % {size};");
+                    rest = format!("({rest} / {size})");
+                }
+            }
+            for d in 0..rank {
+                let extent = self
+                    .printer
+                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
+                let _ = writeln!(out, "{pad}  const long pf_g{d} = pf_o{k}_{d} + pf_a{d};");
+                conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
+                local.push(format!("pf_a{d} * {}", a.pitch[d]));
+                global = if d == 0 {
+                    format!("pf_g{d}")
+                } else {
+                    format!("({global}) * {extent} + pf_g{d}")
+                };
+            }
+            if rank == 0 {
+                global = "0".into();
+                local.push("0".into());
+            }
+            let cond = if conds.is_empty() {
+                "1".to_string()
+            } else {
+                conds.join(" && ")
+            };
+            let _ = writeln!(
+                out,
+                "{pad}  if ({cond}) {}[{}] = {}[{global}];",
+                a.buffer,
+                local.join(" + "),
+                tensor_name(&a.tensor)
+            );
+            let _ = writeln!(out, "{pad}}}");
+        }
+        if !emulate {
+            let _ = writeln!(out, "{pad}__syncthreads();");
         }
     }
 

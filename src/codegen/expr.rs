@@ -34,6 +34,9 @@ pub struct Printer<'a> {
     pub tensors: &'a [ModelTensor],
     pub params: &'a [String],
     pub mode: Mode,
+    /// Element references that replace `t_X[...]` for some accesses (keyed
+    /// by `model::access_text`): reads of tiles promoted to shared memory.
+    pub overrides: std::cell::RefCell<HashMap<String, String>>,
 }
 
 impl Printer<'_> {
@@ -62,6 +65,13 @@ impl Printer<'_> {
 
     /// `t_X[((s0) * E1 + s1) * E2 + s2]`.
     pub fn element(&self, tensor: &str, subs: &[Affine], env: &HashMap<String, String>) -> String {
+        if let Some(e) = self
+            .overrides
+            .borrow()
+            .get(&crate::model::access_text(tensor, subs))
+        {
+            return e.clone();
+        }
         let t = self.tensor(tensor);
         let mut idx = String::new();
         for (d, s) in subs.iter().enumerate() {

@@ -33,8 +33,11 @@ use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, Val};
 use super::GpuOptions;
 use crate::codegen::ast::{self, Expr, Op};
 use crate::error::{Error, Result};
+use crate::frontend::ast::Program;
+use crate::isl::val_to_i64;
 use crate::isl::{ast_build_expr_from_pw_aff, Isl};
 use crate::model::Scop;
+use std::collections::HashMap;
 
 /// CUDA's three axes, innermost first.
 pub const AXES: [&str; 3] = ["x", "y", "z"];
@@ -52,6 +55,8 @@ pub struct KernelPlan {
     /// Number of block-mapped and thread-mapped members.
     pub block_dims: usize,
     pub thread_dims: usize,
+    /// Shared-memory promotions at the thread band.
+    pub scope: Option<super::promote::Scope>,
 }
 
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
@@ -59,6 +64,7 @@ pub struct KernelPlan {
 /// and one plan per kernel in launch order.
 pub fn map(
     isl: &Isl,
+    program: &Program,
     scop: &Scop,
     schedule: Schedule,
     tile: &[i64],
@@ -82,12 +88,12 @@ pub fn map(
         for i in 0..n {
             // root -> sequence -> filter i -> kernel root
             let k = node.root()?.child(0)?.child(i)?.child(0)?;
-            let (k, plan) = map_kernel(isl, scop, k, plans.len(), &tile, opts)?;
+            let (k, plan) = map_kernel(isl, program, scop, k, plans.len(), &tile, opts)?;
             plans.push(plan);
             node = k;
         }
     } else {
-        let (k, plan) = map_kernel(isl, scop, node, 0, &tile, opts)?;
+        let (k, plan) = map_kernel(isl, program, scop, node, 0, &tile, opts)?;
         plans.push(plan);
         node = k;
     }
@@ -110,8 +116,10 @@ fn leading_coincident(band: &ScheduleNode) -> Result<usize> {
 
 /// Maps the kernel whose subtree starts at `node`; returns some node of
 /// the modified tree and the plan.
+#[allow(clippy::too_many_arguments)]
 fn map_kernel(
     isl: &Isl,
+    program: &Program,
     scop: &Scop,
     node: ScheduleNode,
     index: usize,
@@ -127,6 +135,7 @@ fn map_kernel(
         block: [1, 1, 1],
         block_dims: 0,
         thread_dims: 0,
+        scope: None,
     };
     while node.get_type()? == ScheduleNodeType::Mark {
         node = node.child(0)?;
@@ -142,6 +151,7 @@ fn map_kernel(
         // distances are zero); tile only that part.
         node = node.band_split(lc as i32)?;
     }
+    let x_iterator = x_iterators(scop, &node, nb - 1)?;
     let n = node.band_n_member()? as usize;
     let mut sizes = MultiVal::zero(node.band_get_space()?)?;
     let mut member_tile = Vec::new();
@@ -187,7 +197,19 @@ fn map_kernel(
                 let axis = nt - 1 - j;
                 let depth = node.get_schedule_depth()?;
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
-                node = node.child(0)?.child(0)?;
+                node = node.child(0)?;
+                if j == 0 {
+                    plan.scope = Some(super::promote::promote(
+                        isl,
+                        program,
+                        scop,
+                        &node,
+                        &plan.mark,
+                        &x_iterator,
+                        opts,
+                    )?);
+                }
+                node = node.child(0)?;
             }
             plan.thread_dims = nt;
             plan.block = thread_block(&member_tile[..nt], opts)?;
@@ -331,4 +353,45 @@ pub fn parse_mapping_mark(mark: &str) -> Option<(bool, char, String)> {
     let axis = axis.chars().next()?;
     let depth: usize = depth.parse().ok()?;
     Some((thread, axis, format!("c{depth}")))
+}
+
+/// For each statement, the position of the iterator that band member
+/// `member` of `band` runs along, when the member is that single iterator
+/// (coefficient 1, no other term): the iterator mapped to `threadIdx.x`.
+fn x_iterators(
+    scop: &Scop,
+    band: &ScheduleNode,
+    member: usize,
+) -> Result<HashMap<String, Option<usize>>> {
+    let partial = band.band_get_partial_schedule_union_map()?;
+    let mut out = HashMap::new();
+    for s in &scop.statements {
+        let m = partial
+            .copy()?
+            .intersect_domain(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?;
+        if m.is_empty()? {
+            continue;
+        }
+        let pma = isl_rs::PwMultiAff::from_map(isl_rs::Map::from_union_map(m)?)?;
+        let pa = pma.get_pw_aff(member as i32)?;
+        let mut found = None;
+        if pa.isa_aff()? {
+            let aff = pa.as_aff()?;
+            let mut ones = Vec::new();
+            let mut others = false;
+            for i in 0..s.iterators.len() {
+                let c = val_to_i64(&aff.get_coefficient_val(isl_rs::DimType::In, i as i32)?)?;
+                if c == 1 {
+                    ones.push(i);
+                } else if c != 0 {
+                    others = true;
+                }
+            }
+            if ones.len() == 1 && !others {
+                found = Some(ones[0]);
+            }
+        }
+        out.insert(s.name.clone(), found);
+    }
+    Ok(out)
 }

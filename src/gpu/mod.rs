@@ -9,6 +9,7 @@
 //! per parameter that has no value at compile time, in file order.
 
 pub mod mapping;
+pub mod promote;
 
 use std::collections::HashMap;
 

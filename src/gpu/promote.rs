@@ -1,0 +1,315 @@
+//! Shared-memory promotion, computed in isl.
+//!
+//! The promotion point of a kernel is its thread band: everything above it
+//! (block loops and sequential tile loops, the *prefix* `c`) is executed
+//! by all threads of a block together, everything below by the threads in
+//! parallel. For a tensor `T` that the kernel only reads, the elements one
+//! block touches below the promotion point for given prefix values are
+//!
+//! `F(c) = { a : ∃ s. P(s) = c ∧ R(s) = a }`, i.e. `F = R ∘ P⁻¹`,
+//!
+//! with `P` the prefix schedule and `R` the read relations of `T`. When isl
+//! finds a box of fixed size that contains `F(c)` for every `c` (its offset
+//! `o(c)` affine in the prefix), the box is copied to a shared array before
+//! the thread loops (cooperatively, consecutive threads taking consecutive
+//! elements of the innermost dimension, so the global reads coalesce),
+//! followed by a barrier, and every read `T[R(s)]` below becomes
+//! `T_shared[R(s) - o(P(s))]`.
+//!
+//! TC's heuristic chooses what to promote: a tensor is promoted when its
+//! box fits the shared-memory budget and it is *reused* inside the block
+//! (the map `s -> (P(s), R(s))` is not injective: two instances under the
+//! same prefix read one element) or one of its reads is *not coalesced*
+//! (along the loop mapped to `threadIdx.x`, consecutive threads read
+//! neither the same element nor consecutive ones). Tensors written in the
+//! kernel are not promoted: they stay in global memory.
+
+use std::collections::HashMap;
+
+use isl_rs::{DimType, Id, IdList, Map, MultiId, PwAff, PwMultiAff, ScheduleNode, UnionMap};
+
+use super::GpuOptions;
+use crate::codegen::ast::{self, Expr};
+use crate::error::{Error, Result};
+use crate::frontend::ast::{Affine, DType, Program};
+use crate::isl::{ast_build_expr_from_pw_aff, val_to_i64, Isl};
+use crate::model::Scop;
+use crate::model::{access_text, collect_reads, StmtKind};
+
+/// One promoted tensor.
+#[derive(Debug, Clone)]
+pub struct Promotion {
+    pub tensor: String,
+    /// The shared array's C name.
+    pub buffer: String,
+    pub dtype: DType,
+    /// Box extents.
+    pub sizes: Vec<i64>,
+    /// Element strides of the shared array (the innermost row padded by
+    /// one element when its length is a multiple of 32, so that threads
+    /// walking a column hit different banks).
+    pub pitch: Vec<i64>,
+    /// Box offset, in the prefix iterators `c0 ..` and the parameters.
+    pub offset: Vec<Expr>,
+    /// Shared array length in elements.
+    pub len: i64,
+}
+
+/// The promotions at one kernel's thread band.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// Schedule depth of the promotion point: the prefix is `c0 .. c{D-1}`.
+    pub depth: usize,
+    /// For each prefix iterator, its value in the outer ones when it is
+    /// unique (isl then generates no loop for it).
+    pub prefix_values: Vec<Option<Expr>>,
+    pub arrays: Vec<Promotion>,
+    /// `(statement, model::access_text)` -> (array index, local subscripts in the
+    /// statement's iterators `pf_it_<name>` and the parameters).
+    pub accesses: HashMap<(String, String), (usize, Vec<Expr>)>,
+}
+
+impl Scope {
+    pub fn bytes(&self) -> usize {
+        self.arrays
+            .iter()
+            .map(|a| a.len as usize * a.dtype.size())
+            .sum()
+    }
+}
+
+/// Prefix of the isl identifiers standing for a statement's iterators in
+/// local subscripts.
+pub const ITERATOR_PREFIX: &str = "pf_it_";
+
+fn ids(isl: &Isl, space: isl_rs::Space, names: &[String]) -> Result<MultiId> {
+    let mut list = IdList::alloc(&isl.ctx, names.len() as i32)?;
+    for n in names {
+        list = list.add(Id::read_from_str(&isl.ctx, n)?)?;
+    }
+    Ok(MultiId::from_id_list(space, list)?)
+}
+
+/// `pa` (over a domain of `names.len()` dimensions) as an AST expression in
+/// which those dimensions are the identifiers `names`.
+fn expr_in(isl: &Isl, pa: PwAff, names: &[String]) -> Result<Expr> {
+    let space = pa.get_domain_space()?;
+    let bound = pa.bind_domain(ids(isl, space, names)?)?;
+    let context = bound.copy()?.domain()?;
+    let e = ast_build_expr_from_pw_aff(context, bound)
+        .ok_or_else(|| Error::Internal("isl could not print a promotion expression".into()))?;
+    ast::expr_from_isl(&e)
+}
+
+/// Coefficient of input dimension `pos` in a single-piece affine `pa`.
+fn coefficient(pa: &PwAff, pos: i32) -> Result<Option<i64>> {
+    if !pa.isa_aff()? {
+        return Ok(None);
+    }
+    let aff = pa.copy()?.as_aff()?;
+    Ok(Some(val_to_i64(
+        &aff.get_coefficient_val(DimType::In, pos)?,
+    )?))
+}
+
+/// Whether a read `read` (statement -> tensor) is coalesced along the
+/// statement iterator at `x` (the one mapped to `threadIdx.x`): the linear
+/// address moves by 0 or 1 element when `x` moves by one.
+fn coalesced(read: &Map, x: Option<usize>) -> Result<bool> {
+    let Some(x) = x else {
+        return Ok(false);
+    };
+    let pma = PwMultiAff::from_map(read.copy()?)?;
+    let n = pma.dim(DimType::Out)?;
+    let mut coefs = Vec::new();
+    for d in 0..n {
+        match coefficient(&pma.get_pw_aff(d)?, x as i32)? {
+            Some(c) => coefs.push(c),
+            None => return Ok(false),
+        }
+    }
+    let Some((last, outer)) = coefs.split_last() else {
+        return Ok(true);
+    };
+    Ok(outer.iter().all(|c| *c == 0) && (*last == 0 || *last == 1))
+}
+
+/// Computes the promotions at `band` (the kernel's first thread band).
+/// `x_iterator` gives, per statement, the position of the iterator mapped
+/// to `threadIdx.x` (when the member is a single iterator).
+pub fn promote(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    band: &ScheduleNode,
+    kernel: &str,
+    x_iterator: &HashMap<String, Option<usize>>,
+    opts: &GpuOptions,
+) -> Result<Scope> {
+    let depth = band.get_schedule_depth()? as usize;
+    let domain = band.get_domain()?;
+    let prefix = band
+        .get_prefix_schedule_union_map()?
+        .intersect_domain(domain.copy()?)?;
+    let names: Vec<String> = (0..depth).map(|d| format!("c{d}")).collect();
+    let mut scope = Scope {
+        depth,
+        ..Scope::default()
+    };
+    if !opts.shared || depth == 0 || prefix.is_empty()? {
+        return Ok(scope);
+    }
+    // Unique values of the prefix iterators.
+    let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
+    for d in 0..depth {
+        let m = Map::from_range(image.copy()?.project_out(
+            DimType::Set,
+            (d + 1) as u32,
+            (depth - d - 1) as u32,
+        )?)?
+        .move_dims(DimType::In, 0, DimType::Out, 0, d as u32)?;
+        let lo = m.copy()?.lexmin_pw_multi_aff()?;
+        let hi = m.lexmax_pw_multi_aff()?;
+        scope.prefix_values.push(if lo.is_equal(&hi)? {
+            Some(expr_in(isl, lo.get_pw_aff(0)?, &names[..d])?)
+        } else {
+            None
+        });
+    }
+    // Reads and writes inside the kernel, per tensor.
+    let in_kernel: Vec<&crate::model::ModelStmt> = scop
+        .statements
+        .iter()
+        .filter(|s| {
+            s.domain
+                .copy()
+                .and_then(isl_rs::UnionSet::from_set)
+                .and_then(|d| d.intersect(domain.copy()?))
+                .and_then(|d| d.is_empty())
+                .map(|empty| !empty)
+                .unwrap_or(false)
+        })
+        .collect();
+    let written: Vec<String> = in_kernel
+        .iter()
+        .filter_map(|s| {
+            s.write
+                .get_tuple_name(DimType::Out)
+                .ok()
+                .map(str::to_string)
+        })
+        .collect();
+    let mut tensors: Vec<String> = Vec::new();
+    for s in &in_kernel {
+        for r in &s.reads {
+            let t = r.get_tuple_name(DimType::Out)?.to_string();
+            if !written.contains(&t) && !tensors.contains(&t) {
+                tensors.push(t);
+            }
+        }
+    }
+    let mut budget = opts.shared_limit;
+    for t in tensors {
+        let tensor = scop
+            .tensor(&t)
+            .ok_or_else(|| Error::Internal(format!("unknown tensor {t}")))?;
+        let mut reads = UnionMap::empty(prefix.get_space()?)?;
+        let mut all_coalesced = true;
+        for s in &in_kernel {
+            for r in &s.reads {
+                if r.get_tuple_name(DimType::Out)? == t {
+                    reads = reads.union(UnionMap::from_map(r.copy()?)?)?;
+                    let x = x_iterator.get(&s.name).copied().flatten();
+                    all_coalesced &= coalesced(r, x)?;
+                }
+            }
+        }
+        let reads = reads.intersect_domain(domain.copy()?)?;
+        let reused = !prefix
+            .copy()?
+            .range_product(reads.copy()?)?
+            .is_injective()?;
+        if !reused && all_coalesced {
+            continue;
+        }
+        let footprint = Map::from_union_map(prefix.copy()?.reverse()?.apply_range(reads)?)?;
+        let hull = footprint.get_range_simple_fixed_box_hull()?;
+        if !hull.is_valid()? {
+            continue;
+        }
+        let size = hull.get_size()?;
+        let rank = tensor.shape.len();
+        let mut sizes = Vec::new();
+        for d in 0..rank {
+            sizes.push(val_to_i64(&size.get_at(d as i32)?)?);
+        }
+        let mut pitch = vec![1i64; rank];
+        let mut len = 1i64;
+        for d in (0..rank).rev() {
+            pitch[d] = len;
+            let mut extent = sizes[d];
+            if d + 1 == rank && rank > 1 && extent % 32 == 0 {
+                extent += 1;
+            }
+            len = len.saturating_mul(extent);
+        }
+        let bytes = len as usize * tensor.dtype.size();
+        if len <= 0 || bytes > budget {
+            continue;
+        }
+        budget -= bytes;
+        let offset_ma = hull.get_offset()?;
+        let mut offset = Vec::new();
+        for d in 0..rank {
+            let pa = PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
+            offset.push(expr_in(isl, pa, &names)?);
+        }
+        let index = scope.arrays.len();
+        scope.arrays.push(Promotion {
+            tensor: t.clone(),
+            buffer: format!("pf_shared_{}_{}", kernel, t),
+            dtype: tensor.dtype,
+            sizes,
+            pitch,
+            offset,
+            len,
+        });
+        // Local subscripts of every read of `t`.
+        let offset_pma = PwMultiAff::from_multi_aff(hull.get_offset()?)?;
+        for s in &in_kernel {
+            let s_prefix = PwMultiAff::from_map(Map::from_union_map(
+                prefix
+                    .copy()?
+                    .intersect_domain(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?,
+            )?)?;
+            let its: Vec<String> = s
+                .iterators
+                .iter()
+                .map(|i| format!("{ITERATOR_PREFIX}{i}"))
+                .collect();
+            let st = &program.statements[s.source];
+            let mut texts = Vec::new();
+            if s.kind == StmtKind::Update {
+                let lhs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+                texts.push(access_text(&st.lhs_tensor, &lhs));
+            }
+            let mut rhs = Vec::new();
+            collect_reads(&st.rhs, &mut rhs);
+            texts.extend(rhs.iter().map(|(t, subs)| access_text(t, subs)));
+            for (r, text) in s.reads.iter().zip(texts) {
+                if r.get_tuple_name(DimType::Out)? != t {
+                    continue;
+                }
+                let local = PwMultiAff::from_map(r.copy()?)?
+                    .sub(offset_pma.copy()?.pullback_pw_multi_aff(s_prefix.copy()?)?)?;
+                let mut subs = Vec::new();
+                for d in 0..rank {
+                    subs.push(expr_in(isl, local.get_pw_aff(d as i32)?, &its)?);
+                }
+                let key = (s.name.clone(), text);
+                scope.accesses.insert(key, (index, subs));
+            }
+        }
+    }
+    Ok(scope)
+}
