@@ -1,0 +1,119 @@
+/* abi_check.c: the polyfuse C ABI from strict C99 (gcc -std=c99 -pedantic).
+ *
+ * Checks that the header compiles as C, and that from C the error codes,
+ * messages, handle checks and frees behave as documented. Run under
+ * valgrind by scripts/abi-test.sh, so every string and handle handed out is
+ * freed here.
+ *
+ * usage: abi_check PROGRAM.json     (examples/gemm.json)
+ * exit status: 0 all checks passed, 1 a check failed. */
+
+#include <polyfuse.h>
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+/* Whether `s` (freed here) contains `needle`. */
+static int message_has(char *s, const char *needle) {
+    int found = s != NULL && strstr(s, needle) != NULL;
+    if (!found) fprintf(stderr, "message `%s` lacks `%s`\n", s ? s : "(null)", needle);
+    pf_string_free(s);
+    return found;
+}
+
+int main(int argc, char **argv) {
+    pf_context *ctx = NULL;
+    pf_result *res = NULL;
+    char *s = NULL;
+    size_t n = 0, i;
+    int64_t tile[2] = {16, 0};
+
+    if (argc < 2) {
+        fprintf(stderr, "usage: abi_check PROGRAM.json\n");
+        return 1;
+    }
+    CHECK(pf_abi_version() == PF_ABI_VERSION);
+    CHECK(strlen(pf_version()) > 0);
+
+    /* Null and forged handles. */
+    CHECK(pf_context_destroy(NULL) == PF_ERR_INVALID_HANDLE);
+    CHECK(message_has(pf_last_error_message(), "null"));
+    CHECK(pf_result_num_kernels(NULL, &n) == PF_ERR_INVALID_HANDLE);
+    CHECK(pf_context_set_sink((pf_context *)&n, 1) == PF_ERR_INVALID_HANDLE);
+    CHECK(pf_context_create(NULL) == PF_ERR_INVALID_ARGUMENT);
+
+    CHECK(pf_context_create(&ctx) == PF_OK);
+    /* Bad JSON and bad options. */
+    CHECK(pf_context_load_json(ctx, "{\"name\": ") == PF_ERR_INPUT);
+    CHECK(message_has(pf_context_error_message(ctx), "not valid JSON"));
+    CHECK(pf_context_set_strategy(ctx, "fastest") == PF_ERR_INPUT);
+    CHECK(message_has(pf_context_error_message(ctx), "unknown strategy"));
+    CHECK(pf_context_set_tile(ctx, tile, 2) == PF_ERR_INPUT);
+    CHECK(pf_context_set_param(ctx, "K") == PF_ERR_INPUT);
+    CHECK(pf_compile(ctx, &res) == PF_ERR_INPUT);
+    CHECK(res == NULL);
+
+    /* A good compile for the cpu target. */
+    CHECK(pf_context_load_file(ctx, argv[1]) == PF_OK);
+    CHECK(pf_context_set_param(ctx, "M=37") == PF_OK);
+    CHECK(pf_context_set_tile(ctx, tile, 1) == PF_OK);
+    CHECK(pf_compile(ctx, &res) == PF_OK);
+    CHECK(pf_context_error_message(ctx) == NULL);
+    CHECK(pf_result_num_kernels(res, &n) == PF_OK && n == 0);
+    CHECK(pf_result_c_source(res, &s) == PF_OK);
+    CHECK(strstr(s, "pf_kernel") != NULL);
+    CHECK(pf_string_free(s) == PF_OK);
+    CHECK(pf_string_free(s) == PF_ERR_INVALID_HANDLE); /* double free */
+    CHECK(pf_result_schedule_tree(res, &s) == PF_OK);
+    CHECK(message_has(s, "domain"));
+    CHECK(pf_result_cuda_source(res, &s) == PF_ERR_INVALID_ARGUMENT);
+    CHECK(message_has(pf_result_error_message(res), "cpu target"));
+    CHECK(pf_result_num_args(res, &n) == PF_OK);
+    for (i = 0; i < n; i++) {
+        pf_arg_kind kind = -1;
+        int64_t extent = 0;
+        CHECK(pf_result_arg_kind(res, i, &kind) == PF_OK && kind == PF_ARG_TENSOR);
+        CHECK(pf_result_arg_name(res, i, &s) == PF_OK);
+        pf_string_free(s);
+        CHECK(pf_result_arg_extent(res, i, 0, NULL, 0, &extent) == PF_OK && extent > 0);
+    }
+
+    /* The result outlives its context; handles die once. */
+    CHECK(pf_context_destroy(ctx) == PF_OK);
+    CHECK(pf_context_destroy(ctx) == PF_ERR_INVALID_HANDLE);
+    CHECK(pf_result_num_args(res, &n) == PF_OK);
+    CHECK(pf_result_destroy(res) == PF_OK);
+    CHECK(pf_result_destroy(res) == PF_ERR_INVALID_HANDLE);
+
+    /* The cuda target: kernels and launch configuration (no launch here). */
+    CHECK(pf_context_create(&ctx) == PF_OK);
+    CHECK(pf_context_load_file(ctx, argv[1]) == PF_OK);
+    CHECK(pf_context_set_target(ctx, "cuda") == PF_OK);
+    if (pf_compile(ctx, &res) == PF_OK) {
+        uint32_t grid[3], block[3];
+        CHECK(pf_result_num_kernels(res, &n) == PF_OK && n >= 1);
+        CHECK(pf_result_kernel_grid(res, 0, NULL, 0, grid) == PF_OK && grid[0] >= 1);
+        CHECK(pf_result_kernel_block(res, 0, block) == PF_OK && block[0] >= 1);
+        CHECK(pf_result_kernel_name(res, 0, &s) == PF_OK);
+        pf_string_free(s);
+        CHECK(pf_result_cuda_source(res, &s) == PF_OK);
+        CHECK(message_has(s, "__global__"));
+        CHECK(pf_result_destroy(res) == PF_OK);
+    } else {
+        CHECK(message_has(pf_context_error_message(ctx), "CUDA"));
+    }
+    CHECK(pf_context_destroy(ctx) == PF_OK);
+
+    if (failures == 0) printf("abi_check: ok\n");
+    return failures == 0 ? 0 : 1;
+}
