@@ -12,6 +12,22 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
+# What this script needs beyond scripts/setup.sh: g++ for the C++ example,
+# valgrind, python3 and nm (binutils) for the drift check. Missing ones are
+# installed with apt-get, as setup.sh does.
+declare -A package_of=([g++]=g++ [valgrind]=valgrind [python3]=python3 [nm]=binutils [make]=make)
+packages=()
+for tool in g++ valgrind python3 nm make; do
+    command -v "$tool" > /dev/null 2>&1 || packages+=("${package_of[$tool]}")
+done
+if ((${#packages[@]} > 0)); then
+    as_root=(env DEBIAN_FRONTEND=noninteractive)
+    [[ $(id -u) -eq 0 ]] || as_root=(sudo "${as_root[@]}")
+    echo "abi-test: installing ${packages[*]} with apt-get" >&2
+    "${as_root[@]}" apt-get update -qq >&2
+    "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >&2
+fi
+
 cargo build --lib
 scripts/check-abi.sh --lib target/debug/libpolyfuse.so
 make -s -C examples/cpp CC=gcc CXX=g++ all
@@ -26,10 +42,6 @@ echo "== gemm"
 head -n 4 "$bin/gemm.out"
 tail -n 1 "$bin/gemm.out"
 
-if ! command -v valgrind > /dev/null; then
-    echo "abi-test: valgrind is not installed (apt-get install valgrind)" >&2
-    exit 3
-fi
 for prog in abi_check gemm; do
     echo "== valgrind $prog"
     log="$bin/$prog.valgrind"

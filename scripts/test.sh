@@ -10,3 +10,4 @@ scripts/setup.sh
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 cargo test "$@"
+scripts/abi-test.sh   # the C ABI: header vs exports, C99 and C++ programs, valgrind
