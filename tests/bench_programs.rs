@@ -1,0 +1,180 @@
+//! The benchmark programs of `bench/programs/` (timed on the GPU by
+//! `scripts/gpu-check.sh`): each one loads, schedules and maps to the GPU
+//! at its own sizes, and runs with `--check` on the CPU, tiled and with the
+//! GPU mapping emulated, at small sizes that are no multiple of the tile
+//! size (32).
+//!
+//! Only the library is used: load, override parameters, compile, run.
+
+use std::path::{Path, PathBuf};
+
+use polyfuse::frontend::{apply_param_overrides, load_file};
+use polyfuse::gpu::GpuOptions;
+use polyfuse::runtime::cpu::{run, RunOptions};
+use polyfuse::{compile, Options};
+
+fn bench_program(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bench")
+        .join("programs")
+        .join(format!("{name}.json"))
+}
+
+/// Loads `name`, schedules it at the sizes in the file (CPU and GPU
+/// mapping), then checks it on the CPU at `odd_sizes`, tiled and with the
+/// GPU mapping emulated.
+fn check_bench_program(name: &str, odd_sizes: &[(&str, i64)]) {
+    let file = bench_program(name);
+    let program = load_file(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        program.name,
+        name,
+        "{}: name differs from the file name",
+        file.display()
+    );
+
+    // At the benchmark sizes: schedule, tile and map to the GPU, as
+    // `--target cuda` does (nothing runs; the f64 reference at these sizes
+    // is the GPU machine's job).
+    let gpu = Options {
+        gpu: Some(GpuOptions::default()),
+        ..Options::default()
+    };
+    let full = compile(&program, &gpu).unwrap_or_else(|e| panic!("{name} at its own sizes: {e}"));
+    assert!(!full.kernel_c.is_empty(), "{name}: no C generated");
+    assert!(full.cuda.is_some(), "{name}: no CUDA generated");
+
+    // At odd sizes: run and compare with the f64 reference.
+    let mut small = program.clone();
+    let overrides: Vec<(String, i64)> =
+        odd_sizes.iter().map(|(p, v)| (p.to_string(), *v)).collect();
+    apply_param_overrides(&mut small, &overrides)
+        .unwrap_or_else(|e| panic!("{name}: overriding {odd_sizes:?}: {e}"));
+
+    let mut failures = Vec::new();
+    for (label, options) in [("cpu, tiled", Options::default()), ("gpu emulated", gpu)] {
+        let result = compile(&small, &options).and_then(|mut compiled| {
+            if let Some(emulation) = compiled.emulation_c.clone() {
+                compiled.kernel_c = emulation;
+            }
+            run(
+                &compiled,
+                &RunOptions {
+                    check: true,
+                    bench_runs: 0,
+                    seed: 7,
+                },
+            )
+        });
+        match result {
+            Ok(report) => match report.check {
+                Some(check) if check.ok => {}
+                Some(check) => failures.push(format!("[{label}] {}", check.line())),
+                None => failures.push(format!("[{label}] no check result")),
+            },
+            Err(e) => failures.push(format!("[{label}] {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{name} at {odd_sizes:?}:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn gemm_4096() {
+    check_bench_program("gemm_4096", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
+fn scale_add() {
+    check_bench_program("scale_add", &[("M", 37), ("N", 53)]);
+}
+
+#[test]
+fn transpose() {
+    check_bench_program("transpose", &[("M", 37), ("N", 53)]);
+}
+
+#[test]
+fn rowsum() {
+    check_bench_program("rowsum", &[("M", 37), ("N", 53)]);
+}
+
+#[test]
+fn softmax_16k() {
+    check_bench_program("softmax_16k", &[("N", 37), ("D", 53)]);
+}
+
+#[test]
+fn layernorm_16k() {
+    check_bench_program("layernorm_16k", &[("N", 37), ("D", 53)]);
+}
+
+#[test]
+fn matvec_16k() {
+    check_bench_program("matvec_16k", &[("M", 37), ("N", 53)]);
+}
+
+#[test]
+fn tbmm_large() {
+    check_bench_program("tbmm_large", &[("B", 3), ("N", 37), ("M", 53), ("K", 29)]);
+}
+
+#[test]
+fn conv2d_large() {
+    // Output 35 x 27.
+    check_bench_program(
+        "conv2d_large",
+        &[
+            ("N", 3),
+            ("C", 5),
+            ("F", 7),
+            ("H", 37),
+            ("W", 29),
+            ("KH", 3),
+            ("KW", 3),
+        ],
+    );
+}
+
+#[test]
+fn maxpool2x2_large() {
+    // Input 38 x 26.
+    check_bench_program(
+        "maxpool2x2_large",
+        &[("B", 3), ("C", 5), ("H", 19), ("W", 13)],
+    );
+}
+
+#[test]
+fn every_bench_program_is_tested() {
+    let tested = [
+        "conv2d_large",
+        "gemm_4096",
+        "layernorm_16k",
+        "matvec_16k",
+        "maxpool2x2_large",
+        "rowsum",
+        "scale_add",
+        "softmax_16k",
+        "tbmm_large",
+        "transpose",
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bench")
+        .join("programs");
+    let mut found: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            (path.extension()? == "json").then(|| path.file_stem()?.to_str().map(String::from))?
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found, tested,
+        "every file in bench/programs/ needs a test here"
+    );
+}
