@@ -196,8 +196,7 @@ fn cuda_result_describes_kernels_and_launch() {
             PF_ERR_INVALID_ARGUMENT
         );
         // Without a driver the launch is an environment error, not a crash.
-        // SAFETY: probing only loads and unloads the library.
-        if !cudarc::driver::sys::is_culib_present() {
+        if polyfuse::runtime::cuda::probe_driver().is_err() {
             let mut ptrs = [null_mut(); 3];
             assert_eq!(
                 pf_result_launch(r, 0, null(), ptrs.as_mut_ptr(), null_mut()),

@@ -8,8 +8,9 @@
 //! loaded once per context; the modules live as long as the result.
 //!
 //! cudarc's dynamic loading panics when `libcuda` or `libnvrtc` is missing,
-//! so both are probed first and reported as `PF_ERR_ENVIRONMENT`; any panic
-//! that still escapes is caught by the caller in `capi`.
+//! so both are probed first (by `runtime::cuda`, whose NVRTC compile is used
+//! here too) and reported as `PF_ERR_ENVIRONMENT`; any panic that still
+//! escapes is caught by the caller in `capi`.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -61,34 +62,19 @@ fn driver_error(what: &str) -> impl Fn(drv::DriverError) -> Failure + '_ {
     move |e| Failure::environment(format!("CUDA driver: {what} failed: {e:?}"))
 }
 
-/// Fails with an environment error unless the driver library loads.
+/// Fails with an environment error unless the driver library loads (the
+/// CUDA runtime's probe, which also finds a driver outside the loader's
+/// path and makes cudarc use it).
 fn require_driver() -> Outcome {
-    // SAFETY: probing only opens and closes the library.
-    if unsafe { sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Failure::environment(
-            "no CUDA driver: libcuda could not be loaded, so kernels cannot be launched here",
-        ))
-    }
+    crate::runtime::cuda::probe_driver().map_err(Failure::from)
 }
 
-/// PTX of `cuda` for compute capability `cc`, through NVRTC.
+/// NUL-terminated PTX of `cuda` for compute capability `cc`, through the
+/// CUDA runtime's NVRTC compile (which finds NVRTC and the CUDA headers the
+/// same way `polyfuse run --target cuda` does).
 fn compile_ptx(cuda: &CudaProgram, cc: (i32, i32)) -> Outcome<Vec<u8>> {
-    // SAFETY: probing only opens and closes the library.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Failure::environment(
-            "no NVRTC: libnvrtc could not be loaded, so the CUDA source cannot be compiled",
-        ));
-    }
-    let opts = cudarc::nvrtc::CompileOptions {
-        options: vec![format!("--gpu-architecture=compute_{}{}", cc.0, cc.1)],
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(&cuda.source, opts).map_err(|e| {
-        Failure::internal(format!("NVRTC could not compile the CUDA source: {e:?}"))
-    })?;
-    let mut bytes = ptx.to_src().into_bytes();
+    let arch = format!("sm_{}{}", cc.0, cc.1);
+    let mut bytes = crate::runtime::cuda::compile_ptx(&cuda.source, &arch)?.into_bytes();
     bytes.push(0);
     Ok(bytes)
 }
