@@ -72,8 +72,11 @@ typedef struct pf_context pf_context;
 typedef struct pf_result pf_result;
 
 /* The CUDA driver's stream type, declared here so that no cuda.h is needed;
- * pass a CUstream or a cudaStream_t. */
+ * pass a CUstream or a cudaStream_t. The declaration is the same as cuda.h's;
+ * C99 forbids repeating a typedef, so in C99 include cuda.h first. */
+#ifndef __cuda_cuda_h__
 typedef struct CUstream_st *CUstream;
+#endif
 
 /* ---- version, strings, errors ---------------------------------------- */
 
