@@ -467,7 +467,12 @@ impl Ctx<'_> {
                             .zip(&a.pitch)
                             .map(|(e, p)| format!("{} * {p}", c_expr(e, &rename)))
                             .collect();
-                        o.insert(key.clone(), format!("{}[{}]", a.buffer, idx.join(" + ")));
+                        let idx = if idx.is_empty() {
+                            "0".to_string()
+                        } else {
+                            idx.join(" + ")
+                        };
+                        o.insert(key.clone(), format!("{}[{idx}]", a.buffer));
                     }
                 }
                 let text = self.printer.statement(st, s.kind, &env);

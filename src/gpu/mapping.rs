@@ -375,8 +375,7 @@ fn x_iterators(
         let pma = isl_rs::PwMultiAff::from_map(isl_rs::Map::from_union_map(m)?)?;
         let pa = pma.get_pw_aff(member as i32)?;
         let mut found = None;
-        if pa.isa_aff()? {
-            let aff = pa.as_aff()?;
+        if let Some(aff) = super::promote::single_aff(&pa)? {
             let mut ones = Vec::new();
             let mut others = false;
             for i in 0..s.iterators.len() {

@@ -101,12 +101,21 @@ fn expr_in(isl: &Isl, pa: PwAff, names: &[String]) -> Result<Expr> {
     ast::expr_from_isl(&e)
 }
 
-/// Coefficient of input dimension `pos` in a single-piece affine `pa`.
-fn coefficient(pa: &PwAff, pos: i32) -> Result<Option<i64>> {
-    if !pa.isa_aff()? {
+/// `pa` as one affine expression, when it is one on its whole domain.
+pub fn single_aff(pa: &PwAff) -> Result<Option<isl_rs::Aff>> {
+    let domain = pa.copy()?.domain()?;
+    let g = pa.copy()?.gist(domain)?;
+    if !g.isa_aff()? {
         return Ok(None);
     }
-    let aff = pa.copy()?.as_aff()?;
+    Ok(Some(g.as_aff()?))
+}
+
+/// Coefficient of input dimension `pos` in a single-piece affine `pa`.
+fn coefficient(pa: &PwAff, pos: i32) -> Result<Option<i64>> {
+    let Some(aff) = single_aff(pa)? else {
+        return Ok(None);
+    };
     Ok(Some(val_to_i64(
         &aff.get_coefficient_val(DimType::In, pos)?,
     )?))
