@@ -26,7 +26,8 @@ torch.compile (mode default) of the first peer's eager function where
 --compile names the program (all, none, or a comma list of names; default
 all).
 
-Output: one JSON line per (program, peer) on stdout:
+Output: one JSON line per (program, peer) on stdout (or --out FILE, written
+as they come):
   {"program", "params", "peer", "median_us", "runs", "bytes", "flops",
    "gb_per_s", "tflop_per_s", "check": {"ok", "rel_error"}, "tf32": false}
 or {"program", "peer", "error"} where a peer failed. Progress on stderr.
@@ -342,6 +343,7 @@ def main():
     ap.add_argument("--target-ms", type=float, default=300.0, help="timed milliseconds per peer")
     ap.add_argument("--min-runs", type=int, default=10)
     ap.add_argument("--max-runs", type=int, default=500)
+    ap.add_argument("--out", help="write the JSON lines to this file (default: stdout)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu to try the script without a GPU")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, import no torch")
     args = ap.parse_args()
@@ -389,8 +391,10 @@ def main():
     device_name = torch.cuda.get_device_name(dev) if cuda else "cpu"
     failed = 0
 
+    sink = open(args.out, "w") if args.out else sys.stdout
+
     def emit(obj):
-        print(json.dumps(obj), flush=True)
+        print(json.dumps(obj), file=sink, flush=True)
 
     def timed(fn):
         if cuda:
