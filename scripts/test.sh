@@ -11,3 +11,4 @@ cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 cargo test "$@"
 scripts/abi-test.sh   # the C ABI: header vs exports, C99 and C++ programs, valgrind
+scripts/cuda-compile-check.sh   # CUDA of every example and bench program through NVRTC and ptxas for sm_90 (no GPU)
