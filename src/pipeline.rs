@@ -176,18 +176,24 @@ fn map_to_gpu(
     options: &Options,
     gpu_options: &GpuOptions,
 ) -> Result<(ScheduleTree, CudaProgram, String)> {
-    let (mapped, plans) =
-        gpu::mapping::map(isl, program, scop, schedule, &options.tile, gpu_options).map_err(
-            |e| match e {
-                Error::Input { message, .. } => Error::Input {
-                    file: program.source.clone(),
-                    message,
-                },
-                other => other,
-            },
-        )?;
+    let (mapped, plans) = gpu::mapping::map(
+        isl,
+        program,
+        scop,
+        deps,
+        schedule,
+        &options.tile,
+        gpu_options,
+    )
+    .map_err(|e| match e {
+        Error::Input { message, .. } => Error::Input {
+            file: program.source.clone(),
+            message,
+        },
+        other => other,
+    })?;
     schedule::check_legal(&program.source, &mapped, scop, deps)?;
-    gpu::mapping::check_parallel(&program.source, &mapped, deps)?;
+    gpu::mapping::check_parallel(&program.source, &mapped, scop, deps)?;
     let tree = ScheduleTree::from_isl(&mapped.get_root()?)?;
     let ast = codegen::build_ast(scop, &mapped)?;
     let (cuda, emulation) = codegen::cuda::program(program, scop, &ast, &plans)?;

@@ -74,7 +74,7 @@ fn mapping_a_reduction_loop_to_threads_is_refused() {
         .schedule(&gemm_schedule_with_mark(&domain, "j"))
         .unwrap();
     schedule::check_legal("gemm.json", &legal, &scop, &d).unwrap();
-    mapping::check_parallel("gemm.json", &legal, &d).unwrap();
+    mapping::check_parallel("gemm.json", &legal, &scop, &d).unwrap();
 
     let racy = isl
         .schedule(&gemm_schedule_with_mark(&domain, "k"))
@@ -82,7 +82,7 @@ fn mapping_a_reduction_loop_to_threads_is_refused() {
     // Sequentially the order is fine ...
     schedule::check_legal("gemm.json", &racy, &scop, &d).unwrap();
     // ... but the k loop carries the reduction: threads would race on C.
-    match mapping::check_parallel("gemm.json", &racy, &d) {
+    match mapping::check_parallel("gemm.json", &racy, &scop, &d) {
         Err(Error::Illegal { message, .. }) => {
             assert!(message.contains("threadIdx.x"), "{message}");
             assert!(message.contains("S0[i, j, k]"), "{message}");
@@ -193,4 +193,74 @@ fn emulation_of_the_mapping_matches_the_reference_with_grids_and_blocks_of_any_s
             assert!(check.ok, "block {block:?} grid {grid:?}: {}", check.line());
         }
     }
+}
+
+fn rowsum_like(body: &str, m: i64, n: i64) -> String {
+    format!(
+        r#"{{ "name": "rows", "params": {{ "M": {m}, "N": {n} }},
+             "inputs": {{ "X": {{"dtype": "f32", "shape": ["M", "N"]}} }},
+             "outputs": {{ "S": {{"dtype": "f32", "shape": ["M"]}} }},
+             "body": [ "{body}" ] }}"#
+    )
+}
+
+fn emulate_ok(json: &str, options: &Options) {
+    let p = load_str(json, "t.json").unwrap();
+    let mut c = compile(&p, options).unwrap_or_else(|e| panic!("{e}"));
+    c.kernel_c = c.emulation_c.clone().unwrap();
+    let r = run(
+        &c,
+        &RunOptions {
+            check: true,
+            bench_runs: 0,
+            seed: 5,
+        },
+    )
+    .unwrap();
+    let check = r.check.unwrap();
+    assert!(check.ok, "{}", check.line());
+}
+
+#[test]
+fn a_row_reduction_runs_across_the_lanes_of_a_warp() {
+    for (body, warp) in [
+        ("S(i) +=! X(i, j)", "pf_warp_sum(pf_red)"),
+        ("S(i) max=! X(i, j)", "pf_warp_max(pf_red)"),
+        ("S(i) min=! X(i, j) * X(i, j)", "pf_warp_min(pf_red)"),
+    ] {
+        let json = rowsum_like(body, 37, 45);
+        let p = load_str(&json, "rows.json").unwrap();
+        let c = compile(&p, &gpu_options(&[16])).unwrap();
+        let cuda = c.cuda.as_ref().unwrap();
+        assert!(cuda.source.contains(warp), "{body}:\n{}", cuda.source);
+        // Lanes on x take the reduction, rows on y.
+        assert_eq!(cuda.kernels[0].block, [32, 8, 1], "{body}");
+        assert!(c
+            .gpu_tree
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("reduce_x_"));
+        emulate_ok(&json, &gpu_options(&[16]));
+    }
+}
+
+#[test]
+fn reductions_stay_in_threads_when_there_are_two_parallel_loops() {
+    // gemm has rows and columns for the threads: each thread keeps its own
+    // sequential k loop, no lanes share a reduction.
+    let p = load_str(&gemm(45, 38, 21), "gemm.json").unwrap();
+    let c = compile(&p, &gpu_options(&[16])).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("pf_red"));
+    // Turning the warp reductions off keeps row reductions sequential too.
+    let json = rowsum_like("S(i) +=! X(i, j)", 37, 45);
+    let mut o = gpu_options(&[16]);
+    o.gpu = Some(GpuOptions {
+        reduce: false,
+        ..GpuOptions::default()
+    });
+    let p = load_str(&json, "rows.json").unwrap();
+    let c = compile(&p, &o).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("pf_red"));
+    emulate_ok(&json, &o);
 }

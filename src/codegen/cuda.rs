@@ -61,6 +61,12 @@ fn prelude(scop: &Scop) -> String {
 #define pf_max(a, b) ((a) > (b) ? (a) : (b))
 static __device__ __forceinline__ long pf_floord(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 static __device__ __forceinline__ int pf_iabs(int a) { return a < 0 ? -a : a; }
+// Combine one value per lane across the 32 lanes of a warp (all lanes
+// take part and receive the result).
+template <typename T> static __device__ __forceinline__ T pf_warp_sum(T v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
+template <typename T> static __device__ __forceinline__ T pf_warp_prod(T v) { for (int o = 16; o > 0; o >>= 1) v *= __shfl_xor_sync(0xffffffffu, v, o); return v; }
+template <typename T> static __device__ __forceinline__ T pf_warp_max(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_max(v, w); } return v; }
+template <typename T> static __device__ __forceinline__ T pf_warp_min(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_min(v, w); } return v; }
 "#,
     );
     if uses(DType::F16) {
@@ -179,6 +185,7 @@ pub fn program(
             emulate: None,
             scope,
             in_scope: false,
+            reduce_x: plan.reduce_x,
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
@@ -277,6 +284,9 @@ struct Ctx<'a> {
     scope: Option<&'a Scope>,
     /// Inside the promotion scope: promoted reads use the shared copies.
     in_scope: bool,
+    /// The kernel runs a reduction across `threadIdx.x`: statements of the
+    /// thread region outside that reduction run on lane 0 only.
+    reduce_x: bool,
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -409,6 +419,13 @@ impl Ctx<'_> {
                     self.node(c, depth, pending, in_thread, out);
                 }
             }
+            Node::Mark { name, body } if name.starts_with("reduce_x_") => {
+                let iterator = format!("c{}", name.trim_start_matches("reduce_x_"));
+                if !self.reduce(body, &iterator, depth, pending, out) {
+                    // Not the expected shape: lane 0 runs it sequentially.
+                    self.node(body, depth, pending, in_thread, out);
+                }
+            }
             Node::Mark { name, body } => match parse_mapping_mark(name) {
                 Some(m)
                     if m.0
@@ -485,6 +502,13 @@ impl Ctx<'_> {
                     } else {
                         format!("{guard} && {all}")
                     };
+                } else if self.emulate.is_none() && in_thread && self.reduce_x {
+                    let lane = "threadIdx.x == 0";
+                    guard = if guard.is_empty() {
+                        lane.to_string()
+                    } else {
+                        format!("{guard} && {lane}")
+                    };
                 }
                 if guard.is_empty() {
                     let _ = writeln!(out, "{pad}{text}");
@@ -493,6 +517,142 @@ impl Ctx<'_> {
                 }
             }
         }
+    }
+
+    /// Prints the reduction loop `iterator` in `body` across the lanes of a
+    /// warp: each lane folds its share of the loop (lane `l` takes
+    /// iterations `l, l + 32, ...`) into a private partial result, the
+    /// partials are combined with shuffles (on the CPU: one after the
+    /// other), and lane 0 folds the total into the accumulator. Returns
+    /// false (printing nothing) when `body` is not one loop over guards and
+    /// a single update statement.
+    fn reduce(
+        &self,
+        body: &Node,
+        iterator: &str,
+        depth: usize,
+        pending: &[Pending],
+        out: &mut String,
+    ) -> bool {
+        // Guards around the loop are printed as they are.
+        if let Node::If {
+            cond,
+            then,
+            otherwise: None,
+        } = body
+        {
+            let mut inner = String::new();
+            if !self.reduce(then, iterator, depth + 1, pending, &mut inner) {
+                return false;
+            }
+            let pad = "  ".repeat(depth);
+            let _ = writeln!(out, "{pad}if ({}) {{", self.e(cond));
+            out.push_str(&inner);
+            let _ = writeln!(out, "{pad}}}");
+            return true;
+        }
+        let Node::For {
+            iterator: it,
+            init,
+            cond,
+            inc,
+            body: loop_body,
+        } = body
+        else {
+            return false;
+        };
+        if it != iterator {
+            return false;
+        }
+        // The loop body: guards and one update statement.
+        let mut guards = Vec::new();
+        let mut n = &**loop_body;
+        let (statement, args) = loop {
+            match n {
+                Node::If {
+                    cond,
+                    then,
+                    otherwise: None,
+                } => {
+                    guards.push(self.e(cond));
+                    n = then;
+                }
+                Node::Block(v) if v.len() == 1 => n = &v[0],
+                Node::User { statement, args } => break (statement, args),
+                _ => return false,
+            }
+        };
+        let Some(s) = self.scop.statement(statement) else {
+            return false;
+        };
+        let st = &self.program.statements[s.source];
+        let env: std::collections::HashMap<String, String> = s
+            .iterators
+            .iter()
+            .zip(args)
+            .map(|(i, a)| (i.clone(), self.e(a)))
+            .collect();
+        let Some((op, t, rhs)) = self.printer.reduction(st, &env) else {
+            return false;
+        };
+        let fold = self.printer.fold_into_lhs(st, &env, "pf_red");
+        // The accumulator's address must not depend on the reduction loop.
+        if fold
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|tok| tok == iterator)
+        {
+            return false;
+        }
+        let pad = "  ".repeat(depth);
+        let ty = self.printer.ctype(t);
+        let ident = self.printer.identity(op, t);
+        let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
+        let step = self.printer.combine(op, t, "pf_red", &rhs);
+        let guarded = if guards.is_empty() {
+            format!("pf_red = {step};")
+        } else {
+            format!("if ({}) pf_red = {step};", guards.join(" && "))
+        };
+        let _ = writeln!(out, "{pad}{{");
+        if self.emulate.is_some() {
+            let all = self.printer.combine(op, t, "pf_red_all", "pf_red");
+            let _ = writeln!(out, "{pad}  {ty} pf_red_all = {ident};");
+            let _ = writeln!(
+                out,
+                "{pad}  for (long pf_lane = 31; pf_lane >= 0; pf_lane--) {{"
+            );
+            let _ = writeln!(out, "{pad}    {ty} pf_red = {ident};");
+            let _ = writeln!(
+                out,
+                "{pad}    for (long {iterator} = {init} + pf_lane * {inc}; {cond}; {iterator} += 32 * {inc}) {guarded}"
+            );
+            let _ = writeln!(out, "{pad}    pf_red_all = {all};");
+            let _ = writeln!(out, "{pad}  }}");
+            let _ = writeln!(out, "{pad}  {ty} pf_red = pf_red_all;");
+            let _ = writeln!(out, "{pad}  {fold}");
+        } else {
+            let name = match op {
+                crate::frontend::ast::Reducer::Sum => "sum",
+                crate::frontend::ast::Reducer::Prod => "prod",
+                crate::frontend::ast::Reducer::Max => "max",
+                crate::frontend::ast::Reducer::Min => "min",
+            };
+            let mut guard = self.guard(pending);
+            guard = if guard.is_empty() {
+                "threadIdx.x == 0".to_string()
+            } else {
+                format!("{guard} && threadIdx.x == 0")
+            };
+            let _ = writeln!(out, "{pad}  {ty} pf_red = {ident};");
+            let _ = writeln!(
+                out,
+                "{pad}  for (long {iterator} = {init} + (long)threadIdx.x * {inc}; {cond}; {iterator} += (long)blockDim.x * {inc}) {guarded}"
+            );
+            let _ = writeln!(out, "{pad}  pf_red = pf_warp_{name}(pf_red);");
+            let _ = writeln!(out, "{pad}  if ({guard}) {fold}");
+        }
+        let _ = writeln!(out, "{pad}}}");
+        true
     }
 
     /// Copies the promoted tiles into shared memory: the prefix iterators

@@ -100,7 +100,7 @@ impl Printer<'_> {
     }
 
     /// The C type arithmetic of compute type `t` is carried out in.
-    fn ctype(&self, t: DType) -> &'static str {
+    pub fn ctype(&self, t: DType) -> &'static str {
         match (self.mode, t) {
             (Mode::Reference, DType::I32) => "long long",
             (Mode::Reference, _) => "double",
@@ -214,7 +214,7 @@ impl Printer<'_> {
     }
 
     /// The identity of a reducer in the left side's compute type.
-    fn identity(&self, r: Reducer, t: DType) -> String {
+    pub fn identity(&self, r: Reducer, t: DType) -> String {
         let inf = |neg: bool| match t {
             DType::I32 => if neg { "INT_MIN" } else { "INT_MAX" }.to_string(),
             t if self.is_single(t) => format!("({}INFINITY)", if neg { "-" } else { "" }),
@@ -228,7 +228,7 @@ impl Printer<'_> {
         }
     }
 
-    fn combine(&self, r: Reducer, t: DType, acc: &str, v: &str) -> String {
+    pub fn combine(&self, r: Reducer, t: DType, acc: &str, v: &str) -> String {
         let sfx = if self.is_single(t) { "f" } else { "" };
         match (r, t) {
             (Reducer::Sum, _) => format!("{acc} + {v}"),
@@ -237,6 +237,43 @@ impl Printer<'_> {
             (Reducer::Min, DType::I32) => format!("pf_min({acc}, {v})"),
             (Reducer::Max, _) => format!("fmax{sfx}({acc}, {v})"),
             (Reducer::Min, _) => format!("fmin{sfx}({acc}, {v})"),
+        }
+    }
+
+    /// The pieces of a reduction step `X(..) op= rhs` for code that
+    /// accumulates partial results itself: the reducer, the compute type of
+    /// the accumulator and the right side's value at `env`.
+    pub fn reduction(
+        &self,
+        st: &Statement,
+        env: &HashMap<String, String>,
+    ) -> Option<(Reducer, DType, String)> {
+        match st.op {
+            AssignOp::Reduce { op, .. } => {
+                let t = self.tensor(&st.lhs_tensor).dtype.compute();
+                Some((op, t, self.expr(&st.rhs, env)))
+            }
+            AssignOp::Assign => None,
+        }
+    }
+
+    /// `X(..) = X(..) op v;` with `X(..)` at `env`: folds a combined
+    /// partial result into the accumulator.
+    pub fn fold_into_lhs(&self, st: &Statement, env: &HashMap<String, String>, v: &str) -> String {
+        let AssignOp::Reduce { op, .. } = st.op else {
+            return String::new();
+        };
+        let lhs = self.tensor(&st.lhs_tensor);
+        let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+        let el = self.element(&st.lhs_tensor, &subs, env);
+        let t = lhs.dtype.compute();
+        let acc = self.load(&st.lhs_tensor, &subs, env);
+        let value = self.combine(op, t, &acc, v);
+        match (self.mode, lhs.dtype) {
+            (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
+            (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
+            (Mode::Reference, _) => format!("{el} = (double)({value});"),
+            _ => format!("{el} = {value};"),
         }
     }
 

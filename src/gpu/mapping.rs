@@ -28,15 +28,16 @@
 //! generated no loop for, because it has one iteration, is not mapped to
 //! some deeper loop).
 
-use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, Val};
+use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, UnionMap, Val};
 
 use super::GpuOptions;
 use crate::codegen::ast::{self, Expr, Op};
+use crate::deps::Dependences;
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
 use crate::isl::val_to_i64;
 use crate::isl::{ast_build_expr_from_pw_aff, Isl};
-use crate::model::Scop;
+use crate::model::{Scop, StmtKind};
 use std::collections::HashMap;
 
 /// CUDA's three axes, innermost first.
@@ -57,6 +58,9 @@ pub struct KernelPlan {
     pub thread_dims: usize,
     /// Shared-memory promotions at the thread band.
     pub scope: Option<super::promote::Scope>,
+    /// The reduction loop of an update statement runs across
+    /// `threadIdx.x` (a warp per reduction), rows on y and z.
+    pub reduce_x: bool,
 }
 
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
@@ -66,6 +70,7 @@ pub fn map(
     isl: &Isl,
     program: &Program,
     scop: &Scop,
+    deps: &Dependences,
     schedule: Schedule,
     tile: &[i64],
     opts: &GpuOptions,
@@ -88,12 +93,12 @@ pub fn map(
         for i in 0..n {
             // root -> sequence -> filter i -> kernel root
             let k = node.root()?.child(0)?.child(i)?.child(0)?;
-            let (k, plan) = map_kernel(isl, program, scop, k, plans.len(), &tile, opts)?;
+            let (k, plan) = map_kernel(isl, program, scop, deps, k, plans.len(), &tile, opts)?;
             plans.push(plan);
             node = k;
         }
     } else {
-        let (k, plan) = map_kernel(isl, program, scop, node, 0, &tile, opts)?;
+        let (k, plan) = map_kernel(isl, program, scop, deps, node, 0, &tile, opts)?;
         plans.push(plan);
         node = k;
     }
@@ -121,6 +126,7 @@ fn map_kernel(
     isl: &Isl,
     program: &Program,
     scop: &Scop,
+    deps: &Dependences,
     node: ScheduleNode,
     index: usize,
     tile: &[i64],
@@ -136,6 +142,7 @@ fn map_kernel(
         block_dims: 0,
         thread_dims: 0,
         scope: None,
+        reduce_x: false,
     };
     while node.get_type()? == ScheduleNodeType::Mark {
         node = node.child(0)?;
@@ -146,12 +153,26 @@ fn map_kernel(
     }
     let lc = leading_coincident(&node)?;
     let nb = lc.min(3);
+    // One parallel member only: map the reduction below it to threads too.
+    let reduction = if lc == 1
+        && opts.reduce
+        && opts.block.first().is_none_or(|x| *x == 32)
+        && node.band_get_permutable()?
+        && (lc as i32) < node.band_n_member()?
+    {
+        reduction_candidate(scop, deps, &node, lc)?
+    } else {
+        None
+    };
+    let x_iterator = x_iterators(scop, &node, if reduction.is_some() { lc } else { nb - 1 })?;
+    if reduction.is_some() {
+        node = node.band_split(lc as i32)?;
+    }
     if !node.band_get_permutable()? && (lc as i32) < node.band_n_member()? {
         // The coincident prefix is permutable on its own (all its
         // distances are zero); tile only that part.
         node = node.band_split(lc as i32)?;
     }
-    let x_iterator = x_iterators(scop, &node, nb - 1)?;
     let n = node.band_n_member()? as usize;
     let mut sizes = MultiVal::zero(node.band_get_space()?)?;
     let mut member_tile = Vec::new();
@@ -194,7 +215,7 @@ fn map_kernel(
                 if j + 1 < nt {
                     node = node.band_split(1)?;
                 }
-                let axis = nt - 1 - j;
+                let axis = nt - 1 - j + usize::from(reduction.is_some());
                 let depth = node.get_schedule_depth()?;
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?;
@@ -213,6 +234,39 @@ fn map_kernel(
             }
             plan.thread_dims = nt;
             plan.block = thread_block(&member_tile[..nt], opts)?;
+            if let Some(update) = &reduction {
+                // Rows on y (and z), the reduction on x: a warp per row.
+                let rows = thread_block(
+                    &member_tile[..nt],
+                    &GpuOptions {
+                        block: opts.block.iter().skip(1).copied().collect(),
+                        ..opts.clone()
+                    },
+                )?;
+                let budget = 256 / 32;
+                plan.block = [
+                    32,
+                    rows[0].min(budget),
+                    rows[1].min(budget / rows[0].min(budget).max(1)).max(1),
+                ];
+                // The other statements (the reduction's initialisation)
+                // run before the reduction loop of the update.
+                let others = node.get_domain()?.subtract(isl_rs::UnionSet::from_set(
+                    scop.statement(update)
+                        .ok_or_else(|| Error::Internal(format!("no statement {update}")))?
+                        .domain
+                        .copy()?,
+                )?)?;
+                if node.band_n_member()? > 1 {
+                    node = node.band_split(1)?;
+                }
+                if !others.is_empty()? {
+                    node = node.order_before(others)?;
+                }
+                let depth = node.get_schedule_depth()?;
+                node = node.insert_mark(mark(isl, &format!("reduce_x_{depth}"))?)?;
+                plan.reduce_x = true;
+            }
         }
     }
     Ok((node, plan))
@@ -296,26 +350,61 @@ fn thread_block(tiles: &[i64], opts: &GpuOptions) -> Result<[u32; 3]> {
 pub fn check_parallel(
     file: &str,
     schedule: &Schedule,
+    scop: &Scop,
     deps: &crate::deps::Dependences,
 ) -> Result<()> {
     let all = deps.all()?;
-    fn rec(node: ScheduleNode, all: &isl_rs::UnionMap, file: &str) -> Result<()> {
+    // Pairs of instances of one update statement (whose right side does
+    // not read its accumulator) that accumulate into the same element: a
+    // loop mapped as a reduction may reorder exactly these.
+    let mut reorderable = UnionMap::empty(all.get_space()?)?;
+    for s in &scop.statements {
+        if s.kind != StmtKind::Update {
+            continue;
+        }
+        let lhs = s.write.get_tuple_name(isl_rs::DimType::Out)?.to_string();
+        let mut reads_lhs = false;
+        for r in s.reads.iter().skip(1) {
+            reads_lhs |= r.get_tuple_name(isl_rs::DimType::Out)? == lhs;
+        }
+        if !reads_lhs {
+            let w = UnionMap::from_map(s.write.copy()?)?;
+            reorderable = reorderable.union(w.copy()?.apply_range(w.reverse()?)?)?;
+        }
+    }
+    fn rec(node: ScheduleNode, all: &UnionMap, reorderable: &UnionMap, file: &str) -> Result<()> {
         if node.get_type()? == ScheduleNodeType::Mark {
             let name = node.mark_get_id()?.get_name()?.to_string();
-            if name.starts_with("block_") || name.starts_with("thread_") {
+            let reduce = name.starts_with("reduce_");
+            if name.starts_with("block_") || name.starts_with("thread_") || reduce {
                 let band = node.get_child(0)?;
-                let prefix = band.get_prefix_schedule_union_map()?;
-                let member = band.band_get_partial_schedule_union_map()?;
+                let domain = band.get_domain()?;
+                let prefix = band
+                    .get_prefix_schedule_union_map()?
+                    .intersect_domain(domain.copy()?)?;
+                let member = band
+                    .band_get_partial_schedule_union_map()?
+                    .intersect_domain(domain)?;
                 let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
                 let same_member = member.copy()?.apply_range(member.reverse()?)?;
                 let parallel = same_prefix.subtract(same_member)?;
-                let violated = all.copy()?.intersect(parallel)?;
+                let mut violated = all.copy()?.intersect(parallel)?;
+                if reduce {
+                    violated = violated.subtract(reorderable.copy()?)?;
+                }
                 if !violated.is_empty()? {
+                    let what = if reduce {
+                        "the reduction loop mapped to threadIdx.x".to_string()
+                    } else {
+                        format!(
+                            "the loop mapped to {}",
+                            mapped_index(&name).unwrap_or(name.clone())
+                        )
+                    };
                     return Err(Error::Illegal {
                         file: file.to_string(),
                         message: format!(
-                            "illegal GPU mapping: the loop mapped to {} runs dependent instances in parallel: {}",
-                            mapped_index(&name).unwrap_or(name.clone()),
+                            "illegal GPU mapping: {what} runs dependent instances in parallel: {}",
                             crate::isl::IslPrint::text(&violated.coalesce()?)
                         ),
                     });
@@ -324,11 +413,11 @@ pub fn check_parallel(
         }
         let n = node.n_children()?;
         for i in 0..n {
-            rec(node.get_child(i)?, all, file)?;
+            rec(node.get_child(i)?, all, reorderable, file)?;
         }
         Ok(())
     }
-    rec(schedule.get_root()?, &all, file)
+    rec(schedule.get_root()?, &all, &reorderable, file)
 }
 
 /// `blockIdx.x` for a mark `block_x_D`, `threadIdx.y` for `thread_y_D`.
@@ -393,4 +482,86 @@ fn x_iterators(
         out.insert(s.name.clone(), found);
     }
     Ok(out)
+}
+
+/// The update statement whose reduction loop is member `r` of `band`, when
+/// that loop may run across threads: the band holds one update statement
+/// (and possibly its initialisation), whose right side does not read the
+/// tensor it reduces into, and every dependence between two instances that
+/// differ only from member `r` on is a dependence of that update on itself
+/// through the element it accumulates into. Such instances may run in any
+/// order and be combined at the end, the reducer being associative and
+/// commutative; the initialisation is ordered before them.
+fn reduction_candidate(
+    scop: &Scop,
+    deps: &Dependences,
+    band: &ScheduleNode,
+    r: usize,
+) -> Result<Option<String>> {
+    let domain = band.get_domain()?;
+    let mut update = None;
+    for s in &scop.statements {
+        let here = isl_rs::UnionSet::from_set(s.domain.copy()?)?.intersect(domain.copy()?)?;
+        if here.is_empty()? {
+            continue;
+        }
+        match s.kind {
+            StmtKind::Update if update.is_none() => update = Some(s),
+            StmtKind::Init => {}
+            _ => return Ok(None),
+        }
+    }
+    let Some(update) = update else {
+        return Ok(None);
+    };
+    let lhs = update
+        .write
+        .get_tuple_name(isl_rs::DimType::Out)?
+        .to_string();
+    // reads[0] is the accumulator itself.
+    for read in update.reads.iter().skip(1) {
+        if read.get_tuple_name(isl_rs::DimType::Out)? == lhs {
+            return Ok(None);
+        }
+    }
+    let updates = isl_rs::UnionSet::from_set(update.domain.copy()?)?;
+    let partial = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(updates.copy()?)?;
+    let prefix = band
+        .get_prefix_schedule_union_map()?
+        .intersect_domain(updates.copy()?)?;
+    // Split the band's schedule into the members before r and member r.
+    let n = band.band_n_member()? as usize;
+    let outer = project_members(&partial, 0, r, n)?;
+    let member = project_members(&partial, r, r + 1, n)?;
+    let same_outer = prefix.copy()?.range_product(outer.copy()?)?;
+    let same_outer = same_outer.copy()?.apply_range(same_outer.reverse()?)?;
+    let same_member = member.copy()?.apply_range(member.reverse()?)?;
+    let parallel = same_outer.subtract(same_member)?;
+    let write = UnionMap::from_map(update.write.copy()?)?;
+    let same_element = write.copy()?.apply_range(write.reverse()?)?;
+    let bad = deps
+        .all()?
+        .intersect_domain(updates.copy()?)?
+        .intersect_range(updates)?
+        .intersect(parallel)?
+        .subtract(same_element)?;
+    Ok(if bad.is_empty()? {
+        Some(update.name.clone())
+    } else {
+        None
+    })
+}
+
+/// Members `lo..hi` of a band's partial schedule (of `n` members).
+fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Result<UnionMap> {
+    let names: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+    let keep: Vec<String> = names[lo..hi].to_vec();
+    let ctx = partial.get_ctx();
+    let proj = isl_rs::UnionMap::read_from_str(
+        &ctx,
+        &format!("{{ [{}] -> [{}] }}", names.join(", "), keep.join(", ")),
+    )?;
+    Ok(partial.copy()?.apply_range(proj)?)
 }

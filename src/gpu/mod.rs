@@ -30,6 +30,9 @@ pub struct GpuOptions {
     pub grid: Vec<u32>,
     /// Promote reused tiles of read-only tensors to shared memory.
     pub shared: bool,
+    /// Run the reduction loop of a kernel with a single parallel loop across
+    /// the threads of a warp, combining the partial results with shuffles.
+    pub reduce: bool,
     /// Shared memory a block may use, in bytes (the H100 allows 227 KB
     /// with the opt-in; 48 KB without).
     pub shared_limit: usize,
@@ -41,6 +44,7 @@ impl Default for GpuOptions {
             block: Vec::new(),
             grid: Vec::new(),
             shared: true,
+            reduce: true,
             shared_limit: 48 * 1024,
         }
     }
