@@ -79,8 +79,11 @@ struct Common {
     #[arg(long, default_value = "isl", value_parser = parse_strategy)]
     strategy: Strategy,
     /// Tile sizes for the members of each permutable band, e.g. 32,32,8
-    /// (the last size repeats for further members).
-    #[arg(long, value_delimiter = ',', default_value = "32")]
+    /// (the last size repeats for further members). Default: 32 on the
+    /// CPU; on the GPU 32 along x, 32 (8 without a reduction in the band)
+    /// along y, 1 along z and further parallel loops, 32 for reduction
+    /// loops, 8 rows for warp reductions.
+    #[arg(long, value_delimiter = ',')]
     tile: Vec<i64>,
     /// Do not tile.
     #[arg(long)]
@@ -152,6 +155,8 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         strategy: common.strategy,
         tile: if common.no_tile {
             Vec::new()
+        } else if common.tile.is_empty() {
+            vec![32]
         } else {
             common.tile.clone()
         },
@@ -170,6 +175,7 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
 /// The GPU options from the command line.
 fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
     polyfuse::gpu::GpuOptions {
+        auto_tile: common.tile.is_empty() && !common.no_tile,
         block: common.block.clone(),
         grid: common.grid.clone(),
         shared: !common.no_shared,

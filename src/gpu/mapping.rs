@@ -153,6 +153,12 @@ fn map_kernel(
     }
     let lc = leading_coincident(&node)?;
     let nb = lc.min(3);
+    if lc > 3 && node.band_get_permutable()? {
+        // Blocks take the innermost three parallel members (the last one,
+        // usually the tensors' contiguous dimension, on x); the outer ones
+        // run inside each block. A permutable band may be permuted.
+        node = move_to_front(node, lc - 3, lc)?;
+    }
     // One parallel member only: map the reduction below it to threads too.
     let reduction = if lc == 1
         && opts.reduce
@@ -174,10 +180,15 @@ fn map_kernel(
         node = node.band_split(lc as i32)?;
     }
     let n = node.band_n_member()? as usize;
+    let has_reduction = (0..n).any(|i| !node.band_member_get_coincident(i as i32).unwrap_or(false));
     let mut sizes = MultiVal::zero(node.band_get_space()?)?;
     let mut member_tile = Vec::new();
     for i in 0..n {
-        let s = tile[i.min(tile.len() - 1)];
+        let s = if opts.auto_tile {
+            auto_tile(i, nb, lc.min(n), has_reduction, reduction.is_some())
+        } else {
+            tile[i.min(tile.len() - 1)]
+        };
         member_tile.push(s);
         sizes = sizes.set_val(i as i32, Val::int_from_si(&isl.ctx, s)?)?;
     }
@@ -564,4 +575,52 @@ fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Result
         &format!("{{ [{}] -> [{}] }}", names.join(", "), keep.join(", ")),
     )?;
     Ok(partial.copy()?.apply_range(proj)?)
+}
+
+/// The GPU's default tile size of member `i` of a band whose first `nb`
+/// members map to blocks (member `nb - 1` on x) and whose first `lc` are
+/// parallel: wide along x for coalescing, shallow along y unless a
+/// reduction in the band reuses the tiles, one point along z and further
+/// parallel members (their loops stay inside the block), 32 along
+/// reduction members (the depth of a shared-memory tile); a warp-reduced
+/// kernel takes 8 rows per block, one per warp.
+fn auto_tile(i: usize, nb: usize, lc: usize, has_reduction: bool, warp_reduction: bool) -> i64 {
+    if warp_reduction {
+        return 8;
+    }
+    if i >= lc {
+        return 32;
+    }
+    if i >= nb {
+        return 1;
+    }
+    match nb - 1 - i {
+        0 => 32,
+        1 if has_reduction => 32,
+        1 => 8,
+        _ => 1,
+    }
+}
+
+/// Permutes the members of the permutable band `node` so that members
+/// `lo..hi` come first, in order, followed by the others in order; every
+/// member keeps its coincidence flag.
+fn move_to_front(node: ScheduleNode, lo: usize, hi: usize) -> Result<ScheduleNode> {
+    let n = node.band_n_member()? as usize;
+    let order: Vec<usize> = (lo..hi)
+        .chain((0..n).filter(|i| *i < lo || *i >= hi))
+        .collect();
+    let partial = node.band_get_partial_schedule()?;
+    let mut permuted = partial.copy()?;
+    let mut coincident = Vec::new();
+    for (k, &from) in order.iter().enumerate() {
+        permuted = permuted.set_union_pw_aff(k as i32, partial.get_union_pw_aff(from as i32)?)?;
+        coincident.push(node.band_member_get_coincident(from as i32)?);
+    }
+    let mut node = node.delete()?.insert_partial_schedule(permuted)?;
+    node = node.band_set_permutable(1)?;
+    for (k, c) in coincident.into_iter().enumerate() {
+        node = node.band_member_set_coincident(k as i32, i32::from(c))?;
+    }
+    Ok(node)
 }

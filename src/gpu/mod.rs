@@ -30,6 +30,11 @@ pub struct GpuOptions {
     pub grid: Vec<u32>,
     /// Promote reused tiles of read-only tensors to shared memory.
     pub shared: bool,
+    /// Choose tile sizes for the GPU instead of the options' `tile`: 32
+    /// along x, 32 along y when the band has a reduction member (reuse) and
+    /// 8 when it has not, 1 along z and for further parallel members, 32
+    /// for reduction members, 8 rows when a reduction runs across a warp.
+    pub auto_tile: bool,
     /// Run the reduction loop of a kernel with a single parallel loop across
     /// the threads of a warp, combining the partial results with shuffles.
     pub reduce: bool,
@@ -45,6 +50,7 @@ impl Default for GpuOptions {
             grid: Vec::new(),
             shared: true,
             reduce: true,
+            auto_tile: false,
             shared_limit: 48 * 1024,
         }
     }
