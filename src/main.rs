@@ -80,9 +80,8 @@ struct Common {
     strategy: Strategy,
     /// Tile sizes for the members of each permutable band, e.g. 32,32,8
     /// (the last size repeats for further members). Default: 32 on the
-    /// CPU; on the GPU 32 along x, 32 (8 without a reduction in the band)
-    /// along y, 1 along z and further parallel loops, 32 for reduction
-    /// loops, 8 rows for warp reductions.
+    /// CPU; on the GPU 32 along x and y, 1 along z and further parallel
+    /// loops, 32 for reduction loops, 8 rows for warp reductions.
     #[arg(long, value_delimiter = ',')]
     tile: Vec<i64>,
     /// Do not tile.
@@ -113,6 +112,9 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
 enum Emit {
     /// The final schedule tree.
     Tree,
+    /// The schedule tree mapped to the GPU: kernel, block, thread and
+    /// reduction marks above the mapped bands.
+    GpuTree,
     /// The generated C (prelude and kernel).
     C,
     /// The generated CUDA (not available yet).
@@ -187,7 +189,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Schedule { common, emit, arch } => {
             let (program, mut options) = load(&common)?;
-            if matches!(emit, Emit::Cuda | Emit::Ptx) {
+            if matches!(emit, Emit::Cuda | Emit::Ptx | Emit::GpuTree) {
                 options.gpu = Some(gpu_options(&common));
             }
             let compiled = compile(&program, &options)?;
@@ -200,6 +202,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     serde_json::to_string_pretty(&compiled.to_json())
                         .map_err(|e| Error::Internal(e.to_string()))?
                 ),
+                Emit::GpuTree => {
+                    if let Some(t) = &compiled.gpu_tree {
+                        print!("{t}");
+                    }
+                }
                 Emit::Cuda => {
                     if let Some(c) = &compiled.cuda {
                         print!("{}", c.source);

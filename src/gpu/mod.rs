@@ -31,9 +31,8 @@ pub struct GpuOptions {
     /// Promote reused tiles of read-only tensors to shared memory.
     pub shared: bool,
     /// Choose tile sizes for the GPU instead of the options' `tile`: 32
-    /// along x, 32 along y when the band has a reduction member (reuse) and
-    /// 8 when it has not, 1 along z and for further parallel members, 32
-    /// for reduction members, 8 rows when a reduction runs across a warp.
+    /// along x and y, 1 along z and for further parallel members, 32 for
+    /// reduction members, 8 rows when a reduction runs across a warp.
     pub auto_tile: bool,
     /// Run the reduction loop of a kernel with a single parallel loop across
     /// the threads of a warp, combining the partial results with shuffles.
