@@ -24,7 +24,7 @@ use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
-use crate::gpu::promote::{Scope, ITERATOR_PREFIX};
+use crate::gpu::promote::Scope;
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::model::Scop;
 
@@ -510,14 +510,13 @@ impl Ctx<'_> {
                             continue;
                         }
                         let a = &scope.arrays[*k];
-                        let rename = |id: &str| match id.strip_prefix(ITERATOR_PREFIX) {
-                            Some(it) => format!("({})", env.get(it).cloned().unwrap_or_default()),
-                            None => self.rename(id),
-                        };
                         let idx: Vec<String> = subs
                             .iter()
                             .zip(&a.pitch)
-                            .map(|(e, p)| format!("{} * {p}", c_expr(e, &rename)))
+                            .enumerate()
+                            .map(|(d, (e, p))| {
+                                format!("({} - pf_o{k}_{d}) * {p}", self.printer.affine(e, &env))
+                            })
                             .collect();
                         let idx = if idx.is_empty() {
                             "0".to_string()

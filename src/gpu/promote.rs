@@ -64,9 +64,9 @@ pub struct Scope {
     /// unique (isl then generates no loop for it).
     pub prefix_values: Vec<Option<Expr>>,
     pub arrays: Vec<Promotion>,
-    /// `(statement, model::access_text)` -> (array index, local subscripts in the
-    /// statement's iterators `pf_it_<name>` and the parameters).
-    pub accesses: HashMap<(String, String), (usize, Vec<Expr>)>,
+    /// `(statement, model::access_text)` -> (array index, the access's
+    /// global subscripts).
+    pub accesses: HashMap<(String, String), (usize, Vec<Affine>)>,
 }
 
 impl Scope {
@@ -77,10 +77,6 @@ impl Scope {
             .sum()
     }
 }
-
-/// Prefix of the isl identifiers standing for a statement's iterators in
-/// local subscripts.
-pub const ITERATOR_PREFIX: &str = "pf_it_";
 
 fn ids(isl: &Isl, space: isl_rs::Space, names: &[String]) -> Result<MultiId> {
     let mut list = IdList::alloc(&isl.ctx, names.len() as i32)?;
@@ -283,39 +279,22 @@ pub fn promote(
             offset,
             len,
         });
-        // Local subscripts of every read of `t`.
-        let offset_pma = PwMultiAff::from_multi_aff(hull.get_offset()?)?;
+        // Every read of `t`: the shared element is `R(s) - o(P(s))`, the
+        // global subscripts minus the offset, which the copy computed for
+        // the current prefix (`pf_o<array>_<dim>` in the generated code).
         for s in &in_kernel {
-            let s_prefix = PwMultiAff::from_map(Map::from_union_map(
-                prefix
-                    .copy()?
-                    .intersect_domain(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?,
-            )?)?;
-            let its: Vec<String> = s
-                .iterators
-                .iter()
-                .map(|i| format!("{ITERATOR_PREFIX}{i}"))
-                .collect();
             let st = &program.statements[s.source];
-            let mut texts = Vec::new();
+            let mut accesses: Vec<(String, Vec<Affine>)> = Vec::new();
             if s.kind == StmtKind::Update {
                 let lhs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-                texts.push(access_text(&st.lhs_tensor, &lhs));
+                accesses.push((st.lhs_tensor.clone(), lhs));
             }
-            let mut rhs = Vec::new();
-            collect_reads(&st.rhs, &mut rhs);
-            texts.extend(rhs.iter().map(|(t, subs)| access_text(t, subs)));
-            for (r, text) in s.reads.iter().zip(texts) {
+            collect_reads(&st.rhs, &mut accesses);
+            for (r, (tensor, subs)) in s.reads.iter().zip(accesses) {
                 if r.get_tuple_name(DimType::Out)? != t {
                     continue;
                 }
-                let local = PwMultiAff::from_map(r.copy()?)?
-                    .sub(offset_pma.copy()?.pullback_pw_multi_aff(s_prefix.copy()?)?)?;
-                let mut subs = Vec::new();
-                for d in 0..rank {
-                    subs.push(expr_in(isl, local.get_pw_aff(d as i32)?, &its)?);
-                }
-                let key = (s.name.clone(), text);
+                let key = (s.name.clone(), access_text(&tensor, &subs));
                 scope.accesses.insert(key, (index, subs));
             }
         }
