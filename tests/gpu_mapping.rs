@@ -264,3 +264,37 @@ fn reductions_stay_in_threads_when_there_are_two_parallel_loops() {
     assert!(!c.cuda.as_ref().unwrap().source.contains("pf_red"));
     emulate_ok(&json, &o);
 }
+
+#[test]
+fn gemm_keeps_its_accumulators_in_registers() {
+    // Odd sizes: partial tiles take the guarded path, full ones the fast
+    // path; both are emulated and checked.
+    let json = gemm(150, 70, 33);
+    let p = load_str(&json, "gemm.json").unwrap();
+    let mut auto = gpu_options(&[32]);
+    auto.gpu = Some(GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    });
+    let c = compile(&p, &auto).unwrap();
+    let cuda = c.cuda.as_ref().unwrap();
+    assert!(
+        cuda.source.contains("float pf_reg_kernel_0_C[8][4];"),
+        "{}",
+        cuda.source
+    );
+    assert_eq!(cuda.kernels[0].block, [16, 16, 1]);
+    // The reduction steps inside a tile need no barrier: their dependences
+    // stay within a thread.
+    assert!(c.gpu_tree.as_ref().unwrap().to_string().contains("nosync"));
+    emulate_ok(&json, &auto);
+    let mut off = auto.clone();
+    off.gpu = Some(GpuOptions {
+        auto_tile: true,
+        registers: false,
+        ..GpuOptions::default()
+    });
+    let c = compile(&p, &off).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("pf_reg_"));
+    emulate_ok(&json, &off);
+}

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
 use crate::gpu::promote::Scope;
+use crate::gpu::registers::RegisterTile;
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::model::Scop;
 
@@ -221,6 +222,11 @@ pub fn program(
             scope,
             in_scope: false,
             reduce_x: plan.reduce_x,
+            regs: plan.registers.as_ref(),
+            in_regs: false,
+            block: plan.block,
+            full_tile: false,
+            nosync: false,
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
@@ -322,6 +328,17 @@ struct Ctx<'a> {
     /// The kernel runs a reduction across `threadIdx.x`: statements of the
     /// thread region outside that reduction run on lane 0 only.
     reduce_x: bool,
+    /// The kernel's register tile, and whether we are inside its region.
+    regs: Option<&'a RegisterTile>,
+    in_regs: bool,
+    /// Threads per block (x, y, z).
+    block: [u32; 3],
+    /// Inside a register region whose tile is known to be full: the
+    /// counted thread loops need no bound test.
+    full_tile: bool,
+    /// The next loop needs no barrier after each iteration (no dependence
+    /// it carries crosses threads).
+    nosync: bool,
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -335,6 +352,43 @@ fn id_of(p: &Pending) -> String {
 
 fn count_of(p: &Pending) -> String {
     format!("{}.{}", if p.0 { "blockDim" } else { "gridDim" }, p.1)
+}
+
+/// Whether every thread-mapped loop in `n` starts at 0 and steps by 1 (the
+/// point loops of a tiling do), so that a thread's iterations are
+/// `t, t + B, ...` and can be numbered by register.
+fn counted_loops_fit(n: &Node) -> bool {
+    fn walk(n: &Node, mapped: &[String]) -> bool {
+        match n {
+            Node::For {
+                iterator,
+                init,
+                inc,
+                body,
+                ..
+            } => {
+                if mapped.iter().any(|m| m == iterator)
+                    && (init != &Expr::Int(0) || inc != &Expr::Int(1))
+                {
+                    return false;
+                }
+                walk(body, mapped)
+            }
+            Node::Mark { name, body } => {
+                let mut m = mapped.to_vec();
+                if let Some((true, _, it)) = parse_mapping_mark(name) {
+                    m.push(it);
+                }
+                walk(body, &m)
+            }
+            Node::If {
+                then, otherwise, ..
+            } => walk(then, mapped) && otherwise.as_deref().is_none_or(|e| walk(e, mapped)),
+            Node::Block(v) => v.iter().all(|c| walk(c, mapped)),
+            Node::User { .. } => true,
+        }
+    }
+    walk(n, &[])
 }
 
 /// Whether `n` contains thread-mapped loops or statements.
@@ -381,6 +435,45 @@ impl Ctx<'_> {
                 let mut inner_thread = in_thread;
                 let matched = pending.iter().position(|p| &p.2 == iterator);
                 let mut inner_pending: Vec<Pending> = Vec::new();
+                if let (Some(k), true, Some(regs)) = (matched, self.in_regs, self.regs) {
+                    let p = &pending[k];
+                    if p.0 {
+                        let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+                        let nt = regs.thread_dims;
+                        let count = regs.counts(self.block)[nt - 1 - axis.min(nt - 1)];
+                        let b = self.block[axis.min(2)];
+                        let r = format!("pf_r{}", p.1);
+                        let guard = self.guard(&pending[..k]);
+                        if !guard.is_empty() {
+                            let _ = writeln!(out, "{pad}if ({guard})");
+                        }
+                        let tid = if self.emulate.is_some() {
+                            let t = format!("pf_thread_{}", p.1);
+                            let _ =
+                                writeln!(out, "{pad}for (pf_i {t} = {}; {t} >= 0; {t}--)", b - 1);
+                            t
+                        } else {
+                            let _ = writeln!(out, "{pad}#pragma unroll");
+                            format!("(pf_i)threadIdx.{}", p.1)
+                        };
+                        let _ = writeln!(out, "{pad}for (int {r} = 0; {r} < {count}; {r}++) {{");
+                        let _ = writeln!(out, "{pad}  const pf_i {iterator} = {tid} + {r} * {b};");
+                        let guard = if self.full_tile {
+                            "1".to_string()
+                        } else {
+                            cond.clone()
+                        };
+                        let _ = writeln!(out, "{pad}  if ({guard}) {{");
+                        let inner = Ctx {
+                            nosync: false,
+                            ..*self
+                        };
+                        inner.node(body, depth + 2, &[], true, out);
+                        let _ = writeln!(out, "{pad}  }}");
+                        let _ = writeln!(out, "{pad}}}");
+                        return;
+                    }
+                }
                 match matched {
                     Some(k) if self.emulate.is_some() => {
                         let p = &pending[k];
@@ -427,8 +520,17 @@ impl Ctx<'_> {
                         );
                     }
                 }
-                self.node(body, depth + 1, &inner_pending, inner_thread, out);
-                if self.emulate.is_none() && !inner_thread && self.has_threads && has_work(body) {
+                let inner = Ctx {
+                    nosync: false,
+                    ..*self
+                };
+                inner.node(body, depth + 1, &inner_pending, inner_thread, out);
+                if self.emulate.is_none()
+                    && !self.nosync
+                    && !inner_thread
+                    && self.has_threads
+                    && has_work(body)
+                {
                     let _ = writeln!(out, "{pad}  __syncthreads();");
                 }
                 let _ = writeln!(out, "{pad}}}");
@@ -454,6 +556,33 @@ impl Ctx<'_> {
                     self.node(c, depth, pending, in_thread, out);
                 }
             }
+            Node::Mark { name, body } if name == "shared" => {
+                if self.scope.is_some() && !self.in_scope {
+                    let _ = writeln!(out, "{pad}{{");
+                    self.copy_in(depth + 1, out);
+                    let inner = Ctx {
+                        in_scope: true,
+                        ..*self
+                    };
+                    inner.node(body, depth + 1, pending, in_thread, out);
+                    let _ = writeln!(out, "{pad}}}");
+                } else {
+                    self.node(body, depth, pending, in_thread, out);
+                }
+            }
+            Node::Mark { name, body } if name == "nosync" => {
+                let inner = Ctx {
+                    nosync: true,
+                    ..*self
+                };
+                inner.node(body, depth, pending, in_thread, out);
+            }
+            Node::Mark { name, body } if name == "registers" => {
+                match self.regs.filter(|_| counted_loops_fit(body)) {
+                    Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
+                    None => self.node(body, depth, pending, in_thread, out),
+                }
+            }
             Node::Mark { name, body } if name.starts_with("reduce_x_") => {
                 let iterator = format!("c{}", name.trim_start_matches("reduce_x_"));
                 if !self.reduce(body, &iterator, depth, pending, out) {
@@ -462,24 +591,6 @@ impl Ctx<'_> {
                 }
             }
             Node::Mark { name, body } => match parse_mapping_mark(name) {
-                Some(m)
-                    if m.0
-                        && !self.in_scope
-                        && !in_thread
-                        && !pending.iter().any(|p| p.0)
-                        && self.scope.is_some() =>
-                {
-                    let mut p = pending.to_vec();
-                    p.push(m);
-                    let _ = writeln!(out, "{pad}{{");
-                    self.copy_in(depth + 1, out);
-                    let inner = Ctx {
-                        in_scope: true,
-                        ..*self
-                    };
-                    inner.node(body, depth + 1, &p, in_thread, out);
-                    let _ = writeln!(out, "{pad}}}");
-                }
                 Some(m) => {
                     let mut p = pending.to_vec();
                     p.push(m);
@@ -524,6 +635,14 @@ impl Ctx<'_> {
                             idx.join(" + ")
                         };
                         o.insert(key.clone(), format!("{}[{idx}]", a.buffer));
+                    }
+                }
+                if let (true, Some(regs)) = (self.in_regs, self.regs) {
+                    let mut o = self.printer.overrides.borrow_mut();
+                    for (stmt, key) in &regs.accesses {
+                        if stmt == statement {
+                            o.insert(key.clone(), self.register_element(regs));
+                        }
                     }
                 }
                 let text = self.printer.statement(st, s.kind, &env);
@@ -687,6 +806,273 @@ impl Ctx<'_> {
         }
         let _ = writeln!(out, "{pad}}}");
         true
+    }
+
+    /// The test that every counted thread loop of `body` runs all its
+    /// registers: each loop's condition at the last register of the last
+    /// thread (`R * B - 1`), when the condition names nothing but its own
+    /// iterator, the block iterators and the parameters (then it holds for
+    /// all smaller values too: isl's loop conditions are upper bounds).
+    fn full_tile_test(&self, regs: &RegisterTile, body: &Node) -> Option<String> {
+        let counts = regs.counts(self.block);
+        let nt = regs.thread_dims;
+        let allowed: Vec<String> = (0..regs.block_dims).map(|j| format!("c{j}")).collect();
+        let mut tests = Vec::new();
+        let mut ok = true;
+        fn ids(e: &Expr, out: &mut Vec<String>) {
+            match e {
+                Expr::Id(s) => out.push(s.clone()),
+                Expr::Op(_, a) => a.iter().for_each(|x| ids(x, out)),
+                Expr::Int(_) => {}
+            }
+        }
+        fn subst(e: &Expr, name: &str, v: i64) -> Expr {
+            match e {
+                Expr::Id(s) if s == name => Expr::Int(v),
+                Expr::Op(op, a) => Expr::Op(*op, a.iter().map(|x| subst(x, name, v)).collect()),
+                other => other.clone(),
+            }
+        }
+        fn visit(n: &Node, mapped: &[(String, char)], found: &mut Vec<(String, char, Expr)>) {
+            match n {
+                Node::For {
+                    iterator,
+                    cond,
+                    body,
+                    ..
+                } => {
+                    if let Some((_, a)) = mapped.iter().find(|(m, _)| m == iterator) {
+                        found.push((iterator.clone(), *a, cond.clone()));
+                    }
+                    visit(body, mapped, found);
+                }
+                Node::Mark { name, body } => {
+                    let mut m = mapped.to_vec();
+                    if let Some((true, a, it)) = parse_mapping_mark(name) {
+                        m.push((it, a));
+                    }
+                    visit(body, &m, found);
+                }
+                Node::If {
+                    then, otherwise, ..
+                } => {
+                    visit(then, mapped, found);
+                    if let Some(e) = otherwise {
+                        visit(e, mapped, found);
+                    }
+                }
+                Node::Block(v) => v.iter().for_each(|c| visit(c, mapped, found)),
+                Node::User { .. } => {}
+            }
+        }
+        let mut found = Vec::new();
+        visit(body, &[], &mut found);
+        if found.is_empty() {
+            return None;
+        }
+        for (iterator, axis, cond) in found {
+            let axis = (axis as u8).saturating_sub(b'x') as usize;
+            let b = i64::from(self.block[axis.min(2)]);
+            let r = counts[nt - 1 - axis.min(nt - 1)];
+            let mut names = Vec::new();
+            ids(&cond, &mut names);
+            if names
+                .iter()
+                .any(|n| n != &iterator && !allowed.contains(n) && !self.params.contains(n))
+            {
+                ok = false;
+                break;
+            }
+            tests.push(self.e(&subst(&cond, &iterator, r * b - 1)));
+        }
+        (ok && !tests.is_empty()).then(|| tests.join(" && "))
+    }
+
+    /// The register of the current thread point: `pf_reg[pf_ry][pf_rx]` (on
+    /// the CPU also indexed by the emulated thread).
+    fn register_element(&self, regs: &RegisterTile) -> String {
+        let nt = regs.thread_dims;
+        let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
+        let mut idx = String::new();
+        if self.emulate.is_some() {
+            for a in &axes {
+                let _ = write!(idx, "[pf_thread_{a}]");
+            }
+        }
+        for a in &axes {
+            let _ = write!(idx, "[pf_r{a}]");
+        }
+        format!("{}{idx}", regs.buffer)
+    }
+
+    /// The register region: declare the registers, load the thread's
+    /// elements (those inside the tensor), run `body` on them, store them.
+    fn registers(
+        &self,
+        regs: &RegisterTile,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let nt = regs.thread_dims;
+        let counts = regs.counts(self.block);
+        let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
+        let tensor = self
+            .scop
+            .tensor(&regs.tensor)
+            .expect("register tiles come from the model");
+        let emulate = self.emulate.is_some();
+        let storage = if emulate {
+            super::c::storage_type(regs.dtype)
+        } else {
+            storage_type(regs.dtype)
+        };
+        let mut dims = String::new();
+        if emulate {
+            for a in &axes {
+                let b = self.block[(*a as u8 - b'x') as usize];
+                let _ = write!(dims, "[{b}]");
+            }
+        }
+        for c in &counts {
+            let _ = write!(dims, "[{c}]");
+        }
+        let _ = writeln!(out, "{pad}{{");
+        let _ = writeln!(
+            out,
+            "{pad}  {}{storage} {}{dims};",
+            if emulate { "static " } else { "" },
+            regs.buffer
+        );
+        // The loops over the thread's elements, with the element's
+        // subscripts and the test that it lies inside the tensor.
+        let each = |out: &mut String, statement: &dyn Fn(&str, &str) -> String| {
+            let mut depth = depth + 1;
+            let open = |out: &mut String, depth: usize, text: String| {
+                let _ = writeln!(out, "{}{text}", "  ".repeat(depth));
+            };
+            for a in &axes {
+                let b = self.block[(*a as u8 - b'x') as usize];
+                if emulate {
+                    open(
+                        out,
+                        depth,
+                        format!(
+                            "for (pf_i pf_thread_{a} = 0; pf_thread_{a} < {b}; pf_thread_{a}++)"
+                        ),
+                    );
+                }
+            }
+            for (j, a) in axes.iter().enumerate() {
+                if !emulate {
+                    open(out, depth, "#pragma unroll".into());
+                }
+                open(
+                    out,
+                    depth,
+                    format!(
+                        "for (int pf_r{a} = 0; pf_r{a} < {}; pf_r{a}++) {{",
+                        counts[j]
+                    ),
+                );
+                depth += 1;
+            }
+            for j in 0..regs.block_dims {
+                open(out, depth, format!("const pf_i pf_b{j} = c{j};"));
+            }
+            for (j, a) in axes.iter().enumerate() {
+                let b = self.block[(*a as u8 - b'x') as usize];
+                let tid = if emulate {
+                    format!("pf_thread_{a}")
+                } else {
+                    format!("(pf_i)threadIdx.{a}")
+                };
+                open(
+                    out,
+                    depth,
+                    format!("const pf_i pf_t{j} = {tid} + pf_r{a} * {b};"),
+                );
+            }
+            let mut conds = Vec::new();
+            let mut global = String::new();
+            for (d, e) in regs.element.iter().enumerate() {
+                let extent = self
+                    .printer
+                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
+                open(out, depth, format!("const pf_i pf_g{d} = {};", self.e(e)));
+                conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
+                global = if d == 0 {
+                    format!("pf_g{d}")
+                } else {
+                    format!("({global}) * {extent} + pf_g{d}")
+                };
+            }
+            if global.is_empty() {
+                global = "0".into();
+            }
+            let cond = if conds.is_empty() {
+                "1".to_string()
+            } else {
+                conds.join(" && ")
+            };
+            let el = format!("{}[{global}]", tensor_name(&regs.tensor));
+            open(
+                out,
+                depth,
+                format!(
+                    "if ({cond}) {}",
+                    statement(&self.register_element(regs), &el)
+                ),
+            );
+            for _ in &axes {
+                depth -= 1;
+                open(out, depth, "}".into());
+            }
+        };
+        // A thread axis whose loop isl did not generate (a single point)
+        // is register 0 of thread 0; counted loops shadow these.
+        for a in &axes {
+            let _ = writeln!(out, "{pad}  const int pf_r{a} = 0; (void)pf_r{a};");
+            if emulate {
+                let _ = writeln!(
+                    out,
+                    "{pad}  const pf_i pf_thread_{a} = 0; (void)pf_thread_{a};"
+                );
+            }
+        }
+        // Unique values of the block iterators isl generated no loop for.
+        for (d, v) in regs.prefix_values.iter().enumerate() {
+            if let Some(v) = v {
+                let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
+            }
+        }
+        each(out, &|reg, el| format!("{reg} = {el};"));
+        let inner = Ctx {
+            in_regs: true,
+            ..*self
+        };
+        match self.full_tile_test(regs, body) {
+            Some(test) => {
+                // Full tiles (most of them) without bound tests, so that
+                // the compiler can keep operands in registers across a
+                // thread's points; partial tiles with them.
+                let _ = writeln!(out, "{pad}  if ({test}) {{");
+                let full = Ctx {
+                    full_tile: true,
+                    ..inner
+                };
+                full.node(body, depth + 2, pending, in_thread, out);
+                let _ = writeln!(out, "{pad}  }} else {{");
+                inner.node(body, depth + 2, pending, in_thread, out);
+                let _ = writeln!(out, "{pad}  }}");
+            }
+            None => inner.node(body, depth + 1, pending, in_thread, out),
+        }
+        each(out, &|reg, el| format!("{el} = {reg};"));
+        let _ = writeln!(out, "{pad}}}");
     }
 
     /// Copies the promoted tiles into shared memory: the prefix iterators

@@ -61,6 +61,8 @@ pub struct KernelPlan {
     /// The reduction loop of an update statement runs across
     /// `threadIdx.x` (a warp per reduction), rows on y and z.
     pub reduce_x: bool,
+    /// A tensor each thread keeps in registers below the block loops.
+    pub registers: Option<super::registers::RegisterTile>,
 }
 
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
@@ -143,6 +145,7 @@ fn map_kernel(
         thread_dims: 0,
         scope: None,
         reduce_x: false,
+        registers: None,
     };
     while node.get_type()? == ScheduleNodeType::Mark {
         node = node.child(0)?;
@@ -181,18 +184,51 @@ fn map_kernel(
     }
     let n = node.band_n_member()? as usize;
     let has_reduction = (0..n).any(|i| !node.band_member_get_coincident(i as i32).unwrap_or(false));
-    let mut sizes = MultiVal::zero(node.band_get_space()?)?;
-    let mut member_tile = Vec::new();
-    for i in 0..n {
-        let s = if opts.auto_tile {
-            auto_tile(i, nb, lc.min(n), has_reduction, reduction.is_some())
-        } else {
-            tile[i.min(tile.len() - 1)]
-        };
-        member_tile.push(s);
-        sizes = sizes.set_val(i as i32, Val::int_from_si(&isl.ctx, s)?)?;
+    let sizes_for = |register_tiles: bool| -> Vec<i64> {
+        (0..n)
+            .map(|i| {
+                if opts.auto_tile {
+                    auto_tile(
+                        i,
+                        nb,
+                        lc.min(n),
+                        has_reduction,
+                        reduction.is_some(),
+                        register_tiles,
+                    )
+                } else {
+                    tile[i.min(tile.len() - 1)]
+                }
+            })
+            .collect()
+    };
+    let tile_band = |node: ScheduleNode, member_tile: &[i64]| -> Result<ScheduleNode> {
+        let mut sizes = MultiVal::zero(node.band_get_space()?)?;
+        for (i, s) in member_tile.iter().enumerate() {
+            sizes = sizes.set_val(i as i32, Val::int_from_si(&isl.ctx, *s)?)?;
+        }
+        Ok(node.band_tile(sizes)?)
+    };
+    let mut member_tile = sizes_for(false);
+    // A tensor the threads own element by element stays in registers
+    // (whether one does is independent of the tile sizes).
+    let registers = if opts.registers && reduction.is_none() && nb < n && lc >= nb {
+        let trial = tile_band(node.copy()?, &member_tile)?;
+        let point = trial.get_child(0)?;
+        super::registers::candidate(isl, program, scop, &trial, &point, nb, nb, &plan.mark)?
+    } else {
+        None
+    };
+    if registers.is_some() {
+        member_tile = sizes_for(true);
     }
-    node = node.band_tile(sizes)?;
+    node = tile_band(node, &member_tile)?;
+    let thread_values = project_members(
+        &node.get_child(0)?.band_get_partial_schedule_union_map()?,
+        0,
+        nb.min(n),
+        n,
+    )?;
     if nb < n {
         node = node.band_split(nb as i32)?;
     }
@@ -212,11 +248,45 @@ fn map_kernel(
         node = node.child(0)?.child(0)?; // mark -> band -> below
     }
     plan.block_dims = nb;
+    let mut registers = registers;
+    if let Some(r) = registers.as_mut() {
+        let depth = node.get_schedule_depth()? as usize;
+        let prefix = node
+            .get_prefix_schedule_union_map()?
+            .intersect_domain(node.get_domain()?)?;
+        r.prefix_values = super::promote::unique_prefix_values(isl, &prefix, depth)?;
+        node = node.insert_mark(mark(isl, "registers")?)?.child(0)?;
+    }
     if nb < n {
         node = node.child(0)?; // past the sequential tile loops
     }
-    // The point band: its leading coincident members map to threads.
+    // The point band: the promotion point, then threads.
     if node.get_type()? == ScheduleNodeType::Band {
+        plan.scope = Some(super::promote::promote(
+            isl,
+            program,
+            scop,
+            &node,
+            &plan.mark,
+            &x_iterator,
+            opts,
+        )?);
+        node = node.insert_mark(mark(isl, "shared")?)?.child(0)?;
+        if registers.is_some() {
+            // Sequential point loops first, so that each step works on all
+            // of a thread's registers: (k, i, j) instead of (i, j, k).
+            let m = node.band_n_member()? as usize;
+            node = move_to_front(node, nb, m)?;
+            node = node.band_split((m - nb) as i32)?;
+            if !super::registers::carries_cross_thread_dependences(&node, &thread_values, deps)? {
+                node = node.insert_mark(mark(isl, "nosync")?)?.child(0)?;
+            }
+            node = node.child(0)?;
+            plan.registers = registers.map(|mut r| {
+                r.thread_tiles = member_tile[..nb].to_vec();
+                r
+            });
+        }
         let nt = leading_coincident(&node)?.min(3);
         if nt > 0 {
             if (nt as i32) < node.band_n_member()? {
@@ -229,22 +299,14 @@ fn map_kernel(
                 let axis = nt - 1 - j + usize::from(reduction.is_some());
                 let depth = node.get_schedule_depth()?;
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
-                node = node.child(0)?;
-                if j == 0 {
-                    plan.scope = Some(super::promote::promote(
-                        isl,
-                        program,
-                        scop,
-                        &node,
-                        &plan.mark,
-                        &x_iterator,
-                        opts,
-                    )?);
-                }
-                node = node.child(0)?;
+                node = node.child(0)?.child(0)?;
             }
             plan.thread_dims = nt;
-            plan.block = thread_block(&member_tile[..nt], opts)?;
+            plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
+                [16, 16, 1]
+            } else {
+                thread_block(&member_tile[..nt], opts)?
+            };
             if let Some(update) = &reduction {
                 // Rows on y (and z), the reduction on x: a warp per row.
                 let rows = thread_block(
@@ -566,7 +628,7 @@ fn reduction_candidate(
 }
 
 /// Members `lo..hi` of a band's partial schedule (of `n` members).
-fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Result<UnionMap> {
+pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Result<UnionMap> {
     let names: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
     let keep: Vec<String> = names[lo..hi].to_vec();
     let ctx = partial.get_ctx();
@@ -586,20 +648,32 @@ fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Result
 /// loops stay inside the block, and small outer extents such as a batch
 /// no longer waste whole tiles), 32 along reduction members (the depth of
 /// a shared-memory tile); a warp-reduced kernel takes 8 rows per block,
-/// one per warp.
-fn auto_tile(i: usize, nb: usize, lc: usize, has_reduction: bool, warp_reduction: bool) -> i64 {
+/// one per warp. A kernel with a register tile takes 128 x 64 tiles with a
+/// reduction depth of 16 (8 x 4 registers per thread of a 16 x 16 block;
+/// measured on the H100 for gemm f32 4096^3: 17.9 TFLOP/s, against 10.7
+/// with 32 x 32 x 32 and 15.4 with 64 x 64 x 16).
+fn auto_tile(
+    i: usize,
+    nb: usize,
+    lc: usize,
+    has_reduction: bool,
+    warp_reduction: bool,
+    register_tiles: bool,
+) -> i64 {
     if warp_reduction {
         return 8;
     }
     if i >= lc {
-        return 32;
+        return if register_tiles { 16 } else { 32 };
     }
     if i >= nb {
         return 1;
     }
     let _ = has_reduction;
-    match nb - 1 - i {
-        0 | 1 => 32,
+    match (nb - 1 - i, register_tiles) {
+        (0, true) => 64,
+        (1, true) => 128,
+        (0 | 1, false) => 32,
         _ => 1,
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod mapping;
 pub mod promote;
+pub mod registers;
 
 use std::collections::HashMap;
 
@@ -34,6 +35,9 @@ pub struct GpuOptions {
     /// along x and y, 1 along z and for further parallel members, 32 for
     /// reduction members, 8 rows when a reduction runs across a warp.
     pub auto_tile: bool,
+    /// Keep a tensor the threads own element by element (an accumulator)
+    /// in registers across the sequential loops of a block.
+    pub registers: bool,
     /// Run the reduction loop of a kernel with a single parallel loop across
     /// the threads of a warp, combining the partial results with shuffles.
     pub reduce: bool,
@@ -49,6 +53,7 @@ impl Default for GpuOptions {
             grid: Vec::new(),
             shared: true,
             reduce: true,
+            registers: true,
             auto_tile: false,
             shared_limit: 48 * 1024,
         }

@@ -88,7 +88,7 @@ fn ids(isl: &Isl, space: isl_rs::Space, names: &[String]) -> Result<MultiId> {
 
 /// `pa` (over a domain of `names.len()` dimensions) as an AST expression in
 /// which those dimensions are the identifiers `names`.
-fn expr_in(isl: &Isl, pa: PwAff, names: &[String]) -> Result<Expr> {
+pub fn expr_in(isl: &Isl, pa: PwAff, names: &[String]) -> Result<Expr> {
     let space = pa.get_domain_space()?;
     let bound = pa.bind_domain(ids(isl, space, names)?)?;
     let context = bound.copy()?.domain()?;
@@ -164,23 +164,7 @@ pub fn promote(
     if !opts.shared || depth == 0 || prefix.is_empty()? {
         return Ok(scope);
     }
-    // Unique values of the prefix iterators.
-    let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
-    for d in 0..depth {
-        let m = Map::from_range(image.copy()?.project_out(
-            DimType::Set,
-            (d + 1) as u32,
-            (depth - d - 1) as u32,
-        )?)?
-        .move_dims(DimType::In, 0, DimType::Out, 0, d as u32)?;
-        let lo = m.copy()?.lexmin_pw_multi_aff()?;
-        let hi = m.lexmax_pw_multi_aff()?;
-        scope.prefix_values.push(if lo.is_equal(&hi)? {
-            Some(expr_in(isl, lo.get_pw_aff(0)?, &names[..d])?)
-        } else {
-            None
-        });
-    }
+    scope.prefix_values = unique_prefix_values(isl, &prefix, depth)?;
     // Reads and writes inside the kernel, per tensor.
     let in_kernel: Vec<&crate::model::ModelStmt> = scop
         .statements
@@ -300,4 +284,38 @@ pub fn promote(
         }
     }
     Ok(scope)
+}
+
+/// For each iterator `c<d>` of the prefix schedule `prefix` (of `depth`
+/// dimensions, restricted to the instances below the node), its value in
+/// the outer ones and the parameters when it has a single one: isl then
+/// generates no loop for it, and code below the node that names it must
+/// define it.
+pub fn unique_prefix_values(
+    isl: &Isl,
+    prefix: &UnionMap,
+    depth: usize,
+) -> Result<Vec<Option<Expr>>> {
+    let names: Vec<String> = (0..depth).map(|d| format!("c{d}")).collect();
+    let mut out = Vec::new();
+    if depth == 0 || prefix.is_empty()? {
+        return Ok(out);
+    }
+    let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
+    for d in 0..depth {
+        let m = Map::from_range(image.copy()?.project_out(
+            DimType::Set,
+            (d + 1) as u32,
+            (depth - d - 1) as u32,
+        )?)?
+        .move_dims(DimType::In, 0, DimType::Out, 0, d as u32)?;
+        let lo = m.copy()?.lexmin_pw_multi_aff()?;
+        let hi = m.lexmax_pw_multi_aff()?;
+        out.push(if lo.is_equal(&hi)? {
+            Some(expr_in(isl, lo.get_pw_aff(0)?, &names[..d])?)
+        } else {
+            None
+        });
+    }
+    Ok(out)
 }

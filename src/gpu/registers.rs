@@ -1,0 +1,215 @@
+//! Register tiles: the elements of a tensor that one thread owns, kept in
+//! registers across the sequential loops of a block.
+//!
+//! When every access to a tensor `T` in a kernel reads or writes the element
+//! `e = E(b, t)` that is a function of the block values `b` (tile loops
+//! mapped to blocks) and the thread point `t` (point loops mapped to
+//! threads), and `E` is injective (no two thread points share an element),
+//! then each element is touched by exactly one thread of one block. That
+//! thread can load its elements into registers once, below the block loops,
+//! work on the registers through the sequential tile loops (a gemm's `k`
+//! tiles), and store them once at the end. With a cyclic distribution of a
+//! tile of `S` points over `B` threads, a thread owns `ceil(S / B)` points
+//! along each thread axis; the thread loops are printed as counted loops
+//! over that many registers (unrolled, so the registers stay registers).
+//! This is TC's and PPCG's private-memory promotion for the accumulator.
+
+use std::collections::HashSet;
+
+use isl_rs::{DimType, PwMultiAff, ScheduleNode, UnionMap};
+
+use crate::codegen::ast::Expr;
+use crate::error::Result;
+use crate::frontend::ast::{Affine, DType, Program};
+use crate::isl::Isl;
+use crate::model::{access_text, collect_reads, Scop, StmtKind};
+
+/// One register-tiled tensor of a kernel.
+#[derive(Debug, Clone)]
+pub struct RegisterTile {
+    pub tensor: String,
+    pub dtype: DType,
+    /// The register array's C name.
+    pub buffer: String,
+    /// Element subscripts in `pf_b<j>` (block values, outer first) and
+    /// `pf_t<j>` (thread point values, outer first).
+    pub element: Vec<Expr>,
+    /// Number of block-mapped and thread-mapped members.
+    pub block_dims: usize,
+    pub thread_dims: usize,
+    /// `(statement, model::access_text)` of every access to the tensor.
+    pub accesses: HashSet<(String, String)>,
+    /// Tile sizes of the thread-mapped members, outer first.
+    pub thread_tiles: Vec<i64>,
+    /// Unique values of the block iterators at the region (see
+    /// `promote::unique_prefix_values`).
+    pub prefix_values: Vec<Option<Expr>>,
+}
+
+impl RegisterTile {
+    /// Registers along each thread member (outer first) for `block`.
+    pub fn counts(&self, block: [u32; 3]) -> Vec<i64> {
+        let nt = self.thread_dims;
+        (0..nt)
+            .map(|j| {
+                let b = i64::from(block[nt - 1 - j].max(1));
+                (self.thread_tiles[j] + b - 1) / b
+            })
+            .collect()
+    }
+}
+
+/// The statements of `scop` with instances in `domain`.
+fn statements_in<'a>(
+    scop: &'a Scop,
+    domain: &isl_rs::UnionSet,
+) -> Result<Vec<&'a crate::model::ModelStmt>> {
+    let mut out = Vec::new();
+    for s in &scop.statements {
+        let here = isl_rs::UnionSet::from_set(s.domain.copy()?)?.intersect(domain.copy()?)?;
+        if !here.is_empty()? {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// Every access of statement `s` with its text and relation, writes first.
+fn accesses_of(
+    program: &Program,
+    s: &crate::model::ModelStmt,
+) -> Vec<(String, String, isl_rs::Map)> {
+    let st = &program.statements[s.source];
+    let lhs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+    let mut out = Vec::new();
+    if let Ok(w) = s.write.copy() {
+        out.push((st.lhs_tensor.clone(), access_text(&st.lhs_tensor, &lhs), w));
+    }
+    let mut reads: Vec<(String, Vec<Affine>)> = Vec::new();
+    if s.kind == StmtKind::Update {
+        reads.push((st.lhs_tensor.clone(), lhs.clone()));
+    }
+    collect_reads(&st.rhs, &mut reads);
+    for (r, (t, subs)) in s.reads.iter().zip(reads) {
+        if let Ok(r) = r.copy() {
+            out.push((t.clone(), access_text(&t, &subs), r));
+        }
+    }
+    out
+}
+
+/// Looks for a tensor to keep in registers in the kernel whose tiled band
+/// is `tile_band` (its first `nb` members map to blocks) with point band
+/// `point_band` (its first `nt` members map to threads).
+#[allow(clippy::too_many_arguments)]
+pub fn candidate(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    tile_band: &ScheduleNode,
+    point_band: &ScheduleNode,
+    nb: usize,
+    nt: usize,
+    kernel: &str,
+) -> Result<Option<RegisterTile>> {
+    let domain = tile_band.get_domain()?;
+    let stmts = statements_in(scop, &domain)?;
+    let n = tile_band.band_n_member()? as usize;
+    let blocks = super::mapping::project_members(
+        &tile_band.band_get_partial_schedule_union_map()?,
+        0,
+        nb,
+        n,
+    )?;
+    let threads = super::mapping::project_members(
+        &point_band.band_get_partial_schedule_union_map()?,
+        0,
+        nt,
+        n,
+    )?;
+    let mapped = blocks
+        .flat_range_product(threads)?
+        .intersect_domain(domain)?;
+    let written: Vec<String> = stmts
+        .iter()
+        .filter_map(|s| {
+            s.write
+                .get_tuple_name(DimType::Out)
+                .ok()
+                .map(str::to_string)
+        })
+        .collect();
+    'tensors: for t in &written {
+        let Some(tensor) = scop.tensor(t) else {
+            continue;
+        };
+        let mut e = UnionMap::empty(mapped.get_space()?)?;
+        let mut accesses = HashSet::new();
+        for s in &stmts {
+            for (tt, text, rel) in accesses_of(program, s) {
+                if &tt != t {
+                    continue;
+                }
+                e = e.union(
+                    mapped
+                        .copy()?
+                        .reverse()?
+                        .apply_range(UnionMap::from_map(rel)?)?,
+                )?;
+                accesses.insert((s.name.clone(), text));
+            }
+        }
+        if e.is_empty()? || !e.is_single_valued()? || !e.is_injective()? {
+            continue;
+        }
+        let map = isl_rs::Map::from_union_map(e)?;
+        let pma = PwMultiAff::from_map(map)?;
+        let names: Vec<String> = (0..nb)
+            .map(|j| format!("pf_b{j}"))
+            .chain((0..nt).map(|j| format!("pf_t{j}")))
+            .collect();
+        let mut element = Vec::new();
+        for d in 0..tensor.shape.len() {
+            match super::promote::expr_in(isl, pma.get_pw_aff(d as i32)?, &names) {
+                Ok(x) => element.push(x),
+                Err(_) => continue 'tensors,
+            }
+        }
+        return Ok(Some(RegisterTile {
+            tensor: t.clone(),
+            dtype: tensor.dtype,
+            buffer: format!("pf_reg_{kernel}_{t}"),
+            element,
+            block_dims: nb,
+            thread_dims: nt,
+            accesses,
+            thread_tiles: Vec::new(),
+            prefix_values: Vec::new(),
+        }));
+    }
+    Ok(None)
+}
+
+/// Whether a dependence carried by the sequential band `band` relates
+/// instances that run on different threads (different values of the
+/// thread band `threads` below it): only then must every iteration of its
+/// loop end with a barrier.
+pub fn carries_cross_thread_dependences(
+    band: &ScheduleNode,
+    threads: &UnionMap,
+    deps: &crate::deps::Dependences,
+) -> Result<bool> {
+    let domain = band.get_domain()?;
+    let prefix = band
+        .get_prefix_schedule_union_map()?
+        .intersect_domain(domain.copy()?)?;
+    let member = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(domain.copy()?)?;
+    let threads = threads.copy()?.intersect_domain(domain)?;
+    let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
+    let same_member = member.copy()?.apply_range(member.reverse()?)?;
+    let same_thread = threads.copy()?.apply_range(threads.reverse()?)?;
+    let crossing = same_prefix.subtract(same_member)?.subtract(same_thread)?;
+    Ok(!deps.all()?.intersect(crossing)?.is_empty()?)
+}
