@@ -268,8 +268,9 @@ fn reductions_stay_in_threads_when_there_are_two_parallel_loops() {
 #[test]
 fn gemm_keeps_its_accumulators_in_registers() {
     // Odd sizes: partial tiles take the guarded path, full ones the fast
-    // path; both are emulated and checked.
-    let json = gemm(150, 70, 33);
+    // path; both are emulated and checked. Large enough for 128 x 64 tiles
+    // to give 9 x 18 blocks.
+    let json = gemm(1100, 1090, 33);
     let p = load_str(&json, "gemm.json").unwrap();
     let mut auto = gpu_options(&[32]);
     auto.gpu = Some(GpuOptions {
@@ -297,4 +298,27 @@ fn gemm_keeps_its_accumulators_in_registers() {
     let c = compile(&p, &off).unwrap();
     assert!(!c.cuda.as_ref().unwrap().source.contains("pf_reg_"));
     emulate_ok(&json, &off);
+}
+
+#[test]
+fn small_problems_get_smaller_register_tiles() {
+    // 150 x 70 makes 2 x 2 blocks of 128 x 64: too few, so 32 x 32 tiles.
+    let p = load_str(&gemm(150, 70, 33), "gemm.json").unwrap();
+    let mut auto = gpu_options(&[32]);
+    auto.gpu = Some(GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    });
+    let c = compile(&p, &auto).unwrap();
+    let cuda = c.cuda.as_ref().unwrap();
+    assert!(
+        cuda.source.contains("float pf_reg_kernel_0_C[2][2];"),
+        "{}",
+        cuda.source
+    );
+    assert_eq!(
+        cuda.kernels[0].grid_dims(&HashMap::new()).unwrap(),
+        [3, 5, 1]
+    );
+    emulate_ok(&gemm(150, 70, 33), &auto);
 }

@@ -219,8 +219,32 @@ fn map_kernel(
     } else {
         None
     };
-    if registers.is_some() {
-        member_tile = sizes_for(true);
+    if registers.is_some() && opts.auto_tile {
+        // Large register tiles where they still give every multiprocessor
+        // a block; smaller ones for small problems.
+        let big = sizes_for(true);
+        let extents: Vec<Option<i64>> = (0..nb)
+            .map(|i| member_extent(&node, i))
+            .collect::<Result<_>>()?;
+        let blocks = |tiles: &[i64]| -> Option<i64> {
+            let mut b = 1i64;
+            for (i, e) in extents.iter().enumerate() {
+                b = b.saturating_mul((e.as_ref()? + tiles[i] - 1) / tiles[i]);
+            }
+            Some(b)
+        };
+        const ENOUGH_BLOCKS: i64 = 128;
+        let medium: Vec<i64> = big
+            .iter()
+            .enumerate()
+            .map(|(i, t)| if i < nb && *t > 1 { 64 } else { *t })
+            .collect();
+        member_tile = match (blocks(&big), blocks(&medium)) {
+            (Some(b), _) if b >= ENOUGH_BLOCKS => big,
+            (None, _) => big,
+            (_, Some(m)) if m >= ENOUGH_BLOCKS => medium,
+            _ => sizes_for(false),
+        };
     }
     node = tile_band(node, &member_tile)?;
     let thread_values = project_members(
@@ -699,4 +723,31 @@ fn move_to_front(node: ScheduleNode, lo: usize, hi: usize) -> Result<ScheduleNod
         node = node.band_member_set_coincident(k as i32, i32::from(c))?;
     }
     Ok(node)
+}
+
+/// The number of values band member `i` takes over the instances reaching
+/// the band, when the parameters fix it.
+fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
+    let n = band.band_n_member()? as usize;
+    let values = project_members(
+        &band
+            .band_get_partial_schedule_union_map()?
+            .intersect_domain(band.get_domain()?)?,
+        i,
+        i + 1,
+        n,
+    )?
+    .range()?;
+    if values.is_empty()? {
+        return Ok(Some(0));
+    }
+    let set = Set::from_union_set(values)?;
+    let hi = set.copy()?.dim_max_val(0);
+    let lo = set.dim_min_val(0);
+    Ok(match (hi, lo) {
+        (Ok(hi), Ok(lo)) if hi.is_int()? && lo.is_int()? => {
+            Some(val_to_i64(&hi)? - val_to_i64(&lo)? + 1)
+        }
+        _ => None,
+    })
 }
