@@ -328,6 +328,8 @@ fn map_kernel(
             plan.thread_dims = nt;
             plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
                 [16, 16, 1]
+            } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !has_reduction {
+                [32, 8, 1]
             } else {
                 thread_block(&member_tile[..nt], opts)?
             };
@@ -672,7 +674,10 @@ pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Re
 /// loops stay inside the block, and small outer extents such as a batch
 /// no longer waste whole tiles), 32 along reduction members (the depth of
 /// a shared-memory tile); a warp-reduced kernel takes 8 rows per block,
-/// one per warp. A kernel with a register tile takes 128 x 64 tiles with a
+/// one per warp. A band without reduction members (elementwise work, a
+/// transposition) takes 64 x 64 tiles on 32 x 8 threads (measured on the
+/// H100 at 16384 x 4096 f32: the transposition from 71% to 79% of the copy
+/// bandwidth, scale-and-add from 88% to 90%). A kernel with a register tile takes 128 x 64 tiles with a
 /// reduction depth of 16 (8 x 4 registers per thread of a 16 x 16 block;
 /// measured on the H100 for gemm f32 4096^3: 17.9 TFLOP/s, against 10.7
 /// with 32 x 32 x 32 and 15.4 with 64 x 64 x 16).
@@ -693,10 +698,10 @@ fn auto_tile(
     if i >= nb {
         return 1;
     }
-    let _ = has_reduction;
     match (nb - 1 - i, register_tiles) {
         (0, true) => 64,
         (1, true) => 128,
+        (0 | 1, false) if !has_reduction && nb >= 2 => 64,
         (0 | 1, false) => 32,
         _ => 1,
     }
