@@ -31,9 +31,8 @@ pub struct GpuOptions {
     pub grid: Vec<u32>,
     /// Promote reused tiles of read-only tensors to shared memory.
     pub shared: bool,
-    /// Choose tile sizes for the GPU instead of the options' `tile`: 32
-    /// along x and y, 1 along z and for further parallel members, 32 for
-    /// reduction members, 8 rows when a reduction runs across a warp.
+    /// Choose tile sizes (and the block) for the GPU instead of the
+    /// options' `tile`, per kernel: see `mapping::auto_tile`.
     pub auto_tile: bool,
     /// Keep a tensor the threads own element by element (an accumulator)
     /// in registers across the sequential loops of a block.
