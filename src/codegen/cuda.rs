@@ -354,6 +354,15 @@ fn count_of(p: &Pending) -> String {
     format!("{}.{}", if p.0 { "blockDim" } else { "gridDim" }, p.1)
 }
 
+/// `e` with `name` replaced by `name + by`.
+fn shift(e: &Expr, name: &str, by: i64) -> Expr {
+    match e {
+        Expr::Id(s) if s == name => Expr::Op(Op::Add, vec![Expr::Id(s.clone()), Expr::Int(by)]),
+        Expr::Op(op, a) => Expr::Op(*op, a.iter().map(|x| shift(x, name, by)).collect()),
+        other => other.clone(),
+    }
+}
+
 /// Whether every thread-mapped loop in `n` starts at 0 and steps by 1 (the
 /// point loops of a tiling do), so that a thread's iterations are
 /// `t, t + B, ...` and can be numbered by register.
@@ -759,6 +768,18 @@ impl Ctx<'_> {
         let pad = "  ".repeat(depth);
         let ty = self.printer.ctype(t);
         let ident = self.printer.identity(op, t);
+        // Four lanes' worth of steps at once, into four partial results,
+        // while the fourth step is still inside the loop (isl's loop
+        // conditions are upper bounds, so the three before it are too):
+        // four independent chains keep four loads in flight per lane.
+        let ahead = match inc {
+            Expr::Int(step) => Some(self.e(&shift(cond, iterator, 3 * 32 * step))),
+            _ => None,
+        };
+        let stride = match inc {
+            Expr::Int(v) => *v,
+            _ => 1,
+        };
         let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
         let step = self.printer.combine(op, t, "pf_red", &rhs);
         let guarded = if guards.is_empty() {
@@ -799,7 +820,38 @@ impl Ctx<'_> {
             let _ = writeln!(out, "{pad}  {ty} pf_red = {ident};");
             let _ = writeln!(
                 out,
-                "{pad}  for (pf_i {iterator} = {init} + (pf_i)threadIdx.x * {inc}; {cond}; {iterator} += (pf_i)blockDim.x * {inc}) {guarded}"
+                "{pad}  pf_i {iterator} = {init} + (pf_i)threadIdx.x * {inc};"
+            );
+            if let Some(ahead) = &ahead {
+                let _ = writeln!(
+                    out,
+                    "{pad}  {ty} pf_red1 = {ident}, pf_red2 = {ident}, pf_red3 = {ident};"
+                );
+                let _ = writeln!(
+                    out,
+                    "{pad}  for (; {ahead}; {iterator} += {}) {{",
+                    4 * 32 * stride
+                );
+                let _ = writeln!(out, "{pad}    {guarded}");
+                for k in 1..4 {
+                    let _ = writeln!(
+                        out,
+                        "{pad}    {{ const pf_i pf_c = {iterator} + {}; {{ const pf_i {iterator} = pf_c; {} }} }}",
+                        k * 32 * stride,
+                        guarded.replace("pf_red", &format!("pf_red{k}"))
+                    );
+                }
+                let _ = writeln!(out, "{pad}  }}");
+                let c01 = self.printer.combine(op, t, "pf_red", "pf_red1");
+                let c23 = self.printer.combine(op, t, "pf_red2", "pf_red3");
+                let _ = writeln!(out, "{pad}  pf_red = {c01};");
+                let _ = writeln!(out, "{pad}  pf_red2 = {c23};");
+                let all = self.printer.combine(op, t, "pf_red", "pf_red2");
+                let _ = writeln!(out, "{pad}  pf_red = {all};");
+            }
+            let _ = writeln!(
+                out,
+                "{pad}  for (; {cond}; {iterator} += (pf_i)blockDim.x * {inc}) {guarded}"
             );
             let _ = writeln!(out, "{pad}  pf_red = pf_warp_{name}(pf_red);");
             let _ = writeln!(out, "{pad}  if ({guard}) {fold}");
