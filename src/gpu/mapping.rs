@@ -476,17 +476,7 @@ pub fn check_parallel(
             let name = node.mark_get_id()?.get_name()?.to_string();
             let reduce = name.starts_with("reduce_");
             if name.starts_with("block_") || name.starts_with("thread_") || reduce {
-                let band = node.get_child(0)?;
-                let domain = band.get_domain()?;
-                let prefix = band
-                    .get_prefix_schedule_union_map()?
-                    .intersect_domain(domain.copy()?)?;
-                let member = band
-                    .band_get_partial_schedule_union_map()?
-                    .intersect_domain(domain)?;
-                let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
-                let same_member = member.copy()?.apply_range(member.reverse()?)?;
-                let parallel = same_prefix.subtract(same_member)?;
+                let parallel = differ_only_from(&node.get_child(0)?)?;
                 let mut violated = all.copy()?.intersect(parallel)?;
                 if reduce {
                     violated = violated.subtract(reorderable.copy()?)?;
@@ -755,4 +745,21 @@ fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
         }
         _ => None,
     })
+}
+
+/// Pairs of instances below the band `band` that agree on every loop above
+/// it and differ in the band's value: `(P⁻¹ ∘ P) \ (b⁻¹ ∘ b)`, with `P`
+/// the prefix schedule and `b` the band's partial schedule. Mapping the
+/// band to parallel hardware runs exactly these pairs at the same time.
+pub fn differ_only_from(band: &ScheduleNode) -> Result<UnionMap> {
+    let domain = band.get_domain()?;
+    let prefix = band
+        .get_prefix_schedule_union_map()?
+        .intersect_domain(domain.copy()?)?;
+    let member = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(domain)?;
+    let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
+    let same_member = member.copy()?.apply_range(member.reverse()?)?;
+    Ok(same_prefix.subtract(same_member)?)
 }

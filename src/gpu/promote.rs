@@ -166,19 +166,7 @@ pub fn promote(
     }
     scope.prefix_values = unique_prefix_values(isl, &prefix, depth)?;
     // Reads and writes inside the kernel, per tensor.
-    let in_kernel: Vec<&crate::model::ModelStmt> = scop
-        .statements
-        .iter()
-        .filter(|s| {
-            s.domain
-                .copy()
-                .and_then(isl_rs::UnionSet::from_set)
-                .and_then(|d| d.intersect(domain.copy()?))
-                .and_then(|d| d.is_empty())
-                .map(|empty| !empty)
-                .unwrap_or(false)
-        })
-        .collect();
+    let in_kernel = super::registers::statements_in(scop, &domain)?;
     let written: Vec<String> = in_kernel
         .iter()
         .filter_map(|s| {

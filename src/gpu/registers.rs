@@ -60,7 +60,7 @@ impl RegisterTile {
 }
 
 /// The statements of `scop` with instances in `domain`.
-fn statements_in<'a>(
+pub fn statements_in<'a>(
     scop: &'a Scop,
     domain: &isl_rs::UnionSet,
 ) -> Result<Vec<&'a crate::model::ModelStmt>> {
@@ -199,17 +199,8 @@ pub fn carries_cross_thread_dependences(
     threads: &UnionMap,
     deps: &crate::deps::Dependences,
 ) -> Result<bool> {
-    let domain = band.get_domain()?;
-    let prefix = band
-        .get_prefix_schedule_union_map()?
-        .intersect_domain(domain.copy()?)?;
-    let member = band
-        .band_get_partial_schedule_union_map()?
-        .intersect_domain(domain.copy()?)?;
-    let threads = threads.copy()?.intersect_domain(domain)?;
-    let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
-    let same_member = member.copy()?.apply_range(member.reverse()?)?;
+    let threads = threads.copy()?.intersect_domain(band.get_domain()?)?;
     let same_thread = threads.copy()?.apply_range(threads.reverse()?)?;
-    let crossing = same_prefix.subtract(same_member)?.subtract(same_thread)?;
+    let crossing = super::mapping::differ_only_from(band)?.subtract(same_thread)?;
     Ok(!deps.all()?.intersect(crossing)?.is_empty()?)
 }
