@@ -1153,12 +1153,16 @@ impl Ctx<'_> {
             for (d, o) in a.offset.iter().enumerate() {
                 let _ = writeln!(out, "{pad}const pf_i pf_o{k}_{d} = {};", self.e(o));
             }
+            // Four elements per step where the copy may read 16 bytes.
+            let vec = a.vector4 && !emulate;
+            let width = if vec { 4 } else { 1 };
+            let steps = box_len / width;
             if emulate {
                 let _ = writeln!(out, "{pad}for (pf_i pf_e = 0; pf_e < {box_len}; pf_e++) {{");
             } else {
                 let _ = writeln!(
                     out,
-                    "{pad}for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < {box_len}; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {{"
+                    "{pad}for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < {steps}; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {{"
                 );
             }
             let mut rest = "pf_e".to_string();
@@ -1166,11 +1170,20 @@ impl Ctx<'_> {
             let mut local = Vec::new();
             let mut global = String::new();
             for d in (0..rank).rev() {
-                let size = a.sizes[d];
-                if d == 0 {
-                    let _ = writeln!(out, "{pad}  const pf_i pf_a{d} = {rest};");
+                let size = if d + 1 == rank {
+                    a.sizes[d] / width
                 } else {
-                    let _ = writeln!(out, "{pad}  const pf_i pf_a{d} = {rest} % {size};");
+                    a.sizes[d]
+                };
+                let scale = if d + 1 == rank && width > 1 {
+                    format!(" * {width}")
+                } else {
+                    String::new()
+                };
+                if d == 0 {
+                    let _ = writeln!(out, "{pad}  const pf_i pf_a{d} = {rest}{scale};");
+                } else {
+                    let _ = writeln!(out, "{pad}  const pf_i pf_a{d} = ({rest} % {size}){scale};");
                     rest = format!("({rest} / {size})");
                 }
             }
@@ -1196,13 +1209,47 @@ impl Ctx<'_> {
             } else {
                 conds.join(" && ")
             };
-            let _ = writeln!(
-                out,
-                "{pad}  if ({cond}) {}[{}] = {}[{global}];",
-                a.buffer,
-                local.join(" + "),
-                tensor_name(&a.tensor)
-            );
+            if vec {
+                // A caller's pointer need not be 16-byte aligned (the C
+                // ABI takes any device pointer): test it, uniformly.
+                let t = tensor_name(&a.tensor);
+                let _ = writeln!(out, "{pad}  if ({cond}) {{");
+                let _ = writeln!(
+                    out,
+                    "{pad}    if ((((unsigned long long){t}) & 15) == 0) {{"
+                );
+                let _ = writeln!(
+                    out,
+                    "{pad}      const float4 pf_v = *(const float4 *)&{t}[{global}];"
+                );
+                for (k, f) in ["x", "y", "z", "w"].iter().enumerate() {
+                    let _ = writeln!(
+                        out,
+                        "{pad}      {}[{} + {k}] = pf_v.{f};",
+                        a.buffer,
+                        local.join(" + ")
+                    );
+                }
+                let _ = writeln!(out, "{pad}    }} else {{");
+                for k in 0..4 {
+                    let _ = writeln!(
+                        out,
+                        "{pad}      {}[{} + {k}] = {t}[{global} + {k}];",
+                        a.buffer,
+                        local.join(" + ")
+                    );
+                }
+                let _ = writeln!(out, "{pad}    }}");
+                let _ = writeln!(out, "{pad}  }}");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{pad}  if ({cond}) {}[{}] = {}[{global}];",
+                    a.buffer,
+                    local.join(" + "),
+                    tensor_name(&a.tensor)
+                );
+            }
             let _ = writeln!(out, "{pad}}}");
         }
         if !emulate {

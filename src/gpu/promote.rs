@@ -53,6 +53,12 @@ pub struct Promotion {
     pub offset: Vec<Expr>,
     /// Shared array length in elements.
     pub len: i64,
+    /// The copy may read four consecutive elements at once (16 bytes, f32):
+    /// the box's rows and the tensor's rows are multiples of 4 elements
+    /// long and every box starts at a multiple of 4 (checked in isl over
+    /// all prefix values), so a group of four is wholly inside the tensor
+    /// or wholly outside.
+    pub vector4: bool,
 }
 
 /// The promotions at one kernel's thread band.
@@ -241,6 +247,18 @@ pub fn promote(
             let pa = PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
             offset.push(expr_in(isl, pa, &names)?);
         }
+        let vector4 = rank >= 1
+            && tensor.dtype == DType::F32
+            && sizes[rank - 1] % 4 == 0
+            && known_multiple_of_4(program, &tensor.shape[rank - 1])
+            && {
+                let last = PwAff::from_aff(offset_ma.get_at(rank as i32 - 1)?)?;
+                let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
+                last.mod_val(isl_rs::Val::int_from_si(&isl.ctx, 4)?)?
+                    .non_zero_set()?
+                    .intersect(image)?
+                    .is_empty()?
+            };
         let index = scope.arrays.len();
         scope.arrays.push(Promotion {
             tensor: t.clone(),
@@ -250,6 +268,7 @@ pub fn promote(
             pitch,
             offset,
             len,
+            vector4,
         });
         // Every read of `t`: the shared element is `R(s) - o(P(s))`, the
         // global subscripts minus the offset, which the copy computed for
@@ -306,4 +325,19 @@ pub fn unique_prefix_values(
         });
     }
     Ok(out)
+}
+
+/// Whether `extent` has a value (all parameters known) that is a multiple
+/// of 4.
+fn known_multiple_of_4(program: &Program, extent: &Affine) -> bool {
+    let value = extent
+        .substitute(&|n: &str| {
+            program
+                .params
+                .iter()
+                .find(|p| p.name == n)
+                .and_then(|p| p.value)
+        })
+        .as_constant();
+    matches!(value, Some(v) if v % 4 == 0)
 }
