@@ -81,7 +81,7 @@ struct Common {
     /// Tile sizes for the members of each permutable band, e.g. 32,32,8
     /// (the last size repeats for further members). Default: 32 on the
     /// CPU; on the GPU chosen per kernel (64x64 without a reduction,
-    /// 32x32x32 with one, 128x64x16 with a register tile, 1 along z, 8 rows
+    /// 32x32x32 with one, 128x128x16 with a register tile, 1 along z, 8 rows
     /// for warp reductions; see the README).
     #[arg(long, value_delimiter = ',')]
     tile: Vec<i64>,

@@ -268,9 +268,9 @@ fn reductions_stay_in_threads_when_there_are_two_parallel_loops() {
 #[test]
 fn gemm_keeps_its_accumulators_in_registers() {
     // Odd sizes: partial tiles take the guarded path, full ones the fast
-    // path; both are emulated and checked. Large enough for 128 x 64 tiles
-    // to give 9 x 18 blocks.
-    let json = gemm(1100, 1090, 33);
+    // path; both are emulated and checked. Large enough for 128 x 128
+    // tiles to give 17 x 9 blocks.
+    let json = gemm(2100, 1090, 33);
     let p = load_str(&json, "gemm.json").unwrap();
     let mut auto = gpu_options(&[32]);
     auto.gpu = Some(GpuOptions {
@@ -280,7 +280,7 @@ fn gemm_keeps_its_accumulators_in_registers() {
     let c = compile(&p, &auto).unwrap();
     let cuda = c.cuda.as_ref().unwrap();
     assert!(
-        cuda.source.contains("float pf_reg_kernel_0_C[8][4];"),
+        cuda.source.contains("float pf_reg_kernel_0_C[8][8];"),
         "{}",
         cuda.source
     );
@@ -302,7 +302,7 @@ fn gemm_keeps_its_accumulators_in_registers() {
 
 #[test]
 fn small_problems_get_smaller_register_tiles() {
-    // 150 x 70 makes 2 x 2 blocks of 128 x 64: too few, so 32 x 32 tiles.
+    // 150 x 70 makes 2 x 1 blocks of 128 x 128: too few, so 32 x 32 tiles.
     let p = load_str(&gemm(150, 70, 33), "gemm.json").unwrap();
     let mut auto = gpu_options(&[32]);
     auto.gpu = Some(GpuOptions {
