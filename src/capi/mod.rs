@@ -411,28 +411,8 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
                 "the CUDA target is not available in this build of polyfuse (the GPU mapping produced no CUDA program)",
             ))
         }
-        _ => {
-            // The CPU kernel takes the same tensors in the same order.
-            let mut a: Vec<KernelArg> = compiled
-                .tensors
-                .iter()
-                .map(|t| KernelArg::Tensor {
-                    name: t.name.clone(),
-                    dtype: t.dtype,
-                    shape: t.shape.iter().map(|e| e.to_string()).collect(),
-                })
-                .collect();
-            a.extend(
-                program
-                    .params
-                    .iter()
-                    .filter(|p| p.value.is_none())
-                    .map(|p| KernelArg::Param {
-                        name: p.name.clone(),
-                    }),
-            );
-            a
-        }
+        // The CPU kernel takes the same tensors in the same order.
+        _ => crate::gpu::kernel_args(&program, &compiled.tensors),
     };
     let fixed = program
         .params

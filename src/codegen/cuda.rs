@@ -91,27 +91,10 @@ template <typename T> static __device__ __forceinline__ T pf_warp_min(T v) { for
 /// `int` when every parameter has a value and every tensor has fewer than
 /// 2^31 elements (so every index and offset fits), else `long`.
 fn index_type(program: &Program, scop: &Scop) -> &'static str {
-    let values: std::collections::HashMap<&str, i64> = program
-        .params
+    let fits = scop
+        .tensors
         .iter()
-        .filter_map(|p| p.value.map(|v| (p.name.as_str(), v)))
-        .collect();
-    if values.len() != program.params.len() {
-        return "long";
-    }
-    let fits = scop.tensors.iter().all(|t| {
-        let mut count: i128 = 1;
-        for e in &t.shape {
-            match e
-                .substitute(&|n: &str| values.get(n).copied())
-                .as_constant()
-            {
-                Some(v) => count = count.saturating_mul(i128::from(v.max(0))),
-                None => return false,
-            }
-        }
-        count < (1i128 << 31) - 1024
-    });
+        .all(|t| matches!(t.elements(program), Some(n) if n < (1i64 << 31) - 1024));
     if fits {
         "int"
     } else {
@@ -144,38 +127,19 @@ pub fn program(
         mode: Mode::Native,
         overrides: Default::default(),
     };
-    let mut args: Vec<KernelArg> = scop
-        .tensors
+    let args = crate::gpu::kernel_args(program, &scop.tensors);
+    // The parameter list, from the argument order every launcher uses.
+    let signature: Vec<String> = args
         .iter()
-        .map(|t| KernelArg::Tensor {
-            name: t.name.clone(),
-            dtype: t.dtype,
-            shape: t.shape.iter().map(|e| e.to_string()).collect(),
-        })
-        .collect();
-    for p in &program.params {
-        if p.value.is_none() {
-            args.push(KernelArg::Param {
-                name: p.name.clone(),
-            });
-        }
-    }
-    let mut signature: Vec<String> = scop
-        .tensors
-        .iter()
-        .map(|t| {
-            format!(
+        .map(|a| match a {
+            KernelArg::Tensor { name, dtype, .. } => format!(
                 "{} *__restrict__ {}",
-                storage_type(t.dtype),
-                tensor_name(&t.name)
-            )
+                storage_type(*dtype),
+                tensor_name(name)
+            ),
+            KernelArg::Param { name } => format!("long {}", param_name(name)),
         })
         .collect();
-    for p in &program.params {
-        if p.value.is_none() {
-            signature.push(format!("long {}", param_name(&p.name)));
-        }
-    }
     let mut source = prelude(scop, index_type(program, scop));
     let mut emulation = String::new();
     let _ = writeln!(

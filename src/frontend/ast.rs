@@ -448,4 +448,12 @@ impl Program {
     pub fn is_param(&self, name: &str) -> bool {
         self.param(name).is_some()
     }
+    /// The value of a parameter, when the program (or `--param`) gives one.
+    pub fn param_value(&self, name: &str) -> Option<i64> {
+        self.param(name).and_then(|p| p.value)
+    }
+    /// `a` with every parameter replaced by its value, when all have one.
+    pub fn evaluate(&self, a: &Affine) -> Option<i64> {
+        a.substitute(&|n: &str| self.param_value(n)).as_constant()
+    }
 }

@@ -53,9 +53,6 @@ pub struct KernelPlan {
     pub grid: [Expr; 3],
     /// Threads along x, y, z.
     pub block: [u32; 3],
-    /// Number of block-mapped and thread-mapped members.
-    pub block_dims: usize,
-    pub thread_dims: usize,
     /// Shared-memory promotions at the thread band.
     pub scope: Option<super::promote::Scope>,
     /// The reduction loop of an update statement runs across
@@ -141,8 +138,6 @@ fn map_kernel(
         mark: name,
         grid: [one(), one(), one()],
         block: [1, 1, 1],
-        block_dims: 0,
-        thread_dims: 0,
         scope: None,
         reduce_x: false,
         registers: None,
@@ -271,7 +266,6 @@ fn map_kernel(
         node = node.insert_mark(mark(isl, &format!("block_{}_{depth}", AXES[axis]))?)?;
         node = node.child(0)?.child(0)?; // mark -> band -> below
     }
-    plan.block_dims = nb;
     let mut registers = registers;
     if let Some(r) = registers.as_mut() {
         let depth = node.get_schedule_depth()? as usize;
@@ -325,7 +319,6 @@ fn map_kernel(
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
             }
-            plan.thread_dims = nt;
             plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
                 [16, 16, 1]
             } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !has_reduction {
@@ -458,15 +451,7 @@ pub fn check_parallel(
     // loop mapped as a reduction may reorder exactly these.
     let mut reorderable = UnionMap::empty(all.get_space()?)?;
     for s in &scop.statements {
-        if s.kind != StmtKind::Update {
-            continue;
-        }
-        let lhs = s.write.get_tuple_name(isl_rs::DimType::Out)?.to_string();
-        let mut reads_lhs = false;
-        for r in s.reads.iter().skip(1) {
-            reads_lhs |= r.get_tuple_name(isl_rs::DimType::Out)? == lhs;
-        }
-        if !reads_lhs {
+        if s.is_reorderable_reduction_step()? {
             let w = UnionMap::from_map(s.write.copy()?)?;
             reorderable = reorderable.union(w.copy()?.apply_range(w.reverse()?)?)?;
         }
@@ -589,11 +574,7 @@ fn reduction_candidate(
 ) -> Result<Option<String>> {
     let domain = band.get_domain()?;
     let mut update = None;
-    for s in &scop.statements {
-        let here = isl_rs::UnionSet::from_set(s.domain.copy()?)?.intersect(domain.copy()?)?;
-        if here.is_empty()? {
-            continue;
-        }
+    for s in scop.statements_in(&domain)? {
         match s.kind {
             StmtKind::Update if update.is_none() => update = Some(s),
             StmtKind::Init => {}
@@ -603,15 +584,8 @@ fn reduction_candidate(
     let Some(update) = update else {
         return Ok(None);
     };
-    let lhs = update
-        .write
-        .get_tuple_name(isl_rs::DimType::Out)?
-        .to_string();
-    // reads[0] is the accumulator itself.
-    for read in update.reads.iter().skip(1) {
-        if read.get_tuple_name(isl_rs::DimType::Out)? == lhs {
-            return Ok(None);
-        }
+    if !update.is_reorderable_reduction_step()? {
+        return Ok(None);
     }
     let updates = isl_rs::UnionSet::from_set(update.domain.copy()?)?;
     let partial = band

@@ -16,7 +16,8 @@ use std::collections::HashMap;
 
 use crate::codegen::ast::Expr;
 use crate::error::{Error, Result};
-use crate::frontend::ast::DType;
+use crate::frontend::ast::{DType, Program};
+use crate::model::ModelTensor;
 
 /// Options of the GPU mapping, independent of the tile sizes (as in PPCG):
 /// a block of threads executes a tile cyclically when it has fewer threads
@@ -98,6 +99,29 @@ pub struct CudaProgram {
     pub source: String,
     pub kernels: Vec<Kernel>,
     pub args: Vec<KernelArg>,
+}
+
+/// The arguments every kernel of `program` takes (see the module comment):
+/// a pointer per tensor of `tensors`, then the parameters without a value.
+pub fn kernel_args(program: &Program, tensors: &[ModelTensor]) -> Vec<KernelArg> {
+    let mut args: Vec<KernelArg> = tensors
+        .iter()
+        .map(|t| KernelArg::Tensor {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape.iter().map(|e| e.to_string()).collect(),
+        })
+        .collect();
+    args.extend(
+        program
+            .params
+            .iter()
+            .filter(|p| p.value.is_none())
+            .map(|p| KernelArg::Param {
+                name: p.name.clone(),
+            }),
+    );
+    args
 }
 
 impl Kernel {

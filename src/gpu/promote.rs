@@ -34,7 +34,6 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program};
 use crate::isl::{ast_build_expr_from_pw_aff, val_to_i64, Isl};
 use crate::model::Scop;
-use crate::model::{access_text, collect_reads, StmtKind};
 
 /// One promoted tensor.
 #[derive(Debug, Clone)]
@@ -64,8 +63,6 @@ pub struct Promotion {
 /// The promotions at one kernel's thread band.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
-    /// Schedule depth of the promotion point: the prefix is `c0 .. c{D-1}`.
-    pub depth: usize,
     /// For each prefix iterator, its value in the outer ones when it is
     /// unique (isl then generates no loop for it).
     pub prefix_values: Vec<Option<Expr>>,
@@ -163,31 +160,22 @@ pub fn promote(
         .get_prefix_schedule_union_map()?
         .intersect_domain(domain.copy()?)?;
     let names: Vec<String> = (0..depth).map(|d| format!("c{d}")).collect();
-    let mut scope = Scope {
-        depth,
-        ..Scope::default()
-    };
+    let mut scope = Scope::default();
     if !opts.shared || depth == 0 || prefix.is_empty()? {
         return Ok(scope);
     }
     scope.prefix_values = unique_prefix_values(isl, &prefix, depth)?;
     // Reads and writes inside the kernel, per tensor.
-    let in_kernel = super::registers::statements_in(scop, &domain)?;
+    let in_kernel = scop.statements_in(&domain)?;
     let written: Vec<String> = in_kernel
         .iter()
-        .filter_map(|s| {
-            s.write
-                .get_tuple_name(DimType::Out)
-                .ok()
-                .map(str::to_string)
-        })
-        .collect();
+        .map(|s| s.written_tensor())
+        .collect::<Result<_>>()?;
     let mut tensors: Vec<String> = Vec::new();
     for s in &in_kernel {
-        for r in &s.reads {
-            let t = r.get_tuple_name(DimType::Out)?.to_string();
-            if !written.contains(&t) && !tensors.contains(&t) {
-                tensors.push(t);
+        for a in s.accesses(program) {
+            if !a.write && !written.contains(&a.tensor) && !tensors.contains(&a.tensor) {
+                tensors.push(a.tensor);
             }
         }
     }
@@ -199,11 +187,11 @@ pub fn promote(
         let mut reads = UnionMap::empty(prefix.get_space()?)?;
         let mut all_coalesced = true;
         for s in &in_kernel {
-            for r in &s.reads {
-                if r.get_tuple_name(DimType::Out)? == t {
-                    reads = reads.union(UnionMap::from_map(r.copy()?)?)?;
+            for a in s.accesses(program) {
+                if !a.write && a.tensor == t {
+                    reads = reads.union(UnionMap::from_map(a.relation.copy()?)?)?;
                     let x = x_iterator.get(&s.name).copied().flatten();
-                    all_coalesced &= coalesced(r, x)?;
+                    all_coalesced &= coalesced(a.relation, x)?;
                 }
             }
         }
@@ -250,7 +238,7 @@ pub fn promote(
         let vector4 = rank >= 1
             && tensor.dtype == DType::F32
             && sizes[rank - 1] % 4 == 0
-            && known_multiple_of_4(program, &tensor.shape[rank - 1])
+            && matches!(program.evaluate(&tensor.shape[rank - 1]), Some(v) if v % 4 == 0)
             && {
                 let last = PwAff::from_aff(offset_ma.get_at(rank as i32 - 1)?)?;
                 let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
@@ -274,19 +262,11 @@ pub fn promote(
         // global subscripts minus the offset, which the copy computed for
         // the current prefix (`pf_o<array>_<dim>` in the generated code).
         for s in &in_kernel {
-            let st = &program.statements[s.source];
-            let mut accesses: Vec<(String, Vec<Affine>)> = Vec::new();
-            if s.kind == StmtKind::Update {
-                let lhs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-                accesses.push((st.lhs_tensor.clone(), lhs));
-            }
-            collect_reads(&st.rhs, &mut accesses);
-            for (r, (tensor, subs)) in s.reads.iter().zip(accesses) {
-                if r.get_tuple_name(DimType::Out)? != t {
-                    continue;
+            for a in s.accesses(program) {
+                if !a.write && a.tensor == t {
+                    let key = (s.name.clone(), a.text());
+                    scope.accesses.insert(key, (index, a.subscripts));
                 }
-                let key = (s.name.clone(), access_text(&tensor, &subs));
-                scope.accesses.insert(key, (index, subs));
             }
         }
     }
@@ -325,19 +305,4 @@ pub fn unique_prefix_values(
         });
     }
     Ok(out)
-}
-
-/// Whether `extent` has a value (all parameters known) that is a multiple
-/// of 4.
-fn known_multiple_of_4(program: &Program, extent: &Affine) -> bool {
-    let value = extent
-        .substitute(&|n: &str| {
-            program
-                .params
-                .iter()
-                .find(|p| p.name == n)
-                .and_then(|p| p.value)
-        })
-        .as_constant();
-    matches!(value, Some(v) if v % 4 == 0)
 }

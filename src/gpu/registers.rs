@@ -16,13 +16,13 @@
 
 use std::collections::HashSet;
 
-use isl_rs::{DimType, PwMultiAff, ScheduleNode, UnionMap};
+use isl_rs::{PwMultiAff, ScheduleNode, UnionMap};
 
 use crate::codegen::ast::Expr;
 use crate::error::Result;
-use crate::frontend::ast::{Affine, DType, Program};
+use crate::frontend::ast::{DType, Program};
 use crate::isl::Isl;
-use crate::model::{access_text, collect_reads, Scop, StmtKind};
+use crate::model::Scop;
 
 /// One register-tiled tensor of a kernel.
 #[derive(Debug, Clone)]
@@ -59,45 +59,6 @@ impl RegisterTile {
     }
 }
 
-/// The statements of `scop` with instances in `domain`.
-pub fn statements_in<'a>(
-    scop: &'a Scop,
-    domain: &isl_rs::UnionSet,
-) -> Result<Vec<&'a crate::model::ModelStmt>> {
-    let mut out = Vec::new();
-    for s in &scop.statements {
-        let here = isl_rs::UnionSet::from_set(s.domain.copy()?)?.intersect(domain.copy()?)?;
-        if !here.is_empty()? {
-            out.push(s);
-        }
-    }
-    Ok(out)
-}
-
-/// Every access of statement `s` with its text and relation, writes first.
-fn accesses_of(
-    program: &Program,
-    s: &crate::model::ModelStmt,
-) -> Vec<(String, String, isl_rs::Map)> {
-    let st = &program.statements[s.source];
-    let lhs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-    let mut out = Vec::new();
-    if let Ok(w) = s.write.copy() {
-        out.push((st.lhs_tensor.clone(), access_text(&st.lhs_tensor, &lhs), w));
-    }
-    let mut reads: Vec<(String, Vec<Affine>)> = Vec::new();
-    if s.kind == StmtKind::Update {
-        reads.push((st.lhs_tensor.clone(), lhs.clone()));
-    }
-    collect_reads(&st.rhs, &mut reads);
-    for (r, (t, subs)) in s.reads.iter().zip(reads) {
-        if let Ok(r) = r.copy() {
-            out.push((t.clone(), access_text(&t, &subs), r));
-        }
-    }
-    out
-}
-
 /// Looks for a tensor to keep in registers in the kernel whose tiled band
 /// is `tile_band` (its first `nb` members map to blocks) with point band
 /// `point_band` (its first `nt` members map to threads).
@@ -113,7 +74,7 @@ pub fn candidate(
     kernel: &str,
 ) -> Result<Option<RegisterTile>> {
     let domain = tile_band.get_domain()?;
-    let stmts = statements_in(scop, &domain)?;
+    let stmts = scop.statements_in(&domain)?;
     let n = tile_band.band_n_member()? as usize;
     let blocks = super::mapping::project_members(
         &tile_band.band_get_partial_schedule_union_map()?,
@@ -132,13 +93,8 @@ pub fn candidate(
         .intersect_domain(domain)?;
     let written: Vec<String> = stmts
         .iter()
-        .filter_map(|s| {
-            s.write
-                .get_tuple_name(DimType::Out)
-                .ok()
-                .map(str::to_string)
-        })
-        .collect();
+        .map(|s| s.written_tensor())
+        .collect::<Result<_>>()?;
     'tensors: for t in &written {
         let Some(tensor) = scop.tensor(t) else {
             continue;
@@ -146,17 +102,13 @@ pub fn candidate(
         let mut e = UnionMap::empty(mapped.get_space()?)?;
         let mut accesses = HashSet::new();
         for s in &stmts {
-            for (tt, text, rel) in accesses_of(program, s) {
-                if &tt != t {
+            for a in s.accesses(program) {
+                if &a.tensor != t {
                     continue;
                 }
-                e = e.union(
-                    mapped
-                        .copy()?
-                        .reverse()?
-                        .apply_range(UnionMap::from_map(rel)?)?,
-                )?;
-                accesses.insert((s.name.clone(), text));
+                let rel = UnionMap::from_map(a.relation.copy()?)?;
+                e = e.union(mapped.copy()?.reverse()?.apply_range(rel)?)?;
+                accesses.insert((s.name.clone(), a.text()));
             }
         }
         if e.is_empty()? || !e.is_single_valued()? || !e.is_injective()? {

@@ -45,6 +45,75 @@ pub struct ModelStmt {
     pub reads: Vec<Map>,
 }
 
+/// One access of a statement: the tensor, its subscripts in the source
+/// statement's index variables, and its relation in the model.
+pub struct Access<'a> {
+    pub tensor: String,
+    pub subscripts: Vec<Affine>,
+    pub relation: &'a Map,
+    pub write: bool,
+}
+
+impl Access<'_> {
+    /// `model::access_text` of this access: how printers name it.
+    pub fn text(&self) -> String {
+        access_text(&self.tensor, &self.subscripts)
+    }
+}
+
+impl ModelStmt {
+    /// Whether this is a reduction step whose instances may run in any
+    /// order and be combined: an update whose right side does not read the
+    /// tensor it accumulates into (`reads[0]` is the accumulator itself).
+    /// The frontend already refuses such reads; this is what the GPU's
+    /// legality checks rely on, so they test it themselves.
+    pub fn is_reorderable_reduction_step(&self) -> Result<bool> {
+        if self.kind != StmtKind::Update {
+            return Ok(false);
+        }
+        let lhs = self.written_tensor()?;
+        for r in self.reads.iter().skip(1) {
+            if r.get_tuple_name(isl_rs::DimType::Out)? == lhs {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The tensor the statement writes.
+    pub fn written_tensor(&self) -> Result<String> {
+        Ok(self.write.get_tuple_name(isl_rs::DimType::Out)?.to_string())
+    }
+
+    /// Every access with its subscripts, the write first, then the reads in
+    /// the order of `reads` (the accumulator first for an update, then the
+    /// right side's reads in evaluation order, as `build` made them).
+    pub fn accesses<'a>(&'a self, program: &Program) -> Vec<Access<'a>> {
+        let st = &program.statements[self.source];
+        let lhs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+        let mut out = vec![Access {
+            tensor: st.lhs_tensor.clone(),
+            subscripts: lhs.clone(),
+            relation: &self.write,
+            write: true,
+        }];
+        let mut reads: Vec<(String, Vec<Affine>)> = Vec::new();
+        if self.kind == StmtKind::Update {
+            reads.push((st.lhs_tensor.clone(), lhs));
+        }
+        collect_reads(&st.rhs, &mut reads);
+        for (relation, (tensor, subscripts)) in self.reads.iter().zip(reads) {
+            out.push(Access {
+                tensor,
+                subscripts,
+                relation,
+                write: false,
+            });
+        }
+        out
+    }
+}
+
 /// A tensor with its shape resolved (declared, or inferred for temps).
 #[derive(Debug, Clone)]
 pub struct ModelTensor {
@@ -53,6 +122,16 @@ pub struct ModelTensor {
     pub role: TensorRole,
     /// Extents, affine in the parameters.
     pub shape: Vec<Affine>,
+}
+
+impl ModelTensor {
+    /// Number of elements at the program's parameter values, when they
+    /// are all known.
+    pub fn elements(&self, program: &Program) -> Option<i64> {
+        self.shape.iter().try_fold(1i64, |n, e| {
+            Some(n.saturating_mul(program.evaluate(e)?.max(0)))
+        })
+    }
 }
 
 /// The polyhedral model of one program.
@@ -72,6 +151,17 @@ impl Scop {
     }
     pub fn statement(&self, name: &str) -> Option<&ModelStmt> {
         self.statements.iter().find(|s| s.name == name)
+    }
+    /// The statements with instances in `domain`.
+    pub fn statements_in(&self, domain: &UnionSet) -> Result<Vec<&ModelStmt>> {
+        let mut out = Vec::new();
+        for s in &self.statements {
+            let here = UnionSet::from_set(s.domain.copy()?)?.intersect(domain.copy()?)?;
+            if !here.is_empty()? {
+                out.push(s);
+            }
+        }
+        Ok(out)
     }
     /// The union of all iteration domains.
     pub fn domain(&self) -> Result<UnionSet> {

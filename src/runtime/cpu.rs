@@ -49,25 +49,15 @@ impl Drop for Scratch {
 
 /// Element counts of every tensor, at the program's parameter values.
 pub fn tensor_counts(compiled: &Compiled) -> Result<Vec<usize>> {
-    let values = compiled.param_values()?;
-    let names: Vec<&str> = compiled
-        .program
-        .params
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect();
-    let lookup = |n: &str| names.iter().position(|p| *p == n).map(|i| values[i]);
+    // A parameter without a value is an input error with its own message.
+    compiled.param_values()?;
     compiled
         .tensors
         .iter()
         .map(|t| {
-            let mut count: i64 = 1;
-            for e in &t.shape {
-                let v = e.substitute(&lookup).as_constant().ok_or_else(|| {
-                    Error::Internal(format!("extent {e} of {} is not known", t.name))
-                })?;
-                count = count.saturating_mul(v.max(0));
-            }
+            let count = t.elements(&compiled.program).ok_or_else(|| {
+                Error::Internal(format!("the extents of {} are not known", t.name))
+            })?;
             usize::try_from(count).map_err(|_| Error::Internal("tensor too large".into()))
         })
         .collect()
