@@ -832,7 +832,7 @@ impl Ctx<'_> {
     fn full_tile_test(&self, regs: &RegisterTile, body: &Node) -> Option<String> {
         let counts = regs.counts(self.block);
         let nt = regs.thread_dims;
-        let allowed: Vec<String> = (0..regs.block_dims).map(|j| format!("c{j}")).collect();
+        let allowed = &regs.block_iterators;
         let mut tests = Vec::new();
         let mut ok = true;
         fn ids(e: &Expr, out: &mut Vec<String>) {
@@ -996,8 +996,8 @@ impl Ctx<'_> {
                 );
                 depth += 1;
             }
-            for j in 0..regs.block_dims {
-                open(out, depth, format!("const pf_i pf_b{j} = c{j};"));
+            for (j, it) in regs.block_iterators.iter().enumerate() {
+                open(out, depth, format!("const pf_i pf_b{j} = {it};"));
             }
             for (j, a) in axes.iter().enumerate() {
                 let b = self.block[(*a as u8 - b'x') as usize];

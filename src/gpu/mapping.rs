@@ -252,6 +252,7 @@ fn map_kernel(
         node = node.band_split(nb as i32)?;
     }
     // Block bands: one member each, under a mark naming its axis.
+    let mut block_iterators = Vec::new();
     for (j, &size) in member_tile.iter().enumerate().take(nb) {
         if j + 1 < nb {
             node = node.band_split(1)?;
@@ -263,10 +264,14 @@ fn map_kernel(
             None => count,
         };
         let depth = node.get_schedule_depth()?;
+        block_iterators.push(format!("c{depth}"));
         node = node.insert_mark(mark(isl, &format!("block_{}_{depth}", AXES[axis]))?)?;
         node = node.child(0)?.child(0)?; // mark -> band -> below
     }
     let mut registers = registers;
+    if let Some(r) = registers.as_mut() {
+        r.block_iterators = block_iterators;
+    }
     if let Some(r) = registers.as_mut() {
         let depth = node.get_schedule_depth()? as usize;
         let prefix = node

@@ -34,8 +34,9 @@ pub struct RegisterTile {
     /// Element subscripts in `pf_b<j>` (block values, outer first) and
     /// `pf_t<j>` (thread point values, outer first).
     pub element: Vec<Expr>,
-    /// Number of block-mapped and thread-mapped members.
-    pub block_dims: usize,
+    /// The AST iterators of the block-mapped loops, outer first (`c<depth>`).
+    pub block_iterators: Vec<String>,
+    /// Number of thread-mapped members.
     pub thread_dims: usize,
     /// `(statement, model::access_text)` of every access to the tensor.
     pub accesses: HashSet<(String, String)>,
@@ -132,7 +133,7 @@ pub fn candidate(
             dtype: tensor.dtype,
             buffer: format!("pf_reg_{kernel}_{t}"),
             element,
-            block_dims: nb,
+            block_iterators: Vec::new(),
             thread_dims: nt,
             accesses,
             thread_tiles: Vec::new(),
