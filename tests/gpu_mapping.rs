@@ -228,7 +228,9 @@ fn a_row_reduction_runs_across_the_lanes_of_a_warp() {
         ("S(i) max=! X(i, j)", "pf_warp_max(pf_red)"),
         ("S(i) min=! X(i, j) * X(i, j)", "pf_warp_min(pf_red)"),
     ] {
-        let json = rowsum_like(body, 37, 45);
+        // 300 columns: each lane runs the four-chain loop twice, then the
+        // remainder, on the CPU as on the GPU.
+        let json = rowsum_like(body, 37, 300);
         let p = load_str(&json, "rows.json").unwrap();
         let c = compile(&p, &gpu_options(&[16])).unwrap();
         let cuda = c.cuda.as_ref().unwrap();
@@ -241,6 +243,7 @@ fn a_row_reduction_runs_across_the_lanes_of_a_warp() {
             .unwrap()
             .to_string()
             .contains("reduce_x_"));
+        assert!(c.emulation_c.as_ref().unwrap().contains("pf_red3"));
         emulate_ok(&json, &gpu_options(&[16]));
     }
 }

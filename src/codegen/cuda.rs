@@ -751,6 +751,45 @@ impl Ctx<'_> {
         } else {
             format!("if ({}) pf_red = {step};", guards.join(" && "))
         };
+        // One lane's share, `lane` naming the lane: iterations `lane, lane +
+        // 32, ...` folded into `pf_red`, four at a time into four chains
+        // while the fourth is still inside the loop. The CPU emulation runs
+        // the same code for each lane, so CI executes it.
+        let per_lane = |out: &mut String, pad: &str, lane: &str| {
+            let _ = writeln!(out, "{pad}{ty} pf_red = {ident};");
+            let _ = writeln!(out, "{pad}pf_i {iterator} = {init} + {lane} * {inc};");
+            if let Some(ahead) = &ahead {
+                let _ = writeln!(
+                    out,
+                    "{pad}{ty} pf_red1 = {ident}, pf_red2 = {ident}, pf_red3 = {ident};"
+                );
+                let _ = writeln!(
+                    out,
+                    "{pad}for (; {ahead}; {iterator} += {}) {{",
+                    4 * 32 * stride
+                );
+                let _ = writeln!(out, "{pad}  {guarded}");
+                for k in 1..4 {
+                    let _ = writeln!(
+                        out,
+                        "{pad}  {{ const pf_i pf_c = {iterator} + {}; {{ const pf_i {iterator} = pf_c; {} }} }}",
+                        k * 32 * stride,
+                        guarded.replace("pf_red", &format!("pf_red{k}"))
+                    );
+                }
+                let _ = writeln!(out, "{pad}}}");
+                let c01 = self.printer.combine(op, t, "pf_red", "pf_red1");
+                let c23 = self.printer.combine(op, t, "pf_red2", "pf_red3");
+                let all = self.printer.combine(op, t, "pf_red", "pf_red2");
+                let _ = writeln!(out, "{pad}pf_red = {c01};");
+                let _ = writeln!(out, "{pad}pf_red2 = {c23};");
+                let _ = writeln!(out, "{pad}pf_red = {all};");
+            }
+            let _ = writeln!(
+                out,
+                "{pad}for (; {cond}; {iterator} += 32 * {inc}) {guarded}"
+            );
+        };
         let _ = writeln!(out, "{pad}{{");
         if self.emulate.is_some() {
             let all = self.printer.combine(op, t, "pf_red_all", "pf_red");
@@ -759,11 +798,7 @@ impl Ctx<'_> {
                 out,
                 "{pad}  for (pf_i pf_lane = 31; pf_lane >= 0; pf_lane--) {{"
             );
-            let _ = writeln!(out, "{pad}    {ty} pf_red = {ident};");
-            let _ = writeln!(
-                out,
-                "{pad}    for (pf_i {iterator} = {init} + pf_lane * {inc}; {cond}; {iterator} += 32 * {inc}) {guarded}"
-            );
+            per_lane(out, &format!("{pad}    "), "pf_lane");
             let _ = writeln!(out, "{pad}    pf_red_all = {all};");
             let _ = writeln!(out, "{pad}  }}");
             let _ = writeln!(out, "{pad}  {ty} pf_red = pf_red_all;");
@@ -781,44 +816,11 @@ impl Ctx<'_> {
             } else {
                 format!("{guard} && threadIdx.x == 0")
             };
-            let _ = writeln!(out, "{pad}  {ty} pf_red = {ident};");
-            let _ = writeln!(
-                out,
-                "{pad}  pf_i {iterator} = {init} + (pf_i)threadIdx.x * {inc};"
-            );
-            if let Some(ahead) = &ahead {
-                let _ = writeln!(
-                    out,
-                    "{pad}  {ty} pf_red1 = {ident}, pf_red2 = {ident}, pf_red3 = {ident};"
-                );
-                let _ = writeln!(
-                    out,
-                    "{pad}  for (; {ahead}; {iterator} += {}) {{",
-                    4 * 32 * stride
-                );
-                let _ = writeln!(out, "{pad}    {guarded}");
-                for k in 1..4 {
-                    let _ = writeln!(
-                        out,
-                        "{pad}    {{ const pf_i pf_c = {iterator} + {}; {{ const pf_i {iterator} = pf_c; {} }} }}",
-                        k * 32 * stride,
-                        guarded.replace("pf_red", &format!("pf_red{k}"))
-                    );
-                }
-                let _ = writeln!(out, "{pad}  }}");
-                let c01 = self.printer.combine(op, t, "pf_red", "pf_red1");
-                let c23 = self.printer.combine(op, t, "pf_red2", "pf_red3");
-                let _ = writeln!(out, "{pad}  pf_red = {c01};");
-                let _ = writeln!(out, "{pad}  pf_red2 = {c23};");
-                let all = self.printer.combine(op, t, "pf_red", "pf_red2");
-                let _ = writeln!(out, "{pad}  pf_red = {all};");
-            }
-            let _ = writeln!(
-                out,
-                "{pad}  for (; {cond}; {iterator} += (pf_i)blockDim.x * {inc}) {guarded}"
-            );
-            let _ = writeln!(out, "{pad}  pf_red = pf_warp_{name}(pf_red);");
-            let _ = writeln!(out, "{pad}  if ({guard}) {fold}");
+            let _ = writeln!(out, "{pad}  {{");
+            per_lane(out, &format!("{pad}    "), "(pf_i)threadIdx.x");
+            let _ = writeln!(out, "{pad}    pf_red = pf_warp_{name}(pf_red);");
+            let _ = writeln!(out, "{pad}    if ({guard}) {fold}");
+            let _ = writeln!(out, "{pad}  }}");
         }
         let _ = writeln!(out, "{pad}}}");
         true
