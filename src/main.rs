@@ -166,12 +166,6 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         sink: !common.no_sink,
         gpu: None,
     };
-    if common.block.contains(&0) || common.grid.contains(&0) {
-        return Err(Error::Input {
-            file: program.source.clone(),
-            message: "--block and --grid sizes must be at least 1".into(),
-        });
-    }
     Ok((program, options))
 }
 

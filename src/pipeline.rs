@@ -176,6 +176,10 @@ fn map_to_gpu(
     options: &Options,
     gpu_options: &GpuOptions,
 ) -> Result<(ScheduleTree, CudaProgram, String)> {
+    gpu_options.validate().map_err(|message| Error::Input {
+        file: program.source.clone(),
+        message,
+    })?;
     let (mapped, plans) = gpu::mapping::map(
         isl,
         program,
@@ -184,14 +188,7 @@ fn map_to_gpu(
         schedule,
         &options.tile,
         gpu_options,
-    )
-    .map_err(|e| match e {
-        Error::Input { message, .. } => Error::Input {
-            file: program.source.clone(),
-            message,
-        },
-        other => other,
-    })?;
+    )?;
     schedule::check_legal(&program.source, &mapped, scop, deps)?;
     gpu::mapping::check_parallel(&program.source, &mapped, scop, deps)?;
     let tree = ScheduleTree::from_isl(&mapped.get_root()?)?;

@@ -325,3 +325,38 @@ fn small_problems_get_smaller_register_tiles() {
     );
     emulate_ok(&gemm(150, 70, 33), &auto);
 }
+
+#[test]
+fn impossible_blocks_and_grids_are_input_errors() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gemm.json");
+    for (args, needle) in [
+        (vec!["--block", "0,8"], "at least 1"),
+        (vec!["--grid", "4,0"], "at least 1"),
+        (vec!["--block", "64,32"], "larger than CUDA allows"),
+        (vec!["--block", "1,1,128"], "larger than CUDA allows"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+            .args(["schedule", file, "--emit", "cuda"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(err.contains("gemm.json"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_warp_reduction_keeps_the_rows_per_block_the_user_asked_for() {
+    let json = rowsum_like("S(i) +=! X(i, j)", 37, 300);
+    let p = load_str(&json, "rows.json").unwrap();
+    let mut o = gpu_options(&[16]);
+    o.gpu = Some(GpuOptions {
+        block: vec![32, 16],
+        ..GpuOptions::default()
+    });
+    let c = compile(&p, &o).unwrap();
+    assert_eq!(c.cuda.as_ref().unwrap().kernels[0].block, [32, 16, 1]);
+    emulate_ok(&json, &o);
+}

@@ -708,11 +708,7 @@ pub unsafe extern "C" fn pf_context_set_sink(ctx: *mut pf_context, enabled: c_in
 }
 
 fn gpu_sizes(sizes: &[u32], what: &str) -> Outcome<Vec<u32>> {
-    if sizes.len() > 3 || sizes.contains(&0) {
-        return Err(Failure::input(format!(
-            "{what} sizes are one to three values of at least 1 (x, y, z)"
-        )));
-    }
+    crate::gpu::check_sizes(sizes, what).map_err(Failure::input)?;
     Ok(sizes.to_vec())
 }
 

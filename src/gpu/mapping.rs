@@ -329,23 +329,24 @@ fn map_kernel(
             } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !has_reduction {
                 [32, 8, 1]
             } else {
-                thread_block(&member_tile[..nt], opts)?
+                thread_block(&member_tile[..nt], opts)
             };
             if let Some(update) = &reduction {
                 // Rows on y (and z), the reduction on x: a warp per row.
-                let rows = thread_block(
-                    &member_tile[..nt],
-                    &GpuOptions {
+                plan.block = if opts.block.is_empty() {
+                    // 256 threads: 8 warps, one row each at a time.
+                    let rows = thread_block(&member_tile[..nt], opts);
+                    let y = rows[0].min(8);
+                    [32, y, rows[1].min(8 / y).max(1)]
+                } else {
+                    // The user's rows per block (x is 32: checked above).
+                    let user = GpuOptions {
                         block: opts.block.iter().skip(1).copied().collect(),
                         ..opts.clone()
-                    },
-                )?;
-                let budget = 256 / 32;
-                plan.block = [
-                    32,
-                    rows[0].min(budget),
-                    rows[1].min(budget / rows[0].min(budget).max(1)).max(1),
-                ];
+                    };
+                    let rows = thread_block(&member_tile[..nt], &user);
+                    [32, rows[0], rows[1]]
+                };
                 // The other statements (the reduction's initialisation)
                 // run before the reduction loop of the update.
                 let others = node.get_domain()?.subtract(isl_rs::UnionSet::from_set(
@@ -402,10 +403,12 @@ fn tile_count(scop: &Scop, node: &ScheduleNode, size: i64) -> Result<Expr> {
 
 /// Threads per block: the options' sizes, or the tile sizes of the
 /// thread-mapped members (innermost on x) up to 256 threads in all.
-fn thread_block(tiles: &[i64], opts: &GpuOptions) -> Result<[u32; 3]> {
+fn thread_block(tiles: &[i64], opts: &GpuOptions) -> [u32; 3] {
     let mut block = [1u32; 3];
     let nt = tiles.len();
     if !opts.block.is_empty() {
+        // Validated by `GpuOptions::validate`; axes the kernel does not map
+        // keep one thread.
         for (axis, b) in block.iter_mut().enumerate().take(nt) {
             *b = opts.block.get(axis).copied().unwrap_or(1).max(1);
         }
@@ -417,17 +420,7 @@ fn thread_block(tiles: &[i64], opts: &GpuOptions) -> Result<[u32; 3]> {
             budget = (budget / *b).max(1);
         }
     }
-    let total: u64 = block.iter().map(|b| u64::from(*b)).product();
-    if total > 1024 || block[2] > 64 {
-        return Err(Error::Input {
-            file: String::new(),
-            message: format!(
-                "block {}x{}x{} is larger than CUDA allows (1024 threads, z at most 64)",
-                block[0], block[1], block[2]
-            ),
-        });
-    }
-    Ok(block)
+    block
 }
 
 /// Checks in isl that the mapping of `schedule` runs no two dependent

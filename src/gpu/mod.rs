@@ -60,6 +60,39 @@ impl Default for GpuOptions {
     }
 }
 
+impl GpuOptions {
+    /// Checks the sizes a user gave: one to three values of at least 1
+    /// for the block and the grid, a block of at most 1024 threads with at
+    /// most 64 along z (CUDA's limits). The message says what is wrong.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        check_sizes(&self.block, "block")?;
+        check_sizes(&self.grid, "grid")?;
+        let threads: u64 = self.block.iter().map(|b| u64::from(*b)).product();
+        if threads > 1024 || self.block.get(2).is_some_and(|z| *z > 64) {
+            return Err(format!(
+                "block {} is larger than CUDA allows (1024 threads, z at most 64)",
+                self.block
+                    .iter()
+                    .map(|b| b.to_string())
+                    .collect::<Vec<_>>()
+                    .join("x")
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `sizes` (for `what`, "block" or "grid") is empty or one to three values
+/// of at least 1.
+pub fn check_sizes(sizes: &[u32], what: &str) -> std::result::Result<(), String> {
+    if sizes.len() > 3 || sizes.contains(&0) {
+        return Err(format!(
+            "{what} sizes are one to three values of at least 1 (x, y, z)"
+        ));
+    }
+    Ok(())
+}
+
 /// One argument of every kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub enum KernelArg {
