@@ -360,3 +360,28 @@ fn a_warp_reduction_keeps_the_rows_per_block_the_user_asked_for() {
     assert_eq!(c.cuda.as_ref().unwrap().kernels[0].block, [32, 16, 1]);
     emulate_ok(&json, &o);
 }
+
+#[test]
+fn register_tiles_start_at_the_identity_of_their_reduction() {
+    // `op=!` over the whole output: the registers start at the reducer's
+    // identity instead of being loaded, for sum and max, and the results
+    // still match the reference (odd sizes, partial tiles).
+    for (op, start) in [("+=!", "= 0.0f;"), ("max=!", "= (-INFINITY);")] {
+        let json = gemm(150, 70, 33).replace("+=!", op);
+        let p = load_str(&json, "gemm.json").unwrap();
+        let mut auto = gpu_options(&[32]);
+        auto.gpu = Some(GpuOptions {
+            auto_tile: true,
+            ..GpuOptions::default()
+        });
+        let c = compile(&p, &auto).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert!(src.contains("pf_reg_kernel_0_C"), "{src}");
+        assert!(
+            src.contains(&format!("pf_reg_kernel_0_C[pf_ry][pf_rx] {start}")),
+            "{op}:\n{src}"
+        );
+        assert!(!src.contains("= t_C[("), "{op}: C is loaded:\n{src}");
+        emulate_ok(&json, &auto);
+    }
+}

@@ -574,6 +574,15 @@ impl Ctx<'_> {
                     self.node(body, depth, pending, in_thread, out);
                 }
             },
+            Node::User { statement, .. }
+                if self.in_regs
+                    && self
+                        .regs
+                        .and_then(|r| r.init.as_ref())
+                        .is_some_and(|i| &i.statement == statement) =>
+            {
+                // Hoisted to the start of the register region.
+            }
             Node::User { statement, args } => {
                 let s = self
                     .scop
@@ -1067,7 +1076,22 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
             }
         }
-        each(out, &|reg, el| format!("{reg} = {el};"));
+        match &regs.init {
+            // The registers start at the reducer's identity (see
+            // `registers::hoistable_init`); the initialisation statement is
+            // skipped inside the loops.
+            Some(init) => {
+                let t = regs.dtype.compute();
+                let id = self.printer.identity(init.reducer, t);
+                let value = match regs.dtype {
+                    DType::F16 => format!("pf_f2h({id})"),
+                    DType::BF16 => format!("pf_f2b({id})"),
+                    _ => id,
+                };
+                each(out, &|reg, _| format!("{reg} = {value};"));
+            }
+            None => each(out, &|reg, el| format!("{reg} = {el};")),
+        }
         let inner = Ctx {
             in_regs: true,
             ..*self

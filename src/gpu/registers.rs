@@ -20,9 +20,10 @@ use isl_rs::{PwMultiAff, ScheduleNode, UnionMap};
 
 use crate::codegen::ast::Expr;
 use crate::error::Result;
-use crate::frontend::ast::{DType, Program};
+use crate::frontend::ast::{AssignOp, DType, Program, Reducer};
 use crate::isl::Isl;
 use crate::model::Scop;
+use crate::model::StmtKind;
 
 /// One register-tiled tensor of a kernel.
 #[derive(Debug, Clone)]
@@ -45,6 +46,21 @@ pub struct RegisterTile {
     /// Unique values of the block iterators at the region (see
     /// `promote::unique_prefix_values`).
     pub prefix_values: Vec<Option<Expr>>,
+    /// The reduction's initialisation (`S_init` of an `op=!` statement),
+    /// when it can start the region instead of running inside it: see
+    /// [`hoistable_init`].
+    pub init: Option<HoistedInit>,
+}
+
+/// An `op=!` initialisation executed on the registers before the region's
+/// loops: the registers start at the reducer's identity instead of being
+/// loaded from the tensor, and the initialisation statement is not printed
+/// inside the loops (where it costs a test on every reduction step).
+#[derive(Debug, Clone)]
+pub struct HoistedInit {
+    /// The model statement (`S0_init`).
+    pub statement: String,
+    pub reducer: Reducer,
 }
 
 impl RegisterTile {
@@ -128,7 +144,9 @@ pub fn candidate(
                 Err(_) => continue 'tensors,
             }
         }
+        let init = hoistable_init(isl, program, scop, &stmts, t)?;
         return Ok(Some(RegisterTile {
+            init,
             tensor: t.clone(),
             dtype: tensor.dtype,
             buffer: format!("pf_reg_{kernel}_{t}"),
@@ -141,6 +159,86 @@ pub fn candidate(
         }));
     }
     Ok(None)
+}
+
+/// The initialisation of tensor `t` that may run first in its register
+/// region, replacing the load of the registers.
+///
+/// The statements of the kernel that touch `t` must be one `S_init`
+/// (identity of reducer `f`) and the update steps of the same source
+/// statement, so every value of an element goes `identity, f-steps...`:
+/// the first access of each element is its initialisation (a flow
+/// dependence orders every step after it), and starting the register at the
+/// identity before the loops computes the same values. The registers of a
+/// tile are stored back for every element inside the tensor, so the
+/// initialisation must write every element of the tensor:
+/// `{ t[e] : 0 <= e < shape } ⊆ range(W_init ∩ D_init)`; otherwise an
+/// element the program never writes would be overwritten with the identity.
+fn hoistable_init(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    stmts: &[&crate::model::ModelStmt],
+    t: &str,
+) -> Result<Option<HoistedInit>> {
+    let mut init = None;
+    let mut source = None;
+    for s in stmts {
+        let touches = s.accesses(program).iter().any(|a| a.tensor == t);
+        if !touches {
+            continue;
+        }
+        match s.kind {
+            StmtKind::Init if init.is_none() => init = Some(*s),
+            StmtKind::Update => {}
+            _ => return Ok(None),
+        }
+        if source.is_some_and(|src| src != s.source) {
+            return Ok(None);
+        }
+        source = Some(s.source);
+    }
+    let Some(init) = init else {
+        return Ok(None);
+    };
+    let AssignOp::Reduce { op, init: true } = program.statements[init.source].op else {
+        return Ok(None);
+    };
+    let Some(tensor) = scop.tensor(t) else {
+        return Ok(None);
+    };
+    let params: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
+    let dims: Vec<String> = (0..tensor.shape.len()).map(|d| format!("e{d}")).collect();
+    let bounds: Vec<String> = tensor
+        .shape
+        .iter()
+        .zip(&dims)
+        .map(|(extent, d)| format!("0 <= {d} < {extent}"))
+        .collect();
+    let text = format!(
+        "[{}] -> {{ {t}[{}] : {} }}",
+        params.join(", "),
+        dims.join(", "),
+        if bounds.is_empty() {
+            "true".to_string()
+        } else {
+            bounds.join(" and ")
+        }
+    );
+    let all = isl.set(&text)?.intersect_params(scop.context.copy()?)?;
+    let written = init
+        .write
+        .copy()?
+        .intersect_domain(init.domain.copy()?)?
+        .range()?
+        .intersect_params(scop.context.copy()?)?;
+    if !all.is_subset(&written)? {
+        return Ok(None);
+    }
+    Ok(Some(HoistedInit {
+        statement: init.name.clone(),
+        reducer: op,
+    }))
 }
 
 /// Whether a dependence carried by the sequential band `band` relates
