@@ -90,11 +90,15 @@ declare -A ODD=(
     [gemm_chain]="M=37 K=29 N=53 L=23"
     [softmax]="N=37 D=53"
     [layernorm]="N=37 D=53"
+    [gemm_f16]="M=37 N=53 K=29"
+    [tbmm_bf16]="B=3 N=37 M=53 K=29"
 )
 # Benchmark programs whose f64 reference is too slow at full size: checked
 # at these sizes in a separate run, then timed at full size.
 declare -A CHECK_AT=(
     [gemm_4096]="M=1031 N=1043 K=1021"
+    [gemm_f16_4096]="M=1031 N=1043 K=1021"
+    [gemm_bf16_4096]="M=1031 N=1043 K=1021"
 )
 # Timed runs per benchmark program (default 30).
 declare -A BENCH_RUNS=(

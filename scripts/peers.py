@@ -432,11 +432,25 @@ def main():
         gen.manual_seed(args.seed)
         try:
             tensors = {}
+            narrow = {"f16": torch.float16, "bf16": torch.bfloat16}
             for name, (dtype, shape) in prog.inputs.items():
-                if dtype != "f32":
-                    raise ValueError(f"input {name} is {dtype}; peers.py makes f32 inputs only")
-                tensors[name] = torch.rand(shape, generator=gen, device=dev, dtype=torch.float32) * 2 - 1
+                if dtype == "f32":
+                    tensors[name] = torch.rand(shape, generator=gen, device=dev, dtype=torch.float32) * 2 - 1
+                elif dtype in narrow:
+                    # Random normal values, stored narrow: the peer runs in
+                    # the program's precision (f32 accumulation in cuBLAS).
+                    x = torch.randn(shape, generator=gen, device=dev, dtype=torch.float32)
+                    tensors[name] = x.to(narrow[dtype])
+                else:
+                    raise ValueError(f"input {name} is {dtype}; peers.py makes f32, f16 and bf16 inputs")
             ref = ref_fn({k: v.double() for k, v in tensors.items()})
+            # The error limit of the narrowest type the program stores.
+            dtypes = {d for d, _ in list(prog.inputs.values()) + list(prog.outputs.values())}
+            tol = args.tol
+            if "bf16" in dtypes:
+                tol = max(tol, 1e-2)
+            elif "f16" in dtypes:
+                tol = max(tol, 2e-3)
         except Exception as e:
             failed += 1
             emit({"program": prog.name, "peer": "inputs", "error": f"{type(e).__name__}: {e}"})
@@ -457,7 +471,7 @@ def main():
                 out = fn(tensors)
                 sync()
                 err, why = rel_error(torch, out, ref)
-                ok = why is None and err <= args.tol
+                ok = why is None and err <= tol
                 del out
                 us, runs = timed(lambda: fn(tensors))
                 line = {

@@ -99,6 +99,10 @@ struct Common {
     /// GPU: do not promote tiles to shared memory.
     #[arg(long)]
     no_shared: bool,
+    /// GPU: keep f16/bf16 contractions (gemm-like statements) on the
+    /// ordinary cores instead of tensor cores (mma.sync).
+    #[arg(long)]
+    no_tensor_cores: bool,
     /// Keep point loops where tiling put them (no TC-style sinking below
     /// inner tile loops).
     #[arg(long)]
@@ -118,7 +122,7 @@ enum Emit {
     GpuTree,
     /// The generated C (prelude and kernel).
     C,
-    /// The generated CUDA (not available yet).
+    /// The generated CUDA.
     Cuda,
     /// The CUDA compiled to PTX by NVRTC for --arch (needs NVRTC, not a
     /// GPU or driver).
@@ -176,6 +180,7 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
         block: common.block.clone(),
         grid: common.grid.clone(),
         shared: !common.no_shared,
+        tensor_cores: !common.no_tensor_cores,
         ..Default::default()
     }
 }

@@ -180,6 +180,17 @@ fn layernorm() {
 }
 
 #[test]
+fn gemm_f16() {
+    // Tensor cores: fragments, ldmatrix and the pipeline, emulated.
+    check_example("gemm_f16", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
+fn tbmm_bf16() {
+    check_example("tbmm_bf16", &[("B", 3), ("N", 37), ("M", 53), ("K", 29)]);
+}
+
+#[test]
 fn every_example_is_tested() {
     let tested = [
         "conv2d",
@@ -187,11 +198,13 @@ fn every_example_is_tested() {
         "fcrelu",
         "gemm",
         "gemm_chain",
+        "gemm_f16",
         "layernorm",
         "matvec",
         "maxpool2x2",
         "softmax",
         "tbmm",
+        "tbmm_bf16",
     ];
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let mut found: Vec<String> = std::fs::read_dir(&dir)

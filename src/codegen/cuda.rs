@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
 use crate::gpu::promote::Scope;
+use crate::gpu::contraction::Contraction;
 use crate::gpu::registers::RegisterTile;
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::model::Scop;
@@ -141,12 +142,19 @@ pub fn program(
         })
         .collect();
     let mut source = prelude(scop, index_type(program, scop));
+    let tensor_cores = plans.iter().any(|p| p.contraction.is_some());
+    if tensor_cores {
+        source.push_str(super::mma::GPU_HELPERS);
+    }
     let mut emulation = String::new();
     let _ = writeln!(
         emulation,
         "/* {}: the GPU mapping emulated on the CPU by polyfuse */",
         program.name
     );
+    if tensor_cores {
+        emulation.push_str(super::mma::EMULATION_HELPERS);
+    }
     super::c::header(program, scop, "pf_kernel", Mode::Native, &mut emulation);
     emulation.push_str("  typedef long pf_i;\n");
     let mut kernels = Vec::new();
@@ -176,6 +184,9 @@ pub fn program(
                 a.len
             );
         }
+        if let Some(c) = &plan.contraction {
+            source.push_str(&super::mma::declare(c, mark, false, "  "));
+        }
         let ctx = Ctx {
             program,
             scop,
@@ -191,6 +202,8 @@ pub fn program(
             block: plan.block,
             full_tile: false,
             nosync: false,
+            mma: plan.contraction.as_ref(),
+            mark,
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
@@ -208,6 +221,9 @@ pub fn program(
                 a.len
             );
         }
+        if let Some(c) = &plan.contraction {
+            emulation.push_str(&super::mma::declare(c, mark, true, "    "));
+        }
         emu.node(body, 2, &[], false, &mut emulation);
         let _ = writeln!(emulation, "  }}");
         kernels.push(Kernel {
@@ -215,7 +231,11 @@ pub fn program(
             grid: plan.grid.clone(),
             block: plan.block,
             dynamic_shared: 0,
-            static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
+            static_shared: scope.map(|s| s.bytes()).unwrap_or(0)
+                + plan
+                    .contraction
+                    .as_ref()
+                    .map_or(0, super::mma::shared_bytes),
         });
     }
     emulation.push_str("}\n");
@@ -303,6 +323,10 @@ struct Ctx<'a> {
     /// The next loop needs no barrier after each iteration (no dependence
     /// it carries crosses threads).
     nosync: bool,
+    /// The kernel's contraction on tensor cores, if any.
+    mma: Option<&'a Contraction>,
+    /// The kernel's mark (`kernel_K`).
+    mark: &'a str,
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -549,6 +573,11 @@ impl Ctx<'_> {
                     ..*self
                 };
                 inner.node(body, depth, pending, in_thread, out);
+            }
+            Node::Mark { name, .. } if name == "registers" && self.mma.is_some() => {
+                if let (Some(c), Some(regs)) = (self.mma, self.regs) {
+                    self.mma_region(c, regs, depth, out);
+                }
             }
             Node::Mark { name, body } if name == "registers" => {
                 match self.regs.filter(|_| counted_loops_fit(body)) {
@@ -1114,6 +1143,113 @@ impl Ctx<'_> {
             None => inner.node(body, depth + 1, pending, in_thread, out),
         }
         each(out, &|reg, el| format!("{el} = {reg};"));
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// The register region of a contraction on tensor cores (see
+    /// `codegen::mma`): the block's tile origins are the block iterators
+    /// (each band member is one iterator of the statement), operand
+    /// elements are addressed through the statement's subscripts, and the
+    /// output through the register tile's element map.
+    fn mma_region(&self, c: &Contraction, regs: &RegisterTile, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        let _ = writeln!(out, "{pad}{{");
+        for (d, v) in regs.prefix_values.iter().enumerate() {
+            if let Some(v) = v {
+                let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
+            }
+        }
+        fn subst(e: &Expr, map: &[(String, String)]) -> Expr {
+            match e {
+                Expr::Id(s) => match map.iter().find(|(k, _)| k == s) {
+                    Some((_, v)) => Expr::Id(v.clone()),
+                    None => e.clone(),
+                },
+                Expr::Op(op, a) => Expr::Op(*op, a.iter().map(|x| subst(x, map)).collect()),
+                other => other.clone(),
+            }
+        }
+        let tensor = self
+            .scop
+            .tensor(&regs.tensor)
+            .expect("register tiles come from the model");
+        let no_env = std::collections::HashMap::new();
+        let c_element = |lm: &str, ln: &str| -> String {
+            let mut map: Vec<(String, String)> = regs
+                .block_iterators
+                .iter()
+                .enumerate()
+                .map(|(j, it)| (format!("pf_b{j}"), it.clone()))
+                .collect();
+            let nb = regs.block_iterators.len();
+            for j in 0..nb {
+                let local = match (nb - j) as i64 {
+                    2 => lm.to_string(),
+                    1 => ln.to_string(),
+                    _ => "0".to_string(),
+                };
+                map.push((format!("pf_t{j}"), local));
+            }
+            let mut global = String::new();
+            for (d, e) in regs.element.iter().enumerate() {
+                let g = self.e(&subst(e, &map));
+                global = if d == 0 {
+                    g
+                } else {
+                    let extent = self.printer.affine(&tensor.shape[d], &no_env);
+                    format!("({global}) * {extent} + {g}")
+                };
+            }
+            if global.is_empty() {
+                global = "0".into();
+            }
+            format!("{}[{global}]", tensor_name(&regs.tensor))
+        };
+        let address = |x: &crate::gpu::contraction::Operand, row_it: &str| {
+            let x = x.clone();
+            let row_it = row_it.to_string();
+            let k_it = c.k.clone();
+            // A batch iterator's value is its block iterator's (tiles of
+            // one point).
+            let batch: Vec<(String, String)> = c
+                .batch
+                .iter()
+                .cloned()
+                .zip(regs.block_iterators.iter().cloned())
+                .collect();
+            move |row: &str, k: &str| -> String {
+                let mut env: std::collections::HashMap<String, String> = [
+                    (row_it.clone(), row.to_string()),
+                    (k_it.clone(), k.to_string()),
+                ]
+                .into_iter()
+                .collect();
+                env.extend(batch.iter().cloned());
+                format!("&{}", self.printer.element(&x.tensor, &x.subscripts, &env))
+            }
+        };
+        let a_address = address(&c.a, &c.m);
+        let b_address = address(&c.b, &c.n);
+        let region = super::mma::Region {
+            c,
+            mark: self.mark,
+            emulate: self.emulate.map(|_| c.threads()),
+            origin: [
+                regs.block_iterators[regs.block_iterators.len() - 2].clone(),
+                regs.block_iterators[regs.block_iterators.len() - 1].clone(),
+            ],
+            extents: [
+                self.e(&c.extents[0]),
+                self.e(&c.extents[1]),
+                self.e(&c.extents[2]),
+            ],
+            a_address: &a_address,
+            b_address: &b_address,
+            c_element: &c_element,
+            c_dtype: regs.dtype,
+            zero_init: regs.init.is_some(),
+        };
+        out.push_str(&region.print(depth + 1));
         let _ = writeln!(out, "{pad}}}");
     }
 

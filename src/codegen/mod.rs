@@ -6,6 +6,7 @@ pub mod ast;
 pub mod c;
 pub mod cuda;
 pub mod expr;
+pub mod mma;
 
 use crate::error::{Error, Result};
 use crate::isl::{ast_build_node_from_schedule, Schedule};

@@ -60,6 +60,9 @@ pub struct KernelPlan {
     pub reduce_x: bool,
     /// A tensor each thread keeps in registers below the block loops.
     pub registers: Option<super::registers::RegisterTile>,
+    /// The kernel is a contraction run on tensor cores: its register
+    /// region is printed as warp fragments (see `gpu::contraction`).
+    pub contraction: Option<super::contraction::Contraction>,
 }
 
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
@@ -141,6 +144,7 @@ fn map_kernel(
         scope: None,
         reduce_x: false,
         registers: None,
+        contraction: None,
     };
     while node.get_type()? == ScheduleNodeType::Mark {
         node = node.child(0)?;
@@ -240,6 +244,35 @@ fn map_kernel(
             (_, Some(m)) if m >= ENOUGH_BLOCKS => medium,
             _ => sizes_for(false),
         };
+    }
+    // A contraction of f16 or bf16 operands runs on tensor cores, with the
+    // tile sizes and warps of its fragments.
+    let contraction = match &registers {
+        Some(r) if opts.tensor_cores && n == nb + 1 => {
+            // No block size given: the recognition picks the warps (0).
+            let threads: u32 = if opts.block.is_empty() {
+                0
+            } else {
+                opts.block.iter().product()
+            };
+            let user = (!opts.auto_tile).then(|| {
+                let t = member_tile_of(tile, n);
+                ([t[n - 3], t[n - 2], t[n - 1]], threads)
+            });
+            let c = super::contraction::recognise(isl, program, scop, deps, &node, nb, user)?;
+            // An initialisation left inside the loops has no fragment form.
+            let init_inside = r.init.is_none()
+                && scop
+                    .statements_in(&node.get_domain()?)?
+                    .iter()
+                    .any(|s| s.kind == StmtKind::Init);
+            c.filter(|_| !init_inside)
+        }
+        _ => None,
+    };
+    if let Some(c) = &contraction {
+        member_tile = vec![1; nb - 2];
+        member_tile.extend(c.tile);
     }
     node = tile_band(node, &member_tile)?;
     let thread_values = project_members(
@@ -367,7 +400,19 @@ fn map_kernel(
             }
         }
     }
+    if let Some(c) = contraction {
+        // The fragments replace the thread band's loops and the generic
+        // shared tiles (the region copies its own, two stages deep).
+        plan.block = [c.threads(), 1, 1];
+        plan.scope = None;
+        plan.contraction = Some(c);
+    }
     Ok((node, plan))
+}
+
+/// The first `n` tile sizes of `tile` (the last one repeats).
+fn member_tile_of(tile: &[i64], n: usize) -> Vec<i64> {
+    (0..n).map(|i| tile[i.min(tile.len() - 1)]).collect()
 }
 
 /// Number of tiles along the single-member band `node` whose tile size is
@@ -694,7 +739,7 @@ fn move_to_front(node: ScheduleNode, lo: usize, hi: usize) -> Result<ScheduleNod
 
 /// The number of values band member `i` takes over the instances reaching
 /// the band, when the parameters fix it.
-fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
+pub fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
     let n = band.band_n_member()? as usize;
     let values = project_members(
         &band

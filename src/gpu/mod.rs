@@ -8,6 +8,7 @@
 //! program in the model's order (inputs, outputs, temps), then one `long`
 //! per parameter that has no value at compile time, in file order.
 
+pub mod contraction;
 pub mod mapping;
 pub mod promote;
 pub mod registers;
@@ -44,6 +45,9 @@ pub struct GpuOptions {
     /// Shared memory a block may use, in bytes (the H100 allows 227 KB
     /// with the opt-in; 48 KB without).
     pub shared_limit: usize,
+    /// Run contractions of f16 and bf16 operands on tensor cores
+    /// (`mma.sync`, see [`contraction`]).
+    pub tensor_cores: bool,
 }
 
 impl Default for GpuOptions {
@@ -56,6 +60,7 @@ impl Default for GpuOptions {
             registers: true,
             auto_tile: false,
             shared_limit: 48 * 1024,
+            tensor_cores: true,
         }
     }
 }

@@ -1,0 +1,543 @@
+//! The tensor-core region of a contraction kernel (see
+//! `gpu::contraction`): operand tiles copied to shared memory with
+//! `cp.async` two stages deep along the reduction, `ldmatrix` fragment
+//! loads, `mma.sync.m16n8k16` with f32 accumulators in registers, and the
+//! epilogue that stores the accumulators through the statement's element
+//! map.
+//!
+//! Shared layout of an operand with `R` rows (`m` for A, `n` for B) and a
+//! k tile of `K`: `[2][R][K + 8]` when `k` is its contiguous dimension, else
+//! `[2][K][R + 8]`. The 8-element (16-byte) padding keeps every row 16-byte
+//! aligned for `cp.async` and `ldmatrix` and puts the eight rows one
+//! `ldmatrix` reads in eight different groups of four banks.
+//!
+//! Fragment layouts (PTX ISA, `mma.m16n8k16` with 16-bit operands): lane
+//! `l` has group `g = l / 4` and thread `t = l % 4`; it holds A elements
+//! `(g, 2t..2t+1)`, `(g+8, 2t..)`, `(g, 2t+8..)`, `(g+8, 2t+8..)`, B elements
+//! `(2t..2t+1, g)` and `(2t+8.., g)`, and accumulators `(g, 2t)`, `(g,
+//! 2t+1)`, `(g+8, 2t)`, `(g+8, 2t+1)`.
+//!
+//! The CPU emulation prints the same region with the warp-wide
+//! instructions replaced by C functions that implement them from the PTX
+//! definitions (`pf_emu_ldmatrix_x4`: which lane's row address feeds which
+//! matrix and which lane receives which pair; `pf_emu_mma`: the fragments
+//! reassembled into 16 x 16 and 16 x 8 matrices), so the addresses of every
+//! `ldmatrix`, the stage bookkeeping of the pipeline, the zero fill and the
+//! epilogue's ownership are all executed and checked in CI.
+
+use std::fmt::Write;
+
+use crate::frontend::ast::DType;
+use crate::gpu::contraction::{Contraction, Operand, MMA_K, MMA_M, MMA_N};
+
+/// CUDA helpers for the tensor-core path (sm_80 and later).
+pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_async16(void *dst, const void *src, int bytes) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(bytes));
+}
+static __device__ __forceinline__ void pf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ __forceinline__ void pf_cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+static __device__ __forceinline__ void pf_ldmatrix_x4(unsigned r[4], const void *p) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+static __device__ __forceinline__ void pf_ldmatrix_x4_trans(unsigned r[4], const void *p) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+static __device__ __forceinline__ void pf_mma_f16(float d[4], const unsigned a[4], const unsigned b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ void pf_mma_bf16(float d[4], const unsigned a[4], const unsigned b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+"#;
+
+/// C versions of the warp-wide instructions, from their PTX definitions.
+pub const EMULATION_HELPERS: &str = r#"/* ldmatrix.m8n8.x4 over a warp: matrix j's row i is at rows[8 j + i];
+   lane l receives in register j the pair (l / 4, 2 (l % 4) .. + 1) of
+   matrix j, or of its transpose with `trans`. Low half first. */
+static void pf_emu_ldmatrix_x4(const uint16_t *rows[32], int trans, uint32_t out[32][4]) {
+  for (int l = 0; l < 32; l++)
+    for (int j = 0; j < 4; j++) {
+      int g = l / 4, t = l % 4;
+      uint16_t lo, hi;
+      if (trans) { lo = rows[8 * j + 2 * t][g]; hi = rows[8 * j + 2 * t + 1][g]; }
+      else { lo = rows[8 * j + g][2 * t]; hi = rows[8 * j + g][2 * t + 1]; }
+      out[l][j] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+}
+/* mma.m16n8k16.row.col with f32 accumulators d (per lane, 4 each). */
+static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int bf16) {
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; l++) {
+    int g = l / 4, t = l % 4;
+    for (int h = 0; h < 2; h++) {
+      float v[4], w[2];
+      for (int r = 0; r < 4; r++) { uint16_t x = (uint16_t)(a[l][r] >> (16 * h)); v[r] = bf16 ? pf_b2f(x) : pf_h2f(x); }
+      for (int r = 0; r < 2; r++) { uint16_t x = (uint16_t)(b[l][r] >> (16 * h)); w[r] = bf16 ? pf_b2f(x) : pf_h2f(x); }
+      A[g][2 * t + h] = v[0]; A[g + 8][2 * t + h] = v[1]; A[g][2 * t + 8 + h] = v[2]; A[g + 8][2 * t + 8 + h] = v[3];
+      B[2 * t + h][g] = w[0]; B[2 * t + 8 + h][g] = w[1];
+    }
+  }
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 8; j++) {
+      float s = 0.0f;
+      for (int k = 0; k < 16; k++) s += A[i][k] * B[k][j];
+      C[i][j] = s;
+    }
+  for (int l = 0; l < 32; l++) {
+    int g = l / 4, t = l % 4;
+    d[l][0] += C[g][2 * t]; d[l][1] += C[g][2 * t + 1];
+    d[l][2] += C[g + 8][2 * t]; d[l][3] += C[g + 8][2 * t + 1];
+  }
+}
+"#;
+
+/// Pipeline stages along the reduction.
+pub const STAGES: i64 = 2;
+/// Padding of each shared row, in elements (16 bytes).
+const PAD: i64 = 8;
+
+/// `(rows, pitch)` of one stage of operand `x` with `r` rows in the tile.
+fn layout(c: &Contraction, x: &Operand, r: i64) -> (i64, i64) {
+    if x.k_contiguous {
+        (r, c.tile[2] + PAD)
+    } else {
+        (c.tile[2], r + PAD)
+    }
+}
+
+/// Elements of one stage of A and of B.
+fn stage_len(c: &Contraction) -> (i64, i64) {
+    let (ra, pa) = layout(c, &c.a, c.tile[0]);
+    let (rb, pb) = layout(c, &c.b, c.tile[1]);
+    (ra * pa, rb * pb)
+}
+
+/// Shared memory of the region in bytes.
+pub fn shared_bytes(c: &Contraction) -> usize {
+    let (a, b) = stage_len(c);
+    (STAGES * (a + b) * 2) as usize
+}
+
+/// The shared buffers' names for kernel `mark`.
+pub fn buffers(mark: &str) -> (String, String) {
+    (format!("pf_mma_{mark}_A"), format!("pf_mma_{mark}_B"))
+}
+
+/// Declarations of the shared buffers (static on the CPU).
+pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String {
+    let (a, b) = stage_len(c);
+    let (na, nb) = buffers(mark);
+    let q = if emulate {
+        "static uint16_t"
+    } else {
+        "__shared__ __align__(16) unsigned short"
+    };
+    format!(
+        "{pad}{q} {na}[{}];\n{pad}{q} {nb}[{}];\n",
+        STAGES * a,
+        STAGES * b
+    )
+}
+
+/// What the region needs from the kernel around it, as C expressions.
+pub struct Region<'a> {
+    pub c: &'a Contraction,
+    pub mark: &'a str,
+    /// `Some(threads)`: print the CPU emulation.
+    pub emulate: Option<u32>,
+    /// Origins of the block's tile along `m` and `n` (iteration values).
+    pub origin: [String; 2],
+    /// Extents of the domain along `m`, `n`, `k`.
+    pub extents: [String; 3],
+    /// `&t_X[...]` of an operand element at iteration values `(row, k)`
+    /// (`row` is `m` for A, `n` for B).
+    pub a_address: &'a dyn Fn(&str, &str) -> String,
+    pub b_address: &'a dyn Fn(&str, &str) -> String,
+    /// The output element at local `(m, n)` of the block's tile: `t_C[...]`.
+    pub c_element: &'a dyn Fn(&str, &str) -> String,
+    pub c_dtype: DType,
+    /// The accumulators start at zero (a hoisted `+=!`); otherwise they
+    /// start from the output.
+    pub zero_init: bool,
+}
+
+impl Region<'_> {
+    /// The region, indented by `depth` levels.
+    pub fn print(&self, depth: usize) -> String {
+        let c = self.c;
+        let pad = "  ".repeat(depth);
+        let mut o = String::new();
+        let [mt, nt] = c.fragments();
+        let [wm, wn] = c.warps;
+        let (tm, tn, tk) = (c.tile[0], c.tile[1], c.tile[2]);
+        let (wtm, wtn) = (tm / wm, tn / wn);
+        let threads = c.threads();
+        let emu = self.emulate.is_some();
+        let w = |o: &mut String, d: usize, s: &str| {
+            let _ = writeln!(o, "{pad}{}{s}", "  ".repeat(d));
+        };
+        w(&mut o, 0, "{");
+        w(
+            &mut o,
+            1,
+            &format!(
+                "/* tensor cores: {tm} x {tn} x {tk} tiles, {wm} x {wn} warps of {} x {} (mma.m16n8k16, {} stages) */",
+                wtm, wtn, STAGES
+            ),
+        );
+        w(&mut o, 1, &format!("const pf_i pf_m0 = {};", self.origin[0]));
+        w(&mut o, 1, &format!("const pf_i pf_n0 = {};", self.origin[1]));
+        w(&mut o, 1, &format!("const pf_i pf_em = {};", self.extents[0]));
+        w(&mut o, 1, &format!("const pf_i pf_en = {};", self.extents[1]));
+        w(&mut o, 1, &format!("const pf_i pf_ek = {};", self.extents[2]));
+        let (sa, sb) = stage_len(c);
+        let (ba, bb) = buffers(self.mark);
+        if emu {
+            w(
+                &mut o,
+                1,
+                &format!("static float pf_acc[{threads}][{mt}][{nt}][4];"),
+            );
+        } else {
+            w(&mut o, 1, &format!("float pf_acc[{mt}][{nt}][4];"));
+            w(&mut o, 1, "const int pf_tid = (int)threadIdx.x;");
+        }
+        // Per-thread loops: the thread's own accumulators.
+        let each_thread_open = |o: &mut String, d: usize| -> usize {
+            if emu {
+                w(
+                    o,
+                    d,
+                    &format!("for (int pf_tid = {}; pf_tid >= 0; pf_tid--) {{", threads - 1),
+                );
+                d + 1
+            } else {
+                d
+            }
+        };
+        let acc = if emu {
+            "pf_acc[pf_tid][pf_mt][pf_nt][pf_r]"
+        } else {
+            "pf_acc[pf_mt][pf_nt][pf_r]"
+        };
+        let fragments = |o: &mut String, d: usize, body: &dyn Fn(&mut String, usize)| {
+            let un = |o: &mut String| {
+                if !emu {
+                    w(o, d, "#pragma unroll");
+                }
+            };
+            un(o);
+            w(o, d, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
+            un(o);
+            w(o, d, &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
+            un(o);
+            w(o, d, &format!("for (int pf_r = 0; pf_r < 4; pf_r++) {{"));
+            w(o, d + 1, "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;");
+            w(
+                o,
+                d + 1,
+                &format!(
+                    "const pf_i pf_lm = (pf_warp / {wn}) * {wtm} + pf_mt * {MMA_M} + pf_lane / 4 + (pf_r / 2) * 8;"
+                ),
+            );
+            w(
+                o,
+                d + 1,
+                &format!(
+                    "const pf_i pf_ln = (pf_warp % {wn}) * {wtn} + pf_nt * {MMA_N} + (pf_lane % 4) * 2 + pf_r % 2;"
+                ),
+            );
+            w(
+                o,
+                d + 1,
+                "const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;",
+            );
+            body(o, d + 1);
+            w(o, d, "}");
+        };
+        let load_c = match (self.c_dtype, emu) {
+            (DType::F16, _) => format!("pf_h2f({})", (self.c_element)("pf_lm", "pf_ln")),
+            (DType::BF16, _) => format!("pf_b2f({})", (self.c_element)("pf_lm", "pf_ln")),
+            _ => format!("(float)({})", (self.c_element)("pf_lm", "pf_ln")),
+        };
+        let store_c = match self.c_dtype {
+            DType::F16 => format!("pf_f2h({acc})"),
+            DType::BF16 => format!("pf_f2b({acc})"),
+            _ => acc.to_string(),
+        };
+        // Accumulators: zero, or the output's current values.
+        let d = each_thread_open(&mut o, 1);
+        fragments(&mut o, d, &|o, d| {
+            if self.zero_init {
+                w(o, d, &format!("{acc} = 0.0f; (void)pf_in;"));
+            } else {
+                w(o, d, &format!("{acc} = pf_in ? {load_c} : 0.0f;"));
+            }
+        });
+        if emu {
+            w(&mut o, 1, "}");
+        }
+        // The copy of one k tile of both operands into a stage.
+        let copy = |o: &mut String, d: usize, stage: &str, k0: &str| {
+            for (x, rows, buf, len, address, ext) in [
+                (&c.a, tm, &ba, sa, self.a_address, "pf_em"),
+                (&c.b, tn, &bb, sb, self.b_address, "pf_en"),
+            ] {
+                let origin = if std::ptr::eq(x, &c.a) {
+                    "pf_m0"
+                } else {
+                    "pf_n0"
+                };
+                let (lines, pitch) = layout(c, x, rows);
+                let per_line = pitch - PAD;
+                let chunks = lines * per_line / 8;
+                if emu {
+                    w(o, d, &format!("for (pf_i pf_e = 0; pf_e < {chunks}; pf_e++) {{"));
+                } else {
+                    w(
+                        o,
+                        d,
+                        &format!(
+                            "for (int pf_e = pf_tid; pf_e < {chunks}; pf_e += {threads}) {{"
+                        ),
+                    );
+                }
+                w(o, d + 1, &format!("const pf_i pf_line = pf_e / {};", per_line / 8));
+                w(o, d + 1, &format!("const pf_i pf_col = (pf_e % {}) * 8;", per_line / 8));
+                // Iteration values of the chunk's first element, and how
+                // many of its 8 elements lie inside the domain.
+                let (row, k, count) = if x.k_contiguous {
+                    (
+                        format!("{origin} + pf_line"),
+                        format!("{k0} + pf_col"),
+                        format!("({origin} + pf_line < {ext}) ? pf_max(pf_min(pf_ek - ({k0} + pf_col), (pf_i)8), (pf_i)0) : 0"),
+                    )
+                } else {
+                    (
+                        format!("{origin} + pf_col"),
+                        format!("{k0} + pf_line"),
+                        format!("({k0} + pf_line < pf_ek) ? pf_max(pf_min({ext} - ({origin} + pf_col), (pf_i)8), (pf_i)0) : 0"),
+                    )
+                };
+                w(o, d + 1, &format!("const pf_i pf_row_it = {row};"));
+                w(o, d + 1, &format!("const pf_i pf_k_it = {k};"));
+                w(o, d + 1, &format!("const int pf_count = (int)({count});"));
+                let dst = format!("{buf}[({stage}) * {len} + pf_line * {pitch} + pf_col]");
+                let src = address("pf_row_it", "pf_k_it");
+                if emu {
+                    w(
+                        o,
+                        d + 1,
+                        &format!(
+                            "for (int pf_q = 0; pf_q < 8; pf_q++) (&{dst})[pf_q] = pf_q < pf_count ? ({src})[pf_q] : 0;"
+                        ),
+                    );
+                } else {
+                    w(o, d + 1, &format!("unsigned short *pf_dst = &{dst};"));
+                    w(o, d + 1, "if (pf_count > 0) {");
+                    w(o, d + 2, &format!("const unsigned short *pf_src = {src};"));
+                    w(
+                        o,
+                        d + 2,
+                        "if ((((unsigned long long)pf_src) & 15) == 0) pf_cp_async16(pf_dst, pf_src, 2 * pf_count);",
+                    );
+                    w(
+                        o,
+                        d + 2,
+                        "else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;",
+                    );
+                    w(o, d + 1, "} else {");
+                    w(o, d + 2, "*(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);");
+                    w(o, d + 1, "}");
+                }
+                w(o, d, "}");
+            }
+            if !emu {
+                w(o, d, "pf_cp_async_commit();");
+            }
+        };
+        // Shared offsets (in elements) of the rows each lane hands to
+        // ldmatrix, for an A fragment at warp rows `r0` and k `kk`, and for
+        // a pair of B fragments at warp columns `c0`.
+        let a_lane = |lane: &str| -> String {
+            let (_, pitch) = layout(c, &c.a, tm);
+            if c.a.k_contiguous {
+                format!("(pf_ar + ({lane}) % 8 + (({lane}) / 8) % 2 * 8) * {pitch} + pf_kk + ({lane}) / 16 * 8")
+            } else {
+                format!("(pf_kk + (({lane}) / 8) / 2 * 8 + ({lane}) % 8) * {pitch} + pf_ar + (({lane}) / 8) % 2 * 8")
+            }
+        };
+        let b_lane = |lane: &str| -> String {
+            let (_, pitch) = layout(c, &c.b, tn);
+            if c.b.k_contiguous {
+                format!("(pf_bc + (({lane}) / 8) / 2 * 8 + ({lane}) % 8) * {pitch} + pf_kk + (({lane}) / 8) % 2 * 8")
+            } else {
+                format!("(pf_kk + (({lane}) / 8) % 2 * 8 + ({lane}) % 8) * {pitch} + pf_bc + (({lane}) / 8) / 2 * 8")
+            }
+        };
+        let a_trans = if c.a.k_contiguous { 0 } else { 1 };
+        let b_trans = if c.b.k_contiguous { 0 } else { 1 };
+        let mma = if c.dtype == DType::BF16 { "bf16" } else { "f16" };
+        let compute = |o: &mut String, d: usize| {
+            if emu {
+                w(
+                    o,
+                    d,
+                    &format!(
+                        "for (int pf_warp = {}; pf_warp >= 0; pf_warp--) {{",
+                        i64::from(threads / 32) - 1
+                    ),
+                );
+                w(o, d + 1, &format!("for (int pf_kk = 0; pf_kk < {tk}; pf_kk += {MMA_K}) {{"));
+                w(o, d + 2, &format!("static uint32_t pf_fa[{mt}][32][4], pf_fb[{nt}][32][2];"));
+                w(o, d + 2, "const uint16_t *pf_rows[32];");
+                w(o, d + 2, "static uint32_t pf_q[32][4];");
+                w(o, d + 2, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++) {{"));
+                w(
+                    o,
+                    d + 3,
+                    &format!("const int pf_ar = (pf_warp / {wn}) * {wtm} + pf_mt * {MMA_M};"),
+                );
+                w(
+                    o,
+                    d + 3,
+                    &format!(
+                        "for (int pf_l = 0; pf_l < 32; pf_l++) pf_rows[pf_l] = &{ba}[pf_stage * {sa} + {}];",
+                        a_lane("pf_l")
+                    ),
+                );
+                w(
+                    o,
+                    d + 3,
+                    &format!("pf_emu_ldmatrix_x4(pf_rows, {a_trans}, pf_fa[pf_mt]);"),
+                );
+                w(o, d + 2, "}");
+                w(o, d + 2, &format!("for (int pf_np = 0; pf_np < {}; pf_np++) {{", nt / 2));
+                w(
+                    o,
+                    d + 3,
+                    &format!("const int pf_bc = (pf_warp % {wn}) * {wtn} + pf_np * {};", 2 * MMA_N),
+                );
+                w(
+                    o,
+                    d + 3,
+                    &format!(
+                        "for (int pf_l = 0; pf_l < 32; pf_l++) pf_rows[pf_l] = &{bb}[pf_stage * {sb} + {}];",
+                        b_lane("pf_l")
+                    ),
+                );
+                w(o, d + 3, &format!("pf_emu_ldmatrix_x4(pf_rows, {b_trans}, pf_q);"));
+                w(o, d + 3, "for (int pf_l = 0; pf_l < 32; pf_l++) {");
+                w(o, d + 4, "pf_fb[2 * pf_np][pf_l][0] = pf_q[pf_l][0]; pf_fb[2 * pf_np][pf_l][1] = pf_q[pf_l][1];");
+                w(o, d + 4, "pf_fb[2 * pf_np + 1][pf_l][0] = pf_q[pf_l][2]; pf_fb[2 * pf_np + 1][pf_l][1] = pf_q[pf_l][3];");
+                w(o, d + 3, "}");
+                w(o, d + 2, "}");
+                w(o, d + 2, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
+                w(o, d + 2, &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++) {{"));
+                w(o, d + 3, "static float pf_d[32][4];");
+                w(o, d + 3, "for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_d[pf_l][pf_r] = pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r];");
+                w(
+                    o,
+                    d + 3,
+                    &format!(
+                        "pf_emu_mma(pf_d, pf_fa[pf_mt], pf_fb[pf_nt], {});",
+                        i32::from(c.dtype == DType::BF16)
+                    ),
+                );
+                w(o, d + 3, "for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r] = pf_d[pf_l][pf_r];");
+                w(o, d + 2, "}");
+                w(o, d + 1, "}");
+                w(o, d, "}");
+            } else {
+                w(o, d, "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;");
+                w(o, d, &format!("const pf_i pf_wr = (pf_warp / {wn}) * {wtm};"));
+                w(o, d, &format!("const pf_i pf_wc = (pf_warp % {wn}) * {wtn};"));
+                w(o, d, "#pragma unroll");
+                w(o, d, &format!("for (int pf_kk = 0; pf_kk < {tk}; pf_kk += {MMA_K}) {{"));
+                w(o, d + 1, &format!("unsigned pf_fa[{mt}][4], pf_fb[{nt}][2];"));
+                w(o, d + 1, "#pragma unroll");
+                w(o, d + 1, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++) {{"));
+                w(o, d + 2, &format!("const int pf_ar = pf_wr + pf_mt * {MMA_M};"));
+                let t = if a_trans == 1 { "_trans" } else { "" };
+                w(
+                    o,
+                    d + 2,
+                    &format!(
+                        "pf_ldmatrix_x4{t}(pf_fa[pf_mt], &{ba}[pf_stage * {sa} + {}]);",
+                        a_lane("pf_lane")
+                    ),
+                );
+                w(o, d + 1, "}");
+                w(o, d + 1, "#pragma unroll");
+                w(o, d + 1, &format!("for (int pf_np = 0; pf_np < {}; pf_np++) {{", nt / 2));
+                w(o, d + 2, &format!("const int pf_bc = pf_wc + pf_np * {};", 2 * MMA_N));
+                w(o, d + 2, "unsigned pf_q[4];");
+                let t = if b_trans == 1 { "_trans" } else { "" };
+                w(
+                    o,
+                    d + 2,
+                    &format!(
+                        "pf_ldmatrix_x4{t}(pf_q, &{bb}[pf_stage * {sb} + {}]);",
+                        b_lane("pf_lane")
+                    ),
+                );
+                w(o, d + 2, "pf_fb[2 * pf_np][0] = pf_q[0]; pf_fb[2 * pf_np][1] = pf_q[1];");
+                w(o, d + 2, "pf_fb[2 * pf_np + 1][0] = pf_q[2]; pf_fb[2 * pf_np + 1][1] = pf_q[3];");
+                w(o, d + 1, "}");
+                w(o, d + 1, "#pragma unroll");
+                w(o, d + 1, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
+                w(o, d + 1, "#pragma unroll");
+                w(o, d + 1, &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
+                w(
+                    o,
+                    d + 2,
+                    &format!("pf_mma_{mma}(pf_acc[pf_mt][pf_nt], pf_fa[pf_mt], pf_fb[pf_nt]);"),
+                );
+                w(o, d, "}");
+            }
+        };
+        // The pipeline: stage 0 first, then each step copies the next
+        // tile into the other stage while the tensor cores work on this one.
+        w(&mut o, 1, "int pf_stage = 0;");
+        copy(&mut o, 1, "0", "(pf_i)0");
+        w(
+            &mut o,
+            1,
+            &format!("for (pf_i pf_k0 = 0; pf_k0 < pf_ek; pf_k0 += {tk}) {{"),
+        );
+        w(&mut o, 2, &format!("if (pf_k0 + {tk} < pf_ek) {{"));
+        copy(&mut o, 3, "pf_stage ^ 1", &format!("(pf_k0 + {tk})"));
+        w(&mut o, 2, "}");
+        if !emu {
+            // An empty group when there is no next tile keeps the count.
+            w(&mut o, 2, "else pf_cp_async_commit();");
+            w(&mut o, 2, "pf_cp_async_wait1();");
+            w(&mut o, 2, "__syncthreads();");
+        }
+        compute(&mut o, 2);
+        if !emu {
+            w(&mut o, 2, "__syncthreads();");
+        }
+        w(&mut o, 2, "pf_stage ^= 1;");
+        w(&mut o, 1, "}");
+        // Epilogue: each lane stores the elements it owns.
+        let d = each_thread_open(&mut o, 1);
+        fragments(&mut o, d, &|o, d| {
+            w(
+                o,
+                d,
+                &format!("if (pf_in) {} = {store_c};", (self.c_element)("pf_lm", "pf_ln")),
+            );
+        });
+        if emu {
+            w(&mut o, 1, "}");
+        }
+        w(&mut o, 0, "}");
+        o
+    }
+}

@@ -1,0 +1,396 @@
+//! Contractions on tensor cores: recognising `C[m, n] += A[m, k] * B[k, n]`
+//! in the polyhedral form of a kernel, and the warp tiling that runs it with
+//! `mma.sync.m16n8k16` (f16 or bf16 operands, f32 accumulators).
+//!
+//! A kernel is a contraction when, in its outermost band (before tiling):
+//!
+//! * the band has two or three coincident members (they map to blocks)
+//!   followed by one that is not (the reduction); with three, the first is
+//!   a batch whose tiles have one point;
+//! * its instances are those of a single update statement `S` (and the
+//!   `S_init` of its `+=!`), whose right side, casts aside, is the product
+//!   of two reads of f16 (or two of bf16) tensors;
+//! * on `S`, each band member is exactly one iterator: `m`, `n` and `k`
+//!   (`k` a reduction index of `S`; `b` for a batch), so a schedule point
+//!   is an iteration;
+//! * `S`'s domain is a box from 0: `0 <= m < E_m, 0 <= n < E_n, 0 <= k <
+//!   E_k` (and `0 <= b < E_b`);
+//! * `A`'s subscripts use `m` and `k` (each in exactly one dimension, with
+//!   coefficient 1, never `n`), `B`'s `k` and `n`; the last (contiguous)
+//!   dimension of each is one of the two, so eight consecutive elements of
+//!   a tile row are 16 consecutive bytes;
+//! * every dependence among the kernel's instances relates two instances of
+//!   the same `(b, m, n)`: `D ∩ (T⁻¹ ∘ T)ᶜ = ∅` with `T` the projection on
+//!   `(b, m, n)`. The accumulator chain of one element is then the only order
+//!   to keep, so the elements may be spread over the lanes of warps in the
+//!   fragments' layout instead of the thread band's, and the steps of one
+//!   chain may be regrouped into sums of 16 products (a sum is a
+//!   reorderable reduction, as for warp reductions).
+//!
+//! Out-of-domain elements of a tile are read as zeros, so partial tiles
+//! along `m`, `n` and `k` need no test inside the fragment loops; the
+//! epilogue stores only elements inside the domain.
+
+use isl_rs::{PwMultiAff, ScheduleNode};
+
+use crate::codegen::ast::{self, Expr};
+use crate::deps::Dependences;
+use crate::error::Result;
+use crate::frontend::ast::{Affine, AssignOp, DType, ExprKind, Program, Reducer};
+use crate::isl::{ast_build_expr_from_pw_aff, DimType, Isl};
+use crate::model::{Scop, StmtKind};
+
+/// Rows, columns and depth of one `mma.sync` instruction.
+pub const MMA_M: i64 = 16;
+pub const MMA_N: i64 = 8;
+pub const MMA_K: i64 = 16;
+
+/// One operand of the contraction.
+#[derive(Debug, Clone)]
+pub struct Operand {
+    pub tensor: String,
+    /// Subscripts in the statement's iterators.
+    pub subscripts: Vec<Affine>,
+    /// Whether the reduction index `k` runs along the last (contiguous)
+    /// dimension; otherwise `m` (for `A`) or `n` (for `B`) does.
+    pub k_contiguous: bool,
+}
+
+/// A recognised contraction and the warp tiling chosen for it.
+#[derive(Debug, Clone)]
+pub struct Contraction {
+    /// The update statement (model name).
+    pub statement: String,
+    /// The statement's iterators playing `m`, `n` and `k`.
+    pub m: String,
+    pub n: String,
+    pub k: String,
+    /// Iterators of the outer parallel members (a batch), tile size 1:
+    /// one value per block.
+    pub batch: Vec<String>,
+    /// Operand type: f16 or bf16.
+    pub dtype: DType,
+    pub a: Operand,
+    pub b: Operand,
+    /// Extents of the domain box along `m`, `n`, `k`, in the parameters.
+    pub extents: [Expr; 3],
+    /// Tile sizes along `m`, `n`, `k`.
+    pub tile: [i64; 3],
+    /// Warps along `m` and `n`; each warp owns a `tile[0] / warps[0]` by
+    /// `tile[1] / warps[1]` piece of the block's tile.
+    pub warps: [i64; 2],
+}
+
+impl Contraction {
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        (32 * self.warps[0] * self.warps[1]) as u32
+    }
+    /// `mma` tiles per warp along `m` and `n`.
+    pub fn fragments(&self) -> [i64; 2] {
+        [
+            self.tile[0] / self.warps[0] / MMA_M,
+            self.tile[1] / self.warps[1] / MMA_N,
+        ]
+    }
+}
+
+/// The warp layouts tried for a block tile, largest first: `(tile_m,
+/// tile_n, warps_m, warps_n)`. Each warp tile is a multiple of 16 x 16, so
+/// fragments along `n` come in pairs (one `ldmatrix.x4` loads two).
+const LAYOUTS: [(i64, i64, i64, i64); 5] = [
+    (128, 128, 2, 4),
+    (64, 128, 1, 4),
+    (64, 64, 2, 2),
+    (32, 64, 1, 4),
+    (32, 32, 2, 2),
+];
+
+/// Depth of a k tile in the automatic choice.
+const AUTO_TILE_K: i64 = 32;
+
+/// A warp layout for user tile sizes `tile` and `threads` per block, when
+/// one divides them (`None`: the kernel stays on the SIMT path).
+fn layout_for(tile: [i64; 3], threads: u32) -> Option<[i64; 2]> {
+    if threads % 32 != 0 || tile[2] % MMA_K != 0 {
+        return None;
+    }
+    let warps = i64::from(threads / 32);
+    // The squarest warp tile: fewest fragment loads per mma.
+    (1..=warps)
+        .filter(|wm| warps % wm == 0)
+        .map(|wm| [wm, warps / wm])
+        .filter(|[wm, wn]| tile[0] % (wm * MMA_M) == 0 && tile[1] % (wn * 2 * MMA_N) == 0)
+        .min_by_key(|[wm, wn]| {
+            let (a, b) = (tile[0] / wm, tile[1] / wn);
+            (a.max(b) * 1000 / a.min(b).max(1), -wn)
+        })
+}
+
+/// Recognises the contraction of the kernel whose outermost band is
+/// `band` (untiled, `nb` members mapped to blocks); `tile` and `threads`
+/// are the user's sizes, `None` for the automatic choice.
+#[allow(clippy::too_many_arguments)]
+pub fn recognise(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    band: &ScheduleNode,
+    nb: usize,
+    user: Option<([i64; 3], u32)>,
+) -> Result<Option<Contraction>> {
+    if !(2..=3).contains(&nb) || band.band_n_member()? != nb as i32 + 1 {
+        return Ok(None);
+    }
+    for i in 0..nb {
+        if !band.band_member_get_coincident(i as i32)? {
+            return Ok(None);
+        }
+    }
+    if band.band_member_get_coincident(nb as i32)? {
+        return Ok(None);
+    }
+    let domain = band.get_domain()?;
+    let stmts = scop.statements_in(&domain)?;
+    let updates: Vec<_> = stmts
+        .iter()
+        .filter(|s| s.kind == StmtKind::Update)
+        .collect();
+    let [s] = updates.as_slice() else {
+        return Ok(None);
+    };
+    if stmts
+        .iter()
+        .any(|o| o.name != s.name && !(o.kind == StmtKind::Init && o.source == s.source))
+    {
+        return Ok(None);
+    }
+    let st = &program.statements[s.source];
+    if !matches!(
+        st.op,
+        AssignOp::Reduce {
+            op: Reducer::Sum,
+            ..
+        }
+    ) {
+        return Ok(None);
+    }
+    let Some(out) = scop.tensor(&st.lhs_tensor) else {
+        return Ok(None);
+    };
+    if !out.dtype.is_float() {
+        return Ok(None);
+    }
+    // The right side: a product of two reads, casts aside.
+    fn uncast(e: &crate::frontend::ast::Expr) -> &crate::frontend::ast::Expr {
+        match &e.kind {
+            ExprKind::Cast(_, inner) => uncast(inner),
+            _ => e,
+        }
+    }
+    let ExprKind::Binary(crate::frontend::ast::BinOp::Mul, x, y) = &uncast(&st.rhs).kind else {
+        return Ok(None);
+    };
+    let read = |e: &crate::frontend::ast::Expr| match &uncast(e).kind {
+        ExprKind::Access { tensor, subscripts } => Some((tensor.clone(), subscripts.clone())),
+        _ => None,
+    };
+    let (Some(x), Some(y)) = (read(x), read(y)) else {
+        return Ok(None);
+    };
+    let dtype = match (scop.tensor(&x.0), scop.tensor(&y.0)) {
+        (Some(a), Some(b)) if a.dtype == b.dtype && matches!(a.dtype, DType::F16 | DType::BF16) => {
+            a.dtype
+        }
+        _ => return Ok(None),
+    };
+    // Each band member is one iterator of S.
+    if s.iterators.len() != nb + 1 {
+        return Ok(None);
+    }
+    let partial = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?;
+    let pma = PwMultiAff::from_map(isl_rs::Map::from_union_map(partial)?)?;
+    let mut roles = Vec::new();
+    for d in 0..=nb as i32 {
+        let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? else {
+            return Ok(None);
+        };
+        if crate::isl::val_to_i64(&aff.get_constant_val()?)? != 0 {
+            return Ok(None);
+        }
+        for p in 0..aff.dim(DimType::Param)? {
+            if crate::isl::val_to_i64(&aff.get_coefficient_val(DimType::Param, p)?)? != 0 {
+                return Ok(None);
+            }
+        }
+        let mut found = None;
+        for i in 0..=nb as i32 {
+            match crate::isl::val_to_i64(&aff.get_coefficient_val(DimType::In, i)?)? {
+                0 => {}
+                1 if found.is_none() => found = Some(i as usize),
+                _ => return Ok(None),
+            }
+        }
+        let Some(i) = found else {
+            return Ok(None);
+        };
+        roles.push(s.iterators[i].clone());
+    }
+    let (m, n, k) = (
+        roles[nb - 2].clone(),
+        roles[nb - 1].clone(),
+        roles[nb].clone(),
+    );
+    let batch: Vec<String> = roles[..nb - 2].to_vec();
+    let mut distinct = roles.clone();
+    distinct.sort();
+    distinct.dedup();
+    if distinct.len() != roles.len() || !st.reduction_indices.contains(&k) {
+        return Ok(None);
+    }
+    // Operands: which read is A (m, k) and which B (k, n).
+    let operand = |(tensor, subs): &(String, Vec<Affine>), row: &str| -> Option<Operand> {
+        let other = if row == m { &n } else { &m };
+        let mut row_dim = None;
+        let mut k_dim = None;
+        for (d, a) in subs.iter().enumerate() {
+            if a.coeff(other) != 0 {
+                return None;
+            }
+            let (r, kk) = (a.coeff(row), a.coeff(&k));
+            match (r, kk) {
+                (0, 0) => {}
+                (1, 0) if row_dim.is_none() => row_dim = Some(d),
+                (0, 1) if k_dim.is_none() => k_dim = Some(d),
+                _ => return None,
+            }
+        }
+        let last = subs.len().checked_sub(1)?;
+        let (r, kd) = (row_dim?, k_dim?);
+        if r != last && kd != last {
+            return None;
+        }
+        Some(Operand {
+            tensor: tensor.clone(),
+            subscripts: subs.clone(),
+            k_contiguous: kd == last,
+        })
+    };
+    let (a, b) = match (operand(&x, &m), operand(&y, &n)) {
+        (Some(a), Some(b)) => (a, b),
+        _ => match (operand(&y, &m), operand(&x, &n)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Ok(None),
+        },
+    };
+    // The domain is a box from 0.
+    let names: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
+    let mut bounds = Vec::new();
+    let mut extents = Vec::new();
+    for it in &s.iterators {
+        let pos = s.iterators.iter().position(|i| i == it).unwrap_or(0) as i32;
+        let max = s.domain.copy()?.dim_max(pos)?;
+        let Some(aff) = super::promote::single_aff(&max)? else {
+            return Ok(None);
+        };
+        let (c, terms) = crate::isl::aff_in_params(&aff)?;
+        let mut hi = Affine::constant(c);
+        for (p, v) in terms {
+            hi = hi.add(&Affine::var(&p).scale(v));
+        }
+        bounds.push(format!("0 <= {it} <= {hi}"));
+        let e = ast_build_expr_from_pw_aff(scop.context.copy()?, max)
+            .ok_or_else(|| crate::error::Error::Internal("isl could not print a bound".into()))?;
+        extents.push(Expr::Op(
+            ast::Op::Add,
+            vec![ast::expr_from_isl(&e)?, Expr::Int(1)],
+        ));
+    }
+    let text = format!(
+        "[{}] -> {{ {}[{}] : {} }}",
+        names.join(", "),
+        s.name,
+        s.iterators.join(", "),
+        bounds.join(" and ")
+    );
+    let context = scop.context.copy()?;
+    let boxed = isl.set(&text)?.intersect_params(context.copy()?)?;
+    if !boxed.is_equal(&s.domain.copy()?.intersect_params(context)?)? {
+        return Ok(None);
+    }
+    // Dependences stay within one (m, n).
+    let values = super::mapping::project_members(
+        &band.band_get_partial_schedule_union_map()?,
+        0,
+        nb,
+        nb + 1,
+    )?
+    .intersect_domain(domain.copy()?)?;
+    let same = values.copy()?.apply_range(values.reverse()?)?;
+    let inside = deps
+        .all()?
+        .intersect_domain(domain.copy()?)?
+        .intersect_range(domain)?;
+    if !inside.subtract(same)?.is_empty()? {
+        return Ok(None);
+    }
+    let at = |it: &str| {
+        let pos = s.iterators.iter().position(|i| i == it).unwrap_or(0);
+        extents[pos].clone()
+    };
+    let extents: [Expr; 3] = [at(&m), at(&n), at(&k)];
+    let (tile, warps) = match user {
+        Some((tile, 0)) => match [256, 128, 64, 32]
+            .iter()
+            .find_map(|t| layout_for(tile, *t))
+        {
+            Some(w) => (tile, w),
+            None => return Ok(None),
+        },
+        Some((tile, threads)) => match layout_for(tile, threads) {
+            Some(w) => (tile, w),
+            None => return Ok(None),
+        },
+        None => {
+            let e: Vec<Option<i64>> = (nb - 2..nb)
+                .map(|i| super::mapping::member_extent(band, i))
+                .collect::<Result<_>>()?;
+            auto_layout(&e)
+        }
+    };
+    Ok(Some(Contraction {
+        statement: s.name.clone(),
+        m,
+        n,
+        k,
+        batch,
+        dtype,
+        a,
+        b,
+        extents,
+        tile,
+        warps,
+    }))
+}
+
+/// Blocks the automatic choice wants at least (the H100 has 132
+/// multiprocessors).
+const ENOUGH_BLOCKS: i64 = 132;
+
+/// The largest layout of [`LAYOUTS`] that still gives [`ENOUGH_BLOCKS`]
+/// blocks for extents `e` (unknown extents count as large), else the
+/// smallest.
+fn auto_layout(e: &[Option<i64>]) -> ([i64; 3], [i64; 2]) {
+    let blocks = |tm: i64, tn: i64| -> i64 {
+        let count = |x: Option<i64>, t: i64| x.map_or(i64::MAX / 4, |x| (x + t - 1) / t);
+        count(e[0], tm).saturating_mul(count(e[1], tn))
+    };
+    let pick = LAYOUTS
+        .iter()
+        .find(|(tm, tn, _, _)| blocks(*tm, *tn) >= ENOUGH_BLOCKS)
+        .unwrap_or(&LAYOUTS[LAYOUTS.len() - 1]);
+    ([pick.0, pick.1, AUTO_TILE_K], [pick.2, pick.3])
+}
