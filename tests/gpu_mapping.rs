@@ -385,3 +385,165 @@ fn register_tiles_start_at_the_identity_of_their_reduction() {
         emulate_ok(&json, &auto);
     }
 }
+
+fn contraction(a: &str, b: &str, body: &str, dtype: &str, sizes: (i64, i64, i64)) -> String {
+    let (m, n, k) = sizes;
+    format!(
+        r#"{{ "name": "mm", "params": {{ "M": {m}, "N": {n}, "K": {k} }},
+             "inputs": {{ "A": {{"dtype": "{dtype}", "shape": {a}}}, "B": {{"dtype": "{dtype}", "shape": {b}}} }},
+             "outputs": {{ "C": {{"dtype": "f32", "shape": ["M", "N"]}} }},
+             "body": [ "{body}" ] }}"#
+    )
+}
+
+fn auto_gpu() -> Options {
+    let mut o = gpu_options(&[32]);
+    o.gpu = Some(GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    });
+    o
+}
+
+#[test]
+fn f16_and_bf16_contractions_run_on_tensor_cores_in_every_operand_layout() {
+    // Row- and column-major operands (ldmatrix with and without .trans),
+    // sizes that leave partial tiles along m, n and k, both 16-bit types;
+    // the CPU emulation executes ldmatrix and mma from their definitions.
+    let cases = [
+        (
+            r#"["M","K"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(i, k) * B(k, j)",
+        ),
+        (
+            r#"["M","K"]"#,
+            r#"["N","K"]"#,
+            "C(i, j) +=! A(i, k) * B(j, k)",
+        ),
+        (
+            r#"["K","M"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(k, i) * B(k, j)",
+        ),
+        (
+            r#"["K","M"]"#,
+            r#"["N","K"]"#,
+            "C(i, j) +=! f32(A(k, i)) * f32(B(j, k))",
+        ),
+    ];
+    for (a, b, body) in cases {
+        for dtype in ["f16", "bf16"] {
+            let json = contraction(a, b, body, dtype, (70, 45, 41));
+            let p = load_str(&json, "mm.json").unwrap();
+            let c = compile(&p, &auto_gpu()).unwrap();
+            let cuda = c.cuda.as_ref().unwrap();
+            for needle in ["mma.sync.aligned.m16n8k16", "ldmatrix", "cp.async.cg"] {
+                assert!(cuda.source.contains(needle), "{body} {dtype}: no {needle}");
+            }
+            let trans = cuda.source.contains("pf_ldmatrix_x4_trans(pf_");
+            assert_eq!(
+                trans,
+                a.starts_with(r#"["K""#) || b.starts_with(r#"["K""#),
+                "{body}"
+            );
+            let k = &cuda.kernels[0];
+            assert_eq!(k.block[0] % 32, 0);
+            assert!(k.dynamic_shared > 0);
+            emulate_ok(&json, &auto_gpu());
+        }
+    }
+}
+
+#[test]
+fn user_tiles_choose_the_warps_and_odd_tiles_fall_back() {
+    let json = contraction(
+        r#"["M","K"]"#,
+        r#"["K","N"]"#,
+        "C(i, j) +=! A(i, k) * B(k, j)",
+        "f16",
+        (150, 140, 70),
+    );
+    let p = load_str(&json, "mm.json").unwrap();
+    for (tile, block, warps) in [
+        (vec![64, 64, 16], vec![], "2 x 4 warps"),
+        (vec![64, 64, 32], vec![128], "2 x 2 warps"),
+        (vec![32, 64, 16], vec![64], "1 x 2 warps"),
+    ] {
+        let mut o = gpu_options(&tile);
+        o.gpu = Some(GpuOptions {
+            block: block.clone(),
+            ..GpuOptions::default()
+        });
+        let c = compile(&p, &o).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert!(src.contains(warps), "{tile:?} {block:?}:\n{src}");
+        emulate_ok(&json, &o);
+    }
+    // A k tile that is no multiple of 16 has no fragment form.
+    let c = compile(&p, &gpu_options(&[32, 32, 8])).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("mma.sync"));
+    emulate_ok(&json, &gpu_options(&[32, 32, 8]));
+}
+
+#[test]
+fn contractions_that_do_not_fit_the_fragments_stay_on_the_ordinary_cores() {
+    let simt = |json: &str, o: &Options| {
+        let p = load_str(json, "mm.json").unwrap();
+        let c = compile(&p, o).unwrap();
+        assert!(
+            !c.cuda.as_ref().unwrap().source.contains("mma.sync"),
+            "{json}"
+        );
+        emulate_ok(json, o);
+    };
+    // f32 operands.
+    simt(&gemm(70, 45, 41), &auto_gpu());
+    // Asked not to.
+    let f16 = contraction(
+        r#"["M","K"]"#,
+        r#"["K","N"]"#,
+        "C(i, j) +=! A(i, k) * B(k, j)",
+        "f16",
+        (70, 45, 41),
+    );
+    let mut off = auto_gpu();
+    off.gpu = Some(GpuOptions {
+        auto_tile: true,
+        tensor_cores: false,
+        ..GpuOptions::default()
+    });
+    simt(&f16, &off);
+    // Not a plain product: a sum of products, and a strided operand.
+    simt(
+        &contraction(
+            r#"["M","K"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(i, k) * B(k, j) + A(i, k)",
+            "f16",
+            (70, 45, 41),
+        ),
+        &auto_gpu(),
+    );
+    simt(
+        &contraction(
+            r#"["M","K"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(i, 2 * k) * B(k, j) where k in 0:K/2",
+            "f16",
+            (70, 45, 40),
+        ),
+        &auto_gpu(),
+    );
+    // A triangular domain is no box.
+    simt(
+        &contraction(
+            r#"["M","K"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(i, k) * B(k, j) where k <= i",
+            "f16",
+            (70, 45, 70),
+        ),
+        &auto_gpu(),
+    );
+}

@@ -23,9 +23,9 @@ use super::ast::{c_expr, Expr, Node, Op};
 use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
+use crate::gpu::contraction::Contraction;
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
 use crate::gpu::promote::Scope;
-use crate::gpu::contraction::Contraction;
 use crate::gpu::registers::RegisterTile;
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::model::Scop;
@@ -230,12 +230,11 @@ pub fn program(
             name: mark.clone(),
             grid: plan.grid.clone(),
             block: plan.block,
-            dynamic_shared: 0,
-            static_shared: scope.map(|s| s.bytes()).unwrap_or(0)
-                + plan
-                    .contraction
-                    .as_ref()
-                    .map_or(0, super::mma::shared_bytes),
+            dynamic_shared: plan
+                .contraction
+                .as_ref()
+                .map_or(0, super::mma::shared_bytes),
+            static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
         });
     }
     emulation.push_str("}\n");
@@ -1052,7 +1051,15 @@ impl Ctx<'_> {
                     format!("const pf_i pf_t{j} = {tid} + pf_r{a} * {b};"),
                 );
             }
-            let mut conds = Vec::new();
+            // Only the thread points of this block's tile: with more
+            // threads than points along an axis, the extra threads' points
+            // belong to the next tile, which another block owns.
+            let mut conds: Vec<String> = regs
+                .thread_tiles
+                .iter()
+                .enumerate()
+                .map(|(j, t)| format!("pf_t{j} < {t}"))
+                .collect();
             let mut global = String::new();
             for (d, e) in regs.element.iter().enumerate() {
                 let extent = self

@@ -36,7 +36,7 @@ pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_as
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(bytes));
 }
 static __device__ __forceinline__ void pf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-static __device__ __forceinline__ void pf_cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+template <int N> static __device__ __forceinline__ void pf_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 static __device__ __forceinline__ void pf_ldmatrix_x4(unsigned r[4], const void *p) {
   unsigned a = (unsigned)__cvta_generic_to_shared(p);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
@@ -96,8 +96,6 @@ static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int
 }
 "#;
 
-/// Pipeline stages along the reduction.
-pub const STAGES: i64 = 2;
 /// Padding of each shared row, in elements (16 bytes).
 const PAD: i64 = 8;
 
@@ -117,10 +115,11 @@ fn stage_len(c: &Contraction) -> (i64, i64) {
     (ra * pa, rb * pb)
 }
 
-/// Shared memory of the region in bytes.
+/// Shared memory of the region in bytes (dynamic shared memory on the
+/// GPU: more than the 48 KB a static array may take).
 pub fn shared_bytes(c: &Contraction) -> usize {
     let (a, b) = stage_len(c);
-    (STAGES * (a + b) * 2) as usize
+    (c.stages * (a + b) * 2) as usize
 }
 
 /// The shared buffers' names for kernel `mark`.
@@ -128,20 +127,25 @@ pub fn buffers(mark: &str) -> (String, String) {
     (format!("pf_mma_{mark}_A"), format!("pf_mma_{mark}_B"))
 }
 
-/// Declarations of the shared buffers (static on the CPU).
+/// Declarations of the shared buffers: the kernel's dynamic shared memory
+/// on the GPU, static arrays on the CPU.
 pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String {
     let (a, b) = stage_len(c);
     let (na, nb) = buffers(mark);
-    let q = if emulate {
-        "static uint16_t"
+    if emulate {
+        format!(
+            "{pad}static uint16_t {na}[{}];\n{pad}static uint16_t {nb}[{}];\n",
+            c.stages * a,
+            c.stages * b
+        )
     } else {
-        "__shared__ __align__(16) unsigned short"
-    };
-    format!(
-        "{pad}{q} {na}[{}];\n{pad}{q} {nb}[{}];\n",
-        STAGES * a,
-        STAGES * b
-    )
+        format!(
+            "{pad}extern __shared__ __align__(16) unsigned short pf_dynamic_shared[];\n\
+             {pad}unsigned short *const {na} = pf_dynamic_shared;\n\
+             {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n",
+            c.stages * a
+        )
+    }
 }
 
 /// What the region needs from the kernel around it, as C expressions.
@@ -187,14 +191,34 @@ impl Region<'_> {
             1,
             &format!(
                 "/* tensor cores: {tm} x {tn} x {tk} tiles, {wm} x {wn} warps of {} x {} (mma.m16n8k16, {} stages) */",
-                wtm, wtn, STAGES
+                wtm, wtn, c.stages
             ),
         );
-        w(&mut o, 1, &format!("const pf_i pf_m0 = {};", self.origin[0]));
-        w(&mut o, 1, &format!("const pf_i pf_n0 = {};", self.origin[1]));
-        w(&mut o, 1, &format!("const pf_i pf_em = {};", self.extents[0]));
-        w(&mut o, 1, &format!("const pf_i pf_en = {};", self.extents[1]));
-        w(&mut o, 1, &format!("const pf_i pf_ek = {};", self.extents[2]));
+        w(
+            &mut o,
+            1,
+            &format!("const pf_i pf_m0 = {};", self.origin[0]),
+        );
+        w(
+            &mut o,
+            1,
+            &format!("const pf_i pf_n0 = {};", self.origin[1]),
+        );
+        w(
+            &mut o,
+            1,
+            &format!("const pf_i pf_em = {};", self.extents[0]),
+        );
+        w(
+            &mut o,
+            1,
+            &format!("const pf_i pf_en = {};", self.extents[1]),
+        );
+        w(
+            &mut o,
+            1,
+            &format!("const pf_i pf_ek = {};", self.extents[2]),
+        );
         let (sa, sb) = stage_len(c);
         let (ba, bb) = buffers(self.mark);
         if emu {
@@ -213,7 +237,10 @@ impl Region<'_> {
                 w(
                     o,
                     d,
-                    &format!("for (int pf_tid = {}; pf_tid >= 0; pf_tid--) {{", threads - 1),
+                    &format!(
+                        "for (int pf_tid = {}; pf_tid >= 0; pf_tid--) {{",
+                        threads - 1
+                    ),
                 );
                 d + 1
             } else {
@@ -237,7 +264,11 @@ impl Region<'_> {
             w(o, d, &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
             un(o);
             w(o, d, &format!("for (int pf_r = 0; pf_r < 4; pf_r++) {{"));
-            w(o, d + 1, "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;");
+            w(
+                o,
+                d + 1,
+                "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;",
+            );
             w(
                 o,
                 d + 1,
@@ -282,82 +313,157 @@ impl Region<'_> {
         if emu {
             w(&mut o, 1, "}");
         }
-        // The copy of one k tile of both operands into a stage.
-        let copy = |o: &mut String, d: usize, stage: &str, k0: &str| {
-            for (x, rows, buf, len, address, ext) in [
-                (&c.a, tm, &ba, sa, self.a_address, "pf_em"),
-                (&c.b, tn, &bb, sb, self.b_address, "pf_en"),
-            ] {
-                let origin = if std::ptr::eq(x, &c.a) {
-                    "pf_m0"
-                } else {
-                    "pf_n0"
-                };
+        // The copy of one k tile of both operands into a stage. Thread
+        // `tid` copies chunks `tid + j * threads` (8 elements, 16 bytes,
+        // along the contiguous dimension). What does not change from one k
+        // tile to the next is set up once (`setup`, before the pipeline on
+        // the GPU; on the CPU inside each copy, per emulated thread): the
+        // chunk's place in the stage, its source at k = its k offset, the
+        // distance between two k (`&X[.., k + 1] - &X[.., k]`), the count
+        // along the rows, and the alignment (a k tile moves the source by a
+        // multiple of 16 bytes).
+        let operands = [
+            ("A", &c.a, tm, &ba, sa, self.a_address, "pf_em", "pf_m0"),
+            ("B", &c.b, tn, &bb, sb, self.b_address, "pf_en", "pf_n0"),
+        ];
+        let setup = |o: &mut String, d: usize| {
+            for (name, x, rows, _, _, address, ext, origin) in operands {
                 let (lines, pitch) = layout(c, x, rows);
-                let per_line = pitch - PAD;
-                let chunks = lines * per_line / 8;
-                if emu {
-                    w(o, d, &format!("for (pf_i pf_e = 0; pf_e < {chunks}; pf_e++) {{"));
-                } else {
+                let per_line = (pitch - PAD) / 8;
+                let chunks = lines * per_line;
+                let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
+                for j in 0..per_thread {
+                    let v = format!("pf_{name}{j}");
+                    w(
+                        o,
+                        d,
+                        &format!("const pf_i {v}_e = pf_tid + {};", j * i64::from(threads)),
+                    );
+                    w(o, d, &format!("const int {v}_live = {v}_e < {chunks};"));
+                    w(o, d, &format!("const pf_i {v}_line = {v}_e / {per_line};"));
+                    w(
+                        o,
+                        d,
+                        &format!("const pf_i {v}_col = ({v}_e % {per_line}) * 8;"),
+                    );
+                    w(
+                        o,
+                        d,
+                        &format!("const pf_i {v}_dst = {v}_line * {pitch} + {v}_col;"),
+                    );
+                    let (row, k) = if x.k_contiguous {
+                        (format!("{origin} + {v}_line"), format!("{v}_col"))
+                    } else {
+                        (format!("{origin} + {v}_col"), format!("{v}_line"))
+                    };
+                    w(o, d, &format!("const pf_i {v}_row = {row};"));
+                    w(o, d, &format!("const pf_i {v}_k = {k};"));
                     w(
                         o,
                         d,
                         &format!(
-                            "for (int pf_e = pf_tid; pf_e < {chunks}; pf_e += {threads}) {{"
+                            "const unsigned short *const {v}_src = (const unsigned short *){};",
+                            address(&format!("{v}_row"), &format!("{v}_k"))
                         ),
                     );
-                }
-                w(o, d + 1, &format!("const pf_i pf_line = pf_e / {};", per_line / 8));
-                w(o, d + 1, &format!("const pf_i pf_col = (pf_e % {}) * 8;", per_line / 8));
-                // Iteration values of the chunk's first element, and how
-                // many of its 8 elements lie inside the domain.
-                let (row, k, count) = if x.k_contiguous {
-                    (
-                        format!("{origin} + pf_line"),
-                        format!("{k0} + pf_col"),
-                        format!("({origin} + pf_line < {ext}) ? pf_max(pf_min(pf_ek - ({k0} + pf_col), (pf_i)8), (pf_i)0) : 0"),
-                    )
-                } else {
-                    (
-                        format!("{origin} + pf_col"),
-                        format!("{k0} + pf_line"),
-                        format!("({k0} + pf_line < pf_ek) ? pf_max(pf_min({ext} - ({origin} + pf_col), (pf_i)8), (pf_i)0) : 0"),
-                    )
-                };
-                w(o, d + 1, &format!("const pf_i pf_row_it = {row};"));
-                w(o, d + 1, &format!("const pf_i pf_k_it = {k};"));
-                w(o, d + 1, &format!("const int pf_count = (int)({count});"));
-                let dst = format!("{buf}[({stage}) * {len} + pf_line * {pitch} + pf_col]");
-                let src = address("pf_row_it", "pf_k_it");
-                if emu {
                     w(
                         o,
-                        d + 1,
+                        d,
                         &format!(
-                            "for (int pf_q = 0; pf_q < 8; pf_q++) (&{dst})[pf_q] = pf_q < pf_count ? ({src})[pf_q] : 0;"
+                            "const pf_i {v}_ks = (pf_i)((const unsigned short *){} - (const unsigned short *){});",
+                            address(&format!("{v}_row"), &format!("{v}_k + 1")),
+                            address(&format!("{v}_row"), &format!("{v}_k"))
                         ),
                     );
-                } else {
-                    w(o, d + 1, &format!("unsigned short *pf_dst = &{dst};"));
-                    w(o, d + 1, "if (pf_count > 0) {");
-                    w(o, d + 2, &format!("const unsigned short *pf_src = {src};"));
-                    w(
-                        o,
-                        d + 2,
-                        "if ((((unsigned long long)pf_src) & 15) == 0) pf_cp_async16(pf_dst, pf_src, 2 * pf_count);",
-                    );
-                    w(
-                        o,
-                        d + 2,
-                        "else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;",
-                    );
-                    w(o, d + 1, "} else {");
-                    w(o, d + 2, "*(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);");
-                    w(o, d + 1, "}");
+                    if x.k_contiguous {
+                        w(
+                            o,
+                            d,
+                            &format!("const int {v}_rows = {v}_live && {v}_row < {ext};"),
+                        );
+                    } else {
+                        w(
+                            o,
+                            d,
+                            &format!(
+                                "const int {v}_rows = {v}_live ? (int)pf_max(pf_min({ext} - {v}_row, (pf_i)8), (pf_i)0) : 0;"
+                            ),
+                        );
+                    }
+                    if !emu {
+                        w(
+                            o,
+                            d,
+                            &format!("const int {v}_aligned = (((unsigned long long){v}_src) & 15) == 0;"),
+                        );
+                    }
                 }
-                w(o, d, "}");
             }
-            if !emu {
+        };
+        let copy = |o: &mut String, d: usize, stage: &str, k0: &str| {
+            let mut d = d;
+            if emu {
+                w(
+                    o,
+                    d,
+                    &format!(
+                        "for (int pf_tid = {}; pf_tid >= 0; pf_tid--) {{",
+                        threads - 1
+                    ),
+                );
+                d += 1;
+                setup(o, d);
+            }
+            for (name, x, rows, buf, len, _, _, _) in operands {
+                let (lines, pitch) = layout(c, x, rows);
+                let chunks = lines * (pitch - PAD) / 8;
+                let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
+                for j in 0..per_thread {
+                    let v = format!("pf_{name}{j}");
+                    w(o, d, &format!("if ({v}_live) {{"));
+                    // How many of the chunk's 8 elements lie in the domain.
+                    let count = if x.k_contiguous {
+                        format!("{v}_rows ? (int)pf_max(pf_min(pf_ek - ({k0} + {v}_k), (pf_i)8), (pf_i)0) : 0")
+                    } else {
+                        format!("({k0} + {v}_k < pf_ek) ? {v}_rows : 0")
+                    };
+                    w(o, d + 1, &format!("const int pf_count = {count};"));
+                    let dst = format!("&{buf}[({stage}) * {len} + {v}_dst]");
+                    let src = format!("({v}_src + ({k0}) * {v}_ks)");
+                    if emu {
+                        w(o, d + 1, &format!("uint16_t *pf_dst = {dst};"));
+                        w(o, d + 1, &format!("const uint16_t *pf_src = {src};"));
+                        w(
+                            o,
+                            d + 1,
+                            "for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : 0;",
+                        );
+                    } else {
+                        w(o, d + 1, &format!("unsigned short *pf_dst = {dst};"));
+                        w(o, d + 1, "if (pf_count > 0) {");
+                        w(o, d + 2, &format!("const unsigned short *pf_src = {src};"));
+                        w(
+                            o,
+                            d + 2,
+                            &format!(
+                                "if ({v}_aligned) pf_cp_async16(pf_dst, pf_src, 2 * pf_count);"
+                            ),
+                        );
+                        w(
+                            o,
+                            d + 2,
+                            "else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;",
+                        );
+                        w(o, d + 1, "} else {");
+                        w(o, d + 2, "*(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);");
+                        w(o, d + 1, "}");
+                    }
+                    w(o, d, "}");
+                }
+            }
+            if emu {
+                w(o, d - 1, "}");
+            } else {
                 w(o, d, "pf_cp_async_commit();");
             }
         };
@@ -382,7 +488,11 @@ impl Region<'_> {
         };
         let a_trans = if c.a.k_contiguous { 0 } else { 1 };
         let b_trans = if c.b.k_contiguous { 0 } else { 1 };
-        let mma = if c.dtype == DType::BF16 { "bf16" } else { "f16" };
+        let mma = if c.dtype == DType::BF16 {
+            "bf16"
+        } else {
+            "f16"
+        };
         let compute = |o: &mut String, d: usize| {
             if emu {
                 w(
@@ -393,11 +503,23 @@ impl Region<'_> {
                         i64::from(threads / 32) - 1
                     ),
                 );
-                w(o, d + 1, &format!("for (int pf_kk = 0; pf_kk < {tk}; pf_kk += {MMA_K}) {{"));
-                w(o, d + 2, &format!("static uint32_t pf_fa[{mt}][32][4], pf_fb[{nt}][32][2];"));
+                w(
+                    o,
+                    d + 1,
+                    &format!("for (int pf_kk = 0; pf_kk < {tk}; pf_kk += {MMA_K}) {{"),
+                );
+                w(
+                    o,
+                    d + 2,
+                    &format!("static uint32_t pf_fa[{mt}][32][4], pf_fb[{nt}][32][2];"),
+                );
                 w(o, d + 2, "const uint16_t *pf_rows[32];");
                 w(o, d + 2, "static uint32_t pf_q[32][4];");
-                w(o, d + 2, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++) {{"));
+                w(
+                    o,
+                    d + 2,
+                    &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++) {{"),
+                );
                 w(
                     o,
                     d + 3,
@@ -417,11 +539,18 @@ impl Region<'_> {
                     &format!("pf_emu_ldmatrix_x4(pf_rows, {a_trans}, pf_fa[pf_mt]);"),
                 );
                 w(o, d + 2, "}");
-                w(o, d + 2, &format!("for (int pf_np = 0; pf_np < {}; pf_np++) {{", nt / 2));
+                w(
+                    o,
+                    d + 2,
+                    &format!("for (int pf_np = 0; pf_np < {}; pf_np++) {{", nt / 2),
+                );
                 w(
                     o,
                     d + 3,
-                    &format!("const int pf_bc = (pf_warp % {wn}) * {wtn} + pf_np * {};", 2 * MMA_N),
+                    &format!(
+                        "const int pf_bc = (pf_warp % {wn}) * {wtn} + pf_np * {};",
+                        2 * MMA_N
+                    ),
                 );
                 w(
                     o,
@@ -431,14 +560,26 @@ impl Region<'_> {
                         b_lane("pf_l")
                     ),
                 );
-                w(o, d + 3, &format!("pf_emu_ldmatrix_x4(pf_rows, {b_trans}, pf_q);"));
+                w(
+                    o,
+                    d + 3,
+                    &format!("pf_emu_ldmatrix_x4(pf_rows, {b_trans}, pf_q);"),
+                );
                 w(o, d + 3, "for (int pf_l = 0; pf_l < 32; pf_l++) {");
                 w(o, d + 4, "pf_fb[2 * pf_np][pf_l][0] = pf_q[pf_l][0]; pf_fb[2 * pf_np][pf_l][1] = pf_q[pf_l][1];");
                 w(o, d + 4, "pf_fb[2 * pf_np + 1][pf_l][0] = pf_q[pf_l][2]; pf_fb[2 * pf_np + 1][pf_l][1] = pf_q[pf_l][3];");
                 w(o, d + 3, "}");
                 w(o, d + 2, "}");
-                w(o, d + 2, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
-                w(o, d + 2, &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++) {{"));
+                w(
+                    o,
+                    d + 2,
+                    &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"),
+                );
+                w(
+                    o,
+                    d + 2,
+                    &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++) {{"),
+                );
                 w(o, d + 3, "static float pf_d[32][4];");
                 w(o, d + 3, "for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_d[pf_l][pf_r] = pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r];");
                 w(
@@ -454,84 +595,176 @@ impl Region<'_> {
                 w(o, d + 1, "}");
                 w(o, d, "}");
             } else {
-                w(o, d, "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;");
-                w(o, d, &format!("const pf_i pf_wr = (pf_warp / {wn}) * {wtm};"));
-                w(o, d, &format!("const pf_i pf_wc = (pf_warp % {wn}) * {wtn};"));
+                w(
+                    o,
+                    d,
+                    "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;",
+                );
+                w(
+                    o,
+                    d,
+                    &format!("const pf_i pf_wr = (pf_warp / {wn}) * {wtm};"),
+                );
+                w(
+                    o,
+                    d,
+                    &format!("const pf_i pf_wc = (pf_warp % {wn}) * {wtn};"),
+                );
+                // Fragments two deep along k: the loads of step kk + 16
+                // are issued before the mma of step kk.
+                w(
+                    o,
+                    d,
+                    &format!("unsigned pf_fa[2][{mt}][4], pf_fb[2][{nt}][2];"),
+                );
+                let load = |o: &mut String, d: usize, kk: &str, buf: &str| {
+                    w(o, d, "{");
+                    w(o, d + 1, &format!("const int pf_kk = {kk};"));
+                    w(o, d + 1, "#pragma unroll");
+                    w(
+                        o,
+                        d + 1,
+                        &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++) {{"),
+                    );
+                    w(
+                        o,
+                        d + 2,
+                        &format!("const int pf_ar = pf_wr + pf_mt * {MMA_M};"),
+                    );
+                    let t = if a_trans == 1 { "_trans" } else { "" };
+                    w(
+                        o,
+                        d + 2,
+                        &format!(
+                            "pf_ldmatrix_x4{t}(pf_fa[{buf}][pf_mt], &{ba}[pf_stage * {sa} + {}]);",
+                            a_lane("pf_lane")
+                        ),
+                    );
+                    w(o, d + 1, "}");
+                    w(o, d + 1, "#pragma unroll");
+                    w(
+                        o,
+                        d + 1,
+                        &format!("for (int pf_np = 0; pf_np < {}; pf_np++) {{", nt / 2),
+                    );
+                    w(
+                        o,
+                        d + 2,
+                        &format!("const int pf_bc = pf_wc + pf_np * {};", 2 * MMA_N),
+                    );
+                    w(o, d + 2, "unsigned pf_q[4];");
+                    let t = if b_trans == 1 { "_trans" } else { "" };
+                    w(
+                        o,
+                        d + 2,
+                        &format!(
+                            "pf_ldmatrix_x4{t}(pf_q, &{bb}[pf_stage * {sb} + {}]);",
+                            b_lane("pf_lane")
+                        ),
+                    );
+                    w(o, d + 2, &format!("pf_fb[{buf}][2 * pf_np][0] = pf_q[0]; pf_fb[{buf}][2 * pf_np][1] = pf_q[1];"));
+                    w(o, d + 2, &format!("pf_fb[{buf}][2 * pf_np + 1][0] = pf_q[2]; pf_fb[{buf}][2 * pf_np + 1][1] = pf_q[3];"));
+                    w(o, d + 1, "}");
+                    w(o, d, "}");
+                };
+                load(o, d, "0", "0");
                 w(o, d, "#pragma unroll");
-                w(o, d, &format!("for (int pf_kk = 0; pf_kk < {tk}; pf_kk += {MMA_K}) {{"));
-                w(o, d + 1, &format!("unsigned pf_fa[{mt}][4], pf_fb[{nt}][2];"));
-                w(o, d + 1, "#pragma unroll");
-                w(o, d + 1, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++) {{"));
-                w(o, d + 2, &format!("const int pf_ar = pf_wr + pf_mt * {MMA_M};"));
-                let t = if a_trans == 1 { "_trans" } else { "" };
                 w(
                     o,
-                    d + 2,
-                    &format!(
-                        "pf_ldmatrix_x4{t}(pf_fa[pf_mt], &{ba}[pf_stage * {sa} + {}]);",
-                        a_lane("pf_lane")
-                    ),
+                    d,
+                    &format!("for (int pf_ks = 0; pf_ks < {}; pf_ks++) {{", tk / MMA_K),
                 );
-                w(o, d + 1, "}");
-                w(o, d + 1, "#pragma unroll");
-                w(o, d + 1, &format!("for (int pf_np = 0; pf_np < {}; pf_np++) {{", nt / 2));
-                w(o, d + 2, &format!("const int pf_bc = pf_wc + pf_np * {};", 2 * MMA_N));
-                w(o, d + 2, "unsigned pf_q[4];");
-                let t = if b_trans == 1 { "_trans" } else { "" };
-                w(
+                w(o, d + 1, &format!("if (pf_ks + 1 < {})", tk / MMA_K));
+                load(
                     o,
-                    d + 2,
-                    &format!(
-                        "pf_ldmatrix_x4{t}(pf_q, &{bb}[pf_stage * {sb} + {}]);",
-                        b_lane("pf_lane")
-                    ),
+                    d + 1,
+                    &format!("(pf_ks + 1) * {MMA_K}"),
+                    "(pf_ks + 1) % 2",
                 );
-                w(o, d + 2, "pf_fb[2 * pf_np][0] = pf_q[0]; pf_fb[2 * pf_np][1] = pf_q[1];");
-                w(o, d + 2, "pf_fb[2 * pf_np + 1][0] = pf_q[2]; pf_fb[2 * pf_np + 1][1] = pf_q[3];");
-                w(o, d + 1, "}");
                 w(o, d + 1, "#pragma unroll");
-                w(o, d + 1, &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
+                w(
+                    o,
+                    d + 1,
+                    &format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"),
+                );
                 w(o, d + 1, "#pragma unroll");
-                w(o, d + 1, &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
+                w(
+                    o,
+                    d + 1,
+                    &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"),
+                );
                 w(
                     o,
                     d + 2,
-                    &format!("pf_mma_{mma}(pf_acc[pf_mt][pf_nt], pf_fa[pf_mt], pf_fb[pf_nt]);"),
+                    &format!("pf_mma_{mma}(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);"),
                 );
                 w(o, d, "}");
             }
         };
-        // The pipeline: stage 0 first, then each step copies the next
-        // tile into the other stage while the tensor cores work on this one.
+        // The pipeline, S stages deep: tiles 0 .. S-2 first; then at each
+        // step wait for the oldest tile, and (after the barrier that also
+        // says every warp is done with the stage computed last) copy the
+        // tile S-1 steps ahead into that stage while the tensor cores work
+        // on this one.
+        let st = c.stages;
+        if !emu {
+            setup(&mut o, 1);
+        }
+        for s in 0..st - 1 {
+            w(&mut o, 1, &format!("if ((pf_i){} < pf_ek) {{", s * tk));
+            copy(&mut o, 2, &s.to_string(), &format!("(pf_i){}", s * tk));
+            w(&mut o, 1, "}");
+            if !emu {
+                w(&mut o, 1, "else pf_cp_async_commit();");
+            }
+        }
         w(&mut o, 1, "int pf_stage = 0;");
-        copy(&mut o, 1, "0", "(pf_i)0");
+        w(&mut o, 1, &format!("int pf_next = {};", st - 1));
         w(
             &mut o,
             1,
             &format!("for (pf_i pf_k0 = 0; pf_k0 < pf_ek; pf_k0 += {tk}) {{"),
         );
-        w(&mut o, 2, &format!("if (pf_k0 + {tk} < pf_ek) {{"));
-        copy(&mut o, 3, "pf_stage ^ 1", &format!("(pf_k0 + {tk})"));
+        if !emu {
+            w(&mut o, 2, &format!("pf_cp_async_wait<{}>();", st - 2));
+            w(&mut o, 2, "__syncthreads();");
+        }
+        let ahead = (st - 1) * tk;
+        w(&mut o, 2, &format!("if (pf_k0 + {ahead} < pf_ek) {{"));
+        copy(&mut o, 3, "pf_next", &format!("(pf_k0 + {ahead})"));
         w(&mut o, 2, "}");
         if !emu {
-            // An empty group when there is no next tile keeps the count.
+            // An empty group when there is no tile left keeps the count.
             w(&mut o, 2, "else pf_cp_async_commit();");
-            w(&mut o, 2, "pf_cp_async_wait1();");
-            w(&mut o, 2, "__syncthreads();");
         }
         compute(&mut o, 2);
-        if !emu {
-            w(&mut o, 2, "__syncthreads();");
-        }
-        w(&mut o, 2, "pf_stage ^= 1;");
+        w(
+            &mut o,
+            2,
+            &format!("pf_stage = pf_stage + 1 == {st} ? 0 : pf_stage + 1;"),
+        );
+        w(
+            &mut o,
+            2,
+            &format!("pf_next = pf_next + 1 == {st} ? 0 : pf_next + 1;"),
+        );
         w(&mut o, 1, "}");
+        if !emu {
+            // No copy may still be in flight into shared memory when the
+            // block's next tile (a cyclic grid) starts its prologue.
+            w(&mut o, 1, "pf_cp_async_wait<0>();");
+            w(&mut o, 1, "__syncthreads();");
+        }
         // Epilogue: each lane stores the elements it owns.
         let d = each_thread_open(&mut o, 1);
         fragments(&mut o, d, &|o, d| {
             w(
                 o,
                 d,
-                &format!("if (pf_in) {} = {store_c};", (self.c_element)("pf_lm", "pf_ln")),
+                &format!(
+                    "if (pf_in) {} = {store_c};",
+                    (self.c_element)("pf_lm", "pf_ln")
+                ),
             );
         });
         if emu {

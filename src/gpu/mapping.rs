@@ -248,7 +248,7 @@ fn map_kernel(
     // A contraction of f16 or bf16 operands runs on tensor cores, with the
     // tile sizes and warps of its fragments.
     let contraction = match &registers {
-        Some(r) if opts.tensor_cores && n == nb + 1 => {
+        Some(r) if opts.tensor_cores && nb >= 2 && n == nb + 1 => {
             // No block size given: the recognition picks the warps (0).
             let threads: u32 = if opts.block.is_empty() {
                 0
