@@ -164,9 +164,15 @@ pub fn program(
             .find(|p| &p.mark == mark)
             .ok_or_else(|| Error::Internal(format!("no mapping recorded for {mark}")))?;
         let threads: u32 = plan.block.iter().product();
+        // Contractions: ask for the blocks per multiprocessor the fragment
+        // tiling is meant for (registers are the limit).
+        let bounds = match &plan.contraction {
+            Some(c) => format!("{threads}, {}", c.min_blocks()),
+            None => threads.to_string(),
+        };
         let _ = writeln!(
             source,
-            "\nextern \"C\" __global__ void __launch_bounds__({threads}) {mark}({}) {{",
+            "\nextern \"C\" __global__ void __launch_bounds__({bounds}) {mark}({}) {{",
             signature.join(", ")
         );
         for p in &program.params {

@@ -35,6 +35,10 @@ pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_as
   unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(bytes));
 }
+static __device__ __forceinline__ void pf_cp_async16_full(void *dst, const void *src) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(d), "l"(src));
+}
 static __device__ __forceinline__ void pf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void pf_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 static __device__ __forceinline__ void pf_ldmatrix_x4(unsigned r[4], const void *p) {
@@ -263,7 +267,7 @@ impl Region<'_> {
             un(o);
             w(o, d, &format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
             un(o);
-            w(o, d, &format!("for (int pf_r = 0; pf_r < 4; pf_r++) {{"));
+            w(o, d, "for (int pf_r = 0; pf_r < 4; pf_r++) {");
             w(
                 o,
                 d + 1,
@@ -390,13 +394,25 @@ impl Region<'_> {
                             ),
                         );
                     }
-                    if !emu {
-                        w(
-                            o,
-                            d,
-                            &format!("const int {v}_aligned = (((unsigned long long){v}_src) & 15) == 0;"),
-                        );
-                    }
+                    w(
+                        o,
+                        d,
+                        &format!(
+                            "const int {v}_aligned = (((unsigned long long){v}_src) & 15) == 0;"
+                        ),
+                    );
+                    // A chunk all of whose rows are inside: in a k tile
+                    // that is inside too, it is one 16-byte copy.
+                    let rows_in = if x.k_contiguous {
+                        format!("{v}_rows")
+                    } else {
+                        format!("{v}_rows == 8")
+                    };
+                    w(
+                        o,
+                        d,
+                        &format!("const int {v}_fast = {v}_live && {v}_aligned && {rows_in};"),
+                    );
                 }
             }
         };
@@ -414,13 +430,33 @@ impl Region<'_> {
                 d += 1;
                 setup(o, d);
             }
+            w(
+                o,
+                d,
+                &format!("const int pf_full = ({k0}) + {tk} <= pf_ek;"),
+            );
             for (name, x, rows, buf, len, _, _, _) in operands {
                 let (lines, pitch) = layout(c, x, rows);
                 let chunks = lines * (pitch - PAD) / 8;
                 let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
                 for j in 0..per_thread {
                     let v = format!("pf_{name}{j}");
-                    w(o, d, &format!("if ({v}_live) {{"));
+                    let dst = format!("&{buf}[({stage}) * {len} + {v}_dst]");
+                    let src = format!("({v}_src + ({k0}) * {v}_ks)");
+                    if emu {
+                        w(
+                            o,
+                            d,
+                            &format!("if (pf_full && {v}_fast) memcpy({dst}, {src}, 16);"),
+                        );
+                    } else {
+                        w(
+                            o,
+                            d,
+                            &format!("if (pf_full && {v}_fast) pf_cp_async16_full({dst}, {src});"),
+                        );
+                    }
+                    w(o, d, &format!("else if ({v}_live) {{"));
                     // How many of the chunk's 8 elements lie in the domain.
                     let count = if x.k_contiguous {
                         format!("{v}_rows ? (int)pf_max(pf_min(pf_ek - ({k0} + {v}_k), (pf_i)8), (pf_i)0) : 0")
@@ -428,8 +464,6 @@ impl Region<'_> {
                         format!("({k0} + {v}_k < pf_ek) ? {v}_rows : 0")
                     };
                     w(o, d + 1, &format!("const int pf_count = {count};"));
-                    let dst = format!("&{buf}[({stage}) * {len} + {v}_dst]");
-                    let src = format!("({v}_src + ({k0}) * {v}_ks)");
                     if emu {
                         w(o, d + 1, &format!("uint16_t *pf_dst = {dst};"));
                         w(o, d + 1, &format!("const uint16_t *pf_src = {src};"));
@@ -718,36 +752,51 @@ impl Region<'_> {
                 w(&mut o, 1, "else pf_cp_async_commit();");
             }
         }
-        w(&mut o, 1, "int pf_stage = 0;");
-        w(&mut o, 1, &format!("int pf_next = {};", st - 1));
+        // The main loop, unrolled by the number of stages so that every
+        // stage index (and so every shared address) is a constant.
         w(
             &mut o,
             1,
-            &format!("for (pf_i pf_k0 = 0; pf_k0 < pf_ek; pf_k0 += {tk}) {{"),
+            &format!(
+                "for (pf_i pf_k0 = 0; pf_k0 < pf_ek; pf_k0 += {}) {{",
+                st * tk
+            ),
         );
         if !emu {
-            w(&mut o, 2, &format!("pf_cp_async_wait<{}>();", st - 2));
-            w(&mut o, 2, "__syncthreads();");
+            w(&mut o, 2, "#pragma unroll");
+        }
+        w(
+            &mut o,
+            2,
+            &format!("for (int pf_u = 0; pf_u < {st}; pf_u++) {{"),
+        );
+        w(
+            &mut o,
+            3,
+            &format!("const pf_i pf_kt = pf_k0 + pf_u * {tk};"),
+        );
+        w(&mut o, 3, "if (pf_kt < pf_ek) {");
+        w(&mut o, 4, "const int pf_stage = pf_u;");
+        w(
+            &mut o,
+            4,
+            &format!("const int pf_next = (pf_u + {}) % {st};", st - 1),
+        );
+        if !emu {
+            w(&mut o, 4, &format!("pf_cp_async_wait<{}>();", st - 2));
+            w(&mut o, 4, "__syncthreads();");
         }
         let ahead = (st - 1) * tk;
-        w(&mut o, 2, &format!("if (pf_k0 + {ahead} < pf_ek) {{"));
-        copy(&mut o, 3, "pf_next", &format!("(pf_k0 + {ahead})"));
-        w(&mut o, 2, "}");
+        w(&mut o, 4, &format!("if (pf_kt + {ahead} < pf_ek) {{"));
+        copy(&mut o, 5, "pf_next", &format!("(pf_kt + {ahead})"));
+        w(&mut o, 4, "}");
         if !emu {
             // An empty group when there is no tile left keeps the count.
-            w(&mut o, 2, "else pf_cp_async_commit();");
+            w(&mut o, 4, "else pf_cp_async_commit();");
         }
-        compute(&mut o, 2);
-        w(
-            &mut o,
-            2,
-            &format!("pf_stage = pf_stage + 1 == {st} ? 0 : pf_stage + 1;"),
-        );
-        w(
-            &mut o,
-            2,
-            &format!("pf_next = pf_next + 1 == {st} ? 0 : pf_next + 1;"),
-        );
+        compute(&mut o, 4);
+        w(&mut o, 3, "}");
+        w(&mut o, 2, "}");
         w(&mut o, 1, "}");
         if !emu {
             // No copy may still be in flight into shared memory when the
