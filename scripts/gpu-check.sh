@@ -91,6 +91,7 @@ declare -A ODD=(
     [softmax]="N=37 D=53"
     [layernorm]="N=37 D=53"
     [gemm_f16]="M=37 N=53 K=29"
+    [fcrelu_f16]="B=37 M=53 N=29"
     [tbmm_bf16]="B=3 N=37 M=53 K=29"
 )
 # Benchmark programs whose f64 reference is too slow at full size: checked

@@ -149,10 +149,28 @@ fn maxpool2x2_large() {
 }
 
 #[test]
+fn gemm_f16_4096() {
+    check_bench_program("gemm_f16_4096", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
+fn gemm_bf16_4096() {
+    check_bench_program("gemm_bf16_4096", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
+fn gemm_f16_128x1024x1024() {
+    check_bench_program("gemm_f16_128x1024x1024", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
 fn every_bench_program_is_tested() {
     let tested = [
         "conv2d_large",
         "gemm_4096",
+        "gemm_bf16_4096",
+        "gemm_f16_128x1024x1024",
+        "gemm_f16_4096",
         "layernorm_16k",
         "matvec_16k",
         "maxpool2x2_large",

@@ -186,6 +186,12 @@ fn gemm_f16() {
 }
 
 #[test]
+fn fcrelu_f16() {
+    // Tensor cores with the bias and ReLU applied on the fragments.
+    check_example("fcrelu_f16", &[("B", 37), ("M", 53), ("N", 29)]);
+}
+
+#[test]
 fn tbmm_bf16() {
     check_example("tbmm_bf16", &[("B", 3), ("N", 37), ("M", 53), ("K", 29)]);
 }
@@ -196,6 +202,7 @@ fn every_example_is_tested() {
         "conv2d",
         "conv2d_strided",
         "fcrelu",
+        "fcrelu_f16",
         "gemm",
         "gemm_chain",
         "gemm_f16",

@@ -1243,6 +1243,39 @@ impl Ctx<'_> {
         };
         let a_address = address(&c.a, &c.m);
         let b_address = address(&c.b, &c.n);
+        // The epilogue: each statement on the element's value `pf_cv`.
+        let mut epilogue = String::new();
+        let nb = regs.block_iterators.len();
+        for e in &c.epilogue {
+            let Some(s) = self.scop.statement(&e.statement) else {
+                continue;
+            };
+            let st = &self.program.statements[s.source];
+            let env: std::collections::HashMap<String, String> = e
+                .iterators
+                .iter()
+                .enumerate()
+                .map(|(j, it)| {
+                    let v = match (nb - j) as i64 {
+                        2 => "pf_m0 + pf_lm".to_string(),
+                        1 => "pf_n0 + pf_ln".to_string(),
+                        _ => regs.block_iterators[j].clone(),
+                    };
+                    (it.clone(), v)
+                })
+                .collect();
+            let lhs: Vec<crate::frontend::ast::Affine> = st
+                .lhs_indices
+                .iter()
+                .map(|i| crate::frontend::ast::Affine::var(i))
+                .collect();
+            self.printer.overrides.borrow_mut().insert(
+                crate::model::access_text(&st.lhs_tensor, &lhs),
+                "pf_cv".to_string(),
+            );
+            let _ = writeln!(epilogue, "{}", self.printer.statement(st, s.kind, &env));
+            self.printer.overrides.borrow_mut().clear();
+        }
         let region = super::mma::Region {
             c,
             mark: self.mark,
@@ -1261,6 +1294,7 @@ impl Ctx<'_> {
             c_element: &c_element,
             c_dtype: regs.dtype,
             zero_init: regs.init.is_some(),
+            epilogue,
         };
         out.push_str(&region.print(depth + 1));
         let _ = writeln!(out, "{pad}}}");

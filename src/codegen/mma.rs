@@ -172,6 +172,9 @@ pub struct Region<'a> {
     /// The accumulators start at zero (a hoisted `+=!`); otherwise they
     /// start from the output.
     pub zero_init: bool,
+    /// The epilogue statements on the element's value `pf_cv` (stored
+    /// type), for the element at local `(pf_lm, pf_ln)`.
+    pub epilogue: String,
 }
 
 impl Region<'_> {
@@ -806,15 +809,36 @@ impl Region<'_> {
         }
         // Epilogue: each lane stores the elements it owns.
         let d = each_thread_open(&mut o, 1);
+        let storage = match (self.c_dtype, emu) {
+            (DType::F16 | DType::BF16, false) => "unsigned short",
+            (DType::F16 | DType::BF16, true) => "uint16_t",
+            (DType::F64, _) => "double",
+            (DType::I32, _) => "int",
+            _ => "float",
+        };
         fragments(&mut o, d, &|o, d| {
-            w(
-                o,
-                d,
-                &format!(
-                    "if (pf_in) {} = {store_c};",
-                    (self.c_element)("pf_lm", "pf_ln")
-                ),
-            );
+            if self.epilogue.is_empty() {
+                w(
+                    o,
+                    d,
+                    &format!(
+                        "if (pf_in) {} = {store_c};",
+                        (self.c_element)("pf_lm", "pf_ln")
+                    ),
+                );
+            } else {
+                w(o, d, "if (pf_in) {");
+                w(o, d + 1, &format!("{storage} pf_cv = {store_c};"));
+                for line in self.epilogue.lines() {
+                    w(o, d + 1, line);
+                }
+                w(
+                    o,
+                    d + 1,
+                    &format!("{} = pf_cv;", (self.c_element)("pf_lm", "pf_ln")),
+                );
+                w(o, d, "}");
+            }
         });
         if emu {
             w(&mut o, 1, "}");

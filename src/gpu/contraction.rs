@@ -81,6 +81,18 @@ pub struct Contraction {
     pub warps: [i64; 2],
     /// Shared-memory stages of the copy pipeline along `k` (at least 2).
     pub stages: i64,
+    /// Statements applied to each output element after its reduction, in
+    /// order, on the accumulator before the store (bias, activation,
+    /// scale, cast).
+    pub epilogue: Vec<Epilogue>,
+}
+
+/// One epilogue statement: `C[e] = f(C[e], inputs)` over the element space.
+#[derive(Debug, Clone)]
+pub struct Epilogue {
+    pub statement: String,
+    /// Its iterators playing the batch members, `m` and `n`, in band order.
+    pub iterators: Vec<String>,
 }
 
 impl Contraction {
@@ -180,10 +192,15 @@ pub fn recognise(
     let [s] = updates.as_slice() else {
         return Ok(None);
     };
-    if stmts
+    // The others: the update's initialisation, and epilogue candidates
+    // (checked below, once the roles of the iterators are known).
+    let mut others: Vec<&crate::model::ModelStmt> = stmts
         .iter()
-        .any(|o| o.name != s.name && !(o.kind == StmtKind::Init && o.source == s.source))
-    {
+        .filter(|o| o.name != s.name && !(o.kind == StmtKind::Init && o.source == s.source))
+        .copied()
+        .collect();
+    others.sort_by_key(|o| o.source);
+    if others.iter().any(|o| o.kind != StmtKind::Assign) {
         return Ok(None);
     }
     let st = &program.statements[s.source];
@@ -309,6 +326,7 @@ pub fn recognise(
     // The domain is a box from 0.
     let names: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
     let mut bounds = Vec::new();
+    let mut his = Vec::new();
     let mut extents = Vec::new();
     for it in &s.iterators {
         let pos = s.iterators.iter().position(|i| i == it).unwrap_or(0) as i32;
@@ -322,6 +340,7 @@ pub fn recognise(
             hi = hi.add(&Affine::var(&p).scale(v));
         }
         bounds.push(format!("0 <= {it} <= {hi}"));
+        his.push(hi);
         let e = ast_build_expr_from_pw_aff(scop.context.copy()?, max)
             .ok_or_else(|| crate::error::Error::Internal("isl could not print a bound".into()))?;
         extents.push(Expr::Op(
@@ -357,6 +376,99 @@ pub fn recognise(
     if !inside.subtract(same)?.is_empty()? {
         return Ok(None);
     }
+    // Epilogue statements: `C[e] = f(C[e], inputs)` on the same element
+    // space, after the reduction (the legality of the tree orders them
+    // after every step of their element; the dependence test above keeps
+    // them within one element).
+    let roles_of = |o: &crate::model::ModelStmt| -> Result<Option<Vec<String>>> {
+        let partial = band
+            .band_get_partial_schedule_union_map()?
+            .intersect_domain(isl_rs::UnionSet::from_set(o.domain.copy()?)?)?;
+        let pma = PwMultiAff::from_map(isl_rs::Map::from_union_map(partial)?)?;
+        let mut out = Vec::new();
+        for d in 0..nb as i32 {
+            let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? else {
+                return Ok(None);
+            };
+            if crate::isl::val_to_i64(&aff.get_constant_val()?)? != 0 {
+                return Ok(None);
+            }
+            let mut found = None;
+            for i in 0..o.iterators.len() as i32 {
+                match crate::isl::val_to_i64(&aff.get_coefficient_val(DimType::In, i)?)? {
+                    0 => {}
+                    1 if found.is_none() => found = Some(i as usize),
+                    _ => return Ok(None),
+                }
+            }
+            match found {
+                Some(i) => out.push(o.iterators[i].clone()),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    };
+    // Role of each of S's left-side indices.
+    let s_roles: Vec<usize> = st
+        .lhs_indices
+        .iter()
+        .filter_map(|i| roles.iter().position(|r| r == i))
+        .collect();
+    let mut epilogue = Vec::new();
+    for o in &others {
+        let est = &program.statements[o.source];
+        let Some(e_roles) = roles_of(o)? else {
+            return Ok(None);
+        };
+        if o.iterators.len() != nb || est.lhs_tensor != st.lhs_tensor {
+            return Ok(None);
+        }
+        let mine: Vec<usize> = est
+            .lhs_indices
+            .iter()
+            .filter_map(|i| e_roles.iter().position(|r| r == i))
+            .collect();
+        if mine != s_roles || mine.len() != est.lhs_indices.len() {
+            return Ok(None);
+        }
+        // Reads of C only at the element written; no other tensor the
+        // kernel writes.
+        let lhs: Vec<Affine> = est.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+        for a in o.accesses(program) {
+            if a.write {
+                continue;
+            }
+            if a.tensor == st.lhs_tensor && a.subscripts != lhs {
+                return Ok(None);
+            }
+        }
+        // The same element box as the update's.
+        let bounds: Vec<String> = e_roles
+            .iter()
+            .enumerate()
+            .map(|(j, it)| {
+                let role = &roles[j];
+                let pos = s.iterators.iter().position(|i| i == role).unwrap_or(0);
+                format!("0 <= {it} <= {}", his[pos])
+            })
+            .collect();
+        let text = format!(
+            "[{}] -> {{ {}[{}] : {} }}",
+            names.join(", "),
+            o.name,
+            o.iterators.join(", "),
+            bounds.join(" and ")
+        );
+        let context = scop.context.copy()?;
+        let boxed = isl.set(&text)?.intersect_params(context.copy()?)?;
+        if !boxed.is_equal(&o.domain.copy()?.intersect_params(context)?)? {
+            return Ok(None);
+        }
+        epilogue.push(Epilogue {
+            statement: o.name.clone(),
+            iterators: e_roles,
+        });
+    }
     let at = |it: &str| {
         let pos = s.iterators.iter().position(|i| i == it).unwrap_or(0);
         extents[pos].clone()
@@ -391,6 +503,7 @@ pub fn recognise(
         tile,
         warps,
         stages: STAGES,
+        epilogue,
     }))
 }
 

@@ -181,26 +181,31 @@ fn hoistable_init(
     stmts: &[&crate::model::ModelStmt],
     t: &str,
 ) -> Result<Option<HoistedInit>> {
-    let mut init = None;
-    let mut source = None;
-    for s in stmts {
-        let touches = s.accesses(program).iter().any(|a| a.tensor == t);
-        if !touches {
-            continue;
-        }
-        match s.kind {
-            StmtKind::Init if init.is_none() => init = Some(*s),
-            StmtKind::Update => {}
-            _ => return Ok(None),
-        }
-        if source.is_some_and(|src| src != s.source) {
-            return Ok(None);
-        }
-        source = Some(s.source);
-    }
-    let Some(init) = init else {
+    let touching: Vec<&&crate::model::ModelStmt> = stmts
+        .iter()
+        .filter(|s| s.accesses(program).iter().any(|a| a.tensor == t))
+        .collect();
+    let inits: Vec<_> = touching
+        .iter()
+        .filter(|s| s.kind == StmtKind::Init)
+        .collect();
+    let [init] = inits.as_slice() else {
         return Ok(None);
     };
+    let init: &crate::model::ModelStmt = init;
+    // Updates of the same statement; later statements (an epilogue such as
+    // `C = max(C + bias, 0)`) run after the initialisation of their
+    // element, which the dependences order first.
+    for s in &touching {
+        let ok = match s.kind {
+            StmtKind::Init => true,
+            StmtKind::Update => s.source == init.source,
+            StmtKind::Assign => s.source > init.source,
+        };
+        if !ok {
+            return Ok(None);
+        }
+    }
     let AssignOp::Reduce { op, init: true } = program.statements[init.source].op else {
         return Ok(None);
     };
