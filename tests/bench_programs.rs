@@ -164,6 +164,11 @@ fn gemm_f16_128x1024x1024() {
 }
 
 #[test]
+fn tbmm_f16_tc() {
+    check_bench_program("tbmm_f16_tc", &[("B", 3), ("N", 37), ("M", 53), ("K", 29)]);
+}
+
+#[test]
 fn every_bench_program_is_tested() {
     let tested = [
         "conv2d_large",
@@ -177,6 +182,7 @@ fn every_bench_program_is_tested() {
         "rowsum",
         "scale_add",
         "softmax_16k",
+        "tbmm_f16_tc",
         "tbmm_large",
         "transpose",
     ];

@@ -485,6 +485,7 @@ pub fn recognise(
         },
         None => {
             let e: Vec<Option<i64>> = (nb - 2..nb)
+                .chain(0..nb - 2)
                 .map(|i| super::mapping::member_extent(band, i))
                 .collect::<Result<_>>()?;
             auto_layout(&e)
@@ -511,17 +512,27 @@ pub fn recognise(
 /// multiprocessors).
 const ENOUGH_BLOCKS: i64 = 132;
 
-/// The largest layout of [`LAYOUTS`] that still gives [`ENOUGH_BLOCKS`]
-/// blocks for extents `e` (unknown extents count as large), else the
-/// smallest.
+/// The layout of [`LAYOUTS`] for extents `e` (`m`, `n`, then the batch
+/// members; unknown extents count as large): among those that give
+/// [`ENOUGH_BLOCKS`] blocks, the one that computes the fewest padded
+/// elements (the largest on a tie); when none does, the smallest.
 fn auto_layout(e: &[Option<i64>]) -> ([i64; 3], [i64; 2]) {
+    const LARGE: i64 = 1 << 20;
+    let count = |x: Option<i64>, t: i64| x.map_or(LARGE, |x| (x + t - 1) / t);
+    let batch: i64 = e[2..]
+        .iter()
+        .fold(1i64, |b, x| b.saturating_mul(x.unwrap_or(LARGE).max(1)));
     let blocks = |tm: i64, tn: i64| -> i64 {
-        let count = |x: Option<i64>, t: i64| x.map_or(i64::MAX / 4, |x| (x + t - 1) / t);
-        count(e[0], tm).saturating_mul(count(e[1], tn))
+        count(e[0], tm)
+            .saturating_mul(count(e[1], tn))
+            .saturating_mul(batch)
     };
+    let padded =
+        |tm: i64, tn: i64| -> i64 { (count(e[0], tm) * tm).saturating_mul(count(e[1], tn) * tn) };
     let pick = LAYOUTS
         .iter()
-        .find(|(tm, tn, _, _)| blocks(*tm, *tn) >= ENOUGH_BLOCKS)
+        .filter(|(tm, tn, _, _)| blocks(*tm, *tn) >= ENOUGH_BLOCKS)
+        .min_by_key(|(tm, tn, _, _)| padded(*tm, *tn))
         .unwrap_or(&LAYOUTS[LAYOUTS.len() - 1]);
     ([pick.0, pick.1, AUTO_TILE_K], [pick.2, pick.3])
 }
