@@ -274,6 +274,18 @@ fn map_kernel(
         member_tile = vec![1; nb - 2];
         member_tile.extend(c.tile);
     }
+    // The register tile's element map, at the final tile sizes (isl
+    // simplifies it with the tiles' bounds: a member with a single tile at
+    // the trial sizes loses its block term).
+    let registers = match registers {
+        Some(_) => {
+            let trial = tile_band(node.copy()?, &member_tile)?;
+            let point = trial.get_child(0)?;
+            super::registers::candidate(isl, program, scop, &trial, &point, nb, nb, &plan.mark)?
+        }
+        None => None,
+    };
+    let contraction = contraction.filter(|_| registers.is_some());
     node = tile_band(node, &member_tile)?;
     let thread_values = project_members(
         &node.get_child(0)?.band_get_partial_schedule_union_map()?,
