@@ -306,6 +306,35 @@ def time_cuda(torch, fn, target_ms, min_runs, max_runs):
     torch.cuda.synchronize()
     per_run_ms = max(start.elapsed_time(end) / 5, 1e-3)
     runs = int(min(max_runs, max(min_runs, target_ms / per_run_ms)))
+    if per_run_ms < 0.1:
+        # Short kernels: the host's dispatch (Python, the framework) would
+        # be timed too. Capture one call in a CUDA graph and time replays,
+        # 20 per event pair (METHOD.md: graph replay for small launches).
+        try:
+            graph = torch.cuda.CUDAGraph()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                fn()
+                with torch.cuda.graph(graph, stream=stream):
+                    fn()
+            torch.cuda.current_stream().wait_stream(stream)
+            torch.cuda.synchronize()
+            reps = 20
+            for _ in range(3):
+                graph.replay()
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+            for s_, e_ in zip(starts, ends):
+                s_.record()
+                for _ in range(reps):
+                    graph.replay()
+                e_.record()
+            torch.cuda.synchronize()
+            times = [s_.elapsed_time(e_) / reps for s_, e_ in zip(starts, ends)]
+            return statistics.median(times) * 1000.0, runs
+        except Exception as e:  # not capturable: time plain calls
+            log(f"graph capture failed ({type(e).__name__}); timing single calls")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     for s, e in zip(starts, ends):
