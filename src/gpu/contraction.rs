@@ -246,36 +246,9 @@ pub fn recognise(
     if s.iterators.len() != nb + 1 {
         return Ok(None);
     }
-    let partial = band
-        .band_get_partial_schedule_union_map()?
-        .intersect_domain(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?;
-    let pma = PwMultiAff::from_map(isl_rs::Map::from_union_map(partial)?)?;
-    let mut roles = Vec::new();
-    for d in 0..=nb as i32 {
-        let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? else {
-            return Ok(None);
-        };
-        if crate::isl::val_to_i64(&aff.get_constant_val()?)? != 0 {
-            return Ok(None);
-        }
-        for p in 0..aff.dim(DimType::Param)? {
-            if crate::isl::val_to_i64(&aff.get_coefficient_val(DimType::Param, p)?)? != 0 {
-                return Ok(None);
-            }
-        }
-        let mut found = None;
-        for i in 0..=nb as i32 {
-            match crate::isl::val_to_i64(&aff.get_coefficient_val(DimType::In, i)?)? {
-                0 => {}
-                1 if found.is_none() => found = Some(i as usize),
-                _ => return Ok(None),
-            }
-        }
-        let Some(i) = found else {
-            return Ok(None);
-        };
-        roles.push(s.iterators[i].clone());
-    }
+    let Some(roles) = member_iterators(band, s, nb + 1)? else {
+        return Ok(None);
+    };
     let (m, n, k) = (
         roles[nb - 2].clone(),
         roles[nb - 1].clone(),
@@ -380,34 +353,6 @@ pub fn recognise(
     // space, after the reduction (the legality of the tree orders them
     // after every step of their element; the dependence test above keeps
     // them within one element).
-    let roles_of = |o: &crate::model::ModelStmt| -> Result<Option<Vec<String>>> {
-        let partial = band
-            .band_get_partial_schedule_union_map()?
-            .intersect_domain(isl_rs::UnionSet::from_set(o.domain.copy()?)?)?;
-        let pma = PwMultiAff::from_map(isl_rs::Map::from_union_map(partial)?)?;
-        let mut out = Vec::new();
-        for d in 0..nb as i32 {
-            let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? else {
-                return Ok(None);
-            };
-            if crate::isl::val_to_i64(&aff.get_constant_val()?)? != 0 {
-                return Ok(None);
-            }
-            let mut found = None;
-            for i in 0..o.iterators.len() as i32 {
-                match crate::isl::val_to_i64(&aff.get_coefficient_val(DimType::In, i)?)? {
-                    0 => {}
-                    1 if found.is_none() => found = Some(i as usize),
-                    _ => return Ok(None),
-                }
-            }
-            match found {
-                Some(i) => out.push(o.iterators[i].clone()),
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(out))
-    };
     // Role of each of S's left-side indices.
     let s_roles: Vec<usize> = st
         .lhs_indices
@@ -417,7 +362,7 @@ pub fn recognise(
     let mut epilogue = Vec::new();
     for o in &others {
         let est = &program.statements[o.source];
-        let Some(e_roles) = roles_of(o)? else {
+        let Some(e_roles) = member_iterators(band, o, nb)? else {
             return Ok(None);
         };
         if o.iterators.len() != nb || est.lhs_tensor != st.lhs_tensor {
@@ -506,6 +451,48 @@ pub fn recognise(
         stages: STAGES,
         epilogue,
     }))
+}
+
+/// The iterator of statement `o` that each of the first `members` members
+/// of `band` is, when each is exactly one iterator (coefficient 1, no
+/// constant, no parameter): `None` otherwise.
+fn member_iterators(
+    band: &ScheduleNode,
+    o: &crate::model::ModelStmt,
+    members: usize,
+) -> Result<Option<Vec<String>>> {
+    let partial = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(isl_rs::UnionSet::from_set(o.domain.copy()?)?)?;
+    let pma = PwMultiAff::from_map(isl_rs::Map::from_union_map(partial)?)?;
+    let value = |v: isl_rs::Val| crate::isl::val_to_i64(&v);
+    let mut out = Vec::new();
+    for d in 0..members as i32 {
+        let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? else {
+            return Ok(None);
+        };
+        if value(aff.get_constant_val()?)? != 0 {
+            return Ok(None);
+        }
+        for p in 0..aff.dim(DimType::Param)? {
+            if value(aff.get_coefficient_val(DimType::Param, p)?)? != 0 {
+                return Ok(None);
+            }
+        }
+        let mut found = None;
+        for i in 0..o.iterators.len() as i32 {
+            match value(aff.get_coefficient_val(DimType::In, i)?)? {
+                0 => {}
+                1 if found.is_none() => found = Some(i as usize),
+                _ => return Ok(None),
+            }
+        }
+        match found {
+            Some(i) => out.push(o.iterators[i].clone()),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Blocks the automatic choice wants at least (the H100 has 132
