@@ -986,10 +986,20 @@ impl Ctx<'_> {
             .tensor(&regs.tensor)
             .expect("register tiles come from the model");
         let emulate = self.emulate.is_some();
-        let storage = if emulate {
+        // f16 and bf16 elements are held in f32 (see
+        // `expr::WIDE_REGISTER_PREFIX`): converted when loaded and stored.
+        let narrow = matches!(regs.dtype, DType::F16 | DType::BF16);
+        let storage = if narrow {
+            "float"
+        } else if emulate {
             super::c::storage_type(regs.dtype)
         } else {
             storage_type(regs.dtype)
+        };
+        let (widen, narrow_to) = match regs.dtype {
+            DType::F16 => ("pf_h2f", "pf_f2h"),
+            DType::BF16 => ("pf_b2f", "pf_f2b"),
+            _ => ("", ""),
         };
         let mut dims = String::new();
         if emulate {
@@ -1124,15 +1134,10 @@ impl Ctx<'_> {
             // skipped inside the loops.
             Some(init) => {
                 let t = regs.dtype.compute();
-                let id = self.printer.identity(init.reducer, t);
-                let value = match regs.dtype {
-                    DType::F16 => format!("pf_f2h({id})"),
-                    DType::BF16 => format!("pf_f2b({id})"),
-                    _ => id,
-                };
+                let value = self.printer.identity(init.reducer, t);
                 each(out, &|reg, _| format!("{reg} = {value};"));
             }
-            None => each(out, &|reg, el| format!("{reg} = {el};")),
+            None => each(out, &|reg, el| format!("{reg} = {widen}({el});")),
         }
         let inner = Ctx {
             in_regs: true,
@@ -1155,7 +1160,7 @@ impl Ctx<'_> {
             }
             None => inner.node(body, depth + 1, pending, in_thread, out),
         }
-        each(out, &|reg, el| format!("{el} = {reg};"));
+        each(out, &|reg, el| format!("{el} = {narrow_to}({reg});"));
         let _ = writeln!(out, "{pad}}}");
     }
 

@@ -29,6 +29,16 @@ pub fn param_name(p: &str) -> String {
     format!("p_{p}")
 }
 
+/// Overrides whose text starts with this name registers that hold an f16
+/// or bf16 element in f32 (a register tile's accumulator): they are read
+/// and written without conversion, so a reduction rounds once, when the
+/// register is stored.
+pub const WIDE_REGISTER_PREFIX: &str = "pf_reg_";
+
+fn is_wide_register(el: &str) -> bool {
+    el.starts_with(WIDE_REGISTER_PREFIX)
+}
+
 /// Everything needed to print statement bodies of one program.
 pub struct Printer<'a> {
     pub tensors: &'a [ModelTensor],
@@ -91,6 +101,9 @@ impl Printer<'_> {
 
     fn load(&self, tensor: &str, subs: &[Affine], env: &HashMap<String, String>) -> String {
         let el = self.element(tensor, subs, env);
+        if is_wide_register(&el) {
+            return el;
+        }
         match (self.mode, self.tensor(tensor).dtype) {
             (Mode::Native, DType::F16) => format!("pf_h2f({el})"),
             (Mode::Native, DType::BF16) => format!("pf_b2f({el})"),
@@ -270,6 +283,7 @@ impl Printer<'_> {
         let acc = self.load(&st.lhs_tensor, &subs, env);
         let value = self.combine(op, t, &acc, v);
         match (self.mode, lhs.dtype) {
+            _ if is_wide_register(&el) => format!("{el} = {value};"),
             (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
             (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
             (Mode::Reference, _) => format!("{el} = (double)({value});"),
@@ -298,6 +312,7 @@ impl Printer<'_> {
             _ => self.expr(&st.rhs, env),
         };
         match (self.mode, lhs.dtype) {
+            _ if is_wide_register(&el) => format!("{el} = {value};"),
             (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
             (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
             (Mode::Reference, _) => format!("{el} = (double)({value});"),

@@ -149,7 +149,7 @@ pub fn candidate(
             init,
             tensor: t.clone(),
             dtype: tensor.dtype,
-            buffer: format!("pf_reg_{kernel}_{t}"),
+            buffer: format!("{}{kernel}_{t}", crate::codegen::expr::WIDE_REGISTER_PREFIX),
             element,
             block_iterators: Vec::new(),
             thread_dims: nt,
