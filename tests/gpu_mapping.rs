@@ -547,3 +547,47 @@ fn contractions_that_do_not_fit_the_fragments_stay_on_the_ordinary_cores() {
         &auto_gpu(),
     );
 }
+
+#[test]
+fn reductions_into_half_precision_tensors_round_once_on_every_path() {
+    // 300 products summed into an f16 output: rounding every step would
+    // miss the f16 bound; f32 accumulation (registers, CPU) keeps it.
+    let json = contraction(
+        r#"["M","K"]"#,
+        r#"["K","N"]"#,
+        "C(i, j) +=! A(i, k) * B(k, j)",
+        "f16",
+        (40, 33, 300),
+    )
+    .replace(r#""C": {"dtype": "f32""#, r#""C": {"dtype": "f16""#);
+    let p = load_str(&json, "mm.json").unwrap();
+    // The CPU schedule.
+    let c = compile(&p, &Options::default()).unwrap();
+    assert!(c.kernel_c.contains("pf_wide_C"), "{}", c.kernel_c);
+    let r = run(
+        &c,
+        &RunOptions {
+            check: true,
+            bench_runs: 0,
+            seed: 3,
+        },
+    )
+    .unwrap();
+    assert!(r.check.as_ref().unwrap().ok, "{}", r.check.unwrap().line());
+    // The GPU's ordinary path (register tiles in f32) and the tensor cores.
+    for tensor_cores in [false, true] {
+        let mut o = auto_gpu();
+        o.gpu = Some(GpuOptions {
+            auto_tile: true,
+            tensor_cores,
+            ..GpuOptions::default()
+        });
+        let c = compile(&p, &o).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert_eq!(src.contains("mma.sync.aligned"), tensor_cores);
+        if !tensor_cores {
+            assert!(src.contains("float pf_reg_kernel_0_C"), "{src}");
+        }
+        emulate_ok(&json, &o);
+    }
+}
