@@ -501,8 +501,8 @@ const ENOUGH_BLOCKS: i64 = 132;
 
 /// The layout of [`LAYOUTS`] for extents `e` (`m`, `n`, then the batch
 /// members; unknown extents count as large): among those that give
-/// [`ENOUGH_BLOCKS`] blocks, the one that computes the fewest padded
-/// elements (the largest on a tie); when none does, the smallest.
+/// [`ENOUGH_BLOCKS`] blocks, the one that wastes the smallest share of its
+/// tiles on padding (the largest on a tie); when none does, the smallest.
 fn auto_layout(e: &[Option<i64>]) -> ([i64; 3], [i64; 2]) {
     const LARGE: i64 = 1 << 20;
     let count = |x: Option<i64>, t: i64| x.map_or(LARGE, |x| (x + t - 1) / t);
@@ -514,8 +514,13 @@ fn auto_layout(e: &[Option<i64>]) -> ([i64; 3], [i64; 2]) {
             .saturating_mul(count(e[1], tn))
             .saturating_mul(batch)
     };
+    // The share of the padded tiles that is not real work (none along an
+    // extent unknown at compile time).
+    let used = |x: Option<i64>, t: i64| -> f64 {
+        x.map_or(1.0, |x| x as f64 / (count(Some(x), t) * t).max(1) as f64)
+    };
     let padded =
-        |tm: i64, tn: i64| -> i64 { (count(e[0], tm) * tm).saturating_mul(count(e[1], tn) * tn) };
+        |tm: i64, tn: i64| -> i64 { ((1.0 - used(e[0], tm) * used(e[1], tn)) * 1e6) as i64 };
     let pick = LAYOUTS
         .iter()
         .filter(|(tm, tn, _, _)| blocks(*tm, *tn) >= ENOUGH_BLOCKS)
