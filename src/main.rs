@@ -352,6 +352,7 @@ fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Erro
 }
 
 fn main() -> ExitCode {
+    polyfuse::sys::default_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
