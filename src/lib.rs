@@ -16,6 +16,7 @@ pub mod model;
 pub mod pipeline;
 pub mod runtime;
 pub mod schedule;
+pub mod tune;
 
 pub use error::{Error, Result};
 pub use pipeline::{compile, Compiled, Options};

@@ -1,6 +1,8 @@
 //! The `polyfuse` command line: argument parsing and printing only; the
 //! work is in the library.
 
+mod cli_tune;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -65,6 +67,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare several variants (strategies or option sets) of one program:
+    /// kernels, launches, blocks, threads, shared memory, registers,
+    /// global-memory bytes, arithmetic intensity, and with --target the
+    /// checked time.
+    Compare(cli_tune::CompareArgs),
 }
 
 #[derive(Args)]
@@ -261,6 +268,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 _ => Ok(ExitCode::SUCCESS),
             }
         }
+        Command::Compare(args) => cli_tune::compare(args),
     }
 }
 
