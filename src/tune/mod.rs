@@ -10,7 +10,8 @@
 //! * [`canon`] and [`cache`]: the program's canonical form and the SQLite
 //!   cache of tuned options and compiled programs.
 
-//pub mod cache;
+pub mod artifact;
+pub mod cache;
 pub mod canon;
 pub mod compare;
 pub mod plot;
