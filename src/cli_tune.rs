@@ -156,3 +156,385 @@ pub fn compare(args: CompareArgs) -> Result<ExitCode, Error> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Where the cache is: `--cache PATH`, `--no-cache`; see `tune::cache`.
+#[derive(Args, Clone, Default)]
+pub struct CacheArgs {
+    /// The compilation cache (SQLite) to use; default: $POLYFUSE_CACHE, else
+    /// $XDG_CACHE_HOME/polyfuse/cache.sqlite, else
+    /// ~/.cache/polyfuse/cache.sqlite (POLYFUSE_CACHE=off disables it).
+    #[arg(long, value_name = "PATH")]
+    pub cache: Option<PathBuf>,
+    /// Do not read or write the compilation cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+impl CacheArgs {
+    pub fn path(&self) -> Option<PathBuf> {
+        polyfuse::tune::cache::location(self.cache.as_deref(), self.no_cache)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SearchKind {
+    /// TC's genetic search: elites, three-parent uniform crossover from
+    /// fitness-proportional parents, mutation.
+    Genetic,
+    /// Uniformly random candidates (the baseline).
+    Random,
+}
+
+#[derive(Args)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub program: ProgramArgs,
+    /// Wall-clock budget: seconds, or e.g. 90s, 5m, 1h.
+    #[arg(long, default_value = "5m", value_parser = polyfuse::tune::search::parse_budget)]
+    pub budget: std::time::Duration,
+    /// Stop after this many candidates.
+    #[arg(long, value_name = "N")]
+    pub max_candidates: Option<usize>,
+    /// The search.
+    #[arg(long, value_enum, default_value = "genetic")]
+    pub search: SearchKind,
+    /// Seed of the search (and of the input generator).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Where candidates are measured; default: cuda where a CUDA driver
+    /// is found, else cpu.
+    #[arg(long, value_enum)]
+    pub target: Option<MeasureOn>,
+    /// CUDA devices to measure on (e.g. 0,1); default: every visible one.
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Vec<usize>,
+    /// Candidates per generation.
+    #[arg(long, default_value_t = 16)]
+    pub population: usize,
+    /// Best candidates carried unchanged into the next generation.
+    #[arg(long, default_value_t = 2)]
+    pub elites: usize,
+    /// Probability of redrawing each gene of a child.
+    #[arg(long, default_value_t = 0.1)]
+    pub mutation: f64,
+    /// Timed runs per candidate (median).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Compile threads (default: the CPU's cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Print one JSON document (every candidate) instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
+    use polyfuse::tune::search::{self, Search, Settings};
+    let program = args.program.load()?;
+    if let Some(bad) = program.params.iter().find(|p| p.value.is_none()) {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message: format!(
+                "parameter {} has no value; tuning needs sizes: give one with --param {}=VALUE",
+                bad.name, bad.name
+            ),
+        });
+    }
+    if !(0.0..=1.0).contains(&args.mutation) {
+        return Err(Error::Input {
+            file: "--mutation".into(),
+            message: format!("{} is not a probability (0 to 1)", args.mutation),
+        });
+    }
+    let on = match args.target {
+        Some(t) => t,
+        None => {
+            let found = polyfuse::runtime::cuda::probe_driver().is_ok()
+                && polyfuse::runtime::cuda::device_count().unwrap_or(0) > 0;
+            let t = if found { MeasureOn::Cuda } else { MeasureOn::Cpu };
+            eprintln!(
+                "polyfuse: tuning on the {} (no --target given)",
+                if found { "GPU" } else { "CPU" }
+            );
+            t
+        }
+    };
+    let (targets, arch) = match on {
+        MeasureOn::Cpu => (vec![MeasureTarget::Cpu], "cpu".to_string()),
+        MeasureOn::Emulate => (vec![MeasureTarget::Emulate], "emulate".to_string()),
+        MeasureOn::Cuda => {
+            polyfuse::runtime::cuda::probe_driver()?;
+            let n = polyfuse::runtime::cuda::device_count()?;
+            let devices: Vec<usize> = if args.devices.is_empty() {
+                (0..n).collect()
+            } else {
+                args.devices.clone()
+            };
+            if devices.is_empty() || devices.iter().any(|d| *d >= n) {
+                return Err(Error::Environment(format!(
+                    "--devices {:?}: the driver sees {n} CUDA device(s)",
+                    devices
+                )));
+            }
+            let arch = polyfuse::runtime::cuda::device_arch(devices[0])?;
+            (devices.into_iter().map(MeasureTarget::Cuda).collect(), arch)
+        }
+    };
+    let settings = Settings {
+        search: match args.search {
+            SearchKind::Genetic => Search::Genetic,
+            SearchKind::Random => Search::Random,
+        },
+        seed: args.seed,
+        budget: args.budget,
+        max_candidates: args.max_candidates,
+        population: args.population.max(2),
+        elites: args.elites,
+        mutation: args.mutation,
+        targets,
+        runs: args.runs.max(1),
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+    };
+    let bar = indicatif::ProgressBar::with_draw_target(
+        args.max_candidates.map(|n| n as u64),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {pos} candidates {wide_msg}",
+    ) {
+        bar.set_style(style);
+    }
+    let mut progress = |cands: &[search::Candidate], best: Option<usize>| {
+        bar.set_position(cands.len() as u64);
+        if let Some(b) = best.and_then(|b| cands.get(b)) {
+            bar.set_message(format!(
+                "best {:.1} us: {}",
+                b.time_us.unwrap_or(0.0),
+                b.variant.label()
+            ));
+        }
+    };
+    let started = std::time::Instant::now();
+    let outcome = search::tune(&program, &settings, &mut progress)?;
+    bar.finish_and_clear();
+    let elapsed = started.elapsed().as_secs_f64();
+
+    // The cache: every checked time, and the best as the tuned options.
+    let mut cache_note = None;
+    if let Some(path) = args.cache.path() {
+        let mut db = polyfuse::tune::cache::Cache::open(&path)?;
+        let key = polyfuse::tune::cache::Key::new(&program, &arch);
+        for c in &outcome.candidates {
+            if let Some(t) = c.time_us {
+                db.record(&key, &c.variant, Some(t), None)?;
+            }
+        }
+        if let Some(b) = outcome.best {
+            let best = &outcome.candidates[b];
+            db.set_best(
+                &key,
+                &best.variant,
+                best.time_us.unwrap_or(0.0),
+                outcome.best_compiled.as_ref(),
+            )?;
+            cache_note = Some((path.display().to_string(), key.key.clone()));
+        }
+    }
+
+    let default = &outcome.candidates[outcome.default];
+    let best = outcome.best.map(|b| &outcome.candidates[b]);
+    if args.json {
+        let cand = |c: &search::Candidate| {
+            serde_json::json!({
+                "index": c.index,
+                "generation": c.generation,
+                "variant": c.variant.canonical(),
+                "time_us": c.time_us,
+                "error": c.error,
+            })
+        };
+        let doc = serde_json::json!({
+            "program": program.name,
+            "target": on_name(on),
+            "arch": arch,
+            "device": outcome.device,
+            "search": match args.search { SearchKind::Genetic => "genetic", SearchKind::Random => "random" },
+            "seed": args.seed,
+            "space_size": outcome.space_size,
+            "seconds": elapsed,
+            "default": cand(default),
+            "best": best.map(cand),
+            "speedup": match (default.time_us, best.and_then(|b| b.time_us)) {
+                (Some(d), Some(b)) if b > 0.0 => Some(d / b),
+                _ => None,
+            },
+            "cache": cache_note.as_ref().map(|(p, k)| serde_json::json!({"path": p, "key": k})),
+            "candidates": outcome.candidates.iter().map(cand).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?
+        );
+    } else {
+        let checked = outcome.candidates.iter().filter(|c| c.time_us.is_some()).count();
+        println!(
+            "tuned {} on {}: {} candidates ({} checked) in {:.1} s, {} search, seed {}, space of {} variants",
+            program.name,
+            outcome.device.as_deref().unwrap_or(on_name(on)),
+            outcome.candidates.len(),
+            checked,
+            elapsed,
+            match args.search { SearchKind::Genetic => "genetic", SearchKind::Random => "random" },
+            args.seed,
+            outcome.space_size
+        );
+        let time = |c: &search::Candidate| match c.time_us {
+            Some(t) => format!("{t:.1} us"),
+            None => format!("failed ({})", c.error.as_deref().unwrap_or("?")),
+        };
+        println!("default: {}  {}", time(default), default.variant.canonical());
+        match best {
+            Some(b) => println!(
+                "best:    {}  {}{}",
+                time(b),
+                b.variant.canonical(),
+                match (default.time_us, b.time_us) {
+                    (Some(d), Some(t)) if t > 0.0 => format!("  ({:.2}x the default)", d / t),
+                    _ => String::new(),
+                }
+            ),
+            None => println!("best:    none (no candidate passed its check)"),
+        }
+        if let Some((p, k)) = &cache_note {
+            println!("cached in {p} (key {k}, arch {arch})");
+        }
+    }
+    if best.is_none() {
+        return Err(Error::Illegal {
+            file: program.source.clone(),
+            message: "no candidate compiled and passed its check".into(),
+        });
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn on_name(on: MeasureOn) -> &'static str {
+    match on {
+        MeasureOn::Cpu => "cpu",
+        MeasureOn::Cuda => "cuda",
+        MeasureOn::Emulate => "emulate",
+    }
+}
+
+#[derive(clap::Subcommand)]
+pub enum CacheCommand {
+    /// One line per entry: key, program, architecture, parameters, time,
+    /// options (`*` marks the tuned ones).
+    List {
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
+    /// Write every entry as JSON lines to FILE (`-`: standard output).
+    Export {
+        file: PathBuf,
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
+    /// Read entries written by `export` from FILE (`-`: standard input).
+    Import {
+        file: PathBuf,
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
+    /// Remove every entry.
+    Clear {
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
+    /// Print the cache's location.
+    Path {
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
+}
+
+pub fn cache(cmd: CacheCommand) -> Result<ExitCode, Error> {
+    use polyfuse::tune::cache::Cache;
+    let args = match &cmd {
+        CacheCommand::List { cache }
+        | CacheCommand::Export { cache, .. }
+        | CacheCommand::Import { cache, .. }
+        | CacheCommand::Clear { cache }
+        | CacheCommand::Path { cache } => cache.clone(),
+    };
+    let path = args.path().ok_or_else(|| {
+        Error::Environment(
+            "the cache is disabled (--no-cache or POLYFUSE_CACHE=off) or has no location (no HOME)"
+                .into(),
+        )
+    })?;
+    match cmd {
+        CacheCommand::Path { .. } => println!("{}", path.display()),
+        CacheCommand::List { .. } => {
+            let Some(db) = Cache::open_existing(&path)? else {
+                eprintln!("polyfuse: no cache at {}", path.display());
+                return Ok(ExitCode::SUCCESS);
+            };
+            for e in db.list()? {
+                println!(
+                    "{} {} {:<12} {:<8} {:<24} {:>12} {}{}",
+                    if e.tuned { "*" } else { " " },
+                    &e.key[..12],
+                    e.name,
+                    e.arch,
+                    e.params,
+                    e.time_us
+                        .map(|t| format!("{t:.1} us"))
+                        .unwrap_or_else(|| "-".into()),
+                    e.options,
+                    if e.has_artifact { " [compiled]" } else { "" }
+                );
+            }
+        }
+        CacheCommand::Export { file, .. } => {
+            let text = match Cache::open_existing(&path)? {
+                Some(db) => db.export()?,
+                None => String::new(),
+            };
+            if file.as_os_str() == "-" {
+                print!("{text}");
+            } else {
+                std::fs::write(&file, text).map_err(|e| {
+                    Error::Environment(format!("cannot write {}: {e}", file.display()))
+                })?;
+            }
+        }
+        CacheCommand::Import { file, .. } => {
+            let text = if file.as_os_str() == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                    .map_err(|e| Error::Environment(format!("cannot read standard input: {e}")))?;
+                s
+            } else {
+                std::fs::read_to_string(&file).map_err(|e| Error::Input {
+                    file: file.display().to_string(),
+                    message: format!("cannot read: {e}"),
+                })?
+            };
+            let n = Cache::open(&path)?.import(&text, &file.display().to_string())?;
+            println!("imported {n} entries into {}", path.display());
+        }
+        CacheCommand::Clear { .. } => {
+            let n = match Cache::open_existing(&path)? {
+                Some(mut db) => db.clear()?,
+                None => 0,
+            };
+            println!("removed {n} entries from {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

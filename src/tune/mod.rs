@@ -16,7 +16,7 @@ pub mod canon;
 pub mod compare;
 pub mod plot;
 pub mod ptxas;
-//pub mod search;
+pub mod search;
 pub mod traffic;
 pub mod variant;
 
@@ -75,4 +75,69 @@ pub fn measure(
         }
         MeasureTarget::Cuda(device) => crate::runtime::cuda::run_on(compiled, &opts, device),
     }
+}
+
+/// How a compiled program came from the cache.
+#[derive(Debug, Clone)]
+pub struct CacheUse {
+    pub variant: Variant,
+    pub time_us: Option<f64>,
+    /// The compiled program itself was cached (no compilation ran).
+    pub hit: bool,
+    pub path: std::path::PathBuf,
+}
+
+impl CacheUse {
+    /// The line `schedule`, `run` and the C ABI print on stderr.
+    pub fn message(&self, arch: &str) -> String {
+        format!(
+            "polyfuse: using tuned options from the cache {} ({}{}){}",
+            self.path.display(),
+            self.variant.label(),
+            match self.time_us {
+                Some(t) => format!(", {t:.1} us on {arch}"),
+                None => String::new(),
+            },
+            if self.hit {
+                "; compiled program from the cache"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// The program compiled under the options `tune` stored for it in the cache
+/// at `path` (architecture `arch`; with the GPU mapping when `gpu`), when
+/// there are any: from the cached compiled program when its names match,
+/// else compiled now and stored for the next time. None when the cache
+/// file does not exist or holds no tuned options for the program.
+pub fn compile_tuned(
+    program: &crate::frontend::ast::Program,
+    arch: &str,
+    gpu: bool,
+    path: &std::path::Path,
+) -> Result<Option<(Compiled, CacheUse)>> {
+    let Some(mut db) = cache::Cache::open_existing(path)? else {
+        return Ok(None);
+    };
+    let key = cache::Key::new(program, arch);
+    let Some((variant, time_us)) = db.best(&key)? else {
+        return Ok(None);
+    };
+    let mut used = CacheUse {
+        variant: variant.clone(),
+        time_us,
+        hit: true,
+        path: path.to_path_buf(),
+    };
+    if let Some(c) = db.compiled(&key, &variant, program)? {
+        if c.cuda.is_some() == gpu {
+            return Ok(Some((c, used)));
+        }
+    }
+    let compiled = crate::pipeline::compile(program, &variant.options(gpu))?;
+    db.record(&key, &variant, None, Some(&compiled))?;
+    used.hit = false;
+    Ok(Some((compiled, used)))
 }
