@@ -253,7 +253,11 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
         None => {
             let found = polyfuse::runtime::cuda::probe_driver().is_ok()
                 && polyfuse::runtime::cuda::device_count().unwrap_or(0) > 0;
-            let t = if found { MeasureOn::Cuda } else { MeasureOn::Cpu };
+            let t = if found {
+                MeasureOn::Cuda
+            } else {
+                MeasureOn::Cpu
+            };
             eprintln!(
                 "polyfuse: tuning on the {} (no --target given)",
                 if found { "GPU" } else { "CPU" }
@@ -380,7 +384,11 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
             serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?
         );
     } else {
-        let checked = outcome.candidates.iter().filter(|c| c.time_us.is_some()).count();
+        let checked = outcome
+            .candidates
+            .iter()
+            .filter(|c| c.time_us.is_some())
+            .count();
         println!(
             "tuned {} on {}: {} candidates ({} checked) in {:.1} s, {} search, seed {}, space of {} variants",
             program.name,
@@ -396,7 +404,11 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
             Some(t) => format!("{t:.1} us"),
             None => format!("failed ({})", c.error.as_deref().unwrap_or("?")),
         };
-        println!("default: {}  {}", time(default), default.variant.canonical());
+        println!(
+            "default: {}  {}",
+            time(default),
+            default.variant.canonical()
+        );
         match best {
             Some(b) => println!(
                 "best:    {}  {}{}",

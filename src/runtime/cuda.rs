@@ -388,7 +388,12 @@ pub fn device_count() -> Result<usize> {
     probe_driver()?;
     let n = std::panic::catch_unwind(cudarc::driver::CudaContext::device_count)
         .map_err(|p| Error::Environment(sys::panic_text(p.as_ref())))?
-        .map_err(|e| Error::Environment(format!("cannot count the CUDA devices: {}", sys::describe(&e))))?;
+        .map_err(|e| {
+            Error::Environment(format!(
+                "cannot count the CUDA devices: {}",
+                sys::describe(&e)
+            ))
+        })?;
     Ok(usize::try_from(n).unwrap_or(0))
 }
 

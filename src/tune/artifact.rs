@@ -114,10 +114,7 @@ fn affine_json(a: &Affine) -> Value {
 
 fn affine_from(v: &Value) -> Result<Affine> {
     let mut terms = BTreeMap::new();
-    for (k, c) in v["terms"]
-        .as_object()
-        .ok_or_else(|| bad("affine terms"))?
-    {
+    for (k, c) in v["terms"].as_object().ok_or_else(|| bad("affine terms"))? {
         terms.insert(k.clone(), int(c)?);
     }
     Ok(Affine {
@@ -358,7 +355,10 @@ mod tests {
             assert_eq!(back.emulation_c, c.emulation_c);
             assert_eq!(back.tensors.len(), c.tensors.len());
             for (a, b) in back.tensors.iter().zip(&c.tensors) {
-                assert_eq!((&a.name, a.dtype, a.role, &a.shape), (&b.name, b.dtype, b.role, &b.shape));
+                assert_eq!(
+                    (&a.name, a.dtype, a.role, &a.shape),
+                    (&b.name, b.dtype, b.role, &b.shape)
+                );
             }
         }
     }

@@ -4,10 +4,10 @@
 //! Key: `key` = hash of (canonical program, parameter values, target
 //! architecture) — see [`canon`]; rows are (key, options), so a key holds
 //! every measured option set and one of them marked `tuned` (the best a
-//! `tune` found). A row may hold the compiled program (`artifact`, the JSON
-//! of [`super::artifact`]) for one spelling of the names: a cache hit with
-//! the same spelling returns it without compiling; a renamed program reuses
-//! the tuned options and compiles.
+//! `tune` found). Table `artifacts` holds compiled programs (the JSON of
+//! [`super::artifact`]) by (key, options, spelling of the names): a cache
+//! hit with the same spelling returns one without compiling; a renamed
+//! program reuses the tuned options, compiles, and adds its own.
 //!
 //! Concurrency: WAL journal, a busy timeout, and every write in one
 //! `BEGIN IMMEDIATE` transaction, so writers from several processes and
@@ -39,12 +39,18 @@ CREATE TABLE IF NOT EXISTS entries (
     name     TEXT NOT NULL,
     time_us  REAL,
     tuned    INTEGER NOT NULL DEFAULT 0,
-    spelling TEXT,
-    artifact TEXT,
     updated  INTEGER NOT NULL,
     PRIMARY KEY (key, options)
 );
 CREATE INDEX IF NOT EXISTS entries_tuned ON entries (key, tuned);
+CREATE TABLE IF NOT EXISTS artifacts (
+    key      TEXT NOT NULL,
+    options  TEXT NOT NULL,
+    spelling TEXT NOT NULL,
+    artifact TEXT NOT NULL,
+    updated  INTEGER NOT NULL,
+    PRIMARY KEY (key, options, spelling)
+);
 ";
 
 /// What identifies a program for the cache.
@@ -137,15 +143,20 @@ impl Cache {
     pub fn open(path: &Path) -> Result<Cache> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| {
-                Error::Environment(format!("cannot create the cache folder {}: {e}", dir.display()))
+                Error::Environment(format!(
+                    "cannot create the cache folder {}: {e}",
+                    dir.display()
+                ))
             })?;
         }
         let err = db_error(path);
         let conn = Connection::open(path).map_err(&err)?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(&err)?;
         // WAL: readers do not block the writer and the reverse.
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(&err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(&err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(&err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(&err)?;
         let mut cache = Cache {
             conn,
             path: path.to_path_buf(),
@@ -213,16 +224,17 @@ impl Cache {
         variant: &Variant,
         program: &Program,
     ) -> Result<Option<Compiled>> {
-        let text: Option<Option<String>> = self
+        let text: Option<String> = self
             .conn
             .query_row(
-                "SELECT artifact FROM entries WHERE key = ?1 AND options = ?2 AND spelling = ?3 AND program = ?4",
+                "SELECT a.artifact FROM artifacts a JOIN entries e ON a.key = e.key AND a.options = e.options
+                 WHERE a.key = ?1 AND a.options = ?2 AND a.spelling = ?3 AND e.program = ?4",
                 params![key.key, variant.canonical(), key.spelling, key.program],
                 |r| r.get(0),
             )
             .optional()
             .map_err(db_error(&self.path))?;
-        let Some(Some(text)) = text else {
+        let Some(text) = text else {
             return Ok(None);
         };
         let Ok(value) = serde_json::from_str::<Value>(&text) else {
@@ -269,8 +281,9 @@ impl Cache {
         let mut st = self
             .conn
             .prepare(
-                "SELECT key, name, arch, params, options, time_us, tuned, artifact IS NOT NULL, updated
-                 FROM entries ORDER BY updated DESC, key, options",
+                "SELECT key, name, arch, params, options, time_us, tuned,
+                        EXISTS (SELECT 1 FROM artifacts a WHERE a.key = e.key AND a.options = e.options), updated
+                 FROM entries e ORDER BY updated DESC, key, options",
             )
             .map_err(&err)?;
         let rows = st
@@ -293,19 +306,26 @@ impl Cache {
 
     /// Removes every row; returns how many there were.
     pub fn clear(&mut self) -> Result<usize> {
-        self.write(|tx| tx.execute("DELETE FROM entries", []))
+        self.write(|tx| {
+            tx.execute("DELETE FROM artifacts", [])?;
+            tx.execute("DELETE FROM entries", [])
+        })
     }
 
-    /// Every row as JSON lines (compiled programs included), for `import`
+    /// Every row as JSON lines, with its compiled programs, for `import`
     /// elsewhere.
     pub fn export(&self) -> Result<String> {
         let err = db_error(&self.path);
         let mut st = self
             .conn
             .prepare(
-                "SELECT key, options, program, params, arch, name, time_us, tuned, spelling, artifact, updated
+                "SELECT key, options, program, params, arch, name, time_us, tuned, updated
                  FROM entries ORDER BY key, options",
             )
+            .map_err(&err)?;
+        let mut arts = self
+            .conn
+            .prepare("SELECT spelling, artifact FROM artifacts WHERE key = ?1 AND options = ?2 ORDER BY spelling")
             .map_err(&err)?;
         let rows = st
             .query_map([], |r| {
@@ -318,15 +338,23 @@ impl Cache {
                     "name": r.get::<_, String>(5)?,
                     "time_us": r.get::<_, Option<f64>>(6)?,
                     "tuned": r.get::<_, i64>(7)? != 0,
-                    "spelling": r.get::<_, Option<String>>(8)?,
-                    "artifact": r.get::<_, Option<String>>(9)?,
-                    "updated": r.get::<_, i64>(10)?,
+                    "updated": r.get::<_, i64>(8)?,
                 }))
             })
+            .map_err(&err)?
+            .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(&err)?;
         let mut out = String::new();
-        for r in rows {
-            out.push_str(&r.map_err(&err)?.to_string());
+        for mut row in rows {
+            let list = arts
+                .query_map(params![row["key"].as_str(), row["options"].as_str()], |r| {
+                    Ok(json!({ "spelling": r.get::<_, String>(0)?, "artifact": r.get::<_, String>(1)? }))
+                })
+                .map_err(&err)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(&err)?;
+            row["artifacts"] = Value::Array(list);
+            out.push_str(&row.to_string());
             out.push('\n');
         }
         Ok(out)
@@ -359,7 +387,9 @@ impl Cache {
             let arch = s("arch")?;
             let key = canon::hash_hex(&format!("{program}\nparams {params}\narch {arch}\n"));
             if key != s("key")? {
-                return Err(bad("the key does not match the program, parameters and architecture"));
+                return Err(bad(
+                    "the key does not match the program, parameters and architecture",
+                ));
             }
             rows.push((
                 Key {
@@ -368,19 +398,38 @@ impl Cache {
                     params,
                     arch,
                     name: s("name")?,
-                    spelling: v["spelling"].as_str().unwrap_or("").to_string(),
+                    spelling: String::new(),
                 },
                 options,
                 v["time_us"].as_f64(),
                 v["tuned"].as_bool().unwrap_or(false),
-                v["artifact"].as_str().map(str::to_string),
+                v["artifacts"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| {
+                                Some((
+                                    x["spelling"].as_str()?.to_string(),
+                                    x["artifact"].as_str()?.to_string(),
+                                ))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default(),
             ));
         }
         let n = rows.len();
         self.write(|tx| {
-            for (key, options, time, tuned, art) in &rows {
+            for (key, options, time, tuned, arts) in &rows {
                 let variant = Variant::parse(options).unwrap_or_default();
-                upsert(tx, key, &variant, *time, art.as_deref(), false)?;
+                upsert(tx, key, &variant, *time, None, false)?;
+                for (spelling, art) in arts {
+                    let key = Key {
+                        spelling: spelling.clone(),
+                        ..key.clone()
+                    };
+                    upsert(tx, &key, &variant, None, Some(art), false)?;
+                }
                 if *tuned {
                     let current: Option<Option<f64>> = tx
                         .query_row(
@@ -395,7 +444,10 @@ impl Cache {
                         (Some(Some(_)), None) => false,
                     };
                     if better {
-                        tx.execute("UPDATE entries SET tuned = 0 WHERE key = ?1", params![key.key])?;
+                        tx.execute(
+                            "UPDATE entries SET tuned = 0 WHERE key = ?1",
+                            params![key.key],
+                        )?;
                         tx.execute(
                             "UPDATE entries SET tuned = 1 WHERE key = ?1 AND options = ?2",
                             params![key.key, options],
@@ -420,14 +472,12 @@ fn upsert(
     tuned: bool,
 ) -> rusqlite::Result<()> {
     tx.execute(
-        "INSERT INTO entries (key, options, program, params, arch, name, time_us, tuned, spelling, artifact, updated)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+        "INSERT INTO entries (key, options, program, params, arch, name, time_us, tuned, updated)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (key, options) DO UPDATE SET
            time_us = CASE WHEN excluded.time_us IS NOT NULL AND (time_us IS NULL OR excluded.time_us < time_us)
                           THEN excluded.time_us ELSE time_us END,
            tuned = MAX(tuned, excluded.tuned),
-           spelling = CASE WHEN excluded.artifact IS NOT NULL THEN excluded.spelling ELSE spelling END,
-           artifact = COALESCE(excluded.artifact, artifact),
            name = excluded.name,
            updated = excluded.updated",
         params![
@@ -439,11 +489,16 @@ fn upsert(
             key.name,
             time_us,
             tuned as i64,
-            art.map(|_| key.spelling.as_str()),
-            art,
             now(),
         ],
     )?;
+    if let Some(art) = art {
+        tx.execute(
+            "INSERT INTO artifacts (key, options, spelling, artifact, updated) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (key, options, spelling) DO UPDATE SET artifact = excluded.artifact, updated = excluded.updated",
+            params![key.key, variant.canonical(), key.spelling, art, now()],
+        )?;
+    }
     Ok(())
 }
 
@@ -461,7 +516,8 @@ mod tests {
         "body": ["C(i) = A(i) + B(i)"]}"#;
 
     fn temp_db(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("polyfuse-cache-test-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("polyfuse-cache-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir.join("cache.sqlite")
     }

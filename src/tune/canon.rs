@@ -47,7 +47,12 @@ pub fn canonical(program: &Program) -> String {
                 .join(", "),
             None => "?".into(),
         };
-        let _ = writeln!(out, "{} {role} {} [{shape}]", names[t.name.as_str()], t.dtype);
+        let _ = writeln!(
+            out,
+            "{} {role} {} [{shape}]",
+            names[t.name.as_str()],
+            t.dtype
+        );
     }
     for s in &program.statements {
         let _ = writeln!(out, "{}", statement(s, &names));

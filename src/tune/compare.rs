@@ -110,13 +110,15 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
         .params
         .iter()
         .map(|p| {
-            p.value.map(|v| (p.name.clone(), v)).ok_or_else(|| Error::Input {
-                file: program.source.clone(),
-                message: format!(
-                    "parameter {} has no value; give one with --param {}=VALUE",
-                    p.name, p.name
-                ),
-            })
+            p.value
+                .map(|v| (p.name.clone(), v))
+                .ok_or_else(|| Error::Input {
+                    file: program.source.clone(),
+                    message: format!(
+                        "parameter {} has no value; give one with --param {}=VALUE",
+                        p.name, p.name
+                    ),
+                })
         })
         .collect::<Result<Vec<_>>>()?;
     let values: HashMap<String, i64> = params.iter().cloned().collect();
@@ -225,8 +227,18 @@ impl Comparison {
     /// The text table (and, with `trees`, each variant's schedule tree).
     pub fn table(&self, trees: bool) -> String {
         let mut head = vec![
-            "#", "variant", "kernels", "launches", "blocks", "threads/blk", "smem/blk",
-            "regs", "spills", "read MB", "write MB", "flop/B",
+            "#",
+            "variant",
+            "kernels",
+            "launches",
+            "blocks",
+            "threads/blk",
+            "smem/blk",
+            "regs",
+            "spills",
+            "read MB",
+            "write MB",
+            "flop/B",
         ];
         if self.measured() {
             head.extend(["check", "time us"]);
@@ -243,25 +255,52 @@ impl Comparison {
             let mb = |b: u64| format!("{:.3}", b as f64 / 1e6);
             let gpu = !r.kernels.is_empty();
             cells.extend([
-                if gpu { r.kernels.len().to_string() } else { "-".into() },
-                if gpu { r.launches().to_string() } else { "-".into() },
-                opt(gpu.then(|| r.kernels.iter().map(|k| k.blocks()).sum::<u64>().to_string())),
+                if gpu {
+                    r.kernels.len().to_string()
+                } else {
+                    "-".into()
+                },
+                if gpu {
+                    r.launches().to_string()
+                } else {
+                    "-".into()
+                },
                 opt(gpu.then(|| {
-                    r.kernels.iter().map(|k| k.threads()).max().unwrap_or(0).to_string()
+                    r.kernels
+                        .iter()
+                        .map(|k| k.blocks())
+                        .sum::<u64>()
+                        .to_string()
                 })),
                 opt(gpu.then(|| {
-                    r.kernels.iter().map(|k| k.shared_bytes).max().unwrap_or(0).to_string()
+                    r.kernels
+                        .iter()
+                        .map(|k| k.threads())
+                        .max()
+                        .unwrap_or(0)
+                        .to_string()
+                })),
+                opt(gpu.then(|| {
+                    r.kernels
+                        .iter()
+                        .map(|k| k.shared_bytes)
+                        .max()
+                        .unwrap_or(0)
+                        .to_string()
                 })),
                 opt(r.max_registers().map(|x| x.to_string())),
                 opt(r.spills().map(|x| x.to_string())),
                 opt(r.traffic.as_ref().map(|t| mb(t.read_bytes))),
-                opt(r.traffic.as_ref().map(|t| {
-                    format!("{}{}", mb(t.write_bytes), if t.exact { "" } else { "*" })
-                })),
+                opt(r
+                    .traffic
+                    .as_ref()
+                    .map(|t| format!("{}{}", mb(t.write_bytes), if t.exact { "" } else { "*" }))),
                 opt(r.intensity().map(|x| format!("{x:.2}"))),
             ]);
             if self.measured() {
-                cells.push(opt(r.check_ok.map(|ok| if ok { "ok" } else { "FAILED" }.into())));
+                cells.push(opt(r
+                    .check_ok
+                    .map(|ok| if ok { "ok" } else { "FAILED" }.into())));
                 cells.push(opt(r.time_us.map(|t| format!("{t:.1}"))));
             }
             rows.push(cells);
@@ -301,7 +340,10 @@ impl Comparison {
             }
             let _ = writeln!(out, "{}", s.trim_end());
         };
-        line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>(), &mut out);
+        line(
+            &head.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+            &mut out,
+        );
         for r in &rows {
             line(r, &mut out);
         }

@@ -34,7 +34,10 @@ pub fn render(cmp: &Comparison) -> Result<String> {
         )
     } else {
         (
-            cmp.rows.iter().map(|r| r.intensity().unwrap_or(0.0)).collect(),
+            cmp.rows
+                .iter()
+                .map(|r| r.intensity().unwrap_or(0.0))
+                .collect(),
             "arithmetic intensity (flop/byte)".into(),
         )
     };
@@ -50,13 +53,24 @@ pub fn render(cmp: &Comparison) -> Result<String> {
             )
             .map_err(|e| fail(&e))?;
         let (left_area, right_area) = root.split_horizontally(width.min(1800) / 2);
-        bars(&left_area, "global memory traffic (MB)", &labels, &mb, &BLUE).map_err(|e| fail(&e))?;
+        bars(
+            &left_area,
+            "global memory traffic (MB)",
+            &labels,
+            &mb,
+            &BLUE,
+        )
+        .map_err(|e| fail(&e))?;
         bars(&right_area, &right_title, &labels, &right, &RED).map_err(|e| fail(&e))?;
         root.present().map_err(|e| fail(&e))?;
     }
     let mut legend = String::from("<!-- variants:");
     for (i, r) in cmp.rows.iter().enumerate() {
-        legend.push_str(&format!(" #{} {};", i + 1, r.variant.label().replace("--", "-")));
+        legend.push_str(&format!(
+            " #{} {};",
+            i + 1,
+            r.variant.label().replace("--", "-")
+        ));
     }
     legend.push_str(" -->\n");
     Ok(format!("{svg}\n{legend}"))
@@ -88,7 +102,10 @@ fn bars<DB: DrawingBackend>(
     chart.draw_series(values.iter().enumerate().map(|(i, v)| {
         let i = i as u32;
         let mut bar = Rectangle::new(
-            [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)],
+            [
+                (SegmentValue::Exact(i), 0.0),
+                (SegmentValue::Exact(i + 1), *v),
+            ],
             color.mix(0.7).filled(),
         );
         bar.set_margin(0, 0, 6, 6);

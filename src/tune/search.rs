@@ -110,7 +110,10 @@ impl Space {
     }
 
     pub fn random(&self, rng: &mut Rng) -> Genome {
-        self.genes.iter().map(|g| rng.below(g.values.len())).collect()
+        self.genes
+            .iter()
+            .map(|g| rng.below(g.values.len()))
+            .collect()
     }
 
     /// The variant of a genome. Tile-size genes matter only with
@@ -391,7 +394,8 @@ pub fn tune(
     let mut generation = 0;
     let mut stale = 0;
     loop {
-        if outcome.candidates.len() >= limit || (generation > 0 && start.elapsed() >= settings.budget)
+        if outcome.candidates.len() >= limit
+            || (generation > 0 && start.elapsed() >= settings.budget)
         {
             break;
         }

@@ -121,12 +121,7 @@ impl Variant {
                         "`{key}` is not available in this build (no repair variants yet)"
                     ))
                 }
-                other => {
-                    return Err(format!(
-                        "unknown key `{other}` (keys: {})",
-                        KEYS.join(", ")
-                    ))
-                }
+                other => return Err(format!("unknown key `{other}` (keys: {})", KEYS.join(", "))),
             }
         }
         let gpu = GpuOptions {
@@ -250,7 +245,10 @@ fn parse_flag(value: &str, key: &str) -> std::result::Result<bool, String> {
     }
 }
 
-fn parse_sizes<T: std::str::FromStr>(value: &str, key: &str) -> std::result::Result<Vec<T>, String> {
+fn parse_sizes<T: std::str::FromStr>(
+    value: &str,
+    key: &str,
+) -> std::result::Result<Vec<T>, String> {
     value
         .split(['x', ':'])
         .map(|s| {
@@ -274,7 +272,10 @@ fn dims_text(d: &[u32]) -> String {
     if d.is_empty() {
         "auto".into()
     } else {
-        d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x")
+        d.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
     }
 }
 
