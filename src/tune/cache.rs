@@ -161,7 +161,18 @@ impl Cache {
             conn,
             path: path.to_path_buf(),
         };
-        cache.write(|tx| tx.execute_batch(SCHEMA))?;
+        // The schema, unless there (a lookup then takes no write lock).
+        let tables: i64 = cache
+            .conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('entries', 'artifacts')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(db_error(path))?;
+        if tables < 2 {
+            cache.write(|tx| tx.execute_batch(SCHEMA))?;
+        }
         Ok(cache)
     }
 
