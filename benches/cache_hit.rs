@@ -21,14 +21,21 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    println!("{:<28} {:>6} {:>12} {:>12} {:>12}", "program", "target", "compile ms", "hit median", "hit max");
+    println!(
+        "{:<28} {:>6} {:>12} {:>12} {:>12}",
+        "program", "target", "compile ms", "hit median", "hit max"
+    );
     let mut worst: f64 = 0.0;
     for f in &files {
-        let Ok(program) = polyfuse::frontend::load_file(f) else { continue };
+        let Ok(program) = polyfuse::frontend::load_file(f) else {
+            continue;
+        };
         for (gpu, arch) in [(false, "cpu"), (true, "sm_90")] {
             let variant = Variant::default();
             let t0 = Instant::now();
-            let Ok(compiled) = polyfuse::compile(&program, &variant.options(gpu)) else { continue };
+            let Ok(compiled) = polyfuse::compile(&program, &variant.options(gpu)) else {
+                continue;
+            };
             let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
             let mut db = Cache::open(&path).expect("cache");
             db.set_best(&Key::new(&program, arch), &variant, 1.0, Some(&compiled))

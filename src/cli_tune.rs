@@ -496,9 +496,10 @@ pub fn cache(cmd: CacheCommand) -> Result<ExitCode, Error> {
                 eprintln!("polyfuse: no cache at {}", path.display());
                 return Ok(ExitCode::SUCCESS);
             };
+            let mut text = String::new();
             for e in db.list()? {
-                println!(
-                    "{} {} {:<12} {:<8} {:<24} {:>12} {}{}",
+                text.push_str(&format!(
+                    "{} {} {:<12} {:<8} {:<24} {:>12} {}{}\n",
                     if e.tuned { "*" } else { " " },
                     &e.key[..12],
                     e.name,
@@ -509,8 +510,9 @@ pub fn cache(cmd: CacheCommand) -> Result<ExitCode, Error> {
                         .unwrap_or_else(|| "-".into()),
                     e.options,
                     if e.has_artifact { " [compiled]" } else { "" }
-                );
+                ));
             }
+            print_out(&text);
         }
         CacheCommand::Export { file, .. } => {
             let text = match Cache::open_existing(&path)? {
@@ -518,7 +520,7 @@ pub fn cache(cmd: CacheCommand) -> Result<ExitCode, Error> {
                 None => String::new(),
             };
             if file.as_os_str() == "-" {
-                print!("{text}");
+                print_out(&text);
             } else {
                 std::fs::write(&file, text).map_err(|e| {
                     Error::Environment(format!("cannot write {}: {e}", file.display()))
@@ -549,4 +551,11 @@ pub fn cache(cmd: CacheCommand) -> Result<ExitCode, Error> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to standard output; a reader that went away (`| head`) is not an
+/// error.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }

@@ -350,9 +350,20 @@ impl Comparison {
         out.push_str(
             "bytes: per tile, the footprint of every access (fixed box hull in isl) times the tiles; * marks a lower bound\n",
         );
-        for (i, r) in self.rows.iter().enumerate() {
-            if let Some(n) = &r.note {
-                let _ = writeln!(out, "note {}: {}", i + 1, first_line(n));
+        let notes: Vec<(usize, &str)> = self
+            .rows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.note.as_deref().map(|n| (i + 1, first_line(n))))
+            .collect();
+        if notes.len() == self.rows.len()
+            && notes.len() > 1
+            && notes.iter().all(|n| n.1 == notes[0].1)
+        {
+            let _ = writeln!(out, "note (every variant): {}", notes[0].1);
+        } else {
+            for (i, n) in notes {
+                let _ = writeln!(out, "note {i}: {n}");
             }
         }
         if trees {

@@ -42,8 +42,10 @@ pub fn render(cmp: &Comparison) -> Result<String> {
         )
     };
     {
-        let width = 480 + 60 * cmp.rows.len() as u32;
-        let root = SVGBackend::with_string(&mut svg, (width.min(1800), 420)).into_drawing_area();
+        let width = (480 + 60 * cmp.rows.len() as u32).min(1800);
+        let legend_height = 18 * cmp.rows.len() as u32 + 16;
+        let root =
+            SVGBackend::with_string(&mut svg, (width, 420 + legend_height)).into_drawing_area();
         let fail = |e: &dyn std::fmt::Display| Error::Internal(format!("plotting: {e}"));
         root.fill(&WHITE).map_err(|e| fail(&e))?;
         let root = root
@@ -52,7 +54,8 @@ pub fn render(cmp: &Comparison) -> Result<String> {
                 ("sans-serif", 18),
             )
             .map_err(|e| fail(&e))?;
-        let (left_area, right_area) = root.split_horizontally(width.min(1800) / 2);
+        let (charts, legend_area) = root.split_vertically(400);
+        let (left_area, right_area) = charts.split_horizontally(width / 2);
         bars(
             &left_area,
             "global memory traffic (MB)",
@@ -62,18 +65,27 @@ pub fn render(cmp: &Comparison) -> Result<String> {
         )
         .map_err(|e| fail(&e))?;
         bars(&right_area, &right_title, &labels, &right, &RED).map_err(|e| fail(&e))?;
+        for (i, r) in cmp.rows.iter().enumerate() {
+            let text = match &r.error {
+                Some(e) => format!(
+                    "#{} {}: {}",
+                    i + 1,
+                    r.variant.label(),
+                    e.lines().next().unwrap_or("")
+                ),
+                None => format!("#{} {}", i + 1, r.variant.label()),
+            };
+            legend_area
+                .draw(&Text::new(
+                    text,
+                    (16, 4 + 18 * i as i32),
+                    ("sans-serif", 13).into_font().color(&BLACK),
+                ))
+                .map_err(|e| fail(&e))?;
+        }
         root.present().map_err(|e| fail(&e))?;
     }
-    let mut legend = String::from("<!-- variants:");
-    for (i, r) in cmp.rows.iter().enumerate() {
-        legend.push_str(&format!(
-            " #{} {};",
-            i + 1,
-            r.variant.label().replace("--", "-")
-        ));
-    }
-    legend.push_str(" -->\n");
-    Ok(format!("{svg}\n{legend}"))
+    Ok(svg)
 }
 
 fn bars<DB: DrawingBackend>(
@@ -90,7 +102,10 @@ fn bars<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(28)
         .y_label_area_size(56)
-        .build_cartesian_2d((0u32..n).into_segmented(), 0f64..top)?;
+        .build_cartesian_2d(
+            (0u32..n.saturating_sub(1).max(1)).into_segmented(),
+            0f64..top,
+        )?;
     chart
         .configure_mesh()
         .disable_x_mesh()

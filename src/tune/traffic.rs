@@ -17,7 +17,10 @@
 //!   (`isl_map_get_range_simple_fixed_box_hull`): exact for a full tile of
 //!   an affine access, an upper bound at partial edge tiles. Where isl finds
 //!   no fixed box the whole range is counted once and the figure is marked
-//!   inexact (a lower bound);
+//!   inexact (a lower bound). Where a tensor has several accesses, the
+//!   smaller of the union's box and the sum of the accesses' own boxes is
+//!   taken (two accesses far apart in one tile, as a shifted fused
+//!   statement makes, would otherwise count the gap between them);
 //! * a temporary whose reads in a tile are all of elements the same tile
 //!   writes is served on chip: its reads count nothing.
 //!
@@ -70,9 +73,7 @@ pub fn measure(compiled: &Compiled) -> Result<Traffic> {
     for node in &points {
         let prefix = node.get_prefix_schedule_union_map()?;
         for (ti, t) in compiled.tensors.iter().enumerate() {
-            let Some((reads, writes)) = accesses(&scop, compiled, &t.name)? else {
-                continue;
-            };
+            let (reads, writes) = accesses(&scop, compiled, &t.name)?;
             let size = t.dtype.size() as u64;
             let per_tile = |acc: &UnionMap| -> Result<Option<Map>> {
                 let f = prefix
@@ -86,27 +87,39 @@ pub fn measure(compiled: &Compiled) -> Result<Traffic> {
                 }
                 Ok(Some(Map::from_union_map(f)?))
             };
-            let w = match &writes {
-                Some(w) => per_tile(w)?,
-                None => None,
+            // (the union of the accesses per tile, each access per tile)
+            let footprints = |accs: &[UnionMap]| -> Result<Option<(Map, Vec<Map>)>> {
+                let mut each = Vec::new();
+                let mut union: Option<UnionMap> = None;
+                for a in accs {
+                    if let Some(m) = per_tile(a)? {
+                        each.push(m);
+                    }
+                    union = Some(match union {
+                        None => a.copy()?,
+                        Some(u) => u.union(a.copy()?)?,
+                    });
+                }
+                match union {
+                    Some(u) => Ok(per_tile(&u)?.map(|m| (m, each))),
+                    None => Ok(None),
+                }
             };
-            let r = match &reads {
-                Some(r) => per_tile(r)?,
-                None => None,
-            };
-            if let Some(w) = &w {
-                let (n, exact) = pairs(w)?;
+            let w = footprints(&writes)?;
+            let r = footprints(&reads)?;
+            if let Some((w, each)) = &w {
+                let (n, exact) = moved(w, each)?;
                 traffic.exact &= exact;
                 traffic.tensors[ti].2 += n * size;
             }
-            if let Some(r) = &r {
+            if let Some((r, each)) = &r {
                 let on_chip = t.role == TensorRole::Temp
                     && match &w {
-                        Some(w) => r.is_subset(w)?,
+                        Some((w, _)) => r.is_subset(w)?,
                         None => false,
                     };
                 if !on_chip {
-                    let (n, exact) = pairs(r)?;
+                    let (n, exact) = moved(r, each)?;
                     traffic.exact &= exact;
                     traffic.tensors[ti].1 += n * size;
                 }
@@ -118,30 +131,53 @@ pub fn measure(compiled: &Compiled) -> Result<Traffic> {
     Ok(traffic)
 }
 
-/// The union of the write and read relations of tensor `name` over all
-/// statements (None where there are none).
-type Accesses = (Option<UnionMap>, Option<UnionMap>);
-
-fn accesses(scop: &Scop, compiled: &Compiled, name: &str) -> Result<Option<Accesses>> {
-    let mut reads: Option<UnionMap> = None;
-    let mut writes: Option<UnionMap> = None;
+/// The read and the write relations of tensor `name`, one per access of a
+/// statement.
+fn accesses(
+    scop: &Scop,
+    compiled: &Compiled,
+    name: &str,
+) -> Result<(Vec<UnionMap>, Vec<UnionMap>)> {
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
     for s in &scop.statements {
         for a in s.accesses(&compiled.program) {
             if a.tensor != name {
                 continue;
             }
             let m = UnionMap::from_map(a.relation.copy()?)?;
-            let slot = if a.write { &mut writes } else { &mut reads };
-            *slot = Some(match slot.take() {
-                None => m,
-                Some(u) => u.union(m)?,
-            });
+            if a.write {
+                writes.push(m);
+            } else {
+                reads.push(m);
+            }
         }
     }
-    if reads.is_none() && writes.is_none() {
-        return Ok(None);
+    Ok((reads, writes))
+}
+
+/// Elements moved for the per-tile footprint `union` of several accesses
+/// (`each`): the box hull of the union, or the sum of the accesses' own
+/// hulls where that is smaller (accesses far apart in one tile, as a
+/// shifted fused statement makes, would otherwise count the gap between
+/// them).
+fn moved(union: &Map, each: &[Map]) -> Result<(u64, bool)> {
+    let (n, exact) = pairs(union)?;
+    if each.len() < 2 {
+        return Ok((n, exact));
     }
-    Ok(Some((reads, writes)))
+    let mut sum: u64 = 0;
+    let mut all_exact = true;
+    for m in each {
+        let (k, e) = pairs(m)?;
+        sum = sum.saturating_add(k);
+        all_exact &= e;
+    }
+    Ok(if sum < n {
+        (sum, all_exact)
+    } else {
+        (n, exact)
+    })
 }
 
 /// Σ over tiles of the footprint: (tiles × box size, exact?).
@@ -172,7 +208,7 @@ fn count_tiles(set: Set) -> Result<u64> {
     let mut to = Vec::new();
     let mut strided = false;
     for d in 0..n {
-        let s = crate::isl::val_to_i64(&set.get_stride(d as i32)?)?;
+        let s = crate::isl::val_to_i64(&set.get_stride(d)?)?;
         from.push(format!("x{d}"));
         if s > 1 {
             strided = true;
