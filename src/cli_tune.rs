@@ -370,6 +370,7 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
             "seed": args.seed,
             "space_size": outcome.space_size,
             "seconds": elapsed,
+            "reference_seconds": outcome.reference_seconds,
             "default": cand(default),
             "best": best.map(cand),
             "speedup": match (default.time_us, best.and_then(|b| b.time_us)) {
@@ -420,6 +421,9 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
                 }
             ),
             None => println!("best:    none (no candidate passed its check)"),
+        }
+        if let Some(s) = outcome.reference_seconds {
+            println!("(the f64 reference of the check took {s:.1} s before the budget)");
         }
         if let Some((p, k)) = &cache_note {
             println!("cached in {p} (key {k}, arch {arch})");

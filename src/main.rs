@@ -145,7 +145,7 @@ impl Common {
         arch: &str,
         gpu: bool,
     ) -> Option<(polyfuse::Compiled, Options)> {
-        if self.any_option() {
+        if self.any_option() || arch.is_empty() {
             return None;
         }
         let path = self.cache.path()?;
@@ -302,7 +302,12 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             let cache_arch = match target {
                 Target::Cpu => "cpu".to_string(),
                 Target::Emulate => "emulate".to_string(),
-                Target::Cuda if common.any_option() => String::new(),
+                // The device is asked only when a cache could answer.
+                Target::Cuda
+                    if common.any_option() || !common.cache.path().is_some_and(|p| p.is_file()) =>
+                {
+                    String::new()
+                }
                 Target::Cuda => polyfuse::runtime::cuda::device_arch(0)?,
             };
             let mut compiled = match common.tuned(&program, &cache_arch, target != Target::Cpu) {

@@ -462,7 +462,9 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
         None => crate::tune::cache::location(None, false),
         Some(p) => p.clone(),
     };
-    let Some(path) = path else { return Ok(None) };
+    let Some(path) = path.filter(|p| p.is_file()) else {
+        return Ok(None);
+    };
     let arch = match state.target {
         Target::Cpu => "cpu".to_string(),
         Target::Cuda => match crate::runtime::cuda::device_arch(0) {

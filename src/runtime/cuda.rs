@@ -404,6 +404,21 @@ pub fn device_arch(device: usize) -> Result<String> {
 
 /// [`run`] on device `device` (an ordinal of the driver's list).
 pub fn run_on(compiled: &Compiled, opts: &RunOptions, device: usize) -> Result<RunReport> {
+    run_checked(compiled, opts, device, None)
+}
+
+/// The f64 reference outputs of [`cpu::reference_outputs`].
+pub type Reference = [(String, crate::frontend::ast::DType, Vec<f64>)];
+
+/// [`run_on`], checking against `reference` when given (computed once by a
+/// caller that runs many schedules of one program on the same inputs, as
+/// `tune` does) instead of computing it for this run.
+pub fn run_checked(
+    compiled: &Compiled,
+    opts: &RunOptions,
+    device: usize,
+    reference: Option<&Reference>,
+) -> Result<RunReport> {
     let program = compiled.cuda.as_ref().ok_or_else(|| {
         Error::Internal("the program was compiled without the GPU mapping".into())
     })?;
@@ -414,7 +429,7 @@ pub fn run_on(compiled: &Compiled, opts: &RunOptions, device: usize) -> Result<R
     // cudarc panics on a few conditions it treats as impossible (a missing
     // driver entry point); those become errors rather than crashes.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute(&gpu, program, compiled, &counts, &slots, opts)
+        execute(&gpu, program, compiled, &counts, &slots, opts, reference)
     }))
     .map_err(|p| {
         Error::Internal(format!(
@@ -442,6 +457,7 @@ fn execute(
     counts: &[usize],
     slots: &[ArgSlot],
     opts: &RunOptions,
+    reference: Option<&Reference>,
 ) -> Result<Executed> {
     let (ptx, arch) = compile_for(gpu, &program.source)?;
     let launches = prepare(gpu, program, compiled, ptx)?;
@@ -481,7 +497,14 @@ fn execute(
             .map_err(|e| driver(&format!("kernel {} failed", l.name), e))?;
     }
     let check = if opts.check {
-        let reference = cpu::reference_outputs(compiled, opts.seed)?;
+        let computed;
+        let reference = match reference {
+            Some(r) => r,
+            None => {
+                computed = cpu::reference_outputs(compiled, opts.seed)?;
+                &computed[..]
+            }
+        };
         let mut outputs = Vec::new();
         for (i, t) in compiled.tensors.iter().enumerate() {
             if t.role != TensorRole::Output {

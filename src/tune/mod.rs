@@ -59,6 +59,18 @@ pub fn measure(
     runs: usize,
     seed: u64,
 ) -> Result<RunReport> {
+    measure_with(compiled, target, runs, seed, None)
+}
+
+/// [`measure`]; on a GPU, checked against `reference` (the f64 outputs of
+/// `runtime::cpu::reference_outputs` for `seed`) when given.
+pub fn measure_with(
+    compiled: &Compiled,
+    target: MeasureTarget,
+    runs: usize,
+    seed: u64,
+    reference: Option<&crate::runtime::cuda::Reference>,
+) -> Result<RunReport> {
     let opts = cpu::RunOptions {
         check: true,
         bench_runs: runs,
@@ -73,7 +85,9 @@ pub fn measure(
             }
             cpu::run(&c, &opts)
         }
-        MeasureTarget::Cuda(device) => crate::runtime::cuda::run_on(compiled, &opts, device),
+        MeasureTarget::Cuda(device) => {
+            crate::runtime::cuda::run_checked(compiled, &opts, device, reference)
+        }
     }
 }
 

@@ -24,7 +24,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use super::{measure, MeasureTarget, Variant};
+use super::{measure_with, MeasureTarget, Variant};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{ExprKind, Program};
 use crate::pipeline::{compile, Compiled};
@@ -356,6 +356,8 @@ pub struct Outcome {
     pub best_compiled: Option<Compiled>,
     pub device: Option<String>,
     pub space_size: u64,
+    /// Seconds spent on the f64 reference before the search (GPU targets).
+    pub reference_seconds: Option<f64>,
 }
 
 /// Called after every generation with the candidates so far and the best.
@@ -377,6 +379,22 @@ pub fn tune(
     let gpu = first_target.gpu();
     let space = Space::new(program, gpu);
     let mut rng = Rng::new(settings.seed);
+    // On a GPU, the f64 reference of the check is computed once, on the
+    // CPU, before the budget starts (it is the same for every schedule).
+    let mut reference_seconds = None;
+    let reference = if settings
+        .targets
+        .iter()
+        .any(|t| matches!(t, MeasureTarget::Cuda(_)))
+    {
+        let t0 = Instant::now();
+        let c = compile(program, &Variant::default().options(gpu))?;
+        let r = crate::runtime::cpu::reference_outputs(&c, settings.seed)?;
+        reference_seconds = Some(t0.elapsed().as_secs_f64());
+        Some(r)
+    } else {
+        None
+    };
     let start = Instant::now();
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut outcome = Outcome {
@@ -386,6 +404,7 @@ pub fn tune(
         best_compiled: None,
         device: None,
         space_size: space.size(),
+        reference_seconds,
     };
     let population = settings.population.max(2);
     let limit = settings.max_candidates.unwrap_or(usize::MAX).max(1);
@@ -465,7 +484,7 @@ pub fn tune(
         } else {
             stale = 0;
         }
-        let results = evaluate(program, &fresh, settings, gpu)?;
+        let results = evaluate(program, &fresh, settings, gpu, reference.as_deref())?;
         for (v, (result, device)) in fresh.into_iter().zip(results) {
             let index = outcome.candidates.len();
             seen.insert(v.canonical(), index);
@@ -522,6 +541,7 @@ fn evaluate(
     variants: &[Variant],
     settings: &Settings,
     gpu: bool,
+    reference: Option<&crate::runtime::cuda::Reference>,
 ) -> Result<Vec<Evaluated>> {
     let jobs = settings.jobs.max(1).min(variants.len().max(1));
     let mut compiled: Vec<Option<std::result::Result<Compiled, String>>> =
@@ -562,24 +582,28 @@ fn evaluate(
                 for (i, c) in mine {
                     let r = match c {
                         Err(e) => (Err(format!("compile: {e}")), None),
-                        Ok(c) => match measure(c, target, settings.runs, settings.seed) {
-                            Ok(report) => {
-                                let device = Some(report.device.clone());
-                                match (&report.check, report.median_us) {
-                                    (Some(ch), Some(t)) if ch.ok => (Ok((t, c.clone())), device),
-                                    (Some(ch), _) if !ch.ok => (Err(ch.line()), device),
-                                    _ => (Err("not measured".into()), device),
+                        Ok(c) => {
+                            match measure_with(c, target, settings.runs, settings.seed, reference) {
+                                Ok(report) => {
+                                    let device = Some(report.device.clone());
+                                    match (&report.check, report.median_us) {
+                                        (Some(ch), Some(t)) if ch.ok => {
+                                            (Ok((t, c.clone())), device)
+                                        }
+                                        (Some(ch), _) if !ch.ok => (Err(ch.line()), device),
+                                        _ => (Err("not measured".into()), device),
+                                    }
                                 }
-                            }
-                            Err(e @ Error::Environment(_)) => {
-                                let text = e.to_string();
-                                if let Ok(mut slot) = env_error.lock() {
-                                    slot.get_or_insert(e);
+                                Err(e @ Error::Environment(_)) => {
+                                    let text = e.to_string();
+                                    if let Ok(mut slot) = env_error.lock() {
+                                        slot.get_or_insert(e);
+                                    }
+                                    (Err(text), None)
                                 }
-                                (Err(text), None)
+                                Err(e) => (Err(e.to_string()), None),
                             }
-                            Err(e) => (Err(e.to_string()), None),
-                        },
+                        }
                     };
                     res.push((i, r));
                 }
