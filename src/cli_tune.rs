@@ -312,6 +312,7 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
     ) {
         bar.set_style(style);
     }
+    bar.enable_steady_tick(std::time::Duration::from_millis(250));
     let mut progress = |cands: &[search::Candidate], best: Option<usize>| {
         bar.set_position(cands.len() as u64);
         if let Some(b) = best.and_then(|b| cands.get(b)) {

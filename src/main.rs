@@ -145,7 +145,7 @@ impl Common {
         arch: &str,
         gpu: bool,
     ) -> Option<(polyfuse::Compiled, Options)> {
-        if self.any_option() || arch.is_empty() {
+        if self.any_option() || arch.is_empty() || program.schedule.is_some() {
             return None;
         }
         let path = self.cache.path()?;

@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use super::ptxas::{self, KernelResources};
 use super::traffic::{self, Traffic};
-use super::{measure, MeasureTarget, Variant};
+use super::{measure_with, MeasureTarget, Variant};
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
 use crate::pipeline::{compile, Compiled};
@@ -124,6 +124,8 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
     let values: HashMap<String, i64> = params.iter().cloned().collect();
     let mut rows = Vec::new();
     let mut device = None;
+    // On a GPU the f64 reference is computed once for all variants.
+    let mut reference = None;
     for v in &request.variants {
         let mut row = Row {
             variant: v.clone(),
@@ -139,7 +141,14 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
             check_ok: None,
             max_rel_error: None,
         };
-        match fill(program, request, &values, &mut row, &mut device) {
+        match fill(
+            program,
+            request,
+            &values,
+            &mut row,
+            &mut device,
+            &mut reference,
+        ) {
             Ok(()) => {}
             // Bad input and illegal options are the variant's; an
             // environment fault (no driver) is everyone's.
@@ -163,6 +172,7 @@ fn fill(
     values: &HashMap<String, i64>,
     row: &mut Row,
     device: &mut Option<String>,
+    reference: &mut Option<Vec<(String, crate::frontend::ast::DType, Vec<f64>)>>,
 ) -> Result<()> {
     let compiled = match compile(program, &row.variant.options(true)) {
         Ok(c) => c,
@@ -174,7 +184,19 @@ fn fill(
     };
     describe(&compiled, values, request, row)?;
     if let Some(target) = request.target {
-        let report = measure(&compiled, target, request.runs, request.seed)?;
+        if matches!(target, MeasureTarget::Cuda(_)) && reference.is_none() {
+            *reference = Some(crate::runtime::cpu::reference_outputs(
+                &compiled,
+                request.seed,
+            )?);
+        }
+        let report = measure_with(
+            &compiled,
+            target,
+            request.runs,
+            request.seed,
+            reference.as_deref(),
+        )?;
         *device = Some(report.device.clone());
         if let Some(c) = &report.check {
             row.check_ok = Some(c.ok);
