@@ -645,3 +645,42 @@ fn the_c_abi_consults_the_cache() {
         PF_ERR_INVALID_HANDLE
     );
 }
+
+#[test]
+fn without_a_driver_the_cuda_target_is_an_environment_fault() {
+    if polyfuse::runtime::cuda::probe_driver().is_ok() {
+        eprintln!("a CUDA driver is present: scripts/gpu-check.sh runs tune and compare there");
+        return;
+    }
+    for args in [
+        vec![
+            "tune",
+            "examples/gemm.json",
+            "--target",
+            "cuda",
+            "--max-candidates",
+            "2",
+        ],
+        vec!["compare", "examples/gemm.json", "--target", "cuda"],
+    ] {
+        let o = polyfuse(&args, None);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("no CUDA driver"), "{}", stderr(&o));
+    }
+    // without --target, tune says it falls back to the CPU
+    let dir = scratch("fallback");
+    let f = write(&dir, "gemm.json", SMALL_GEMM);
+    let o = polyfuse(
+        &[
+            "tune",
+            f.to_str().unwrap(),
+            "--max-candidates",
+            "1",
+            "--runs",
+            "1",
+        ],
+        None,
+    );
+    ok(&o);
+    assert!(stderr(&o).contains("tuning on the CPU"), "{}", stderr(&o));
+}
