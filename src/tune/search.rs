@@ -311,7 +311,8 @@ pub enum Search {
 pub struct Settings {
     pub search: Search,
     pub seed: u64,
-    /// Wall-clock budget; the search stops starting generations after it.
+    /// Wall-clock budget: no generation starts and no candidate is measured
+    /// after it (the first generation, with the default, always is).
     pub budget: Duration,
     /// At most this many candidates measured (None: only the budget).
     pub max_candidates: Option<usize>,
@@ -484,8 +485,21 @@ pub fn tune(
         } else {
             stale = 0;
         }
-        let results = evaluate(program, &fresh, settings, gpu, reference.as_deref())?;
-        for (v, (result, device)) in fresh.into_iter().zip(results) {
+        // After the first generation, candidates not measured when the
+        // budget runs out are dropped (the default is always measured).
+        let deadline = (generation > 0).then(|| start + settings.budget);
+        let results = evaluate(
+            program,
+            &fresh,
+            settings,
+            gpu,
+            reference.as_deref(),
+            deadline,
+        )?;
+        for (v, result) in fresh.into_iter().zip(results) {
+            let Some((result, device)) = result else {
+                continue;
+            };
             let index = outcome.candidates.len();
             seen.insert(v.canonical(), index);
             if let Some(d) = device {
@@ -542,7 +556,8 @@ fn evaluate(
     settings: &Settings,
     gpu: bool,
     reference: Option<&crate::runtime::cuda::Reference>,
-) -> Result<Vec<Evaluated>> {
+    deadline: Option<Instant>,
+) -> Result<Vec<Option<Evaluated>>> {
     let jobs = settings.jobs.max(1).min(variants.len().max(1));
     let mut compiled: Vec<Option<std::result::Result<Compiled, String>>> =
         (0..variants.len()).map(|_| None).collect();
@@ -580,6 +595,9 @@ fn evaluate(
             handles.push(s.spawn(move || {
                 let mut res = Vec::new();
                 for (i, c) in mine {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
                     let r = match c {
                         Err(e) => (Err(format!("compile: {e}")), None),
                         Ok(c) => {
@@ -610,10 +628,19 @@ fn evaluate(
                 res
             }));
         }
-        for h in handles {
-            if let Ok(res) = h.join() {
-                for (i, r) in res {
-                    out[i] = Some(r);
+        for (t, h) in handles.into_iter().enumerate() {
+            match h.join() {
+                Ok(res) => {
+                    for (i, r) in res {
+                        out[i] = Some(r);
+                    }
+                }
+                Err(_) => {
+                    for (i, slot) in out.iter_mut().enumerate() {
+                        if i % n == t {
+                            *slot = Some((Err("the measuring thread failed".into()), None));
+                        }
+                    }
                 }
             }
         }
@@ -621,10 +648,7 @@ fn evaluate(
     if let Some(e) = env_error.into_inner().ok().flatten() {
         return Err(e);
     }
-    Ok(out
-        .into_iter()
-        .map(|r| r.unwrap_or((Err("the measuring thread failed".into()), None)))
-        .collect())
+    Ok(out)
 }
 
 /// Parses a budget: `300`, `90s`, `5m`, `1h`, `1m30s`.
