@@ -379,7 +379,6 @@ pub fn tune(
     };
     let gpu = first_target.gpu();
     let space = Space::new(program, gpu);
-    let mut rng = Rng::new(settings.seed);
     // On a GPU, the f64 reference of the check is computed once, on the
     // CPU, before the budget starts (it is the same for every schedule).
     let mut reference_seconds = None;
@@ -396,6 +395,35 @@ pub fn tune(
     } else {
         None
     };
+    let mut eval = |fresh: &[Variant], deadline: Option<Instant>| {
+        evaluate(
+            program,
+            fresh,
+            settings,
+            gpu,
+            reference.as_deref(),
+            deadline,
+        )
+    };
+    let mut outcome = search(&space, settings, &mut eval, progress)?;
+    outcome.reference_seconds = reference_seconds;
+    Ok(outcome)
+}
+
+/// Measures a generation's new variants (None: skipped, the budget ran
+/// out before it).
+pub type Evaluator<'a> =
+    dyn FnMut(&[Variant], Option<Instant>) -> Result<Vec<Option<Evaluated>>> + 'a;
+
+/// The search itself, over `space`, with candidates measured by `eval`
+/// (see [`tune`]).
+pub fn search(
+    space: &Space,
+    settings: &Settings,
+    eval: &mut Evaluator<'_>,
+    progress: &mut Progress<'_>,
+) -> Result<Outcome> {
+    let mut rng = Rng::new(settings.seed);
     let start = Instant::now();
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut outcome = Outcome {
@@ -405,7 +433,7 @@ pub fn tune(
         best_compiled: None,
         device: None,
         space_size: space.size(),
-        reference_seconds,
+        reference_seconds: None,
     };
     let population = settings.population.max(2);
     let limit = settings.max_candidates.unwrap_or(usize::MAX).max(1);
@@ -488,14 +516,7 @@ pub fn tune(
         // After the first generation, candidates not measured when the
         // budget runs out are dropped (the default is always measured).
         let deadline = (generation > 0).then(|| start + settings.budget);
-        let results = evaluate(
-            program,
-            &fresh,
-            settings,
-            gpu,
-            reference.as_deref(),
-            deadline,
-        )?;
+        let results = eval(&fresh, deadline)?;
         for (v, result) in fresh.into_iter().zip(results) {
             let Some((result, device)) = result else {
                 continue;
@@ -506,7 +527,7 @@ pub fn tune(
                 outcome.device.get_or_insert(d);
             }
             let (time_us, error, compiled) = match result {
-                Ok((t, c)) => (Some(t), None, Some(c)),
+                Ok((t, c)) => (Some(t), None, c),
                 Err(e) => (None, Some(e), None),
             };
             if let Some(t) = time_us {
@@ -546,7 +567,12 @@ pub fn tune(
     Ok(outcome)
 }
 
-type Evaluated = (std::result::Result<(f64, Compiled), String>, Option<String>);
+/// A measured candidate: its time and compiled program, or why it has no
+/// time; and the device it ran on.
+pub type Evaluated = (
+    std::result::Result<(f64, Option<Compiled>), String>,
+    Option<String>,
+);
 
 /// Compiles `variants` on `jobs` threads, then measures them, candidate i on
 /// target i mod n (one thread per target).
@@ -606,7 +632,7 @@ fn evaluate(
                                     let device = Some(report.device.clone());
                                     match (&report.check, report.median_us) {
                                         (Some(ch), Some(t)) if ch.ok => {
-                                            (Ok((t, c.clone())), device)
+                                            (Ok((t, Some(c.clone()))), device)
                                         }
                                         (Some(ch), _) if !ch.ok => (Err(ch.line()), device),
                                         _ => (Err("not measured".into()), device),
@@ -752,6 +778,98 @@ mod tests {
         for i in 0..child.len() {
             assert!(child[i] == a[i] || child[i] == b[i] || child[i] == c[i]);
         }
+    }
+
+    /// A deterministic stand-in for measuring: a time from the variant's
+    /// text (smaller tiles and `sink=off` are "faster"), failing for
+    /// `strategy=max`.
+    fn synthetic(fresh: &[Variant], _: Option<Instant>) -> Result<Vec<Option<Evaluated>>> {
+        Ok(fresh
+            .iter()
+            .map(|v| {
+                if v.strategy == crate::schedule::Strategy::Max {
+                    return Some((Err("check: FAILED".into()), None));
+                }
+                let h =
+                    u64::from_str_radix(&super::super::canon::hash_hex(&v.canonical())[..8], 16)
+                        .unwrap();
+                let t = 100.0 + (h % 1000) as f64 / 10.0 - if v.sink { 0.0 } else { 20.0 };
+                Some((Ok((t, None)), Some("synthetic".into())))
+            })
+            .collect())
+    }
+
+    fn settings(search: Search, seed: u64) -> Settings {
+        Settings {
+            search,
+            seed,
+            budget: Duration::from_secs(3600),
+            max_candidates: Some(60),
+            population: 8,
+            elites: 2,
+            mutation: 0.1,
+            targets: vec![MeasureTarget::Cpu],
+            runs: 1,
+            jobs: 1,
+        }
+    }
+
+    fn run(search: Search, seed: u64) -> Outcome {
+        let space = Space::new(&gemm(), true);
+        super::search(
+            &space,
+            &settings(search, seed),
+            &mut synthetic,
+            &mut |_, _| {},
+        )
+        .unwrap()
+    }
+
+    fn texts(o: &Outcome) -> Vec<String> {
+        o.candidates.iter().map(|c| c.variant.canonical()).collect()
+    }
+
+    #[test]
+    fn the_whole_search_is_deterministic_for_the_same_times() {
+        for search in [Search::Genetic, Search::Random] {
+            let a = run(search, 5);
+            assert_eq!(a.candidates.len(), 60);
+            assert!(a.candidates.iter().map(|c| c.generation).max().unwrap() >= 5);
+            assert_eq!(texts(&a), texts(&run(search, 5)));
+            assert_ne!(texts(&a), texts(&run(search, 6)));
+            assert_eq!(a.candidates[0].variant, Variant::default());
+            // no candidate twice; the best is the fastest checked one
+            let unique: std::collections::HashSet<_> = texts(&a).into_iter().collect();
+            assert_eq!(unique.len(), 60);
+            let best = a.best.unwrap();
+            let fastest = a
+                .candidates
+                .iter()
+                .filter_map(|c| c.time_us)
+                .fold(f64::INFINITY, f64::min);
+            assert_eq!(a.candidates[best].time_us, Some(fastest));
+            // failed candidates have no time and a reason
+            for c in &a.candidates {
+                assert_eq!(c.time_us.is_none(), c.error.is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn the_genetic_search_breeds_from_the_fast() {
+        // The synthetic time favours sink=off by 20 us; after a few
+        // generations most of the genetic search's children carry it, more
+        // than the random search's.
+        let share = |o: &Outcome| {
+            let late: Vec<_> = o.candidates.iter().filter(|c| c.generation >= 4).collect();
+            late.iter().filter(|c| !c.variant.sink).count() as f64 / late.len().max(1) as f64
+        };
+        let (mut g, mut r) = (0.0, 0.0);
+        for seed in 0..6 {
+            g += share(&run(Search::Genetic, seed));
+            r += share(&run(Search::Random, seed));
+        }
+        assert!(g > r, "genetic {g} vs random {r}");
     }
 
     #[test]
