@@ -340,12 +340,18 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
         }
         if let Some(b) = outcome.best {
             let best = &outcome.candidates[b];
-            db.set_best(
+            let (tuned, time) = db.set_best(
                 &key,
                 &best.variant,
                 best.time_us.unwrap_or(0.0),
                 outcome.best_compiled.as_ref(),
             )?;
+            if tuned != best.variant {
+                eprintln!(
+                    "polyfuse: the cache keeps the faster {time:.1} us of an earlier run ({})",
+                    tuned.label()
+                );
+            }
             cache_note = Some((path.display().to_string(), key.key.clone()));
         }
     }

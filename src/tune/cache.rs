@@ -267,23 +267,53 @@ impl Cache {
         self.write(|tx| upsert(tx, key, variant, time_us, art.as_deref(), false))
     }
 
-    /// Marks `variant` as the tuned options of `key` (unmarking any other),
-    /// with its time and compiled program, in one transaction.
+    /// Records `variant` with its time and compiled program and makes it
+    /// the tuned options of `key` unless the current tuned entry (of
+    /// another option set) is faster, in one transaction. Returns the tuned
+    /// options and time afterwards.
     pub fn set_best(
         &mut self,
         key: &Key,
         variant: &Variant,
         time_us: f64,
         compiled: Option<&Compiled>,
-    ) -> Result<()> {
+    ) -> Result<(Variant, f64)> {
         let art = compiled.map(|c| artifact::to_json(c).to_string());
-        self.write(|tx| {
-            tx.execute(
-                "UPDATE entries SET tuned = 0 WHERE key = ?1",
-                params![key.key],
+        let options = variant.canonical();
+        let kept: Option<(String, f64)> = self.write(|tx| {
+            let current: Option<(String, Option<f64>)> = tx
+                .query_row(
+                    "SELECT options, time_us FROM entries WHERE key = ?1 AND tuned = 1",
+                    params![key.key],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let keep = match current {
+                Some((o, Some(t))) if o != options && t < time_us => Some((o, t)),
+                _ => None,
+            };
+            upsert(
+                tx,
+                key,
+                variant,
+                Some(time_us),
+                art.as_deref(),
+                keep.is_none(),
             )?;
-            upsert(tx, key, variant, Some(time_us), art.as_deref(), true)
-        })
+            if keep.is_none() {
+                tx.execute(
+                    "UPDATE entries SET tuned = 0 WHERE key = ?1 AND options <> ?2",
+                    params![key.key, options],
+                )?;
+            }
+            Ok(keep)
+        })?;
+        Ok(
+            match kept.and_then(|(o, t)| Variant::parse(&o).ok().map(|v| (v, t))) {
+                Some(k) => k,
+                None => (variant.clone(), time_us),
+            },
+        )
     }
 
     /// Every row, newest first.
@@ -558,6 +588,16 @@ mod tests {
         assert_eq!(rkey.key, key.key);
         assert!(cache.best(&rkey).unwrap().is_some());
         assert!(cache.compiled(&rkey, &fast, &renamed).unwrap().is_none());
+        // a slower best of a later run does not replace a faster one
+        let slower = Variant::parse("tile=2").unwrap();
+        assert_eq!(
+            cache.set_best(&key, &slower, 5.0, None).unwrap(),
+            (fast.clone(), 3.0)
+        );
+        assert_eq!(cache.best(&key).unwrap(), Some((fast.clone(), Some(3.0))));
+        cache.clear().unwrap();
+        cache.set_best(&key, &fast, 3.0, Some(&compiled)).unwrap();
+        cache.record(&key, &slow, Some(9.0), None).unwrap();
         // export, clear, import
         let text = cache.export().unwrap();
         assert_eq!(text.lines().count(), 2);

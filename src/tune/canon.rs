@@ -79,10 +79,16 @@ pub fn param_values(program: &Program) -> String {
 }
 
 /// A fingerprint of the names the generated code uses (program, tensors,
-/// parameters, index variables); with the canonical form it determines the
+/// parameters, index variables) and of the polyfuse build (its sources'
+/// hash); with the canonical form and the options it determines the
 /// generated code.
 pub fn spelling(program: &Program) -> String {
-    let mut s = program.name.clone();
+    let mut s = format!(
+        "{}|{}|",
+        env!("CARGO_PKG_VERSION"),
+        env!("POLYFUSE_SOURCE_HASH")
+    );
+    s.push_str(&program.name);
     for p in &program.params {
         s.push(' ');
         s.push_str(&p.name);

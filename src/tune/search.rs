@@ -452,45 +452,50 @@ pub fn search(
         if generation == 0 {
             genomes.push(space.encode(&Variant::default()));
         }
-        match settings.search {
-            Search::Random => {
-                while genomes.len() < population {
-                    genomes.push(space.random(&mut rng));
+        // Random draws (the random search, and the genetic search's first
+        // generation): variants not measured yet and not drawn twice (many
+        // genomes decode to one variant), within a bound on the draws.
+        if settings.search == Search::Random || current.is_empty() {
+            let mut drawn: std::collections::HashSet<String> = genomes
+                .iter()
+                .map(|g| space.decode(g).canonical())
+                .collect();
+            let mut tries = 0;
+            while genomes.len() < population && tries < 100 * population {
+                tries += 1;
+                let g = space.random(&mut rng);
+                let text = space.decode(&g).canonical();
+                if !seen.contains_key(&text) && drawn.insert(text) {
+                    genomes.push(g);
                 }
             }
-            Search::Genetic if current.is_empty() => {
-                while genomes.len() < population {
-                    genomes.push(space.random(&mut rng));
-                }
+        } else {
+            let mut ranked = current.clone();
+            // stable: ties keep the earlier candidate first
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for (g, _) in ranked.iter().take(settings.elites.min(population - 1)) {
+                genomes.push(g.clone());
             }
-            Search::Genetic => {
-                let mut ranked = current.clone();
-                // stable: ties keep the earlier candidate first
-                ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-                for (g, _) in ranked.iter().take(settings.elites.min(population - 1)) {
-                    genomes.push(g.clone());
+            let total: f64 = ranked.iter().map(|(_, f)| *f).sum();
+            let pick = |rng: &mut Rng| -> usize {
+                if total <= 0.0 {
+                    return rng.below(ranked.len());
                 }
-                let total: f64 = ranked.iter().map(|(_, f)| *f).sum();
-                let pick = |rng: &mut Rng| -> usize {
-                    if total <= 0.0 {
-                        return rng.below(ranked.len());
+                let mut x = rng.unit() * total;
+                for (i, (_, f)) in ranked.iter().enumerate() {
+                    if x < *f {
+                        return i;
                     }
-                    let mut x = rng.unit() * total;
-                    for (i, (_, f)) in ranked.iter().enumerate() {
-                        if x < *f {
-                            return i;
-                        }
-                        x -= f;
-                    }
-                    ranked.len() - 1
-                };
-                while genomes.len() < population {
-                    let (a, b, c) = (pick(&mut rng), pick(&mut rng), pick(&mut rng));
-                    let mut child =
-                        space.crossover([&ranked[a].0, &ranked[b].0, &ranked[c].0], &mut rng);
-                    space.mutate(&mut child, settings.mutation, &mut rng);
-                    genomes.push(child);
+                    x -= f;
                 }
+                ranked.len() - 1
+            };
+            while genomes.len() < population {
+                let (a, b, c) = (pick(&mut rng), pick(&mut rng), pick(&mut rng));
+                let mut child =
+                    space.crossover([&ranked[a].0, &ranked[b].0, &ranked[c].0], &mut rng);
+                space.mutate(&mut child, settings.mutation, &mut rng);
+                genomes.push(child);
             }
         }
         // New variants of this generation, in order, within the limit.
