@@ -684,3 +684,32 @@ fn without_a_driver_the_cuda_target_is_an_environment_fault() {
     ok(&o);
     assert!(stderr(&o).contains("tuning on the CPU"), "{}", stderr(&o));
 }
+
+#[test]
+fn candidates_can_be_checked_at_other_sizes() {
+    let dir = scratch("check-param");
+    let f = write(&dir, "gemm.json", SMALL_GEMM);
+    let f = f.to_str().unwrap();
+    let v = tune_json(
+        f,
+        &[
+            "--check-param",
+            "M=13",
+            "--check-param",
+            "K=7",
+            "--max-candidates",
+            "4",
+            "--population",
+            "4",
+        ],
+        None,
+    );
+    assert!(v["best"]["time_us"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["default"]["time_us"].as_f64().unwrap() > 0.0, "{v}");
+    let o = polyfuse(
+        &["tune", f, "--target", "cpu", "--check-param", "Q=3"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Q"), "{}", stderr(&o));
+}

@@ -195,6 +195,7 @@ fn fill(
             target,
             request.runs,
             request.seed,
+            true,
             reference.as_deref(),
         )?;
         *device = Some(report.device.clone());

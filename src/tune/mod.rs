@@ -59,20 +59,22 @@ pub fn measure(
     runs: usize,
     seed: u64,
 ) -> Result<RunReport> {
-    measure_with(compiled, target, runs, seed, None)
+    measure_with(compiled, target, runs, seed, true, None)
 }
 
-/// [`measure`]; on a GPU, checked against `reference` (the f64 outputs of
+/// [`measure`], with the check only when `check`; on a GPU, checked
+/// against `reference` (the f64 outputs of
 /// `runtime::cpu::reference_outputs` for `seed`) when given.
 pub fn measure_with(
     compiled: &Compiled,
     target: MeasureTarget,
     runs: usize,
     seed: u64,
+    check: bool,
     reference: Option<&crate::runtime::cuda::Reference>,
 ) -> Result<RunReport> {
     let opts = cpu::RunOptions {
-        check: true,
+        check,
         bench_runs: runs,
         seed,
     };

@@ -330,6 +330,11 @@ pub struct Settings {
     pub runs: usize,
     /// Compile threads.
     pub jobs: usize,
+    /// The program at smaller sizes to check every candidate on (compiled
+    /// with the same options), where the f64 reference at the tuned sizes
+    /// would take too long on the CPU; the time is still measured at the
+    /// tuned sizes. None: checked at the tuned sizes.
+    pub check_program: Option<Program>,
 }
 
 /// One evaluated candidate.
@@ -388,7 +393,8 @@ pub fn tune(
         .any(|t| matches!(t, MeasureTarget::Cuda(_)))
     {
         let t0 = Instant::now();
-        let c = compile(program, &Variant::default().options(gpu))?;
+        let checked = settings.check_program.as_ref().unwrap_or(program);
+        let c = compile(checked, &Variant::default().options(gpu))?;
         let r = crate::runtime::cpu::reference_outputs(&c, settings.seed)?;
         reference_seconds = Some(t0.elapsed().as_secs_f64());
         Some(r)
@@ -590,8 +596,8 @@ fn evaluate(
     deadline: Option<Instant>,
 ) -> Result<Vec<Option<Evaluated>>> {
     let jobs = settings.jobs.max(1).min(variants.len().max(1));
-    let mut compiled: Vec<Option<std::result::Result<Compiled, String>>> =
-        (0..variants.len()).map(|_| None).collect();
+    type Both = std::result::Result<(Compiled, Option<Compiled>), String>;
+    let mut compiled: Vec<Option<Both>> = (0..variants.len()).map(|_| None).collect();
     std::thread::scope(|s| {
         let chunks: Vec<_> = compiled
             .chunks_mut(variants.len().div_ceil(jobs).max(1))
@@ -601,7 +607,16 @@ fn evaluate(
                 s.spawn(move || {
                     for (k, slot) in slots.iter_mut().enumerate() {
                         let v = &variants[c * per + k];
-                        *slot = Some(compile(program, &v.options(gpu)).map_err(|e| e.to_string()));
+                        let options = v.options(gpu);
+                        let both = compile(program, &options)
+                            .map_err(|e| e.to_string())
+                            .and_then(|full| match &settings.check_program {
+                                None => Ok((full, None)),
+                                Some(p) => compile(p, &options)
+                                    .map(|small| (full, Some(small)))
+                                    .map_err(|e| format!("at the check sizes: {e}")),
+                            });
+                        *slot = Some(both);
                     }
                 })
             })
@@ -616,7 +631,7 @@ fn evaluate(
     std::thread::scope(|s| {
         let mut handles = Vec::new();
         for (t, target) in settings.targets.iter().copied().enumerate() {
-            let mine: Vec<(usize, &std::result::Result<Compiled, String>)> = compiled
+            let mine: Vec<(usize, &Both)> = compiled
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| i % n == t)
@@ -631,11 +646,12 @@ fn evaluate(
                     }
                     let r = match c {
                         Err(e) => (Err(format!("compile: {e}")), None),
-                        Ok(c) => {
-                            match measure_with(c, target, settings.runs, settings.seed, reference) {
-                                Ok(report) => {
-                                    let device = Some(report.device.clone());
-                                    match (&report.check, report.median_us) {
+                        Ok((c, small)) => {
+                            match measure_candidate(c, small.as_ref(), target, settings, reference)
+                            {
+                                Ok((check, time, device)) => {
+                                    let device = Some(device);
+                                    match (&check, time) {
                                         (Some(ch), Some(t)) if ch.ok => {
                                             (Ok((t, Some(c.clone()))), device)
                                         }
@@ -680,6 +696,33 @@ fn evaluate(
         return Err(e);
     }
     Ok(out)
+}
+
+/// Checks and times one candidate: checked and timed in one run, or, with
+/// a `small` program at the check sizes, checked there first and then timed
+/// at the tuned sizes without a check. Returns the check, the median time
+/// and the device.
+fn measure_candidate(
+    full: &Compiled,
+    small: Option<&Compiled>,
+    target: MeasureTarget,
+    settings: &Settings,
+    reference: Option<&crate::runtime::cuda::Reference>,
+) -> Result<(
+    Option<crate::runtime::data::CheckResult>,
+    Option<f64>,
+    String,
+)> {
+    let Some(small) = small else {
+        let r = measure_with(full, target, settings.runs, settings.seed, true, reference)?;
+        return Ok((r.check, r.median_us, r.device));
+    };
+    let checked = measure_with(small, target, 0, settings.seed, true, reference)?;
+    if !checked.check.as_ref().is_some_and(|c| c.ok) {
+        return Ok((checked.check, None, checked.device));
+    }
+    let timed = measure_with(full, target, settings.runs, settings.seed, false, None)?;
+    Ok((checked.check, timed.median_us, timed.device))
 }
 
 /// Parses a budget: `300`, `90s`, `5m`, `1h`, `1m30s`.
@@ -816,6 +859,7 @@ mod tests {
             targets: vec![MeasureTarget::Cpu],
             runs: 1,
             jobs: 1,
+            check_program: None,
         }
     }
 
