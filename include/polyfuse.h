@@ -124,6 +124,11 @@ pf_status pf_context_set_shared(pf_context *ctx, int enabled);
 /* Directives as JSON (the program's "schedule" key); NULL clears them.
  * Not implemented yet: pf_compile then fails with PF_ERR_INPUT. */
 pf_status pf_context_set_directives(pf_context *ctx, const char *json);
+/* The compilation cache pf_compile consults when no schedule option was set
+ * on the context (tuned options from `polyfuse tune`; said on stderr): path
+ * to its SQLite file, or NULL to disable it. Default: POLYFUSE_CACHE, else
+ * the user's cache folder. */
+pf_status pf_context_set_cache(pf_context *ctx, const char *path);
 /* Compiles the loaded program under the context's options. */
 pf_status pf_compile(pf_context *ctx, pf_result **out);
 
@@ -132,6 +137,9 @@ pf_status pf_compile(pf_context *ctx, pf_result **out);
 pf_status pf_result_destroy(pf_result *result);
 /* "cpu" or "cuda". */
 pf_status pf_result_target(const pf_result *result, char **out);
+/* Where the result came from: 0 the context's options, 1 tuned options from
+ * the cache (compiled now), 2 a compiled program from the cache. */
+pf_status pf_result_from_cache(const pf_result *result, int32_t *out);
 /* CUDA kernels, to be launched in index order on one stream; 0 for cpu. */
 pf_status pf_result_num_kernels(const pf_result *result, size_t *out);
 /* The kernel's extern "C" __global__ function name in the CUDA source. */

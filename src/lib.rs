@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod runtime;
 pub mod schedule;
 pub mod sys;
+pub mod tune;
 
 pub use error::{Error, Result};
 pub use pipeline::{compile, Compiled, Options};

@@ -1,6 +1,8 @@
 //! The `polyfuse` command line: argument parsing and printing only; the
 //! work is in the library.
 
+mod cli_tune;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -65,6 +67,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare several variants (strategies or option sets) of one program:
+    /// kernels, launches, blocks, threads, shared memory, registers,
+    /// global-memory bytes, arithmetic intensity, and with --target the
+    /// checked time.
+    Compare(cli_tune::CompareArgs),
+    /// Search the options (tile sizes, block sizes, fusion strategy,
+    /// promotion, registers) for the fastest checked variant, by TC's
+    /// genetic search or random search, and store it in the cache.
+    Tune(cli_tune::TuneArgs),
+    /// The compilation cache: list, export, import, clear, path.
+    #[command(subcommand)]
+    Cache(cli_tune::CacheCommand),
 }
 
 #[derive(Args)]
@@ -76,8 +90,8 @@ struct Common {
     params: Vec<String>,
     /// Scheduling strategy: isl (isl's scheduler, default options), min
     /// (minimal fusion), max (maximal fusion), canonical (program order).
-    #[arg(long, default_value = "isl", value_parser = parse_strategy)]
-    strategy: Strategy,
+    #[arg(long, value_parser = parse_strategy)]
+    strategy: Option<Strategy>,
     /// Tile sizes for the members of each permutable band, e.g. 32,32,8
     /// (the last size repeats for further members). Default: 32 on the
     /// CPU; on the GPU chosen per kernel (64x64 without a reduction,
@@ -107,6 +121,50 @@ struct Common {
     /// inner tile loops).
     #[arg(long)]
     no_sink: bool,
+    /// Without options of the above, the options `tune` stored in the
+    /// cache are used (said on stderr); see `polyfuse cache`.
+    #[command(flatten)]
+    cache: cli_tune::CacheArgs,
+}
+
+impl Common {
+    /// Whether any option of the schedule was given (then the cache's tuned
+    /// options are not consulted).
+    fn any_option(&self) -> bool {
+        self.strategy.is_some()
+            || !self.tile.is_empty()
+            || self.no_tile
+            || !self.block.is_empty()
+            || !self.grid.is_empty()
+            || self.no_shared
+            || self.no_sink
+    }
+
+    /// The tuned compilation from the cache, when no option was given and
+    /// the cache has one; a cache that cannot be read is reported and
+    /// skipped.
+    fn tuned(
+        &self,
+        program: &polyfuse::frontend::ast::Program,
+        arch: &str,
+        gpu: bool,
+    ) -> Option<(polyfuse::Compiled, Options)> {
+        if self.any_option() || arch.is_empty() || program.schedule.is_some() {
+            return None;
+        }
+        let path = self.cache.path()?;
+        match polyfuse::tune::compile_tuned(program, arch, gpu, &path) {
+            Ok(Some((compiled, used))) => {
+                eprintln!("{}", used.message(arch));
+                Some((compiled, used.variant.options(gpu)))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                eprintln!("polyfuse: cache not used: {e}");
+                None
+            }
+        }
+    }
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {
@@ -159,7 +217,7 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         });
     }
     let options = Options {
-        strategy: common.strategy,
+        strategy: common.strategy.unwrap_or(Strategy::Isl),
         tile: if common.no_tile {
             Vec::new()
         } else if common.tile.is_empty() {
@@ -189,10 +247,15 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Schedule { common, emit, arch } => {
             let (program, mut options) = load(&common)?;
-            if matches!(emit, Emit::Cuda | Emit::Ptx | Emit::GpuTree) {
+            let gpu = matches!(emit, Emit::Cuda | Emit::Ptx | Emit::GpuTree);
+            if gpu {
                 options.gpu = Some(gpu_options(&common));
             }
-            let compiled = compile(&program, &options)?;
+            let cache_arch = if gpu { arch.as_str() } else { "cpu" };
+            let compiled = match common.tuned(&program, cache_arch, gpu) {
+                Some((c, _)) => c,
+                None => compile(&program, &options)?,
+            };
             match emit {
                 Emit::Tree => print!("{}", compiled.tree),
                 Emit::C => print!("{}", compiled.c_source()),
@@ -241,7 +304,24 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             if target != Target::Cpu {
                 options.gpu = Some(gpu_options(&common));
             }
-            let mut compiled = compile(&program, &options)?;
+            let cache_arch = match target {
+                Target::Cpu => "cpu".to_string(),
+                Target::Emulate => "emulate".to_string(),
+                // The device is asked only when a cache could answer.
+                Target::Cuda
+                    if common.any_option() || !common.cache.path().is_some_and(|p| p.is_file()) =>
+                {
+                    String::new()
+                }
+                Target::Cuda => polyfuse::runtime::cuda::device_arch(0)?,
+            };
+            let mut compiled = match common.tuned(&program, &cache_arch, target != Target::Cpu) {
+                Some((c, tuned)) => {
+                    options = tuned;
+                    c
+                }
+                None => compile(&program, &options)?,
+            };
             compiled.param_values()?;
             let run_options = RunOptions {
                 check,
@@ -266,6 +346,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 _ => Ok(ExitCode::SUCCESS),
             }
         }
+        Command::Compare(args) => cli_tune::compare(args),
+        Command::Tune(args) => cli_tune::tune(args),
+        Command::Cache(cmd) => cli_tune::cache(cmd),
     }
 }
 

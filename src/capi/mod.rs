@@ -109,6 +109,12 @@ pub(crate) struct ContextState {
     /// Replaces the program's `schedule` key when set.
     directives: Option<serde_json::Value>,
     last_error: Option<String>,
+    /// Whether a schedule option was set (then the cache's tuned options
+    /// are not consulted).
+    options_set: bool,
+    /// The compilation cache: None, the default location (see
+    /// `tune::cache::location`); Some(None), disabled; Some(Some(p)), p.
+    cache: Option<Option<std::path::PathBuf>>,
 }
 
 /// The state behind a `pf_result`.
@@ -123,6 +129,9 @@ pub(crate) struct ResultState {
     symbolic: Vec<String>,
     last_error: Mutex<Option<String>>,
     modules: Mutex<launch::Modules>,
+    /// 0: compiled under the context's options; 1: under tuned options
+    /// from the cache; 2: the compiled program itself came from the cache.
+    from_cache: i32,
 }
 
 /// A failed call: its status and message.
@@ -403,7 +412,10 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
     if state.target == Target::Cuda {
         options.gpu = Some(state.gpu.clone());
     }
-    let compiled = compile(&program, &options)?;
+    let (compiled, from_cache) = match tuned(state, &program)? {
+        Some(hit) => hit,
+        None => (compile(&program, &options)?, 0),
+    };
     let args = match (&compiled.cuda, state.target) {
         (Some(c), Target::Cuda) => c.args.clone(),
         (None, Target::Cuda) => {
@@ -433,7 +445,47 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         symbolic,
         last_error: Mutex::new(None),
         modules: Mutex::new(launch::Modules::default()),
+        from_cache,
     })
+}
+
+/// The compilation under the options `tune` stored in the cache, when no
+/// option was set on the context and the cache has some (said on stderr,
+/// as the command line does). The CUDA target looks up the architecture of
+/// device 0 and skips the cache where no driver is found. A cache that
+/// cannot be read is skipped.
+fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i32)>> {
+    if state.options_set || program.schedule.is_some() {
+        return Ok(None);
+    }
+    let path = match &state.cache {
+        None => crate::tune::cache::location(None, false),
+        Some(p) => p.clone(),
+    };
+    let Some(path) = path.filter(|p| p.is_file()) else {
+        return Ok(None);
+    };
+    let arch = match state.target {
+        Target::Cpu => "cpu".to_string(),
+        Target::Cuda => match crate::runtime::cuda::device_arch(0) {
+            Ok(a) => a,
+            Err(_) => return Ok(None),
+        },
+    };
+    match crate::tune::compile_tuned(program, &arch, state.target == Target::Cuda, &path) {
+        Ok(Some((compiled, used))) => {
+            eprintln!("{}", used.message(&arch));
+            Ok(Some((compiled, if used.hit { 2 } else { 1 })))
+        }
+        Ok(None) => Ok(None),
+        Err(e @ (Error::Input { .. } | Error::Statement { .. } | Error::Illegal { .. })) => {
+            Err(e.into())
+        }
+        Err(e) => {
+            eprintln!("polyfuse: cache not used: {e}");
+            Ok(None)
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -545,6 +597,8 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
             params: Vec::new(),
             directives: None,
             last_error: None,
+            options_set: false,
+            cache: None,
         };
         let id = handles::insert(Object::Context(Arc::new(Mutex::new(state))));
         // SAFETY: `out` is non-null and writable by the caller's contract.
@@ -637,6 +691,7 @@ pub unsafe extern "C" fn pf_context_set_strategy(
     with_context(ctx, |s| {
         // SAFETY: the header's contract for `strategy`.
         let name = unsafe { text(strategy, "strategy") }?;
+        s.options_set = true;
         s.options.strategy = Strategy::parse(name).ok_or_else(|| {
             Failure::input(format!(
                 "unknown strategy `{name}` (isl, min, max, canonical)"
@@ -689,6 +744,7 @@ pub unsafe extern "C" fn pf_context_set_tile(
                 "tile size {bad} must be at least 1"
             )));
         }
+        s.options_set = true;
         s.options.tile = sizes.to_vec();
         Ok(())
     })
@@ -702,6 +758,7 @@ pub unsafe extern "C" fn pf_context_set_tile(
 #[no_mangle]
 pub unsafe extern "C" fn pf_context_set_sink(ctx: *mut pf_context, enabled: c_int) -> pf_status {
     with_context(ctx, |s| {
+        s.options_set = true;
         s.options.sink = enabled != 0;
         Ok(())
     })
@@ -725,6 +782,7 @@ pub unsafe extern "C" fn pf_context_set_block(
 ) -> pf_status {
     with_context(ctx, |s| {
         // SAFETY: the header's contract for `sizes` and `count`.
+        s.options_set = true;
         s.gpu.block = gpu_sizes(unsafe { array(sizes, count, "sizes") }?, "block")?;
         Ok(())
     })
@@ -743,6 +801,7 @@ pub unsafe extern "C" fn pf_context_set_grid(
 ) -> pf_status {
     with_context(ctx, |s| {
         // SAFETY: the header's contract for `sizes` and `count`.
+        s.options_set = true;
         s.gpu.grid = gpu_sizes(unsafe { array(sizes, count, "sizes") }?, "grid")?;
         Ok(())
     })
@@ -756,7 +815,31 @@ pub unsafe extern "C" fn pf_context_set_grid(
 #[no_mangle]
 pub unsafe extern "C" fn pf_context_set_shared(ctx: *mut pf_context, enabled: c_int) -> pf_status {
     with_context(ctx, |s| {
+        s.options_set = true;
         s.gpu.shared = enabled != 0;
+        Ok(())
+    })
+}
+
+/// The compilation cache `pf_compile` consults when no schedule option
+/// was set on the context: `path` (a SQLite file, created by
+/// `polyfuse tune`), or null to disable it. Without this call: the
+/// default location (`POLYFUSE_CACHE`, else the user's cache folder).
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_cache(
+    ctx: *mut pf_context,
+    path: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        s.cache = Some(if path.is_null() {
+            None
+        } else {
+            // SAFETY: the header's contract for `path`.
+            Some(std::path::PathBuf::from(unsafe { text(path, "path") }?))
+        });
         Ok(())
     })
 }
@@ -833,6 +916,23 @@ unsafe fn put_string(out: *mut *mut c_char, s: &str) -> Outcome {
     }
     // SAFETY: non-null, writable by the caller's contract.
     unsafe { put(out, handles::give_string(s), "out") }
+}
+
+/// Where the result's options came from: 0 the context's options, 1
+/// tuned options from the cache (compiled now), 2 a compiled program from
+/// the cache.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_from_cache(
+    result: *const pf_result,
+    out: *mut i32,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, r.from_cache, "out") }
+    })
 }
 
 /// The target the result was compiled for: `"cpu"` or `"cuda"`.

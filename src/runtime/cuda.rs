@@ -84,9 +84,9 @@ fn searched_text(searched: &[String]) -> String {
     }
 }
 
-fn open_gpu() -> Result<Gpu> {
+fn open_gpu(device: usize) -> Result<Gpu> {
     probe_driver()?;
-    let ctx = sys::context(0).map_err(|e| {
+    let ctx = sys::context(device).map_err(|e| {
         Error::Environment(format!(
             "no usable CUDA device (the driver says: {e}); {CPU_HINT}"
         ))
@@ -380,17 +380,56 @@ fn arg_slots(program: &CudaProgram, compiled: &Compiled) -> Result<Vec<ArgSlot>>
 /// compares with the CPU's f64 reference on the same inputs, `--bench`
 /// times `bench_runs` executions with CUDA events after a few warm-ups.
 pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
+    run_on(compiled, opts, 0)
+}
+
+/// The number of CUDA devices the driver sees.
+pub fn device_count() -> Result<usize> {
+    probe_driver()?;
+    let n = std::panic::catch_unwind(cudarc::driver::CudaContext::device_count)
+        .map_err(|p| Error::Environment(sys::panic_text(p.as_ref())))?
+        .map_err(|e| {
+            Error::Environment(format!(
+                "cannot count the CUDA devices: {}",
+                sys::describe(&e)
+            ))
+        })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// The architecture of device `device`, as `sm_90`.
+pub fn device_arch(device: usize) -> Result<String> {
+    Ok(format!("sm_{}", open_gpu(device)?.cc))
+}
+
+/// [`run`] on device `device` (an ordinal of the driver's list).
+pub fn run_on(compiled: &Compiled, opts: &RunOptions, device: usize) -> Result<RunReport> {
+    run_checked(compiled, opts, device, None)
+}
+
+/// The f64 reference outputs of [`cpu::reference_outputs`].
+pub type Reference = [(String, crate::frontend::ast::DType, Vec<f64>)];
+
+/// [`run_on`], checking against `reference` when given (computed once by a
+/// caller that runs many schedules of one program on the same inputs, as
+/// `tune` does) instead of computing it for this run.
+pub fn run_checked(
+    compiled: &Compiled,
+    opts: &RunOptions,
+    device: usize,
+    reference: Option<&Reference>,
+) -> Result<RunReport> {
     let program = compiled.cuda.as_ref().ok_or_else(|| {
         Error::Internal("the program was compiled without the GPU mapping".into())
     })?;
     let counts = cpu::tensor_counts(compiled)?;
     let slots = arg_slots(program, compiled)?;
     let work = super::work::measure(compiled)?;
-    let gpu = open_gpu()?;
+    let gpu = open_gpu(device)?;
     // cudarc panics on a few conditions it treats as impossible (a missing
     // driver entry point); those become errors rather than crashes.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute(&gpu, program, compiled, &counts, &slots, opts)
+        execute(&gpu, program, compiled, &counts, &slots, opts, reference)
     }))
     .map_err(|p| {
         Error::Internal(format!(
@@ -418,6 +457,7 @@ fn execute(
     counts: &[usize],
     slots: &[ArgSlot],
     opts: &RunOptions,
+    reference: Option<&Reference>,
 ) -> Result<Executed> {
     let (ptx, arch) = compile_for(gpu, &program.source)?;
     let launches = prepare(gpu, program, compiled, ptx)?;
@@ -457,7 +497,14 @@ fn execute(
             .map_err(|e| driver(&format!("kernel {} failed", l.name), e))?;
     }
     let check = if opts.check {
-        let reference = cpu::reference_outputs(compiled, opts.seed)?;
+        let computed;
+        let reference = match reference {
+            Some(r) => r,
+            None => {
+                computed = cpu::reference_outputs(compiled, opts.seed)?;
+                &computed[..]
+            }
+        };
         let mut outputs = Vec::new();
         for (i, t) in compiled.tensors.iter().enumerate() {
             if t.role != TensorRole::Output {

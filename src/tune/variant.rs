@@ -1,0 +1,327 @@
+//! One point of the option space: every choice `compare` shows side by side
+//! and `tune` searches over, with one text form
+//! (`strategy=min,tile=64x64,block=32x8`) used on the command line, in
+//! variant files, in the cache and in reports.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::gpu::GpuOptions;
+use crate::pipeline::Options;
+use crate::schedule::Strategy;
+
+/// The tile sizes of a variant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Tile {
+    /// The default: 32 on the CPU; on the GPU chosen per kernel by the
+    /// mapping (`GpuOptions::auto_tile`).
+    Auto,
+    /// No tiling.
+    Off,
+    /// These sizes for the members of each permutable band (the last one
+    /// repeats).
+    Sizes(Vec<i64>),
+}
+
+/// A set of compilation options in the form `compare` and `tune` handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variant {
+    pub strategy: Strategy,
+    pub tile: Tile,
+    /// TC's imperfectly nested tiling (point loops sunk below tile loops).
+    pub sink: bool,
+    /// GPU threads per block (x, y, z); empty: from the tile sizes.
+    pub block: Vec<u32>,
+    /// GPU upper bounds on blocks (x, y, z); empty: one block per tile.
+    pub grid: Vec<u32>,
+    /// GPU: promotion to shared memory.
+    pub shared: bool,
+    /// GPU: accumulators in registers across the sequential loops (the
+    /// register tiles of the mapping; polyfuse's "unrolling" knob).
+    pub registers: bool,
+    /// GPU: warp-shuffle reductions.
+    pub reduce: bool,
+}
+
+impl Default for Variant {
+    /// What the command line does without options.
+    fn default() -> Self {
+        let gpu = GpuOptions::default();
+        Variant {
+            strategy: Strategy::Isl,
+            tile: Tile::Auto,
+            sink: true,
+            block: Vec::new(),
+            grid: Vec::new(),
+            shared: gpu.shared,
+            registers: gpu.registers,
+            reduce: gpu.reduce,
+        }
+    }
+}
+
+/// The keys of the text form, in canonical order.
+pub const KEYS: &[&str] = &[
+    "strategy",
+    "tile",
+    "sink",
+    "block",
+    "grid",
+    "shared",
+    "registers",
+    "reduce",
+];
+
+impl Variant {
+    /// Parses `key=value` pairs separated by commas or spaces; keys not
+    /// given keep their default. `default` alone is the default variant.
+    pub fn parse(text: &str) -> std::result::Result<Variant, String> {
+        let mut v = Variant::default();
+        let text = text.trim();
+        if text.is_empty() || text == "default" {
+            return Ok(v);
+        }
+        for pair in text.split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("`{pair}` is not KEY=VALUE (keys: {})", KEYS.join(", ")))?;
+            let value = value.trim();
+            match key.trim() {
+                "strategy" => {
+                    v.strategy = Strategy::parse(value).ok_or_else(|| {
+                        format!("unknown strategy `{value}` (isl, min, max, canonical)")
+                    })?
+                }
+                "tile" => {
+                    v.tile = match value {
+                        "auto" | "default" => Tile::Auto,
+                        "off" | "none" => Tile::Off,
+                        _ => {
+                            let sizes = parse_sizes::<i64>(value, "tile")?;
+                            if sizes.is_empty() || sizes.iter().any(|s| *s < 1) {
+                                return Err(format!(
+                                    "tile `{value}`: sizes are integers of at least 1, e.g. 64x64x8"
+                                ));
+                            }
+                            Tile::Sizes(sizes)
+                        }
+                    }
+                }
+                "sink" => v.sink = parse_flag(value, "sink")?,
+                "block" => v.block = parse_dims(value, "block")?,
+                "grid" => v.grid = parse_dims(value, "grid")?,
+                "shared" => v.shared = parse_flag(value, "shared")?,
+                "registers" | "unroll" => v.registers = parse_flag(value, "registers")?,
+                "reduce" => v.reduce = parse_flag(value, "reduce")?,
+                // The hook for the repair work (rolling / split-k updates,
+                // `src/repair/`): its variant and split factor become keys
+                // here, fields of `Variant`, and genes of `search::Space`.
+                "repair" | "split" => {
+                    return Err(format!(
+                        "`{key}` is not available in this build (no repair variants yet)"
+                    ))
+                }
+                other => return Err(format!("unknown key `{other}` (keys: {})", KEYS.join(", "))),
+            }
+        }
+        let gpu = GpuOptions {
+            block: v.block.clone(),
+            grid: v.grid.clone(),
+            ..Default::default()
+        };
+        gpu.validate()?;
+        Ok(v)
+    }
+
+    /// The canonical text: every key, in [`KEYS`] order.
+    pub fn canonical(&self) -> String {
+        format!(
+            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={}",
+            self.strategy.name(),
+            self.tile_text(),
+            on_off(self.sink),
+            dims_text(&self.block),
+            dims_text(&self.grid),
+            on_off(self.shared),
+            on_off(self.registers),
+            on_off(self.reduce),
+        )
+    }
+
+    /// The keys that differ from the default, or `default`.
+    pub fn label(&self) -> String {
+        let def = Variant::default().canonical();
+        let mine = self.canonical();
+        let diff: Vec<&str> = mine
+            .split(',')
+            .zip(def.split(','))
+            .filter(|(a, b)| a != b)
+            .map(|(a, _)| a)
+            .collect();
+        if diff.is_empty() {
+            "default".into()
+        } else {
+            diff.join(",")
+        }
+    }
+
+    pub fn tile_text(&self) -> String {
+        match &self.tile {
+            Tile::Auto => "auto".into(),
+            Tile::Off => "off".into(),
+            Tile::Sizes(s) => s
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join("x"),
+        }
+    }
+
+    /// The compilation options: with the GPU mapping when `gpu`.
+    pub fn options(&self, gpu: bool) -> Options {
+        let tile = match &self.tile {
+            Tile::Auto => vec![32],
+            Tile::Off => Vec::new(),
+            Tile::Sizes(s) => s.clone(),
+        };
+        Options {
+            strategy: self.strategy,
+            tile,
+            sink: self.sink,
+            gpu: gpu.then(|| GpuOptions {
+                block: self.block.clone(),
+                grid: self.grid.clone(),
+                shared: self.shared,
+                registers: self.registers,
+                reduce: self.reduce,
+                auto_tile: self.tile == Tile::Auto,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Reads a variant file: one variant per line; blank lines and lines
+    /// starting with `#` are skipped. Errors name the file and the line.
+    pub fn read_file(path: &std::path::Path) -> Result<Vec<Variant>> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Input {
+            file: file.clone(),
+            message: format!("cannot read the variants: {e}"),
+        })?;
+        let mut out = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            out.push(Variant::parse(line).map_err(|message| Error::Input {
+                file: file.clone(),
+                message: format!("line {}: {message}", n + 1),
+            })?);
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.canonical())
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+fn parse_flag(value: &str, key: &str) -> std::result::Result<bool, String> {
+    match value {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("{key}={value}: the value is on or off")),
+    }
+}
+
+fn parse_sizes<T: std::str::FromStr>(
+    value: &str,
+    key: &str,
+) -> std::result::Result<Vec<T>, String> {
+    value
+        .split(['x', ':'])
+        .map(|s| {
+            s.trim()
+                .parse::<T>()
+                .map_err(|_| format!("{key}={value}: `{s}` is not a size (write e.g. 32x8)"))
+        })
+        .collect()
+}
+
+fn parse_dims(value: &str, key: &str) -> std::result::Result<Vec<u32>, String> {
+    if value == "auto" || value == "default" {
+        return Ok(Vec::new());
+    }
+    let dims = parse_sizes::<u32>(value, key)?;
+    crate::gpu::check_sizes(&dims, key)?;
+    Ok(dims)
+}
+
+fn dims_text(d: &[u32]) -> String {
+    if d.is_empty() {
+        "auto".into()
+    } else {
+        d.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_round_trips() {
+        let v = Variant::parse("strategy=min, tile=64x64x8 block=32x8 shared=off").unwrap();
+        assert_eq!(v.strategy, Strategy::Min);
+        assert_eq!(v.tile, Tile::Sizes(vec![64, 64, 8]));
+        assert_eq!(v.block, vec![32, 8]);
+        assert!(!v.shared);
+        assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
+        assert_eq!(v.label(), "strategy=min,tile=64x64x8,block=32x8,shared=off");
+        assert_eq!(Variant::default().label(), "default");
+        assert_eq!(Variant::parse("default").unwrap(), Variant::default());
+    }
+
+    #[test]
+    fn bad_text_is_refused() {
+        for bad in [
+            "strategy=fast",
+            "tile=0",
+            "tile=ax2",
+            "block=2048",
+            "block=1x1x1x1",
+            "shared=maybe",
+            "colour=red",
+            "tile",
+            "split=4",
+        ] {
+            assert!(Variant::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn options_follow_the_command_line_defaults() {
+        let o = Variant::default().options(false);
+        assert_eq!(o.tile, vec![32]);
+        assert!(o.gpu.is_none());
+        let g = Variant::default().options(true).gpu.unwrap();
+        assert!(g.auto_tile);
+        let o = Variant::parse("tile=off").unwrap().options(true);
+        assert!(o.tile.is_empty());
+        assert!(!o.gpu.unwrap().auto_tile);
+    }
+}
