@@ -27,3 +27,33 @@ fn a_reader_that_closes_the_pipe_early_gets_no_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(status.code(), Some(101), "{stderr}");
 }
+
+/// Index names are the user's: `t` (a name polyfuse once used inside its
+/// own isl text) must mean the user's index and nothing else.
+#[test]
+fn an_index_named_t_is_an_ordinary_index() {
+    let dir = std::env::temp_dir().join(format!("polyfuse-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gemm_t.json");
+    std::fs::write(
+        &file,
+        r#"{ "name": "gemm_t", "params": {"M": 37, "N": 53, "K": 29},
+             "inputs": {"A": {"dtype": "f32", "shape": ["M", "K"]}, "B": {"dtype": "f32", "shape": ["K", "N"]}},
+             "outputs": {"C": {"dtype": "f32", "shape": ["M", "N"]}},
+             "body": ["C(t, j) +=! A(t, k) * B(k, j)"] }"#,
+    )
+    .unwrap();
+    for target in ["cpu", "emulate"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+            .args(["run", file.to_str().unwrap(), "--check", "--target", target])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{target}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("check: ok"), "{target}: {stdout}");
+    }
+}

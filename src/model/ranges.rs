@@ -148,7 +148,7 @@ fn in_bounds_range(
     for y in &ys {
         let lift = ctx
             .isl
-            .map(&format!("{p}{{ [t] -> [{tuple}] : {y} = t }}"))?;
+            .map(&format!("{p}{{ [pf_v'] -> [{tuple}] : {y} = pf_v' }}"))?;
         bad = bad.intersect(resolved[*y].copy()?.apply(lift)?)?;
     }
     let project = ctx.isl.map(&format!("{p}{{ [{tuple}] -> [{x}] }}"))?;
@@ -168,9 +168,9 @@ pub(super) fn domain_of(
     let tuple = vars.join(", ");
     let mut dom = ctx.isl.set(&format!("{p}{{ {name}[{tuple}] }}"))?;
     for v in vars {
-        let lift = ctx
-            .isl
-            .map(&format!("{p}{{ [t] -> {name}[{tuple}] : {v} = t }}"))?;
+        let lift = ctx.isl.map(&format!(
+            "{p}{{ [pf_v'] -> {name}[{tuple}] : {v} = pf_v' }}"
+        ))?;
         dom = dom.intersect(ranges[v].copy()?.apply(lift)?)?;
     }
     for w in wheres {
