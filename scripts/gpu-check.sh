@@ -100,6 +100,7 @@ declare -A CHECK_AT=(
     [gemm_4096]="M=1031 N=1043 K=1021"
     [gemm_f16_4096]="M=1031 N=1043 K=1021"
     [gemm_bf16_4096]="M=1031 N=1043 K=1021"
+    [gemm_nt_f16_4096]="M=1031 N=1043 K=1021"
 )
 # Timed runs per benchmark program (default 30).
 declare -A BENCH_RUNS=(

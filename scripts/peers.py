@@ -152,7 +152,7 @@ def kind_of(name):
 
 
 def flops(kind, p):
-    if kind == "gemm":
+    if kind in ("gemm", "gemm_nt"):
         return 2 * p["M"] * p["N"] * p["K"]
     if kind == "matvec":
         return 2 * p["M"] * p["N"]
@@ -209,6 +209,10 @@ def make_kinds():
         "gemm": (
             [("torch.matmul", lambda t: torch.matmul(t["A"], t["B"]))],
             lambda t: torch.einsum("ik,kj->ij", t["A"], t["B"]),
+        ),
+        "gemm_nt": (
+            [("torch.matmul(A, B.t())", lambda t: torch.matmul(t["A"], t["B"].t()))],
+            lambda t: torch.einsum("ik,jk->ij", t["A"], t["B"]),
         ),
         "matvec": (
             [("torch.mv", lambda t: torch.mv(t["A"], t["x"]))],
@@ -267,7 +271,7 @@ def make_kinds():
 
 
 KINDS = [
-    "gemm", "matvec", "fcrelu", "conv2d", "conv2d_strided", "maxpool2x2", "tbmm",
+    "gemm", "gemm_nt", "matvec", "fcrelu", "conv2d", "conv2d_strided", "maxpool2x2", "tbmm",
     "gemm_chain", "softmax", "layernorm", "scale_add", "rowsum", "transpose",
 ]
 

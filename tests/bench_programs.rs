@@ -169,6 +169,12 @@ fn tbmm_f16_tc() {
 }
 
 #[test]
+fn gemm_nt_f16_4096() {
+    // wgmma on the GPU; its emulation here.
+    check_bench_program("gemm_nt_f16_4096", &[("M", 137), ("N", 260), ("K", 29)]);
+}
+
+#[test]
 fn every_bench_program_is_tested() {
     let tested = [
         "conv2d_large",
@@ -176,6 +182,7 @@ fn every_bench_program_is_tested() {
         "gemm_bf16_4096",
         "gemm_f16_128x1024x1024",
         "gemm_f16_4096",
+        "gemm_nt_f16_4096",
         "layernorm_16k",
         "matvec_16k",
         "maxpool2x2_large",

@@ -591,3 +591,46 @@ fn reductions_into_half_precision_tensors_round_once_on_every_path() {
         emulate_ok(&json, &o);
     }
 }
+
+#[test]
+fn k_major_operands_get_a_wgmma_path_emulated_from_its_descriptors() {
+    // Both operands with k contiguous: the kernel carries wgmma for sm_90a
+    // (and mma.sync for the rest); the CPU runs the wgmma path, reading the
+    // shared tiles through the descriptors' offsets.
+    let json = contraction(
+        r#"["M","K"]"#,
+        r#"["N","K"]"#,
+        "C(i, j) +=! A(i, k) * B(j, k)",
+        "f16",
+        (300, 520, 100),
+    );
+    let p = load_str(&json, "mm.json").unwrap();
+    for tile in [[128, 256, 32], [128, 128, 64]] {
+        let o = gpu_options(&tile);
+        let c = compile(&p, &o).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert!(
+            src.contains(&format!("wgmma.mma_async.sync.aligned.m64n{}k16", tile[1])),
+            "{tile:?}"
+        );
+        assert!(src.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"));
+        assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");
+        assert!(c
+            .emulation_c
+            .as_ref()
+            .unwrap()
+            .contains("pf_emu_wgmma(&pf_acc"));
+        emulate_ok(&json, &o);
+    }
+    // One operand with m contiguous: mma.sync only.
+    let json = contraction(
+        r#"["K","M"]"#,
+        r#"["N","K"]"#,
+        "C(i, j) +=! A(k, i) * B(j, k)",
+        "f16",
+        (300, 520, 100),
+    );
+    let p = load_str(&json, "mm.json").unwrap();
+    let c = compile(&p, &gpu_options(&[128, 256, 32])).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("wgmma.mma_async"));
+}

@@ -145,6 +145,25 @@ pub fn program(
     let tensor_cores = plans.iter().any(|p| p.contraction.is_some());
     if tensor_cores {
         source.push_str(super::mma::GPU_HELPERS);
+        source.push_str(super::mma::WGMMA_HELPERS);
+        let mut shapes: Vec<(&str, i64)> = plans
+            .iter()
+            .filter_map(|p| p.contraction.as_ref())
+            .filter(|c| c.wgmma)
+            .map(|c| {
+                let ty = if c.dtype == DType::BF16 {
+                    "bf16"
+                } else {
+                    "f16"
+                };
+                (ty, c.tile[1])
+            })
+            .collect();
+        shapes.sort();
+        shapes.dedup();
+        for (ty, n) in shapes {
+            source.push_str(&super::mma::wgmma_helper(ty, n));
+        }
     }
     let mut emulation = String::new();
     let _ = writeln!(

@@ -59,6 +59,42 @@ static __device__ __forceinline__ void pf_mma_bf16(float d[4], const unsigned a[
 }
 "#;
 
+/// `wgmma` helpers (sm_90a only): descriptors of no-swizzle K-major
+/// operands, fence, commit and wait.
+pub const WGMMA_HELPERS: &str = r#"#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ unsigned long long pf_wgmma_desc(const void *p, unsigned lbo, unsigned sbo) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  return (unsigned long long)((a >> 4) & 0x3fff) | ((unsigned long long)((lbo >> 4) & 0x3fff) << 16) | ((unsigned long long)((sbo >> 4) & 0x3fff) << 32);
+}
+static __device__ __forceinline__ void pf_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void pf_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+#endif
+"#;
+
+/// `pf_wgmma_<ty>_n<n>(d, desc_a, desc_b)`: `d += A B` for a warpgroup,
+/// m64 n`n` k16, both operands K-major in shared memory; `d` holds the
+/// thread's `n / 2` accumulators.
+pub fn wgmma_helper(ty: &str, n: i64) -> String {
+    let regs = n / 2;
+    let outs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let cons: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    format!(
+        "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
+         static __device__ __forceinline__ void pf_wgmma_{ty}_n{n}(float *d, unsigned long long da, unsigned long long db) {{\n\
+         \x20 asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale}, 0;\\n\"\n\
+         \x20   \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{da}, %{db}, p, 1, 1, 0, 0;\\n}}\\n\"\n\
+         \x20   : {cons}\n\
+         \x20   : \"l\"(da), \"l\"(db), \"r\"(1));\n\
+         }}\n#endif\n",
+        outs = outs.join(", "),
+        cons = cons.join(", "),
+        da = regs,
+        db = regs + 1,
+        scale = regs + 2,
+    )
+}
+
 /// C versions of the warp-wide instructions, from their PTX definitions.
 pub const EMULATION_HELPERS: &str = r#"/* ldmatrix.m8n8.x4 over a warp: matrix j's row i is at rows[8 j + i];
    lane l receives in register j the pair (l / 4, 2 (l % 4) .. + 1) of
@@ -71,6 +107,26 @@ static void pf_emu_ldmatrix_x4(const uint16_t *rows[32], int trans, uint32_t out
       if (trans) { lo = rows[8 * j + 2 * t][g]; hi = rows[8 * j + 2 * t + 1][g]; }
       else { lo = rows[8 * j + g][2 * t]; hi = rows[8 * j + g][2 * t + 1]; }
       out[l][j] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+}
+/* wgmma.m64nNk16 for one warpgroup, both operands K-major without swizzle:
+   element (r, k) of A at a[(k / 8) a_lbo + (r / 8) a_sbo + (r % 8) 8 + k % 8]
+   (in elements), B likewise with its n rows; thread 32 w + l holds rows
+   16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1) at 4 j + (0 .. 3) of
+   its `stride` accumulators. */
+static void pf_emu_wgmma(float *acc, long stride, const uint16_t *a, long a_lbo, long a_sbo,
+                         const uint16_t *b, long b_lbo, long b_sbo, int n, int bf16) {
+  for (int r = 0; r < 64; r++)
+    for (int c = 0; c < n; c++) {
+      float s = 0.0f;
+      for (int k = 0; k < 16; k++) {
+        uint16_t x = a[(k / 8) * a_lbo + (r / 8) * a_sbo + (r % 8) * 8 + k % 8];
+        uint16_t y = b[(k / 8) * b_lbo + (c / 8) * b_sbo + (c % 8) * 8 + k % 8];
+        s += (bf16 ? pf_b2f(x) : pf_h2f(x)) * (bf16 ? pf_b2f(y) : pf_h2f(y));
+      }
+      int w = r / 16, g = (r % 16) % 8, hi = (r % 16) / 8;
+      int j = c / 8, t = (c % 8) / 2, lo = c % 2;
+      acc[(long)(w * 32 + g * 4 + t) * stride + 4 * j + 2 * hi + lo] += s;
     }
 }
 /* mma.m16n8k16.row.col with f32 accumulators d (per lane, 4 each). */
@@ -112,18 +168,24 @@ fn layout(c: &Contraction, x: &Operand, r: i64) -> (i64, i64) {
     }
 }
 
-/// Elements of one stage of A and of B.
-fn stage_len(c: &Contraction) -> (i64, i64) {
+/// Elements of one stage of A and of B: padded rows for `ldmatrix`, or
+/// (`wgmma`) the tile's core matrices without padding.
+fn stage_len(c: &Contraction, wgmma: bool) -> (i64, i64) {
+    if wgmma {
+        return (c.tile[0] * c.tile[2], c.tile[1] * c.tile[2]);
+    }
     let (ra, pa) = layout(c, &c.a, c.tile[0]);
     let (rb, pb) = layout(c, &c.b, c.tile[1]);
     (ra * pa, rb * pb)
 }
 
 /// Shared memory of the region in bytes (dynamic shared memory on the
-/// GPU: more than the 48 KB a static array may take).
+/// GPU: more than the 48 KB a static array may take): the larger of the
+/// two layouts when the kernel has both.
 pub fn shared_bytes(c: &Contraction) -> usize {
-    let (a, b) = stage_len(c);
-    (c.stages * (a + b) * 2) as usize
+    let (a, b) = stage_len(c, false);
+    let (wa, wb) = if c.wgmma { stage_len(c, true) } else { (0, 0) };
+    (c.stages * (a + b).max(wa + wb) * 2) as usize
 }
 
 /// The shared buffers' names for kernel `mark`.
@@ -134,7 +196,7 @@ pub fn buffers(mark: &str) -> (String, String) {
 /// Declarations of the shared buffers: the kernel's dynamic shared memory
 /// on the GPU, static arrays on the CPU.
 pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String {
-    let (a, b) = stage_len(c);
+    let (a, b) = stage_len(c, c.wgmma && emulate);
     let (na, nb) = buffers(mark);
     if emulate {
         format!(
@@ -143,11 +205,21 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
             c.stages * b
         )
     } else {
+        // B follows A's stages (`wgmma`'s A, when the kernel has both
+        // layouts, is the larger one: its rows have no padding but B's
+        // start moves to the end of either).
+        let (wa, _) = if c.wgmma { stage_len(c, true) } else { (0, 0) };
+        let _ = a;
         format!(
-            "{pad}extern __shared__ __align__(16) unsigned short pf_dynamic_shared[];\n\
+            "{pad}extern __shared__ __align__(128) unsigned short pf_dynamic_shared[];\n\
              {pad}unsigned short *const {na} = pf_dynamic_shared;\n\
-             {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n",
-            c.stages * a
+             {pad}#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
+             {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
+             {pad}#else\n\
+             {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
+             {pad}#endif\n",
+            c.stages * if c.wgmma { wa } else { stage_len(c, false).0 },
+            c.stages * stage_len(c, false).0
         )
     }
 }
@@ -178,12 +250,33 @@ pub struct Region<'a> {
 }
 
 impl Region<'_> {
-    /// The region, indented by `depth` levels.
+    /// The region, indented by `depth` levels. A kernel whose operands
+    /// both have `k` contiguous has two: `wgmma` where the compiler
+    /// targets sm_90a, `mma.sync` elsewhere; the CPU emulation runs the
+    /// former.
     pub fn print(&self, depth: usize) -> String {
+        if !self.c.wgmma {
+            return self.print_engine(depth, false);
+        }
+        if self.emulate.is_some() {
+            return self.print_engine(depth, true);
+        }
+        format!(
+            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{}#else\n{}#endif\n",
+            self.print_engine(depth, true),
+            self.print_engine(depth, false)
+        )
+    }
+
+    fn print_engine(&self, depth: usize, wg: bool) -> String {
         let c = self.c;
         let pad = "  ".repeat(depth);
         let mut o = String::new();
-        let [mt, nt] = c.fragments();
+        let [mt, nt] = if wg {
+            [1, c.tile[1] / MMA_N]
+        } else {
+            c.fragments()
+        };
         let [wm, wn] = c.warps;
         let (tm, tn, tk) = (c.tile[0], c.tile[1], c.tile[2]);
         let (wtm, wtn) = (tm / wm, tn / wn);
@@ -197,8 +290,13 @@ impl Region<'_> {
             &mut o,
             1,
             &format!(
-                "/* tensor cores: {tm} x {tn} x {tk} tiles, {wm} x {wn} warps of {} x {} (mma.m16n8k16, {} stages) */",
-                wtm, wtn, c.stages
+                "/* tensor cores: {tm} x {tn} x {tk} tiles, {} ({} stages) */",
+                if wg {
+                    format!("{} warpgroups of 64 x {tn} (wgmma.m64n{tn}k16)", tm / 64)
+                } else {
+                    format!("{wm} x {wn} warps of {wtm} x {wtn} (mma.m16n8k16)")
+                },
+                c.stages
             ),
         );
         w(
@@ -226,7 +324,7 @@ impl Region<'_> {
             1,
             &format!("const pf_i pf_ek = {};", self.extents[2]),
         );
-        let (sa, sb) = stage_len(c);
+        let (sa, sb) = stage_len(c, wg);
         let (ba, bb) = buffers(self.mark);
         if emu {
             w(
@@ -276,20 +374,36 @@ impl Region<'_> {
                 d + 1,
                 "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;",
             );
-            w(
-                o,
-                d + 1,
-                &format!(
-                    "const pf_i pf_lm = (pf_warp / {wn}) * {wtm} + pf_mt * {MMA_M} + pf_lane / 4 + (pf_r / 2) * 8;"
-                ),
-            );
-            w(
-                o,
-                d + 1,
-                &format!(
-                    "const pf_i pf_ln = (pf_warp % {wn}) * {wtn} + pf_nt * {MMA_N} + (pf_lane % 4) * 2 + pf_r % 2;"
-                ),
-            );
+            if wg {
+                // wgmma's accumulators: warp w of a warpgroup owns rows
+                // 16 (w % 4) .. + 15 of the group's 64, in the layout of
+                // an m16n8 fragment repeated along n.
+                w(
+                    o,
+                    d + 1,
+                    "const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;",
+                );
+                w(
+                    o,
+                    d + 1,
+                    &format!("const pf_i pf_ln = pf_nt * {MMA_N} + (pf_lane % 4) * 2 + pf_r % 2;"),
+                );
+            } else {
+                w(
+                    o,
+                    d + 1,
+                    &format!(
+                        "const pf_i pf_lm = (pf_warp / {wn}) * {wtm} + pf_mt * {MMA_M} + pf_lane / 4 + (pf_r / 2) * 8;"
+                    ),
+                );
+                w(
+                    o,
+                    d + 1,
+                    &format!(
+                        "const pf_i pf_ln = (pf_warp % {wn}) * {wtn} + pf_nt * {MMA_N} + (pf_lane % 4) * 2 + pf_r % 2;"
+                    ),
+                );
+            }
             w(
                 o,
                 d + 1,
@@ -347,17 +461,46 @@ impl Region<'_> {
                         &format!("const pf_i {v}_e = pf_tid + {};", j * i64::from(threads)),
                     );
                     w(o, d, &format!("const int {v}_live = {v}_e < {chunks};"));
-                    w(o, d, &format!("const pf_i {v}_line = {v}_e / {per_line};"));
-                    w(
-                        o,
-                        d,
-                        &format!("const pf_i {v}_col = ({v}_e % {per_line}) * 8;"),
-                    );
-                    w(
-                        o,
-                        d,
-                        &format!("const pf_i {v}_dst = {v}_line * {pitch} + {v}_col;"),
-                    );
+                    if wg {
+                        // Core matrices (8 rows of 16 bytes) one after the
+                        // other along the rows, then along k: element (r, k)
+                        // at (k / 8) R 8 + r 8 + k % 8. Two threads take a
+                        // row's 32 bytes (a sector), the next two the next
+                        // row.
+                        w(
+                            o,
+                            d,
+                            &format!("const pf_i {v}_line = ({v}_e / 2) % {lines};"),
+                        );
+                        w(
+                            o,
+                            d,
+                            &format!(
+                                "const pf_i {v}_col = ({v}_e % 2 + ({v}_e / {}) * 2) * 8;",
+                                2 * lines
+                            ),
+                        );
+                        w(
+                            o,
+                            d,
+                            &format!(
+                                "const pf_i {v}_dst = ({v}_col / 8) * {} + {v}_line * 8;",
+                                lines * 8
+                            ),
+                        );
+                    } else {
+                        w(o, d, &format!("const pf_i {v}_line = {v}_e / {per_line};"));
+                        w(
+                            o,
+                            d,
+                            &format!("const pf_i {v}_col = ({v}_e % {per_line}) * 8;"),
+                        );
+                        w(
+                            o,
+                            d,
+                            &format!("const pf_i {v}_dst = {v}_line * {pitch} + {v}_col;"),
+                        );
+                    }
                     let (row, k) = if x.k_contiguous {
                         (format!("{origin} + {v}_line"), format!("{v}_col"))
                     } else {
@@ -531,6 +674,77 @@ impl Region<'_> {
             "f16"
         };
         let compute = |o: &mut String, d: usize| {
+            if wg {
+                // One wgmma per 16 of k for each warpgroup's 64 rows; the
+                // descriptors give each operand's core matrices: LBO the
+                // distance between two along k (R 8 elements), SBO between
+                // two along the rows (8 rows of 16 bytes).
+                let (lbo_a, lbo_b) = (tm * 16, tn * 16);
+                let bf = i32::from(c.dtype == DType::BF16);
+                let ty = if c.dtype == DType::BF16 {
+                    "bf16"
+                } else {
+                    "f16"
+                };
+                if emu {
+                    w(
+                        o,
+                        d,
+                        &format!("for (int pf_wg = 0; pf_wg < {}; pf_wg++)", tm / 64),
+                    );
+                    w(
+                        o,
+                        d,
+                        &format!("for (int pf_ks = 0; pf_ks < {}; pf_ks++)", tk / MMA_K),
+                    );
+                    w(
+                        o,
+                        d + 1,
+                        &format!(
+                            "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, &{ba}[pf_stage * {sa} + pf_ks * {} + pf_wg * 512], {}, 64, &{bb}[pf_stage * {sb} + pf_ks * {}], {}, 64, {tn}, {bf});",
+                            tn / 2,
+                            2 * tm * 8,
+                            tm * 8,
+                            2 * tn * 8,
+                            tn * 8
+                        ),
+                    );
+                } else {
+                    w(o, d, "const int pf_wg = pf_tid / 128;");
+                    w(o, d, "pf_wgmma_fence();");
+                    w(o, d, "#pragma unroll");
+                    w(
+                        o,
+                        d,
+                        &format!("for (int pf_ks = 0; pf_ks < {}; pf_ks++) {{", tk / MMA_K),
+                    );
+                    w(
+                        o,
+                        d + 1,
+                        &format!(
+                            "const unsigned long long pf_da = pf_wgmma_desc(&{ba}[pf_stage * {sa} + pf_ks * {} + pf_wg * 512], {lbo_a}, 128);",
+                            2 * tm * 8
+                        ),
+                    );
+                    w(
+                        o,
+                        d + 1,
+                        &format!(
+                            "const unsigned long long pf_db = pf_wgmma_desc(&{bb}[pf_stage * {sb} + pf_ks * {}], {lbo_b}, 128);",
+                            2 * tn * 8
+                        ),
+                    );
+                    w(
+                        o,
+                        d + 1,
+                        &format!("pf_wgmma_{ty}_n{tn}(&pf_acc[0][0][0], pf_da, pf_db);"),
+                    );
+                    w(o, d, "}");
+                    w(o, d, "pf_wgmma_commit();");
+                    w(o, d, "pf_wgmma_wait0();");
+                }
+                return;
+            }
             if emu {
                 w(
                     o,
@@ -787,6 +1001,15 @@ impl Region<'_> {
         );
         if !emu {
             w(&mut o, 4, &format!("pf_cp_async_wait<{}>();", st - 2));
+            if wg {
+                // The tensor cores read shared memory through the async
+                // proxy: order this thread's copies before them.
+                w(
+                    &mut o,
+                    4,
+                    "asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");",
+                );
+            }
             w(&mut o, 4, "__syncthreads();");
         }
         let ahead = (st - 1) * tk;

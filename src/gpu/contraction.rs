@@ -81,6 +81,10 @@ pub struct Contraction {
     pub warps: [i64; 2],
     /// Shared-memory stages of the copy pipeline along `k` (at least 2).
     pub stages: i64,
+    /// Both operands have `k` contiguous and the tile is whole warpgroups
+    /// of 64 rows: on sm_90a the kernel runs `wgmma` (Hopper's warpgroup
+    /// instructions), elsewhere `mma.sync` with the same tiles and threads.
+    pub wgmma: bool,
     /// Statements applied to each output element after its reduction, in
     /// order, on the accumulator before the store (bias, activation,
     /// scale, cast).
@@ -436,6 +440,12 @@ pub fn recognise(
             auto_layout(&e)
         }
     };
+    let wgmma = a.k_contiguous
+        && b.k_contiguous
+        && tile[0] % 64 == 0
+        && tile[1] % 16 == 0
+        && tile[1] <= 256
+        && warps[0] * warps[1] == tile[0] / 16;
     Ok(Some(Contraction {
         statement: s.name.clone(),
         m,
@@ -449,6 +459,7 @@ pub fn recognise(
         tile,
         warps,
         stages: STAGES,
+        wgmma,
         epilogue,
     }))
 }

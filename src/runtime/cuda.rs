@@ -193,12 +193,21 @@ fn compile_for(gpu: &Gpu, source: &str) -> Result<(Ptx, String)> {
     let archs = sys::nvrtc_archs();
     let known = archs.is_empty() || archs.contains(&gpu.cc);
     if known {
-        let out = nvrtc(source, &format!("--gpu-architecture=sm_{}", gpu.cc))?;
+        // Kernels with a Hopper-only path (wgmma, under
+        // __CUDA_ARCH_FEAT_SM90_ALL) are built for sm_90a on an sm_90
+        // device; the code then runs on that architecture only, which is
+        // the device's.
+        let arch = if gpu.cc == 90 && source.contains("__CUDA_ARCH_FEAT_SM90_ALL") {
+            "sm_90a".to_string()
+        } else {
+            format!("sm_{}", gpu.cc)
+        };
+        let out = nvrtc(source, &format!("--gpu-architecture={arch}"))?;
         if let Some(cubin) = out.cubin {
-            return Ok((Ptx::from_binary(cubin), format!("sm_{}", gpu.cc)));
+            return Ok((Ptx::from_binary(cubin), arch));
         }
         if let Some(ptx) = out.ptx {
-            return Ok((Ptx::from_src(ptx), format!("sm_{}", gpu.cc)));
+            return Ok((Ptx::from_src(ptx), arch));
         }
         return Err(Error::Internal(
             "NVRTC returned neither CUBIN nor PTX".into(),
