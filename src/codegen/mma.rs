@@ -69,6 +69,7 @@ static __device__ __forceinline__ unsigned long long pf_wgmma_desc(const void *p
 static __device__ __forceinline__ void pf_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void pf_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 #endif
 "#;
 
@@ -741,7 +742,8 @@ impl Region<'_> {
                     );
                     w(o, d, "}");
                     w(o, d, "pf_wgmma_commit();");
-                    w(o, d, "pf_wgmma_wait0();");
+                    // This step's wgmma runs on; the previous one is done.
+                    w(o, d, "pf_wgmma_wait1();");
                 }
                 return;
             }
@@ -961,7 +963,13 @@ impl Region<'_> {
         if !emu {
             setup(&mut o, 1);
         }
-        for s in 0..st - 1 {
+        // Tiles copied ahead: S - 1 for mma.sync, which is done with a
+        // stage when the barrier of the next step passes; S - 2 for wgmma,
+        // whose instructions run on after their step (each warpgroup
+        // waits for the previous step's only), so the stage of step t - 2
+        // is the one free to overwrite.
+        let dist = if wg { st - 2 } else { st - 1 };
+        for s in 0..dist {
             w(&mut o, 1, &format!("if ((pf_i){} < pf_ek) {{", s * tk));
             copy(&mut o, 2, &s.to_string(), &format!("(pf_i){}", s * tk));
             w(&mut o, 1, "}");
@@ -997,10 +1005,10 @@ impl Region<'_> {
         w(
             &mut o,
             4,
-            &format!("const int pf_next = (pf_u + {}) % {st};", st - 1),
+            &format!("const int pf_next = (pf_u + {dist}) % {st};"),
         );
         if !emu {
-            w(&mut o, 4, &format!("pf_cp_async_wait<{}>();", st - 2));
+            w(&mut o, 4, &format!("pf_cp_async_wait<{}>();", dist - 1));
             if wg {
                 // The tensor cores read shared memory through the async
                 // proxy: order this thread's copies before them.
@@ -1012,7 +1020,7 @@ impl Region<'_> {
             }
             w(&mut o, 4, "__syncthreads();");
         }
-        let ahead = (st - 1) * tk;
+        let ahead = dist * tk;
         w(&mut o, 4, &format!("if (pf_kt + {ahead} < pf_ek) {{"));
         copy(&mut o, 5, "pf_next", &format!("(pf_kt + {ahead})"));
         w(&mut o, 4, "}");
@@ -1025,6 +1033,9 @@ impl Region<'_> {
         w(&mut o, 2, "}");
         w(&mut o, 1, "}");
         if !emu {
+            if wg {
+                w(&mut o, 1, "pf_wgmma_wait0();");
+            }
             // No copy may still be in flight into shared memory when the
             // block's next tile (a cyclic grid) starts its prologue.
             w(&mut o, 1, "pf_cp_async_wait<0>();");

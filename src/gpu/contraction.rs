@@ -458,7 +458,8 @@ pub fn recognise(
         extents,
         tile,
         warps,
-        stages: STAGES,
+        // wgmma copies two tiles ahead of four stages (see `codegen::mma`).
+        stages: if wgmma { 4 } else { STAGES },
         wgmma,
         epilogue,
     }))
