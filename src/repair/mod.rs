@@ -1,0 +1,3 @@
+//! Algebraic repair (Neptune's rolling and split-k update).
+pub mod algebra;
+pub mod prove;
