@@ -11,6 +11,7 @@ use crate::frontend::ast::Program;
 use crate::gpu::{self, CudaProgram, GpuOptions};
 use crate::isl::{aff_in_params, Isl, IslPrint};
 use crate::model::{self, ModelTensor};
+use crate::repair;
 use crate::schedule::{self, ScheduleTree, Strategy};
 
 /// Options of one compilation.
@@ -103,23 +104,41 @@ impl Compiled {
 /// Compiles `program` under `options`.
 pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
-    if program.schedule.is_some() {
-        return Err(Error::Illegal {
-            file: file.to_string(),
-            message: "the `schedule` directives are not implemented yet; remove the key and choose a strategy with --strategy and --tile".into(),
-        });
-    }
     let isl = Isl::new();
-    let scop = model::build(&isl, program)?;
-    let order = schedule::canonical(&isl, &scop)?;
+    let original = model::build(&isl, program)?;
+    // Repair (rolling / split-k update) from the `schedule` key, or chosen
+    // automatically; the repaired program comes with its defining order.
+    let steps = repair::steps(&isl, program, &original)?;
+    let repaired = repair::apply(&isl, program, &original, &steps, repair::Fault::None)?;
+    let mut options = options.clone();
+    if let Some(t) = repair::tile_sizes(&steps) {
+        options.tile = t;
+    }
+    let options = &options;
+    let (program_k, scop, repair_report) = match &repaired {
+        Some(r) => (
+            &r.program,
+            model::build(&isl, &r.program)?,
+            Some(r.report.clone()),
+        ),
+        None => (program, model::build(&isl, program)?, None),
+    };
+    let order = match repaired.as_ref().and_then(|r| r.order.as_ref()) {
+        Some(tree) => isl.schedule(&tree.to_isl_text())?,
+        None => schedule::canonical(&isl, &scop)?,
+    };
     let deps = deps::compute(&scop, &order)?;
-    let sched = schedule::compute(&isl, &scop, &deps, options.strategy)?;
+    let sched = if repaired.is_some() && options.strategy == Strategy::Canonical {
+        schedule::annotate_bands(&isl, order, &deps, &scop.param_prefix)?
+    } else {
+        schedule::compute(&isl, &scop, &deps, options.strategy)?
+    };
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     let gpu = match &options.gpu {
         Some(g) => Some(map_to_gpu(
             &isl,
-            program,
+            program_k,
             &scop,
             &deps,
             sched.copy()?,
@@ -137,24 +156,28 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     // Every schedule codegen sees is checked against the dependences.
     schedule::check_legal(file, &final_schedule, &scop, &deps)?;
     let ast = codegen::build_ast(&scop, &final_schedule)?;
-    let kernel_c = codegen::c::kernel(program, &scop, &ast);
+    let kernel_c = codegen::c::kernel(program_k, &scop, &ast);
     let values: HashMap<String, i64> = program
         .params
         .iter()
         .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
         .collect();
     let reference_c = if values.len() == program.params.len() {
-        let boxes = bounding_boxes(&scop, &values)?;
-        Some(codegen::c::reference(program, &scop, &boxes))
+        // The reference is the original program's, whatever was repaired.
+        let boxes = bounding_boxes(&original, &values)?;
+        Some(codegen::c::reference(program, &original, &boxes))
     } else {
         None
     };
     Ok(Compiled {
-        program: program.clone(),
+        program: program_k.clone(),
         tensors: scop.tensors.clone(),
         tree,
         untiled_tree,
-        deps_text: deps.describe(),
+        deps_text: match &repair_report {
+            Some(r) => format!("{r}dependences of the repaired program:\n{}", deps.describe()),
+            None => deps.describe(),
+        },
         deps_json: deps.to_json(),
         model_json: scop.describe(),
         kernel_c,
