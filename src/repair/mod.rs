@@ -101,7 +101,7 @@ pub fn chains(
     Ok(out)
 }
 
-fn describe_chains(program: &Program, chains: &[(chain::Chain, solve::Solution)]) -> String {
+pub(crate) fn describe_chains(program: &Program, chains: &[(chain::Chain, solve::Solution)]) -> String {
     let mut s = String::new();
     for (c, sol) in chains {
         let st = &program.statements[c.target];
