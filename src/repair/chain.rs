@@ -239,6 +239,16 @@ impl Abstraction<'_> {
 
     fn walk(&mut self, e: &Expr) -> std::result::Result<egg::Id, Refusal> {
         if !reads_any(e, self.preds) {
+            // The same input read twice is one constant (so that
+            // `(x - m) * (x - m)` is seen to use it twice).
+            if let Some(name) = self
+                .constants
+                .iter()
+                .find(|(_, c)| *c == e)
+                .map(|(n, _)| n.clone())
+            {
+                return Ok(self.symbol(&name));
+            }
             let name = format!("c{}", self.constants.len());
             self.constants.insert(name.clone(), e.clone());
             return Ok(self.symbol(&name));

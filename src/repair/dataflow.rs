@@ -60,6 +60,7 @@ pub fn naive_fusion(
     theta: &Schedule,
     sigma: &Schedule,
     rw: &Rewritten,
+    repaired: bool,
 ) -> Result<String> {
     let d = deps::compute(scop, theta)?;
     // The naive fusion has no caches: their instances (dead copies in the
@@ -77,7 +78,11 @@ pub fn naive_fusion(
     let s = sigma.get_map()?.intersect_domain(scop.domain()?)?;
     let not_before = s.copy()?.lex_ge_union_map(s)?;
     let targets: Vec<usize> = rw.target_updates.iter().map(|(k, _)| *k).collect();
-    let compensated = pairs_between(isl, scop, &rw.pred_stmts, &targets)?;
+    let compensated = if repaired {
+        pairs_between(isl, scop, &rw.pred_stmts, &targets)?
+    } else {
+        isl.union_map(&format!("{}{{ }}", scop.param_prefix))?
+    };
     let mut out = String::new();
     for (kind, rel) in [("flow", &d.flow), ("anti", &d.anti), ("output", &d.output)] {
         let violated = rel
@@ -94,7 +99,8 @@ pub fn naive_fusion(
             return Err(Error::Illegal {
                 file: file.to_string(),
                 message: format!(
-                    "rolling update: the fusion reverses the {kind} dependence {}, which no repair compensates",
+                    "{}: the fusion reverses the {kind} dependence {}, which no repair compensates",
+                    if repaired { "rolling update" } else { "fusion without repair" },
                     rest.coalesce()?.text()
                 ),
             });

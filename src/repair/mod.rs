@@ -210,7 +210,13 @@ pub fn rolling_update(
     let sigma = isl.schedule(&rolling::order_tree(&nscop, &naive.layout)?.to_isl_text())?;
     report.push_str("naive fusion (dependences in program order, checked against the fused order):\n");
     report.push_str(&dataflow::naive_fusion(
-        isl, file, &nscop, &theta, &sigma, &naive,
+        isl,
+        file,
+        &nscop,
+        &theta,
+        &sigma,
+        &naive,
+        fault != Fault::NoRepair,
     )?);
 
     let rw = rolling::rewrite(program, scop, &chains, true, fault)?;

@@ -44,6 +44,9 @@ pub enum Fault {
     /// The rolling update reads the predecessor's current value where `h`
     /// needs the cached previous one.
     OmitCache,
+    /// The fusion without any repair: the violated dependences are then
+    /// compensated by nothing and must refuse it.
+    NoRepair,
 }
 
 /// Finds and proves `h` for `chain`, or says why none is found.
