@@ -175,7 +175,10 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         tree,
         untiled_tree,
         deps_text: match &repair_report {
-            Some(r) => format!("{r}dependences of the repaired program:\n{}", deps.describe()),
+            Some(r) => format!(
+                "{r}dependences of the repaired program:\n{}",
+                deps.describe()
+            ),
             None => deps.describe(),
         },
         deps_json: deps.to_json(),

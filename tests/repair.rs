@@ -47,7 +47,12 @@ fn rolling_with(fault: Fault) -> polyfuse::Result<repair::Repaired> {
 #[test]
 fn the_correct_repair_is_proven() {
     let r = rolling_with(Fault::None).expect("softmax repairs");
-    for goal in ["proved Eq. 4", "proved Eq. 5", "violated flow", "M^<prev(j)> through M_prev"] {
+    for goal in [
+        "proved Eq. 4",
+        "proved Eq. 5",
+        "violated flow",
+        "M^<prev(j)> through M_prev",
+    ] {
         assert!(r.report.contains(goal), "missing `{goal}` in\n{}", r.report);
     }
 }
@@ -55,7 +60,10 @@ fn the_correct_repair_is_proven() {
 #[test]
 fn a_flipped_sign_in_h_is_refused_by_the_proof() {
     let e = rolling_with(Fault::FlipSign).unwrap_err().to_string();
-    assert!(e.contains("fails a proof goal") && e.contains("Eq. 4"), "{e}");
+    assert!(
+        e.contains("fails a proof goal") && e.contains("Eq. 4"),
+        "{e}"
+    );
     assert_eq!(rolling_with(Fault::FlipSign).unwrap_err().exit_code(), 2);
 }
 
@@ -63,10 +71,7 @@ fn a_flipped_sign_in_h_is_refused_by_the_proof() {
 fn an_omitted_cache_is_caught_by_the_dependence_check() {
     let e = rolling_with(Fault::OmitCache).unwrap_err();
     let m = e.to_string();
-    assert!(
-        m.contains("does not read M at the previous step"),
-        "{m}"
-    );
+    assert!(m.contains("does not read M at the previous step"), "{m}");
     assert!(matches!(e, polyfuse::Error::Illegal { .. }), "{e:?}");
 }
 
@@ -114,7 +119,10 @@ fn max_against_a_non_monotone_g_is_refused() {
     );
     let (code, _, err) = polyfuse(&["schedule", f.to_str().unwrap()]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("FAILED Eq. 5") && err.contains("reducer max"), "{err}");
+    assert!(
+        err.contains("FAILED Eq. 5") && err.contains("reducer max"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -140,15 +148,20 @@ fn automation_repairs_long_reductions_only() {
     assert_eq!(code, Some(0), "{err}");
     assert!(!out.contains("repair:"), "{out}");
     // A long reduction with many rows: rolling update.
-    let (code, out, err) =
-        polyfuse(&["schedule", f, "--emit", "deps", "--param", "N=512", "--param", "D=2048"]);
+    let (code, out, err) = polyfuse(&[
+        "schedule", f, "--emit", "deps", "--param", "N=512", "--param", "D=2048",
+    ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("repair: rolling update of S"), "{out}");
     // A long reduction with few rows: split-k.
-    let (code, out, err) =
-        polyfuse(&["schedule", f, "--emit", "deps", "--param", "N=4", "--param", "D=2048"]);
+    let (code, out, err) = polyfuse(&[
+        "schedule", f, "--emit", "deps", "--param", "N=4", "--param", "D=2048",
+    ]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("repair: split-k update of S into 16 slices"), "{out}");
+    assert!(
+        out.contains("repair: split-k update of S into 16 slices"),
+        "{out}"
+    );
     // An empty template keeps the program as written at any size.
     let text = std::fs::read_to_string(&file).unwrap();
     let text = text.replacen("\"body\"", "\"schedule\": [],\n  \"body\"", 1);
@@ -174,7 +187,11 @@ fn split_k_and_privatize_run_and_check() {
         ("privatize", r#"{"privatize": "M", "factor": 3}"#),
     ] {
         let text = std::fs::read_to_string(example("softmax")).unwrap();
-        let text = text.replacen("\"body\"", &format!("\"schedule\": [{step}],\n  \"body\""), 1);
+        let text = text.replacen(
+            "\"body\"",
+            &format!("\"schedule\": [{step}],\n  \"body\""),
+            1,
+        );
         let f = program_file(tag, &text);
         for target in ["cpu", "emulate"] {
             let (code, out, err) = polyfuse(&[
@@ -203,7 +220,12 @@ fn golden_repaired_tree_and_its_execution() {
     assert_eq!(code, Some(0), "{err}");
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/repair/softmax_fused.tree");
     let want = std::fs::read_to_string(&golden).expect("golden file");
-    assert_eq!(out, want, "the repaired tree changed; compare with {}", golden.display());
+    assert_eq!(
+        out,
+        want,
+        "the repaired tree changed; compare with {}",
+        golden.display()
+    );
     let (code, out, err) = polyfuse(&[&["run", f, "--check"][..], &args[..]].concat());
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("check: ok"), "{out}");

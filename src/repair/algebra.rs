@@ -83,9 +83,7 @@ pub fn graft(dst: &mut Term, src: &Term, at: Id, subst: &dyn Fn(&str) -> Option<
             None => dst.add(node.clone()),
         },
         _ => {
-            let n = node
-                .clone()
-                .map_children(|c| graft(dst, src, c, subst));
+            let n = node.clone().map_children(|c| graft(dst, src, c, subst));
             dst.add(n)
         }
     }
@@ -199,7 +197,8 @@ pub fn invert(g: &Term, c: &str, y: &str) -> Result<Term, String> {
             }
         }
     }
-    let _ = acc;
+    // The last node added is `acc`: the root of the inverse.
+    debug_assert_eq!(root(&out), acc);
     Ok(out)
 }
 

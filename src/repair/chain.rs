@@ -17,11 +17,10 @@ use std::collections::BTreeMap;
 
 use egg::Symbol;
 
-use super::algebra::{self, Math, Reducer, Term};
+use super::algebra::{Math, Reducer, Term};
 use crate::error::Result;
 use crate::frontend::ast::{
-    Affine, AssignOp, BinOp, Expr, ExprKind, Func, Program, Reducer as AstReducer, TensorRole,
-    UnOp,
+    Affine, AssignOp, BinOp, Expr, ExprKind, Func, Program, Reducer as AstReducer, TensorRole, UnOp,
 };
 use crate::isl::Isl;
 use crate::model::Scop;
@@ -210,7 +209,9 @@ impl Inliner<'_> {
                 Box::new(self.inline(a)),
                 Box::new(self.inline(b)),
             ),
-            ExprKind::Call(f, args) => ExprKind::Call(*f, args.iter().map(|a| self.inline(a)).collect()),
+            ExprKind::Call(f, args) => {
+                ExprKind::Call(*f, args.iter().map(|a| self.inline(a)).collect())
+            }
             k => k.clone(),
         };
         Expr { kind, ty: e.ty }
@@ -221,7 +222,9 @@ impl Inliner<'_> {
 fn reads_any(e: &Expr, preds: &[Pred]) -> bool {
     let mut reads = Vec::new();
     crate::model::collect_reads(e, &mut reads);
-    reads.iter().any(|(t, _)| preds.iter().any(|p| &p.tensor == t))
+    reads
+        .iter()
+        .any(|(t, _)| preds.iter().any(|p| &p.tensor == t))
 }
 
 /// Builds `g` from the inlined body: predecessor reads become `r<k>`,
@@ -356,7 +359,6 @@ pub fn find(
     }
     let g = abs.term;
     let constants = abs.constants;
-    let _ = algebra::root(&g);
     Ok(Ok(Chain {
         target,
         reducer: reducer_of(op),
@@ -382,7 +384,10 @@ fn same_loop(
 ) -> Result<std::result::Result<(), Refusal>> {
     let ps = &program.statements[p.stmt];
     if ps.lhs_indices.len() != p.target_subscripts.len() {
-        return Ok(Err(format!("it reads {} with too few subscripts", p.tensor)));
+        return Ok(Err(format!(
+            "it reads {} with too few subscripts",
+            p.tensor
+        )));
     }
     let (Some(dp), Some(dt)) = (
         scop.statement(&format!("S{}", p.stmt)),

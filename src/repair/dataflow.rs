@@ -100,7 +100,11 @@ pub fn naive_fusion(
                 file: file.to_string(),
                 message: format!(
                     "{}: the fusion reverses the {kind} dependence {}, which no repair compensates",
-                    if repaired { "rolling update" } else { "fusion without repair" },
+                    if repaired {
+                        "rolling update"
+                    } else {
+                        "fusion without repair"
+                    },
                     rest.coalesce()?.text()
                 ),
             });
@@ -128,7 +132,9 @@ fn coordinate_map(
     let names_a = stmt_names(scop, &[from.stmt]);
     let names_b = stmt_names(scop, &[to.stmt]);
     let (Some((a, ai)), Some((b, bi))) = (names_a.first(), names_b.first()) else {
-        return Err(Error::Internal("group member without a model statement".into()));
+        return Err(Error::Internal(
+            "group member without a model statement".into(),
+        ));
     };
     let mut cons: Vec<String> = from
         .outer
@@ -222,10 +228,9 @@ pub fn repaired(
             let prev = into_cache.apply_range(from_cache)?.coalesce()?;
             let earlier = coordinate_map(isl, scop, um, tm, Some("<"))?;
             let last_earlier = earlier.reverse()?.lexmax()?.reverse()?;
-            let first_steps = want_cur
-                .range()?
-                .subtract(last_earlier.copy()?.range()?)?;
-            let from_init = coordinate_map(isl, scop, im, tm, None)?.intersect_range(first_steps)?;
+            let first_steps = want_cur.range()?.subtract(last_earlier.copy()?.range()?)?;
+            let from_init =
+                coordinate_map(isl, scop, im, tm, None)?.intersect_range(first_steps)?;
             let want_prev = last_earlier.union(from_init)?.coalesce()?;
             if !prev.is_equal(&want_prev)? {
                 return Err(Error::Illegal {

@@ -155,10 +155,19 @@ mod tests {
     fn refuses_bad_steps() {
         for (v, want) in [
             (serde_json::json!({"tile": 3}), "list of steps"),
-            (serde_json::json!([{"fuse": ["Z"]}]), "unknown transformation"),
-            (serde_json::json!([{"split-k": ["Z"]}]), "needs a \"factor\""),
+            (
+                serde_json::json!([{"fuse": ["Z"]}]),
+                "unknown transformation",
+            ),
+            (
+                serde_json::json!([{"split-k": ["Z"]}]),
+                "needs a \"factor\"",
+            ),
             (serde_json::json!([{"split-k": ["Z"], "factor": 1}]), ">= 2"),
-            (serde_json::json!([{"rolling-update": ["Z"], "factor": 2}]), "unexpected key"),
+            (
+                serde_json::json!([{"rolling-update": ["Z"], "factor": 2}]),
+                "unexpected key",
+            ),
         ] {
             let e = parse("f", &v).unwrap_err().to_string();
             assert!(e.contains(want), "{e}");

@@ -101,7 +101,10 @@ pub fn chains(
     Ok(out)
 }
 
-pub(crate) fn describe_chains(program: &Program, chains: &[(chain::Chain, solve::Solution)]) -> String {
+pub(crate) fn describe_chains(
+    program: &Program,
+    chains: &[(chain::Chain, solve::Solution)],
+) -> String {
     let mut s = String::new();
     for (c, sol) in chains {
         let st = &program.statements[c.target];
@@ -177,7 +180,7 @@ pub fn apply(
             splitk::split_k(isl, program, scop, targets, *factor, fault)?
         }
         Step::Privatize { tensor, factor } => {
-            splitk::privatize_step(isl, program, scop, tensor, *factor)?
+            splitk::privatize_step(program, scop, tensor, *factor)?
         }
         Step::Tile(_) => return Ok(None),
     }))
@@ -206,9 +209,12 @@ pub fn rolling_update(
 
     let naive = rolling::rewrite(program, scop, &chains, false, Fault::None)?;
     let nscop = model::build(isl, &naive.program)?;
-    let theta = isl.schedule(&rolling::original_order_tree(&nscop, &naive.origin)?.to_isl_text())?;
+    let theta =
+        isl.schedule(&rolling::original_order_tree(&nscop, &naive.origin)?.to_isl_text())?;
     let sigma = isl.schedule(&rolling::order_tree(&nscop, &naive.layout)?.to_isl_text())?;
-    report.push_str("naive fusion (dependences in program order, checked against the fused order):\n");
+    report.push_str(
+        "naive fusion (dependences in program order, checked against the fused order):\n",
+    );
     report.push_str(&dataflow::naive_fusion(
         isl,
         file,

@@ -157,7 +157,11 @@ pub fn goals(f: Reducer, g: &Term, h: &Term) -> Vec<Goal> {
     let mut out = Vec::new();
     for (name, lhs, rhs) in [
         ("Eq. 4  h(g(r,c),r,r') = g(r',c)", eq4_lhs, eq4_rhs),
-        ("Eq. 5  h(x f y,r,r') = h(x,r,r') f h(y,r,r')", eq5_lhs, eq5_rhs),
+        (
+            "Eq. 5  h(x f y,r,r') = h(x,r,r') f h(y,r,r')",
+            eq5_lhs,
+            eq5_rhs,
+        ),
         ("identity  h(e_f,r,r') = e_f", id_lhs, e.clone()),
         ("fixed point  h(t,r,r) = t", fix_lhs, t("t")),
     ] {

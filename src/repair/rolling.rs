@@ -202,11 +202,15 @@ pub fn rewrite(
             return Ok(ps.lhs_indices.clone());
         }
         let (c, _) = &chains[0];
-        let pr = c.preds.iter().find(|x| x.stmt == p).ok_or_else(|| Error::Illegal {
-            file: file.clone(),
-            message: "rolling update: every target of one group must read every predecessor"
-                .into(),
-        })?;
+        let pr = c
+            .preds
+            .iter()
+            .find(|x| x.stmt == p)
+            .ok_or_else(|| Error::Illegal {
+                file: file.clone(),
+                message: "rolling update: every target of one group must read every predecessor"
+                    .into(),
+            })?;
         target_outer[0]
             .iter()
             .map(|v| {
@@ -265,7 +269,14 @@ pub fn rewrite(
         let mut w = rewrite::ranges(scop, model_stmt(format!("S{p}_init"))?)?;
         w.extend(constraints(ps, true));
         let k_init = statements.len();
-        statements.push(assignment(ps.position, xr, &ps.lhs_indices, &[], identity(f, t), w));
+        statements.push(assignment(
+            ps.position,
+            xr,
+            &ps.lhs_indices,
+            &[],
+            identity(f, t),
+            w,
+        ));
         origin.push((p, 0));
         pred_stmts.push(k_init);
         members_init.push(Member {
@@ -281,7 +292,9 @@ pub fn rewrite(
         if program.tensor(&cache).is_some() {
             return Err(Error::Illegal {
                 file: file.clone(),
-                message: format!("rolling update needs a tensor `{cache}`; the program already has one"),
+                message: format!(
+                    "rolling update needs a tensor `{cache}`; the program already has one"
+                ),
             });
         }
         let shape = scop
@@ -313,7 +326,12 @@ pub fn rewrite(
         });
         // update
         let k_upd = statements.len();
-        let rhs = combine(f, access(xr, &ps.lhs_indices, dtype(xr)?), ps.rhs.clone(), t);
+        let rhs = combine(
+            f,
+            access(xr, &ps.lhs_indices, dtype(xr)?),
+            ps.rhs.clone(),
+            t,
+        );
         statements.push(assignment(
             ps.position,
             xr,
@@ -437,7 +455,6 @@ pub fn rewrite(
             inner: inner_init,
         });
     }
-    let group_size = statements.len();
     let mut group: Vec<Member> = members_init;
     group.extend(members_roll);
 
@@ -485,7 +502,6 @@ pub fn rewrite(
     for k in after {
         push_plain(k, &mut statements, &mut layout);
     }
-    let _ = group_size;
     let mut tensors = resolved_tensors(program, scop);
     tensors.extend(new_tensors);
     let out = Program {
@@ -593,8 +609,10 @@ pub fn order_tree(scop: &Scop, layout: &[Item]) -> Result<ScheduleTree> {
                             .map(move |(n, it)| (m, n, it))
                     })
                     .collect();
-                let all: Vec<(String, Vec<String>)> =
-                    named.iter().map(|(_, n, it)| (n.clone(), it.clone())).collect();
+                let all: Vec<(String, Vec<String>)> = named
+                    .iter()
+                    .map(|(_, n, it)| (n.clone(), it.clone()))
+                    .collect();
                 let mut seq = Vec::new();
                 for (m, n, it) in named.iter().filter(|(m, ..)| m.rolling.is_none()) {
                     seq.push((

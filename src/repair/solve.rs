@@ -81,10 +81,7 @@ pub fn solve(chain: &Chain, fault: Fault) -> Result<Solution, String> {
         };
         let goals = prove::goals(chain.reducer, &chain.g, &h);
         if let Some(bad) = goals.iter().find(|g| !g.proven || g.numeric_error > 1e-9) {
-            reasons.push(format!(
-                "h = {h} fails a proof goal: {}",
-                bad.describe()
-            ));
+            reasons.push(format!("h = {h} fails a proof goal: {}", bad.describe()));
             continue;
         }
         return Ok(Solution {

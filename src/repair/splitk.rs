@@ -30,7 +30,7 @@ use std::fmt::Write;
 
 use super::algebra::Reducer;
 use super::chain::Chain;
-use super::rewrite::{self, access, combine, identity};
+use super::rewrite::{self, access};
 use super::solve::Solution;
 use super::{Fault, Repaired};
 use crate::error::{Error, Result};
@@ -90,8 +90,7 @@ fn subst_expr(
     let kind = match &e.kind {
         ExprKind::Index(n) if n == v => return affine_expr(program, by, e.ty),
         ExprKind::Access { tensor, subscripts } => {
-            let mut subs: Vec<Affine> =
-                subscripts.iter().map(|a| subst_affine(a, v, by)).collect();
+            let mut subs: Vec<Affine> = subscripts.iter().map(|a| subst_affine(a, v, by)).collect();
             let mut tensor = tensor.clone();
             if let Some((_, local)) = retarget.iter().find(|(x, _)| *x == tensor) {
                 tensor = local.clone();
@@ -225,9 +224,7 @@ fn privatize(
     };
     let s = fresh(format!("{j}_s"));
     let u = fresh(format!("{j}_u"));
-    let by = lo
-        .add(&Affine::var(&s).scale(b))
-        .add(&Affine::var(&u));
+    let by = lo.add(&Affine::var(&s).scale(b)).add(&Affine::var(&u));
     let mut wl: Vec<WhereClause> = ranges
         .iter()
         .filter(|w| !matches!(w, WhereClause::Range { index, .. } if index == j))
@@ -404,23 +401,32 @@ fn reducer_of(st: &Statement) -> Result<Reducer> {
 
 /// The `privatize` step on its own: one reduction into local and global.
 pub fn privatize_step(
-    isl: &Isl,
     program: &Program,
     scop: &Scop,
     tensor: &str,
     factor: i64,
 ) -> Result<Repaired> {
-    let _ = isl;
     let k = program
         .statements
         .iter()
         .position(|s| s.lhs_tensor == tensor && matches!(s.op, AssignOp::Reduce { init: true, .. }))
         .ok_or_else(|| Error::Input {
             file: program.source.clone(),
-            message: format!("`schedule`: privatize: no reduction `{tensor}(..) op=! ..` writes `{tensor}`"),
+            message: format!(
+                "`schedule`: privatize: no reduction `{tensor}(..) op=! ..` writes `{tensor}`"
+            ),
         })?;
     let st = &program.statements[k];
-    let p = privatize(program, scop, k, factor, &st.rhs, &[], None, reducer_of(st)?)?;
+    let p = privatize(
+        program,
+        scop,
+        k,
+        factor,
+        &st.rhs,
+        &[],
+        None,
+        reducer_of(st)?,
+    )?;
     let (before, after) = partition(program, &[k]);
     let mut report = format!("repair: privatize {tensor} into {factor} slices\n");
     let _ = writeln!(report, "  local:  {}", p.local.text);
@@ -467,7 +473,16 @@ pub fn split_k(
     let mut retarget = Vec::new();
     for &p in &preds {
         let st = &program.statements[p];
-        let pr = privatize(program, scop, p, factor, &st.rhs, &[], None, reducer_of(st)?)?;
+        let pr = privatize(
+            program,
+            scop,
+            p,
+            factor,
+            &st.rhs,
+            &[],
+            None,
+            reducer_of(st)?,
+        )?;
         retarget.push((st.lhs_tensor.clone(), local_name(&st.lhs_tensor)));
         locals.push(pr.local);
         globals.push(pr.global);
@@ -476,7 +491,6 @@ pub fn split_k(
     let mut t_locals = Vec::new();
     let mut t_globals = Vec::new();
     for (c, sol) in &chains {
-        let st = &program.statements[c.target];
         let grhs = repaired_combination(program, scop, c, sol)?;
         let pr = privatize(
             program,
@@ -488,7 +502,6 @@ pub fn split_k(
             Some(grhs),
             c.reducer,
         )?;
-        let _ = st;
         t_locals.push(pr.local);
         t_globals.push(pr.global);
         tensors.push(pr.tensor);
@@ -534,12 +547,7 @@ pub fn split_k(
 
 /// `guard ? t_local : h(t_local, r_local, r_global)` over the slice index
 /// `@s` (renamed by the caller): the global combination of Eq. 8.
-fn repaired_combination(
-    program: &Program,
-    scop: &Scop,
-    c: &Chain,
-    sol: &Solution,
-) -> Result<Expr> {
+fn repaired_combination(program: &Program, scop: &Scop, c: &Chain, sol: &Solution) -> Result<Expr> {
     let dtypes = rewrite::dtypes(scop);
     let st = &program.statements[c.target];
     let t = dtypes[&st.lhs_tensor].compute();
@@ -587,7 +595,6 @@ fn repaired_combination(
         });
     }
     let cond = cond.ok_or_else(|| Error::Internal("no predecessor".into()))?;
-    let _ = (combine(c.reducer, t_local.clone(), t_local.clone(), t), identity(c.reducer, t));
     Ok(Expr {
         kind: ExprKind::Select(Box::new(cond), Box::new(t_local), Box::new(h)),
         ty: ExprType::Num(t),
@@ -662,7 +669,8 @@ fn dataflow_proof(
             let mut init_set = crate::isl::UnionSet::empty_ctx(&isl.ctx)?;
             for n in &inits {
                 if let Some(st) = scop.statement(n) {
-                    init_set = init_set.union(crate::isl::UnionSet::from_set(st.domain.copy()?)?)?;
+                    init_set =
+                        init_set.union(crate::isl::UnionSet::from_set(st.domain.copy()?)?)?;
                 }
             }
             let extra = passed.copy()?.subtract(used_locally.copy()?)?;
