@@ -121,8 +121,9 @@ pf_status pf_context_set_block(pf_context *ctx, const uint32_t *sizes, size_t co
 pf_status pf_context_set_grid(pf_context *ctx, const uint32_t *sizes, size_t count);
 /* Shared-memory promotion: nonzero on. */
 pf_status pf_context_set_shared(pf_context *ctx, int enabled);
-/* Directives as JSON (the program's "schedule" key); NULL clears them.
- * Not implemented yet: pf_compile then fails with PF_ERR_INPUT. */
+/* Directives as JSON (the program's "schedule" key: a list of steps, see
+ * the README); NULL clears them. A template that cannot be applied makes
+ * pf_compile fail with PF_ERR_INPUT or PF_ERR_ILLEGAL. */
 pf_status pf_context_set_directives(pf_context *ctx, const char *json);
 /* The compilation cache pf_compile consults when no schedule option was set
  * on the context (tuned options from `polyfuse tune`; said on stderr): path

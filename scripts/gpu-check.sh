@@ -26,6 +26,14 @@
 # Environment: POLYFUSE (binary), OUT (default /tmp/gpu-check),
 # GPU_CHECK_BUDGET_S, PYTHON (default python3), GPU_CHECK_COMMIT (the
 # commit to name in the table where the copy has no .git).
+#
+# Splitting a run that does not fit one call (the device allows 10 minutes
+# a command): GPU_CHECK_ONLY and GPU_CHECK_SKIP are extended regular
+# expressions on program names (whole names) that select or drop programs
+# (examples and benchmark programs alike, their peers too); then
+#   GPU_CHECK_MERGE="dir1 dir2" OUT=dir bash scripts/gpu-check.sh
+# runs nothing: it merges the steps, peers and JSON of those runs' OUT
+# folders (env.txt from the first) and writes the table of all programs.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,6 +45,15 @@ BUDGET=${GPU_CHECK_BUDGET_S:-480}
 PYTHON=${PYTHON:-python3}
 start=$SECONDS
 
+MERGE=${GPU_CHECK_MERGE:-}
+ONLY=${GPU_CHECK_ONLY:-.*}
+SKIP=${GPU_CHECK_SKIP:-}
+# selected NAME: whether this run covers program NAME.
+selected() {
+    [[ $1 =~ ^($ONLY)$ ]] || return 1
+    [[ -z "$SKIP" ]] || ! [[ $1 =~ ^($SKIP)$ ]]
+}
+
 # This run's files only (a reused $OUT keeps no stale timings).
 rm -rf "$OUT/logs" "$OUT/json" "$OUT/peers.jsonl" "$OUT/RESULTS.md" "$OUT/results.json"
 mkdir -p "$OUT/logs" "$OUT/json"
@@ -45,7 +62,18 @@ steps="$OUT/steps.tsv"
 
 progress() { printf '[%4ds] %s\n' $((SECONDS - start)) "$*"; }
 
-if [[ ! -x "$POLYFUSE" ]]; then
+if [[ -n "$MERGE" ]]; then
+    first=1
+    for d in $MERGE; do
+        [[ -d "$d" ]] || { echo "gpu-check: GPU_CHECK_MERGE: no folder $d" >&2; exit 3; }
+        if ((first)); then cp "$d/env.txt" "$OUT/env.txt"; first=0; fi
+        [[ -f "$d/steps.tsv" ]] && cat "$d/steps.tsv" >>"$steps"
+        [[ -f "$d/peers.jsonl" ]] && cat "$d/peers.jsonl" >>"$OUT/peers.jsonl"
+        if compgen -G "$d/json/*.json" >/dev/null; then cp "$d"/json/*.json "$OUT/json/"; fi
+    done
+fi
+
+if [[ -z "$MERGE" && ! -x "$POLYFUSE" ]]; then
     echo "gpu-check: no polyfuse binary at $POLYFUSE (build it with cargo build --release and carry it, or set POLYFUSE)" >&2
     exit 3
 fi
@@ -65,7 +93,7 @@ sanitizer=$(command -v compute-sanitizer || true)
 [[ -n "$sanitizer" || ! -x /usr/local/cuda/bin/compute-sanitizer ]] ||
     sanitizer=/usr/local/cuda/bin/compute-sanitizer
 
-{
+[[ -n "$MERGE" ]] || {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
     echo "polyfuse: $("$POLYFUSE" --version 2>&1 | head -n 1)"
@@ -93,6 +121,17 @@ declare -A ODD=(
     [gemm_f16]="M=37 N=53 K=29"
     [fcrelu_f16]="B=37 M=53 N=29"
     [tbmm_bf16]="B=3 N=37 M=53 K=29"
+    [softmax_fused]="N=37 D=53"
+    [attention_global]="S=37 D=13"
+    [attention_causal]="S=37 D=13"
+    [attention_alibi]="S=37 D=13"
+    [attention_gqa]="S=37 D=13"
+    [attention_softcap]="S=37 D=13"
+    [attention_window]="S=37 D=13 W=5"
+    [attention_decode_causal]="KV=61 D=13"
+    [attention_decode_alibi]="KV=61 D=13"
+    [attention_decode_gqa]="KV=61 D=13"
+    [attention_decode_softcap]="KV=61 D=13"
 )
 # Benchmark programs whose f64 reference is too slow at full size: checked
 # at these sizes in a separate run, then timed at full size.
@@ -101,6 +140,9 @@ declare -A CHECK_AT=(
     [gemm_f16_4096]="M=1031 N=1043 K=1021"
     [gemm_bf16_4096]="M=1031 N=1043 K=1021"
     [gemm_nt_f16_4096]="M=1031 N=1043 K=1021"
+    [attention_global_b4h16s4096d64]="B=1 H=2 S=1031"
+    [attention_causal_b4h16s4096d64]="B=1 H=2 S=1031"
+    [attention_decode_causal_b1h32kv32768d128]="H=4 KV=8191"
 )
 # Timed runs per benchmark program (default 30).
 declare -A BENCH_RUNS=(
@@ -211,11 +253,25 @@ EOF
 }
 
 examples=()
-for f in examples/*.json; do examples+=("$(basename "$f" .json)"); done
+all_examples=()
+for f in examples/*.json; do
+    n=$(basename "$f" .json)
+    all_examples+=("$n")
+    selected "$n" && examples+=("$n")
+done
 benches=()
-for f in bench/programs/*.json; do benches+=("$(basename "$f" .json)"); done
+all_benches=()
+for f in bench/programs/*.json; do
+    n=$(basename "$f" .json)
+    all_benches+=("$n")
+    selected "$n" && benches+=("$n")
+done
 P=$POLYFUSE
 L=$OUT/logs
+if [[ -n "$MERGE" ]]; then
+    examples=()
+    benches=()
+fi
 
 # 1. The examples: --check at the file's sizes and at odd sizes, then --bench.
 for name in "${examples[@]}"; do
@@ -252,7 +308,7 @@ done
 peer_specs=()
 for name in "${examples[@]}"; do peer_specs+=("examples/$name.json"); done
 for name in "${benches[@]}"; do peer_specs+=("bench/programs/$name.json"); done
-step peers peers 300 "$L/peers.log" "$PYTHON" scripts/peers.py --out "$OUT/peers.jsonl" \
+((${#peer_specs[@]} == 0)) || step peers peers 420 "$L/peers.log" "$PYTHON" scripts/peers.py --out "$OUT/peers.jsonl" \
     --target-ms 200 --compile softmax,layernorm,scale_add,transpose,rowsum,softmax_16k,layernorm_16k \
     copy@MIB=256 copy@MIB=1024 "${peer_specs[@]}"
 
@@ -272,7 +328,7 @@ done
 
 # 5. The table: $OUT/RESULTS.md (and results.json), the short form printed.
 table_status=0
-"$PYTHON" - "$OUT" "$root" "${examples[@]}" -- "${benches[@]}" <<'PY' || table_status=$?
+"$PYTHON" - "$OUT" "$root" "${all_examples[@]}" -- "${all_benches[@]}" <<'PY' || table_status=$?
 import json, os, sys
 
 out, root = sys.argv[1], sys.argv[2]

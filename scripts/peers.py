@@ -21,7 +21,9 @@ are False, and every line says so.
 
 The peers: torch.matmul (gemm), torch.mv (matvec), linear+relu (fcrelu),
 conv2d, max_pool2d, torch.bmm (tbmm), two matmuls (gemm_chain),
-torch.softmax, layer_norm, a*x+z, x.sum(dim=1), x.t().contiguous(), and
+torch.softmax, layer_norm, a*x+z, x.sum(dim=1), x.t().contiguous(),
+scaled_dot_product_attention (default, flash and cuDNN backends) and
+FlexAttention (compiled) for attention, and
 torch.compile (mode default) of the first peer's eager function where
 --compile names the program (all, none, or a comma list of names; default
 all).
@@ -123,6 +125,7 @@ class Program:
                 for n, t in doc.get(section, {}).items()
             }
 
+        self.body = list(doc.get("body", []))
         self.inputs = shapes("inputs")
         self.outputs = shapes("outputs")
         self.kind = kind_of(self.name)
@@ -146,9 +149,7 @@ def kind_of(name):
         if name == kind or name.startswith(kind + "_"):
             if best is None or len(kind) > len(best):
                 best = kind
-    if best is None:
-        raise SystemExit(f"peers: no peer known for program {name!r} (known: {', '.join(sorted(KINDS))})")
-    return best
+    return best  # None: no peer known (the program is skipped)
 
 
 def flops(kind, p):
@@ -179,7 +180,103 @@ def flops(kind, p):
         return p["M"] * p["N"]
     if kind == "transpose":
         return 0
+    if kind == "attention_global":  # QK^T and PV, 2 flops per multiply-add
+        return 4 * p["B"] * p["H"] * p["S"] * p["S"] * p["D"]
+    if kind == "attention_causal":  # the pairs j <= i only
+        return 4 * p["B"] * p["H"] * (p["S"] * (p["S"] + 1) // 2) * p["D"]
+    if kind == "attention_decode_causal":  # j <= KV - NQ + i
+        pairs = sum(p["KV"] - p["NQ"] + i + 1 for i in range(p["NQ"]))
+        return 4 * p["B"] * p["H"] * pairs * p["D"]
     raise KeyError(kind)
+
+
+def attention_scale(prog):
+    """The softmax scale: the literal the scores are multiplied by in the
+    statement that defines T (`T(...) = P(...) * 0.125 ...`)."""
+    import re
+
+    for stmt in prog.body:
+        if stmt.replace(" ", "").startswith("T("):
+            m = re.search(r"\*\s*([0-9][0-9.eE+-]*)", stmt)
+            if m:
+                return float(m.group(1))
+    raise SystemExit(f"peers: {prog.name}: no `T(...) = P(...) * scale` statement")
+
+
+def attention_kind(prog):
+    """Peers and reference of the attention programs: Q, K, V as
+    [B, H, rows, D], Y = softmax(scale Q K^T, masked) V. The mask: none
+    (global), j <= i (causal prefill), j <= KV - NQ + i (causal decoding,
+    aligned to the end of the cache)."""
+    import torch
+    import torch.nn.functional as F
+
+    scale = attention_scale(prog)
+    p = prog.params
+    if prog.kind == "attention_global":
+        offset = None
+    elif prog.kind == "attention_causal":
+        offset = 0
+    else:
+        offset = p["KV"] - p["NQ"]
+    lq, lkv = prog.inputs["Q"][1][2], prog.inputs["K"][1][2]
+
+    def allowed(device):
+        i = torch.arange(lq, device=device).unsqueeze(1)
+        j = torch.arange(lkv, device=device).unsqueeze(0)
+        return j <= i + offset
+
+    def ref(t):
+        s = torch.matmul(t["Q"], t["K"].transpose(-1, -2)) * scale
+        if offset is not None:
+            s = s.masked_fill(~allowed(s.device), float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), t["V"])
+
+    # SDPA: is_causal is top-left aligned, right for prefill (lq == lkv);
+    # decoding gets no mask where every j is allowed, else a boolean one.
+    if offset is None or (offset == 0 and lq == lkv) or offset >= lkv - 1:
+        causal = offset == 0 and lq == lkv and lq > 1
+        mask = None
+    else:
+        causal, mask = False, "explicit"
+
+    def sdpa(t, backend=None):
+        m = allowed(t["Q"].device) if mask else None
+        if backend is None:
+            return F.scaled_dot_product_attention(t["Q"], t["K"], t["V"], attn_mask=m, is_causal=causal, scale=scale)
+        from torch.nn.attention import sdpa_kernel
+
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(t["Q"], t["K"], t["V"], attn_mask=m, is_causal=causal, scale=scale)
+
+    from torch.nn.attention import SDPBackend
+
+    peers = [
+        ("SDPA", lambda t: sdpa(t)),
+        ("SDPA flash", lambda t: sdpa(t, SDPBackend.FLASH_ATTENTION)),
+        ("SDPA cuDNN", lambda t: sdpa(t, SDPBackend.CUDNN_ATTENTION)),
+    ]
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        flex = torch.compile(flex_attention, dynamic=False)
+        block_masks = {}
+
+        def flex_peer(t):
+            bm = None
+            if offset is not None:
+                key = str(t["Q"].device)
+                if key not in block_masks:
+                    off = offset
+                    block_masks[key] = create_block_mask(
+                        lambda b, h, q, kv: kv <= q + off, None, None, lq, lkv, device=t["Q"].device)
+                bm = block_masks[key]
+            return flex(t["Q"], t["K"], t["V"], block_mask=bm, scale=scale)
+
+        peers.append(("FlexAttention", flex_peer))
+    except ImportError:
+        pass
+    return peers, ref
 
 
 def make_kinds():
@@ -267,12 +364,17 @@ def make_kinds():
             [("x.t().contiguous()", lambda t: t["X"].t().contiguous())],
             lambda t: t["X"].permute(1, 0).clone(),
         ),
+        # Built per program (scale and mask from the file).
+        "attention_global": attention_kind,
+        "attention_causal": attention_kind,
+        "attention_decode_causal": attention_kind,
     }
 
 
 KINDS = [
     "gemm", "gemm_nt", "matvec", "fcrelu", "conv2d", "conv2d_strided", "maxpool2x2", "tbmm",
     "gemm_chain", "softmax", "layernorm", "scale_add", "rowsum", "transpose",
+    "attention_global", "attention_causal", "attention_decode_causal",
 ]
 
 
@@ -390,7 +492,11 @@ def main():
             continue
         overrides = dict(common)
         overrides.update(parse_params(over, spec))
-        jobs.append(("program", Program(find_program(name), overrides)))
+        prog = Program(find_program(name), overrides)
+        if prog.kind is None:
+            log(f"{prog.name}: no peer known (known: {', '.join(sorted(KINDS))}); skipped")
+            continue
+        jobs.append(("program", prog))
     compile_all = args.compile == "all"
     compile_set = set() if args.compile in ("all", "none") else set(filter(None, args.compile.split(",")))
 
@@ -460,7 +566,8 @@ def main():
             continue
 
         prog = job
-        peers, ref_fn = kinds[prog.kind]
+        entry = kinds[prog.kind]
+        peers, ref_fn = entry(prog) if callable(entry) else entry
         gen = torch.Generator(device=dev)
         gen.manual_seed(args.seed)
         try:

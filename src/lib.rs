@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod isl;
 pub mod model;
 pub mod pipeline;
+pub mod repair;
 pub mod runtime;
 pub mod schedule;
 pub mod sys;

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use crate::codegen::{self, c::Boxes};
 use crate::deps;
 use crate::error::{Error, Result};
-use crate::frontend::ast::Program;
+use crate::frontend::ast::{Affine, Program, WhereClause};
 use crate::gpu::{self, CudaProgram, GpuOptions};
 use crate::isl::{aff_in_params, Isl, IslPrint};
 use crate::model::{self, ModelTensor};
+use crate::repair;
 use crate::schedule::{self, ScheduleTree, Strategy};
 
 /// Options of one compilation.
@@ -103,23 +104,57 @@ impl Compiled {
 /// Compiles `program` under `options`.
 pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
-    if program.schedule.is_some() {
-        return Err(Error::Illegal {
-            file: file.to_string(),
-            message: "the `schedule` directives are not implemented yet; remove the key and choose a strategy with --strategy and --tile".into(),
-        });
-    }
     let isl = Isl::new();
-    let scop = model::build(&isl, program)?;
-    let order = schedule::canonical(&isl, &scop)?;
+    let original = model::build(&isl, program)?;
+    // Repair (rolling / split-k update) from the `schedule` key, or chosen
+    // automatically; the repaired program comes with its defining order.
+    let steps = repair::steps(&isl, program, &original)?;
+    let repaired = repair::apply(&isl, program, &original, &steps, repair::Fault::None)?;
+    let mut options = options.clone();
+    if let Some(t) = repair::tile_sizes(&steps) {
+        options.tile = t;
+    }
+    let options = &options;
+    let (program_k, scop, repair_report) = match &repaired {
+        Some(r) => (
+            &r.program,
+            model::build(&isl, &r.program)?,
+            Some(r.report.clone()),
+        ),
+        None => (program, model::build(&isl, program)?, None),
+    };
+    let order = match repaired.as_ref().and_then(|r| r.order.as_ref()) {
+        Some(tree) => isl.schedule(&tree.to_isl_text())?,
+        None => schedule::canonical(&isl, &scop)?,
+    };
     let deps = deps::compute(&scop, &order)?;
-    let sched = schedule::compute(&isl, &scop, &deps, options.strategy)?;
+    let sched = if options.strategy == Strategy::Canonical {
+        if repaired.is_some() {
+            schedule::annotate_bands(&isl, order, &deps, &scop.param_prefix)?
+        } else {
+            schedule::compute(&isl, &scop, &deps, options.strategy)?
+        }
+    } else {
+        // A repaired program is scheduled with its sizes symbolic (see
+        // `schedule_symbolic`); others with the sizes they have.
+        let symbolic = repaired.as_ref().and_then(|r| {
+            let s = schedule_symbolic(&isl, program_k, r.order.as_ref(), options.strategy)?;
+            let s = s.intersect_domain(scop.domain().ok()?).ok()?;
+            // Valid for every size, so for these; checked all the same.
+            schedule::check_legal(file, &s, &scop, &deps).ok()?;
+            Some(s)
+        });
+        match symbolic {
+            Some(s) => s,
+            None => schedule::compute(&isl, &scop, &deps, options.strategy)?,
+        }
+    };
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     let gpu = match &options.gpu {
         Some(g) => Some(map_to_gpu(
             &isl,
-            program,
+            program_k,
             &scop,
             &deps,
             sched.copy()?,
@@ -137,24 +172,31 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     // Every schedule codegen sees is checked against the dependences.
     schedule::check_legal(file, &final_schedule, &scop, &deps)?;
     let ast = codegen::build_ast(&scop, &final_schedule)?;
-    let kernel_c = codegen::c::kernel(program, &scop, &ast);
+    let kernel_c = codegen::c::kernel(program_k, &scop, &ast);
     let values: HashMap<String, i64> = program
         .params
         .iter()
         .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
         .collect();
     let reference_c = if values.len() == program.params.len() {
-        let boxes = bounding_boxes(&scop, &values)?;
-        Some(codegen::c::reference(program, &scop, &boxes))
+        // The reference is the original program's, whatever was repaired.
+        let boxes = bounding_boxes(&original, &values)?;
+        Some(codegen::c::reference(program, &original, &boxes))
     } else {
         None
     };
     Ok(Compiled {
-        program: program.clone(),
+        program: program_k.clone(),
         tensors: scop.tensors.clone(),
         tree,
         untiled_tree,
-        deps_text: deps.describe(),
+        deps_text: match &repair_report {
+            Some(r) => format!(
+                "{r}dependences of the repaired program:\n{}",
+                deps.describe()
+            ),
+            None => deps.describe(),
+        },
         deps_json: deps.to_json(),
         model_json: scop.describe(),
         kernel_c,
@@ -163,6 +205,66 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         cuda: gpu.as_ref().map(|g| g.1.clone()),
         emulation_c: gpu.map(|g| g.2),
     })
+}
+
+/// isl's schedule for `program` with every parameter symbolic (`>= 1`),
+/// or `None` where that model cannot be built.
+///
+/// Why: a parameter with a value is pinned in the context, and isl then
+/// folds it into every constraint (`j <= 4095`). The scheduler's integer
+/// programs with such constants can need very many cutting planes: causal
+/// attention took 4 s at S = 256 and minutes at S = 4096. A schedule valid
+/// for all sizes is valid for the pinned ones (the caller intersects its
+/// domain and checks it against the pinned dependences). It is used for
+/// repaired programs only: isl fuses differently without the sizes (gemm's
+/// initialisation leaves the k band), and the programs a repair writes are
+/// the ones whose integer programs grow (isl's operation quota does not
+/// catch it: few pivots, each on huge integers).
+fn schedule_symbolic(
+    isl: &Isl,
+    program: &Program,
+    order: Option<&ScheduleTree>,
+    strategy: Strategy,
+) -> Option<isl_rs::Schedule> {
+    if program.params.iter().all(|p| p.value.is_none()) {
+        return None;
+    }
+    let mut symbolic = program.clone();
+    for p in &mut symbolic.params {
+        p.value = None;
+    }
+    // A repair writes its statements' ranges with the sizes' values
+    // (`i in 0:4096`); a bound equal to one parameter's value alone is read
+    // as that parameter here.
+    let mut by_value: HashMap<i64, Vec<&str>> = HashMap::new();
+    for p in &program.params {
+        if let Some(v) = p.value {
+            by_value.entry(v).or_default().push(p.name.as_str());
+        }
+    }
+    for st in &mut symbolic.statements {
+        for w in &mut st.wheres {
+            if let WhereClause::Range { hi, .. } = w {
+                if let Some(name) = hi.as_constant().and_then(|c| match by_value.get(&c) {
+                    Some(names) if names.len() == 1 => Some(names[0]),
+                    _ => None,
+                }) {
+                    *hi = Affine::var(name);
+                }
+            }
+        }
+    }
+    let scop = model::build(isl, &symbolic).ok()?;
+    let order = match order {
+        Some(tree) => {
+            let mut tree = tree.clone();
+            tree.domain = scop.domain().ok()?.text();
+            isl.schedule(&tree.to_isl_text()).ok()?
+        }
+        None => schedule::canonical(isl, &scop).ok()?,
+    };
+    let deps = deps::compute(&scop, &order).ok()?;
+    schedule::compute(isl, &scop, &deps, strategy).ok()
 }
 
 /// The GPU side of a compilation: the mapped tree (checked against every

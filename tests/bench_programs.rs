@@ -175,8 +175,41 @@ fn gemm_nt_f16_4096() {
 }
 
 #[test]
+fn softmax_fused_16k() {
+    check_bench_program("softmax_fused_16k", &[("N", 37), ("D", 53)]);
+}
+
+#[test]
+fn attention_global_b4h16s4096d64() {
+    check_bench_program(
+        "attention_global_b4h16s4096d64",
+        &[("B", 1), ("H", 3), ("S", 37), ("D", 13)],
+    );
+}
+
+#[test]
+fn attention_causal_b4h16s4096d64() {
+    check_bench_program(
+        "attention_causal_b4h16s4096d64",
+        &[("B", 1), ("H", 3), ("S", 37), ("D", 13)],
+    );
+}
+
+#[test]
+fn attention_decode_causal_b1h32kv32768d128() {
+    // Split-k: the factor (64) does not divide KV here.
+    check_bench_program(
+        "attention_decode_causal_b1h32kv32768d128",
+        &[("H", 3), ("NQ", 2), ("KV", 1061), ("D", 13)],
+    );
+}
+
+#[test]
 fn every_bench_program_is_tested() {
     let tested = [
+        "attention_causal_b4h16s4096d64",
+        "attention_decode_causal_b1h32kv32768d128",
+        "attention_global_b4h16s4096d64",
         "conv2d_large",
         "gemm_4096",
         "gemm_bf16_4096",
@@ -189,6 +222,7 @@ fn every_bench_program_is_tested() {
         "rowsum",
         "scale_add",
         "softmax_16k",
+        "softmax_fused_16k",
         "tbmm_f16_tc",
         "tbmm_large",
         "transpose",

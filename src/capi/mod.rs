@@ -845,9 +845,10 @@ pub unsafe extern "C" fn pf_context_set_cache(
 }
 
 /// Transformation directives as JSON text, used as the program's
-/// `schedule` key; null clears them. Directives are not implemented yet:
-/// `pf_compile` then fails with `PF_ERR_INPUT` and says so. Text that is
-/// not JSON is refused here.
+/// `schedule` key (see the README: rolling-update, split-k, privatize,
+/// tile); null clears them. A template `pf_compile` cannot apply fails
+/// there with `PF_ERR_INPUT` or `PF_ERR_ILLEGAL`. Text that is not JSON is
+/// refused here.
 ///
 /// # Safety
 /// `json` is null or a NUL-terminated string.

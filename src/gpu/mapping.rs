@@ -86,25 +86,52 @@ pub fn map(
     if root.n_children()? == 0 {
         return Ok((root.get_schedule()?, Vec::new()));
     }
-    let top = root.child(0)?;
-    let ty = top.get_type()?;
+    // Each kernel's root, as a path of child positions from the root: a
+    // sequence or set with no band above it is split into one kernel (or
+    // more) per child, in order (kernel boundaries order a sequence's
+    // children; a set's may run in any order).
+    let mut kernels = Vec::new();
+    kernel_roots(&root.copy()?.child(0)?, vec![0], &mut kernels)?;
     let mut plans = Vec::new();
-    let mut node = top;
-    if ty == ScheduleNodeType::Sequence || ty == ScheduleNodeType::Set {
-        let n = node.n_children()?;
-        for i in 0..n {
-            // root -> sequence -> filter i -> kernel root
-            let k = node.root()?.child(0)?.child(i)?.child(0)?;
-            let (k, plan) = map_kernel(isl, program, scop, deps, k, plans.len(), &tile, opts)?;
-            plans.push(plan);
-            node = k;
+    let mut node = root;
+    for path in kernels {
+        let mut k = node.root()?;
+        for &i in &path {
+            k = k.child(i as i32)?;
         }
-    } else {
-        let (k, plan) = map_kernel(isl, program, scop, deps, node, 0, &tile, opts)?;
+        let (k, plan) = map_kernel(isl, program, scop, deps, k, plans.len(), &tile, opts)?;
         plans.push(plan);
         node = k;
     }
     Ok((node.get_schedule()?, plans))
+}
+
+/// Collects the kernel roots under `node` (reached by `path`): `node`
+/// itself, or where it is a sequence or set (under marks), the kernel
+/// roots below each of its filters.
+fn kernel_roots(node: &ScheduleNode, path: Vec<usize>, out: &mut Vec<Vec<usize>>) -> Result<()> {
+    let mut inner = node.copy()?;
+    let mut inner_path = path.clone();
+    while inner.get_type()? == ScheduleNodeType::Mark {
+        inner = inner.child(0)?;
+        inner_path.push(0);
+    }
+    let ty = inner.get_type()?;
+    if ty == ScheduleNodeType::Sequence || ty == ScheduleNodeType::Set {
+        for i in 0..inner.n_children()? {
+            // sequence -> filter i -> its subtree
+            let filter = inner.copy()?.child(i)?;
+            if filter.n_children()? == 0 {
+                continue;
+            }
+            let mut p = inner_path.clone();
+            p.extend([i as usize, 0]);
+            kernel_roots(&filter.child(0)?, p, out)?;
+        }
+        return Ok(());
+    }
+    out.push(path);
+    Ok(())
 }
 
 fn mark(isl: &Isl, name: &str) -> Result<Id> {

@@ -1,0 +1,305 @@
+//! Algebraic repair: fusing reduction chains whose loop-carried dependences
+//! forbid ordinary fusion (softmax, attention) by breaking those dependences
+//! on purpose and repairing the result, after Neptune (rolling and split-k
+//! update). The stage sits between the model and scheduling:
+//!
+//! ```text
+//!   Program, Scop  --chain-->  Chain (target L_t, predecessors L_r, g, f)
+//!                  --solve-->  h, proven in an e-graph (Eq. 4, Eq. 5)
+//!                  --rolling / splitk-->  Program' (+ its defining order)
+//!                  --dataflow-->  proof by dependences, before and after
+//! ```
+//!
+//! The repaired program's meaning is its defining order (for a rolling
+//! update the fused order, statements interleaved in the rolling loop), so
+//! its dependences are computed under that order and every later schedule
+//! is checked against them. The f64 reference stays the original program's.
+
+pub mod algebra;
+pub mod chain;
+pub mod dataflow;
+pub mod directive;
+pub mod prove;
+pub mod rewrite;
+pub mod rolling;
+pub mod solve;
+pub mod splitk;
+
+use std::fmt::Write;
+
+use crate::error::{Error, Result};
+use crate::frontend::ast::{AssignOp, Program};
+use crate::isl::Isl;
+use crate::model::{self, Scop};
+use crate::schedule::ScheduleTree;
+pub use directive::Step;
+pub use solve::Fault;
+
+/// A repaired program with the order that defines it.
+#[derive(Debug, Clone)]
+pub struct Repaired {
+    pub program: Program,
+    /// The defining order (isl schedule tree over the repaired model);
+    /// `None` for a rewrite whose meaning is plain program order.
+    pub order: Option<ScheduleTree>,
+    /// What was matched, solved and proven, for `--emit deps`.
+    pub report: String,
+}
+
+/// Reduction loops at least this long are fused automatically...
+pub const AUTO_LONG_REDUCTION: u64 = 1024;
+/// ...by rolling update when the outer loops have at least this many
+/// iterations (enough blocks), else by split-k.
+pub const AUTO_OUTER_PARALLELISM: u64 = 256;
+/// The split factor of an automatic split-k.
+pub const AUTO_SPLIT: i64 = 16;
+
+/// The template steps of `program`: its `"schedule"` key, or, without one,
+/// the automatic choice.
+pub fn steps(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>> {
+    match &program.schedule {
+        Some(v) => directive::parse(&program.source, v),
+        None => automatic(isl, program, scop),
+    }
+}
+
+/// The target statement reducing into `tensor`.
+fn target_of(program: &Program, tensor: &str, what: &str) -> Result<usize> {
+    program
+        .statements
+        .iter()
+        .position(|s| s.lhs_tensor == tensor && matches!(s.op, AssignOp::Reduce { .. }))
+        .ok_or_else(|| Error::Input {
+            file: program.source.clone(),
+            message: format!("`schedule`: {what}: no reduction writes `{tensor}`"),
+        })
+}
+
+/// Matches and solves the chain of each target tensor.
+pub fn chains(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    targets: &[String],
+    what: &str,
+    fault: Fault,
+) -> Result<Vec<(chain::Chain, solve::Solution)>> {
+    let mut out = Vec::new();
+    for name in targets {
+        let k = target_of(program, name, what)?;
+        let st = &program.statements[k];
+        let refuse = |why: String| Error::Statement {
+            file: program.source.clone(),
+            position: st.position + 1,
+            text: st.text.clone(),
+            message: format!("{what} refused: {why}"),
+        };
+        let c = chain::find(isl, program, scop, k)?.map_err(refuse)?;
+        let s = solve::solve(&c, fault).map_err(refuse)?;
+        out.push((c, s));
+    }
+    Ok(out)
+}
+
+pub(crate) fn describe_chains(
+    program: &Program,
+    chains: &[(chain::Chain, solve::Solution)],
+) -> String {
+    let mut s = String::new();
+    for (c, sol) in chains {
+        let st = &program.statements[c.target];
+        let preds: Vec<String> = c
+            .preds
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} = {} (statement {})",
+                    p.symbol,
+                    p.tensor,
+                    program.statements[p.stmt].position + 1
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "target {} (statement {}): {}",
+            st.lhs_tensor,
+            st.position + 1,
+            st.text
+        );
+        let _ = writeln!(s, "  predecessors: {}", preds.join(", "));
+        if !c.inlined.is_empty() {
+            let inl: Vec<String> = c
+                .inlined
+                .iter()
+                .map(|k| format!("{}", program.statements[*k].position + 1))
+                .collect();
+            let _ = writeln!(s, "  inlined map statements: {}", inl.join(", "));
+        }
+        let consts: Vec<String> = c
+            .constants
+            .iter()
+            .map(|(k, e)| format!("{k} = {}", rewrite::expr_text(e)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  f = {}, g = {}  with {}",
+            c.reducer.name(),
+            c.g,
+            consts.join(", ")
+        );
+        s.push_str(&sol.describe());
+    }
+    s
+}
+
+/// Applies the repair steps of `steps` (at most one) to `program`.
+pub fn apply(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    steps: &[Step],
+    fault: Fault,
+) -> Result<Option<Repaired>> {
+    let repairs: Vec<&Step> = steps
+        .iter()
+        .filter(|s| !matches!(s, Step::Tile(_)))
+        .collect();
+    if repairs.len() > 1 {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message: "`schedule`: polyfuse applies one rolling-update, split-k or privatize step per program; name all targets in one step".into(),
+        });
+    }
+    let Some(step) = repairs.first() else {
+        return Ok(None);
+    };
+    Ok(Some(match step {
+        Step::RollingUpdate(targets) => rolling_update(isl, program, scop, targets, fault)?,
+        Step::SplitK { targets, factor } => {
+            splitk::split_k(isl, program, scop, targets, *factor, fault)?
+        }
+        Step::Privatize { tensor, factor } => {
+            splitk::privatize_step(program, scop, tensor, *factor)?
+        }
+        Step::Tile(_) => return Ok(None),
+    }))
+}
+
+/// The tile sizes a `tile` step asks for.
+pub fn tile_sizes(steps: &[Step]) -> Option<Vec<i64>> {
+    steps.iter().find_map(|s| match s {
+        Step::Tile(t) => Some(t.clone()),
+        _ => None,
+    })
+}
+
+/// Rolling update of `targets`, with both proofs.
+pub fn rolling_update(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    targets: &[String],
+    fault: Fault,
+) -> Result<Repaired> {
+    let file = &program.source;
+    let chains = chains(isl, program, scop, targets, "rolling update", fault)?;
+    let mut report = format!("repair: rolling update of {}\n", targets.join(", "));
+    report.push_str(&describe_chains(program, &chains));
+
+    let naive = rolling::rewrite(program, scop, &chains, false, Fault::None)?;
+    let nscop = model::build(isl, &naive.program)?;
+    let theta =
+        isl.schedule(&rolling::original_order_tree(&nscop, &naive.origin)?.to_isl_text())?;
+    let sigma = isl.schedule(&rolling::order_tree(&nscop, &naive.layout)?.to_isl_text())?;
+    report.push_str(
+        "naive fusion (dependences in program order, checked against the fused order):\n",
+    );
+    report.push_str(&dataflow::naive_fusion(
+        isl,
+        file,
+        &nscop,
+        &theta,
+        &sigma,
+        &naive,
+        fault != Fault::NoRepair,
+    )?);
+
+    let rw = rolling::rewrite(program, scop, &chains, true, fault)?;
+    let rscop = model::build(isl, &rw.program)?;
+    let order = rolling::order_tree(&rscop, &rw.layout)?;
+    let sigma = isl.schedule(&order.to_isl_text())?;
+    let (_, proof) = dataflow::repaired(isl, file, &rscop, &sigma, &rw)?;
+    report.push_str("repaired program (dependences in the fused order):\n");
+    report.push_str(&proof);
+    report.push_str("repaired statements:\n");
+    for (k, st) in rw.program.statements.iter().enumerate() {
+        let _ = writeln!(report, "  S{k}: {}", st.text);
+    }
+    Ok(Repaired {
+        program: rw.program,
+        order: Some(order),
+        report,
+    })
+}
+
+/// Without a template: rolling update for long reductions with enough
+/// outer parallelism, split-k for long reductions with little (decoding).
+/// Short reductions, and chains without a proven repair, stay as written.
+pub fn automatic(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>> {
+    let mut rolling: Vec<String> = Vec::new();
+    let mut split: Vec<String> = Vec::new();
+    let mut first_pred: Option<usize> = None;
+    for (k, st) in program.statements.iter().enumerate() {
+        if !matches!(st.op, AssignOp::Reduce { init: true, .. }) {
+            continue;
+        }
+        let Ok(c) = chain::find(isl, program, scop, k)? else {
+            continue;
+        };
+        let p = c.preds[0].stmt;
+        if first_pred.is_some_and(|f| f != p) {
+            continue; // one group per program
+        }
+        let (Some(upd), Some(init)) = (
+            scop.statement(&format!("S{p}")),
+            scop.statement(&format!("S{p}_init")),
+        ) else {
+            continue;
+        };
+        let count = |s: &model::ModelStmt| -> Result<Option<u64>> {
+            let d = s
+                .domain
+                .copy()?
+                .intersect_params(scop.context.copy()?)?
+                .project_out_all_params()?;
+            Ok(crate::runtime::work::count_points(&d).ok())
+        };
+        let (Some(total), Some(outer)) = (count(upd)?, count(init)?) else {
+            continue;
+        };
+        if outer == 0 || total / outer < AUTO_LONG_REDUCTION {
+            continue;
+        }
+        // The proofs last only for chains long enough to be worth it.
+        if solve::solve(&c, Fault::None).is_err() {
+            continue;
+        }
+        first_pred = Some(p);
+        if outer >= AUTO_OUTER_PARALLELISM {
+            rolling.push(st.lhs_tensor.clone());
+        } else {
+            split.push(st.lhs_tensor.clone());
+        }
+    }
+    Ok(if !rolling.is_empty() && split.is_empty() {
+        vec![Step::RollingUpdate(rolling)]
+    } else if !split.is_empty() && rolling.is_empty() {
+        vec![Step::SplitK {
+            targets: split,
+            factor: AUTO_SPLIT,
+        }]
+    } else {
+        Vec::new()
+    })
+}

@@ -1,0 +1,693 @@
+//! Rolling update (Neptune's Algorithm 1): the targets and their reduce
+//! predecessors are fused under the rolling loop `j`, each predecessor
+//! caches its previous value, and each target is repaired:
+//!
+//! ```text
+//!   for outer o:                       (the predecessors' left indices)
+//!     X_r(o) = e_fr ;  X_t(o, ..) = e_f
+//!     for j:                           (the rolling loop)
+//!       Xp_r(o) = X_r(o)                               cache: X_r^<prev(j)>
+//!       X_r(o)  = X_r(o) fr body_r(o, j)               X_r^<j>
+//!       X_t(o, ..) = h(X_t, Xp_r, X_r) f g(X_r, C)     (Eq. 7)
+//! ```
+//!
+//! `h` is applied behind the guard `Xp_r == X_r ? X_t : h(..)`, which the
+//! proven fixed point `h(t, r, r) = t` justifies; it keeps `-inf - -inf`
+//! out of the arithmetic. The repaired program's meaning is this fused
+//! order, not body order: [`Layout`] describes it and [`order_tree`] turns
+//! it into the schedule that defines the repaired program's dependences.
+//!
+//! The same construction without the cache and with `X_t = X_t f g(..)`
+//! is the naive fusion, whose violated dependences the proof inspects.
+
+use std::collections::BTreeSet;
+
+use super::algebra::Reducer;
+use super::chain::Chain;
+use super::rewrite::{self, access, assignment, combine, identity};
+use super::solve::{Fault, Solution};
+use crate::error::{Error, Result};
+use crate::frontend::ast::{
+    AssignOp, BinOp, Expr, ExprKind, ExprType, Program, Reducer as AstReducer, Statement, Tensor,
+    TensorRole, WhereClause,
+};
+use crate::isl::IslPrint;
+use crate::model::{self, Scop};
+use crate::schedule::{Band, ScheduleTree, Tree};
+
+/// A statement of a fused group and its coordinates: `outer` are the
+/// statement's iterators that are the group's outer loops (in group order),
+/// `rolling` the one that is the rolling loop (none for an init), `inner`
+/// the rest, in iterator order.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub stmt: usize,
+    pub outer: Vec<String>,
+    pub rolling: Option<String>,
+    pub inner: Vec<String>,
+}
+
+/// One top-level part of the fused order.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// A statement as in program order (its init, then its update).
+    Plain(usize),
+    /// A fused group: the inits, then the rolling loop.
+    Group(Vec<Member>),
+}
+
+/// What the rewrite made, and the roles of its statements for the proofs.
+#[derive(Debug, Clone)]
+pub struct Rewritten {
+    pub program: Program,
+    pub layout: Vec<Item>,
+    /// For each new statement, the original statement it comes from and
+    /// its rank among those (program order of the naive fusion).
+    pub origin: Vec<(usize, usize)>,
+    /// New statement indices: predecessors' inits and updates.
+    pub pred_stmts: Vec<usize>,
+    /// New statement indices of the targets' updates, with the chain each
+    /// repairs.
+    pub target_updates: Vec<(usize, usize)>,
+    /// New statement index of each cache, with the predecessor's (inits,
+    /// update) and its cache tensor.
+    pub caches: Vec<Cache>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Cache {
+    pub stmt: usize,
+    pub pred_init: usize,
+    pub pred_update: usize,
+    pub tensor: String,
+    pub pred_tensor: String,
+}
+
+/// The cache tensor of predecessor tensor `x`.
+pub fn cache_name(x: &str) -> String {
+    format!("{x}_prev")
+}
+
+fn ast_reducer(op: AstReducer) -> Reducer {
+    match op {
+        AstReducer::Sum => Reducer::Sum,
+        AstReducer::Prod => Reducer::Prod,
+        AstReducer::Max => Reducer::Max,
+        AstReducer::Min => Reducer::Min,
+    }
+}
+
+/// The program's tensors, every shape resolved as the model inferred it and
+/// in the model's order, so that the original reference's tensor list is a
+/// prefix of the rewritten program's.
+pub fn resolved_tensors(program: &Program, scop: &Scop) -> Vec<Tensor> {
+    scop.tensors
+        .iter()
+        .map(|t| Tensor {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: Some(t.shape.clone()),
+            role: program.tensor(&t.name).map(|d| d.role).unwrap_or(t.role),
+        })
+        .collect()
+}
+
+/// Rolling update of the `chains` (targets sharing their predecessors)
+/// with their proven repairs. `repaired = false` builds the naive fusion.
+pub fn rewrite(
+    program: &Program,
+    scop: &Scop,
+    chains: &[(Chain, Solution)],
+    repaired: bool,
+    fault: Fault,
+) -> Result<Rewritten> {
+    let file = &program.source;
+    let dtypes = rewrite::dtypes(scop);
+    let dtype = |t: &str| {
+        dtypes
+            .get(t)
+            .copied()
+            .ok_or_else(|| Error::Internal(format!("no tensor {t}")))
+    };
+    // The predecessors of the group, and the group's coordinates: the
+    // first predecessor's left indices and its reduction index.
+    let mut preds: Vec<usize> = Vec::new();
+    for (c, _) in chains {
+        for p in &c.preds {
+            if !preds.contains(&p.stmt) {
+                preds.push(p.stmt);
+            }
+        }
+    }
+    preds.sort();
+    let targets: Vec<usize> = chains.iter().map(|(c, _)| c.target).collect();
+    let inlined: BTreeSet<usize> = chains
+        .iter()
+        .flat_map(|(c, _)| c.inlined.iter().copied())
+        .collect();
+    let first_pred = &program.statements[preds[0]];
+    let n_outer = first_pred.lhs_indices.len();
+    for &p in &preds {
+        let ps = &program.statements[p];
+        if ps.lhs_indices.len() != n_outer {
+            return Err(Error::Illegal {
+                file: file.clone(),
+                message: format!(
+                    "rolling update: predecessors `{}` and `{}` have different outer loops",
+                    first_pred.text, ps.text
+                ),
+            });
+        }
+    }
+    // Per target: the target variable of each group outer coordinate.
+    let mut target_outer: Vec<Vec<String>> = Vec::new();
+    for (c, _) in chains {
+        let p0 = c
+            .preds
+            .iter()
+            .find(|p| p.stmt == preds[0])
+            .or(c.preds.first())
+            .ok_or_else(|| Error::Internal("chain without predecessor".into()))?;
+        // Map the chain's first predecessor to the group's first one.
+        if p0.stmt != preds[0] {
+            return Err(Error::Illegal {
+                file: file.clone(),
+                message: format!(
+                    "rolling update: the targets do not share their first predecessor `{}`",
+                    first_pred.text
+                ),
+            });
+        }
+        target_outer.push(p0.target_subscripts.clone());
+        for p in &c.preds {
+            let set_a: BTreeSet<&String> = p.target_subscripts.iter().collect();
+            let set_b: BTreeSet<&String> = p0.target_subscripts.iter().collect();
+            if set_a != set_b {
+                return Err(Error::Illegal {
+                    file: file.clone(),
+                    message: format!(
+                        "rolling update: `{}` reads its predecessors with different indices",
+                        program.statements[c.target].text
+                    ),
+                });
+            }
+        }
+    }
+    // Outer coordinate k of predecessor p: the left index of p at the
+    // position where the first target reads p with the variable that is
+    // coordinate k.
+    let pred_outer = |p: usize| -> Result<Vec<String>> {
+        let ps = &program.statements[p];
+        if p == preds[0] {
+            return Ok(ps.lhs_indices.clone());
+        }
+        let (c, _) = &chains[0];
+        let pr = c
+            .preds
+            .iter()
+            .find(|x| x.stmt == p)
+            .ok_or_else(|| Error::Illegal {
+                file: file.clone(),
+                message: "rolling update: every target of one group must read every predecessor"
+                    .into(),
+            })?;
+        target_outer[0]
+            .iter()
+            .map(|v| {
+                let at = pr
+                    .target_subscripts
+                    .iter()
+                    .position(|x| x == v)
+                    .ok_or_else(|| Error::Internal("predecessor coordinate".into()))?;
+                Ok(ps.lhs_indices[at].clone())
+            })
+            .collect()
+    };
+
+    let mut statements: Vec<Statement> = Vec::new();
+    let mut origin: Vec<(usize, usize)> = Vec::new();
+    let mut members_init: Vec<Member> = Vec::new();
+    let mut members_roll: Vec<Member> = Vec::new();
+    let mut pred_stmts = Vec::new();
+    let mut target_updates = Vec::new();
+    let mut caches = Vec::new();
+    let mut new_tensors: Vec<Tensor> = Vec::new();
+
+    let model_stmt = |name: String| {
+        scop.statement(&name)
+            .ok_or_else(|| Error::Internal(format!("no model statement {name}")))
+    };
+    let constraints = |st: &Statement, only_lhs: bool| -> Vec<WhereClause> {
+        st.wheres
+            .iter()
+            .filter(|w| match w {
+                WhereClause::Constraint { lhs, rhs, .. } => {
+                    !only_lhs
+                        || lhs
+                            .names()
+                            .chain(rhs.names())
+                            .all(|n| !st.reduction_indices.iter().any(|r| r == n))
+                }
+                WhereClause::Range { .. } => false,
+            })
+            .cloned()
+            .collect()
+    };
+
+    // Predecessors: init, cache, update.
+    for &p in &preds {
+        let ps = &program.statements[p];
+        let AssignOp::Reduce { op, .. } = ps.op else {
+            return Err(Error::Internal("predecessor is not a reduction".into()));
+        };
+        let f = ast_reducer(op);
+        let xr = &ps.lhs_tensor;
+        let t = dtype(xr)?.compute();
+        let outer = pred_outer(p)?;
+        let jp = ps.reduction_indices[0].clone();
+        // init
+        let mut w = rewrite::ranges(scop, model_stmt(format!("S{p}_init"))?)?;
+        w.extend(constraints(ps, true));
+        let k_init = statements.len();
+        statements.push(assignment(
+            ps.position,
+            xr,
+            &ps.lhs_indices,
+            &[],
+            identity(f, t),
+            w,
+        ));
+        origin.push((p, 0));
+        pred_stmts.push(k_init);
+        members_init.push(Member {
+            stmt: k_init,
+            outer: outer.clone(),
+            rolling: None,
+            inner: vec![],
+        });
+        let mut w = rewrite::ranges(scop, model_stmt(format!("S{p}"))?)?;
+        w.extend(constraints(ps, false));
+        // cache
+        let cache = cache_name(xr);
+        if program.tensor(&cache).is_some() {
+            return Err(Error::Illegal {
+                file: file.clone(),
+                message: format!(
+                    "rolling update needs a tensor `{cache}`; the program already has one"
+                ),
+            });
+        }
+        let shape = scop
+            .tensor(xr)
+            .ok_or_else(|| Error::Internal(format!("no tensor {xr}")))?
+            .shape
+            .clone();
+        new_tensors.push(Tensor {
+            name: cache.clone(),
+            dtype: dtype(xr)?,
+            shape: Some(shape),
+            role: TensorRole::Temp,
+        });
+        let k_cache = statements.len();
+        statements.push(assignment(
+            ps.position,
+            &cache,
+            &ps.lhs_indices,
+            &ps.reduction_indices,
+            access(xr, &ps.lhs_indices, dtype(xr)?),
+            w.clone(),
+        ));
+        origin.push((p, 1));
+        members_roll.push(Member {
+            stmt: k_cache,
+            outer: outer.clone(),
+            rolling: Some(jp.clone()),
+            inner: vec![],
+        });
+        // update
+        let k_upd = statements.len();
+        let rhs = combine(
+            f,
+            access(xr, &ps.lhs_indices, dtype(xr)?),
+            ps.rhs.clone(),
+            t,
+        );
+        statements.push(assignment(
+            ps.position,
+            xr,
+            &ps.lhs_indices,
+            &ps.reduction_indices,
+            rhs,
+            w,
+        ));
+        origin.push((p, 2));
+        pred_stmts.push(k_upd);
+        members_roll.push(Member {
+            stmt: k_upd,
+            outer,
+            rolling: Some(jp),
+            inner: vec![],
+        });
+        caches.push(Cache {
+            stmt: k_cache,
+            pred_init: k_init,
+            pred_update: k_upd,
+            tensor: cache,
+            pred_tensor: xr.clone(),
+        });
+    }
+    // Targets: init and the repaired update.
+    for (ci, ((c, sol), outer)) in chains.iter().zip(&target_outer).enumerate() {
+        let ts = &program.statements[c.target];
+        let xt = &ts.lhs_tensor;
+        let t = dtype(xt)?.compute();
+        let inner_init: Vec<String> = ts
+            .lhs_indices
+            .iter()
+            .filter(|v| !outer.contains(v))
+            .cloned()
+            .collect();
+        let mut w = rewrite::ranges(scop, model_stmt(format!("S{}_init", c.target))?)?;
+        w.extend(constraints(ts, true));
+        let k_init = statements.len();
+        statements.push(assignment(
+            ts.position,
+            xt,
+            &ts.lhs_indices,
+            &[],
+            identity(c.reducer, t),
+            w,
+        ));
+        origin.push((c.target, 0));
+        members_init.push(Member {
+            stmt: k_init,
+            outer: outer.clone(),
+            rolling: None,
+            inner: inner_init.clone(),
+        });
+        let mut w = rewrite::ranges(scop, model_stmt(format!("S{}", c.target))?)?;
+        w.extend(constraints(ts, false));
+        let xt_read = access(xt, &ts.lhs_indices, dtype(xt)?);
+        let carried = if repaired {
+            let pred_read = |symbol: &str, previous: bool| -> Option<Expr> {
+                let p = c.preds.iter().find(|p| p.symbol == symbol)?;
+                let tensor = if previous && fault != Fault::OmitCache {
+                    cache_name(&p.tensor)
+                } else {
+                    p.tensor.clone()
+                };
+                Some(access(&tensor, &p.target_subscripts, dtypes[&p.tensor]))
+            };
+            let h = rewrite::from_term(&sol.h, t, &|s| {
+                if s == "t" {
+                    Some(xt_read.clone())
+                } else if let Some(k) = s.strip_prefix('r') {
+                    pred_read(&format!("r{k}"), true)
+                } else if let Some(k) = s.strip_prefix('q') {
+                    pred_read(&format!("r{k}"), false)
+                } else {
+                    None
+                }
+            })?;
+            // Guard: no predecessor changed -> no repair (h(t, r, r) = t).
+            let mut cond: Option<Expr> = None;
+            for p in &c.preds {
+                let eq = Expr {
+                    kind: ExprKind::Binary(
+                        BinOp::Eq,
+                        Box::new(pred_read(&p.symbol, true).expect("symbol")),
+                        Box::new(pred_read(&p.symbol, false).expect("symbol")),
+                    ),
+                    ty: ExprType::Bool,
+                };
+                cond = Some(match cond {
+                    None => eq,
+                    Some(a) => Expr {
+                        kind: ExprKind::Binary(BinOp::And, Box::new(a), Box::new(eq)),
+                        ty: ExprType::Bool,
+                    },
+                });
+            }
+            let cond = cond.ok_or_else(|| Error::Internal("no predecessor".into()))?;
+            Expr {
+                kind: ExprKind::Select(Box::new(cond), Box::new(xt_read.clone()), Box::new(h)),
+                ty: ExprType::Num(t),
+            }
+        } else {
+            xt_read.clone()
+        };
+        let rhs = combine(c.reducer, carried, c.body.clone(), t);
+        let k_upd = statements.len();
+        statements.push(assignment(
+            ts.position,
+            xt,
+            &ts.lhs_indices,
+            &ts.reduction_indices,
+            rhs,
+            w,
+        ));
+        origin.push((c.target, 1));
+        target_updates.push((k_upd, ci));
+        members_roll.push(Member {
+            stmt: k_upd,
+            outer: outer.clone(),
+            rolling: Some(c.rolling.clone()),
+            inner: inner_init,
+        });
+    }
+    let mut group: Vec<Member> = members_init;
+    group.extend(members_roll);
+
+    // The other statements: an inlined map whose result nothing else reads
+    // is dropped; the rest keep their order, those that read what the
+    // group writes (directly or through each other) after the group.
+    let first = preds[0];
+    let last = *targets.iter().max().unwrap_or(&first);
+    let in_group = |k: usize| preds.contains(&k) || targets.contains(&k);
+    let mut written: BTreeSet<String> = (0..program.statements.len())
+        .filter(|&k| in_group(k))
+        .map(|k| program.statements[k].lhs_tensor.clone())
+        .collect();
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for (k, st) in program.statements.iter().enumerate() {
+        if in_group(k) {
+            continue;
+        }
+        if inlined.contains(&k) && !read_elsewhere(program, &st.lhs_tensor, &targets, &inlined) {
+            continue;
+        }
+        let mut reads = Vec::new();
+        model::collect_reads(&st.rhs, &mut reads);
+        let depends = reads.iter().any(|(t, _)| written.contains(t));
+        if k < first || (k < last && !depends) {
+            before.push(k);
+        } else {
+            if depends {
+                written.insert(st.lhs_tensor.clone());
+            }
+            after.push(k);
+        }
+    }
+    let mut layout = Vec::new();
+    let mut push_plain = |k: usize, statements: &mut Vec<Statement>, layout: &mut Vec<Item>| {
+        statements.push(program.statements[k].clone());
+        origin.push((k, 0));
+        layout.push(Item::Plain(statements.len() - 1));
+    };
+    for k in before {
+        push_plain(k, &mut statements, &mut layout);
+    }
+    layout.push(Item::Group(group));
+    for k in after {
+        push_plain(k, &mut statements, &mut layout);
+    }
+    let mut tensors = resolved_tensors(program, scop);
+    tensors.extend(new_tensors);
+    let out = Program {
+        name: program.name.clone(),
+        source: program.source.clone(),
+        params: program.params.clone(),
+        tensors,
+        statements,
+        schedule: None,
+    };
+    Ok(Rewritten {
+        program: out,
+        layout,
+        origin,
+        pred_stmts,
+        target_updates,
+        caches,
+    })
+}
+
+/// Whether a statement other than the targets and the inlined maps reads
+/// `tensor`.
+fn read_elsewhere(
+    program: &Program,
+    tensor: &str,
+    targets: &[usize],
+    inlined: &BTreeSet<usize>,
+) -> bool {
+    program.statements.iter().enumerate().any(|(k, st)| {
+        if targets.contains(&k) || inlined.contains(&k) {
+            return false;
+        }
+        let mut reads = Vec::new();
+        model::collect_reads(&st.rhs, &mut reads);
+        reads.iter().any(|(t, _)| t == tensor)
+    })
+}
+
+/// isl names and iterators of the model statements of new statement `k`.
+fn model_names(scop: &Scop, k: usize) -> Vec<(String, Vec<String>)> {
+    scop.statements
+        .iter()
+        .filter(|s| s.source == k)
+        .map(|s| (s.name.clone(), s.iterators.clone()))
+        .collect()
+}
+
+fn band(prefix: &str, members: &[Vec<(String, Vec<String>, String)>]) -> Band {
+    let parts: Vec<String> = members
+        .iter()
+        .map(|m| {
+            let maps: Vec<String> = m
+                .iter()
+                .map(|(name, iters, e)| format!("{name}[{}] -> [({e})]", iters.join(", ")))
+                .collect();
+            format!("{{ {} }}", maps.join("; "))
+        })
+        .collect();
+    Band {
+        schedule: format!("{prefix}[{}]", parts.join(", ")),
+        permutable: false,
+        coincident: vec![false; members.len()],
+    }
+}
+
+fn filter(prefix: &str, stmts: &[(String, Vec<String>)]) -> String {
+    let parts: Vec<String> = stmts
+        .iter()
+        .map(|(n, it)| format!("{n}[{}]", it.join(", ")))
+        .collect();
+    format!("{prefix}{{ {} }}", parts.join("; "))
+}
+
+/// A band over `vars` of one statement (leaf when empty).
+fn own_band(prefix: &str, name: &str, iters: &[String], vars: &[String]) -> Tree {
+    if vars.is_empty() {
+        return Tree::Leaf;
+    }
+    let members: Vec<Vec<(String, Vec<String>, String)>> = vars
+        .iter()
+        .map(|v| vec![(name.to_string(), iters.to_vec(), v.clone())])
+        .collect();
+    Tree::Band(band(prefix, &members), Box::new(Tree::Leaf))
+}
+
+/// The fused order of `layout` over the model `scop` of the rewritten
+/// program: the schedule that defines its meaning.
+pub fn order_tree(scop: &Scop, layout: &[Item]) -> Result<ScheduleTree> {
+    let pre = &scop.param_prefix;
+    let mut top = Vec::new();
+    for item in layout {
+        match item {
+            Item::Plain(k) => {
+                for (name, iters) in model_names(scop, *k) {
+                    let t = own_band(pre, &name, &iters, &iters);
+                    top.push((filter(pre, &[(name, iters)]), t));
+                }
+            }
+            Item::Group(members) => {
+                let named: Vec<(&Member, String, Vec<String>)> = members
+                    .iter()
+                    .flat_map(|m| {
+                        model_names(scop, m.stmt)
+                            .into_iter()
+                            .map(move |(n, it)| (m, n, it))
+                    })
+                    .collect();
+                let all: Vec<(String, Vec<String>)> = named
+                    .iter()
+                    .map(|(_, n, it)| (n.clone(), it.clone()))
+                    .collect();
+                let mut seq = Vec::new();
+                for (m, n, it) in named.iter().filter(|(m, ..)| m.rolling.is_none()) {
+                    seq.push((
+                        filter(pre, &[(n.clone(), it.clone())]),
+                        own_band(pre, n, it, &m.inner),
+                    ));
+                }
+                let rolling: Vec<&(&Member, String, Vec<String>)> =
+                    named.iter().filter(|(m, ..)| m.rolling.is_some()).collect();
+                let roll_band = band(
+                    pre,
+                    &[rolling
+                        .iter()
+                        .map(|(m, n, it)| {
+                            (n.clone(), it.clone(), m.rolling.clone().unwrap_or_default())
+                        })
+                        .collect()],
+                );
+                let inner_seq: Vec<(String, Tree)> = rolling
+                    .iter()
+                    .map(|(m, n, it)| {
+                        (
+                            filter(pre, &[(n.clone(), it.clone())]),
+                            own_band(pre, n, it, &m.inner),
+                        )
+                    })
+                    .collect();
+                let roll_filter: Vec<(String, Vec<String>)> = rolling
+                    .iter()
+                    .map(|(_, n, it)| (n.clone(), it.clone()))
+                    .collect();
+                seq.push((
+                    filter(pre, &roll_filter),
+                    Tree::Band(roll_band, Box::new(Tree::Sequence(inner_seq))),
+                ));
+                let n_outer = members.first().map(|m| m.outer.len()).unwrap_or(0);
+                let body = Tree::Sequence(seq);
+                let tree = if n_outer == 0 {
+                    body
+                } else {
+                    let outer: Vec<Vec<(String, Vec<String>, String)>> = (0..n_outer)
+                        .map(|d| {
+                            named
+                                .iter()
+                                .map(|(m, n, it)| (n.clone(), it.clone(), m.outer[d].clone()))
+                                .collect()
+                        })
+                        .collect();
+                    Tree::Band(band(pre, &outer), Box::new(body))
+                };
+                top.push((filter(pre, &all), tree));
+            }
+        }
+    }
+    Ok(ScheduleTree {
+        domain: scop.domain()?.text(),
+        root: Tree::Sequence(top),
+    })
+}
+
+/// The program order of the naive fusion: every new statement where its
+/// original statement was, one loop nest each.
+pub fn original_order_tree(scop: &Scop, origin: &[(usize, usize)]) -> Result<ScheduleTree> {
+    let pre = &scop.param_prefix;
+    let mut ks: Vec<usize> = (0..origin.len()).collect();
+    ks.sort_by_key(|&k| origin[k]);
+    let mut top = Vec::new();
+    for k in ks {
+        for (name, iters) in model_names(scop, k) {
+            let t = own_band(pre, &name, &iters, &iters);
+            top.push((filter(pre, &[(name, iters)]), t));
+        }
+    }
+    Ok(ScheduleTree {
+        domain: scop.domain()?.text(),
+        root: Tree::Sequence(top),
+    })
+}

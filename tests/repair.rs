@@ -1,0 +1,232 @@
+//! Algebraic repair: refusals (wrong repairs, no inverse, non-monotone
+//! max), the proof by dependences, automation, and a golden repaired
+//! schedule tree paired with its execution check.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use polyfuse::frontend;
+use polyfuse::isl::Isl;
+use polyfuse::repair::{self, Fault};
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(format!("{name}.json"))
+}
+
+fn polyfuse(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .expect("polyfuse starts");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Writes `text` to a fresh file for one test.
+fn program_file(tag: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("polyfuse-repair-{tag}-{}.json", std::process::id()));
+    std::fs::write(&p, text).expect("temp file");
+    p
+}
+
+/// Rolling update of `targets` in the softmax example with a deliberate
+/// `fault`, through the library.
+fn rolling_with(fault: Fault) -> polyfuse::Result<repair::Repaired> {
+    let program = frontend::load_file(&example("softmax_fused"))?;
+    let isl = Isl::new();
+    let scop = polyfuse::model::build(&isl, &program)?;
+    repair::rolling_update(&isl, &program, &scop, &["S".to_string()], fault)
+}
+
+#[test]
+fn the_correct_repair_is_proven() {
+    let r = rolling_with(Fault::None).expect("softmax repairs");
+    for goal in [
+        "proved Eq. 4",
+        "proved Eq. 5",
+        "violated flow",
+        "M^<prev(j)> through M_prev",
+    ] {
+        assert!(r.report.contains(goal), "missing `{goal}` in\n{}", r.report);
+    }
+}
+
+#[test]
+fn a_flipped_sign_in_h_is_refused_by_the_proof() {
+    let e = rolling_with(Fault::FlipSign).unwrap_err().to_string();
+    assert!(
+        e.contains("fails a proof goal") && e.contains("Eq. 4"),
+        "{e}"
+    );
+    assert_eq!(rolling_with(Fault::FlipSign).unwrap_err().exit_code(), 2);
+}
+
+#[test]
+fn an_omitted_cache_is_caught_by_the_dependence_check() {
+    let e = rolling_with(Fault::OmitCache).unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains("does not read M at the previous step"), "{m}");
+    assert!(matches!(e, polyfuse::Error::Illegal { .. }), "{e:?}");
+}
+
+#[test]
+fn a_fusion_without_repair_is_refused_with_the_violated_dependence() {
+    let e = rolling_with(Fault::NoRepair).unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("reverses the flow dependence") && m.contains("S2[r, c = 255] -> S4"),
+        "{m}"
+    );
+    assert_eq!(e.exit_code(), 2);
+}
+
+#[test]
+fn a_square_is_not_invertible() {
+    // layernorm's variance reads (X - Mean)^2: g uses X twice.
+    let text = std::fs::read_to_string(example("layernorm")).unwrap();
+    let text = text.replacen(
+        "\"body\"",
+        "\"schedule\": [{\"rolling-update\": [\"Var\"]}],\n  \"body\"",
+        1,
+    );
+    let f = program_file("layernorm", &text);
+    let (code, _, err) = polyfuse(&["schedule", f.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("statement 2") && err.contains("not invertible"),
+        "{err}"
+    );
+}
+
+#[test]
+fn max_against_a_non_monotone_g_is_refused() {
+    let f = program_file(
+        "maxdiv",
+        r#"{
+  "name": "maxdiv", "params": {"N": 8, "D": 16},
+  "inputs": {"X": {"dtype": "f32", "shape": ["N", "D"]}},
+  "outputs": {"Z": {"dtype": "f32", "shape": ["N"]}},
+  "temps": {"S": {"dtype": "f32", "shape": ["N"]}},
+  "body": ["S(r) +=! X(r, c)", "Z(r) max=! X(r, c) / S(r)"],
+  "schedule": [{"rolling-update": ["Z"]}]
+}"#,
+    );
+    let (code, _, err) = polyfuse(&["schedule", f.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("FAILED Eq. 5") && err.contains("reducer max"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_target_without_predecessor_is_refused() {
+    let text = std::fs::read_to_string(example("softmax")).unwrap();
+    let text = text.replacen(
+        "\"body\"",
+        "\"schedule\": [{\"rolling-update\": [\"M\"]}],\n  \"body\"",
+        1,
+    );
+    let f = program_file("nopred", &text);
+    let (code, _, err) = polyfuse(&["schedule", f.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("reads no earlier reduction"), "{err}");
+}
+
+#[test]
+fn automation_repairs_long_reductions_only() {
+    let file = example("softmax");
+    let f = file.to_str().unwrap();
+    // Default sizes: a short reduction, the program stays as written.
+    let (code, out, err) = polyfuse(&["schedule", f, "--emit", "deps"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("repair:"), "{out}");
+    // A long reduction with many rows: rolling update.
+    let (code, out, err) = polyfuse(&[
+        "schedule", f, "--emit", "deps", "--param", "N=512", "--param", "D=2048",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("repair: rolling update of S"), "{out}");
+    // A long reduction with few rows: split-k.
+    let (code, out, err) = polyfuse(&[
+        "schedule", f, "--emit", "deps", "--param", "N=4", "--param", "D=2048",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("repair: split-k update of S into 16 slices"),
+        "{out}"
+    );
+    // An empty template keeps the program as written at any size.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let text = text.replacen("\"body\"", "\"schedule\": [],\n  \"body\"", 1);
+    let g = program_file("empty-template", &text);
+    let (code, out, err) = polyfuse(&[
+        "schedule",
+        g.to_str().unwrap(),
+        "--emit",
+        "deps",
+        "--param",
+        "N=512",
+        "--param",
+        "D=2048",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("repair:"), "{out}");
+}
+
+#[test]
+fn split_k_and_privatize_run_and_check() {
+    for (tag, step) in [
+        ("splitk", r#"{"split-k": ["S"], "factor": 5}"#),
+        ("privatize", r#"{"privatize": "M", "factor": 3}"#),
+    ] {
+        let text = std::fs::read_to_string(example("softmax")).unwrap();
+        let text = text.replacen(
+            "\"body\"",
+            &format!("\"schedule\": [{step}],\n  \"body\""),
+            1,
+        );
+        let f = program_file(tag, &text);
+        for target in ["cpu", "emulate"] {
+            let (code, out, err) = polyfuse(&[
+                "run",
+                f.to_str().unwrap(),
+                "--check",
+                "--target",
+                target,
+                "--param",
+                "D=53",
+            ]);
+            assert_eq!(code, Some(0), "{tag} {target}: {out}{err}");
+            assert!(out.contains("check: ok"), "{tag} {target}: {out}");
+        }
+    }
+}
+
+/// The repaired softmax in its fused order (canonical strategy, untiled):
+/// the rolling loop `c` holds the cache, the max and the repaired sum.
+#[test]
+fn golden_repaired_tree_and_its_execution() {
+    let f = example("softmax_fused");
+    let f = f.to_str().unwrap();
+    let args = ["--strategy", "canonical", "--no-tile"];
+    let (code, out, err) = polyfuse(&[&["schedule", f][..], &args[..]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/repair/softmax_fused.tree");
+    let want = std::fs::read_to_string(&golden).expect("golden file");
+    assert_eq!(
+        out,
+        want,
+        "the repaired tree changed; compare with {}",
+        golden.display()
+    );
+    let (code, out, err) = polyfuse(&[&["run", f, "--check"][..], &args[..]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("check: ok"), "{out}");
+}
