@@ -147,6 +147,8 @@ declare -A CHECK_AT=(
 # Timed runs per benchmark program (default 30).
 declare -A BENCH_RUNS=(
     [gemm_4096]=20
+    [attention_global_b4h16s4096d64]=10
+    [attention_causal_b4h16s4096d64]=10
 )
 
 # to_args "M=1 N=2" sets args=(--param M=1 --param N=2)
