@@ -46,6 +46,9 @@ PYTHON=${PYTHON:-python3}
 start=$SECONDS
 
 MERGE=${GPU_CHECK_MERGE:-}
+# Which parts run: examples, benches, peers, sanitizers (default all).
+PARTS=" ${GPU_CHECK_PARTS:-examples benches peers sanitizers} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 ONLY=${GPU_CHECK_ONLY:-.*}
 SKIP=${GPU_CHECK_SKIP:-}
 # selected NAME: whether this run covers program NAME.
@@ -276,7 +279,9 @@ if [[ -n "$MERGE" ]]; then
 fi
 
 # 1. The examples: --check at the file's sizes and at odd sizes, then --bench.
-for name in "${examples[@]}"; do
+ex_run=("${examples[@]}")
+part examples || ex_run=()
+for name in "${ex_run[@]}"; do
     f=examples/$name.json
     step "$name" check 120 "$L/$name.check.log" "$P" run "$f" --target cuda --check
     if [[ -n "${ODD[$name]:-}" ]]; then
@@ -291,7 +296,9 @@ done
 
 # 2. The benchmark programs: --check --bench --json at full size (or the
 # check at CHECK_AT's sizes, then --bench --json at full size).
-for name in "${benches[@]}"; do
+bench_run=("${benches[@]}")
+part benches || bench_run=()
+for name in "${bench_run[@]}"; do
     f=bench/programs/$name.json
     runs=${BENCH_RUNS[$name]:-30}
     if [[ -n "${CHECK_AT[$name]:-}" ]]; then
@@ -310,12 +317,14 @@ done
 peer_specs=()
 for name in "${examples[@]}"; do peer_specs+=("examples/$name.json"); done
 for name in "${benches[@]}"; do peer_specs+=("bench/programs/$name.json"); done
-((${#peer_specs[@]} == 0)) || step peers peers 420 "$L/peers.log" "$PYTHON" scripts/peers.py --out "$OUT/peers.jsonl" \
-    --target-ms 200 --compile softmax,layernorm,scale_add,transpose,rowsum,softmax_16k,layernorm_16k \
+((${#peer_specs[@]} == 0)) || ! part peers || step peers peers 420 "$L/peers.log" "$PYTHON" scripts/peers.py --out "$OUT/peers.jsonl" \
+    --target-ms 200 --compile softmax,layernorm,scale_add,transpose,rowsum,softmax_16k,layernorm_16k,softmax_fused_16k \
     copy@MIB=256 copy@MIB=1024 "${peer_specs[@]}"
 
 # 4. compute-sanitizer on every example at the odd sizes.
-for name in "${examples[@]}"; do
+san_run=("${examples[@]}")
+part sanitizers || san_run=()
+for name in "${san_run[@]}"; do
     f=examples/$name.json
     to_args "${ODD[$name]:-}"
     for tool in memcheck racecheck; do
