@@ -101,11 +101,6 @@ impl Compiled {
     }
 }
 
-/// Why a split-k directive is refused with the GPU mapping: its kernels
-/// gave wrong results in the emulation (canonical schedules; attention
-/// decoding at KV = 8191) and on the H100, cause not found yet.
-pub const SPLIT_K_ON_GPU: &str = "split-k is not available with the GPU mapping yet (its kernels gave wrong results in tests); run it with --target cpu, or use rolling-update";
-
 /// Compiles `program` under `options`.
 pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
@@ -113,18 +108,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let original = model::build(&isl, program)?;
     // Repair (rolling / split-k update) from the `schedule` key, or chosen
     // automatically; the repaired program comes with its defining order.
-    let mut steps = repair::steps(&isl, program, &original)?;
-    let split_k = |s: &repair::Step| matches!(s, repair::Step::SplitK { .. });
-    if options.gpu.is_some() && steps.iter().any(split_k) {
-        if program.schedule.is_some() {
-            return Err(Error::Input {
-                file: file.to_string(),
-                message: SPLIT_K_ON_GPU.to_string(),
-            });
-        }
-        // Chosen automatically: the program stays as written on the GPU.
-        steps.retain(|s| !split_k(s));
-    }
+    let steps = repair::steps(&isl, program, &original)?;
     let repaired = repair::apply(&isl, program, &original, &steps, repair::Fault::None)?;
     let mut options = options.clone();
     if let Some(t) = repair::tile_sizes(&steps) {

@@ -48,36 +48,7 @@ fn check_example_sampled(name: &str, odd_sizes: &[(&str, i64)]) {
     check_variants(name, odd_sizes, true)
 }
 
-/// [`check_example_sampled`] for the split-k programs, which the GPU
-/// mapping refuses for now (`polyfuse::pipeline::SPLIT_K_ON_GPU`): the CPU
-/// runs are checked, and the emulated GPU runs must be refused with exit
-/// status 2 and that message, never run.
-fn check_split_k_example(name: &str, odd_sizes: &[(&str, i64)]) {
-    let file = example(name);
-    let out = polyfuse()
-        .args([
-            "run",
-            &file.display().to_string(),
-            "--check",
-            "--target",
-            "emulate",
-        ])
-        .output()
-        .expect("polyfuse starts");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
-    assert!(
-        stderr.contains(polyfuse::pipeline::SPLIT_K_ON_GPU),
-        "{name}: {stderr}"
-    );
-    check_variants_on(name, odd_sizes, true, false)
-}
-
 fn check_variants(name: &str, odd_sizes: &[(&str, i64)], sampled: bool) {
-    check_variants_on(name, odd_sizes, sampled, true)
-}
-
-fn check_variants_on(name: &str, odd_sizes: &[(&str, i64)], sampled: bool, gpu: bool) {
     let file = example(name);
     assert!(file.is_file(), "{} is missing", file.display());
 
@@ -107,9 +78,6 @@ fn check_variants_on(name: &str, odd_sizes: &[(&str, i64)], sampled: bool, gpu: 
     for (n_size, (size_label, size_args)) in sizes.iter().enumerate() {
         for (n_strategy, strategy) in STRATEGIES.into_iter().enumerate() {
             for (n_tiling, (tile_label, tile_args)) in tilings.iter().enumerate() {
-                if !gpu && tile_args.iter().any(|a| a == "emulate") {
-                    continue;
-                }
                 if sampled && (n_tiling + n_size) % STRATEGIES.len() != n_strategy {
                     continue;
                 }
@@ -279,22 +247,22 @@ fn attention_window() {
 
 #[test]
 fn attention_decode_causal() {
-    check_split_k_example("attention_decode_causal", &[("KV", 61), ("D", 13)]);
+    check_example("attention_decode_causal", &[("KV", 61), ("D", 13)]);
 }
 
 #[test]
 fn attention_decode_alibi() {
-    check_split_k_example("attention_decode_alibi", &[("KV", 61), ("D", 13)]);
+    check_example_sampled("attention_decode_alibi", &[("KV", 61), ("D", 13)]);
 }
 
 #[test]
 fn attention_decode_gqa() {
-    check_split_k_example("attention_decode_gqa", &[("KV", 61), ("D", 13)]);
+    check_example_sampled("attention_decode_gqa", &[("KV", 61), ("D", 13)]);
 }
 
 #[test]
 fn attention_decode_softcap() {
-    check_split_k_example("attention_decode_softcap", &[("KV", 61), ("D", 13)]);
+    check_example_sampled("attention_decode_softcap", &[("KV", 61), ("D", 13)]);
 }
 
 #[test]

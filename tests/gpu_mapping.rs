@@ -304,6 +304,38 @@ fn gemm_keeps_its_accumulators_in_registers() {
 }
 
 #[test]
+fn register_tiles_copy_only_the_slots_of_their_thread_points() {
+    // A batch of one: `b` is 0 everywhere in the domain, so the element
+    // formula of C's register tile does not depend on the thread member
+    // mapped from `b` and every register slot along it names the same
+    // element. Only the slot whose thread point is in the domain may be
+    // loaded and stored back; storing the others (never updated) once
+    // overwrote the result with zeros. Canonical order puts `b` in the
+    // register band; sizes are not multiples of the tiles.
+    let json = r#"{ "name": "bmm1", "params": { "B": 1, "M": 37, "N": 45, "K": 29 },
+        "inputs": { "A": {"dtype": "f32", "shape": ["B", "M", "K"]},
+                    "X": {"dtype": "f32", "shape": ["B", "K", "N"]} },
+        "outputs": { "C": {"dtype": "f32", "shape": ["B", "M", "N"]} },
+        "body": [ "C(b, i, j) +=! A(b, i, k) * X(b, k, j)" ] }"#;
+    for strategy in [schedule::Strategy::Canonical, schedule::Strategy::Isl] {
+        let options = Options {
+            strategy,
+            ..gpu_options(&[32])
+        };
+        let p = load_str(json, "bmm1.json").unwrap();
+        let c = compile(&p, &options).unwrap();
+        let cuda = &c.cuda.as_ref().unwrap().source;
+        if strategy == schedule::Strategy::Canonical {
+            // The slots along `b` are there, and the copies test the
+            // thread point against the domain.
+            assert!(cuda.contains("_C[32][2][2];"), "{cuda}");
+            assert!(cuda.contains("pf_t0 == 0"), "{cuda}");
+        }
+        emulate_ok(json, &options);
+    }
+}
+
+#[test]
 fn small_problems_get_smaller_register_tiles() {
     // 150 x 70 makes 2 x 1 blocks of 128 x 128: too few, so 32 x 32 tiles.
     let p = load_str(&gemm(150, 70, 33), "gemm.json").unwrap();

@@ -203,12 +203,6 @@ fn split_k_and_privatize_run_and_check() {
                 "--param",
                 "D=53",
             ]);
-            if tag == "splitk" && target == "emulate" {
-                // Refused by the GPU mapping for now, with the reason.
-                assert_eq!(code, Some(2), "{tag} {target}: {out}{err}");
-                assert!(err.contains("split-k is not available"), "{err}");
-                continue;
-            }
             assert_eq!(code, Some(0), "{tag} {target}: {out}{err}");
             assert!(out.contains("check: ok"), "{tag} {target}: {out}");
         }

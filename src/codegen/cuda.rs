@@ -1111,6 +1111,9 @@ impl Ctx<'_> {
             if global.is_empty() {
                 global = "0".into();
             }
+            if let Some(g) = &regs.guard {
+                conds.push(format!("({})", self.e(g)));
+            }
             let cond = if conds.is_empty() {
                 "1".to_string()
             } else {

@@ -241,7 +241,17 @@ fn map_kernel(
     let registers = if opts.registers && reduction.is_none() && nb < n && lc >= nb {
         let trial = tile_band(node.copy()?, &member_tile)?;
         let point = trial.get_child(0)?;
-        super::registers::candidate(isl, program, scop, &trial, &point, nb, nb, &plan.mark)?
+        super::registers::candidate(
+            isl,
+            program,
+            scop,
+            &trial,
+            &point,
+            nb,
+            nb,
+            &member_tile[..nb],
+            &plan.mark,
+        )?
     } else {
         None
     };
@@ -308,7 +318,17 @@ fn map_kernel(
         Some(_) => {
             let trial = tile_band(node.copy()?, &member_tile)?;
             let point = trial.get_child(0)?;
-            super::registers::candidate(isl, program, scop, &trial, &point, nb, nb, &plan.mark)?
+            super::registers::candidate(
+                isl,
+                program,
+                scop,
+                &trial,
+                &point,
+                nb,
+                nb,
+                &member_tile[..nb],
+                &plan.mark,
+            )?
         }
         None => None,
     };

@@ -35,6 +35,16 @@ pub struct RegisterTile {
     /// Element subscripts in `pf_b<j>` (block values, outer first) and
     /// `pf_t<j>` (thread point values, outer first).
     pub element: Vec<Expr>,
+    /// Where `element` is meaningful: the points `(b, t)` of the domain of
+    /// `E`, as a condition in `pf_b<j>` and `pf_t<j>` beyond what the block
+    /// values and the tile box already say (`None`: no further condition).
+    /// The loads and stores of the registers run over every register slot
+    /// of the box; outside `dom E` the printed subscripts are `E`'s formula
+    /// extended, which need not be injective there: with `B = 1` the batch
+    /// member `b` is 0 in the domain, `E` drops `t_b`, and every slot along
+    /// `t_b` names the same element, so the store of a slot the loops never
+    /// updated overwrote the result.
+    pub guard: Option<Expr>,
     /// The AST iterators of the block-mapped loops, outer first (`c<depth>`).
     pub block_iterators: Vec<String>,
     /// Number of thread-mapped members.
@@ -88,6 +98,7 @@ pub fn candidate(
     point_band: &ScheduleNode,
     nb: usize,
     nt: usize,
+    tiles: &[i64],
     kernel: &str,
 ) -> Result<Option<RegisterTile>> {
     let domain = tile_band.get_domain()?;
@@ -132,6 +143,7 @@ pub fn candidate(
             continue;
         }
         let map = isl_rs::Map::from_union_map(e)?;
+        let guard = domain_guard(isl, scop, map.copy()?.domain()?, nb, nt, tiles)?;
         let pma = PwMultiAff::from_map(map)?;
         let names: Vec<String> = (0..nb)
             .map(|j| format!("pf_b{j}"))
@@ -151,6 +163,7 @@ pub fn candidate(
             dtype: tensor.dtype,
             buffer: format!("{}{kernel}_{t}", crate::codegen::expr::WIDE_REGISTER_PREFIX),
             element,
+            guard,
             block_iterators: Vec::new(),
             thread_dims: nt,
             accesses,
@@ -159,6 +172,60 @@ pub fn candidate(
         }));
     }
     Ok(None)
+}
+
+/// The condition, in `pf_b<j>` (the first `nb` dimensions of `domain`) and
+/// `pf_t<j>` (the next `nt`), for `(b, t) ∈ domain`, simplified under what
+/// the printed loops already know: the block values `b` range over the
+/// projection of `domain`, each `t_j` lies in its tile `0 <= t_j < tiles[j]`
+/// and the parameters satisfy the context. `None` when that leaves nothing
+/// to test.
+///
+/// `gist(domain, π_b(domain) × box(tiles) ∩ context)` keeps the constraints that
+/// tie `t` to `b` or fix `t` (`t_0 = 0` where a member has one value), and
+/// bounds of `b + t` by the tensor's extents, which the printed copy tests
+/// again; only the first kind changes which slots are copied.
+fn domain_guard(
+    isl: &Isl,
+    scop: &Scop,
+    domain: isl_rs::Set,
+    nb: usize,
+    nt: usize,
+    tiles: &[i64],
+) -> Result<Option<Expr>> {
+    let domain = domain.intersect_params(scop.context.copy()?)?;
+    let mut known = domain
+        .copy()?
+        .project_out(isl_rs::DimType::Set, nb as u32, nt as u32)?
+        .insert_dims(isl_rs::DimType::Set, nb as u32, nt as u32)?
+        .intersect_params(scop.context.copy()?)?;
+    for (j, &size) in tiles.iter().enumerate().take(nt) {
+        let pos = (nb + j) as u32;
+        known = known
+            .lower_bound_si(isl_rs::DimType::Set, pos, 0)?
+            .upper_bound_si(isl_rs::DimType::Set, pos, (size - 1) as i32)?;
+    }
+    let rest = domain.gist(known)?;
+    if rest.plain_is_universe()? {
+        return Ok(None);
+    }
+    let names: Vec<String> = (0..nb)
+        .map(|j| format!("pf_b{j}"))
+        .chain((0..nt).map(|j| format!("pf_t{j}")))
+        .collect();
+    let space = rest.get_space()?;
+    let mut list = isl_rs::IdList::alloc(&isl.ctx, names.len() as i32)?;
+    for n in &names {
+        list = list.add(isl_rs::Id::read_from_str(&isl.ctx, n)?)?;
+    }
+    let ids = isl_rs::MultiId::from_id_list(space, list)?;
+    let bound = rest.bind(ids)?.from_params()?;
+    let context = isl_rs::Set::universe(bound.get_space()?.params()?)?;
+    let e =
+        crate::isl::ast_build_expr_from_set(context.from_params()?, bound).ok_or_else(|| {
+            crate::error::Error::Internal("isl could not print a register guard".into())
+        })?;
+    Ok(Some(crate::codegen::ast::expr_from_isl(&e)?))
 }
 
 /// The initialisation of tensor `t` that may run first in its register

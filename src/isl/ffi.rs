@@ -14,6 +14,7 @@ extern "C" {
     fn isl_ast_build_from_context(set: uintptr_t) -> uintptr_t;
     fn isl_ast_build_node_from_schedule(build: uintptr_t, schedule: uintptr_t) -> uintptr_t;
     fn isl_ast_build_expr_from_pw_aff(build: uintptr_t, pa: uintptr_t) -> uintptr_t;
+    fn isl_ast_build_expr_from_set(build: uintptr_t, set: uintptr_t) -> uintptr_t;
     fn isl_ast_build_free(build: uintptr_t) -> uintptr_t;
     fn isl_ast_node_get_type(node: uintptr_t) -> i32;
 
@@ -137,6 +138,37 @@ pub fn ast_node_type(node: &ASTNode) -> isl_rs::ASTNodeType {
         4 => isl_rs::ASTNodeType::Mark,
         5 => isl_rs::ASTNodeType::User,
         _ => isl_rs::ASTNodeType::Error,
+    }
+}
+
+/// A boolean AST expression that holds exactly on the parameter values of
+/// the parameter set `set`, under the parameter `context`. Returns `None`
+/// when isl fails.
+pub fn ast_build_expr_from_set(context: Set, set: Set) -> Option<ASTExpr> {
+    let mut context = context;
+    let mut set = set;
+    context.do_not_free_on_drop();
+    set.do_not_free_on_drop();
+    // SAFETY: both arguments are owned values whose ownership passes to
+    // isl (`__isl_take`); the build is freed before returning.
+    unsafe {
+        let build = isl_ast_build_from_context(context.ptr);
+        if build == 0 {
+            drop(Set {
+                ptr: set.ptr,
+                should_free_on_drop: true,
+            });
+            return None;
+        }
+        let e = isl_ast_build_expr_from_set(build, set.ptr);
+        isl_ast_build_free(build);
+        if e == 0 {
+            return None;
+        }
+        Some(ASTExpr {
+            ptr: e,
+            should_free_on_drop: true,
+        })
     }
 }
 

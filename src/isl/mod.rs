@@ -9,7 +9,10 @@
 
 mod ffi;
 
-pub use ffi::{ast_build_expr_from_pw_aff, ast_build_node_from_schedule, ast_node_type, IslPrint};
+pub use ffi::{
+    ast_build_expr_from_pw_aff, ast_build_expr_from_set, ast_build_node_from_schedule,
+    ast_node_type, IslPrint,
+};
 pub use isl_rs::{
     ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType, Context, DimType, Map,
     MultiUnionPwAff, Schedule, ScheduleConstraints, ScheduleNode, ScheduleNodeType, Set,
