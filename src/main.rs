@@ -390,6 +390,14 @@ fn print_report(name: &str, target: Target, options: &Options, report: &RunRepor
             report.tflop_per_s().unwrap_or(0.0)
         );
     }
+    // Per kernel, where there are several: which one the time goes to.
+    if report.kernel_us.len() > 1 {
+        let total: f64 = report.kernel_us.iter().map(|(_, t)| t).sum();
+        for (k, t) in &report.kernel_us {
+            let share = if total > 0.0 { 100.0 * t / total } else { 0.0 };
+            println!("  {k}: median {t:.1} us ({share:.0}%)");
+        }
+    }
     if let Some(c) = &report.check {
         println!("{}", c.line());
     }
@@ -426,6 +434,11 @@ fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Erro
         "flops": report.work.flops,
         "gb_per_s": report.gb_per_s(),
         "tflop_per_s": report.tflop_per_s(),
+        "kernels": report
+            .kernel_us
+            .iter()
+            .map(|(k, t)| serde_json::json!({"kernel": k, "median_us": t}))
+            .collect::<Vec<_>>(),
     });
     println!(
         "{}",

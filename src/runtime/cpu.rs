@@ -235,6 +235,7 @@ pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
         device: "cpu".to_string(),
         launches: 1,
         work,
+        kernel_us: Vec::new(),
     })
 }
 

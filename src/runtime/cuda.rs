@@ -446,7 +446,7 @@ pub fn run_checked(
             sys::panic_text(p.as_ref())
         ))
     })?;
-    let (check, median_us, arch, launches) = result?;
+    let (check, median_us, arch, launches, kernel_us) = result?;
     Ok(RunReport {
         check,
         median_us,
@@ -454,10 +454,19 @@ pub fn run_checked(
         device: format!("{}, {arch}", gpu.name),
         launches,
         work,
+        kernel_us,
     })
 }
 
-type Executed = (Option<data::CheckResult>, Option<f64>, String, usize);
+/// What one execution gave: the check, the median time, the architecture,
+/// the number of launches, and each kernel's median time.
+type Executed = (
+    Option<data::CheckResult>,
+    Option<f64>,
+    String,
+    usize,
+    Vec<(String, f64)>,
+);
 
 fn execute(
     gpu: &Gpu,
@@ -581,16 +590,57 @@ fn execute(
     } else {
         None
     };
+    // Where the time goes: each kernel between its own pair of events, in
+    // a few further executions (at most KERNEL_TIMING_RUNS); the median of
+    // each. Events between launches add no synchronisation, so the kernels
+    // run as in the timed executions, only their launch gaps are counted
+    // nowhere.
+    let mut kernel_us = Vec::new();
+    if opts.bench_runs > 0 && !launches.is_empty() {
+        let events = (0..=launches.len())
+            .map(|_| {
+                gpu.ctx
+                    .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| driver("creating an event", e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let runs = opts.bench_runs.min(KERNEL_TIMING_RUNS);
+        let mut times = vec![Vec::with_capacity(runs); launches.len()];
+        for _ in 0..runs {
+            events[0]
+                .record(&gpu.stream)
+                .map_err(|e| driver("timing", e))?;
+            for (k, l) in launches.iter().enumerate() {
+                sys::launch(&gpu.stream, &l.func, l.cfg, &args)
+                    .map_err(|e| driver(&format!("launching {}", l.name), e))?;
+                events[k + 1]
+                    .record(&gpu.stream)
+                    .map_err(|e| driver("timing", e))?;
+            }
+            for (k, t) in times.iter_mut().enumerate() {
+                let ms = events[k]
+                    .elapsed_ms(&events[k + 1])
+                    .map_err(|e| driver("timing", e))?;
+                t.push(f64::from(ms) * 1e3);
+            }
+        }
+        for (l, mut t) in launches.iter().zip(times) {
+            t.sort_by(|a, b| a.total_cmp(b));
+            kernel_us.push((l.name.clone(), t[t.len() / 2]));
+        }
+    }
     gpu.stream
         .synchronize()
         .map_err(|e| driver("finishing", e))?;
-    Ok((check, median_us, arch, launches.len()))
+    Ok((check, median_us, arch, launches.len(), kernel_us))
 }
 
 /// A run shorter than this (one timed run, after the warm-up) is timed
 /// [`SHORT_RUN_REPS`] times back to back per pair of events.
 const SHORT_RUN_US: f64 = 100.0;
 const SHORT_RUN_REPS: usize = 20;
+/// Executions timed kernel by kernel after the timed runs (`--bench`).
+const KERNEL_TIMING_RUNS: usize = 10;
 
 /// Folders where the driver library may be outside the loader's search.
 fn driver_dirs() -> Vec<PathBuf> {

@@ -27,6 +27,9 @@ pub struct RunReport {
     pub launches: usize,
     /// Bytes and flops of one execution at the run's parameter values.
     pub work: work::Work,
+    /// Median time of each kernel in microseconds, in launch order
+    /// (`--bench` on the GPU; empty elsewhere).
+    pub kernel_us: Vec<(String, f64)>,
 }
 
 impl RunReport {
