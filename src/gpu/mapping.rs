@@ -188,8 +188,9 @@ fn map_kernel(
         // run inside each block. A permutable band may be permuted.
         node = move_to_front(node, lc - 3, lc)?;
     }
-    // One parallel member only: map the reduction below it to threads too.
-    let reduction = if lc == 1
+    // One parallel member only, or two with few instances and a long
+    // reduction: map the reduction below them to the lanes of a warp too.
+    let reduction = if (lc == 1 || (lc == 2 && few_rows_long_reduction(program, scop, &node)?))
         && opts.reduce
         && opts.block.first().is_none_or(|x| *x == 32)
         && node.band_get_permutable()?
@@ -281,6 +282,12 @@ fn map_kernel(
             (_, Some(m)) if m >= ENOUGH_BLOCKS => medium,
             _ => sizes_for(false),
         };
+    }
+    if opts.auto_tile && nb <= n {
+        let extents: Vec<Option<i64>> = (0..nb)
+            .map(|i| member_extent(&node, i))
+            .collect::<Result<_>>()?;
+        fit_tiles_to_extents(&mut member_tile, &extents, nb);
     }
     // A contraction of f16 or bf16 operands runs on tensor cores, with the
     // tile sizes and warps of its fragments.
@@ -416,7 +423,11 @@ fn map_kernel(
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
             }
-            plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
+            // 16 x 16 threads for a register tile with two wide members;
+            // a tile one element deep along y (a single query row) gets
+            // its threads from the tile sizes instead.
+            let wide = nt >= 2 && member_tile[nt - 2] >= 16 && member_tile[nt - 1] >= 16;
+            plan.block = if plan.registers.is_some() && opts.block.is_empty() && wide {
                 [16, 16, 1]
             } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !has_reduction {
                 [32, 8, 1]
@@ -660,6 +671,115 @@ fn x_iterators(
     Ok(out)
 }
 
+/// Whether `band` (two leading parallel members, then a reduction member)
+/// has at most [`FEW_ROWS`] parallel instances, a reduction of at least
+/// [`LONG_REDUCTION`] steps, and no reuse across its parallel members:
+/// every read of a tensor the band does not write depends on the iterators
+/// of both (a contraction's operands each miss one, and keep their register
+/// and tensor-core tiles). That is the shape of the partial reductions of a
+/// split-k update (heads x slices, each slice hundreds of keys long): one
+/// thread per instance leaves most of the GPU idle and reads with a
+/// stride, while a warp per instance reads consecutive elements.
+fn few_rows_long_reduction(program: &Program, scop: &Scop, band: &ScheduleNode) -> Result<bool> {
+    if band.band_n_member()? < 3 {
+        return Ok(false);
+    }
+    let (Some(a), Some(b), Some(r)) = (
+        member_extent(band, 0)?,
+        member_extent(band, 1)?,
+        member_extent(band, 2)?,
+    ) else {
+        return Ok(false);
+    };
+    if a.saturating_mul(b) > FEW_ROWS || r < LONG_REDUCTION {
+        return Ok(false);
+    }
+    let stmts = scop.statements_in(&band.get_domain()?)?;
+    let written: Vec<String> = stmts
+        .iter()
+        .map(|s| s.written_tensor())
+        .collect::<Result<_>>()?;
+    for m in 0..2 {
+        let iterators = x_iterators(scop, band, m)?;
+        for s in stmts.iter().filter(|s| s.kind == StmtKind::Update) {
+            let Some(pos) = iterators.get(&s.name).copied().flatten() else {
+                return Ok(false);
+            };
+            for a in s.accesses(program) {
+                if a.write || written.contains(&a.tensor) {
+                    continue;
+                }
+                if !reads_along(a.relation, pos)? {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Whether the access `relation` (affine) moves with iterator `pos`: some
+/// subscript has a non-zero coefficient on it. A subscript that is not one
+/// affine expression counts as not moving (no claim is made).
+fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
+    let pma = isl_rs::PwMultiAff::from_map(relation.copy()?)?;
+    for d in 0..pma.dim(isl_rs::DimType::Out)? {
+        if let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? {
+            let c = val_to_i64(&aff.get_coefficient_val(isl_rs::DimType::In, pos as i32)?)?;
+            if c != 0 {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// See [`few_rows_long_reduction`]: about one warp per row fills the H100
+/// (132 multiprocessors x 32 resident warps) once.
+const FEW_ROWS: i64 = 4096;
+const LONG_REDUCTION: i64 = 256;
+
+/// Tile sizes of the block members clamped to their extents: a member of
+/// extent `e` below its tile `t` takes `t' = 2^ceil(log2 e)` (a batch of
+/// one, a single query row), and the innermost block member, which runs on
+/// `threadIdx.x`, takes the freed factor `t / t'` while its own tile stays
+/// within its extent. Without this a 128 x 128 register tile over
+/// (queries = 1, keys) kept 15 of every 16 threads idle.
+fn fit_tiles_to_extents(tiles: &mut [i64], extents: &[Option<i64>], nb: usize) {
+    if nb == 0 {
+        return;
+    }
+    let pow2 = |e: i64| -> i64 { (e.max(1) as u64).next_power_of_two() as i64 };
+    let inner = nb - 1;
+    let mut freed = 1i64;
+    for (tile, extent) in tiles.iter_mut().zip(extents).take(inner) {
+        if let Some(e) = *extent {
+            let fit = pow2(e);
+            if *tile > fit {
+                freed *= *tile / fit;
+                *tile = fit;
+            }
+        }
+    }
+    let limit = extents
+        .get(inner)
+        .copied()
+        .flatten()
+        .map(pow2)
+        .unwrap_or(i64::MAX);
+    while freed > 1 && tiles[inner] * 2 <= limit.min(MAX_INNER_TILE) {
+        tiles[inner] *= 2;
+        freed /= 2;
+    }
+    if tiles[inner] > limit {
+        tiles[inner] = limit;
+    }
+}
+
+/// The largest tile [`fit_tiles_to_extents`] gives the innermost block
+/// member.
+const MAX_INNER_TILE: i64 = 128;
+
 /// The update statement whose reduction loop is member `r` of `band`, when
 /// that loop may run across threads: the band holds one update statement
 /// (and possibly its initialisation), whose right side does not read the
@@ -757,7 +877,8 @@ fn auto_tile(
     register_tiles: bool,
 ) -> i64 {
     if warp_reduction {
-        return 8;
+        // Eight rows (one per warp) along the innermost parallel member.
+        return if i + 1 == lc { 8 } else { 1 };
     }
     if i >= lc {
         return if register_tiles { 16 } else { 32 };
