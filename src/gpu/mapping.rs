@@ -283,12 +283,6 @@ fn map_kernel(
             _ => sizes_for(false),
         };
     }
-    if opts.auto_tile && nb <= n {
-        let extents: Vec<Option<i64>> = (0..nb)
-            .map(|i| member_extent(&node, i))
-            .collect::<Result<_>>()?;
-        fit_tiles_to_extents(&mut member_tile, &extents, nb);
-    }
     // A contraction of f16 or bf16 operands runs on tensor cores, with the
     // tile sizes and warps of its fragments.
     let contraction = match &registers {
@@ -423,11 +417,7 @@ fn map_kernel(
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
             }
-            // 16 x 16 threads for a register tile with two wide members;
-            // a tile one element deep along y (a single query row) gets
-            // its threads from the tile sizes instead.
-            let wide = nt >= 2 && member_tile[nt - 2] >= 16 && member_tile[nt - 1] >= 16;
-            plan.block = if plan.registers.is_some() && opts.block.is_empty() && wide {
+            plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
                 [16, 16, 1]
             } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !has_reduction {
                 [32, 8, 1]
@@ -738,47 +728,6 @@ fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
 /// (132 multiprocessors x 32 resident warps) once.
 const FEW_ROWS: i64 = 4096;
 const LONG_REDUCTION: i64 = 256;
-
-/// Tile sizes of the block members clamped to their extents: a member of
-/// extent `e` below its tile `t` takes `t' = 2^ceil(log2 e)` (a batch of
-/// one, a single query row), and the innermost block member, which runs on
-/// `threadIdx.x`, takes the freed factor `t / t'` while its own tile stays
-/// within its extent. Without this a 128 x 128 register tile over
-/// (queries = 1, keys) kept 15 of every 16 threads idle.
-fn fit_tiles_to_extents(tiles: &mut [i64], extents: &[Option<i64>], nb: usize) {
-    if nb == 0 {
-        return;
-    }
-    let pow2 = |e: i64| -> i64 { (e.max(1) as u64).next_power_of_two() as i64 };
-    let inner = nb - 1;
-    let mut freed = 1i64;
-    for (tile, extent) in tiles.iter_mut().zip(extents).take(inner) {
-        if let Some(e) = *extent {
-            let fit = pow2(e);
-            if *tile > fit {
-                freed *= *tile / fit;
-                *tile = fit;
-            }
-        }
-    }
-    let limit = extents
-        .get(inner)
-        .copied()
-        .flatten()
-        .map(pow2)
-        .unwrap_or(i64::MAX);
-    while freed > 1 && tiles[inner] * 2 <= limit.min(MAX_INNER_TILE) {
-        tiles[inner] *= 2;
-        freed /= 2;
-    }
-    if tiles[inner] > limit {
-        tiles[inner] = limit;
-    }
-}
-
-/// The largest tile [`fit_tiles_to_extents`] gives the innermost block
-/// member.
-const MAX_INNER_TILE: i64 = 128;
 
 /// The update statement whose reduction loop is member `r` of `band`, when
 /// that loop may run across threads: the band holds one update statement
