@@ -127,6 +127,19 @@ pub struct Cache {
     path: PathBuf,
 }
 
+/// How long a connection waits for another one's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether `e` is SQLite's "busy" or "locked": another connection holds
+/// the lock (worth another try).
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 fn db_error(path: &Path) -> impl Fn(rusqlite::Error) -> Error + '_ {
     move |e| Error::Environment(format!("cache {}: {e}", path.display()))
 }
@@ -150,30 +163,45 @@ impl Cache {
             })?;
         }
         let err = db_error(path);
-        let conn = Connection::open(path).map_err(&err)?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(&err)?;
-        // WAL: readers do not block the writer and the reverse.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(&err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(&err)?;
-        let mut cache = Cache {
+        // SQLite answers "database is locked" without waiting (the busy
+        // handler is not called) when several connections switch a new
+        // file to WAL or create its schema at the same moment; those steps
+        // are retried for up to the busy timeout.
+        let start = std::time::Instant::now();
+        let conn = loop {
+            match Self::connect(path) {
+                Ok(conn) => break conn,
+                Err(e) if is_busy(&e) && start.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(err(e)),
+            }
+        };
+        Ok(Cache {
             conn,
             path: path.to_path_buf(),
-        };
-        // The schema, unless there (a lookup then takes no write lock).
-        let tables: i64 = cache
-            .conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('entries', 'artifacts')",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(db_error(path))?;
+        })
+    }
+
+    /// One attempt at opening `path`: WAL mode, then the schema unless it
+    /// is there (a lookup then takes no write lock).
+    fn connect(path: &Path) -> rusqlite::Result<Connection> {
+        let mut conn = Connection::open(path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        // WAL: readers do not block the writer and the reverse.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let tables: i64 = conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('entries', 'artifacts')",
+            [],
+            |r| r.get(0),
+        )?;
         if tables < 2 {
-            cache.write(|tx| tx.execute_batch(SCHEMA))?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute_batch(SCHEMA)?;
+            tx.commit()?;
         }
-        Ok(cache)
+        Ok(conn)
     }
 
     /// Opens the cache at `path` only when the file exists (lookups never
