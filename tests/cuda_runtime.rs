@@ -213,6 +213,8 @@ fn run_json_reports_work_and_check() {
     let gbs = v["gb_per_s"].as_f64().unwrap();
     assert!((gbs - 4.0 * 1100.0 / (us * 1e3)).abs() < 1e-9 * gbs.max(1.0));
     assert!(v["tflop_per_s"].as_f64().unwrap() > 0.0);
+    // Per-kernel times are the GPU's; the CPU runs one function.
+    assert_eq!(v["kernels"], serde_json::json!([]));
 }
 
 #[test]
@@ -389,6 +391,10 @@ fn hand_written_kernel_runs_and_checks_on_a_gpu() {
     assert_eq!(r.launches, 1);
     assert!(r.device.contains("sm_"), "{}", r.device);
     assert!(r.median_us.unwrap() > 0.0);
+    // `--bench` also times the kernel on its own.
+    assert_eq!(r.kernel_us.len(), 1, "{:?}", r.kernel_us);
+    assert_eq!(r.kernel_us[0].0, "scale");
+    assert!(r.kernel_us[0].1 > 0.0, "{:?}", r.kernel_us);
     assert_eq!(r.work.flops, 1000);
     assert_eq!(r.work.bytes, 8000);
 }

@@ -239,20 +239,17 @@ fn map_kernel(
     let mut member_tile = sizes_for(false);
     // A tensor the threads own element by element stays in registers
     // (whether one does is independent of the tile sizes).
-    let registers = if opts.registers && reduction.is_none() && nb < n && lc >= nb {
-        let trial = tile_band(node.copy()?, &member_tile)?;
+    // The register tile of the band tiled by `member_tile`, if any.
+    let register_tile = |node: &ScheduleNode, member_tile: &[i64]| {
+        let trial = tile_band(node.copy()?, member_tile)?;
         let point = trial.get_child(0)?;
+        let tiles = &member_tile[..nb];
         super::registers::candidate(
-            isl,
-            program,
-            scop,
-            &trial,
-            &point,
-            nb,
-            nb,
-            &member_tile[..nb],
-            &plan.mark,
-        )?
+            isl, program, scop, &trial, &point, nb, nb, tiles, &plan.mark,
+        )
+    };
+    let registers = if opts.registers && reduction.is_none() && nb < n && lc >= nb {
+        register_tile(&node, &member_tile)?
     } else {
         None
     };
@@ -316,21 +313,7 @@ fn map_kernel(
     // simplifies it with the tiles' bounds: a member with a single tile at
     // the trial sizes loses its block term).
     let registers = match registers {
-        Some(_) => {
-            let trial = tile_band(node.copy()?, &member_tile)?;
-            let point = trial.get_child(0)?;
-            super::registers::candidate(
-                isl,
-                program,
-                scop,
-                &trial,
-                &point,
-                nb,
-                nb,
-                &member_tile[..nb],
-                &plan.mark,
-            )?
-        }
+        Some(_) => register_tile(&node, &member_tile)?,
         None => None,
     };
     let contraction = contraction.filter(|_| registers.is_some());
@@ -714,11 +697,8 @@ fn few_rows_long_reduction(program: &Program, scop: &Scop, band: &ScheduleNode) 
 fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
     let pma = isl_rs::PwMultiAff::from_map(relation.copy()?)?;
     for d in 0..pma.dim(isl_rs::DimType::Out)? {
-        if let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? {
-            let c = val_to_i64(&aff.get_coefficient_val(isl_rs::DimType::In, pos as i32)?)?;
-            if c != 0 {
-                return Ok(true);
-            }
+        if super::promote::coefficient(&pma.get_pw_aff(d)?, pos as i32)?.is_some_and(|c| c != 0) {
+            return Ok(true);
         }
     }
     Ok(false)

@@ -81,7 +81,8 @@ impl Scope {
     }
 }
 
-fn ids(isl: &Isl, space: isl_rs::Space, names: &[String]) -> Result<MultiId> {
+/// The tuple of identifiers `names` over `space` (for `bind`).
+pub(super) fn ids(isl: &Isl, space: isl_rs::Space, names: &[String]) -> Result<MultiId> {
     let mut list = IdList::alloc(&isl.ctx, names.len() as i32)?;
     for n in names {
         list = list.add(Id::read_from_str(&isl.ctx, n)?)?;
@@ -111,7 +112,7 @@ pub fn single_aff(pa: &PwAff) -> Result<Option<isl_rs::Aff>> {
 }
 
 /// Coefficient of input dimension `pos` in a single-piece affine `pa`.
-fn coefficient(pa: &PwAff, pos: i32) -> Result<Option<i64>> {
+pub(super) fn coefficient(pa: &PwAff, pos: i32) -> Result<Option<i64>> {
     let Some(aff) = single_aff(pa)? else {
         return Ok(None);
     };

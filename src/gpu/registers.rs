@@ -143,12 +143,12 @@ pub fn candidate(
             continue;
         }
         let map = isl_rs::Map::from_union_map(e)?;
-        let guard = domain_guard(isl, scop, map.copy()?.domain()?, nb, nt, tiles)?;
-        let pma = PwMultiAff::from_map(map)?;
         let names: Vec<String> = (0..nb)
             .map(|j| format!("pf_b{j}"))
             .chain((0..nt).map(|j| format!("pf_t{j}")))
             .collect();
+        let guard = domain_guard(isl, scop, map.copy()?.domain()?, &names, nb, tiles)?;
+        let pma = PwMultiAff::from_map(map)?;
         let mut element = Vec::new();
         for d in 0..tensor.shape.len() {
             match super::promote::expr_in(isl, pma.get_pw_aff(d as i32)?, &names) {
@@ -174,25 +174,26 @@ pub fn candidate(
     Ok(None)
 }
 
-/// The condition, in `pf_b<j>` (the first `nb` dimensions of `domain`) and
-/// `pf_t<j>` (the next `nt`), for `(b, t) ∈ domain`, simplified under what
-/// the printed loops already know: the block values `b` range over the
-/// projection of `domain`, each `t_j` lies in its tile `0 <= t_j < tiles[j]`
-/// and the parameters satisfy the context. `None` when that leaves nothing
-/// to test.
+/// The condition, in `names` (`pf_b<j>` for the first `nb` dimensions of
+/// `domain`, `pf_t<j>` for the rest), for `(b, t) ∈ domain`, simplified
+/// under what the printed loops already know: the block values `b` range
+/// over the projection of `domain`, each `t_j` lies in its tile
+/// `0 <= t_j < tiles[j]` and the parameters satisfy the context. `None`
+/// when that leaves nothing to test.
 ///
-/// `gist(domain, π_b(domain) × box(tiles) ∩ context)` keeps the constraints that
-/// tie `t` to `b` or fix `t` (`t_0 = 0` where a member has one value), and
-/// bounds of `b + t` by the tensor's extents, which the printed copy tests
-/// again; only the first kind changes which slots are copied.
+/// `gist(domain, π_b(domain) × box(tiles) ∩ context)` keeps the constraints
+/// that tie `t` to `b` or fix `t` (`t_0 = 0` where a member has one value),
+/// and bounds of `b + t` by the tensor's extents, which the printed copy
+/// tests again; only the first kind changes which slots are copied.
 fn domain_guard(
     isl: &Isl,
     scop: &Scop,
     domain: isl_rs::Set,
+    names: &[String],
     nb: usize,
-    nt: usize,
     tiles: &[i64],
 ) -> Result<Option<Expr>> {
+    let nt = names.len() - nb;
     let domain = domain.intersect_params(scop.context.copy()?)?;
     let mut known = domain
         .copy()?
@@ -209,22 +210,12 @@ fn domain_guard(
     if rest.plain_is_universe()? {
         return Ok(None);
     }
-    let names: Vec<String> = (0..nb)
-        .map(|j| format!("pf_b{j}"))
-        .chain((0..nt).map(|j| format!("pf_t{j}")))
-        .collect();
-    let space = rest.get_space()?;
-    let mut list = isl_rs::IdList::alloc(&isl.ctx, names.len() as i32)?;
-    for n in &names {
-        list = list.add(isl_rs::Id::read_from_str(&isl.ctx, n)?)?;
-    }
-    let ids = isl_rs::MultiId::from_id_list(space, list)?;
+    let ids = super::promote::ids(isl, rest.get_space()?, names)?;
     let bound = rest.bind(ids)?.from_params()?;
-    let context = isl_rs::Set::universe(bound.get_space()?.params()?)?;
-    let e =
-        crate::isl::ast_build_expr_from_set(context.from_params()?, bound).ok_or_else(|| {
-            crate::error::Error::Internal("isl could not print a register guard".into())
-        })?;
+    let context = isl_rs::Set::universe(bound.get_space()?.params()?)?.from_params()?;
+    let e = crate::isl::ast_build_expr_from_set(context, bound).ok_or_else(|| {
+        crate::error::Error::Internal("isl could not print a register guard".into())
+    })?;
     Ok(Some(crate::codegen::ast::expr_from_isl(&e)?))
 }
 

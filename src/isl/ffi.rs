@@ -100,21 +100,42 @@ pub fn ast_build_node_from_schedule(context: Set, schedule: Schedule) -> Option<
 /// An AST expression for `pa` under the parameter `context` (used to print
 /// inferred shapes and bounds as C).
 pub fn ast_build_expr_from_pw_aff(context: Set, pa: PwAff) -> Option<ASTExpr> {
-    let mut context = context;
     let mut pa = pa;
-    context.do_not_free_on_drop();
     pa.do_not_free_on_drop();
-    // SAFETY: as above; `pa` is taken, the build kept then freed.
+    let free = |ptr| {
+        drop(PwAff {
+            ptr,
+            should_free_on_drop: true,
+        })
+    };
+    // SAFETY: `pa` is an owned value whose ownership passes to isl.
+    unsafe { expr_from_context(context, pa.ptr, free, isl_ast_build_expr_from_pw_aff) }
+}
+
+/// `build_expr(build, arg)` on an AST build made from the parameter
+/// `context`, freeing the build after; `arg` is taken (freed with `free`
+/// when no build can be made).
+///
+/// # Safety
+/// `arg` must be an owned isl object that nothing else frees, of the type
+/// `build_expr` takes (`__isl_take`).
+unsafe fn expr_from_context(
+    context: Set,
+    arg: uintptr_t,
+    free: impl FnOnce(uintptr_t),
+    build_expr: unsafe extern "C" fn(uintptr_t, uintptr_t) -> uintptr_t,
+) -> Option<ASTExpr> {
+    let mut context = context;
+    context.do_not_free_on_drop();
+    // SAFETY: the context's ownership passes to isl (`__isl_take`); the
+    // caller guarantees `arg`; the build is freed before returning.
     unsafe {
         let build = isl_ast_build_from_context(context.ptr);
         if build == 0 {
-            drop(PwAff {
-                ptr: pa.ptr,
-                should_free_on_drop: true,
-            });
+            free(arg);
             return None;
         }
-        let e = isl_ast_build_expr_from_pw_aff(build, pa.ptr);
+        let e = build_expr(build, arg);
         isl_ast_build_free(build);
         if e == 0 {
             return None;
@@ -145,31 +166,16 @@ pub fn ast_node_type(node: &ASTNode) -> isl_rs::ASTNodeType {
 /// the parameter set `set`, under the parameter `context`. Returns `None`
 /// when isl fails.
 pub fn ast_build_expr_from_set(context: Set, set: Set) -> Option<ASTExpr> {
-    let mut context = context;
     let mut set = set;
-    context.do_not_free_on_drop();
     set.do_not_free_on_drop();
-    // SAFETY: both arguments are owned values whose ownership passes to
-    // isl (`__isl_take`); the build is freed before returning.
-    unsafe {
-        let build = isl_ast_build_from_context(context.ptr);
-        if build == 0 {
-            drop(Set {
-                ptr: set.ptr,
-                should_free_on_drop: true,
-            });
-            return None;
-        }
-        let e = isl_ast_build_expr_from_set(build, set.ptr);
-        isl_ast_build_free(build);
-        if e == 0 {
-            return None;
-        }
-        Some(ASTExpr {
-            ptr: e,
+    let free = |ptr| {
+        drop(Set {
+            ptr,
             should_free_on_drop: true,
         })
-    }
+    };
+    // SAFETY: `set` is an owned value whose ownership passes to isl.
+    unsafe { expr_from_context(context, set.ptr, free, isl_ast_build_expr_from_set) }
 }
 
 fn isl_rs_free_schedule(s: Schedule) {
