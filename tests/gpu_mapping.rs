@@ -701,3 +701,93 @@ fn k_major_operands_get_a_wgmma_path_emulated_from_its_descriptors() {
     let c = compile(&p, &gpu_options(&[128, 256, 32])).unwrap();
     assert!(!c.cuda.as_ref().unwrap().source.contains("wgmma.mma_async"));
 }
+
+/// `examples/NAME.json` with parameters set to `values`.
+fn example_with(name: &str, values: &[(&str, i64)]) -> polyfuse::frontend::ast::Program {
+    let path = format!("{}/examples/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let mut p = polyfuse::frontend::load_file(std::path::Path::new(&path)).unwrap();
+    for (n, v) in values {
+        let param = p.params.iter_mut().find(|q| q.name == *n).unwrap();
+        param.value = Some(*v);
+    }
+    p
+}
+
+/// Compiles `p` for the GPU and checks its emulation against the f64
+/// reference; returns the CUDA source.
+fn emulated_cuda(p: &polyfuse::frontend::ast::Program, options: &Options) -> String {
+    let mut c = compile(p, options).unwrap_or_else(|e| panic!("{e}"));
+    let source = c.cuda.as_ref().unwrap().source.clone();
+    c.kernel_c = c.emulation_c.clone().unwrap();
+    let r = run(
+        &c,
+        &RunOptions {
+            check: true,
+            bench_runs: 0,
+            seed: 11,
+        },
+    )
+    .unwrap();
+    let check = r.check.unwrap();
+    assert!(check.ok, "{}", check.line());
+    source
+}
+
+/// The text of kernel `k` in a CUDA source.
+fn kernel_text(source: &str, k: usize) -> &str {
+    let start = source.find(&format!(" kernel_{k}(")).unwrap();
+    let end = source[start..]
+        .find(&format!(" kernel_{}(", k + 1))
+        .map_or(source.len(), |e| start + e);
+    &source[start..end]
+}
+
+#[test]
+fn the_running_state_of_a_rolling_update_stays_in_the_threads_registers() {
+    // Fused softmax at odd sizes: the rolling maximum, its previous value
+    // and the rolling sum belong to one thread (one row) each, so the
+    // rolling loop reads X from global memory and nothing else; M and S
+    // leave the kernel (the output kernel reads them) and are stored once,
+    // M_prev does not leave it and never touches global memory.
+    let p = example_with("softmax_fused", &[("N", 37), ("D", 300)]);
+    let src = emulated_cuda(&p, &auto_gpu());
+    let k0 = kernel_text(&src, 0);
+    for t in ["M", "M_prev", "S"] {
+        assert!(k0.contains(&format!("pf_priv_kernel_0_{t};")), "{t}:\n{k0}");
+    }
+    assert!(!k0.contains("t_M_prev["), "{k0}");
+    assert_eq!(k0.matches("t_M[").count(), 1, "M is stored once:\n{k0}");
+    assert_eq!(k0.matches("t_S[").count(), 1, "S is stored once:\n{k0}");
+    // X is read by one thread per row too, but 300 elements are too many.
+    assert!(!k0.contains("pf_priv_kernel_0_X"), "{k0}");
+    // Without registers, nothing is private.
+    let mut off = auto_gpu();
+    off.gpu.as_mut().unwrap().registers = false;
+    let src = emulated_cuda(&p, &off);
+    assert!(!src.contains("pf_priv_"), "{src}");
+}
+
+#[test]
+fn attention_rows_keep_query_output_and_scores_in_registers() {
+    // Global attention fused into one kernel (maximal fusion), odd sizes
+    // (S = 37, D = 19): a thread per query row keeps the query row and the
+    // output row (D elements, loops over them unrolled) for the whole row,
+    // and the score of one key (P, accumulated over d) for one iteration
+    // of the key loop. Emulated and checked against the f64 reference.
+    let p = example_with("attention_global", &[("S", 37), ("D", 19)]);
+    let options = Options {
+        strategy: schedule::Strategy::Max,
+        ..auto_gpu()
+    };
+    let src = emulated_cuda(&p, &options);
+    assert!(src.contains("float pf_priv_kernel_0_O[19];"), "{src}");
+    assert!(src.contains("unsigned short pf_priv_kernel_0_Q[19];"), "{src}");
+    assert!(src.contains("float pf_priv_kernel_0_P;"), "{src}");
+    assert!(src.contains("#pragma unroll"), "{src}");
+    assert!(!src.contains("t_P["), "{src}");
+    assert!(!src.contains("t_O["), "{src}");
+    // K and V rows are read by every thread of a (batch, head): shared,
+    // never private.
+    assert!(!src.contains("pf_priv_kernel_0_K"), "{src}");
+    assert!(!src.contains("pf_priv_kernel_0_V"), "{src}");
+}

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
 use crate::gpu::contraction::Contraction;
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
+use crate::gpu::private::PrivateRegion;
 use crate::gpu::promote::Scope;
 use crate::gpu::registers::RegisterTile;
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
@@ -127,6 +128,7 @@ pub fn program(
         params: &params,
         mode: Mode::Native,
         overrides: Default::default(),
+        privates: Default::default(),
     };
     let args = crate::gpu::kernel_args(program, &scop.tensors);
     // The parameter list, from the argument order every launcher uses.
@@ -228,6 +230,7 @@ pub fn program(
             full_tile: false,
             nosync: false,
             mma: plan.contraction.as_ref(),
+            private: &plan.private,
             mark,
         };
         ctx.node(body, 1, &[], false, &mut source);
@@ -349,6 +352,8 @@ struct Ctx<'a> {
     nosync: bool,
     /// The kernel's contraction on tensor cores, if any.
     mma: Option<&'a Contraction>,
+    /// The kernel's thread-private regions (`private_<k>` marks).
+    private: &'a [PrivateRegion],
     /// The kernel's mark (`kernel_K`).
     mark: &'a str,
 }
@@ -535,6 +540,11 @@ impl Ctx<'_> {
                         // A loop of an unmapped member (or of a deeper band
                         // while a mapped member has a single iteration).
                         inner_pending = pending.to_vec();
+                        if self.emulate.is_none() && self.indexes_private(body, iterator) {
+                            // Unrolled, so the private array's subscripts
+                            // are constants and it stays in registers.
+                            let _ = writeln!(out, "{pad}#pragma unroll");
+                        }
                         let _ = writeln!(
                             out,
                             "{pad}for (pf_i {iterator} = {init}; {cond}; {iterator} += {inc}) {{"
@@ -589,6 +599,12 @@ impl Ctx<'_> {
                     let _ = writeln!(out, "{pad}}}");
                 } else {
                     self.node(body, depth, pending, in_thread, out);
+                }
+            }
+            Node::Mark { name, body } if name.starts_with("private_") => {
+                match self.private.iter().find(|r| &r.mark == name) {
+                    Some(region) => self.private_region(region, body, depth, pending, in_thread, out),
+                    None => self.node(body, depth, pending, in_thread, out),
                 }
             }
             Node::Mark { name, body } if name == "nosync" => {
@@ -1332,6 +1348,188 @@ impl Ctx<'_> {
     /// per tile (consecutive threads on consecutive elements of the
     /// innermost dimension; elements outside the tensor are skipped), and a
     /// barrier before the threads read the copies.
+    /// The thread-private region (see `gpu::private`): declare each
+    /// array, load the elements that come from outside the kernel, run
+    /// `body` on the arrays, store the elements that leave it. Elements of
+    /// a box outside the tensor are neither loaded nor stored.
+    fn private_region(
+        &self,
+        region: &PrivateRegion,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let _ = writeln!(out, "{pad}{{");
+        for (d, v) in region.prefix_values.iter().enumerate() {
+            if let Some(v) = v {
+                let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
+            }
+        }
+        let emulate = self.emulate.is_some();
+        let mut views = std::collections::HashMap::new();
+        for (k, a) in region.arrays.iter().enumerate() {
+            let storage = if emulate {
+                super::c::storage_type(a.dtype)
+            } else {
+                storage_type(a.dtype)
+            };
+            let offsets: Vec<String> = (0..a.offset.len()).map(|d| format!("pf_p{k}_{d}")).collect();
+            for (d, o) in a.offset.iter().enumerate() {
+                let _ = writeln!(out, "{pad}  const pf_i {} = {}; (void){};", offsets[d], self.e(o), offsets[d]);
+            }
+            let len: i64 = a.sizes.iter().product();
+            if a.is_scalar() {
+                let _ = writeln!(out, "{pad}  {storage} {};", a.buffer);
+            } else {
+                let _ = writeln!(out, "{pad}  {storage} {}[{len}];", a.buffer);
+            }
+            views.insert(
+                a.tensor.clone(),
+                super::expr::PrivateView {
+                    buffer: a.buffer.clone(),
+                    sizes: a.sizes.clone(),
+                    offset: offsets,
+                },
+            );
+        }
+        // One loop nest over the box of array `k`, `statement(private,
+        // global)` at each element inside the tensor.
+        let each = |out: &mut String, k: usize, statement: &dyn Fn(&str, &str) -> String| {
+            let a = &region.arrays[k];
+            let tensor = self
+                .scop
+                .tensor(&a.tensor)
+                .expect("private arrays come from the model");
+            let mut inner = depth + 1;
+            let mut conds = Vec::new();
+            let mut global = String::new();
+            let mut local = String::new();
+            for (d, size) in a.sizes.iter().enumerate() {
+                let g = if *size == 1 {
+                    format!("pf_p{k}_{d}")
+                } else {
+                    if !emulate {
+                        let _ = writeln!(out, "{}#pragma unroll", "  ".repeat(inner));
+                    }
+                    let _ = writeln!(
+                        out,
+                        "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
+                        "  ".repeat(inner)
+                    );
+                    inner += 1;
+                    local = if local.is_empty() {
+                        format!("pf_l{d}")
+                    } else {
+                        format!("({local}) * {size} + pf_l{d}")
+                    };
+                    format!("(pf_p{k}_{d} + pf_l{d})")
+                };
+                let extent = self
+                    .printer
+                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
+                conds.push(format!("{g} >= 0 && {g} < {extent}"));
+                global = if d == 0 {
+                    g
+                } else {
+                    format!("({global}) * {extent} + {g}")
+                };
+            }
+            if global.is_empty() {
+                global = "0".into();
+            }
+            let private = if local.is_empty() {
+                a.buffer.clone()
+            } else {
+                format!("{}[{local}]", a.buffer)
+            };
+            let cond = if conds.is_empty() {
+                "1".to_string()
+            } else {
+                conds.join(" && ")
+            };
+            let el = format!("{}[{global}]", tensor_name(&a.tensor));
+            let _ = writeln!(
+                out,
+                "{}if ({cond}) {}",
+                "  ".repeat(inner),
+                statement(&private, &el)
+            );
+            for _ in a.sizes.iter().filter(|s| **s != 1) {
+                inner -= 1;
+                let _ = writeln!(out, "{}}}", "  ".repeat(inner));
+            }
+        };
+        for (k, a) in region.arrays.iter().enumerate() {
+            if a.load {
+                each(out, k, &|p, g| format!("{p} = {g};"));
+            }
+        }
+        let outer = self.printer.privates.borrow().clone();
+        self.printer.privates.borrow_mut().extend(views);
+        self.node(body, depth + 1, pending, in_thread, out);
+        *self.printer.privates.borrow_mut() = outer;
+        for (k, a) in region.arrays.iter().enumerate() {
+            if a.store {
+                each(out, k, &|p, g| format!("{g} = {p};"));
+            }
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// Whether loop `iterator` over `body` moves the subscript of a
+    /// non-scalar private array along one of its box dimensions (then the
+    /// loop is unrolled: see `private_region`).
+    fn indexes_private(&self, body: &Node, iterator: &str) -> bool {
+        let views = self.printer.privates.borrow();
+        if views.values().all(|v| v.sizes.iter().all(|s| *s == 1)) {
+            return false;
+        }
+        fn mentions(e: &Expr, name: &str) -> bool {
+            match e {
+                Expr::Id(s) => s == name,
+                Expr::Op(_, v) => v.iter().any(|x| mentions(x, name)),
+                _ => false,
+            }
+        }
+        type Views = std::collections::HashMap<String, super::expr::PrivateView>;
+        fn walk(c: &Ctx, views: &Views, n: &Node, name: &str) -> bool {
+            match n {
+                Node::User { statement, args } => {
+                    let Some(s) = c.scop.statement(statement) else {
+                        return false;
+                    };
+                    s.accesses(c.program).iter().any(|acc| {
+                        let Some(a) = views.get(&acc.tensor) else {
+                            return false;
+                        };
+                        acc.subscripts.iter().enumerate().any(|(d, sub)| {
+                            a.sizes[d] > 1
+                                && sub.terms.iter().any(|(var, _)| {
+                                    s.iterators
+                                        .iter()
+                                        .position(|i| i == var)
+                                        .and_then(|p| args.get(p))
+                                        .is_some_and(|e| mentions(e, name))
+                                })
+                        })
+                    })
+                }
+                Node::For { body, .. } | Node::Mark { body, .. } => walk(c, views, body, name),
+                Node::If {
+                    then, otherwise, ..
+                } => {
+                    walk(c, views, then, name)
+                        || otherwise.as_deref().is_some_and(|e| walk(c, views, e, name))
+                }
+                Node::Block(v) => v.iter().any(|x| walk(c, views, x, name)),
+            }
+        }
+        walk(self, &views, body, iterator)
+    }
+
     fn copy_in(&self, depth: usize, out: &mut String) {
         let Some(scope) = self.scope else {
             return;

@@ -47,6 +47,20 @@ pub struct Printer<'a> {
     /// Element references that replace `t_X[...]` for some accesses (keyed
     /// by `model::access_text`): reads of tiles promoted to shared memory.
     pub overrides: std::cell::RefCell<HashMap<String, String>>,
+    /// Tensors held in thread-private arrays where the printer is (see
+    /// `gpu::private`): every access to them names the array instead.
+    pub privates: std::cell::RefCell<HashMap<String, PrivateView>>,
+}
+
+/// A thread-private array as the printer addresses it: element `a` of the
+/// tensor is `buffer[a - offset]`, linearised over the box `sizes`
+/// (dimensions of size 1 drop out; all of them: a scalar).
+#[derive(Debug, Clone)]
+pub struct PrivateView {
+    pub buffer: String,
+    pub sizes: Vec<i64>,
+    /// C text of the box offset along each dimension.
+    pub offset: Vec<String>,
 }
 
 impl Printer<'_> {
@@ -81,6 +95,25 @@ impl Printer<'_> {
             .get(&crate::model::access_text(tensor, subs))
         {
             return e.clone();
+        }
+        if let Some(v) = self.privates.borrow().get(tensor) {
+            let mut idx = String::new();
+            for (d, s) in subs.iter().enumerate() {
+                if v.sizes[d] == 1 {
+                    continue;
+                }
+                let local = format!("({} - {})", self.affine(s, env), v.offset[d]);
+                idx = if idx.is_empty() {
+                    local
+                } else {
+                    format!("({idx} * {} + {local})", v.sizes[d])
+                };
+            }
+            return if idx.is_empty() {
+                v.buffer.clone()
+            } else {
+                format!("{}[{idx}]", v.buffer)
+            };
         }
         let t = self.tensor(tensor);
         let mut idx = String::new();

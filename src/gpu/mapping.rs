@@ -63,6 +63,9 @@ pub struct KernelPlan {
     /// The kernel is a contraction run on tensor cores: its register
     /// region is printed as warp fragments (see `gpu::contraction`).
     pub contraction: Option<super::contraction::Contraction>,
+    /// Tensors each thread keeps in registers inside its thread loops
+    /// (the `private` mark; see `gpu::private`).
+    pub private: Vec<super::private::PrivateRegion>,
 }
 
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
@@ -172,7 +175,9 @@ fn map_kernel(
         reduce_x: false,
         registers: None,
         contraction: None,
+        private: Vec::new(),
     };
+    let kernel_domain = node.get_domain()?;
     while node.get_type()? == ScheduleNodeType::Mark {
         node = node.child(0)?;
     }
@@ -399,6 +404,26 @@ fn map_kernel(
                 let depth = node.get_schedule_depth()?;
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
+            }
+            if opts.registers && reduction.is_none() && plan.registers.is_none() {
+                // Below the thread loops: what one thread owns stays in
+                // its registers.
+                let exclude: std::collections::HashSet<String> = plan
+                    .scope
+                    .iter()
+                    .flat_map(|s| s.arrays.iter().map(|a| a.tensor.clone()))
+                    .collect();
+                let (below, regions) = super::private::insert_regions(
+                    isl,
+                    program,
+                    scop,
+                    node,
+                    &kernel_domain,
+                    &plan.mark,
+                    &exclude,
+                )?;
+                node = below;
+                plan.private = regions;
             }
             plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
                 [16, 16, 1]

@@ -11,6 +11,7 @@
 pub mod contraction;
 pub mod mapping;
 pub mod promote;
+pub mod private;
 pub mod registers;
 
 use std::collections::HashMap;

@@ -267,28 +267,7 @@ fn hoistable_init(
     let AssignOp::Reduce { op, init: true } = program.statements[init.source].op else {
         return Ok(None);
     };
-    let Some(tensor) = scop.tensor(t) else {
-        return Ok(None);
-    };
-    let params: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
-    let dims: Vec<String> = (0..tensor.shape.len()).map(|d| format!("e{d}")).collect();
-    let bounds: Vec<String> = tensor
-        .shape
-        .iter()
-        .zip(&dims)
-        .map(|(extent, d)| format!("0 <= {d} < {extent}"))
-        .collect();
-    let text = format!(
-        "[{}] -> {{ {t}[{}] : {} }}",
-        params.join(", "),
-        dims.join(", "),
-        if bounds.is_empty() {
-            "true".to_string()
-        } else {
-            bounds.join(" and ")
-        }
-    );
-    let all = isl.set(&text)?.intersect_params(scop.context.copy()?)?;
+    let all = tensor_elements(isl, program, scop, t)?;
     let written = init
         .write
         .copy()?
@@ -317,4 +296,31 @@ pub fn carries_cross_thread_dependences(
     let same_thread = threads.copy()?.apply_range(threads.reverse()?)?;
     let crossing = super::mapping::differ_only_from(band)?.subtract(same_thread)?;
     Ok(!deps.all()?.intersect(crossing)?.is_empty()?)
+}
+
+/// `{ t[e] : 0 <= e < shape(t) }` in the program's context: every element
+/// of tensor `t`.
+pub fn tensor_elements(isl: &Isl, program: &Program, scop: &Scop, t: &str) -> Result<isl_rs::Set> {
+    let tensor = scop
+        .tensor(t)
+        .ok_or_else(|| crate::error::Error::Internal(format!("unknown tensor {t}")))?;
+    let params: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
+    let dims: Vec<String> = (0..tensor.shape.len()).map(|d| format!("e{d}")).collect();
+    let bounds: Vec<String> = tensor
+        .shape
+        .iter()
+        .zip(&dims)
+        .map(|(extent, d)| format!("0 <= {d} < {extent}"))
+        .collect();
+    let text = format!(
+        "[{}] -> {{ {t}[{}] : {} }}",
+        params.join(", "),
+        dims.join(", "),
+        if bounds.is_empty() {
+            "true".to_string()
+        } else {
+            bounds.join(" and ")
+        }
+    );
+    Ok(isl.set(&text)?.intersect_params(scop.context.copy()?)?)
 }
