@@ -332,8 +332,26 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
         bar.set_style(style);
     }
     bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    // Without a terminal (a log file, CI) the bar draws nothing: one line
+    // per generation instead.
+    let lines = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let started = std::time::Instant::now();
     let mut progress = |cands: &[search::Candidate], best: Option<usize>| {
         bar.set_position(cands.len() as u64);
+        if lines {
+            let best = best.and_then(|b| cands.get(b)).map_or(String::new(), |b| {
+                format!(
+                    ", best {:.1} us: {}",
+                    b.time_us.unwrap_or(0.0),
+                    b.variant.label()
+                )
+            });
+            eprintln!(
+                "polyfuse tune: {} candidates in {:.0} s{best}",
+                cands.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
         if let Some(b) = best.and_then(|b| cands.get(b)) {
             bar.set_message(format!(
                 "best {:.1} us: {}",
@@ -342,7 +360,6 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
             ));
         }
     };
-    let started = std::time::Instant::now();
     let outcome = search::tune(&program, &settings, &mut progress)?;
     bar.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();

@@ -781,7 +781,10 @@ fn attention_rows_keep_query_output_and_scores_in_registers() {
     };
     let src = emulated_cuda(&p, &options);
     assert!(src.contains("float pf_priv_kernel_0_O[19];"), "{src}");
-    assert!(src.contains("unsigned short pf_priv_kernel_0_Q[19];"), "{src}");
+    assert!(
+        src.contains("unsigned short pf_priv_kernel_0_Q[19];"),
+        "{src}"
+    );
     assert!(src.contains("float pf_priv_kernel_0_P;"), "{src}");
     assert!(src.contains("#pragma unroll"), "{src}");
     assert!(!src.contains("t_P["), "{src}");

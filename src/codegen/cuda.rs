@@ -603,7 +603,9 @@ impl Ctx<'_> {
             }
             Node::Mark { name, body } if name.starts_with("private_") => {
                 match self.private.iter().find(|r| &r.mark == name) {
-                    Some(region) => self.private_region(region, body, depth, pending, in_thread, out),
+                    Some(region) => {
+                        self.private_region(region, body, depth, pending, in_thread, out)
+                    }
                     None => self.node(body, depth, pending, in_thread, out),
                 }
             }
@@ -1376,9 +1378,17 @@ impl Ctx<'_> {
             } else {
                 storage_type(a.dtype)
             };
-            let offsets: Vec<String> = (0..a.offset.len()).map(|d| format!("pf_p{k}_{d}")).collect();
+            let offsets: Vec<String> = (0..a.offset.len())
+                .map(|d| format!("pf_p{k}_{d}"))
+                .collect();
             for (d, o) in a.offset.iter().enumerate() {
-                let _ = writeln!(out, "{pad}  const pf_i {} = {}; (void){};", offsets[d], self.e(o), offsets[d]);
+                let _ = writeln!(
+                    out,
+                    "{pad}  const pf_i {} = {}; (void){};",
+                    offsets[d],
+                    self.e(o),
+                    offsets[d]
+                );
             }
             let len: i64 = a.sizes.iter().product();
             if a.is_scalar() {
@@ -1522,7 +1532,9 @@ impl Ctx<'_> {
                     then, otherwise, ..
                 } => {
                     walk(c, views, then, name)
-                        || otherwise.as_deref().is_some_and(|e| walk(c, views, e, name))
+                        || otherwise
+                            .as_deref()
+                            .is_some_and(|e| walk(c, views, e, name))
                 }
                 Node::Block(v) => v.iter().any(|x| walk(c, views, x, name)),
             }

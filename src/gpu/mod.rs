@@ -10,8 +10,8 @@
 
 pub mod contraction;
 pub mod mapping;
-pub mod promote;
 pub mod private;
+pub mod promote;
 pub mod registers;
 
 use std::collections::HashMap;

@@ -276,7 +276,10 @@ fn promote(search: &mut Search, node: &ScheduleNode, mark: &str) -> Result<Priva
             .subtract(writes.copy()?)?
             .intersect_domain(outside.copy()?)?
             .is_empty()?;
-        let written_here = !writes.copy()?.intersect_domain(domain.copy()?)?.is_empty()?;
+        let written_here = !writes
+            .copy()?
+            .intersect_domain(domain.copy()?)?
+            .is_empty()?;
         let load = tensor.role == TensorRole::Input || outside_writes;
         let store = written_here && (tensor.role == TensorRole::Output || outside_reads);
         if store && !load {

@@ -311,8 +311,10 @@ pub enum Search {
 pub struct Settings {
     pub search: Search,
     pub seed: u64,
-    /// Wall-clock budget: no generation starts and no candidate is measured
-    /// after it (the first generation, with the default, always is).
+    /// Wall-clock budget, the check's reference included: no generation
+    /// starts and no candidate is measured after it (the default, measured
+    /// first, always is); the candidate being measured when it runs out
+    /// finishes.
     pub budget: Duration,
     /// At most this many candidates measured (None: only the budget).
     pub max_candidates: Option<usize>,
@@ -410,6 +412,14 @@ pub fn tune(
             reference.as_deref(),
             deadline,
         )
+    };
+    // The budget is wall-clock time for the whole tune, the reference
+    // included.
+    let settings = &Settings {
+        budget: settings
+            .budget
+            .saturating_sub(Duration::from_secs_f64(reference_seconds.unwrap_or(0.0))),
+        ..settings.clone()
     };
     let mut outcome = search(&space, settings, &mut eval, progress)?;
     outcome.reference_seconds = reference_seconds;
@@ -524,9 +534,10 @@ pub fn search(
         } else {
             stale = 0;
         }
-        // After the first generation, candidates not measured when the
-        // budget runs out are dropped (the default is always measured).
-        let deadline = (generation > 0).then(|| start + settings.budget);
+        // Candidates not measured when the budget runs out are dropped
+        // (the default, the first candidate measured, always is: the
+        // deadline is tested before each candidate).
+        let deadline = Some(start + settings.budget);
         let results = eval(&fresh, deadline)?;
         for (v, result) in fresh.into_iter().zip(results) {
             let Some((result, device)) = result else {
