@@ -11,7 +11,8 @@
 #   default.json  polyfuse run --target cuda --bench --json --no-cache
 #                 (the default schedule, 50 timed runs)
 #   tune.json     polyfuse tune --target cuda --budget BUDGET --json into a
-#                 fresh cache ($OUT/NAME/cache.sqlite); its progress on stderr
+#                 fresh cache (TUNE_CACHE, default /tmp/gpu-tune-cache/NAME.sqlite:
+#                 SQLite needs a local file system); progress in tune.log
 #   tuned.json    polyfuse run --target cuda --bench --json with that cache
 #                 (the tuned options, found there by the program's key)
 #   peers.jsonl   scripts/peers.py NAME (the PyTorch peers, same call)
@@ -20,7 +21,8 @@
 # Environment: POLYFUSE (binary, default target/release/polyfuse), OUT
 # (default /tmp/gpu-tune), PYTHON (default python3), TUNE_RUNS (timed runs
 # per candidate, default 5), PEERS_COMPILE (peers.py --compile, default all),
-# TARGET (default cuda; cpu to try the script without a GPU).
+# TARGET (default cuda; cpu to try the script without a GPU), TUNE_TIMEOUT_S
+# (a hard limit on the tune step, default 420 s: the rest must fit the call).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,14 +50,20 @@ done
 name=$(basename "$file" .json)
 dir=$OUT/$name
 mkdir -p "$dir"
-rm -f "$dir"/cache.sqlite* "$dir"/*.json "$dir"/*.jsonl "$dir"/*.log
+# The cache lives on the machine's local disk: SQLite's locking and WAL
+# need a file system that supports them, which $OUT need not be.
+cache=${TUNE_CACHE:-/tmp/gpu-tune-cache/$name.sqlite}
+mkdir -p "$(dirname "$cache")"
+rm -f "$cache" "$cache"-* "$dir"/*.json "$dir"/*.jsonl "$dir"/*.log
 
 echo "gpu-tune: $name ($file), budget $budget, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" | tee "$dir/summary.txt"
 
 "$POLYFUSE" run "$file" --target "${TARGET:-cuda}" --bench --runs 50 --json --no-cache >"$dir/default.json" 2>"$dir/default.log"
-"$POLYFUSE" tune "$file" --target "${TARGET:-cuda}" --budget "$budget" --runs "${TUNE_RUNS:-5}" --json \
-    --cache "$dir/cache.sqlite" "$@" >"$dir/tune.json" 2>"$dir/tune.log"
-"$POLYFUSE" run "$file" --target "${TARGET:-cuda}" --bench --runs 50 --json --cache "$dir/cache.sqlite" \
+timeout "${TUNE_TIMEOUT_S:-420}" "$POLYFUSE" tune "$file" --target "${TARGET:-cuda}" --budget "$budget" --runs "${TUNE_RUNS:-5}" --json \
+    --cache "$cache" "$@" >"$dir/tune.json" 2>"$dir/tune.log" ||
+    { echo "gpu-tune: tune failed or passed TUNE_TIMEOUT_S; the end of tune.log:" | tee -a "$dir/summary.txt"
+      tail -5 "$dir/tune.log" | tee -a "$dir/summary.txt"; exit 1; }
+"$POLYFUSE" run "$file" --target "${TARGET:-cuda}" --bench --runs 50 --json --cache "$cache" \
     >"$dir/tuned.json" 2>"$dir/tuned.log"
 "$PYTHON" scripts/peers.py "$name" --out "$dir/peers.jsonl" --compile "${PEERS_COMPILE:-all}" \
     >"$dir/peers.log" 2>&1 || echo "gpu-tune: peers failed (see peers.log)" | tee -a "$dir/summary.txt"

@@ -758,7 +758,9 @@ fn the_running_state_of_a_rolling_update_stays_in_the_threads_registers() {
     assert!(!k0.contains("t_M_prev["), "{k0}");
     assert_eq!(k0.matches("t_M[").count(), 1, "M is stored once:\n{k0}");
     assert_eq!(k0.matches("t_S[").count(), 1, "S is stored once:\n{k0}");
-    // X is read by one thread per row too, but 300 elements are too many.
+    // X is read by one thread per row too, but 300 elements are too many
+    // for the row, and one element read in one step of the loop gains
+    // nothing (on the H100 such a copy made this kernel 30% slower).
     assert!(!k0.contains("pf_priv_kernel_0_X"), "{k0}");
     // Without registers, nothing is private.
     let mut off = auto_gpu();

@@ -246,6 +246,13 @@ fn promote(search: &mut Search, node: &ScheduleNode, mark: &str) -> Result<Priva
         if len > MAX_ELEMENTS || len <= 0 {
             continue;
         }
+        let written_here = !writes.copy()?.intersect_domain(domain.copy()?)?.is_empty()?;
+        if !written_here && len == 1 {
+            // One element read in one iteration: the compiler keeps it in
+            // a register already (the reads are the same load); a private
+            // copy only adds a guarded load.
+            continue;
+        }
         let words = len * (tensor.dtype.size() as i64 / 4).max(1);
         if search.registers + words > MAX_REGISTERS {
             continue;
