@@ -246,7 +246,10 @@ fn promote(search: &mut Search, node: &ScheduleNode, mark: &str) -> Result<Priva
         if len > MAX_ELEMENTS || len <= 0 {
             continue;
         }
-        let written_here = !writes.copy()?.intersect_domain(domain.copy()?)?.is_empty()?;
+        let written_here = !writes
+            .copy()?
+            .intersect_domain(domain.copy()?)?
+            .is_empty()?;
         if !written_here && len == 1 {
             // One element read in one iteration: the compiler keeps it in
             // a register already (the reads are the same load); a private

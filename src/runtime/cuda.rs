@@ -428,6 +428,20 @@ pub fn run_checked(
     device: usize,
     reference: Option<&Reference>,
 ) -> Result<RunReport> {
+    run_checked_within(compiled, opts, device, reference, None)
+}
+
+/// [`run_checked`], giving up on the timing when the first warm-up run
+/// takes longer than `give_up_after_us`: the report's median is then that
+/// one run (the tuner's way of not spending its budget on a candidate many
+/// times slower than its best).
+pub fn run_checked_within(
+    compiled: &Compiled,
+    opts: &RunOptions,
+    device: usize,
+    reference: Option<&Reference>,
+    give_up_after_us: Option<f64>,
+) -> Result<RunReport> {
     let program = compiled.cuda.as_ref().ok_or_else(|| {
         Error::Internal("the program was compiled without the GPU mapping".into())
     })?;
@@ -438,7 +452,16 @@ pub fn run_checked(
     // cudarc panics on a few conditions it treats as impossible (a missing
     // driver entry point); those become errors rather than crashes.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute(&gpu, program, compiled, &counts, &slots, opts, reference)
+        execute(
+            &gpu,
+            program,
+            compiled,
+            &counts,
+            &slots,
+            opts,
+            reference,
+            give_up_after_us,
+        )
     }))
     .map_err(|p| {
         Error::Internal(format!(
@@ -468,6 +491,7 @@ type Executed = (
     Vec<(String, f64)>,
 );
 
+#[allow(clippy::too_many_arguments)]
 fn execute(
     gpu: &Gpu,
     program: &CudaProgram,
@@ -476,6 +500,7 @@ fn execute(
     slots: &[ArgSlot],
     opts: &RunOptions,
     reference: Option<&Reference>,
+    give_up_after_us: Option<f64>,
 ) -> Result<Executed> {
     let (ptx, arch) = compile_for(gpu, &program.source)?;
     let launches = prepare(gpu, program, compiled, ptx)?;
@@ -553,16 +578,28 @@ fn execute(
             }
             Ok(())
         };
-        for _ in 0..WARMUP_RUNS {
-            run_all()?;
-        }
-        gpu.stream.synchronize().map_err(|e| driver("warm-up", e))?;
         let event = || {
             gpu.ctx
                 .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| driver("creating an event", e))
         };
         let (start, end) = (event()?, event()?);
+        // The first warm-up is timed: far too slow, and that one run is
+        // the answer.
+        start.record(&gpu.stream).map_err(|e| driver("timing", e))?;
+        run_all()?;
+        end.record(&gpu.stream).map_err(|e| driver("timing", e))?;
+        let first_us = f64::from(start.elapsed_ms(&end).map_err(|e| driver("timing", e))?) * 1e3;
+        if give_up_after_us.is_some_and(|cap| first_us > cap) {
+            gpu.stream
+                .synchronize()
+                .map_err(|e| driver("finishing", e))?;
+            return Ok((check, Some(first_us), arch, launches.len(), Vec::new()));
+        }
+        for _ in 1..WARMUP_RUNS {
+            run_all()?;
+        }
+        gpu.stream.synchronize().map_err(|e| driver("warm-up", e))?;
         // Short programs: several runs back to back per pair of events, so
         // that the host's launch latency is not timed with them (the queue
         // stays ahead of the GPU); peers.py replays a CUDA graph likewise.

@@ -197,6 +197,7 @@ fn fill(
             request.seed,
             true,
             reference.as_deref(),
+            None,
         )?;
         *device = Some(report.device.clone());
         if let Some(c) = &report.check {

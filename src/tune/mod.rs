@@ -59,7 +59,7 @@ pub fn measure(
     runs: usize,
     seed: u64,
 ) -> Result<RunReport> {
-    measure_with(compiled, target, runs, seed, true, None)
+    measure_with(compiled, target, runs, seed, true, None, None)
 }
 
 /// [`measure`], with the check only when `check`; on a GPU, checked
@@ -72,6 +72,7 @@ pub fn measure_with(
     seed: u64,
     check: bool,
     reference: Option<&crate::runtime::cuda::Reference>,
+    give_up_after_us: Option<f64>,
 ) -> Result<RunReport> {
     let opts = cpu::RunOptions {
         check,
@@ -87,9 +88,13 @@ pub fn measure_with(
             }
             cpu::run(&c, &opts)
         }
-        MeasureTarget::Cuda(device) => {
-            crate::runtime::cuda::run_checked(compiled, &opts, device, reference)
-        }
+        MeasureTarget::Cuda(device) => crate::runtime::cuda::run_checked_within(
+            compiled,
+            &opts,
+            device,
+            reference,
+            give_up_after_us,
+        ),
     }
 }
 

@@ -403,7 +403,7 @@ pub fn tune(
     } else {
         None
     };
-    let mut eval = |fresh: &[Variant], deadline: Option<Instant>| {
+    let mut eval = |fresh: &[Variant], deadline: Option<Instant>, best_us: Option<f64>| {
         evaluate(
             program,
             fresh,
@@ -411,6 +411,7 @@ pub fn tune(
             gpu,
             reference.as_deref(),
             deadline,
+            best_us,
         )
     };
     // The budget is wall-clock time for the whole tune, the reference
@@ -428,8 +429,16 @@ pub fn tune(
 
 /// Measures a generation's new variants (None: skipped, the budget ran
 /// out before it).
+/// The third argument is the best time so far, if any (see
+/// [`GIVE_UP_FACTOR`]).
 pub type Evaluator<'a> =
-    dyn FnMut(&[Variant], Option<Instant>) -> Result<Vec<Option<Evaluated>>> + 'a;
+    dyn FnMut(&[Variant], Option<Instant>, Option<f64>) -> Result<Vec<Option<Evaluated>>> + 'a;
+
+/// A candidate whose first run takes this many times the best time so far
+/// is not timed further (it cannot become the best, and a 4096^3 gemm with
+/// a poor schedule takes seconds per run, which a five-minute budget cannot
+/// afford 15 times per candidate); it counts as failed, with its one time.
+pub const GIVE_UP_FACTOR: f64 = 10.0;
 
 /// The search itself, over `space`, with candidates measured by `eval`
 /// (see [`tune`]).
@@ -538,7 +547,8 @@ pub fn search(
         // (the default, the first candidate measured, always is: the
         // deadline is tested before each candidate).
         let deadline = Some(start + settings.budget);
-        let results = eval(&fresh, deadline)?;
+        let best_us = outcome.best.and_then(|b| outcome.candidates[b].time_us);
+        let results = eval(&fresh, deadline, best_us)?;
         for (v, result) in fresh.into_iter().zip(results) {
             let Some((result, device)) = result else {
                 continue;
@@ -605,6 +615,7 @@ fn evaluate(
     gpu: bool,
     reference: Option<&crate::runtime::cuda::Reference>,
     deadline: Option<Instant>,
+    best_us: Option<f64>,
 ) -> Result<Vec<Option<Evaluated>>> {
     let jobs = settings.jobs.max(1).min(variants.len().max(1));
     type Both = std::result::Result<(Compiled, Option<Compiled>), String>;
@@ -651,16 +662,42 @@ fn evaluate(
             let env_error = &env_error;
             handles.push(s.spawn(move || {
                 let mut res = Vec::new();
+                // The best time this thread knows of: the search's, then
+                // its own (the default, measured first, sets it in the
+                // first generation).
+                let mut best = best_us;
                 for (i, c) in mine {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
                     }
+                    let give_up = best.map(|b| b * GIVE_UP_FACTOR);
                     let r = match c {
                         Err(e) => (Err(format!("compile: {e}")), None),
                         Ok((c, small)) => {
-                            match measure_candidate(c, small.as_ref(), target, settings, reference)
-                            {
+                            match measure_candidate(
+                                c,
+                                small.as_ref(),
+                                target,
+                                settings,
+                                reference,
+                                give_up,
+                            ) {
+                                Ok((check, Some(t), device))
+                                    if give_up.is_some_and(|g| t > g)
+                                        && check.as_ref().is_none_or(|ch| ch.ok) =>
+                                {
+                                    let text = format!(
+                                        "too slow: a run took {t:.1} us, over {GIVE_UP_FACTOR}x the best {:.1} us",
+                                        best.unwrap_or(0.0)
+                                    );
+                                    (Err(text), Some(device))
+                                }
                                 Ok((check, time, device)) => {
+                                    if check.as_ref().is_some_and(|ch| ch.ok) {
+                                        if let Some(t) = time {
+                                            best = Some(best.map_or(t, |b| b.min(t)));
+                                        }
+                                    }
                                     let device = Some(device);
                                     match (&check, time) {
                                         (Some(ch), Some(t)) if ch.ok => {
@@ -719,20 +756,37 @@ fn measure_candidate(
     target: MeasureTarget,
     settings: &Settings,
     reference: Option<&crate::runtime::cuda::Reference>,
+    give_up_after_us: Option<f64>,
 ) -> Result<(
     Option<crate::runtime::data::CheckResult>,
     Option<f64>,
     String,
 )> {
     let Some(small) = small else {
-        let r = measure_with(full, target, settings.runs, settings.seed, true, reference)?;
+        let r = measure_with(
+            full,
+            target,
+            settings.runs,
+            settings.seed,
+            true,
+            reference,
+            give_up_after_us,
+        )?;
         return Ok((r.check, r.median_us, r.device));
     };
-    let checked = measure_with(small, target, 0, settings.seed, true, reference)?;
+    let checked = measure_with(small, target, 0, settings.seed, true, reference, None)?;
     if !checked.check.as_ref().is_some_and(|c| c.ok) {
         return Ok((checked.check, None, checked.device));
     }
-    let timed = measure_with(full, target, settings.runs, settings.seed, false, None)?;
+    let timed = measure_with(
+        full,
+        target,
+        settings.runs,
+        settings.seed,
+        false,
+        None,
+        give_up_after_us,
+    )?;
     Ok((checked.check, timed.median_us, timed.device))
 }
 
@@ -842,7 +896,11 @@ mod tests {
     /// A deterministic stand-in for measuring: a time from the variant's
     /// text (smaller tiles and `sink=off` are "faster"), failing for
     /// `strategy=max`.
-    fn synthetic(fresh: &[Variant], _: Option<Instant>) -> Result<Vec<Option<Evaluated>>> {
+    fn synthetic(
+        fresh: &[Variant],
+        _: Option<Instant>,
+        _: Option<f64>,
+    ) -> Result<Vec<Option<Evaluated>>> {
         Ok(fresh
             .iter()
             .map(|v| {
