@@ -149,7 +149,9 @@ impl Common {
         arch: &str,
         gpu: bool,
     ) -> Option<(polyfuse::Compiled, Options)> {
-        if self.any_option() || arch.is_empty() || program.schedule.is_some() {
+        // A program's `schedule` directives are part of its key: the tuned
+        // options were measured with them.
+        if self.any_option() || arch.is_empty() {
             return None;
         }
         let path = self.cache.path()?;

@@ -713,3 +713,27 @@ fn candidates_can_be_checked_at_other_sizes() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("Q"), "{}", stderr(&o));
 }
+
+#[test]
+fn programs_with_repair_directives_use_their_tuned_options_too() {
+    // The fused softmax has a `schedule` key (a rolling update): its key
+    // holds the directives, and the tuned options were measured with them,
+    // so `run` uses them (before, such programs skipped the cache and a
+    // tune of them had no effect).
+    let dir = scratch("directives");
+    let cache = dir.join("cache.sqlite");
+    let f = "examples/softmax_fused.json";
+    let v = tune_json(
+        f,
+        &["--max-candidates", "4", "--population", "4", "--seed", "1"],
+        Some(&cache),
+    );
+    assert!(v["best"]["variant"].is_string(), "{v}");
+    let o = polyfuse(&["run", f, "--check"], Some(&cache));
+    assert!(ok(&o).contains("check: ok"));
+    assert!(
+        stderr(&o).contains("using tuned options from the cache"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -455,7 +455,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
 /// device 0 and skips the cache where no driver is found. A cache that
 /// cannot be read is skipped.
 fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i32)>> {
-    if state.options_set || program.schedule.is_some() {
+    if state.options_set {
         return Ok(None);
     }
     let path = match &state.cache {
