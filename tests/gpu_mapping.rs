@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use polyfuse::frontend::load_str;
+use polyfuse::frontend::ast::Program;
+use polyfuse::frontend::{apply_param_overrides, load_file, load_str};
 use polyfuse::gpu::{mapping, GpuOptions, KernelArg};
 use polyfuse::isl::{Isl, IslPrint};
 use polyfuse::runtime::cpu::{run, RunOptions};
@@ -322,32 +323,39 @@ fn register_tiles_copy_only_the_slots_of_their_thread_points() {
     }
 }
 
+/// A program of partial reductions `R(h, s) max=! x`, `x` a read of `X`
+/// (declared with `shape`) over the reduction loop `u`.
+fn partial_reductions(h: i64, s: i64, u: i64, shape: &str, x: &str) -> String {
+    format!(
+        r#"{{ "name": "partial", "params": {{ "H": {h}, "S": {s}, "U": {u} }},
+             "inputs": {{ "X": {{"dtype": "f32", "shape": {shape}}} }},
+             "outputs": {{ "R": {{"dtype": "f32", "shape": ["H", "S"]}} }},
+             "body": [ "R(h, s) max=! {x}" ] }}"#
+    )
+}
+
 #[test]
 fn few_long_rows_without_reuse_are_reduced_by_warps() {
-    // Two parallel loops with 32 x 64 instances and 600-step reductions
-    // that read a different row each (the partial reductions of a split-k
-    // update): a warp per row, not a thread. Odd sizes, emulated.
-    let json = |h: i64, s: i64, u: i64| {
-        format!(
-            r#"{{ "name": "partial", "params": {{ "H": {h}, "S": {s}, "U": {u} }},
-             "inputs": {{ "X": {{"dtype": "f32", "shape": ["H", "S", "U"]}} }},
-             "outputs": {{ "R": {{"dtype": "f32", "shape": ["H", "S"]}} }},
-             "body": [ "R(h, s) max=! X(h, s, u)" ] }}"#
-        )
-    };
+    // Two parallel loops with 31 x 63 instances and 600-step reductions
+    // that read a different element each (the partial reductions of a
+    // split-k update): a warp per row, not a thread. X's rows run along
+    // s, so the read is no streaming one (consecutive threads of a thread
+    // per row would read consecutive elements): the few rows alone decide.
+    // Odd sizes, emulated.
+    let json = |h, s| partial_reductions(h, s, 600, r#"["H", "U", "S"]"#, "X(h, u, s)");
     // Program order keeps (h, s, u) in one band: two parallel members.
     let options = Options {
         strategy: schedule::Strategy::Canonical,
         ..auto_gpu()
     };
-    let few = json(31, 63, 600);
+    let few = json(31, 63);
     let c = compile(&load_str(&few, "p.json").unwrap(), &options).unwrap();
     let src = &c.cuda.as_ref().unwrap().source;
     assert!(src.contains("pf_warp_max(pf_red)"), "{src}");
     assert_eq!(c.cuda.as_ref().unwrap().kernels[0].block[0], 32);
     emulate_ok(&few, &options);
     // Many rows: one thread per row keeps the device busy already.
-    let many = json(64, 128, 600);
+    let many = json(64, 128);
     let c = compile(&load_str(&many, "p.json").unwrap(), &options).unwrap();
     assert!(!c
         .cuda
@@ -355,6 +363,159 @@ fn few_long_rows_without_reuse_are_reduced_by_warps() {
         .unwrap()
         .source
         .contains("pf_warp_max(pf_red)"));
+}
+
+#[test]
+fn streaming_reductions_are_reduced_by_warps_however_many_rows() {
+    // 37 x 129 rows (more than few), each the max of its own row of X,
+    // contiguous along the reduction: every element is read once, and a
+    // warp per row reads it coalesced, where a thread per row would read
+    // with a stride of a row. Odd sizes, emulated.
+    let shape = r#"["H", "S", "U"]"#;
+    let options = Options {
+        strategy: schedule::Strategy::Canonical,
+        ..auto_gpu()
+    };
+    let streaming = partial_reductions(37, 129, 45, shape, "X(h, s, u)");
+    let c = compile(&load_str(&streaming, "p.json").unwrap(), &options).unwrap();
+    let cuda = c.cuda.as_ref().unwrap();
+    assert!(
+        cuda.source.contains("pf_warp_max(pf_red)"),
+        "{}",
+        cuda.source
+    );
+    assert_eq!(cuda.kernels[0].block, [32, 8, 1]);
+    emulate_ok(&streaming, &options);
+    // Fewer steps than lanes: a thread per row.
+    let short = partial_reductions(37, 129, 20, shape, "X(h, s, u)");
+    let c = compile(&load_str(&short, "p.json").unwrap(), &options).unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    assert!(!src.contains("pf_warp_max(pf_red)"), "{src}");
+    // An operand that misses a row (reused by the rows of another s) is no
+    // stream: the rows keep their threads.
+    let reused = partial_reductions(37, 129, 45, r#"["H", "U"]"#, "X(h, u)");
+    let c = compile(&load_str(&reused, "p.json").unwrap(), &options).unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    assert!(!src.contains("pf_warp_max(pf_red)"), "{src}");
+    emulate_ok(&reused, &options);
+}
+
+/// The benchmark's attention decoding (split-k, one query per head) at
+/// small sizes that are no multiples of 32 or 8.
+fn small_decoding() -> Program {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/bench/programs/attention_decode_causal_b1h32kv32768d128.json"
+    );
+    let mut p = load_file(std::path::Path::new(file)).unwrap();
+    let sizes = [("H", 3), ("KV", 1000), ("D", 72)].map(|(n, v)| (n.to_string(), v));
+    apply_param_overrides(&mut p, &sizes).unwrap();
+    p
+}
+
+#[test]
+fn decoding_reads_its_keys_with_a_warp_per_score() {
+    // QK^T of decoding: P(b, h, i, j) +=! Q(b, h, i, d) * K(b, h, j, d)
+    // with b and i of one instance. Each key element feeds one score, so
+    // the scores are reduced by warps, lanes along d (K's contiguous
+    // dimension), rows on h and j; b and i take no thread axis and no
+    // tile. Every schedule strategy that puts d in the band of the rows
+    // (canonical, min) or in a band of its own below a sequence with the
+    // scaling of the scores (isl) maps it so; all are emulated.
+    let p = small_decoding();
+    let tile_32 = Options {
+        gpu: Some(GpuOptions::default()),
+        ..gpu_options(&[32])
+    };
+    for (label, options) in [
+        ("isl", auto_gpu()),
+        (
+            "canonical",
+            Options {
+                strategy: schedule::Strategy::Canonical,
+                ..auto_gpu()
+            },
+        ),
+        (
+            "min",
+            Options {
+                strategy: schedule::Strategy::Min,
+                ..auto_gpu()
+            },
+        ),
+        ("isl, tile 32", tile_32),
+    ] {
+        let c = compile(&p, &options).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let cuda = c.cuda.as_ref().unwrap();
+        // The kernel that reads K (V is read by another one).
+        let texts: Vec<&str> = cuda
+            .source
+            .split("extern \"C\" __global__")
+            .skip(1)
+            .collect();
+        assert_eq!(texts.len(), cuda.kernels.len(), "{label}");
+        let readers: Vec<usize> = (0..texts.len())
+            .filter(|k| texts[*k].contains("t_K["))
+            .collect();
+        assert_eq!(readers.len(), 1, "{label}:\n{}", cuda.source);
+        let (text, kernel) = (texts[readers[0]], &cuda.kernels[readers[0]]);
+        assert!(
+            text.contains("pf_red = pf_warp_sum(pf_red);"),
+            "{label}:\n{text}"
+        );
+        assert!(!text.contains("pf_reg_"), "{label}:\n{text}");
+        assert_eq!(kernel.block, [32, 8, 1], "{label}");
+        // Tiles of j on x (8 rows, a row per warp; or the user's 32), of
+        // h on y (one head; or the user's 32), nothing on z.
+        let (j, h) = if label.contains("tile 32") {
+            (32, 32)
+        } else {
+            (8, 1)
+        };
+        assert_eq!(
+            kernel.grid_dims(&HashMap::new()).unwrap(),
+            [1000_u32.div_ceil(j), 3_u32.div_ceil(h), 1],
+            "{label}"
+        );
+        let tree = c.gpu_tree.as_ref().unwrap().to_string();
+        let start = tree.find(&format!("mark: {}", kernel.name)).unwrap();
+        let end = tree[start + 1..]
+            .find("mark: kernel_")
+            .map_or(tree.len(), |e| start + 1 + e);
+        assert!(tree[start..end].contains("reduce_x_"), "{label}:\n{tree}");
+        let mut c = c;
+        c.kernel_c = c.emulation_c.clone().unwrap();
+        let r = run(
+            &c,
+            &RunOptions {
+                check: true,
+                bench_runs: 0,
+                seed: 3,
+            },
+        )
+        .unwrap();
+        let check = r.check.unwrap();
+        assert!(check.ok, "{label}: {}", check.line());
+    }
+}
+
+#[test]
+fn contractions_with_a_batch_of_one_keep_their_register_tiles() {
+    // gemm's operands each miss a row member, and so does a batched
+    // matmul's with the batch of one: the operands are reused, not
+    // streamed, so the register tiles stay (no warp reduction).
+    let bmm = r#"{ "name": "bmm1", "params": { "B": 1, "M": 300, "N": 200, "K": 100 },
+        "inputs": { "A": {"dtype": "f32", "shape": ["B", "M", "K"]},
+                    "X": {"dtype": "f32", "shape": ["B", "K", "N"]} },
+        "outputs": { "C": {"dtype": "f32", "shape": ["B", "M", "N"]} },
+        "body": [ "C(b, i, j) +=! A(b, i, k) * X(b, k, j)" ] }"#;
+    for json in [gemm(300, 200, 100), bmm.to_string()] {
+        let c = compile(&load_str(&json, "t.json").unwrap(), &auto_gpu()).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert!(src.contains("float pf_reg_kernel_0_C["), "{src}");
+        assert!(!src.contains("pf_red"), "{src}");
+        emulate_ok(&json, &auto_gpu());
+    }
 }
 
 #[test]

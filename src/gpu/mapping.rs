@@ -185,6 +185,17 @@ fn map_kernel(
         // Nothing parallel on top: one block of one thread runs it.
         return Ok((node, plan));
     }
+    // A warp per row, its lanes across the reduction, where
+    // `warp_reduction` says so; the members with one instance may then
+    // have moved to a band of their own above the rows.
+    let warp = warp_reduction(program, scop, deps, &node, opts)?;
+    let (reduction, site) = match warp {
+        Some(w) => {
+            node = w.band;
+            (Some(w.update), Some(w.site))
+        }
+        None => (None, None),
+    };
     let lc = leading_coincident(&node)?;
     let nb = lc.min(3);
     if lc > 3 && node.band_get_permutable()? {
@@ -193,20 +204,12 @@ fn map_kernel(
         // run inside each block. A permutable band may be permuted.
         node = move_to_front(node, lc - 3, lc)?;
     }
-    // One parallel member only, or two with few instances and a long
-    // reduction: map the reduction below them to the lanes of a warp too.
-    let reduction = if (lc == 1 || (lc == 2 && few_rows_long_reduction(program, scop, &node)?))
-        && opts.reduce
-        && opts.block.first().is_none_or(|x| *x == 32)
-        && node.band_get_permutable()?
-        && (lc as i32) < node.band_n_member()?
-    {
-        reduction_candidate(scop, deps, &node, lc)?
-    } else {
-        None
+    let x_iterator = match site {
+        Some(ReductionSite::Member) => x_iterators(scop, &node, lc)?,
+        Some(ReductionSite::Below(k)) => x_iterators(scop, &band_below(&node, k)?, 0)?,
+        None => x_iterators(scop, &node, nb - 1)?,
     };
-    let x_iterator = x_iterators(scop, &node, if reduction.is_some() { lc } else { nb - 1 })?;
-    if reduction.is_some() {
+    if site == Some(ReductionSite::Member) {
         node = node.band_split(lc as i32)?;
     }
     if !node.band_get_permutable()? && (lc as i32) < node.band_n_member()? {
@@ -448,19 +451,35 @@ fn map_kernel(
                     let rows = thread_block(&member_tile[..nt], &user);
                     [32, rows[0], rows[1]]
                 };
-                // The other statements (the reduction's initialisation)
-                // run before the reduction loop of the update.
-                let others = node.get_domain()?.subtract(isl_rs::UnionSet::from_set(
-                    scop.statement(update)
-                        .ok_or_else(|| Error::Internal(format!("no statement {update}")))?
-                        .domain
-                        .copy()?,
-                )?)?;
-                if node.band_n_member()? > 1 {
-                    node = node.band_split(1)?;
-                }
-                if !others.is_empty()? {
-                    node = node.order_before(others)?;
+                match site {
+                    Some(ReductionSite::Below(k)) => {
+                        // The sequence below the rows already orders the
+                        // other statements around the reduction loop.
+                        if node.get_type()? != ScheduleNodeType::Sequence {
+                            return Err(Error::Internal(format!(
+                                "{}: no sequence above the reduction loop",
+                                plan.mark
+                            )));
+                        }
+                        node = node.child(k as i32)?.child(0)?;
+                    }
+                    _ => {
+                        // The other statements (the reduction's
+                        // initialisation) run before the reduction loop of
+                        // the update.
+                        let others = node.get_domain()?.subtract(isl_rs::UnionSet::from_set(
+                            scop.statement(update)
+                                .ok_or_else(|| Error::Internal(format!("no statement {update}")))?
+                                .domain
+                                .copy()?,
+                        )?)?;
+                        if node.band_n_member()? > 1 {
+                            node = node.band_split(1)?;
+                        }
+                        if !others.is_empty()? {
+                            node = node.order_before(others)?;
+                        }
+                    }
                 }
                 let depth = node.get_schedule_depth()?;
                 node = node.insert_mark(mark(isl, &format!("reduce_x_{depth}"))?)?;
@@ -669,6 +688,258 @@ fn x_iterators(
     Ok(out)
 }
 
+/// Where the reduction loop that a warp's lanes share is, relative to the
+/// kernel's band of parallel members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReductionSite {
+    /// The band's member right after its parallel ones.
+    Member,
+    /// The single member of the band below child `k` of the sequence under
+    /// the band (the scheduler fused statements without the reduction,
+    /// such as its initialisation and a consumer of its result, into the
+    /// band, and put the reduction loop in a band of its own).
+    Below(usize),
+}
+
+/// A kernel band whose reduction runs across the lanes of a warp.
+struct WarpReduction {
+    /// The band of the rows (at most two parallel members), possibly below
+    /// a band of the members with one instance.
+    band: ScheduleNode,
+    /// The update statement whose reduction loop the lanes share.
+    update: String,
+    site: ReductionSite,
+}
+
+/// Whether the kernel band `band` maps its reduction to the lanes of a
+/// warp, a row (an instance of the parallel members) per warp: when the
+/// band has one parallel member, or two with few rows and a long reduction
+/// ([`few_rows_long_reduction`]), as it is; else when at most two of its
+/// parallel members have more than one instance and these rows have few
+/// instances or a streaming reduction ([`streaming_reduction`]). In the
+/// second case the members of one instance (a batch of one, a single query
+/// row) move to a band of their own above the rows: they must not take
+/// the rows' tile sizes or thread axes (x belongs to the lanes, so only y
+/// and z are left for rows), and isl generates no loop for them. A single
+/// row member left that way is not taken as one parallel member is: its
+/// reduction may read along the rows (a vector times a matrix, `y(0, j) +=
+/// x(0, k) * B(k, j)`), which threads read coalesced and lanes would not.
+fn warp_reduction(
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    band: &ScheduleNode,
+    opts: &GpuOptions,
+) -> Result<Option<WarpReduction>> {
+    let lc = leading_coincident(band)?;
+    if lc == 0
+        || !opts.reduce
+        || opts.block.first().is_some_and(|x| *x != 32)
+        || !band.band_get_permutable()?
+    {
+        return Ok(None);
+    }
+    if lc == 1 || (lc == 2 && few_rows_long_reduction(program, scop, band)?) {
+        if let Some((site, update)) = reduction_site(scop, deps, band, lc, false)? {
+            return Ok(Some(WarpReduction {
+                band: band.copy()?,
+                update,
+                site,
+            }));
+        }
+    }
+    // Members of one instance, but at least one row left.
+    let mut units = Vec::new();
+    for i in 0..lc {
+        if units.len() + 1 < lc && member_extent(band, i)? == Some(1) {
+            units.push(i);
+        }
+    }
+    let rows = lc - units.len();
+    if rows > 2 {
+        return Ok(None);
+    }
+    let rows_band = if units.is_empty() {
+        band.copy()?
+    } else {
+        let n = band.band_n_member()? as usize;
+        let order: Vec<usize> = units
+            .iter()
+            .copied()
+            .chain((0..n).filter(|i| !units.contains(i)))
+            .collect();
+        permute_members(band.copy()?, &order)?
+            .band_split(units.len() as i32)?
+            .child(0)?
+    };
+    // A reduction of several loops would run on one lane: the lanes share
+    // a single loop.
+    let Some((site, update)) = reduction_site(scop, deps, &rows_band, rows, true)? else {
+        return Ok(None);
+    };
+    let (reduction, r) = match site {
+        ReductionSite::Member => (rows_band.copy()?, rows),
+        ReductionSite::Below(k) => (band_below(&rows_band, k)?, 0),
+    };
+    let warp = few_rows_long_reduction(program, scop, &rows_band)?
+        || streaming_reduction(program, scop, &rows_band, rows, &reduction, r, &update)?;
+    Ok(warp.then_some(WarpReduction {
+        band: rows_band,
+        update,
+        site,
+    }))
+}
+
+/// Where the reduction loop below the `lc` parallel members of `band` is,
+/// with its update statement, when the lanes of a warp may share it (see
+/// [`reduction_candidate`]): the band's next member, or the only loop in
+/// the sequence under a band of parallel members only, a band of one
+/// non-coincident member with no loop below it and beside it only
+/// statements without loops (the initialisation, a consumer of the
+/// result), which run on lane 0. `single`: the band's reduction members
+/// must be one loop (otherwise the lanes take the first and each runs the
+/// others).
+fn reduction_site(
+    scop: &Scop,
+    deps: &Dependences,
+    band: &ScheduleNode,
+    lc: usize,
+    single: bool,
+) -> Result<Option<(ReductionSite, String)>> {
+    let n = band.band_n_member()? as usize;
+    if lc < n {
+        if single && n > lc + 1 {
+            return Ok(None);
+        }
+        return Ok(reduction_candidate(scop, deps, band, lc)?.map(|u| (ReductionSite::Member, u)));
+    }
+    let sequence = band.get_child(0)?;
+    if sequence.get_type()? != ScheduleNodeType::Sequence {
+        return Ok(None);
+    }
+    let mut found = None;
+    for k in 0..sequence.n_children()? {
+        let filter = sequence.get_child(k)?;
+        if !contains_band(&filter)? {
+            continue;
+        }
+        let inner = filter.get_child(0)?;
+        if found.is_some()
+            || inner.get_type()? != ScheduleNodeType::Band
+            || inner.band_n_member()? != 1
+            || inner.band_member_get_coincident(0)?
+            || contains_band(&inner.get_child(0)?)?
+        {
+            return Ok(None);
+        }
+        match reduction_candidate(scop, deps, &inner, 0)? {
+            Some(update) => found = Some((ReductionSite::Below(k as usize), update)),
+            None => return Ok(None),
+        }
+    }
+    Ok(found)
+}
+
+/// The band below child `k` of the sequence under `band`.
+fn band_below(band: &ScheduleNode, k: usize) -> Result<ScheduleNode> {
+    Ok(band.get_child(0)?.get_child(k as i32)?.get_child(0)?)
+}
+
+/// Whether `node` or a node below it is a band.
+fn contains_band(node: &ScheduleNode) -> Result<bool> {
+    if node.get_type()? == ScheduleNodeType::Band {
+        return Ok(true);
+    }
+    for i in 0..node.n_children()? {
+        if contains_band(&node.get_child(i)?)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether the reduction of `update` (member `r` of `reduction`, which is
+/// `band` or a band below it) below the `lc` parallel members of `band`
+/// streams an operand: `update` reads a tensor the band does not write
+/// whose subscripts depend on every parallel member with more than one
+/// instance, and whose last (contiguous) subscript moves with the
+/// reduction loop and with no parallel member; the reduction has at least
+/// [`STREAMING_STEPS`] steps. Each element of such an operand feeds one
+/// output only: register or shared tiles find nothing to reuse, the kernel
+/// is bound by reading it, and what counts is reading it coalesced. A
+/// thread per output walks a row of it alone (consecutive threads a row
+/// apart); a warp per output, its lanes across the reduction, reads
+/// consecutive elements. That is attention decoding's QK^T with one query
+/// per head (`K(b, h, j, d)`, the keys read once). A contraction's
+/// operands each miss a parallel member (gemm's `A(i, k)` misses `j`,
+/// `B(k, j)` misses `i`): they are reused, and keep their register and
+/// tensor-core tiles.
+fn streaming_reduction(
+    program: &Program,
+    scop: &Scop,
+    band: &ScheduleNode,
+    lc: usize,
+    reduction: &ScheduleNode,
+    r: usize,
+    update: &str,
+) -> Result<bool> {
+    if member_extent(reduction, r)?.is_none_or(|steps| steps < STREAMING_STEPS) {
+        return Ok(false);
+    }
+    let Some(stmt) = scop.statement(update) else {
+        return Ok(false);
+    };
+    let Some(along) = x_iterators(scop, reduction, r)?
+        .get(update)
+        .copied()
+        .flatten()
+    else {
+        return Ok(false);
+    };
+    // The statement iterator of each parallel member, and whether the
+    // member has more than one instance.
+    let mut parallel = Vec::new();
+    for m in 0..lc {
+        let Some(pos) = x_iterators(scop, band, m)?.get(update).copied().flatten() else {
+            return Ok(false);
+        };
+        parallel.push((pos, member_extent(band, m)? != Some(1)));
+    }
+    let written: Vec<String> = scop
+        .statements_in(&band.get_domain()?)?
+        .iter()
+        .map(|s| s.written_tensor())
+        .collect::<Result<_>>()?;
+    for a in stmt.accesses(program) {
+        if a.write || written.contains(&a.tensor) {
+            continue;
+        }
+        let pma = isl_rs::PwMultiAff::from_map(a.relation.copy()?)?;
+        let rank = pma.dim(isl_rs::DimType::Out)?;
+        if rank == 0 {
+            continue;
+        }
+        let last = pma.get_pw_aff(rank - 1)?;
+        let moves = |pos: usize| -> Result<Option<bool>> {
+            Ok(super::promote::coefficient(&last, pos as i32)?.map(|c| c != 0))
+        };
+        let mut streams = moves(along)? == Some(true);
+        for &(pos, many) in &parallel {
+            streams &= moves(pos)? == Some(false);
+            if many {
+                streams &= reads_along(a.relation, pos)?;
+            }
+        }
+        if streams {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// See [`streaming_reduction`]: a step for every lane of a warp.
+const STREAMING_STEPS: i64 = 32;
+
 /// Whether `band` (two leading parallel members, then a reduction member)
 /// has at most [`FEW_ROWS`] parallel instances, a reduction of at least
 /// [`LONG_REDUCTION`] steps, and no reuse across its parallel members:
@@ -856,6 +1127,12 @@ fn move_to_front(node: ScheduleNode, lo: usize, hi: usize) -> Result<ScheduleNod
     let order: Vec<usize> = (lo..hi)
         .chain((0..n).filter(|i| *i < lo || *i >= hi))
         .collect();
+    permute_members(node, &order)
+}
+
+/// The permutable band `node` with member `order[k]` at position `k`;
+/// every member keeps its coincidence flag.
+fn permute_members(node: ScheduleNode, order: &[usize]) -> Result<ScheduleNode> {
     let partial = node.band_get_partial_schedule()?;
     let mut permuted = partial.copy()?;
     let mut coincident = Vec::new();
