@@ -947,3 +947,30 @@ fn attention_rows_keep_query_output_and_scores_in_registers() {
     assert!(!src.contains("pf_priv_kernel_0_K"), "{src}");
     assert!(!src.contains("pf_priv_kernel_0_V"), "{src}");
 }
+
+#[test]
+fn statements_whose_thread_loop_vanished_update_the_register_of_their_owner() {
+    // Split-k decoding under maximal fusion: in the partial-reduction
+    // kernel the last key slice (j_s = 63 of 64 at KV = 1000) has no keys,
+    // so isl prints its initialisations apart, without the thread loop
+    // along x (one value). They used to run on thread 0's register slot 0,
+    // which belongs to another slice (relative error inf); they must run
+    // on the thread and slot that own their element. Emulated, odd sizes.
+    let path = format!(
+        "{}/bench/programs/attention_decode_causal_b1h32kv32768d128.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut p = polyfuse::frontend::load_file(std::path::Path::new(&path)).unwrap();
+    for (n, v) in [("H", 3), ("KV", 1000), ("D", 72)] {
+        p.params.iter_mut().find(|q| q.name == n).unwrap().value = Some(v);
+    }
+    let options = Options {
+        strategy: schedule::Strategy::Max,
+        ..auto_gpu()
+    };
+    let src = emulated_cuda(&p, &options);
+    assert!(
+        src.contains("((pf_b1 + pf_t1)) == ((63))"),
+        "the owner test:\n{src}"
+    );
+}

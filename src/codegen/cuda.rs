@@ -700,7 +700,60 @@ impl Ctx<'_> {
                 }
                 let text = self.printer.statement(st, s.kind, &env);
                 self.printer.overrides.borrow_mut().clear();
-                let mut guard = self.guard(pending);
+                // A statement on a register tile whose thread loop isl did
+                // not generate (the member has one value here, folded into
+                // the statement's arguments) must run on the thread and
+                // register slot that own its element, not on thread 0.
+                let owned = match self.regs {
+                    Some(regs)
+                        if self.in_regs && regs.accesses.iter().any(|(st, _)| st == statement) =>
+                    {
+                        let nt = regs.thread_dims;
+                        let axes: Vec<char> =
+                            (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
+                        let lost: Vec<char> = pending
+                            .iter()
+                            .filter(|p| p.0 && axes.contains(&p.1))
+                            .map(|p| p.1)
+                            .collect();
+                        (!lost.is_empty()).then_some((regs, axes, lost))
+                    }
+                    _ => None,
+                };
+                let pending: Vec<Pending> = match &owned {
+                    Some((_, _, lost)) => pending
+                        .iter()
+                        .filter(|p| !(p.0 && lost.contains(&p.1)))
+                        .cloned()
+                        .collect(),
+                    None => pending.to_vec(),
+                };
+                if let Some((regs, axes, lost)) = owned {
+                    let subs: Vec<String> = s
+                        .accesses(self.program)
+                        .iter()
+                        .find(|a| a.tensor == regs.tensor)
+                        .map(|a| {
+                            a.subscripts
+                                .iter()
+                                .map(|e| self.printer.affine(e, &env))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    self.owned_statement(
+                        regs,
+                        &axes,
+                        &lost,
+                        &subs,
+                        &self.guard(&pending),
+                        in_thread,
+                        &text,
+                        depth,
+                        out,
+                    );
+                    return;
+                }
+                let mut guard = self.guard(&pending);
                 if self.emulate.is_none() && !in_thread && self.has_threads {
                     let all = "threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0";
                     guard = if guard.is_empty() {
@@ -1350,6 +1403,87 @@ impl Ctx<'_> {
     /// per tile (consecutive threads on consecutive elements of the
     /// innermost dimension; elements outside the tensor are skipped), and a
     /// barrier before the threads read the copies.
+    /// `text`, a statement on register tile `regs` reached where the
+    /// thread loops of axes `lost` were not generated: every thread tries
+    /// each of its register slots along those axes and runs `text` on the
+    /// one whose element (`regs.element`) is the statement's (`subs`).
+    #[allow(clippy::too_many_arguments)]
+    fn owned_statement(
+        &self,
+        regs: &RegisterTile,
+        axes: &[char],
+        lost: &[char],
+        subs: &[String],
+        guard: &str,
+        in_thread: bool,
+        text: &str,
+        depth: usize,
+        out: &mut String,
+    ) {
+        let mut pad = "  ".repeat(depth);
+        let counts = regs.counts(self.block);
+        let emulate = self.emulate.is_some();
+        let _ = writeln!(out, "{pad}{{");
+        pad.push_str("  ");
+        let mut closes = 0;
+        for (j, a) in axes.iter().enumerate() {
+            if !lost.contains(a) {
+                continue;
+            }
+            let b = self.block[(*a as u8 - b'x') as usize];
+            if emulate {
+                let _ = writeln!(
+                    out,
+                    "{pad}for (pf_i pf_thread_{a} = 0; pf_thread_{a} < {b}; pf_thread_{a}++)"
+                );
+            } else {
+                let _ = writeln!(out, "{pad}#pragma unroll");
+            }
+            let _ = writeln!(
+                out,
+                "{pad}for (int pf_r{a} = 0; pf_r{a} < {}; pf_r{a}++) {{",
+                counts[j]
+            );
+            closes += 1;
+        }
+        for (j, it) in regs.block_iterators.iter().enumerate() {
+            let _ = writeln!(out, "{pad}const pf_i pf_b{j} = {it};");
+        }
+        let mut conds: Vec<String> = Vec::new();
+        for (j, a) in axes.iter().enumerate() {
+            let b = self.block[(*a as u8 - b'x') as usize];
+            let tid = if emulate {
+                format!("pf_thread_{a}")
+            } else {
+                format!("(pf_i)threadIdx.{a}")
+            };
+            let _ = writeln!(out, "{pad}const pf_i pf_t{j} = {tid} + pf_r{a} * {b};");
+            conds.push(format!("pf_t{j} < {}", regs.thread_tiles[j]));
+        }
+        for (d, e) in regs.element.iter().enumerate() {
+            if let Some(sub) = subs.get(d) {
+                conds.push(format!("({}) == {sub}", self.e(e)));
+            }
+        }
+        if !guard.is_empty() {
+            conds.push(guard.to_string());
+        }
+        if !emulate && !in_thread && self.has_threads {
+            // Axes outside the tile: their thread 0.
+            for a in ['x', 'y', 'z'] {
+                if !axes.contains(&a) {
+                    conds.push(format!("threadIdx.{a} == 0"));
+                }
+            }
+        }
+        let _ = writeln!(out, "{pad}if ({}) {text}", conds.join(" && "));
+        for _ in 0..closes {
+            let _ = writeln!(out, "{pad}}}");
+        }
+        pad.truncate(pad.len() - 2);
+        let _ = writeln!(out, "{pad}}}");
+    }
+
     /// The thread-private region (see `gpu::private`): declare each
     /// array, load the elements that come from outside the kernel, run
     /// `body` on the arrays, store the elements that leave it. Elements of
