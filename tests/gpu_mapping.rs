@@ -20,6 +20,15 @@ fn gemm(m: i64, n: i64, k: i64) -> String {
     )
 }
 
+fn bmm(b: i64, m: i64, n: i64, k: i64) -> String {
+    format!(
+        r#"{{ "name": "bmm", "params": {{ "B": {b}, "M": {m}, "N": {n}, "K": {k} }},
+             "inputs": {{ "A": {{"dtype": "f32", "shape": ["B", "M", "K"]}}, "X": {{"dtype": "f32", "shape": ["B", "K", "N"]}} }},
+             "outputs": {{ "C": {{"dtype": "f32", "shape": ["B", "M", "N"]}} }},
+             "body": [ "C(b, i, j) +=! A(b, i, k) * X(b, k, j)" ] }}"#
+    )
+}
+
 fn gpu_options(tile: &[i64]) -> Options {
     Options {
         tile: tile.to_vec(),
@@ -300,11 +309,7 @@ fn register_tiles_copy_only_the_slots_of_their_thread_points() {
     // loaded and stored back; storing the others (never updated) once
     // overwrote the result with zeros. Canonical order puts `b` in the
     // register band; sizes are not multiples of the tiles.
-    let json = r#"{ "name": "bmm1", "params": { "B": 1, "M": 37, "N": 45, "K": 29 },
-        "inputs": { "A": {"dtype": "f32", "shape": ["B", "M", "K"]},
-                    "X": {"dtype": "f32", "shape": ["B", "K", "N"]} },
-        "outputs": { "C": {"dtype": "f32", "shape": ["B", "M", "N"]} },
-        "body": [ "C(b, i, j) +=! A(b, i, k) * X(b, k, j)" ] }"#;
+    let json = &bmm(1, 37, 45, 29);
     for strategy in [schedule::Strategy::Canonical, schedule::Strategy::Isl] {
         let options = Options {
             strategy,
@@ -400,17 +405,23 @@ fn streaming_reductions_are_reduced_by_warps_however_many_rows() {
     emulate_ok(&reused, &options);
 }
 
+/// The program in `file` (relative to the crate) with parameters set to
+/// `values`.
+fn program_with(file: &str, values: &[(&str, i64)]) -> Program {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let mut p = load_file(&path).unwrap();
+    let sizes: Vec<(String, i64)> = values.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    apply_param_overrides(&mut p, &sizes).unwrap();
+    p
+}
+
 /// The benchmark's attention decoding (split-k, one query per head) at
 /// small sizes that are no multiples of 32 or 8.
 fn small_decoding() -> Program {
-    let file = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/bench/programs/attention_decode_causal_b1h32kv32768d128.json"
-    );
-    let mut p = load_file(std::path::Path::new(file)).unwrap();
-    let sizes = [("H", 3), ("KV", 1000), ("D", 72)].map(|(n, v)| (n.to_string(), v));
-    apply_param_overrides(&mut p, &sizes).unwrap();
-    p
+    program_with(
+        "bench/programs/attention_decode_causal_b1h32kv32768d128.json",
+        &[("H", 3), ("KV", 1000), ("D", 72)],
+    )
 }
 
 #[test]
@@ -483,19 +494,7 @@ fn decoding_reads_its_keys_with_a_warp_per_score() {
             .find("mark: kernel_")
             .map_or(tree.len(), |e| start + 1 + e);
         assert!(tree[start..end].contains("reduce_x_"), "{label}:\n{tree}");
-        let mut c = c;
-        c.kernel_c = c.emulation_c.clone().unwrap();
-        let r = run(
-            &c,
-            &RunOptions {
-                check: true,
-                bench_runs: 0,
-                seed: 3,
-            },
-        )
-        .unwrap();
-        let check = r.check.unwrap();
-        assert!(check.ok, "{label}: {}", check.line());
+        emulation_checks(c, label);
     }
 }
 
@@ -504,12 +503,7 @@ fn contractions_with_a_batch_of_one_keep_their_register_tiles() {
     // gemm's operands each miss a row member, and so does a batched
     // matmul's with the batch of one: the operands are reused, not
     // streamed, so the register tiles stay (no warp reduction).
-    let bmm = r#"{ "name": "bmm1", "params": { "B": 1, "M": 300, "N": 200, "K": 100 },
-        "inputs": { "A": {"dtype": "f32", "shape": ["B", "M", "K"]},
-                    "X": {"dtype": "f32", "shape": ["B", "K", "N"]} },
-        "outputs": { "C": {"dtype": "f32", "shape": ["B", "M", "N"]} },
-        "body": [ "C(b, i, j) +=! A(b, i, k) * X(b, k, j)" ] }"#;
-    for json in [gemm(300, 200, 100), bmm.to_string()] {
+    for json in [gemm(300, 200, 100), bmm(1, 300, 200, 100)] {
         let c = compile(&load_str(&json, "t.json").unwrap(), &auto_gpu()).unwrap();
         let src = &c.cuda.as_ref().unwrap().source;
         assert!(src.contains("float pf_reg_kernel_0_C["), "{src}");
@@ -851,21 +845,22 @@ fn k_major_operands_get_a_wgmma_path_emulated_from_its_descriptors() {
 }
 
 /// `examples/NAME.json` with parameters set to `values`.
-fn example_with(name: &str, values: &[(&str, i64)]) -> polyfuse::frontend::ast::Program {
-    let path = format!("{}/examples/{name}.json", env!("CARGO_MANIFEST_DIR"));
-    let mut p = polyfuse::frontend::load_file(std::path::Path::new(&path)).unwrap();
-    for (n, v) in values {
-        let param = p.params.iter_mut().find(|q| q.name == *n).unwrap();
-        param.value = Some(*v);
-    }
-    p
+fn example_with(name: &str, values: &[(&str, i64)]) -> Program {
+    program_with(&format!("examples/{name}.json"), values)
 }
 
 /// Compiles `p` for the GPU and checks its emulation against the f64
 /// reference; returns the CUDA source.
-fn emulated_cuda(p: &polyfuse::frontend::ast::Program, options: &Options) -> String {
-    let mut c = compile(p, options).unwrap_or_else(|e| panic!("{e}"));
+fn emulated_cuda(p: &Program, options: &Options) -> String {
+    let c = compile(p, options).unwrap_or_else(|e| panic!("{e}"));
     let source = c.cuda.as_ref().unwrap().source.clone();
+    emulation_checks(c, "");
+    source
+}
+
+/// Runs the CPU emulation of `c`'s GPU mapping and checks it against the
+/// f64 reference (`what` names the case in a failure).
+fn emulation_checks(mut c: polyfuse::Compiled, what: &str) {
     c.kernel_c = c.emulation_c.clone().unwrap();
     let r = run(
         &c,
@@ -877,8 +872,7 @@ fn emulated_cuda(p: &polyfuse::frontend::ast::Program, options: &Options) -> Str
     )
     .unwrap();
     let check = r.check.unwrap();
-    assert!(check.ok, "{}", check.line());
-    source
+    assert!(check.ok, "{what}: {}", check.line());
 }
 
 /// The text of kernel `k` in a CUDA source.
@@ -956,14 +950,7 @@ fn statements_whose_thread_loop_vanished_update_the_register_of_their_owner() {
     // along x (one value). They used to run on thread 0's register slot 0,
     // which belongs to another slice (relative error inf); they must run
     // on the thread and slot that own their element. Emulated, odd sizes.
-    let path = format!(
-        "{}/bench/programs/attention_decode_causal_b1h32kv32768d128.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let mut p = polyfuse::frontend::load_file(std::path::Path::new(&path)).unwrap();
-    for (n, v) in [("H", 3), ("KV", 1000), ("D", 72)] {
-        p.params.iter_mut().find(|q| q.name == n).unwrap().value = Some(v);
-    }
+    let p = small_decoding();
     let options = Options {
         strategy: schedule::Strategy::Max,
         ..auto_gpu()
@@ -973,4 +960,28 @@ fn statements_whose_thread_loop_vanished_update_the_register_of_their_owner() {
         src.contains("((pf_b1 + pf_t1)) == ((63))"),
         "the owner test:\n{src}"
     );
+}
+
+#[test]
+fn private_copies_run_on_the_threads_that_run_their_statements() {
+    // One row: the thread loop over rows has one iteration and isl prints
+    // none, so the rolling statements run on thread 0 of block 0 only. The
+    // stores of the private M and S must too: the other threads' copies
+    // were never computed, and they stored them to the same elements.
+    // (The emulation runs one thread here, so only the CUDA shows it.)
+    let p = example_with("softmax_fused", &[("N", 1), ("D", 300)]);
+    let c = compile(&p, &auto_gpu()).unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    let k0 = kernel_text(src, 0);
+    for t in ["M", "S"] {
+        let store = k0
+            .lines()
+            .find(|l| {
+                l.contains(&format!("t_{t}[")) && l.contains(&format!("= pf_priv_kernel_0_{t};"))
+            })
+            .unwrap_or_else(|| panic!("no store of {t}:\n{k0}"));
+        assert!(store.contains("threadIdx.x == 0"), "{store}");
+        assert!(store.contains("blockIdx.x == 0"), "{store}");
+    }
+    emulation_checks(c, "one row");
 }

@@ -180,6 +180,7 @@ pub fn program(
     emulation.push_str("  typedef long pf_i;\n");
     let mut kernels = Vec::new();
     for (mark, body) in &bodies {
+        let repeated = repeated_marks(body, "private_");
         let plan = plans
             .iter()
             .find(|p| &p.mark == mark)
@@ -231,6 +232,7 @@ pub fn program(
             nosync: false,
             mma: plan.contraction.as_ref(),
             private: &plan.private,
+            repeated_private: &repeated,
             mark,
         };
         ctx.node(body, 1, &[], false, &mut source);
@@ -354,6 +356,9 @@ struct Ctx<'a> {
     mma: Option<&'a Contraction>,
     /// The kernel's thread-private regions (`private_<k>` marks).
     private: &'a [PrivateRegion],
+    /// Private regions whose mark isl printed more than once (see
+    /// [`repeated_marks`]).
+    repeated_private: &'a [String],
     /// The kernel's mark (`kernel_K`).
     mark: &'a str,
 }
@@ -415,6 +420,42 @@ fn counted_loops_fit(n: &Node) -> bool {
         }
     }
     walk(n, &[])
+}
+
+/// The marks starting with `prefix` that occur more than once in `n`.
+fn repeated_marks(n: &Node, prefix: &str) -> Vec<String> {
+    fn walk(n: &Node, prefix: &str, seen: &mut Vec<String>) {
+        match n {
+            Node::Mark { name, body } => {
+                if name.starts_with(prefix) {
+                    seen.push(name.clone());
+                }
+                walk(body, prefix, seen);
+            }
+            Node::For { body, .. } => walk(body, prefix, seen),
+            Node::If {
+                then, otherwise, ..
+            } => {
+                walk(then, prefix, seen);
+                if let Some(e) = otherwise {
+                    walk(e, prefix, seen);
+                }
+            }
+            Node::Block(v) => v.iter().for_each(|c| walk(c, prefix, seen)),
+            Node::User { .. } => {}
+        }
+    }
+    let mut seen = Vec::new();
+    walk(n, prefix, &mut seen);
+    let mut repeated: Vec<String> = seen
+        .iter()
+        .filter(|m| seen.iter().filter(|o| o == m).count() > 1)
+        .cloned()
+        .collect();
+    repeated.dedup();
+    repeated.sort();
+    repeated.dedup();
+    repeated
 }
 
 /// Whether `n` contains thread-mapped loops or statements.
@@ -753,22 +794,7 @@ impl Ctx<'_> {
                     );
                     return;
                 }
-                let mut guard = self.guard(&pending);
-                if self.emulate.is_none() && !in_thread && self.has_threads {
-                    let all = "threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0";
-                    guard = if guard.is_empty() {
-                        all.to_string()
-                    } else {
-                        format!("{guard} && {all}")
-                    };
-                } else if self.emulate.is_none() && in_thread && self.reduce_x {
-                    let lane = "threadIdx.x == 0";
-                    guard = if guard.is_empty() {
-                        lane.to_string()
-                    } else {
-                        format!("{guard} && {lane}")
-                    };
-                }
+                let guard = self.statement_guard(&pending, in_thread);
                 if guard.is_empty() {
                     let _ = writeln!(out, "{pad}{text}");
                 } else {
@@ -1539,6 +1565,15 @@ impl Ctx<'_> {
                 },
             );
         }
+        // A region isl printed in several pieces (one iteration of the
+        // thread loops split by the AST into separate code) passes its
+        // values from piece to piece through memory: each piece loads and
+        // stores every array (the boxes are exact and the thread's own).
+        let repeated = self.repeated_private.contains(&region.mark);
+        // The copies run on the threads that run the region's statements
+        // (thread 0 where a thread loop above was not generated): another
+        // thread's copy was never computed.
+        let guard = self.statement_guard(pending, in_thread);
         // One loop nest over the box of array `k`, `statement(private,
         // global)` at each element inside the tensor.
         let each = |out: &mut String, k: usize, statement: &dyn Fn(&str, &str) -> String| {
@@ -1589,6 +1624,9 @@ impl Ctx<'_> {
             } else {
                 format!("{}[{local}]", a.buffer)
             };
+            if !guard.is_empty() {
+                conds.push(guard.clone());
+            }
             let cond = if conds.is_empty() {
                 "1".to_string()
             } else {
@@ -1607,7 +1645,7 @@ impl Ctx<'_> {
             }
         };
         for (k, a) in region.arrays.iter().enumerate() {
-            if a.load {
+            if a.load || repeated {
                 each(out, k, &|p, g| format!("{p} = {g};"));
             }
         }
@@ -1616,7 +1654,7 @@ impl Ctx<'_> {
         self.node(body, depth + 1, pending, in_thread, out);
         *self.printer.privates.borrow_mut() = outer;
         for (k, a) in region.arrays.iter().enumerate() {
-            if a.store {
+            if a.store || repeated {
                 each(out, k, &|p, g| format!("{g} = {p};"));
             }
         }
@@ -1803,6 +1841,31 @@ impl Ctx<'_> {
 
     /// `idx == 0` for every mapping in `pending` (their loops have a single
     /// iteration, which one index runs).
+    /// The threads that run a statement printed here: with `pending`
+    /// mappings whose loops were not generated, index 0 of each; outside
+    /// the thread loops, thread 0; in a warp-reduced kernel, lane 0.
+    /// Empty: every thread (and always in the emulation).
+    fn statement_guard(&self, pending: &[Pending], in_thread: bool) -> String {
+        let mut guard = self.guard(pending);
+        let extra = if self.emulate.is_some() {
+            None
+        } else if !in_thread && self.has_threads {
+            Some("threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0")
+        } else if in_thread && self.reduce_x {
+            Some("threadIdx.x == 0")
+        } else {
+            None
+        };
+        if let Some(e) = extra {
+            guard = if guard.is_empty() {
+                e.to_string()
+            } else {
+                format!("{guard} && {e}")
+            };
+        }
+        guard
+    }
+
     fn guard(&self, pending: &[Pending]) -> String {
         if self.emulate.is_some() {
             return String::new();

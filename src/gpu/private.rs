@@ -80,12 +80,6 @@ pub struct PrivateRegion {
     pub arrays: Vec<PrivateArray>,
 }
 
-impl PrivateRegion {
-    pub fn array(&self, tensor: &str) -> Option<&PrivateArray> {
-        self.arrays.iter().find(|a| a.tensor == tensor)
-    }
-}
-
 /// What the search below a thread body carries from node to node.
 struct Search<'a> {
     isl: &'a Isl,
