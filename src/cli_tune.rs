@@ -149,6 +149,11 @@ pub fn compare(args: CompareArgs) -> Result<ExitCode, Error> {
     // Every variant failed: nothing was compared.
     if cmp.rows.iter().all(|r| r.error.is_some()) {
         eprintln!("polyfuse: no variant of {} compiled", program.name);
+        for r in &cmp.rows {
+            if let Some(e) = &r.error {
+                eprintln!("  {}: {e}", r.variant.label());
+            }
+        }
         return Ok(ExitCode::from(2));
     }
     if cmp.rows.iter().any(|r| r.check_ok == Some(false)) {

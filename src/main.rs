@@ -121,6 +121,17 @@ struct Common {
     /// inner tile loops).
     #[arg(long)]
     no_sink: bool,
+    /// Algebraic repair of reduction chains (softmax, attention): program
+    /// (the file's "schedule" key, or polyfuse's choice without one: rolling
+    /// update for long reductions with many rows, split-k for few rows),
+    /// off (reductions as written, one pass each), rolling (rolling update:
+    /// one pass), split-k (split-k update in --split slices).
+    #[arg(long, value_parser = ["program", "off", "rolling", "split-k"])]
+    repair: Option<String>,
+    /// Number of slices of a split-k update (with --repair split-k, which
+    /// it implies when given alone); at least 2.
+    #[arg(long, value_name = "N")]
+    split: Option<i64>,
     /// Without options of the above, the options `tune` stored in the
     /// cache are used (said on stderr); see `polyfuse cache`.
     #[command(flatten)]
@@ -138,6 +149,8 @@ impl Common {
             || !self.grid.is_empty()
             || self.no_shared
             || self.no_sink
+            || self.repair.is_some()
+            || self.split.is_some()
     }
 
     /// The tuned compilation from the cache, when no option was given and
@@ -212,6 +225,27 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         .map(|s| frontend::parse_param_override(s))
         .collect::<Result<Vec<_>, _>>()?;
     frontend::apply_param_overrides(&mut program, &overrides)?;
+    let factor = common.split.unwrap_or(polyfuse::repair::AUTO_SPLIT);
+    if factor < 2 {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message: format!("--split {factor}: a split-k update needs at least 2 slices"),
+        });
+    }
+    if common.split.is_some() && common.repair.as_deref().is_some_and(|r| r != "split-k") {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message:
+                "--split sets the slices of a split-k update; it goes with --repair split-k only"
+                    .into(),
+        });
+    }
+    let repair = match (&common.repair, common.split) {
+        (Some(name), _) => polyfuse::repair::Choice::parse(name, factor)
+            .unwrap_or(polyfuse::repair::Choice::Program),
+        (None, Some(f)) => polyfuse::repair::Choice::SplitK(f),
+        (None, None) => polyfuse::repair::Choice::Program,
+    };
     if let Some(bad) = common.tile.iter().find(|t| **t < 1) {
         return Err(Error::Input {
             file: program.source.clone(),
@@ -229,6 +263,7 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         },
         sink: !common.no_sink,
         gpu: None,
+        repair,
     };
     Ok((program, options))
 }

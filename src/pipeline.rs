@@ -27,6 +27,9 @@ pub struct Options {
     /// Also map the tiled tree to the GPU (`--target cuda`, `--emit cuda`,
     /// and the CPU emulation of the mapped tree).
     pub gpu: Option<crate::gpu::GpuOptions>,
+    /// The algebraic repair applied: the program's (its `schedule` key or
+    /// the automatic choice) or an override.
+    pub repair: repair::Choice,
 }
 
 impl Default for Options {
@@ -36,6 +39,7 @@ impl Default for Options {
             tile: vec![32],
             sink: true,
             gpu: None,
+            repair: repair::Choice::Program,
         }
     }
 }
@@ -108,7 +112,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let original = model::build(&isl, program)?;
     // Repair (rolling / split-k update) from the `schedule` key, or chosen
     // automatically; the repaired program comes with its defining order.
-    let steps = repair::steps(&isl, program, &original)?;
+    let steps = repair::steps_for(&isl, program, &original, options.repair)?;
     let repaired = repair::apply(&isl, program, &original, &steps, repair::Fault::None)?;
     let mut options = options.clone();
     if let Some(t) = repair::tile_sizes(&steps) {

@@ -985,3 +985,30 @@ fn private_copies_run_on_the_threads_that_run_their_statements() {
     }
     emulation_checks(c, "one row");
 }
+
+/// Untiled split-k softmax: isl splits the loop over a slice's elements
+/// into pieces, and the piece holding only the initialisation of a slice's
+/// maximum has no loop for the iterator the shared copy of `X` is offset
+/// by. That piece runs without the copy (it reads no `X`); before, the
+/// printer named the undefined iterator and the code did not compile. The
+/// emulation compiles it and checks it against the reference, at a row
+/// length that is no multiple of the split.
+#[test]
+fn a_piece_of_a_loop_without_its_iterator_runs_without_the_shared_copy() {
+    let p = program_with("examples/softmax_fused.json", &[("N", 37), ("D", 203)]);
+    for factor in [16, 5] {
+        let options = Options {
+            tile: Vec::new(),
+            repair: polyfuse::repair::Choice::SplitK(factor),
+            gpu: Some(GpuOptions::default()),
+            ..Default::default()
+        };
+        let c = compile(&p, &options).unwrap();
+        let cuda = c.cuda.as_ref().unwrap().source.clone();
+        assert!(
+            cuda.contains("pf_shared_kernel_0_X"),
+            "X is still promoted:\n{cuda}"
+        );
+        emulation_checks(c, &format!("split {factor}"));
+    }
+}

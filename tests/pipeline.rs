@@ -111,6 +111,7 @@ fn canonical_bands_are_annotated_and_tiled() {
         tile: vec![8, 4],
         sink: true,
         gpu: None,
+        ..Default::default()
     };
     let c = compile(&p, &opts).unwrap();
     let text = c.tree.to_string();
@@ -163,6 +164,7 @@ fn point_loops_sink_below_inner_tile_loops() {
             tile: vec![8],
             sink: true,
             gpu: None,
+            ..Default::default()
         };
         let c = compile(&p, &opts).unwrap();
         let mut bad = false;
@@ -312,6 +314,7 @@ fn half_precision_and_causal_where() {
                 tile: vec![16],
                 sink: true,
                 gpu: None,
+                ..Default::default()
             },
         );
     }

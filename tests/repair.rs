@@ -180,6 +180,75 @@ fn automation_repairs_long_reductions_only() {
     assert!(!out.contains("repair:"), "{out}");
 }
 
+/// `--repair` overrides the program's choice: the plain softmax (short
+/// reduction, left as written by the automation) fused by rolling or
+/// split-k update, and the split-k decoding program run unfused; each says
+/// so in `--emit deps` and checks against the reference on the CPU and in
+/// the GPU emulation.
+#[test]
+fn the_repair_can_be_chosen_on_the_command_line() {
+    let softmax = example("softmax");
+    let decode = example("attention_decode_causal");
+    let cases: [(&PathBuf, &[&str], Option<&str>); 5] = [
+        (
+            &softmax,
+            &["--repair", "rolling"],
+            Some("repair: rolling update of S"),
+        ),
+        (
+            &softmax,
+            &["--repair", "split-k", "--split", "3"],
+            Some("repair: split-k update of S into 3 slices"),
+        ),
+        (
+            &softmax,
+            &["--split", "4"],
+            Some("repair: split-k update of S into 4 slices"),
+        ),
+        (&softmax, &["--repair", "off"], None),
+        (&decode, &["--repair", "off"], None),
+    ];
+    for (file, args, says) in cases {
+        let f = file.to_str().unwrap();
+        let mut deps = vec!["schedule", f, "--emit", "deps", "--param", "D=53"];
+        deps.extend_from_slice(args);
+        let (code, out, err) = polyfuse(&deps);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        match says {
+            Some(s) => assert!(out.contains(s), "{args:?}: {out}"),
+            None => assert!(!out.contains("repair:"), "{args:?}: {out}"),
+        }
+        for target in ["cpu", "emulate"] {
+            let mut run = vec!["run", f, "--check", "--target", target, "--param", "D=53"];
+            run.extend_from_slice(args);
+            let (code, out, err) = polyfuse(&run);
+            assert_eq!(code, Some(0), "{args:?} {target}: {out}{err}");
+            assert!(out.contains("check: ok"), "{args:?} {target}: {out}");
+        }
+    }
+    // Without --repair the decoding program is split as its file says.
+    let (_, out, _) = polyfuse(&["schedule", decode.to_str().unwrap(), "--emit", "deps"]);
+    assert!(out.contains("repair: split-k"), "{out}");
+    // Nothing to repair, a factor without split-k, a factor below 2: exit 2.
+    let gemm = example("gemm");
+    for (args, says) in [
+        (vec!["--repair", "rolling"], "no reduction chain"),
+        (vec!["--repair", "rolling", "--split", "4"], "--split"),
+        (vec!["--repair", "split-k", "--split", "1"], "at least 2"),
+    ] {
+        let file = if says == "no reduction chain" {
+            &gemm
+        } else {
+            &softmax
+        };
+        let mut a = vec!["run", file.to_str().unwrap()];
+        a.extend(args.iter().copied());
+        let (code, _, err) = polyfuse(&a);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn split_k_and_privatize_run_and_check() {
     for (tag, step) in [

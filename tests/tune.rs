@@ -271,7 +271,7 @@ fn bad_input_exits_2_with_a_message() {
         ),
         (
             vec!["compare", "examples/gemm.json", "--variant", "split=4"],
-            "not available",
+            "no reduction chain",
         ),
         (
             vec!["tune", "examples/gemm.json", "--budget", "5 parsecs"],

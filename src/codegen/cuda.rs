@@ -234,6 +234,7 @@ pub fn program(
             private: &plan.private,
             repeated_private: &repeated,
             mark,
+            bound: &[],
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
@@ -361,6 +362,8 @@ struct Ctx<'a> {
     repeated_private: &'a [String],
     /// The kernel's mark (`kernel_K`).
     mark: &'a str,
+    /// The iterators of the loops printed around this point.
+    bound: &'a [String],
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -592,8 +595,11 @@ impl Ctx<'_> {
                         );
                     }
                 }
+                let mut bound = self.bound.to_vec();
+                bound.push(iterator.clone());
                 let inner = Ctx {
                     nosync: false,
+                    bound: &bound,
                     ..*self
                 };
                 inner.node(body, depth + 1, &inner_pending, inner_thread, out);
@@ -629,7 +635,10 @@ impl Ctx<'_> {
                 }
             }
             Node::Mark { name, body } if name == "shared" => {
-                if self.scope.is_some() && !self.in_scope {
+                if self
+                    .scope
+                    .is_some_and(|s| !self.in_scope && !self.names_unbound(&s.prefix_values))
+                {
                     let _ = writeln!(out, "{pad}{{");
                     self.copy_in(depth + 1, out);
                     let inner = Ctx {
@@ -643,7 +652,11 @@ impl Ctx<'_> {
                 }
             }
             Node::Mark { name, body } if name.starts_with("private_") => {
-                match self.private.iter().find(|r| &r.mark == name) {
+                match self
+                    .private
+                    .iter()
+                    .find(|r| &r.mark == name && !self.names_unbound(&r.prefix_values))
+                {
                     Some(region) => {
                         self.private_region(region, body, depth, pending, in_thread, out)
                     }
@@ -663,7 +676,10 @@ impl Ctx<'_> {
                 }
             }
             Node::Mark { name, body } if name == "registers" => {
-                match self.regs.filter(|_| counted_loops_fit(body)) {
+                match self
+                    .regs
+                    .filter(|r| counted_loops_fit(body) && !self.names_unbound(&r.prefix_values))
+                {
                     Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
                     None => self.node(body, depth, pending, in_thread, out),
                 }
@@ -1712,6 +1728,20 @@ impl Ctx<'_> {
             }
         }
         walk(self, &views, body, iterator)
+    }
+
+    /// Whether a region whose outer iterators have the unique values
+    /// `values` (None: several values) would name an iterator that no loop
+    /// around this point defines. isl prints no loop for a dimension with a
+    /// single value in one piece of a loop it split (the initialisation
+    /// before a split-k slice's loop, for instance); that piece then runs
+    /// its statements without the region (on global memory), which is
+    /// correct, instead of printing code that names an undefined iterator.
+    fn names_unbound(&self, values: &[Option<Expr>]) -> bool {
+        values.iter().enumerate().any(|(d, v)| {
+            let name = format!("c{d}");
+            v.is_none() && !self.bound.contains(&name)
+        })
     }
 
     fn copy_in(&self, depth: usize, out: &mut String) {

@@ -54,6 +54,50 @@ pub const AUTO_OUTER_PARALLELISM: u64 = 256;
 /// The split factor of an automatic split-k.
 pub const AUTO_SPLIT: i64 = 16;
 
+/// Which algebraic repair a compilation applies: what the program asks
+/// for, or an override (`--repair`, and a gene of `polyfuse tune`: rolling
+/// and split-k update trade one pass over the data against parallelism,
+/// and the best split factor depends on the device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Choice {
+    /// The program's `schedule` key, or the automatic choice without one.
+    #[default]
+    Program,
+    /// No rolling or split-k update: every reduction runs as written.
+    Off,
+    /// Rolling update of the program's repairable chains.
+    Rolling,
+    /// Split-k update of the program's repairable chains, in this many
+    /// slices.
+    SplitK(i64),
+}
+
+impl Choice {
+    /// The names of the text form (`--repair`, the `repair` key of a
+    /// variant); the split factor is given apart.
+    pub const NAMES: &'static [&'static str] = &["program", "off", "rolling", "split-k"];
+
+    /// The choice named `name`, with `factor` for `split-k`.
+    pub fn parse(name: &str, factor: i64) -> Option<Choice> {
+        match name {
+            "program" | "default" | "auto" => Some(Choice::Program),
+            "off" | "none" => Some(Choice::Off),
+            "rolling" | "rolling-update" => Some(Choice::Rolling),
+            "split-k" | "splitk" => Some(Choice::SplitK(factor)),
+            _ => None,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Choice::Program => "program",
+            Choice::Off => "off",
+            Choice::Rolling => "rolling",
+            Choice::SplitK(_) => "split-k",
+        }
+    }
+}
+
 /// The template steps of `program`: its `"schedule"` key, or, without one,
 /// the automatic choice.
 pub fn steps(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>> {
@@ -61,6 +105,68 @@ pub fn steps(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>> {
         Some(v) => directive::parse(&program.source, v),
         None => automatic(isl, program, scop),
     }
+}
+
+/// The steps of `program` under `choice`. An override replaces the
+/// program's rolling-update or split-k step (keeping its targets) or adds
+/// one for the chains [`repairable`] finds; `tile` and `privatize` steps
+/// stay. An override with nothing to repair is an error, not a silent
+/// no-op: the user asked for a fusion the program does not have.
+pub fn steps_for(isl: &Isl, program: &Program, scop: &Scop, choice: Choice) -> Result<Vec<Step>> {
+    let given = steps(isl, program, scop)?;
+    if choice == Choice::Program {
+        return Ok(given);
+    }
+    if let Choice::SplitK(f) = choice {
+        if f < 2 {
+            return Err(Error::Input {
+                file: program.source.clone(),
+                message: format!("split factor {f} must be at least 2"),
+            });
+        }
+    }
+    let mut targets: Vec<String> = Vec::new();
+    let mut kept: Vec<Step> = Vec::new();
+    for step in given {
+        match step {
+            Step::RollingUpdate(t) | Step::SplitK { targets: t, .. } => targets.extend(t),
+            other => kept.push(other),
+        }
+    }
+    if choice == Choice::Off {
+        return Ok(kept);
+    }
+    if targets.is_empty() {
+        targets = repairable(isl, program, scop)?;
+    }
+    if targets.is_empty() {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message: format!(
+                "repair {}: no reduction chain of this program has a proven repair \
+                 (a reduction over the same loop as an earlier one, combined \
+                 through an invertible function; see --emit deps)",
+                choice.name()
+            ),
+        });
+    }
+    // One repair step per program (`apply`): it goes first, as in a template.
+    let step = match choice {
+        Choice::SplitK(factor) => Step::SplitK { targets, factor },
+        _ => Step::RollingUpdate(targets),
+    };
+    kept.insert(0, step);
+    Ok(kept)
+}
+
+/// The targets of the program's repairable chains, whatever their length:
+/// what `--repair rolling` or `split-k` fuses in a program without a
+/// `schedule` key (one group per program, as [`automatic`] forms it).
+pub fn repairable(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<String>> {
+    Ok(chain_groups(isl, program, scop, |_, _| true)?
+        .into_iter()
+        .map(|(tensor, _)| tensor)
+        .collect())
 }
 
 /// The target statement reducing into `tensor`.
@@ -249,6 +355,39 @@ pub fn rolling_update(
 pub fn automatic(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>> {
     let mut rolling: Vec<String> = Vec::new();
     let mut split: Vec<String> = Vec::new();
+    let long = |total: u64, outer: u64| outer > 0 && total / outer >= AUTO_LONG_REDUCTION;
+    for (tensor, (_, outer)) in chain_groups(isl, program, scop, long)? {
+        if outer >= AUTO_OUTER_PARALLELISM {
+            rolling.push(tensor);
+        } else {
+            split.push(tensor);
+        }
+    }
+    Ok(if !rolling.is_empty() && split.is_empty() {
+        vec![Step::RollingUpdate(rolling)]
+    } else if !split.is_empty() && rolling.is_empty() {
+        vec![Step::SplitK {
+            targets: split,
+            factor: AUTO_SPLIT,
+        }]
+    } else {
+        Vec::new()
+    })
+}
+
+/// The targets of the chains that `keep` accepts and that have a solved
+/// repair, sharing the first such chain's predecessor (one group per
+/// program), each with the instance counts of its predecessor's update and
+/// initialisation (the reduction's whole length, and its outer
+/// parallelism). `keep` sees the counts before the solver runs: the proofs
+/// cost time, spent only on chains worth fusing.
+fn chain_groups(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    keep: impl Fn(u64, u64) -> bool,
+) -> Result<Vec<(String, (u64, u64))>> {
+    let mut out = Vec::new();
     let mut first_pred: Option<usize> = None;
     for (k, st) in program.statements.iter().enumerate() {
         if !matches!(st.op, AssignOp::Reduce { init: true, .. }) {
@@ -278,28 +417,11 @@ pub fn automatic(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>>
         let (Some(total), Some(outer)) = (count(upd)?, count(init)?) else {
             continue;
         };
-        if outer == 0 || total / outer < AUTO_LONG_REDUCTION {
-            continue;
-        }
-        // The proofs last only for chains long enough to be worth it.
-        if solve::solve(&c, Fault::None).is_err() {
+        if !keep(total, outer) || solve::solve(&c, Fault::None).is_err() {
             continue;
         }
         first_pred = Some(p);
-        if outer >= AUTO_OUTER_PARALLELISM {
-            rolling.push(st.lhs_tensor.clone());
-        } else {
-            split.push(st.lhs_tensor.clone());
-        }
+        out.push((st.lhs_tensor.clone(), (total, outer)));
     }
-    Ok(if !rolling.is_empty() && split.is_empty() {
-        vec![Step::RollingUpdate(rolling)]
-    } else if !split.is_empty() && rolling.is_empty() {
-        vec![Step::SplitK {
-            targets: split,
-            factor: AUTO_SPLIT,
-        }]
-    } else {
-        Vec::new()
-    })
+    Ok(out)
 }

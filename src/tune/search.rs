@@ -3,13 +3,17 @@
 //! A candidate is a genome, one choice index per gene; genes are the
 //! strategy, the tiling mode, one tile size per band member (powers of two
 //! and the divisors of the loop extents that leave no partial tile, as
-//! TC's tuner offers), sinking, and on the GPU the block, promotion,
-//! register accumulators and warp reductions. (The repair work adds its
-//! variant and split factor here as two more genes: see
-//! `Variant::parse`.)
+//! TC's tuner offers), sinking, on the GPU the block, promotion, register
+//! accumulators and warp reductions, and for a program with a repairable
+//! reduction chain (softmax, attention) the repair (the program's, none,
+//! rolling or split-k update) and the split factor.
 //!
 //! * random search: every candidate drawn uniformly;
-//! * genetic search (TC): a population evolved by generations. Fitness is
+//! * genetic search (TC): a population evolved by generations. The first
+//!   generation is the default, neighbours of the default (one or two
+//!   genes changed: a tuned schedule is most often a small step from a
+//!   good heuristic, and a uniform draw over a space of millions rarely
+//!   lands near it) and uniform draws for the rest. Fitness is
 //!   1 / time (0 for a candidate that failed or whose `--check` failed);
 //!   the best `elites` survive unchanged; every other child is a uniform
 //!   crossover of three parents picked by fitness-proportional (roulette)
@@ -91,8 +95,8 @@ impl Space {
         genes.push(gene("sink", &["on", "off"]));
         if gpu {
             let mut blocks = vec!["auto".to_string()];
-            for x in [32u32, 64, 128, 256] {
-                for y in [1u32, 2, 4, 8] {
+            for x in [16u32, 32, 64, 128, 256] {
+                for y in [1u32, 2, 4, 8, 16, 32] {
                     if x * y <= 1024 && x * y >= 64 {
                         blocks.push(format!("{x}x{y}"));
                     }
@@ -106,7 +110,27 @@ impl Space {
             genes.push(gene("registers", &["on", "off"]));
             genes.push(gene("reduce", &["on", "off"]));
         }
+        if has_repairable_chain(program) {
+            genes.push(gene("repair", crate::repair::Choice::NAMES));
+            genes.push(gene("split", &["4", "8", "16", "32", "64"]));
+        }
         Space { genes, tile_dims }
+    }
+
+    /// `genome` with `changes` genes (distinct, each with more than one
+    /// value) redrawn to a different value.
+    pub fn neighbour(&self, genome: &Genome, changes: usize, rng: &mut Rng) -> Genome {
+        let mut out = genome.clone();
+        let mut free: Vec<usize> = (0..self.genes.len())
+            .filter(|&i| self.genes[i].values.len() > 1)
+            .collect();
+        for _ in 0..changes.min(free.len()) {
+            let i = free.swap_remove(rng.below(free.len()));
+            let n = self.genes[i].values.len();
+            // a value other than the current one
+            out[i] = (out[i] + 1 + rng.below(n - 1)) % n;
+        }
+        out
     }
 
     pub fn random(&self, rng: &mut Rng) -> Genome {
@@ -200,6 +224,16 @@ impl Space {
             .iter()
             .fold(1u64, |n, g| n.saturating_mul(g.values.len() as u64))
     }
+}
+
+/// Whether `program` has a reduction chain that a rolling or split-k update
+/// can fuse (by its `schedule` key or by [`crate::repair::repairable`]).
+fn has_repairable_chain(program: &Program) -> bool {
+    let isl = crate::isl::Isl::new();
+    let Ok(scop) = crate::model::build(&isl, program) else {
+        return false;
+    };
+    crate::repair::steps_for(&isl, program, &scop, crate::repair::Choice::Rolling).is_ok()
 }
 
 fn gene(key: &str, values: &[&str]) -> Gene {
@@ -479,16 +513,28 @@ pub fn search(
         }
         // Random draws (the random search, and the genetic search's first
         // generation): variants not measured yet and not drawn twice (many
-        // genomes decode to one variant), within a bound on the draws.
+        // genomes decode to one variant), within a bound on the draws. The
+        // genetic search's first generation is half neighbours of the
+        // default.
         if settings.search == Search::Random || current.is_empty() {
             let mut drawn: std::collections::HashSet<String> = genomes
                 .iter()
                 .map(|g| space.decode(g).canonical())
                 .collect();
+            let neighbours = if settings.search == Search::Genetic && generation == 0 {
+                population / 2
+            } else {
+                0
+            };
+            let origin = space.encode(&Variant::default());
             let mut tries = 0;
             while genomes.len() < population && tries < 100 * population {
                 tries += 1;
-                let g = space.random(&mut rng);
+                let g = if genomes.len() < neighbours {
+                    space.neighbour(&origin, 1 + rng.below(2), &mut rng)
+                } else {
+                    space.random(&mut rng)
+                };
                 let text = space.decode(&g).canonical();
                 if !seen.contains_key(&text) && drawn.insert(text) {
                     genomes.push(g);
@@ -909,9 +955,9 @@ mod tests {
         }
     }
 
-    /// A deterministic stand-in for measuring: a time from the variant's
-    /// text (smaller tiles and `sink=off` are "faster"), failing for
-    /// `strategy=max`.
+    /// A deterministic stand-in for measuring: `sink=off` is 20 us faster,
+    /// plus up to 10 us of noise from a hash of the variant's text; fails
+    /// for `strategy=max`.
     fn synthetic(
         fresh: &[Variant],
         _: Option<Instant>,
@@ -926,7 +972,7 @@ mod tests {
                 let h =
                     u64::from_str_radix(&super::super::canon::hash_hex(&v.canonical())[..8], 16)
                         .unwrap();
-                let t = 100.0 + (h % 1000) as f64 / 10.0 - if v.sink { 0.0 } else { 20.0 };
+                let t = 100.0 + (h % 1000) as f64 / 100.0 - if v.sink { 0.0 } else { 20.0 };
                 Some((Ok((t, None)), Some("synthetic".into())))
             })
             .collect())
@@ -1004,6 +1050,93 @@ mod tests {
             r += share(&run(Search::Random, seed));
         }
         assert!(g > r, "genetic {g} vs random {r}");
+    }
+
+    #[test]
+    fn the_first_generation_searches_near_the_default() {
+        let o = run(Search::Genetic, 2);
+        let def = Variant::default().canonical();
+        let distance = |v: &Variant| {
+            v.canonical()
+                .split(',')
+                .zip(def.split(','))
+                .filter(|(a, b)| a != b)
+                .count()
+        };
+        let first: Vec<&Candidate> = o.candidates.iter().filter(|c| c.generation == 0).collect();
+        assert_eq!(first.len(), 8);
+        let near = first
+            .iter()
+            .filter(|c| (1..=3).contains(&distance(&c.variant)))
+            .count();
+        // population 8: the default, 3 neighbours (a tile-mode change may
+        // also change the tile text: distance up to 3), 4 uniform draws
+        assert!(near >= 3, "{near} neighbours in {:?}", texts(&o));
+        // the random search stays uniform: its draws are rarely that close
+        let r = run(Search::Random, 2);
+        let near_r = r.candidates[1..8]
+            .iter()
+            .filter(|c| (1..=2).contains(&distance(&c.variant)))
+            .count();
+        assert!(near_r < near, "random {near_r} vs genetic {near}");
+    }
+
+    #[test]
+    fn neighbours_change_the_genes_asked_for() {
+        let space = Space::new(&gemm(), true);
+        let origin = space.encode(&Variant::default());
+        let mut rng = Rng::new(9);
+        for changes in [1, 2] {
+            for _ in 0..50 {
+                let n = space.neighbour(&origin, changes, &mut rng);
+                let differ = n.iter().zip(&origin).filter(|(a, b)| a != b).count();
+                assert_eq!(differ, changes);
+            }
+        }
+    }
+
+    #[test]
+    fn programs_with_a_repairable_chain_search_the_repair() {
+        let keys = |p: &Program| -> Vec<String> {
+            Space::new(p, true)
+                .genes
+                .iter()
+                .map(|g| g.key.clone())
+                .collect()
+        };
+        assert!(!keys(&gemm()).contains(&"repair".to_string()));
+        // a softmax written plainly (no `schedule` key): its sum depends on
+        // its maximum over the same loop
+        let softmax = crate::frontend::load_str(
+            r#"{"name": "softmax", "params": {"M": 4, "N": 40},
+            "inputs": {"X": {"dtype": "f32", "shape": ["M", "N"]}},
+            "outputs": {"Y": {"dtype": "f32", "shape": ["M", "N"]}},
+            "body": ["Mx(i) max=! X(i, j)", "S(i) +=! exp(X(i, j) - Mx(i))",
+                     "Y(i, j) = exp(X(i, j) - Mx(i)) / S(i)"]}"#,
+            "<test>",
+        )
+        .unwrap();
+        let space = Space::new(&softmax, true);
+        let k = keys(&softmax);
+        assert!(k.contains(&"repair".to_string()) && k.contains(&"split".to_string()));
+        // every repair choice decodes, with the factor only for split-k
+        let mut seen = std::collections::HashSet::new();
+        let mut rng = Rng::new(4);
+        for _ in 0..400 {
+            let v = space.decode(&space.random(&mut rng));
+            assert_eq!(space.decode(&space.encode(&v)), v);
+            seen.insert(v.repair);
+        }
+        for c in [
+            crate::repair::Choice::Program,
+            crate::repair::Choice::Off,
+            crate::repair::Choice::Rolling,
+            crate::repair::Choice::SplitK(4),
+            crate::repair::Choice::SplitK(64),
+        ] {
+            assert!(seen.contains(&c), "{c:?} never drawn");
+        }
+        assert!(!seen.contains(&crate::repair::Choice::SplitK(16 + 1)));
     }
 
     #[test]

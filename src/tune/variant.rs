@@ -8,6 +8,7 @@ use std::fmt;
 use crate::error::{Error, Result};
 use crate::gpu::GpuOptions;
 use crate::pipeline::Options;
+use crate::repair::{Choice, AUTO_SPLIT};
 use crate::schedule::Strategy;
 
 /// The tile sizes of a variant.
@@ -41,6 +42,9 @@ pub struct Variant {
     pub registers: bool,
     /// GPU: warp-shuffle reductions.
     pub reduce: bool,
+    /// The algebraic repair (rolling or split-k update, with its split
+    /// factor), or the program's own.
+    pub repair: Choice,
 }
 
 impl Default for Variant {
@@ -56,6 +60,7 @@ impl Default for Variant {
             shared: gpu.shared,
             registers: gpu.registers,
             reduce: gpu.reduce,
+            repair: Choice::Program,
         }
     }
 }
@@ -70,6 +75,8 @@ pub const KEYS: &[&str] = &[
     "shared",
     "registers",
     "reduce",
+    "repair",
+    "split",
 ];
 
 impl Variant {
@@ -77,6 +84,8 @@ impl Variant {
     /// given keep their default. `default` alone is the default variant.
     pub fn parse(text: &str) -> std::result::Result<Variant, String> {
         let mut v = Variant::default();
+        let mut repair_name: Option<String> = None;
+        let mut split = AUTO_SPLIT;
         let text = text.trim();
         if text.is_empty() || text == "default" {
             return Ok(v);
@@ -113,16 +122,28 @@ impl Variant {
                 "shared" => v.shared = parse_flag(value, "shared")?,
                 "registers" | "unroll" => v.registers = parse_flag(value, "registers")?,
                 "reduce" => v.reduce = parse_flag(value, "reduce")?,
-                // The hook for the repair work (rolling / split-k updates,
-                // `src/repair/`): its variant and split factor become keys
-                // here, fields of `Variant`, and genes of `search::Space`.
-                "repair" | "split" => {
-                    return Err(format!(
-                        "`{key}` is not available in this build (no repair variants yet)"
-                    ))
+                "repair" => {
+                    repair_name = Some(value.to_string());
+                }
+                "split" => {
+                    split = value
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|f| *f >= 2)
+                        .ok_or_else(|| {
+                            format!("split `{value}`: the factor is an integer of at least 2")
+                        })?;
                 }
                 other => return Err(format!("unknown key `{other}` (keys: {})", KEYS.join(", "))),
             }
+        }
+        // The split factor belongs to split-k only: other choices ignore it,
+        // so that one compilation has one canonical text.
+        if let Some(name) = repair_name {
+            v.repair = Choice::parse(&name, split)
+                .ok_or_else(|| format!("unknown repair `{name}` ({})", Choice::NAMES.join(", ")))?;
+        } else if split != AUTO_SPLIT {
+            v.repair = Choice::SplitK(split);
         }
         let gpu = GpuOptions {
             block: v.block.clone(),
@@ -136,7 +157,7 @@ impl Variant {
     /// The canonical text: every key, in [`KEYS`] order.
     pub fn canonical(&self) -> String {
         format!(
-            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={}",
+            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={}",
             self.strategy.name(),
             self.tile_text(),
             on_off(self.sink),
@@ -145,6 +166,11 @@ impl Variant {
             on_off(self.shared),
             on_off(self.registers),
             on_off(self.reduce),
+            self.repair.name(),
+            match self.repair {
+                Choice::SplitK(f) => f,
+                _ => AUTO_SPLIT,
+            },
         )
     }
 
@@ -197,6 +223,7 @@ impl Variant {
                 auto_tile: self.tile == Tile::Auto,
                 ..Default::default()
             }),
+            repair: self.repair,
         }
     }
 
@@ -307,10 +334,35 @@ mod tests {
             "shared=maybe",
             "colour=red",
             "tile",
-            "split=4",
+            "split=1",
+            "split=x",
+            "repair=sometimes",
         ] {
             assert!(Variant::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_repair_and_its_split_factor_have_one_text_per_compilation() {
+        let v = Variant::parse("repair=split-k,split=32").unwrap();
+        assert_eq!(v.repair, Choice::SplitK(32));
+        assert_eq!(v.options(true).repair, Choice::SplitK(32));
+        assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
+        assert_eq!(v.label(), "repair=split-k,split=32");
+        // a factor alone asks for split-k
+        assert_eq!(Variant::parse("split=8").unwrap().repair, Choice::SplitK(8));
+        // other choices ignore the factor: one canonical text each
+        let r = Variant::parse("repair=rolling,split=64").unwrap();
+        assert_eq!(r.repair, Choice::Rolling);
+        assert_eq!(
+            r.canonical(),
+            Variant::parse("repair=rolling").unwrap().canonical()
+        );
+        assert_eq!(Variant::parse("repair=off").unwrap().repair, Choice::Off);
+        assert_eq!(Variant::default().repair, Choice::Program);
+        assert!(Variant::default()
+            .canonical()
+            .ends_with("repair=program,split=16"));
     }
 
     #[test]
