@@ -10,10 +10,10 @@
 //!
 //! * random search: every candidate drawn uniformly;
 //! * genetic search (TC): a population evolved by generations. The first
-//!   generation is the default, neighbours of the default (one or two
-//!   genes changed: a tuned schedule is most often a small step from a
-//!   good heuristic, and a uniform draw over a space of millions rarely
-//!   lands near it) and uniform draws for the rest. Fitness is
+//!   generation is the default, a quarter of neighbours of the default
+//!   (one or two genes changed: a tuned schedule is often a small step
+//!   from a good heuristic, and a uniform draw over a space of millions
+//!   rarely lands near it) and uniform draws for the rest. Fitness is
 //!   1 / time (0 for a candidate that failed or whose `--check` failed);
 //!   the best `elites` survive unchanged; every other child is a uniform
 //!   crossover of three parents picked by fitness-proportional (roulette)
@@ -514,15 +514,19 @@ pub fn search(
         // Random draws (the random search, and the genetic search's first
         // generation): variants not measured yet and not drawn twice (many
         // genomes decode to one variant), within a bound on the draws. The
-        // genetic search's first generation is half neighbours of the
+        // genetic search's first generation starts with neighbours of the
         // default.
         if settings.search == Search::Random || current.is_empty() {
             let mut drawn: std::collections::HashSet<String> = genomes
                 .iter()
                 .map(|g| space.decode(g).canonical())
                 .collect();
+            // The default and a quarter of the population of neighbours:
+            // with half, a 5-minute tune of fused softmax on the H100 stayed
+            // near the default (1.02x) where uniform draws had found a
+            // variant 1.11x faster.
             let neighbours = if settings.search == Search::Genetic && generation == 0 {
-                population / 2
+                1 + population / 4
             } else {
                 0
             };
@@ -1069,9 +1073,9 @@ mod tests {
             .iter()
             .filter(|c| (1..=3).contains(&distance(&c.variant)))
             .count();
-        // population 8: the default, 3 neighbours (a tile-mode change may
-        // also change the tile text: distance up to 3), 4 uniform draws
-        assert!(near >= 3, "{near} neighbours in {:?}", texts(&o));
+        // population 8: the default, 2 neighbours (a tile-mode change may
+        // also change the tile text: distance up to 3), 5 uniform draws
+        assert!(near >= 2, "{near} neighbours in {:?}", texts(&o));
         // the random search stays uniform: its draws are rarely that close
         let r = run(Search::Random, 2);
         let near_r = r.candidates[1..8]
