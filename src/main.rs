@@ -126,7 +126,7 @@ struct Common {
     /// update for long reductions with many rows, split-k for few rows),
     /// off (reductions as written, one pass each), rolling (rolling update:
     /// one pass), split-k (split-k update in --split slices).
-    #[arg(long, value_parser = ["program", "off", "rolling", "split-k"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(polyfuse::repair::Choice::NAMES))]
     repair: Option<String>,
     /// Number of slices of a split-k update (with --repair split-k, which
     /// it implies when given alone); at least 2.
@@ -225,27 +225,18 @@ fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), 
         .map(|s| frontend::parse_param_override(s))
         .collect::<Result<Vec<_>, _>>()?;
     frontend::apply_param_overrides(&mut program, &overrides)?;
-    let factor = common.split.unwrap_or(polyfuse::repair::AUTO_SPLIT);
-    if factor < 2 {
-        return Err(Error::Input {
-            file: program.source.clone(),
-            message: format!("--split {factor}: a split-k update needs at least 2 slices"),
-        });
-    }
-    if common.split.is_some() && common.repair.as_deref().is_some_and(|r| r != "split-k") {
-        return Err(Error::Input {
-            file: program.source.clone(),
-            message:
-                "--split sets the slices of a split-k update; it goes with --repair split-k only"
-                    .into(),
-        });
-    }
-    let repair = match (&common.repair, common.split) {
-        (Some(name), _) => polyfuse::repair::Choice::parse(name, factor)
-            .unwrap_or(polyfuse::repair::Choice::Program),
-        (None, Some(f)) => polyfuse::repair::Choice::SplitK(f),
-        (None, None) => polyfuse::repair::Choice::Program,
+    let bad = |message: String| Error::Input {
+        file: program.source.clone(),
+        message,
     };
+    if common.split.is_some() && common.repair.as_deref().is_some_and(|r| r != "split-k") {
+        return Err(bad(
+            "--split sets the slices of a split-k update; it goes with --repair split-k only"
+                .into(),
+        ));
+    }
+    let repair = polyfuse::repair::Choice::from_parts(common.repair.as_deref(), common.split)
+        .map_err(|m| bad(format!("--split: {m}")))?;
     if let Some(bad) = common.tile.iter().find(|t| **t < 1) {
         return Err(Error::Input {
             file: program.source.clone(),

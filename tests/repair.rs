@@ -226,6 +226,21 @@ fn the_repair_can_be_chosen_on_the_command_line() {
             assert!(out.contains("check: ok"), "{args:?} {target}: {out}");
         }
     }
+    // Through the library, a split factor below 2 is refused too.
+    let program = frontend::load_file(&softmax).unwrap();
+    let options = polyfuse::Options {
+        repair: repair::Choice::SplitK(1),
+        ..Default::default()
+    };
+    match polyfuse::compile(&program, &options) {
+        Err(polyfuse::Error::Input { message, .. }) => {
+            assert!(message.contains("at least 2 slices"), "{message}")
+        }
+        other => panic!(
+            "split factor 1 compiled: {:?}",
+            other.map(|c| c.program.name)
+        ),
+    }
     // Without --repair the decoding program is split as its file says.
     let (_, out, _) = polyfuse(&["schedule", decode.to_str().unwrap(), "--emit", "deps"]);
     assert!(out.contains("repair: split-k"), "{out}");

@@ -400,13 +400,7 @@ fn tune_equals_or_beats_the_default_and_fills_the_cache() {
     let best_variant = v["best"]["variant"].as_str().unwrap().to_string();
 
     // a hit: run uses the tuned options and the cached compiled program
-    let o = polyfuse(&["run", f, "--check"], Some(&cache));
-    assert!(ok(&o).contains("check: ok"));
-    assert!(
-        stderr(&o).contains("using tuned options from the cache"),
-        "{}",
-        stderr(&o)
-    );
+    let o = checked_run_with_tuned_options(f, &cache);
     assert!(
         stderr(&o).contains("compiled program from the cache"),
         "{}",
@@ -729,11 +723,18 @@ fn programs_with_repair_directives_use_their_tuned_options_too() {
         Some(&cache),
     );
     assert!(v["best"]["variant"].is_string(), "{v}");
-    let o = polyfuse(&["run", f, "--check"], Some(&cache));
+    checked_run_with_tuned_options(f, &cache);
+}
+
+/// `run FILE --check` with `cache`: it checks ok and says it used the
+/// tuned options.
+fn checked_run_with_tuned_options(file: &str, cache: &Path) -> Output {
+    let o = polyfuse(&["run", file, "--check"], Some(cache));
     assert!(ok(&o).contains("check: ok"));
     assert!(
         stderr(&o).contains("using tuned options from the cache"),
         "{}",
         stderr(&o)
     );
+    o
 }

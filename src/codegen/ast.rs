@@ -70,6 +70,22 @@ pub enum Node {
     },
 }
 
+impl Node {
+    /// The nodes directly inside this one, in order.
+    pub fn children(&self) -> Vec<&Node> {
+        match self {
+            Node::For { body, .. } | Node::Mark { body, .. } => vec![body],
+            Node::If {
+                then, otherwise, ..
+            } => std::iter::once(then.as_ref())
+                .chain(otherwise.as_deref())
+                .collect(),
+            Node::Block(v) => v.iter().collect(),
+            Node::User { .. } => Vec::new(),
+        }
+    }
+}
+
 pub fn from_isl(node: &ASTNode) -> Result<Node> {
     Ok(match ast_node_type(node) {
         ASTNodeType::For => Node::For {

@@ -428,25 +428,12 @@ fn counted_loops_fit(n: &Node) -> bool {
 /// The marks starting with `prefix` that occur more than once in `n`.
 fn repeated_marks(n: &Node, prefix: &str) -> Vec<String> {
     fn walk(n: &Node, prefix: &str, seen: &mut Vec<String>) {
-        match n {
-            Node::Mark { name, body } => {
-                if name.starts_with(prefix) {
-                    seen.push(name.clone());
-                }
-                walk(body, prefix, seen);
+        if let Node::Mark { name, .. } = n {
+            if name.starts_with(prefix) {
+                seen.push(name.clone());
             }
-            Node::For { body, .. } => walk(body, prefix, seen),
-            Node::If {
-                then, otherwise, ..
-            } => {
-                walk(then, prefix, seen);
-                if let Some(e) = otherwise {
-                    walk(e, prefix, seen);
-                }
-            }
-            Node::Block(v) => v.iter().for_each(|c| walk(c, prefix, seen)),
-            Node::User { .. } => {}
         }
+        n.children().into_iter().for_each(|c| walk(c, prefix, seen));
     }
     let mut seen = Vec::new();
     walk(n, prefix, &mut seen);
@@ -455,7 +442,6 @@ fn repeated_marks(n: &Node, prefix: &str) -> Vec<String> {
         .filter(|m| seen.iter().filter(|o| o == m).count() > 1)
         .cloned()
         .collect();
-    repeated.dedup();
     repeated.sort();
     repeated.dedup();
     repeated
@@ -463,14 +449,7 @@ fn repeated_marks(n: &Node, prefix: &str) -> Vec<String> {
 
 /// Whether `n` contains thread-mapped loops or statements.
 fn has_work(n: &Node) -> bool {
-    match n {
-        Node::User { .. } => true,
-        Node::For { body, .. } | Node::Mark { body, .. } => has_work(body),
-        Node::If {
-            then, otherwise, ..
-        } => has_work(then) || otherwise.as_deref().is_some_and(has_work),
-        Node::Block(v) => v.iter().any(has_work),
-    }
+    matches!(n, Node::User { .. }) || n.children().into_iter().any(has_work)
 }
 
 impl Ctx<'_> {
@@ -1153,61 +1132,10 @@ impl Ctx<'_> {
         // The loops over the thread's elements, with the element's
         // subscripts and the test that it lies inside the tensor.
         let each = |out: &mut String, statement: &dyn Fn(&str, &str) -> String| {
-            let mut depth = depth + 1;
             let open = |out: &mut String, depth: usize, text: String| {
                 let _ = writeln!(out, "{}{text}", "  ".repeat(depth));
             };
-            for a in &axes {
-                let b = self.block[(*a as u8 - b'x') as usize];
-                if emulate {
-                    open(
-                        out,
-                        depth,
-                        format!(
-                            "for (pf_i pf_thread_{a} = 0; pf_thread_{a} < {b}; pf_thread_{a}++)"
-                        ),
-                    );
-                }
-            }
-            for (j, a) in axes.iter().enumerate() {
-                if !emulate {
-                    open(out, depth, "#pragma unroll".into());
-                }
-                open(
-                    out,
-                    depth,
-                    format!(
-                        "for (int pf_r{a} = 0; pf_r{a} < {}; pf_r{a}++) {{",
-                        counts[j]
-                    ),
-                );
-                depth += 1;
-            }
-            for (j, it) in regs.block_iterators.iter().enumerate() {
-                open(out, depth, format!("const pf_i pf_b{j} = {it};"));
-            }
-            for (j, a) in axes.iter().enumerate() {
-                let b = self.block[(*a as u8 - b'x') as usize];
-                let tid = if emulate {
-                    format!("pf_thread_{a}")
-                } else {
-                    format!("(pf_i)threadIdx.{a}")
-                };
-                open(
-                    out,
-                    depth,
-                    format!("const pf_i pf_t{j} = {tid} + pf_r{a} * {b};"),
-                );
-            }
-            // Only the thread points of this block's tile: with more
-            // threads than points along an axis, the extra threads' points
-            // belong to the next tile, which another block owns.
-            let mut conds: Vec<String> = regs
-                .thread_tiles
-                .iter()
-                .enumerate()
-                .map(|(j, t)| format!("pf_t{j} < {t}"))
-                .collect();
+            let (mut depth, mut conds) = self.open_slots(regs, &axes, &axes, depth + 1, out);
             let mut global = String::new();
             for (d, e) in regs.element.iter().enumerate() {
                 let extent = self
@@ -1440,11 +1368,6 @@ impl Ctx<'_> {
         let _ = writeln!(out, "{pad}}}");
     }
 
-    /// Copies the promoted tiles into shared memory: the prefix iterators
-    /// isl generated no loop for, each tile's offset, one cooperative loop
-    /// per tile (consecutive threads on consecutive elements of the
-    /// innermost dimension; elements outside the tensor are skipped), and a
-    /// barrier before the threads read the copies.
     /// `text`, a statement on register tile `regs` reached where the
     /// thread loops of axes `lost` were not generated: every thread tries
     /// each of its register slots along those axes and runs `text` on the
@@ -1462,46 +1385,9 @@ impl Ctx<'_> {
         depth: usize,
         out: &mut String,
     ) {
-        let mut pad = "  ".repeat(depth);
-        let counts = regs.counts(self.block);
-        let emulate = self.emulate.is_some();
+        let pad = "  ".repeat(depth);
         let _ = writeln!(out, "{pad}{{");
-        pad.push_str("  ");
-        let mut closes = 0;
-        for (j, a) in axes.iter().enumerate() {
-            if !lost.contains(a) {
-                continue;
-            }
-            let b = self.block[(*a as u8 - b'x') as usize];
-            if emulate {
-                let _ = writeln!(
-                    out,
-                    "{pad}for (pf_i pf_thread_{a} = 0; pf_thread_{a} < {b}; pf_thread_{a}++)"
-                );
-            } else {
-                let _ = writeln!(out, "{pad}#pragma unroll");
-            }
-            let _ = writeln!(
-                out,
-                "{pad}for (int pf_r{a} = 0; pf_r{a} < {}; pf_r{a}++) {{",
-                counts[j]
-            );
-            closes += 1;
-        }
-        for (j, it) in regs.block_iterators.iter().enumerate() {
-            let _ = writeln!(out, "{pad}const pf_i pf_b{j} = {it};");
-        }
-        let mut conds: Vec<String> = Vec::new();
-        for (j, a) in axes.iter().enumerate() {
-            let b = self.block[(*a as u8 - b'x') as usize];
-            let tid = if emulate {
-                format!("pf_thread_{a}")
-            } else {
-                format!("(pf_i)threadIdx.{a}")
-            };
-            let _ = writeln!(out, "{pad}const pf_i pf_t{j} = {tid} + pf_r{a} * {b};");
-            conds.push(format!("pf_t{j} < {}", regs.thread_tiles[j]));
-        }
+        let (inner, mut conds) = self.open_slots(regs, axes, lost, depth + 1, out);
         for (d, e) in regs.element.iter().enumerate() {
             if let Some(sub) = subs.get(d) {
                 conds.push(format!("({}) == {sub}", self.e(e)));
@@ -1510,7 +1396,7 @@ impl Ctx<'_> {
         if !guard.is_empty() {
             conds.push(guard.to_string());
         }
-        if !emulate && !in_thread && self.has_threads {
+        if self.emulate.is_none() && !in_thread && self.has_threads {
             // Axes outside the tile: their thread 0.
             for a in ['x', 'y', 'z'] {
                 if !axes.contains(&a) {
@@ -1518,12 +1404,88 @@ impl Ctx<'_> {
                 }
             }
         }
-        let _ = writeln!(out, "{pad}if ({}) {text}", conds.join(" && "));
-        for _ in 0..closes {
-            let _ = writeln!(out, "{pad}}}");
+        let _ = writeln!(
+            out,
+            "{}if ({}) {text}",
+            "  ".repeat(inner),
+            conds.join(" && ")
+        );
+        for d in (depth + 1..inner).rev() {
+            let _ = writeln!(out, "{}}}", "  ".repeat(d));
         }
-        pad.truncate(pad.len() - 2);
         let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// Opens the loops over a thread's register slots of tile `regs` along
+    /// the axes `looped` (in the emulation, over the threads of those axes
+    /// too), at `depth`, then names the block's tile (`pf_b<j>`) and the
+    /// thread point of every axis of `axes` (`pf_t<j>`; slots along other
+    /// axes come from loops around). Returns the depth inside the loops
+    /// (one brace each to close) and the tests that the points lie in this
+    /// block's tile: with more threads than points along an axis, the extra
+    /// threads' points belong to the next tile, which another block owns.
+    fn open_slots(
+        &self,
+        regs: &RegisterTile,
+        axes: &[char],
+        looped: &[char],
+        mut depth: usize,
+        out: &mut String,
+    ) -> (usize, Vec<String>) {
+        let emulate = self.emulate.is_some();
+        let counts = regs.counts(self.block);
+        let threads = |a: char| self.block[(a as u8 - b'x') as usize];
+        let line = |out: &mut String, depth: usize, text: String| {
+            let _ = writeln!(out, "{}{text}", "  ".repeat(depth));
+        };
+        for a in axes.iter().filter(|a| emulate && looped.contains(a)) {
+            let b = threads(*a);
+            line(
+                out,
+                depth,
+                format!("for (pf_i pf_thread_{a} = 0; pf_thread_{a} < {b}; pf_thread_{a}++)"),
+            );
+        }
+        for (j, a) in axes.iter().enumerate() {
+            if !looped.contains(a) {
+                continue;
+            }
+            if !emulate {
+                line(out, depth, "#pragma unroll".into());
+            }
+            line(
+                out,
+                depth,
+                format!(
+                    "for (int pf_r{a} = 0; pf_r{a} < {}; pf_r{a}++) {{",
+                    counts[j]
+                ),
+            );
+            depth += 1;
+        }
+        for (j, it) in regs.block_iterators.iter().enumerate() {
+            line(out, depth, format!("const pf_i pf_b{j} = {it};"));
+        }
+        for (j, a) in axes.iter().enumerate() {
+            let b = threads(*a);
+            let tid = if emulate {
+                format!("pf_thread_{a}")
+            } else {
+                format!("(pf_i)threadIdx.{a}")
+            };
+            line(
+                out,
+                depth,
+                format!("const pf_i pf_t{j} = {tid} + pf_r{a} * {b};"),
+            );
+        }
+        let conds = regs
+            .thread_tiles
+            .iter()
+            .enumerate()
+            .map(|(j, t)| format!("pf_t{j} < {t}"))
+            .collect();
+        (depth, conds)
     }
 
     /// The thread-private region (see `gpu::private`): declare each
@@ -1715,16 +1677,10 @@ impl Ctx<'_> {
                         })
                     })
                 }
-                Node::For { body, .. } | Node::Mark { body, .. } => walk(c, views, body, name),
-                Node::If {
-                    then, otherwise, ..
-                } => {
-                    walk(c, views, then, name)
-                        || otherwise
-                            .as_deref()
-                            .is_some_and(|e| walk(c, views, e, name))
-                }
-                Node::Block(v) => v.iter().any(|x| walk(c, views, x, name)),
+                other => other
+                    .children()
+                    .into_iter()
+                    .any(|x| walk(c, views, x, name)),
             }
         }
         walk(self, &views, body, iterator)
@@ -1744,6 +1700,11 @@ impl Ctx<'_> {
         })
     }
 
+    /// Copies the promoted tiles into shared memory: the prefix iterators
+    /// isl generated no loop for, each tile's offset, one cooperative loop
+    /// per tile (consecutive threads on consecutive elements of the
+    /// innermost dimension; elements outside the tensor are skipped), and a
+    /// barrier before the threads read the copies.
     fn copy_in(&self, depth: usize, out: &mut String) {
         let Some(scope) = self.scope else {
             return;
@@ -1869,8 +1830,6 @@ impl Ctx<'_> {
         }
     }
 
-    /// `idx == 0` for every mapping in `pending` (their loops have a single
-    /// iteration, which one index runs).
     /// The threads that run a statement printed here: with `pending`
     /// mappings whose loops were not generated, index 0 of each; outside
     /// the thread loops, thread 0; in a warp-reduced kernel, lane 0.
@@ -1896,6 +1855,8 @@ impl Ctx<'_> {
         guard
     }
 
+    /// `idx == 0` for every mapping in `pending` (their loops have a single
+    /// iteration, which one index runs).
     fn guard(&self, pending: &[Pending]) -> String {
         if self.emulate.is_some() {
             return String::new();

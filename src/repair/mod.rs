@@ -77,15 +77,34 @@ impl Choice {
     /// variant); the split factor is given apart.
     pub const NAMES: &'static [&'static str] = &["program", "off", "rolling", "split-k"];
 
-    /// The choice named `name`, with `factor` for `split-k`.
-    pub fn parse(name: &str, factor: i64) -> Option<Choice> {
-        match name {
-            "program" | "default" | "auto" => Some(Choice::Program),
-            "off" | "none" => Some(Choice::Off),
-            "rolling" | "rolling-update" => Some(Choice::Rolling),
-            "split-k" | "splitk" => Some(Choice::SplitK(factor)),
-            _ => None,
+    /// The choice named `name` (one of [`Choice::NAMES`]) with the split
+    /// factor `split`, either optional: a factor alone asks for split-k,
+    /// 16 slices ([`AUTO_SPLIT`]) when split-k has none. Other choices
+    /// ignore the factor (the command line refuses it with them; a
+    /// variant's canonical text always carries one).
+    pub fn from_parts(
+        name: Option<&str>,
+        split: Option<i64>,
+    ) -> std::result::Result<Choice, String> {
+        let factor = split.unwrap_or(AUTO_SPLIT);
+        if factor < 2 {
+            return Err(format!(
+                "split factor {factor}: a split-k update needs at least 2 slices"
+            ));
         }
+        Ok(match name {
+            None if split.is_some() => Choice::SplitK(factor),
+            None | Some("program") => Choice::Program,
+            Some("off") => Choice::Off,
+            Some("rolling") => Choice::Rolling,
+            Some("split-k") => Choice::SplitK(factor),
+            Some(other) => {
+                return Err(format!(
+                    "unknown repair `{other}` ({})",
+                    Choice::NAMES.join(", ")
+                ))
+            }
+        })
     }
 
     pub fn name(&self) -> &'static str {
@@ -113,15 +132,20 @@ pub fn steps(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>> {
 /// stay. An override with nothing to repair is an error, not a silent
 /// no-op: the user asked for a fusion the program does not have.
 pub fn steps_for(isl: &Isl, program: &Program, scop: &Scop, choice: Choice) -> Result<Vec<Step>> {
-    let given = steps(isl, program, scop)?;
     if choice == Choice::Program {
-        return Ok(given);
+        return steps(isl, program, scop);
     }
+    // An override starts from the file's template only: the automatic
+    // choice is what it replaces (and would cost its proofs for nothing).
+    let given = match &program.schedule {
+        Some(v) => directive::parse(&program.source, v)?,
+        None => Vec::new(),
+    };
     if let Choice::SplitK(f) = choice {
         if f < 2 {
             return Err(Error::Input {
                 file: program.source.clone(),
-                message: format!("split factor {f} must be at least 2"),
+                message: format!("split factor {f}: a split-k update needs at least 2 slices"),
             });
         }
     }
@@ -356,7 +380,7 @@ pub fn automatic(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>>
     let mut rolling: Vec<String> = Vec::new();
     let mut split: Vec<String> = Vec::new();
     let long = |total: u64, outer: u64| outer > 0 && total / outer >= AUTO_LONG_REDUCTION;
-    for (tensor, (_, outer)) in chain_groups(isl, program, scop, long)? {
+    for (tensor, outer) in chain_groups(isl, program, scop, long)? {
         if outer >= AUTO_OUTER_PARALLELISM {
             rolling.push(tensor);
         } else {
@@ -377,16 +401,17 @@ pub fn automatic(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>>
 
 /// The targets of the chains that `keep` accepts and that have a solved
 /// repair, sharing the first such chain's predecessor (one group per
-/// program), each with the instance counts of its predecessor's update and
-/// initialisation (the reduction's whole length, and its outer
-/// parallelism). `keep` sees the counts before the solver runs: the proofs
-/// cost time, spent only on chains worth fusing.
+/// program), each with its outer parallelism (the instances of its
+/// predecessor's initialisation). `keep` sees the instance counts of the
+/// predecessor's update and initialisation (the reduction's whole length,
+/// and the outer parallelism) before the solver runs: the proofs cost
+/// time, spent only on chains worth fusing.
 fn chain_groups(
     isl: &Isl,
     program: &Program,
     scop: &Scop,
     keep: impl Fn(u64, u64) -> bool,
-) -> Result<Vec<(String, (u64, u64))>> {
+) -> Result<Vec<(String, u64)>> {
     let mut out = Vec::new();
     let mut first_pred: Option<usize> = None;
     for (k, st) in program.statements.iter().enumerate() {
@@ -421,7 +446,7 @@ fn chain_groups(
             continue;
         }
         first_pred = Some(p);
-        out.push((st.lhs_tensor.clone(), (total, outer)));
+        out.push((st.lhs_tensor.clone(), outer));
     }
     Ok(out)
 }

@@ -85,7 +85,7 @@ impl Variant {
     pub fn parse(text: &str) -> std::result::Result<Variant, String> {
         let mut v = Variant::default();
         let mut repair_name: Option<String> = None;
-        let mut split = AUTO_SPLIT;
+        let mut split: Option<i64> = None;
         let text = text.trim();
         if text.is_empty() || text == "default" {
             return Ok(v);
@@ -126,25 +126,16 @@ impl Variant {
                     repair_name = Some(value.to_string());
                 }
                 "split" => {
-                    split = value
-                        .parse::<i64>()
-                        .ok()
-                        .filter(|f| *f >= 2)
-                        .ok_or_else(|| {
-                            format!("split `{value}`: the factor is an integer of at least 2")
-                        })?;
+                    split = Some(value.parse::<i64>().map_err(|_| {
+                        format!("split `{value}`: the factor is an integer of at least 2")
+                    })?);
                 }
                 other => return Err(format!("unknown key `{other}` (keys: {})", KEYS.join(", "))),
             }
         }
         // The split factor belongs to split-k only: other choices ignore it,
         // so that one compilation has one canonical text.
-        if let Some(name) = repair_name {
-            v.repair = Choice::parse(&name, split)
-                .ok_or_else(|| format!("unknown repair `{name}` ({})", Choice::NAMES.join(", ")))?;
-        } else if split != AUTO_SPLIT {
-            v.repair = Choice::SplitK(split);
-        }
+        v.repair = Choice::from_parts(repair_name.as_deref(), split)?;
         let gpu = GpuOptions {
             block: v.block.clone(),
             grid: v.grid.clone(),
@@ -349,8 +340,12 @@ mod tests {
         assert_eq!(v.options(true).repair, Choice::SplitK(32));
         assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
         assert_eq!(v.label(), "repair=split-k,split=32");
-        // a factor alone asks for split-k
+        // a factor alone asks for split-k, the default factor too
         assert_eq!(Variant::parse("split=8").unwrap().repair, Choice::SplitK(8));
+        assert_eq!(
+            Variant::parse("split=16").unwrap().repair,
+            Choice::SplitK(16)
+        );
         // other choices ignore the factor: one canonical text each
         let r = Variant::parse("repair=rolling,split=64").unwrap();
         assert_eq!(r.repair, Choice::Rolling);
