@@ -117,6 +117,13 @@ struct Common {
     /// ordinary cores instead of tensor cores (mma.sync).
     #[arg(long)]
     no_tensor_cores: bool,
+    /// GPU: a thread's points of a register tile (a gemm's accumulators)
+    /// in groups of N consecutive points along each thread axis instead of
+    /// points a block apart, and the shared tiles they read laid out so
+    /// that a group is contiguous (one 16-byte load for four f32): 1, 2 or
+    /// 4; default 1. A tuning choice: `polyfuse tune` tries it.
+    #[arg(long, value_name = "N")]
+    vector: Option<u32>,
     /// Keep point loops where tiling put them (no TC-style sinking below
     /// inner tile loops).
     #[arg(long)]
@@ -148,6 +155,8 @@ impl Common {
             || !self.block.is_empty()
             || !self.grid.is_empty()
             || self.no_shared
+            || self.no_tensor_cores
+            || self.vector.is_some()
             || self.no_sink
             || self.repair.is_some()
             || self.split.is_some()
@@ -267,6 +276,7 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
         grid: common.grid.clone(),
         shared: !common.no_shared,
         tensor_cores: !common.no_tensor_cores,
+        vector: common.vector.unwrap_or(1),
         ..Default::default()
     }
 }

@@ -57,3 +57,67 @@ fn an_index_named_t_is_an_ordinary_index() {
         assert!(stdout.contains("check: ok"), "{target}: {stdout}");
     }
 }
+
+/// `--vector N` groups a thread's register points (and lays shared tiles
+/// out for them); the emulation of the grouped mapping passes its check
+/// at sizes no multiple of the tiles, and a width polyfuse does not print
+/// is an input error (exit 2) naming the file.
+#[test]
+fn register_groups_are_chosen_on_the_command_line() {
+    let polyfuse = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .args(["--no-cache"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let sizes = ["--param", "M=300", "--param", "N=260", "--param", "K=44"];
+    // At these sizes a thread has 2 x 2 registers: groups of 2.
+    let mut args = vec![
+        "schedule",
+        "examples/gemm.json",
+        "--emit",
+        "cuda",
+        "--vector",
+        "2",
+    ];
+    args.extend_from_slice(&sizes);
+    let (code, cuda, err) = polyfuse(&args);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        cuda.contains("(pf_i)threadIdx.x * 2 + pf_rx % 2;"),
+        "{cuda}"
+    );
+    let mut args = vec![
+        "run",
+        "examples/gemm.json",
+        "--target",
+        "emulate",
+        "--check",
+        "--vector",
+        "2",
+    ];
+    args.extend_from_slice(&sizes);
+    let (code, out, err) = polyfuse(&args);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("check: ok"), "{out}");
+    let (code, _, err) = polyfuse(&[
+        "schedule",
+        "examples/gemm.json",
+        "--emit",
+        "cuda",
+        "--vector",
+        "3",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("examples/gemm.json") && err.contains("vector 3"),
+        "{err}"
+    );
+}

@@ -300,6 +300,76 @@ fn gemm_keeps_its_accumulators_in_registers() {
     emulate_ok(&json, &off);
 }
 
+/// Auto-tiled GPU options with register groups of `vector` points.
+fn grouped(vector: u32, block: &[u32]) -> Options {
+    Options {
+        gpu: Some(GpuOptions {
+            auto_tile: true,
+            vector,
+            block: block.to_vec(),
+            ..GpuOptions::default()
+        }),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
+    // 128 x 128 register tiles on 16 x 16 threads: 8 slots per axis, in
+    // two groups of four. A(i, k) is read along i by the threads of y, so
+    // its shared tile is laid out k-major (A_shared[k][i]); B(k, j) is
+    // already j-innermost. Rows are padded by 4 (132), not 1, so that
+    // groups stay 16-byte aligned. Odd M and N take the guarded path.
+    let json = gemm(2100, 1092, 36);
+    let p = load_str(&json, "gemm.json").unwrap();
+    let cuda = emulated_cuda(&p, &grouped(4, &[]));
+    for text in [
+        "const pf_i pf_t1 = (pf_rx / 4) * 64 + (pf_i)threadIdx.x * 4 + pf_rx % 4;",
+        "const pf_i c4 = (pf_ry / 4) * 64 + (pf_i)threadIdx.y * 4 + pf_ry % 4;",
+        "pf_shared_kernel_0_A[pf_a0 * 1 + pf_a1 * 132 + 396] = pf_v.w;",
+        "pf_shared_kernel_0_B[pf_a0 * 132 + pf_a1 * 1 + 3] = pf_v.w;",
+        "__shared__ __align__(16) float pf_shared_kernel_0_A[2112];",
+    ] {
+        assert!(cuda.contains(text), "{text}\n{cuda}");
+    }
+    // The default is cyclic, with the one-element padding.
+    let plain = emulated_cuda(&p, &grouped(1, &[]));
+    assert!(plain.contains("const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;"));
+    assert!(plain.contains("pf_shared_kernel_0_B[pf_a0 * 129 + pf_a1 * 1 + 3]"));
+    // Groups of two on a 32 x 4 block; K not a multiple of 4 (no vector
+    // copy); rows of 48 (3 slots per thread of y, no whole group of 4)
+    // stay cyclic while columns of 64 (4 slots) are grouped.
+    emulated_cuda(
+        &load_str(&gemm(67, 133, 29), "g.json").unwrap(),
+        &grouped(2, &[32, 4]),
+    );
+    let mut odd = grouped(4, &[16, 16]);
+    odd.tile = vec![48, 64, 8];
+    if let Some(g) = odd.gpu.as_mut() {
+        g.auto_tile = false;
+    }
+    let cuda = emulated_cuda(&load_str(&gemm(100, 90, 20), "g.json").unwrap(), &odd);
+    assert!(
+        cuda.contains("pf_t0 = (pf_i)threadIdx.y + pf_ry * 16;"),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains("pf_t1 = (pf_rx / 4) * 64 + (pf_i)threadIdx.x * 4"),
+        "{cuda}"
+    );
+    // A batch of one (slots whose element formula ignores a thread
+    // member), in program order.
+    let options = Options {
+        strategy: schedule::Strategy::Canonical,
+        ..grouped(4, &[])
+    };
+    emulated_cuda(&load_str(&bmm(1, 37, 45, 29), "b.json").unwrap(), &options);
+    // A width polyfuse does not print is an input error.
+    let err = compile(&p, &grouped(3, &[])).unwrap_err();
+    assert!(matches!(err, Error::Input { .. }), "{err}");
+    assert!(err.to_string().contains("vector 3"), "{err}");
+}
+
 #[test]
 fn register_tiles_copy_only_the_slots_of_their_thread_points() {
     // A batch of one: `b` is 0 everywhere in the domain, so the element

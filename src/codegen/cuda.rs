@@ -204,9 +204,12 @@ pub fn program(
         }
         let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
         for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
+            // 16-byte aligned where the copy moves four elements at once,
+            // so that vector accesses to the array can be proven aligned.
+            let align = if a.vector4 { "__align__(16) " } else { "" };
             let _ = writeln!(
                 source,
-                "  __shared__ {} {}[{}];",
+                "  __shared__ {align}{} {}[{}];",
                 storage_type(a.dtype),
                 a.buffer,
                 a.len
@@ -371,6 +374,17 @@ struct Ctx<'a> {
 /// revisited by the same block.
 pub const EMULATED_BLOCKS: u32 = 3;
 
+/// The point of register slot `r` of thread `tid` along an axis of `b`
+/// threads, with the thread's points in groups of `w` (see
+/// `RegisterTile::group`): `tid + r b` when `w = 1`.
+fn slot_point(tid: &str, r: &str, b: i64, w: i64) -> String {
+    if w == 1 {
+        format!("{tid} + {r} * {b}")
+    } else {
+        format!("({r} / {w}) * {} + {tid} * {w} + {r} % {w}", b * w)
+    }
+}
+
 fn id_of(p: &Pending) -> String {
     format!("{}.{}", if p.0 { "threadIdx" } else { "blockIdx" }, p.1)
 }
@@ -506,7 +520,9 @@ impl Ctx<'_> {
                             format!("(pf_i)threadIdx.{}", p.1)
                         };
                         let _ = writeln!(out, "{pad}for (int {r} = 0; {r} < {count}; {r}++) {{");
-                        let _ = writeln!(out, "{pad}  const pf_i {iterator} = {tid} + {r} * {b};");
+                        let w = regs.group(self.block, nt - 1 - axis.min(nt - 1));
+                        let point = slot_point(&tid, &r, i64::from(b), w);
+                        let _ = writeln!(out, "{pad}  const pf_i {iterator} = {point};");
                         let guard = if self.full_tile {
                             "1".to_string()
                         } else {
@@ -1473,11 +1489,13 @@ impl Ctx<'_> {
             } else {
                 format!("(pf_i)threadIdx.{a}")
             };
-            line(
-                out,
-                depth,
-                format!("const pf_i pf_t{j} = {tid} + pf_r{a} * {b};"),
+            let point = slot_point(
+                &tid,
+                &format!("pf_r{a}"),
+                i64::from(b),
+                regs.group(self.block, j),
             );
+            line(out, depth, format!("const pf_i pf_t{j} = {point};"));
         }
         let conds = regs
             .thread_tiles
@@ -1795,21 +1813,27 @@ impl Ctx<'_> {
                     out,
                     "{pad}      const float4 pf_v = *(const float4 *)&{t}[{global}];"
                 );
+                // Element `k` of the four is `k` pitches further along
+                // the innermost box dimension (pitch 1 unless a grouped
+                // layout put another dimension innermost).
+                let step = |k: i64| k * a.pitch[rank - 1];
                 for (k, f) in ["x", "y", "z", "w"].iter().enumerate() {
                     let _ = writeln!(
                         out,
-                        "{pad}      {}[{} + {k}] = pf_v.{f};",
+                        "{pad}      {}[{} + {}] = pf_v.{f};",
                         a.buffer,
-                        local.join(" + ")
+                        local.join(" + "),
+                        step(k as i64)
                     );
                 }
                 let _ = writeln!(out, "{pad}    }} else {{");
                 for k in 0..4 {
                     let _ = writeln!(
                         out,
-                        "{pad}      {}[{} + {k}] = {t}[{global} + {k}];",
+                        "{pad}      {}[{} + {}] = {t}[{global} + {k}];",
                         a.buffer,
-                        local.join(" + ")
+                        local.join(" + "),
+                        step(k)
                     );
                 }
                 let _ = writeln!(out, "{pad}    }}");

@@ -209,6 +209,13 @@ fn map_kernel(
         Some(ReductionSite::Below(k)) => x_iterators(scop, &band_below(&node, k)?, 0)?,
         None => x_iterators(scop, &node, nb - 1)?,
     };
+    // With register groups (`GpuOptions::vector`), the iterator on
+    // `threadIdx.y` too: a shared tile's dimension that it indexes is laid
+    // out innermost when `threadIdx.x` indexes none.
+    let y_iterator = match site {
+        None if opts.vector > 1 && nb >= 2 => Some(x_iterators(scop, &node, nb - 2)?),
+        _ => None,
+    };
     if site == Some(ReductionSite::Member) {
         node = node.band_split(lc as i32)?;
     }
@@ -369,6 +376,13 @@ fn map_kernel(
     }
     // The point band: the promotion point, then threads.
     if node.get_type()? == ScheduleNodeType::Band {
+        let layout = match (&registers, &y_iterator) {
+            (Some(_), Some(y)) if contraction.is_none() => super::promote::Layout::Grouped {
+                inner: vec![&x_iterator, y],
+                width: i64::from(opts.vector),
+            },
+            _ => super::promote::Layout::RowMajor,
+        };
         plan.scope = Some(super::promote::promote(
             isl,
             program,
@@ -376,6 +390,7 @@ fn map_kernel(
             &node,
             &plan.mark,
             &x_iterator,
+            &layout,
             opts,
         )?);
         node = node.insert_mark(mark(isl, "shared")?)?.child(0)?;
@@ -391,6 +406,7 @@ fn map_kernel(
             node = node.child(0)?;
             plan.registers = registers.map(|mut r| {
                 r.thread_tiles = member_tile[..nb].to_vec();
+                r.vector = opts.vector;
                 r
             });
         }

@@ -49,6 +49,13 @@ pub struct GpuOptions {
     /// Run contractions of f16 and bf16 operands on tensor cores
     /// (`mma.sync`, see [`contraction`]).
     pub tensor_cores: bool,
+    /// Register tiles in groups of this many consecutive points per thread
+    /// along each thread axis (1: cyclic, a thread's points one block
+    /// apart). With groups, the shared tiles those points read are laid
+    /// out with the thread-indexed dimension innermost and rows padded to
+    /// whole groups, so a thread reads a group with one vector load (four
+    /// f32 in one 16-byte load); see `registers::RegisterTile::group`.
+    pub vector: u32,
 }
 
 impl Default for GpuOptions {
@@ -62,6 +69,7 @@ impl Default for GpuOptions {
             auto_tile: false,
             shared_limit: 48 * 1024,
             tensor_cores: true,
+            vector: 1,
         }
     }
 }
@@ -82,6 +90,12 @@ impl GpuOptions {
                     .map(|b| b.to_string())
                     .collect::<Vec<_>>()
                     .join("x")
+            ));
+        }
+        if !matches!(self.vector, 1 | 2 | 4) {
+            return Err(format!(
+                "vector {} is not a group width polyfuse prints (1, 2 or 4)",
+                self.vector
             ));
         }
         Ok(())

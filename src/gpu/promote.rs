@@ -44,9 +44,10 @@ pub struct Promotion {
     pub dtype: DType,
     /// Box extents.
     pub sizes: Vec<i64>,
-    /// Element strides of the shared array (the innermost row padded by
-    /// one element when its length is a multiple of 32, so that threads
-    /// walking a column hit different banks).
+    /// Element strides of the shared array, per tensor dimension: in the
+    /// tensor's order with the innermost row padded by one element when its
+    /// length is a multiple of 32 (threads walking a column then hit
+    /// different banks), or as [`Layout::Grouped`] orders and pads them.
     pub pitch: Vec<i64>,
     /// Box offset, in the prefix iterators `c0 ..` and the parameters.
     pub offset: Vec<Expr>,
@@ -58,6 +59,27 @@ pub struct Promotion {
     /// all prefix values), so a group of four is wholly inside the tensor
     /// or wholly outside.
     pub vector4: bool,
+}
+
+/// How the shared arrays of a kernel lay out their boxes.
+#[derive(Debug, Clone, Default)]
+pub enum Layout<'a> {
+    /// The tensor's own order, the innermost row padded by one element
+    /// when its length is a multiple of 32 (a column walk then meets 32
+    /// different banks).
+    #[default]
+    RowMajor,
+    /// For register tiles in groups of `width` points per thread: the box
+    /// dimension indexed by the first of the `inner` iterators (per
+    /// statement, as for `x_iterator`) that indexes one is laid out
+    /// innermost, and rows are padded by `width` elements instead of one,
+    /// so that a thread's group is contiguous and aligned: a gemm's
+    /// `A[i][k]` tile, read along `i` by the threads of `threadIdx.y`,
+    /// becomes `A_shared[k][i]`.
+    Grouped {
+        inner: Vec<&'a HashMap<String, Option<usize>>>,
+        width: i64,
+    },
 }
 
 /// The promotions at one kernel's thread band.
@@ -145,7 +167,9 @@ fn coalesced(read: &Map, x: Option<usize>) -> Result<bool> {
 
 /// Computes the promotions at `band` (the kernel's first thread band).
 /// `x_iterator` gives, per statement, the position of the iterator mapped
-/// to `threadIdx.x` (when the member is a single iterator).
+/// to `threadIdx.x` (when the member is a single iterator); `layout`
+/// orders and pads the shared arrays' dimensions.
+#[allow(clippy::too_many_arguments)]
 pub fn promote(
     isl: &Isl,
     program: &Program,
@@ -153,6 +177,7 @@ pub fn promote(
     band: &ScheduleNode,
     kernel: &str,
     x_iterator: &HashMap<String, Option<usize>>,
+    layout: &Layout,
     opts: &GpuOptions,
 ) -> Result<Scope> {
     let depth = band.get_schedule_depth()? as usize;
@@ -215,13 +240,34 @@ pub fn promote(
         for d in 0..rank {
             sizes.push(val_to_i64(&size.get_at(d as i32)?)?);
         }
+        let (inner, pad) = match layout {
+            Layout::RowMajor => (rank.saturating_sub(1), 1),
+            Layout::Grouped { inner, width } => {
+                let indexed = |it: &HashMap<String, Option<usize>>| {
+                    indexed_dimension(program, &in_kernel, &t, it)
+                };
+                let mut found = None;
+                for it in inner {
+                    if let Some(d) = indexed(it)? {
+                        found = Some(d);
+                        break;
+                    }
+                }
+                (found.unwrap_or(rank.saturating_sub(1)), *width)
+            }
+        };
+        // Dimensions from the outermost to the innermost of the layout.
+        let order: Vec<usize> = (0..rank)
+            .filter(|d| *d != inner)
+            .chain((rank > 0).then_some(inner))
+            .collect();
         let mut pitch = vec![1i64; rank];
         let mut len = 1i64;
-        for d in (0..rank).rev() {
+        for (k, &d) in order.iter().enumerate().rev() {
             pitch[d] = len;
             let mut extent = sizes[d];
-            if d + 1 == rank && rank > 1 && extent % 32 == 0 {
-                extent += 1;
+            if k + 1 == rank && rank > 1 && extent % 32 == 0 {
+                extent += pad;
             }
             len = len.saturating_mul(extent);
         }
@@ -272,6 +318,45 @@ pub fn promote(
         }
     }
     Ok(scope)
+}
+
+/// The dimension of tensor `t` that the iterator `it` (a position per
+/// statement) indexes in every read of `t` by the statements `stmts`: the
+/// single subscript whose coefficient of that iterator is not zero, the
+/// same dimension in all reads. `None` when a read has no such iterator,
+/// several subscripts use it, or reads disagree.
+fn indexed_dimension(
+    program: &Program,
+    stmts: &[&crate::model::ModelStmt],
+    t: &str,
+    it: &HashMap<String, Option<usize>>,
+) -> Result<Option<usize>> {
+    let mut found: Option<usize> = None;
+    for s in stmts {
+        for a in s.accesses(program) {
+            if a.write || a.tensor != t {
+                continue;
+            }
+            let Some(pos) = it.get(&s.name).copied().flatten() else {
+                return Ok(None);
+            };
+            let pma = PwMultiAff::from_map(a.relation.copy()?)?;
+            let mut dims = Vec::new();
+            for d in 0..pma.dim(DimType::Out)? {
+                match coefficient(&pma.get_pw_aff(d)?, pos as i32)? {
+                    Some(0) => {}
+                    Some(_) => dims.push(d as usize),
+                    None => return Ok(None),
+                }
+            }
+            match (dims.as_slice(), found) {
+                ([d], None) => found = Some(*d),
+                ([d], Some(f)) if *d == f => {}
+                _ => return Ok(None),
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// For each iterator `c<d>` of the prefix schedule `prefix` (of `depth`

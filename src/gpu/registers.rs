@@ -60,6 +60,8 @@ pub struct RegisterTile {
     /// when it can start the region instead of running inside it: see
     /// [`hoistable_init`].
     pub init: Option<HoistedInit>,
+    /// The requested group width (`GpuOptions::vector`); see [`Self::group`].
+    pub vector: u32,
 }
 
 /// An `op=!` initialisation executed on the registers before the region's
@@ -74,6 +76,23 @@ pub struct HoistedInit {
 }
 
 impl RegisterTile {
+    /// How a thread's points are spread along thread member `j` (outer
+    /// first) with `block`: in groups of `w` consecutive points, `w` the
+    /// requested width when it divides the thread's register count `R`
+    /// there, else 1. Slot `r` of thread `t` (of `B` along the axis) holds
+    /// point `p = (r / w) B w + t w + r mod w`, a bijection from
+    /// `[0, B) x [0, R)` onto `[0, B R)` like the cyclic `p = t + r B`
+    /// (`w = 1`), so the tile's guards and the full-tile test are the same
+    /// for both; with `w = 4` a thread's four neighbouring points sit
+    /// side by side in a shared row and load as one 16-byte vector.
+    pub fn group(&self, block: [u32; 3], j: usize) -> i64 {
+        let w = i64::from(self.vector.max(1));
+        match self.counts(block).get(j) {
+            Some(r) if r % w == 0 => w,
+            _ => 1,
+        }
+    }
+
     /// Registers along each thread member (outer first) for `block`.
     pub fn counts(&self, block: [u32; 3]) -> Vec<i64> {
         let nt = self.thread_dims;
@@ -169,6 +188,7 @@ pub fn candidate(
             accesses,
             thread_tiles: Vec::new(),
             prefix_values: Vec::new(),
+            vector: 1,
         }));
     }
     Ok(None)

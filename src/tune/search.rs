@@ -109,6 +109,7 @@ impl Space {
             genes.push(gene("shared", &["on", "off"]));
             genes.push(gene("registers", &["on", "off"]));
             genes.push(gene("reduce", &["on", "off"]));
+            genes.push(gene("vector", &["1", "2", "4"]));
         }
         if has_repairable_chain(program) {
             genes.push(gene("repair", crate::repair::Choice::NAMES));

@@ -42,6 +42,9 @@ pub struct Variant {
     pub registers: bool,
     /// GPU: warp-shuffle reductions.
     pub reduce: bool,
+    /// GPU: register tiles in groups of this many points per thread, with
+    /// shared tiles laid out for vector loads (`GpuOptions::vector`).
+    pub vector: u32,
     /// The algebraic repair (rolling or split-k update, with its split
     /// factor), or the program's own.
     pub repair: Choice,
@@ -60,6 +63,7 @@ impl Default for Variant {
             shared: gpu.shared,
             registers: gpu.registers,
             reduce: gpu.reduce,
+            vector: gpu.vector,
             repair: Choice::Program,
         }
     }
@@ -77,6 +81,7 @@ pub const KEYS: &[&str] = &[
     "reduce",
     "repair",
     "split",
+    "vector",
 ];
 
 impl Variant {
@@ -122,6 +127,11 @@ impl Variant {
                 "shared" => v.shared = parse_flag(value, "shared")?,
                 "registers" | "unroll" => v.registers = parse_flag(value, "registers")?,
                 "reduce" => v.reduce = parse_flag(value, "reduce")?,
+                "vector" => {
+                    v.vector = value
+                        .parse::<u32>()
+                        .map_err(|_| format!("vector `{value}`: the group width is 1, 2 or 4"))?
+                }
                 "repair" => {
                     repair_name = Some(value.to_string());
                 }
@@ -139,6 +149,7 @@ impl Variant {
         let gpu = GpuOptions {
             block: v.block.clone(),
             grid: v.grid.clone(),
+            vector: v.vector,
             ..Default::default()
         };
         gpu.validate()?;
@@ -148,7 +159,7 @@ impl Variant {
     /// The canonical text: every key, in [`KEYS`] order.
     pub fn canonical(&self) -> String {
         format!(
-            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={}",
+            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={},vector={}",
             self.strategy.name(),
             self.tile_text(),
             on_off(self.sink),
@@ -162,6 +173,7 @@ impl Variant {
                 Choice::SplitK(f) => f,
                 _ => AUTO_SPLIT,
             },
+            self.vector,
         )
     }
 
@@ -211,6 +223,7 @@ impl Variant {
                 shared: self.shared,
                 registers: self.registers,
                 reduce: self.reduce,
+                vector: self.vector,
                 auto_tile: self.tile == Tile::Auto,
                 ..Default::default()
             }),
@@ -357,7 +370,20 @@ mod tests {
         assert_eq!(Variant::default().repair, Choice::Program);
         assert!(Variant::default()
             .canonical()
-            .ends_with("repair=program,split=16"));
+            .ends_with("repair=program,split=16,vector=1"));
+    }
+
+    #[test]
+    fn the_register_group_width_is_a_key() {
+        let v = Variant::parse("vector=4").unwrap();
+        assert_eq!(v.vector, 4);
+        assert_eq!(v.options(true).gpu.unwrap().vector, 4);
+        assert_eq!(v.label(), "vector=4");
+        assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
+        assert_eq!(Variant::default().vector, 1);
+        for bad in ["vector=3", "vector=8", "vector=x", "vector=0"] {
+            assert!(Variant::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
