@@ -49,7 +49,8 @@ pub struct CompareArgs {
     pub program: ProgramArgs,
     /// A variant: KEY=VALUE pairs separated by commas, e.g.
     /// "strategy=min,tile=64x64,block=32x8" (keys: strategy, tile, sink,
-    /// block, grid, shared, registers, reduce, repair, split, vector;
+    /// block, grid, shared, registers, reduce, repair, split, vector,
+    /// unroll;
     /// `default` alone is the default). Repeatable.
     #[arg(long = "variant", value_name = "KEY=VALUE,...")]
     pub variants: Vec<String>,

@@ -124,6 +124,11 @@ struct Common {
     /// 4; default 1. A tuning choice: `polyfuse tune` tries it.
     #[arg(long, value_name = "N")]
     vector: Option<u32>,
+    /// GPU: unroll the step loops of register tiles (a gemm's steps along
+    /// k inside one shared tile) where their trip count is a constant. A
+    /// tuning choice: `polyfuse tune` tries it.
+    #[arg(long)]
+    unroll: bool,
     /// Keep point loops where tiling put them (no TC-style sinking below
     /// inner tile loops).
     #[arg(long)]
@@ -157,6 +162,7 @@ impl Common {
             || self.no_shared
             || self.no_tensor_cores
             || self.vector.is_some()
+            || self.unroll
             || self.no_sink
             || self.repair.is_some()
             || self.split.is_some()
@@ -277,6 +283,7 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
         shared: !common.no_shared,
         tensor_cores: !common.no_tensor_cores,
         vector: common.vector.unwrap_or(1),
+        unroll: common.unroll,
         ..Default::default()
     }
 }

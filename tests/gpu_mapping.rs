@@ -332,6 +332,21 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     ] {
         assert!(cuda.contains(text), "{text}\n{cuda}");
     }
+    // The step loop along k inside a shared tile is unrolled on request
+    // only: to 16 steps, the tile's size, with the end of K (36, no
+    // multiple of 16) tested inside; the loop over k tiles is not.
+    let unroll_step = "#pragma unroll\n              for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {\n                if ((c3 <= ((-c2) + 35))) {";
+    assert!(!cuda.contains(unroll_step), "{cuda}");
+    let mut unrolled = grouped(4, &[]);
+    if let Some(g) = unrolled.gpu.as_mut() {
+        g.unroll = true;
+    }
+    let cuda = emulated_cuda(&p, &unrolled);
+    assert!(cuda.contains(unroll_step), "{cuda}");
+    assert!(
+        !cuda.contains("#pragma unroll\n          for (pf_i c2"),
+        "{cuda}"
+    );
     // The default is cyclic, with the one-element padding.
     let plain = emulated_cuda(&p, &grouped(1, &[]));
     assert!(plain.contains("const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;"));

@@ -385,6 +385,35 @@ fn slot_point(tid: &str, r: &str, b: i64, w: i64) -> String {
     }
 }
 
+/// A loop `for (it = init; cond; ...)` with a constant start, as a loop
+/// whose trip count is known when the kernel is compiled: `(bound, rest)`
+/// with `it <= bound` (or `<`) a condition with a constant, and `rest`
+/// what `cond` tests beyond it. `it <= min(c, e)`, a tile's steps clipped
+/// at the end of the tensor, becomes `it <= c` and, inside, `it <= e`.
+fn constant_trip(iterator: &str, init: &Expr, cond: &Expr) -> Option<(Expr, Option<Expr>)> {
+    if !matches!(init, Expr::Int(_)) {
+        return None;
+    }
+    let Expr::Op(op @ (Op::Le | Op::Lt), a) = cond else {
+        return None;
+    };
+    let [it @ Expr::Id(i), bound] = a.as_slice() else {
+        return None;
+    };
+    if i != iterator {
+        return None;
+    }
+    let test = |b: &Expr| Expr::Op(*op, vec![it.clone(), b.clone()]);
+    match bound {
+        Expr::Int(_) => Some((cond.clone(), None)),
+        Expr::Op(Op::Min, m) => match m.as_slice() {
+            [c @ Expr::Int(_), e] | [e, c @ Expr::Int(_)] => Some((test(c), Some(test(e)))),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 fn id_of(p: &Pending) -> String {
     format!("{}.{}", if p.0 { "threadIdx" } else { "blockIdx" }, p.1)
 }
@@ -494,6 +523,10 @@ impl Ctx<'_> {
                 inc,
                 body,
             } => {
+                let (n_init, n_cond) = (init, cond);
+                // An unrolled step loop's test beyond its constant bound
+                // is open around the body.
+                let mut step_guard = false;
                 let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
                 let mut inner_thread = in_thread;
                 let matched = pending.iter().position(|p| &p.2 == iterator);
@@ -579,15 +612,37 @@ impl Ctx<'_> {
                         // A loop of an unmapped member (or of a deeper band
                         // while a mapped member has a single iteration).
                         inner_pending = pending.to_vec();
-                        if self.emulate.is_none() && self.indexes_private(body, iterator) {
-                            // Unrolled, so the private array's subscripts
-                            // are constants and it stays in registers.
+                        // A register tile's step loop (`GpuOptions::unroll`)
+                        // runs to its constant bound, the rest of its
+                        // condition tested inside.
+                        let steps = if self.emulate.is_none()
+                            && self.in_regs
+                            && self.in_scope
+                            && self.regs.is_some_and(|r| r.unroll)
+                        {
+                            constant_trip(iterator, n_init, n_cond)
+                        } else {
+                            None
+                        };
+                        let unrolled_private =
+                            self.emulate.is_none() && self.indexes_private(body, iterator);
+                        if unrolled_private || steps.is_some() {
+                            // Unrolled: a private array's subscripts become
+                            // constants and it stays in registers.
                             let _ = writeln!(out, "{pad}#pragma unroll");
                         }
+                        let test = match (&steps, unrolled_private) {
+                            (Some((bound, _)), false) => self.e(bound),
+                            _ => cond.clone(),
+                        };
                         let _ = writeln!(
                             out,
-                            "{pad}for (pf_i {iterator} = {init}; {cond}; {iterator} += {inc}) {{"
+                            "{pad}for (pf_i {iterator} = {init}; {test}; {iterator} += {inc}) {{"
                         );
+                        if let (Some((_, Some(rest))), false) = (&steps, unrolled_private) {
+                            let _ = writeln!(out, "{pad}  if ({}) {{", self.e(rest));
+                            step_guard = true;
+                        }
                     }
                 }
                 let mut bound = self.bound.to_vec();
@@ -597,7 +652,11 @@ impl Ctx<'_> {
                     bound: &bound,
                     ..*self
                 };
-                inner.node(body, depth + 1, &inner_pending, inner_thread, out);
+                let body_depth = depth + 1 + usize::from(step_guard);
+                inner.node(body, body_depth, &inner_pending, inner_thread, out);
+                if step_guard {
+                    let _ = writeln!(out, "{pad}  }}");
+                }
                 if self.emulate.is_none()
                     && !self.nosync
                     && !inner_thread

@@ -407,6 +407,7 @@ fn map_kernel(
             plan.registers = registers.map(|mut r| {
                 r.thread_tiles = member_tile[..nb].to_vec();
                 r.vector = opts.vector;
+                r.unroll = opts.unroll;
                 r
             });
         }

@@ -56,6 +56,11 @@ pub struct GpuOptions {
     /// whole groups, so a thread reads a group with one vector load (four
     /// f32 in one 16-byte load); see `registers::RegisterTile::group`.
     pub vector: u32,
+    /// Unroll the sequential point loops of register tiles (a gemm's
+    /// steps along `k` inside a shared tile) where their trip count is a
+    /// constant, so the compiler can schedule the shared loads of several
+    /// steps together.
+    pub unroll: bool,
 }
 
 impl Default for GpuOptions {
@@ -70,6 +75,7 @@ impl Default for GpuOptions {
             shared_limit: 48 * 1024,
             tensor_cores: true,
             vector: 1,
+            unroll: false,
         }
     }
 }

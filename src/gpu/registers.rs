@@ -62,6 +62,8 @@ pub struct RegisterTile {
     pub init: Option<HoistedInit>,
     /// The requested group width (`GpuOptions::vector`); see [`Self::group`].
     pub vector: u32,
+    /// Unroll the constant sequential point loops (`GpuOptions::unroll`).
+    pub unroll: bool,
 }
 
 /// An `op=!` initialisation executed on the registers before the region's
@@ -189,6 +191,7 @@ pub fn candidate(
             thread_tiles: Vec::new(),
             prefix_values: Vec::new(),
             vector: 1,
+            unroll: false,
         }));
     }
     Ok(None)

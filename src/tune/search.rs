@@ -110,6 +110,7 @@ impl Space {
             genes.push(gene("registers", &["on", "off"]));
             genes.push(gene("reduce", &["on", "off"]));
             genes.push(gene("vector", &["1", "2", "4"]));
+            genes.push(gene("unroll", &["off", "on"]));
         }
         if has_repairable_chain(program) {
             genes.push(gene("repair", crate::repair::Choice::NAMES));

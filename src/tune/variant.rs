@@ -38,13 +38,15 @@ pub struct Variant {
     /// GPU: promotion to shared memory.
     pub shared: bool,
     /// GPU: accumulators in registers across the sequential loops (the
-    /// register tiles of the mapping; polyfuse's "unrolling" knob).
+    /// register tiles of the mapping).
     pub registers: bool,
     /// GPU: warp-shuffle reductions.
     pub reduce: bool,
     /// GPU: register tiles in groups of this many points per thread, with
     /// shared tiles laid out for vector loads (`GpuOptions::vector`).
     pub vector: u32,
+    /// GPU: unrolled step loops of register tiles (`GpuOptions::unroll`).
+    pub unroll: bool,
     /// The algebraic repair (rolling or split-k update, with its split
     /// factor), or the program's own.
     pub repair: Choice,
@@ -64,6 +66,7 @@ impl Default for Variant {
             registers: gpu.registers,
             reduce: gpu.reduce,
             vector: gpu.vector,
+            unroll: gpu.unroll,
             repair: Choice::Program,
         }
     }
@@ -82,6 +85,7 @@ pub const KEYS: &[&str] = &[
     "repair",
     "split",
     "vector",
+    "unroll",
 ];
 
 impl Variant {
@@ -125,7 +129,8 @@ impl Variant {
                 "block" => v.block = parse_dims(value, "block")?,
                 "grid" => v.grid = parse_dims(value, "grid")?,
                 "shared" => v.shared = parse_flag(value, "shared")?,
-                "registers" | "unroll" => v.registers = parse_flag(value, "registers")?,
+                "registers" => v.registers = parse_flag(value, "registers")?,
+                "unroll" => v.unroll = parse_flag(value, "unroll")?,
                 "reduce" => v.reduce = parse_flag(value, "reduce")?,
                 "vector" => {
                     v.vector = value
@@ -159,7 +164,7 @@ impl Variant {
     /// The canonical text: every key, in [`KEYS`] order.
     pub fn canonical(&self) -> String {
         format!(
-            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={},vector={}",
+            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={},vector={},unroll={}",
             self.strategy.name(),
             self.tile_text(),
             on_off(self.sink),
@@ -174,6 +179,7 @@ impl Variant {
                 _ => AUTO_SPLIT,
             },
             self.vector,
+            on_off(self.unroll),
         )
     }
 
@@ -224,6 +230,7 @@ impl Variant {
                 registers: self.registers,
                 reduce: self.reduce,
                 vector: self.vector,
+                unroll: self.unroll,
                 auto_tile: self.tile == Tile::Auto,
                 ..Default::default()
             }),
@@ -370,15 +377,17 @@ mod tests {
         assert_eq!(Variant::default().repair, Choice::Program);
         assert!(Variant::default()
             .canonical()
-            .ends_with("repair=program,split=16,vector=1"));
+            .ends_with("repair=program,split=16,vector=1,unroll=off"));
     }
 
     #[test]
     fn the_register_group_width_is_a_key() {
-        let v = Variant::parse("vector=4").unwrap();
+        let v = Variant::parse("vector=4,unroll=on").unwrap();
         assert_eq!(v.vector, 4);
-        assert_eq!(v.options(true).gpu.unwrap().vector, 4);
-        assert_eq!(v.label(), "vector=4");
+        assert!(v.unroll && !Variant::default().unroll);
+        let gpu = v.options(true).gpu.unwrap();
+        assert_eq!((gpu.vector, gpu.unroll), (4, true));
+        assert_eq!(v.label(), "vector=4,unroll=on");
         assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
         assert_eq!(Variant::default().vector, 1);
         for bad in ["vector=3", "vector=8", "vector=x", "vector=0"] {
