@@ -50,7 +50,7 @@ pub struct CompareArgs {
     /// A variant: KEY=VALUE pairs separated by commas, e.g.
     /// "strategy=min,tile=64x64,block=32x8" (keys: strategy, tile, sink,
     /// block, grid, shared, registers, reduce, repair, split, vector,
-    /// unroll;
+    /// unroll, pipeline;
     /// `default` alone is the default). Repeatable.
     #[arg(long = "variant", value_name = "KEY=VALUE,...")]
     pub variants: Vec<String>,

@@ -129,6 +129,12 @@ struct Common {
     /// tuning choice: `polyfuse tune` tries it.
     #[arg(long)]
     unroll: bool,
+    /// GPU: double-buffer shared tiles along the sequential loop around
+    /// them (a gemm's k tiles): the next tile is loaded into registers
+    /// while the threads compute on the current one. Doubles the shared
+    /// memory. A tuning choice: `polyfuse tune` tries it.
+    #[arg(long)]
+    pipeline: bool,
     /// Keep point loops where tiling put them (no TC-style sinking below
     /// inner tile loops).
     #[arg(long)]
@@ -163,6 +169,7 @@ impl Common {
             || self.no_tensor_cores
             || self.vector.is_some()
             || self.unroll
+            || self.pipeline
             || self.no_sink
             || self.repair.is_some()
             || self.split.is_some()
@@ -284,6 +291,7 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
         tensor_cores: !common.no_tensor_cores,
         vector: common.vector.unwrap_or(1),
         unroll: common.unroll,
+        pipeline: common.pipeline,
         ..Default::default()
     }
 }

@@ -386,6 +386,59 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
 }
 
 #[test]
+fn double_buffered_tiles_fetch_the_next_step_while_computing_on_this_one() {
+    // Two stages of each shared array; the first k step copies into stage
+    // 0, every step with a next one loads the next tiles into registers
+    // before the arithmetic and stores them into the other stage after
+    // it. K = 36: the last k tile is partial, and the step after it does
+    // not exist (the emulation copies the next tile at the same offsets
+    // and tests; a wrong stage or offset fails its check).
+    let json = gemm(2100, 1092, 36);
+    let p = load_str(&json, "gemm.json").unwrap();
+    let mut options = grouped(4, &[]);
+    if let Some(g) = options.gpu.as_mut() {
+        g.pipeline = true;
+        g.unroll = true;
+    }
+    let cuda = emulated_cuda(&p, &options);
+    for text in [
+        "__shared__ __align__(16) float pf_shared_kernel_0_A[4224];",
+        "const pf_i pf_stage = ((c2 - (0)) / 16) % 2;",
+        "const int pf_has_next = ((c2 + 16) <= 35);",
+        "const pf_i pf_n0_1 = (c2 + 16);",
+        "float pf_next0[2][4];",
+        "pf_shared_kernel_0_A[pf_stage * 2112 + ",
+        "pf_shared_kernel_0_B[(1 - pf_stage) * 2112 + pf_a0 * 132 + pf_a1 * 1 + 3] = pf_next1[pf_s][3];",
+    ] {
+        assert!(cuda.contains(text), "{text}\n{cuda}");
+    }
+    // Without the vector layout, with a batch (tiles of one) and odd
+    // sizes.
+    let mut plain = gpu_options(&[1, 32]);
+    plain.gpu = Some(GpuOptions {
+        pipeline: true,
+        ..GpuOptions::default()
+    });
+    let batch = load_str(&bmm(3, 37, 45, 70), "b.json").unwrap();
+    let cuda = emulated_cuda(&batch, &plain);
+    assert!(cuda.contains("pf_has_next"), "{cuda}");
+    // One tile along the batch: its block iterator has no loop, and the
+    // copies of both steps name its value.
+    plain.tile = vec![32, 16];
+    let cuda = emulated_cuda(&batch, &plain);
+    assert!(cuda.contains("pf_has_next"), "{cuda}");
+    assert!(cuda.contains("const pf_i c0 = 0; (void)c0;"), "{cuda}");
+    // Two stages that do not fit the shared-memory budget: one stage.
+    let mut small = options.clone();
+    if let Some(g) = small.gpu.as_mut() {
+        g.shared_limit = 20_000;
+    }
+    let cuda = emulated_cuda(&p, &small);
+    assert!(cuda.contains("pf_shared_kernel_0_A[2112];"), "{cuda}");
+    assert!(!cuda.contains("pf_stage"), "{cuda}");
+}
+
+#[test]
 fn register_tiles_copy_only_the_slots_of_their_thread_points() {
     // A batch of one: `b` is 0 everywhere in the domain, so the element
     // formula of C's register tile does not depend on the thread member

@@ -26,7 +26,7 @@ use crate::frontend::ast::{DType, Program};
 use crate::gpu::contraction::Contraction;
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
 use crate::gpu::private::PrivateRegion;
-use crate::gpu::promote::Scope;
+use crate::gpu::promote::{Promotion, Scope};
 use crate::gpu::registers::RegisterTile;
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::model::Scop;
@@ -203,6 +203,11 @@ pub fn program(
             }
         }
         let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
+        let stages = if scope.is_some_and(|s| s.double_buffered) {
+            2
+        } else {
+            1
+        };
         for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
             // 16-byte aligned where the copy moves four elements at once,
             // so that vector accesses to the array can be proven aligned.
@@ -212,7 +217,7 @@ pub fn program(
                 "  __shared__ {align}{} {}[{}];",
                 storage_type(a.dtype),
                 a.buffer,
-                a.len
+                a.len * stages
             );
         }
         if let Some(c) = &plan.contraction {
@@ -238,6 +243,8 @@ pub fn program(
             repeated_private: &repeated,
             mark,
             bound: &[],
+            step_loop: None,
+            staged: false,
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
@@ -252,7 +259,7 @@ pub fn program(
                 "    static {} {}[{}];",
                 super::c::storage_type(a.dtype),
                 a.buffer,
-                a.len
+                a.len * stages
             );
         }
         if let Some(c) = &plan.contraction {
@@ -367,6 +374,12 @@ struct Ctx<'a> {
     mark: &'a str,
     /// The iterators of the loops printed around this point.
     bound: &'a [String],
+    /// The plain loop whose body is the node being printed: (iterator,
+    /// start, condition, step), for a double-buffered promotion point.
+    step_loop: Option<(&'a str, &'a Expr, &'a Expr, i64)>,
+    /// Inside a double-buffered promotion scope: shared reads take the
+    /// stage `pf_stage` of their array.
+    staged: bool,
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -523,7 +536,7 @@ impl Ctx<'_> {
                 inc,
                 body,
             } => {
-                let (n_init, n_cond) = (init, cond);
+                let (n_init, n_cond, n_inc) = (init, cond, inc);
                 // An unrolled step loop's test beyond its constant bound
                 // is open around the body.
                 let mut step_guard = false;
@@ -647,9 +660,22 @@ impl Ctx<'_> {
                 }
                 let mut bound = self.bound.to_vec();
                 bound.push(iterator.clone());
+                // A promotion point right below this loop may be double
+                // buffered along it, when each step ends with a barrier.
+                let barrier_after_each_step = self.emulate.is_some()
+                    || (!self.nosync && !inner_thread && self.has_threads && has_work(body));
+                let shared_body = barrier_after_each_step
+                    && matches!(&**body, Node::Mark { name, .. } if name == "shared");
+                let step_loop = match (matched, n_inc) {
+                    (None, Expr::Int(step)) if *step > 0 && !step_guard && shared_body => {
+                        Some((iterator.as_str(), n_init, n_cond, *step))
+                    }
+                    _ => None,
+                };
                 let inner = Ctx {
                     nosync: false,
                     bound: &bound,
+                    step_loop,
                     ..*self
                 };
                 let body_depth = depth + 1 + usize::from(step_guard);
@@ -694,12 +720,26 @@ impl Ctx<'_> {
                     .is_some_and(|s| !self.in_scope && !self.names_unbound(&s.prefix_values))
                 {
                     let _ = writeln!(out, "{pad}{{");
-                    self.copy_in(depth + 1, out);
+                    let staged = match (self.scope, self.step_loop) {
+                        (Some(scope), Some(step)) if scope.double_buffered => {
+                            self.copy_in_stages(step, depth + 1, out);
+                            true
+                        }
+                        _ => {
+                            self.copy_in(depth + 1, out);
+                            false
+                        }
+                    };
                     let inner = Ctx {
                         in_scope: true,
+                        staged,
+                        step_loop: None,
                         ..*self
                     };
                     inner.node(body, depth + 1, pending, in_thread, out);
+                    if staged {
+                        self.store_next_stage(depth + 1, out);
+                    }
                     let _ = writeln!(out, "{pad}}}");
                 } else {
                     self.node(body, depth, pending, in_thread, out);
@@ -798,7 +838,12 @@ impl Ctx<'_> {
                         } else {
                             idx.join(" + ")
                         };
-                        o.insert(key.clone(), format!("{}[{idx}]", a.buffer));
+                        let stage = if self.staged {
+                            format!("pf_stage * {} + ", a.len)
+                        } else {
+                            String::new()
+                        };
+                        o.insert(key.clone(), format!("{}[{stage}{idx}]", a.buffer));
                     }
                 }
                 if let (true, Some(regs)) = (self.in_regs, self.regs) {
@@ -1783,6 +1828,171 @@ impl Ctx<'_> {
     /// innermost dimension; elements outside the tensor are skipped), and a
     /// barrier before the threads read the copies.
     fn copy_in(&self, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        self.prefix_constants(depth, out);
+        self.offsets("pf_o", None, depth, out);
+        self.copy_loops("pf_o", "", depth, out);
+        if self.emulate.is_none() {
+            let _ = writeln!(out, "{pad}__syncthreads();");
+        }
+    }
+
+    /// The start of a double-buffered promotion point right inside the
+    /// loop `step = (c, start, condition, s)`: the tiles of step `c` are in
+    /// stage `pf_stage = ((c - start) / s) mod 2` of their arrays. The first
+    /// step copies its tiles into stage 0 (then a barrier); every step
+    /// with a next one (`condition` at `c + s`) then fetches the next
+    /// tiles: on the GPU each thread loads its elements into registers
+    /// (`pf_next<k>`), the body computes on stage `pf_stage`, and
+    /// [`Self::store_next_stage`] writes the registers to the other stage;
+    /// the barrier at the end of each step of the loop orders that store
+    /// before the next step's reads, and the reads of the other stage by
+    /// the previous step before it. In the CPU emulation the next tiles
+    /// are copied to the other stage here, before the body, which reads
+    /// only its own stage.
+    fn copy_in_stages(&self, step: (&str, &Expr, &Expr, i64), depth: usize, out: &mut String) {
+        let Some(scope) = self.scope else {
+            return;
+        };
+        let (it, start, cond, s) = step;
+        let pad = "  ".repeat(depth);
+        let start = self.e(start);
+        // The step loop is the innermost prefix loop: the constants are
+        // outer values, the same at the next step.
+        self.prefix_constants(depth, out);
+        self.offsets("pf_o", None, depth, out);
+        let _ = writeln!(
+            out,
+            "{pad}const pf_i pf_stage = (({it} - ({start})) / {s}) % 2;"
+        );
+        let _ = writeln!(out, "{pad}if ({it} == ({start})) {{");
+        self.copy_loops("pf_o", "", depth + 1, out);
+        if self.emulate.is_none() {
+            let _ = writeln!(out, "{pad}  __syncthreads();");
+        }
+        let _ = writeln!(out, "{pad}}}");
+        let _ = writeln!(
+            out,
+            "{pad}const int pf_has_next = {};",
+            self.e(&shift(cond, it, s))
+        );
+        self.offsets("pf_n", Some((it, s)), depth, out);
+        if self.emulate.is_some() {
+            let _ = writeln!(out, "{pad}if (pf_has_next) {{");
+            let bases: Vec<String> = scope
+                .arrays
+                .iter()
+                .map(|a| format!("(1 - pf_stage) * {} + ", a.len))
+                .collect();
+            for (k, base) in bases.iter().enumerate() {
+                self.copy_array("pf_n", k, base, depth + 1, out);
+            }
+            let _ = writeln!(out, "{pad}}}");
+            return;
+        }
+        let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
+        for (k, a) in scope.arrays.iter().enumerate() {
+            let width = self.copy_width(a);
+            let steps = a.sizes.iter().product::<i64>() / width;
+            let per_thread = (steps + threads - 1) / threads;
+            let ty = storage_type(a.dtype);
+            let _ = writeln!(out, "{pad}{ty} pf_next{k}[{per_thread}][{width}];");
+            let _ = writeln!(out, "{pad}if (pf_has_next) {{");
+            let _ = writeln!(out, "{pad}  #pragma unroll");
+            let _ = writeln!(
+                out,
+                "{pad}  for (int pf_s = 0; pf_s < {per_thread}; pf_s++) {{"
+            );
+            let _ = writeln!(
+                out,
+                "{pad}    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * {threads};"
+            );
+            let _ = writeln!(out, "{pad}    if (pf_e < {steps}) {{");
+            let inner = format!("{pad}      ");
+            let (cond, global, _) = self.box_element(k, a, "pf_n", &inner, out);
+            let t = tensor_name(&a.tensor);
+            if width == 4 {
+                let _ = writeln!(out, "{inner}if ({cond}) {{");
+                let _ = writeln!(
+                    out,
+                    "{inner}  if ((((unsigned long long){t}) & 15) == 0) {{"
+                );
+                let _ = writeln!(
+                    out,
+                    "{inner}    const float4 pf_v = *(const float4 *)&{t}[{global}];"
+                );
+                for (j, f) in ["x", "y", "z", "w"].iter().enumerate() {
+                    let _ = writeln!(out, "{inner}    pf_next{k}[pf_s][{j}] = pf_v.{f};");
+                }
+                let _ = writeln!(out, "{inner}  }} else {{");
+                for j in 0..4 {
+                    let _ = writeln!(
+                        out,
+                        "{inner}    pf_next{k}[pf_s][{j}] = {t}[{global} + {j}];"
+                    );
+                }
+                let _ = writeln!(out, "{inner}  }}");
+                let _ = writeln!(out, "{inner}}}");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{inner}if ({cond}) pf_next{k}[pf_s][0] = {t}[{global}];"
+                );
+            }
+            let _ = writeln!(out, "{pad}    }}");
+            let _ = writeln!(out, "{pad}  }}");
+            let _ = writeln!(out, "{pad}}}");
+        }
+    }
+
+    /// The end of a double-buffered promotion point on the GPU (see
+    /// [`Self::copy_in_stages`]): each thread stores the next tiles'
+    /// elements it loaded into the other stage.
+    fn store_next_stage(&self, depth: usize, out: &mut String) {
+        let Some(scope) = self.scope else {
+            return;
+        };
+        if self.emulate.is_some() {
+            return;
+        }
+        let pad = "  ".repeat(depth);
+        let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
+        let _ = writeln!(out, "{pad}if (pf_has_next) {{");
+        for (k, a) in scope.arrays.iter().enumerate() {
+            let width = self.copy_width(a);
+            let steps = a.sizes.iter().product::<i64>() / width;
+            let per_thread = (steps + threads - 1) / threads;
+            let _ = writeln!(out, "{pad}  #pragma unroll");
+            let _ = writeln!(
+                out,
+                "{pad}  for (int pf_s = 0; pf_s < {per_thread}; pf_s++) {{"
+            );
+            let _ = writeln!(
+                out,
+                "{pad}    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * {threads};"
+            );
+            let _ = writeln!(out, "{pad}    if (pf_e < {steps}) {{");
+            let inner = format!("{pad}      ");
+            let (cond, _, local) = self.box_element(k, a, "pf_n", &inner, out);
+            let base = format!("(1 - pf_stage) * {} + ", a.len);
+            let _ = writeln!(out, "{inner}if ({cond}) {{");
+            for j in 0..width {
+                let dst = if width == 1 {
+                    format!("{base}{local}")
+                } else {
+                    Self::group_index(a, &base, &local, j)
+                };
+                let _ = writeln!(out, "{inner}  {}[{dst}] = pf_next{k}[pf_s][{j}];", a.buffer);
+            }
+            let _ = writeln!(out, "{inner}}}");
+            let _ = writeln!(out, "{pad}    }}");
+            let _ = writeln!(out, "{pad}  }}");
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// The prefix iterators isl generated no loop for, as constants.
+    fn prefix_constants(&self, depth: usize, out: &mut String) {
         let Some(scope) = self.scope else {
             return;
         };
@@ -1792,20 +2002,134 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}const pf_i c{d} = {}; (void)c{d};", self.e(v));
             }
         }
-        let emulate = self.emulate.is_some();
+    }
+
+    /// The offset of each promoted tile (`<name><array>_<dim>`), at the
+    /// current prefix or, with `next = (iterator, step)`, at the next
+    /// iteration of that loop.
+    fn offsets(&self, name: &str, next: Option<(&str, i64)>, depth: usize, out: &mut String) {
+        let Some(scope) = self.scope else {
+            return;
+        };
+        let pad = "  ".repeat(depth);
         for (k, a) in scope.arrays.iter().enumerate() {
-            let tensor = self
-                .scop
-                .tensor(&a.tensor)
-                .expect("promoted tensors come from the model");
-            let rank = a.sizes.len();
-            let box_len: i64 = a.sizes.iter().product();
             for (d, o) in a.offset.iter().enumerate() {
-                let _ = writeln!(out, "{pad}const pf_i pf_o{k}_{d} = {};", self.e(o));
+                let o = match next {
+                    Some((it, step)) => shift(o, it, step),
+                    None => o.clone(),
+                };
+                let _ = writeln!(out, "{pad}const pf_i {name}{k}_{d} = {};", self.e(&o));
             }
-            // Four elements per step where the copy may read 16 bytes.
-            let vec = a.vector4 && !emulate;
-            let width = if vec { 4 } else { 1 };
+        }
+    }
+
+    /// Four elements per step where the copy of `a` may read 16 bytes.
+    fn copy_width(&self, a: &Promotion) -> i64 {
+        if a.vector4 && self.emulate.is_none() {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Names element `pf_e` (counted in groups of `width`) of array `k`'s
+    /// box at offsets `<offsets><k>_<d>`: its box coordinates `pf_a<d>`
+    /// and tensor coordinates `pf_g<d>`. Returns the test that it lies in
+    /// the tensor, its global index and its index in the shared array
+    /// (relative to the buffer's start).
+    fn box_element(
+        &self,
+        k: usize,
+        a: &Promotion,
+        offsets: &str,
+        pad: &str,
+        out: &mut String,
+    ) -> (String, String, String) {
+        let tensor = self
+            .scop
+            .tensor(&a.tensor)
+            .expect("promoted tensors come from the model");
+        let rank = a.sizes.len();
+        let width = self.copy_width(a);
+        let mut rest = "pf_e".to_string();
+        for d in (0..rank).rev() {
+            let size = if d + 1 == rank {
+                a.sizes[d] / width
+            } else {
+                a.sizes[d]
+            };
+            let scale = if d + 1 == rank && width > 1 {
+                format!(" * {width}")
+            } else {
+                String::new()
+            };
+            if d == 0 {
+                let _ = writeln!(out, "{pad}const pf_i pf_a{d} = {rest}{scale};");
+            } else {
+                let _ = writeln!(out, "{pad}const pf_i pf_a{d} = ({rest} % {size}){scale};");
+                rest = format!("({rest} / {size})");
+            }
+        }
+        let mut conds = Vec::new();
+        let mut local = Vec::new();
+        let mut global = String::new();
+        for d in 0..rank {
+            let extent = self
+                .printer
+                .affine(&tensor.shape[d], &std::collections::HashMap::new());
+            let _ = writeln!(out, "{pad}const pf_i pf_g{d} = {offsets}{k}_{d} + pf_a{d};");
+            conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
+            local.push(format!("pf_a{d} * {}", a.pitch[d]));
+            global = if d == 0 {
+                format!("pf_g{d}")
+            } else {
+                format!("({global}) * {extent} + pf_g{d}")
+            };
+        }
+        if rank == 0 {
+            global = "0".into();
+            local.push("0".into());
+        }
+        let cond = if conds.is_empty() {
+            "1".to_string()
+        } else {
+            conds.join(" && ")
+        };
+        (cond, global, local.join(" + "))
+    }
+
+    /// The index in `a`'s shared array of element `j` of a group of four
+    /// starting at `local`: `j` pitches further along the innermost box
+    /// dimension (pitch 1 unless a grouped layout put another dimension
+    /// innermost). `base` (empty or `expr + `) selects a stage of a
+    /// double-buffered array.
+    fn group_index(a: &Promotion, base: &str, local: &str, j: i64) -> String {
+        let step = j * a.pitch[a.sizes.len().max(1) - 1];
+        format!("{base}{local} + {step}")
+    }
+
+    /// One cooperative loop per promoted tile copying it from global
+    /// memory at offsets `<offsets><k>_<d>` into its shared array, at
+    /// `base` (empty, or `expr + ` for a stage of a double buffer).
+    fn copy_loops(&self, offsets: &str, base: &str, depth: usize, out: &mut String) {
+        let Some(scope) = self.scope else {
+            return;
+        };
+        for k in 0..scope.arrays.len() {
+            self.copy_array(offsets, k, base, depth, out);
+        }
+    }
+
+    /// The cooperative copy of array `k` (see [`Self::copy_loops`]).
+    fn copy_array(&self, offsets: &str, k: usize, base: &str, depth: usize, out: &mut String) {
+        let Some(a) = self.scope.and_then(|s| s.arrays.get(k)) else {
+            return;
+        };
+        let pad = "  ".repeat(depth);
+        let emulate = self.emulate.is_some();
+        {
+            let box_len: i64 = a.sizes.iter().product();
+            let width = self.copy_width(a);
             let steps = box_len / width;
             if emulate {
                 let _ = writeln!(out, "{pad}for (pf_i pf_e = 0; pf_e < {box_len}; pf_e++) {{");
@@ -1815,54 +2139,12 @@ impl Ctx<'_> {
                     "{pad}for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < {steps}; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {{"
                 );
             }
-            let mut rest = "pf_e".to_string();
-            let mut conds = Vec::new();
-            let mut local = Vec::new();
-            let mut global = String::new();
-            for d in (0..rank).rev() {
-                let size = if d + 1 == rank {
-                    a.sizes[d] / width
-                } else {
-                    a.sizes[d]
-                };
-                let scale = if d + 1 == rank && width > 1 {
-                    format!(" * {width}")
-                } else {
-                    String::new()
-                };
-                if d == 0 {
-                    let _ = writeln!(out, "{pad}  const pf_i pf_a{d} = {rest}{scale};");
-                } else {
-                    let _ = writeln!(out, "{pad}  const pf_i pf_a{d} = ({rest} % {size}){scale};");
-                    rest = format!("({rest} / {size})");
-                }
-            }
-            for d in 0..rank {
-                let extent = self
-                    .printer
-                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
-                let _ = writeln!(out, "{pad}  const pf_i pf_g{d} = pf_o{k}_{d} + pf_a{d};");
-                conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
-                local.push(format!("pf_a{d} * {}", a.pitch[d]));
-                global = if d == 0 {
-                    format!("pf_g{d}")
-                } else {
-                    format!("({global}) * {extent} + pf_g{d}")
-                };
-            }
-            if rank == 0 {
-                global = "0".into();
-                local.push("0".into());
-            }
-            let cond = if conds.is_empty() {
-                "1".to_string()
-            } else {
-                conds.join(" && ")
-            };
-            if vec {
+            let inner = format!("{pad}  ");
+            let (cond, global, local) = self.box_element(k, a, offsets, &inner, out);
+            let t = tensor_name(&a.tensor);
+            if width == 4 {
                 // A caller's pointer need not be 16-byte aligned (the C
                 // ABI takes any device pointer): test it, uniformly.
-                let t = tensor_name(&a.tensor);
                 let _ = writeln!(out, "{pad}  if ({cond}) {{");
                 let _ = writeln!(
                     out,
@@ -1872,44 +2154,25 @@ impl Ctx<'_> {
                     out,
                     "{pad}      const float4 pf_v = *(const float4 *)&{t}[{global}];"
                 );
-                // Element `k` of the four is `k` pitches further along
-                // the innermost box dimension (pitch 1 unless a grouped
-                // layout put another dimension innermost).
-                let step = |k: i64| k * a.pitch[rank - 1];
-                for (k, f) in ["x", "y", "z", "w"].iter().enumerate() {
-                    let _ = writeln!(
-                        out,
-                        "{pad}      {}[{} + {}] = pf_v.{f};",
-                        a.buffer,
-                        local.join(" + "),
-                        step(k as i64)
-                    );
+                for (j, f) in ["x", "y", "z", "w"].iter().enumerate() {
+                    let dst = Self::group_index(a, base, &local, j as i64);
+                    let _ = writeln!(out, "{pad}      {}[{dst}] = pf_v.{f};", a.buffer);
                 }
                 let _ = writeln!(out, "{pad}    }} else {{");
-                for k in 0..4 {
-                    let _ = writeln!(
-                        out,
-                        "{pad}      {}[{} + {}] = {t}[{global} + {k}];",
-                        a.buffer,
-                        local.join(" + "),
-                        step(k)
-                    );
+                for j in 0..4 {
+                    let dst = Self::group_index(a, base, &local, j);
+                    let _ = writeln!(out, "{pad}      {}[{dst}] = {t}[{global} + {j}];", a.buffer);
                 }
                 let _ = writeln!(out, "{pad}    }}");
                 let _ = writeln!(out, "{pad}  }}");
             } else {
                 let _ = writeln!(
                     out,
-                    "{pad}  if ({cond}) {}[{}] = {}[{global}];",
-                    a.buffer,
-                    local.join(" + "),
-                    tensor_name(&a.tensor)
+                    "{pad}  if ({cond}) {}[{base}{local}] = {t}[{global}];",
+                    a.buffer
                 );
             }
             let _ = writeln!(out, "{pad}}}");
-        }
-        if !emulate {
-            let _ = writeln!(out, "{pad}__syncthreads();");
         }
     }
 

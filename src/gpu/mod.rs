@@ -61,6 +61,13 @@ pub struct GpuOptions {
     /// constant, so the compiler can schedule the shared loads of several
     /// steps together.
     pub unroll: bool,
+    /// Double-buffer the shared tiles along the sequential loop around
+    /// them (a gemm's loop over k tiles): each thread loads its part of
+    /// the next tile into registers before the threads compute on the
+    /// current one, and stores it into the other buffer after, so the
+    /// global loads overlap the arithmetic and one barrier per step
+    /// remains. Doubles the shared memory; see `promote::Scope::double_buffered`.
+    pub pipeline: bool,
 }
 
 impl Default for GpuOptions {
@@ -76,6 +83,7 @@ impl Default for GpuOptions {
             tensor_cores: true,
             vector: 1,
             unroll: false,
+            pipeline: false,
         }
     }
 }

@@ -92,14 +92,26 @@ pub struct Scope {
     /// `(statement, model::access_text)` -> (array index, the access's
     /// global subscripts).
     pub accesses: HashMap<(String, String), (usize, Vec<Affine>)>,
+    /// Every array holds two copies of its box (`GpuOptions::pipeline`):
+    /// the tile of the current step of the loop around the promotion
+    /// point and the next one (the next step's offsets are the current
+    /// ones with the loop's iterator advanced). Asked for, and the doubled
+    /// arrays fit the budget.
+    pub double_buffered: bool,
 }
 
 impl Scope {
     pub fn bytes(&self) -> usize {
-        self.arrays
+        let one: usize = self
+            .arrays
             .iter()
             .map(|a| a.len as usize * a.dtype.size())
-            .sum()
+            .sum();
+        if self.double_buffered {
+            2 * one
+        } else {
+            one
+        }
     }
 }
 
@@ -317,6 +329,8 @@ pub fn promote(
             }
         }
     }
+    scope.double_buffered =
+        opts.pipeline && !scope.arrays.is_empty() && 2 * scope.bytes() <= opts.shared_limit;
     Ok(scope)
 }
 

@@ -111,6 +111,7 @@ impl Space {
             genes.push(gene("reduce", &["on", "off"]));
             genes.push(gene("vector", &["1", "2", "4"]));
             genes.push(gene("unroll", &["off", "on"]));
+            genes.push(gene("pipeline", &["off", "on"]));
         }
         if has_repairable_chain(program) {
             genes.push(gene("repair", crate::repair::Choice::NAMES));

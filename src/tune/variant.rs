@@ -47,6 +47,8 @@ pub struct Variant {
     pub vector: u32,
     /// GPU: unrolled step loops of register tiles (`GpuOptions::unroll`).
     pub unroll: bool,
+    /// GPU: double-buffered shared tiles (`GpuOptions::pipeline`).
+    pub pipeline: bool,
     /// The algebraic repair (rolling or split-k update, with its split
     /// factor), or the program's own.
     pub repair: Choice,
@@ -67,6 +69,7 @@ impl Default for Variant {
             reduce: gpu.reduce,
             vector: gpu.vector,
             unroll: gpu.unroll,
+            pipeline: gpu.pipeline,
             repair: Choice::Program,
         }
     }
@@ -86,6 +89,7 @@ pub const KEYS: &[&str] = &[
     "split",
     "vector",
     "unroll",
+    "pipeline",
 ];
 
 impl Variant {
@@ -131,6 +135,7 @@ impl Variant {
                 "shared" => v.shared = parse_flag(value, "shared")?,
                 "registers" => v.registers = parse_flag(value, "registers")?,
                 "unroll" => v.unroll = parse_flag(value, "unroll")?,
+                "pipeline" => v.pipeline = parse_flag(value, "pipeline")?,
                 "reduce" => v.reduce = parse_flag(value, "reduce")?,
                 "vector" => {
                     v.vector = value
@@ -164,7 +169,7 @@ impl Variant {
     /// The canonical text: every key, in [`KEYS`] order.
     pub fn canonical(&self) -> String {
         format!(
-            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={},vector={},unroll={}",
+            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={},vector={},unroll={},pipeline={}",
             self.strategy.name(),
             self.tile_text(),
             on_off(self.sink),
@@ -180,6 +185,7 @@ impl Variant {
             },
             self.vector,
             on_off(self.unroll),
+            on_off(self.pipeline),
         )
     }
 
@@ -231,6 +237,7 @@ impl Variant {
                 reduce: self.reduce,
                 vector: self.vector,
                 unroll: self.unroll,
+                pipeline: self.pipeline,
                 auto_tile: self.tile == Tile::Auto,
                 ..Default::default()
             }),
@@ -377,17 +384,18 @@ mod tests {
         assert_eq!(Variant::default().repair, Choice::Program);
         assert!(Variant::default()
             .canonical()
-            .ends_with("repair=program,split=16,vector=1,unroll=off"));
+            .ends_with("repair=program,split=16,vector=1,unroll=off,pipeline=off"));
     }
 
     #[test]
     fn the_register_group_width_is_a_key() {
-        let v = Variant::parse("vector=4,unroll=on").unwrap();
+        let v = Variant::parse("vector=4,unroll=on,pipeline=on").unwrap();
         assert_eq!(v.vector, 4);
         assert!(v.unroll && !Variant::default().unroll);
+        assert!(v.pipeline && !Variant::default().pipeline);
         let gpu = v.options(true).gpu.unwrap();
-        assert_eq!((gpu.vector, gpu.unroll), (4, true));
-        assert_eq!(v.label(), "vector=4,unroll=on");
+        assert_eq!((gpu.vector, gpu.unroll, gpu.pipeline), (4, true, true));
+        assert_eq!(v.label(), "vector=4,unroll=on,pipeline=on");
         assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
         assert_eq!(Variant::default().vector, 1);
         for bad in ["vector=3", "vector=8", "vector=x", "vector=0"] {
