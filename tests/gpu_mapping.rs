@@ -347,6 +347,20 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
         !cuda.contains("#pragma unroll\n          for (pf_i c2"),
         "{cuda}"
     );
+    // 32 steps on 8 x 8 registers: past the unrolling limit (NVRTC's
+    // compile time grows by minutes), the step loop stays a loop.
+    let mut deep = unrolled.clone();
+    deep.tile = vec![128, 128, 32];
+    if let Some(g) = deep.gpu.as_mut() {
+        g.auto_tile = false;
+        g.block = vec![16, 16];
+    }
+    let cuda = emulated_cuda(&p, &deep);
+    let step = cuda.find("for (pf_i c3 = 0;").unwrap();
+    assert!(
+        !cuda[..step].trim_end().ends_with("#pragma unroll"),
+        "{cuda}"
+    );
     // The default is cyclic, with the one-element padding.
     let plain = emulated_cuda(&p, &grouped(1, &[]));
     assert!(plain.contains("const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;"));

@@ -398,6 +398,29 @@ fn slot_point(tid: &str, r: &str, b: i64, w: i64) -> String {
     }
 }
 
+/// The most register updates (steps times a thread's register slots) an
+/// unrolled step loop may print: a gemm's 16 steps on 8 x 8 registers.
+/// Beyond, the unrolled body grows the compile time of NVRTC by minutes
+/// for no gain.
+const MAX_UNROLLED_UPDATES: i64 = 1024;
+
+/// The number of iterations of `for (it = init; it <= c (or < c); it += s)`
+/// with constants `init`, `c`, `s > 0`.
+fn trip_count(init: &Expr, bound: &Expr, inc: &Expr) -> Option<i64> {
+    let (Expr::Int(i), Expr::Int(s), Expr::Op(op, a)) = (init, inc, bound) else {
+        return None;
+    };
+    let [_, Expr::Int(c)] = a.as_slice() else {
+        return None;
+    };
+    let last = match op {
+        Op::Le => *c,
+        Op::Lt => c - 1,
+        _ => return None,
+    };
+    (*s > 0).then(|| if last < *i { 0 } else { (last - i) / s + 1 })
+}
+
 /// A loop `for (it = init; cond; ...)` with a constant start, as a loop
 /// whose trip count is known when the kernel is compiled: `(bound, rest)`
 /// with `it <= bound` (or `<`) a condition with a constant, and `rest`
@@ -628,14 +651,21 @@ impl Ctx<'_> {
                         // A register tile's step loop (`GpuOptions::unroll`)
                         // runs to its constant bound, the rest of its
                         // condition tested inside.
-                        let steps = if self.emulate.is_none()
-                            && self.in_regs
-                            && self.in_scope
-                            && self.regs.is_some_and(|r| r.unroll)
-                        {
-                            constant_trip(iterator, n_init, n_cond)
-                        } else {
-                            None
+                        let steps = match self.regs {
+                            Some(r)
+                                if self.emulate.is_none()
+                                    && self.in_regs
+                                    && self.in_scope
+                                    && r.unroll =>
+                            {
+                                let slots: i64 = r.counts(self.block).iter().product();
+                                constant_trip(iterator, n_init, n_cond).filter(|(bound, _)| {
+                                    trip_count(n_init, bound, n_inc).is_some_and(|t| {
+                                        t.saturating_mul(slots) <= MAX_UNROLLED_UPDATES
+                                    })
+                                })
+                            }
+                            _ => None,
                         };
                         let unrolled_private =
                             self.emulate.is_none() && self.indexes_private(body, iterator);
