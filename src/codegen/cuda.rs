@@ -1923,47 +1923,22 @@ impl Ctx<'_> {
         let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
         for (k, a) in scope.arrays.iter().enumerate() {
             let width = self.copy_width(a);
-            let steps = a.sizes.iter().product::<i64>() / width;
-            let per_thread = (steps + threads - 1) / threads;
+            let groups = a.sizes.iter().product::<i64>() / width;
             let ty = storage_type(a.dtype);
-            let _ = writeln!(out, "{pad}{ty} pf_next{k}[{per_thread}][{width}];");
+            let _ = writeln!(
+                out,
+                "{pad}{ty} pf_next{k}[{}][{width}];",
+                (groups + threads - 1) / threads
+            );
             let _ = writeln!(out, "{pad}if (pf_has_next) {{");
-            let _ = writeln!(out, "{pad}  #pragma unroll");
-            let _ = writeln!(
-                out,
-                "{pad}  for (int pf_s = 0; pf_s < {per_thread}; pf_s++) {{"
-            );
-            let _ = writeln!(
-                out,
-                "{pad}    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * {threads};"
-            );
-            let _ = writeln!(out, "{pad}    if (pf_e < {steps}) {{");
-            let inner = format!("{pad}      ");
+            let inner = self.open_thread_share(a, &format!("{pad}  "), out);
             let (cond, global, _) = self.box_element(k, a, "pf_n", &inner, out);
-            let t = tensor_name(&a.tensor);
             if width == 4 {
-                let _ = writeln!(out, "{inner}if ({cond}) {{");
-                let _ = writeln!(
-                    out,
-                    "{inner}  if ((((unsigned long long){t}) & 15) == 0) {{"
-                );
-                let _ = writeln!(
-                    out,
-                    "{inner}    const float4 pf_v = *(const float4 *)&{t}[{global}];"
-                );
-                for (j, f) in ["x", "y", "z", "w"].iter().enumerate() {
-                    let _ = writeln!(out, "{inner}    pf_next{k}[pf_s][{j}] = pf_v.{f};");
-                }
-                let _ = writeln!(out, "{inner}  }} else {{");
-                for j in 0..4 {
-                    let _ = writeln!(
-                        out,
-                        "{inner}    pf_next{k}[pf_s][{j}] = {t}[{global} + {j}];"
-                    );
-                }
-                let _ = writeln!(out, "{inner}  }}");
-                let _ = writeln!(out, "{inner}}}");
+                self.load_group(a, &cond, &global, &inner, out, &|j| {
+                    format!("pf_next{k}[pf_s][{j}]")
+                });
             } else {
+                let t = tensor_name(&a.tensor);
                 let _ = writeln!(
                     out,
                     "{inner}if ({cond}) pf_next{k}[pf_s][0] = {t}[{global}];"
@@ -1986,23 +1961,10 @@ impl Ctx<'_> {
             return;
         }
         let pad = "  ".repeat(depth);
-        let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
         let _ = writeln!(out, "{pad}if (pf_has_next) {{");
         for (k, a) in scope.arrays.iter().enumerate() {
             let width = self.copy_width(a);
-            let steps = a.sizes.iter().product::<i64>() / width;
-            let per_thread = (steps + threads - 1) / threads;
-            let _ = writeln!(out, "{pad}  #pragma unroll");
-            let _ = writeln!(
-                out,
-                "{pad}  for (int pf_s = 0; pf_s < {per_thread}; pf_s++) {{"
-            );
-            let _ = writeln!(
-                out,
-                "{pad}    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * {threads};"
-            );
-            let _ = writeln!(out, "{pad}    if (pf_e < {steps}) {{");
-            let inner = format!("{pad}      ");
+            let inner = self.open_thread_share(a, &format!("{pad}  "), out);
             let (cond, _, local) = self.box_element(k, a, "pf_n", &inner, out);
             let base = format!("(1 - pf_stage) * {} + ", a.len);
             let _ = writeln!(out, "{inner}if ({cond}) {{");
@@ -2156,54 +2118,84 @@ impl Ctx<'_> {
             return;
         };
         let pad = "  ".repeat(depth);
-        let emulate = self.emulate.is_some();
-        {
-            let box_len: i64 = a.sizes.iter().product();
-            let width = self.copy_width(a);
-            let steps = box_len / width;
-            if emulate {
-                let _ = writeln!(out, "{pad}for (pf_i pf_e = 0; pf_e < {box_len}; pf_e++) {{");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "{pad}for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < {steps}; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {{"
-                );
-            }
-            let inner = format!("{pad}  ");
-            let (cond, global, local) = self.box_element(k, a, offsets, &inner, out);
-            let t = tensor_name(&a.tensor);
-            if width == 4 {
-                // A caller's pointer need not be 16-byte aligned (the C
-                // ABI takes any device pointer): test it, uniformly.
-                let _ = writeln!(out, "{pad}  if ({cond}) {{");
-                let _ = writeln!(
-                    out,
-                    "{pad}    if ((((unsigned long long){t}) & 15) == 0) {{"
-                );
-                let _ = writeln!(
-                    out,
-                    "{pad}      const float4 pf_v = *(const float4 *)&{t}[{global}];"
-                );
-                for (j, f) in ["x", "y", "z", "w"].iter().enumerate() {
-                    let dst = Self::group_index(a, base, &local, j as i64);
-                    let _ = writeln!(out, "{pad}      {}[{dst}] = pf_v.{f};", a.buffer);
-                }
-                let _ = writeln!(out, "{pad}    }} else {{");
-                for j in 0..4 {
-                    let dst = Self::group_index(a, base, &local, j);
-                    let _ = writeln!(out, "{pad}      {}[{dst}] = {t}[{global} + {j}];", a.buffer);
-                }
-                let _ = writeln!(out, "{pad}    }}");
-                let _ = writeln!(out, "{pad}  }}");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "{pad}  if ({cond}) {}[{base}{local}] = {t}[{global}];",
-                    a.buffer
-                );
-            }
-            let _ = writeln!(out, "{pad}}}");
+        let box_len: i64 = a.sizes.iter().product();
+        let width = self.copy_width(a);
+        if self.emulate.is_some() {
+            let _ = writeln!(out, "{pad}for (pf_i pf_e = 0; pf_e < {box_len}; pf_e++) {{");
+        } else {
+            let _ = writeln!(
+                out,
+                "{pad}for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < {}; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {{",
+                box_len / width
+            );
         }
+        let inner = format!("{pad}  ");
+        let (cond, global, local) = self.box_element(k, a, offsets, &inner, out);
+        if width == 4 {
+            self.load_group(a, &cond, &global, &inner, out, &|j| {
+                format!("{}[{}]", a.buffer, Self::group_index(a, base, &local, j))
+            });
+        } else {
+            let t = tensor_name(&a.tensor);
+            let _ = writeln!(
+                out,
+                "{inner}if ({cond}) {}[{base}{local}] = {t}[{global}];",
+                a.buffer
+            );
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// Four consecutive elements of `a`'s tensor from `global` (where
+    /// `cond` holds) into `dst(0..4)`: one 16-byte load when the tensor's
+    /// pointer is aligned (a caller's pointer need not be: the C ABI takes
+    /// any device pointer; the test is uniform), else four loads.
+    fn load_group(
+        &self,
+        a: &Promotion,
+        cond: &str,
+        global: &str,
+        pad: &str,
+        out: &mut String,
+        dst: &dyn Fn(i64) -> String,
+    ) {
+        let t = tensor_name(&a.tensor);
+        let _ = writeln!(out, "{pad}if ({cond}) {{");
+        let _ = writeln!(out, "{pad}  if ((((unsigned long long){t}) & 15) == 0) {{");
+        let _ = writeln!(
+            out,
+            "{pad}    const float4 pf_v = *(const float4 *)&{t}[{global}];"
+        );
+        for (j, f) in ["x", "y", "z", "w"].iter().enumerate() {
+            let _ = writeln!(out, "{pad}    {} = pf_v.{f};", dst(j as i64));
+        }
+        let _ = writeln!(out, "{pad}  }} else {{");
+        for j in 0..4 {
+            let _ = writeln!(out, "{pad}    {} = {t}[{global} + {j}];", dst(j));
+        }
+        let _ = writeln!(out, "{pad}  }}");
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// Opens the loop over the groups of array `a`'s box that this thread
+    /// moves in a double-buffered copy (group `pf_e = thread + pf_s T` of
+    /// `T` threads, unrolled so the staging registers stay registers), at
+    /// `pad`; returns the padding inside (two braces to close).
+    fn open_thread_share(&self, a: &Promotion, pad: &str, out: &mut String) -> String {
+        let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
+        let steps = a.sizes.iter().product::<i64>() / self.copy_width(a);
+        let _ = writeln!(out, "{pad}#pragma unroll");
+        let _ = writeln!(
+            out,
+            "{pad}for (int pf_s = 0; pf_s < {}; pf_s++) {{",
+            (steps + threads - 1) / threads
+        );
+        let _ = writeln!(
+            out,
+            "{pad}  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * {threads};"
+        );
+        let _ = writeln!(out, "{pad}  if (pf_e < {steps}) {{");
+        format!("{pad}    ")
     }
 
     /// The threads that run a statement printed here: with `pending`
