@@ -78,8 +78,9 @@ fn register_groups_are_chosen_on_the_command_line() {
         )
     };
     let sizes = ["--param", "M=300", "--param", "N=260", "--param", "K=44"];
+    let with_sizes = |args: &[&'static str]| [args, &sizes[..]].concat();
     // At these sizes a thread has 2 x 2 registers: groups of 2.
-    let mut args = vec![
+    let cuda_args = [
         "schedule",
         "examples/gemm.json",
         "--emit",
@@ -87,14 +88,13 @@ fn register_groups_are_chosen_on_the_command_line() {
         "--vector",
         "2",
     ];
-    args.extend_from_slice(&sizes);
-    let (code, cuda, err) = polyfuse(&args);
+    let (code, cuda, err) = polyfuse(&with_sizes(&cuda_args));
     assert_eq!(code, Some(0), "{err}");
     assert!(
         cuda.contains("(pf_i)threadIdx.x * 2 + pf_rx % 2;"),
         "{cuda}"
     );
-    let mut args = vec![
+    let run_args = [
         "run",
         "examples/gemm.json",
         "--target",
@@ -103,8 +103,7 @@ fn register_groups_are_chosen_on_the_command_line() {
         "--vector",
         "2",
     ];
-    args.extend_from_slice(&sizes);
-    let (code, out, err) = polyfuse(&args);
+    let (code, out, err) = polyfuse(&with_sizes(&run_args));
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("check: ok"), "{out}");
     let (code, _, err) = polyfuse(&[

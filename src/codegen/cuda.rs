@@ -404,50 +404,58 @@ fn slot_point(tid: &str, r: &str, b: i64, w: i64) -> String {
 /// for no gain.
 const MAX_UNROLLED_UPDATES: i64 = 1024;
 
-/// The number of iterations of `for (it = init; it <= c (or < c); it += s)`
-/// with constants `init`, `c`, `s > 0`.
-fn trip_count(init: &Expr, bound: &Expr, inc: &Expr) -> Option<i64> {
-    let (Expr::Int(i), Expr::Int(s), Expr::Op(op, a)) = (init, inc, bound) else {
+/// A loop `for (it = init; cond; it += inc)` with constant `init` and
+/// `inc > 0`, as a loop whose trip count is known when the kernel is
+/// compiled: `(bound, rest, trips)` with `bound` the test `it <= c` (or
+/// `<`) of a constant `c`, `rest` what `cond` tests beyond it, and `trips`
+/// the iterations `bound` allows. `it <= min(c, e)`, a tile's steps
+/// clipped at the end of the tensor, becomes `it <= c` and, inside,
+/// `it <= e`.
+fn constant_trip(
+    iterator: &str,
+    init: &Expr,
+    cond: &Expr,
+    inc: &Expr,
+) -> Option<(Expr, Option<Expr>, i64)> {
+    let (Expr::Int(first), Expr::Int(step)) = (init, inc) else {
         return None;
     };
-    let [_, Expr::Int(c)] = a.as_slice() else {
-        return None;
-    };
-    let last = match op {
-        Op::Le => *c,
-        Op::Lt => c - 1,
-        _ => return None,
-    };
-    (*s > 0).then(|| if last < *i { 0 } else { (last - i) / s + 1 })
-}
-
-/// A loop `for (it = init; cond; ...)` with a constant start, as a loop
-/// whose trip count is known when the kernel is compiled: `(bound, rest)`
-/// with `it <= bound` (or `<`) a condition with a constant, and `rest`
-/// what `cond` tests beyond it. `it <= min(c, e)`, a tile's steps clipped
-/// at the end of the tensor, becomes `it <= c` and, inside, `it <= e`.
-fn constant_trip(iterator: &str, init: &Expr, cond: &Expr) -> Option<(Expr, Option<Expr>)> {
-    if !matches!(init, Expr::Int(_)) {
-        return None;
-    }
     let Expr::Op(op @ (Op::Le | Op::Lt), a) = cond else {
         return None;
     };
     let [it @ Expr::Id(i), bound] = a.as_slice() else {
         return None;
     };
-    if i != iterator {
+    if i != iterator || *step <= 0 {
         return None;
     }
-    let test = |b: &Expr| Expr::Op(*op, vec![it.clone(), b.clone()]);
-    match bound {
-        Expr::Int(_) => Some((cond.clone(), None)),
+    let (c, rest) = match bound {
+        Expr::Int(c) => (*c, None),
         Expr::Op(Op::Min, m) => match m.as_slice() {
-            [c @ Expr::Int(_), e] | [e, c @ Expr::Int(_)] => Some((test(c), Some(test(e)))),
-            _ => None,
+            [Expr::Int(c), e] | [e, Expr::Int(c)] => (*c, Some(e)),
+            _ => return None,
         },
-        _ => None,
-    }
+        _ => return None,
+    };
+    let test = |b: Expr| Expr::Op(*op, vec![it.clone(), b]);
+    let last = if *op == Op::Le { c } else { c - 1 };
+    let trips = if last < *first {
+        0
+    } else {
+        (last - first) / step + 1
+    };
+    Some((test(Expr::Int(c)), rest.map(|e| test(e.clone())), trips))
+}
+
+/// The start of the current stage of a double-buffered shared array, as
+/// the prefix `expr + ` of an index (see `Ctx::copy_in_stages`).
+fn this_stage(a: &Promotion) -> String {
+    format!("pf_stage * {} + ", a.len)
+}
+
+/// The start of the other stage (the next step's tiles).
+fn other_stage(a: &Promotion) -> String {
+    format!("(1 - pf_stage) * {} + ", a.len)
 }
 
 fn id_of(p: &Pending) -> String {
@@ -659,11 +667,11 @@ impl Ctx<'_> {
                                     && r.unroll =>
                             {
                                 let slots: i64 = r.counts(self.block).iter().product();
-                                constant_trip(iterator, n_init, n_cond).filter(|(bound, _)| {
-                                    trip_count(n_init, bound, n_inc).is_some_and(|t| {
-                                        t.saturating_mul(slots) <= MAX_UNROLLED_UPDATES
-                                    })
-                                })
+                                constant_trip(iterator, n_init, n_cond, n_inc).filter(
+                                    |(_, _, trips)| {
+                                        trips.saturating_mul(slots) <= MAX_UNROLLED_UPDATES
+                                    },
+                                )
                             }
                             _ => None,
                         };
@@ -675,14 +683,14 @@ impl Ctx<'_> {
                             let _ = writeln!(out, "{pad}#pragma unroll");
                         }
                         let test = match (&steps, unrolled_private) {
-                            (Some((bound, _)), false) => self.e(bound),
+                            (Some((bound, _, _)), false) => self.e(bound),
                             _ => cond.clone(),
                         };
                         let _ = writeln!(
                             out,
                             "{pad}for (pf_i {iterator} = {init}; {test}; {iterator} += {inc}) {{"
                         );
-                        if let (Some((_, Some(rest))), false) = (&steps, unrolled_private) {
+                        if let (Some((_, Some(rest), _)), false) = (&steps, unrolled_private) {
                             let _ = writeln!(out, "{pad}  if ({}) {{", self.e(rest));
                             step_guard = true;
                         }
@@ -690,11 +698,17 @@ impl Ctx<'_> {
                 }
                 let mut bound = self.bound.to_vec();
                 bound.push(iterator.clone());
+                // Each step ends with a barrier on the GPU when a thread's
+                // next step may read what another thread wrote.
+                let step_barrier = self.emulate.is_none()
+                    && !self.nosync
+                    && !inner_thread
+                    && self.has_threads
+                    && has_work(body);
                 // A promotion point right below this loop may be double
-                // buffered along it, when each step ends with a barrier.
-                let barrier_after_each_step = self.emulate.is_some()
-                    || (!self.nosync && !inner_thread && self.has_threads && has_work(body));
-                let shared_body = barrier_after_each_step
+                // buffered along it when the steps are ordered by that
+                // barrier (in the emulation, by running one after another).
+                let shared_body = (step_barrier || self.emulate.is_some())
                     && matches!(&**body, Node::Mark { name, .. } if name == "shared");
                 let step_loop = match (matched, n_inc) {
                     (None, Expr::Int(step)) if *step > 0 && !step_guard && shared_body => {
@@ -713,12 +727,7 @@ impl Ctx<'_> {
                 if step_guard {
                     let _ = writeln!(out, "{pad}  }}");
                 }
-                if self.emulate.is_none()
-                    && !self.nosync
-                    && !inner_thread
-                    && self.has_threads
-                    && has_work(body)
-                {
+                if step_barrier {
                     let _ = writeln!(out, "{pad}  __syncthreads();");
                 }
                 let _ = writeln!(out, "{pad}}}");
@@ -869,7 +878,7 @@ impl Ctx<'_> {
                             idx.join(" + ")
                         };
                         let stage = if self.staged {
-                            format!("pf_stage * {} + ", a.len)
+                            this_stage(a)
                         } else {
                             String::new()
                         };
@@ -1909,43 +1918,32 @@ impl Ctx<'_> {
         self.offsets("pf_n", Some((it, s)), depth, out);
         if self.emulate.is_some() {
             let _ = writeln!(out, "{pad}if (pf_has_next) {{");
-            let bases: Vec<String> = scope
-                .arrays
-                .iter()
-                .map(|a| format!("(1 - pf_stage) * {} + ", a.len))
-                .collect();
-            for (k, base) in bases.iter().enumerate() {
-                self.copy_array("pf_n", k, base, depth + 1, out);
+            for (k, a) in scope.arrays.iter().enumerate() {
+                self.copy_array("pf_n", k, &other_stage(a), depth + 1, out);
             }
             let _ = writeln!(out, "{pad}}}");
             return;
         }
-        let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
         for (k, a) in scope.arrays.iter().enumerate() {
             let width = self.copy_width(a);
-            let groups = a.sizes.iter().product::<i64>() / width;
             let ty = storage_type(a.dtype);
-            let _ = writeln!(
-                out,
-                "{pad}{ty} pf_next{k}[{}][{width}];",
-                (groups + threads - 1) / threads
-            );
+            let (per_thread, _) = self.groups_per_thread(a);
+            let _ = writeln!(out, "{pad}{ty} pf_next{k}[{per_thread}][{width}];");
             let _ = writeln!(out, "{pad}if (pf_has_next) {{");
-            let inner = self.open_thread_share(a, &format!("{pad}  "), out);
-            let (cond, global, _) = self.box_element(k, a, "pf_n", &inner, out);
-            if width == 4 {
-                self.load_group(a, &cond, &global, &inner, out, &|j| {
-                    format!("pf_next{k}[pf_s][{j}]")
-                });
-            } else {
-                let t = tensor_name(&a.tensor);
-                let _ = writeln!(
-                    out,
-                    "{inner}if ({cond}) pf_next{k}[pf_s][0] = {t}[{global}];"
-                );
-            }
-            let _ = writeln!(out, "{pad}    }}");
-            let _ = writeln!(out, "{pad}  }}");
+            self.thread_share(a, depth + 1, out, &mut |inner, out| {
+                let (cond, global, _) = self.box_element(k, a, "pf_n", inner, out);
+                if width == 4 {
+                    self.load_group(a, &cond, &global, inner, out, &|j| {
+                        format!("pf_next{k}[pf_s][{j}]")
+                    });
+                } else {
+                    let t = tensor_name(&a.tensor);
+                    let _ = writeln!(
+                        out,
+                        "{inner}if ({cond}) pf_next{k}[pf_s][0] = {t}[{global}];"
+                    );
+                }
+            });
             let _ = writeln!(out, "{pad}}}");
         }
     }
@@ -1964,21 +1962,20 @@ impl Ctx<'_> {
         let _ = writeln!(out, "{pad}if (pf_has_next) {{");
         for (k, a) in scope.arrays.iter().enumerate() {
             let width = self.copy_width(a);
-            let inner = self.open_thread_share(a, &format!("{pad}  "), out);
-            let (cond, _, local) = self.box_element(k, a, "pf_n", &inner, out);
-            let base = format!("(1 - pf_stage) * {} + ", a.len);
-            let _ = writeln!(out, "{inner}if ({cond}) {{");
-            for j in 0..width {
-                let dst = if width == 1 {
-                    format!("{base}{local}")
-                } else {
-                    Self::group_index(a, &base, &local, j)
-                };
-                let _ = writeln!(out, "{inner}  {}[{dst}] = pf_next{k}[pf_s][{j}];", a.buffer);
-            }
-            let _ = writeln!(out, "{inner}}}");
-            let _ = writeln!(out, "{pad}    }}");
-            let _ = writeln!(out, "{pad}  }}");
+            self.thread_share(a, depth + 1, out, &mut |inner, out| {
+                let (cond, _, local) = self.box_element(k, a, "pf_n", inner, out);
+                let base = other_stage(a);
+                let _ = writeln!(out, "{inner}if ({cond}) {{");
+                for j in 0..width {
+                    let dst = if width == 1 {
+                        format!("{base}{local}")
+                    } else {
+                        Self::group_index(a, &base, &local, j)
+                    };
+                    let _ = writeln!(out, "{inner}  {}[{dst}] = pf_next{k}[pf_s][{j}];", a.buffer);
+                }
+                let _ = writeln!(out, "{inner}}}");
+            });
         }
         let _ = writeln!(out, "{pad}}}");
     }
@@ -2177,25 +2174,41 @@ impl Ctx<'_> {
         let _ = writeln!(out, "{pad}}}");
     }
 
-    /// Opens the loop over the groups of array `a`'s box that this thread
-    /// moves in a double-buffered copy (group `pf_e = thread + pf_s T` of
-    /// `T` threads, unrolled so the staging registers stay registers), at
-    /// `pad`; returns the padding inside (two braces to close).
-    fn open_thread_share(&self, a: &Promotion, pad: &str, out: &mut String) -> String {
+    /// `(per_thread, threads)`: the groups of array `a`'s box each of the
+    /// block's `threads` moves in a double-buffered copy.
+    fn groups_per_thread(&self, a: &Promotion) -> (i64, i64) {
         let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
-        let steps = a.sizes.iter().product::<i64>() / self.copy_width(a);
+        let groups = a.sizes.iter().product::<i64>() / self.copy_width(a);
+        ((groups + threads - 1) / threads, threads)
+    }
+
+    /// Runs `body` (given its padding) on each group of array `a`'s box
+    /// that this thread moves in a double-buffered copy, at `depth`: group
+    /// `pf_e = thread + pf_s T` of `T` threads, in a loop unrolled so the
+    /// staging registers `pf_next<k>[pf_s]` stay registers.
+    fn thread_share(
+        &self,
+        a: &Promotion,
+        depth: usize,
+        out: &mut String,
+        body: &mut dyn FnMut(&str, &mut String),
+    ) {
+        let pad = "  ".repeat(depth);
+        let (per_thread, threads) = self.groups_per_thread(a);
+        let groups = a.sizes.iter().product::<i64>() / self.copy_width(a);
         let _ = writeln!(out, "{pad}#pragma unroll");
         let _ = writeln!(
             out,
-            "{pad}for (int pf_s = 0; pf_s < {}; pf_s++) {{",
-            (steps + threads - 1) / threads
+            "{pad}for (int pf_s = 0; pf_s < {per_thread}; pf_s++) {{"
         );
         let _ = writeln!(
             out,
             "{pad}  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * {threads};"
         );
-        let _ = writeln!(out, "{pad}  if (pf_e < {steps}) {{");
-        format!("{pad}    ")
+        let _ = writeln!(out, "{pad}  if (pf_e < {groups}) {{");
+        body(&format!("{pad}    "), out);
+        let _ = writeln!(out, "{pad}  }}");
+        let _ = writeln!(out, "{pad}}}");
     }
 
     /// The threads that run a statement printed here: with `pending`

@@ -62,12 +62,11 @@ pub struct Promotion {
 }
 
 /// How the shared arrays of a kernel lay out their boxes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub enum Layout<'a> {
     /// The tensor's own order, the innermost row padded by one element
     /// when its length is a multiple of 32 (a column walk then meets 32
     /// different banks).
-    #[default]
     RowMajor,
     /// For register tiles in groups of `width` points per thread: the box
     /// dimension indexed by the first of the `inner` iterators (per
