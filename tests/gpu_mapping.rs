@@ -954,46 +954,86 @@ fn reductions_into_half_precision_tensors_round_once_on_every_path() {
 }
 
 #[test]
-fn k_major_operands_get_a_wgmma_path_emulated_from_its_descriptors() {
-    // Both operands with k contiguous: the kernel carries wgmma for sm_90a
-    // (and mma.sync for the rest); the CPU runs the wgmma path, reading the
-    // shared tiles through the descriptors' offsets.
-    let json = contraction(
-        r#"["M","K"]"#,
-        r#"["N","K"]"#,
-        "C(i, j) +=! A(i, k) * B(j, k)",
-        "f16",
-        (300, 520, 100),
-    );
-    let p = load_str(&json, "mm.json").unwrap();
-    for tile in [[128, 256, 32], [128, 128, 64]] {
+fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
+    // Each operand K-major or MN-major: the kernel carries wgmma for
+    // sm_90a (transpose flags from the layouts, tiles in the 128-byte
+    // swizzle) and mma.sync for the rest; the CPU runs the wgmma path,
+    // reading the swizzled tiles the way the tensor cores address them.
+    // Sizes no multiple of the tiles: partial tiles along m, n and k.
+    for (a, b, body, trans) in [
+        (
+            r#"["M","K"]"#,
+            r#"["N","K"]"#,
+            "C(i, j) +=! A(i, k) * B(j, k)",
+            "t00",
+        ),
+        (
+            r#"["M","K"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(i, k) * B(k, j)",
+            "t01",
+        ),
+        (
+            r#"["K","M"]"#,
+            r#"["N","K"]"#,
+            "C(i, j) +=! A(k, i) * B(j, k)",
+            "t10",
+        ),
+        (
+            r#"["K","M"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(k, i) * B(k, j)",
+            "t11",
+        ),
+    ] {
+        for dtype in ["f16", "bf16"] {
+            let json = contraction(a, b, body, dtype, (300, 520, 100));
+            let p = load_str(&json, "mm.json").unwrap();
+            for tile in [[128, 256, 64], [64, 128, 64]] {
+                let o = gpu_options(&tile);
+                let c = compile(&p, &o).unwrap();
+                let src = &c.cuda.as_ref().unwrap().source;
+                let helper = format!("pf_wgmma_{dtype}_n{}_{trans}(", tile[1]);
+                assert!(src.contains(&helper), "{body} {tile:?}: no {helper}");
+                assert!(src.contains(&format!(
+                    "wgmma.mma_async.sync.aligned.m64n{}k16.f32.{dtype}.{dtype}",
+                    tile[1]
+                )));
+                assert!(src.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"));
+                assert!(src.contains("__align__(1024)"), "the swizzle's base");
+                assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");
+                assert!(c
+                    .emulation_c
+                    .as_ref()
+                    .unwrap()
+                    .contains("pf_emu_wgmma(&pf_acc"));
+                emulate_ok(&json, &o);
+            }
+        }
+    }
+    // A k tile other than one swizzle row, or an MN-major operand tile
+    // that is not whole 64-row groups: mma.sync only.
+    for (b, body, tile) in [
+        (
+            r#"["N","K"]"#,
+            "C(i, j) +=! A(i, k) * B(j, k)",
+            [128, 256, 32],
+        ),
+        (
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(i, k) * B(k, j)",
+            [128, 96, 64],
+        ),
+    ] {
+        let json = contraction(r#"["M","K"]"#, b, body, "f16", (300, 520, 100));
+        let p = load_str(&json, "mm.json").unwrap();
         let o = gpu_options(&tile);
         let c = compile(&p, &o).unwrap();
         let src = &c.cuda.as_ref().unwrap().source;
-        assert!(
-            src.contains(&format!("wgmma.mma_async.sync.aligned.m64n{}k16", tile[1])),
-            "{tile:?}"
-        );
-        assert!(src.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"));
-        assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");
-        assert!(c
-            .emulation_c
-            .as_ref()
-            .unwrap()
-            .contains("pf_emu_wgmma(&pf_acc"));
+        assert!(!src.contains("wgmma.mma_async"), "{tile:?}");
+        assert!(src.contains("mma.sync.aligned.m16n8k16"), "{tile:?}");
         emulate_ok(&json, &o);
     }
-    // One operand with m contiguous: mma.sync only.
-    let json = contraction(
-        r#"["K","M"]"#,
-        r#"["N","K"]"#,
-        "C(i, j) +=! A(k, i) * B(j, k)",
-        "f16",
-        (300, 520, 100),
-    );
-    let p = load_str(&json, "mm.json").unwrap();
-    let c = compile(&p, &gpu_options(&[128, 256, 32])).unwrap();
-    assert!(!c.cuda.as_ref().unwrap().source.contains("wgmma.mma_async"));
 }
 
 /// `examples/NAME.json` with parameters set to `values`.

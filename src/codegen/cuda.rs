@@ -148,7 +148,7 @@ pub fn program(
     if tensor_cores {
         source.push_str(super::mma::GPU_HELPERS);
         source.push_str(super::mma::WGMMA_HELPERS);
-        let mut shapes: Vec<(&str, i64)> = plans
+        let mut shapes: Vec<(&str, i64, [bool; 2])> = plans
             .iter()
             .filter_map(|p| p.contraction.as_ref())
             .filter(|c| c.wgmma)
@@ -158,13 +158,13 @@ pub fn program(
                 } else {
                     "f16"
                 };
-                (ty, c.tile[1])
+                (ty, c.tile[1], [!c.a.k_contiguous, !c.b.k_contiguous])
             })
             .collect();
         shapes.sort();
         shapes.dedup();
-        for (ty, n) in shapes {
-            source.push_str(&super::mma::wgmma_helper(ty, n));
+        for (ty, n, trans) in shapes {
+            source.push_str(&super::mma::wgmma_helper(ty, n, trans));
         }
     }
     let mut emulation = String::new();

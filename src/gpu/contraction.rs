@@ -81,9 +81,10 @@ pub struct Contraction {
     pub warps: [i64; 2],
     /// Shared-memory stages of the copy pipeline along `k` (at least 2).
     pub stages: i64,
-    /// Both operands have `k` contiguous and the tile is whole warpgroups
-    /// of 64 rows: on sm_90a the kernel runs `wgmma` (Hopper's warpgroup
-    /// instructions), elsewhere `mma.sync` with the same tiles and threads.
+    /// The tile is whole warpgroups of 64 rows and whole 128-byte swizzle
+    /// atoms of both operands (see `wgmma_fits`): on sm_90a the kernel
+    /// runs `wgmma` (Hopper's warpgroup instructions), elsewhere
+    /// `mma.sync` with the same tiles and threads.
     pub wgmma: bool,
     /// Statements applied to each output element after its reduction, in
     /// order, on the accumulator before the store (bias, activation,
@@ -144,6 +145,33 @@ pub const STAGES: i64 = 3;
 
 /// Depth of a k tile in the automatic choice.
 const AUTO_TILE_K: i64 = 32;
+
+/// The k tile of the `wgmma` path: one row of a 128-byte swizzle atom
+/// (64 elements of 16 bits).
+pub const WGMMA_TILE_K: i64 = 64;
+
+/// Whether the block tile `tile` with `warps` runs on `wgmma` where the
+/// compiler targets sm_90a: whole warpgroups of 64 rows along `m`, `n` a
+/// multiple of 16 up to 256, and each operand's tile in whole swizzle
+/// atoms: 8 rows of 64 k for a K-major operand, 64 rows (of `m` or `n`)
+/// by 8 of k for an MN-major one. The k tile is 64 (the automatic choice,
+/// `auto`, takes it).
+fn wgmma_fits(a: &Operand, b: &Operand, tile: [i64; 3], warps: [i64; 2], auto: bool) -> bool {
+    let atoms = |x: &Operand, rows: i64| {
+        if x.k_contiguous {
+            rows % 8 == 0
+        } else {
+            rows % 64 == 0
+        }
+    };
+    tile[0] % 64 == 0
+        && tile[1] % 16 == 0
+        && tile[1] <= 256
+        && warps[0] * warps[1] == tile[0] / 16
+        && (auto || tile[2] == WGMMA_TILE_K)
+        && atoms(a, tile[0])
+        && atoms(b, tile[1])
+}
 
 /// A warp layout for user tile sizes `tile` and `threads` per block, when
 /// one divides them (`None`: the kernel stays on the SIMT path).
@@ -424,10 +452,17 @@ pub fn recognise(
     };
     let extents: [Expr; 3] = [at(&m), at(&n), at(&k)];
     let (tile, warps) = match user {
-        Some((tile, 0)) => match [256, 128, 64, 32].iter().find_map(|t| layout_for(tile, *t)) {
-            Some(w) => (tile, w),
-            None => return Ok(None),
-        },
+        Some((tile, 0)) => {
+            // A warpgroup per 64 rows where the tile fits wgmma, else the
+            // most threads that divide it.
+            let warpgroups = u32::try_from(tile[0] / 64).unwrap_or(0);
+            let wg = layout_for(tile, warpgroups * 128)
+                .filter(|w| tile[0] % 64 == 0 && wgmma_fits(&a, &b, tile, *w, false));
+            match wg.or_else(|| [256, 128, 64, 32].iter().find_map(|t| layout_for(tile, *t))) {
+                Some(w) => (tile, w),
+                None => return Ok(None),
+            }
+        }
         Some((tile, threads)) => match layout_for(tile, threads) {
             Some(w) => (tile, w),
             None => return Ok(None),
@@ -440,12 +475,14 @@ pub fn recognise(
             auto_layout(&e)
         }
     };
-    let wgmma = a.k_contiguous
-        && b.k_contiguous
-        && tile[0] % 64 == 0
-        && tile[1] % 16 == 0
-        && tile[1] <= 256
-        && warps[0] * warps[1] == tile[0] / 16;
+    let auto = user.is_none();
+    let wgmma = wgmma_fits(&a, &b, tile, warps, auto);
+    // The automatic tile takes wgmma's k tile: one 128-byte swizzled row.
+    let tile = if wgmma && auto {
+        [tile[0], tile[1], WGMMA_TILE_K]
+    } else {
+        tile
+    };
     Ok(Some(Contraction {
         statement: s.name.clone(),
         m,
@@ -458,8 +495,7 @@ pub fn recognise(
         extents,
         tile,
         warps,
-        // wgmma copies two tiles ahead of four stages (see `codegen::mma`).
-        stages: if wgmma { 4 } else { STAGES },
+        stages: STAGES,
         wgmma,
         epilogue,
     }))
