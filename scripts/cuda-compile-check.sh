@@ -58,6 +58,7 @@ fi
 
 rows=()     # one line per kernel, tab-separated
 failures=() # one line per failing program
+wgmma_programs=() # programs whose wgmma path was assembled for sm_90a
 no_ptx=0    # polyfuse has no --emit ptx at all
 
 # Runs polyfuse; stdout to $1, stderr to $2; returns polyfuse's status.
@@ -151,6 +152,30 @@ for file in "${programs[@]}"; do
         continue
     fi
     while IFS= read -r line; do rows+=("$line"); done <<<"$kernels"
+
+    # Kernels with a wgmma path (only compiled for sm_90a, under
+    # __CUDA_ARCH_FEAT_SM90_ALL): assemble that path too.
+    if grep -q 'wgmma.mma_async' "$base.cu"; then
+        status=0
+        polyfuse_to "$base.90a.ptx" "$base.90a.ptx.err" schedule "$file" --emit ptx --arch sm_90a || status=$?
+        if ((status != 0)); then
+            failures+=("$name: --emit ptx --arch sm_90a failed (status $status): $(first_line "$base.90a.ptx.err")")
+            say "$name: --emit ptx --arch sm_90a FAILED"
+            continue
+        fi
+        if ! grep -q 'wgmma.mma_async' "$base.90a.ptx"; then
+            failures+=("$name: the sm_90a PTX has no wgmma")
+            say "$name: the sm_90a PTX has no wgmma"
+            continue
+        fi
+        if ! ptxas -arch=sm_90a -v -o "$base.90a.cubin" "$base.90a.ptx" >"$base.90a.ptxas" 2>&1; then
+            failures+=("$name: ptxas -arch=sm_90a failed: $(grep -m1 -i error "$base.90a.ptxas" || first_line "$base.90a.ptxas")")
+            say "$name: ptxas sm_90a FAILED"
+            continue
+        fi
+        wgmma_programs+=("$name")
+        say "$name: wgmma path assembled for sm_90a: $(grep -m1 -o 'Used [0-9]* registers' "$base.90a.ptxas"), $(grep -m1 -o '[0-9]* bytes spill stores' "$base.90a.ptxas")"
+    fi
     say "$name: ok ($(wc -l <<<"$kernels") kernels, $((SECONDS - start)) s)"
 done
 
@@ -169,4 +194,4 @@ if ((${#failures[@]})); then
     fi
     exit 1
 fi
-echo "cuda-compile-check: ${#programs[@]} programs, ${#rows[@]} kernels: all compiled for sm_90"
+echo "cuda-compile-check: ${#programs[@]} programs, ${#rows[@]} kernels: all compiled for sm_90; wgmma paths assembled for sm_90a: ${#wgmma_programs[@]} (${wgmma_programs[*]:-none})"

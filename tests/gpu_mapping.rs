@@ -1001,6 +1001,19 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
                 )));
                 assert!(src.contains("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"));
                 assert!(src.contains("__align__(1024)"), "the swizzle's base");
+                // The copies keep one chunk's addresses per operand, with a
+                // fast path free of tests for whole tiles; the partial
+                // tiles at these sizes take the per-chunk path.
+                assert!(src.contains("if (pf_full && pf_A_all) {"), "{tile:?}");
+                assert!(src.contains("if (pf_full && pf_B_all) {"), "{tile:?}");
+                // The wgmma of a stage is issued before the copy of the
+                // tile ahead, and waited for after it.
+                let issue = src.find("pf_wgmma_commit();").unwrap();
+                let ahead = src[issue..].find("pf_cp_async_commit();").unwrap();
+                let wait = src[issue..].find("pf_wgmma_wait0();").unwrap();
+                assert!(ahead < wait, "{tile:?}");
+                // Neighbouring outputs stored in pairs where they can be.
+                assert!(src.contains("*(float2 *)&t_C["), "{tile:?}");
                 assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");
                 assert!(c
                     .emulation_c
@@ -1033,6 +1046,35 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
         assert!(!src.contains("wgmma.mma_async"), "{tile:?}");
         assert!(src.contains("mma.sync.aligned.m16n8k16"), "{tile:?}");
         emulate_ok(&json, &o);
+    }
+}
+
+#[test]
+fn wgmma_tiles_of_batched_and_fused_contractions_are_emulated() {
+    // A batch member on the grid (tbmm) and epilogue statements applied to
+    // the accumulators (fcrelu: bias and ReLU, f32 output stored in pairs)
+    // on the wgmma path, at sizes no multiple of the tiles.
+    for (name, values, tensor) in [
+        (
+            "tbmm_bf16",
+            &[("B", 3), ("N", 70), ("M", 45), ("K", 83)][..],
+            "t_Z[",
+        ),
+        (
+            "fcrelu_f16",
+            &[("B", 70), ("M", 45), ("N", 83)][..],
+            "t_O1[",
+        ),
+    ] {
+        let p = example_with(name, values);
+        for tile in [[64, 64, 64], [64, 128, 64]] {
+            let src = emulated_cuda(&p, &gpu_options(&tile));
+            assert!(src.contains("wgmma.mma_async"), "{name} {tile:?}");
+            assert!(
+                src.contains(&format!("*)&{tensor}")),
+                "{name}: paired stores"
+            );
+        }
     }
 }
 

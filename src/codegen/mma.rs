@@ -206,16 +206,19 @@ fn stage_len(c: &Contraction, wgmma: bool) -> (i64, i64) {
     (ra * pa, rb * pb)
 }
 
-/// For the `wgmma` path: when every thread's chunks of an operand (`per_line`
-/// chunks to a line, `threads` threads) lie in the same column, `Some(L)`
-/// with L the lines between two of them, a multiple of the swizzle's 8 so
-/// that each chunk's place follows from the first's by a constant. The
-/// kernel then keeps one chunk's addresses and flags across the pipeline
-/// instead of one set per chunk: with wgmma's 64 x N accumulators in
-/// registers, twelve sets spilled (ptxas, f16 4096^3, 128 x 256 x 64).
-fn uniform_lines(wg: bool, per_line: i64, threads: u32) -> Option<i64> {
+/// For kernels with a `wgmma` path (`wgmma_kernel`, both of their
+/// engines): when every thread's chunks of an operand (`per_line` chunks to
+/// a line, `threads` threads) lie in the same column, `Some(L)` with L the
+/// lines between two of them (for the swizzled layout, `wg`, a multiple of
+/// the swizzle's 8), so that each chunk's place follows from the first's
+/// by a constant. The kernel then keeps one chunk's addresses and flags
+/// across the pipeline instead of one set per chunk: with 64 x N
+/// accumulators in registers, twelve sets spilled (ptxas, f16 4096^3,
+/// 128 x 256 x 64, on either engine).
+fn uniform_lines(wgmma_kernel: bool, wg: bool, per_line: i64, threads: u32) -> Option<i64> {
     let threads = i64::from(threads);
-    (wg && threads % per_line == 0 && (threads / per_line) % 8 == 0).then_some(threads / per_line)
+    let lines = threads / per_line;
+    (wgmma_kernel && threads % per_line == 0 && (!wg || lines % 8 == 0)).then_some(lines)
 }
 
 /// Shared memory of the region in bytes (dynamic shared memory on the
@@ -505,7 +508,7 @@ impl Region<'_> {
                 let per_line = (pitch - PAD) / 8;
                 let chunks = lines * per_line;
                 let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
-                let uniform = uniform_lines(wg, per_line, threads);
+                let uniform = uniform_lines(c.wgmma, wg, per_line, threads);
                 for j in 0..if uniform.is_some() { 1 } else { per_thread } {
                     let v = format!("pf_{name}{j}");
                     w(
@@ -672,13 +675,17 @@ impl Region<'_> {
                 let chunks = lines * (pitch - PAD) / 8;
                 let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
                 let per_line = chunks / lines;
-                let uniform = uniform_lines(wg, per_line, threads);
+                let uniform = uniform_lines(c.wgmma, wg, per_line, threads);
+                // Elements from one line to the next in shared memory.
+                let line_len = if wg { 64 } else { pitch };
                 if let Some(step) = uniform {
                     let v = format!("pf_{name}0");
                     w(o, d, &format!("if (pf_full && pf_{name}_all) {{"));
                     for j in 0..per_thread {
-                        let dst =
-                            format!("&{buf}[({stage}) * {len} + {v}_dst + {}]", j * step * 64);
+                        let dst = format!(
+                            "&{buf}[({stage}) * {len} + {v}_dst + {}]",
+                            j * step * line_len
+                        );
                         let src = format!("({v}_src + ({k0}) * {v}_ks + {} * {v}_ls)", j * step);
                         if emu {
                             w(o, d + 1, &format!("memcpy({dst}, {src}, 16);"));
@@ -711,7 +718,10 @@ impl Region<'_> {
                             "const int {v}_live = pf_tid + {} < {chunks};",
                             j * i64::from(threads)
                         ));
-                        p(format!("const pf_i {v}_dst = {v0}_dst + {};", dl * 64));
+                        p(format!(
+                            "const pf_i {v}_dst = {v0}_dst + {};",
+                            dl * line_len
+                        ));
                         p(format!("const pf_i {v}_row = {row};"));
                         p(format!("const pf_i {v}_k = {k};"));
                         p(format!(
