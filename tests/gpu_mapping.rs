@@ -1007,11 +1007,15 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
                 assert!(src.contains("if (pf_full && pf_A_all) {"), "{tile:?}");
                 assert!(src.contains("if (pf_full && pf_B_all) {"), "{tile:?}");
                 // The wgmma of a stage is issued before the copy of the
-                // tile ahead, and waited for after it.
+                // tile ahead; then each warpgroup waits for the step
+                // before only (four stages, two tiles ahead), and for all
+                // after the loop.
                 let issue = src.find("pf_wgmma_commit();").unwrap();
                 let ahead = src[issue..].find("pf_cp_async_commit();").unwrap();
-                let wait = src[issue..].find("pf_wgmma_wait0();").unwrap();
-                assert!(ahead < wait, "{tile:?}");
+                let wait = src[issue..].find("pf_wgmma_wait1();").unwrap();
+                let drain = src[issue..].find("pf_wgmma_wait0();").unwrap();
+                assert!(ahead < wait && wait < drain, "{tile:?}");
+                assert!(src.contains("(4 stages)"), "{tile:?}");
                 // Neighbouring outputs stored in pairs where they can be.
                 assert!(src.contains("*(float2 *)&t_C["), "{tile:?}");
                 assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");

@@ -495,7 +495,10 @@ pub fn recognise(
         extents,
         tile,
         warps,
-        stages: STAGES,
+        // wgmma keeps a step's instructions in flight across the next
+        // barrier: a fourth stage keeps two tiles copied ahead (see
+        // `codegen::mma`).
+        stages: if wgmma { 4 } else { STAGES },
         wgmma,
         epilogue,
     }))

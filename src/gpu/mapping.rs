@@ -506,7 +506,7 @@ fn map_kernel(
     }
     if let Some(c) = contraction {
         // The fragments replace the thread band's loops and the generic
-        // shared tiles (the region copies its own, two stages deep).
+        // shared tiles (the region copies its own through its `cp.async` pipeline).
         plan.block = [c.threads(), 1, 1];
         plan.scope = None;
         plan.contraction = Some(c);
