@@ -56,6 +56,37 @@ else
     trap 'rm -rf "$work"' EXIT
 fi
 
+# assemble NAME FILE ARCH OUT PATTERN WHAT: `polyfuse schedule FILE
+# --emit ptx --arch ARCH` into OUT.ptx, which must match PATTERN (WHAT in
+# the message when it does not), then `ptxas -arch=ARCH -v` into OUT.cubin
+# with its report in OUT.ptxas. On a failure it adds NAME's line to
+# `failures` and returns 1.
+assemble() {
+    local name=$1 file=$2 arch=$3 out=$4 pattern=$5 what=$6 status=0
+    polyfuse_to "$out.ptx" "$out.ptx.err" schedule "$file" --emit ptx --arch "$arch" || status=$?
+    if ((status != 0)); then
+        # clap's words for a value or a flag it does not know
+        if grep -qE "(invalid|unrecognized) value 'ptx'|unexpected argument '--arch'" "$out.ptx.err"; then
+            no_ptx=1
+            failures+=("$name: this polyfuse has no \`--emit ptx\` (it says: $(first_line "$out.ptx.err"))")
+        else
+            failures+=("$name: --emit ptx --arch $arch failed (status $status): $(first_line "$out.ptx.err")")
+        fi
+        say "$name: --emit ptx --arch $arch FAILED"
+        return 1
+    fi
+    if ! grep -q "$pattern" "$out.ptx"; then
+        failures+=("$name: the $arch PTX has no $what")
+        say "$name: the $arch PTX has no $what"
+        return 1
+    fi
+    if ! ptxas -arch="$arch" -v -o "$out.cubin" "$out.ptx" >"$out.ptxas" 2>&1; then
+        failures+=("$name: ptxas -arch=$arch failed: $(grep -m1 -i error "$out.ptxas" || first_line "$out.ptxas")")
+        say "$name: ptxas -arch=$arch FAILED"
+        return 1
+    fi
+}
+
 rows=()     # one line per kernel, tab-separated
 failures=() # one line per failing program
 wgmma_programs=() # programs whose wgmma path was assembled for sm_90a
@@ -91,30 +122,7 @@ for file in "${programs[@]}"; do
         continue
     fi
 
-    status=0
-    polyfuse_to "$base.ptx" "$base.ptx.err" schedule "$file" --emit ptx --arch sm_90 || status=$?
-    if ((status != 0)); then
-        # clap's words for a value or a flag it does not know
-        if grep -qE "(invalid|unrecognized) value 'ptx'|unexpected argument '--arch'" "$base.ptx.err"; then
-            no_ptx=1
-            failures+=("$name: this polyfuse has no \`--emit ptx\` (it says: $(first_line "$base.ptx.err"))")
-        else
-            failures+=("$name: --emit ptx --arch sm_90 failed (status $status): $(first_line "$base.ptx.err")")
-        fi
-        say "$name: --emit ptx FAILED"
-        continue
-    fi
-    if ! grep -q '\.entry' "$base.ptx"; then
-        failures+=("$name: --emit ptx printed no kernel entry")
-        say "$name: --emit ptx printed no .entry"
-        continue
-    fi
-
-    if ! ptxas -arch=sm_90 -v -o "$base.cubin" "$base.ptx" >"$base.ptxas" 2>&1; then
-        failures+=("$name: ptxas -arch=sm_90 failed: $(grep -m1 -i error "$base.ptxas" || first_line "$base.ptxas")")
-        say "$name: ptxas FAILED"
-        continue
-    fi
+    assemble "$name" "$file" sm_90 "$base" '\.entry' "a kernel entry" || continue
 
     # ptxas -v, per entry:
     #   ptxas info    : Compiling entry function 'kernel_0' for 'sm_90'
@@ -156,23 +164,7 @@ for file in "${programs[@]}"; do
     # Kernels with a wgmma path (only compiled for sm_90a, under
     # __CUDA_ARCH_FEAT_SM90_ALL): assemble that path too.
     if grep -q 'wgmma.mma_async' "$base.cu"; then
-        status=0
-        polyfuse_to "$base.90a.ptx" "$base.90a.ptx.err" schedule "$file" --emit ptx --arch sm_90a || status=$?
-        if ((status != 0)); then
-            failures+=("$name: --emit ptx --arch sm_90a failed (status $status): $(first_line "$base.90a.ptx.err")")
-            say "$name: --emit ptx --arch sm_90a FAILED"
-            continue
-        fi
-        if ! grep -q 'wgmma.mma_async' "$base.90a.ptx"; then
-            failures+=("$name: the sm_90a PTX has no wgmma")
-            say "$name: the sm_90a PTX has no wgmma"
-            continue
-        fi
-        if ! ptxas -arch=sm_90a -v -o "$base.90a.cubin" "$base.90a.ptx" >"$base.90a.ptxas" 2>&1; then
-            failures+=("$name: ptxas -arch=sm_90a failed: $(grep -m1 -i error "$base.90a.ptxas" || first_line "$base.90a.ptxas")")
-            say "$name: ptxas sm_90a FAILED"
-            continue
-        fi
+        assemble "$name" "$file" sm_90a "$base.90a" 'wgmma\.mma_async' "wgmma" || continue
         wgmma_programs+=("$name")
         say "$name: wgmma path assembled for sm_90a: $(grep -m1 -o 'Used [0-9]* registers' "$base.90a.ptxas"), $(grep -m1 -o '[0-9]* bytes spill stores' "$base.90a.ptxas")"
     fi

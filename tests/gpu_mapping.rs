@@ -960,34 +960,21 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
     // swizzle) and mma.sync for the rest; the CPU runs the wgmma path,
     // reading the swizzled tiles the way the tensor cores address them.
     // Sizes no multiple of the tiles: partial tiles along m, n and k.
-    for (a, b, body, trans) in [
-        (
-            r#"["M","K"]"#,
-            r#"["N","K"]"#,
-            "C(i, j) +=! A(i, k) * B(j, k)",
-            "t00",
-        ),
-        (
-            r#"["M","K"]"#,
-            r#"["K","N"]"#,
-            "C(i, j) +=! A(i, k) * B(k, j)",
-            "t01",
-        ),
-        (
-            r#"["K","M"]"#,
-            r#"["N","K"]"#,
-            "C(i, j) +=! A(k, i) * B(j, k)",
-            "t10",
-        ),
-        (
-            r#"["K","M"]"#,
-            r#"["K","N"]"#,
-            "C(i, j) +=! A(k, i) * B(k, j)",
-            "t11",
-        ),
-    ] {
+    for (a_mn, b_mn) in [(false, false), (false, true), (true, false), (true, true)] {
+        let (a, a_use) = if a_mn {
+            (r#"["K","M"]"#, "A(k, i)")
+        } else {
+            (r#"["M","K"]"#, "A(i, k)")
+        };
+        let (b, b_use) = if b_mn {
+            (r#"["K","N"]"#, "B(k, j)")
+        } else {
+            (r#"["N","K"]"#, "B(j, k)")
+        };
+        let body = format!("C(i, j) +=! {a_use} * {b_use}");
+        let trans = format!("t{}{}", u8::from(a_mn), u8::from(b_mn));
         for dtype in ["f16", "bf16"] {
-            let json = contraction(a, b, body, dtype, (300, 520, 100));
+            let json = contraction(a, b, &body, dtype, (300, 520, 100));
             let p = load_str(&json, "mm.json").unwrap();
             for tile in [[128, 256, 64], [64, 128, 64]] {
                 let o = gpu_options(&tile);

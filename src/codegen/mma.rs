@@ -464,11 +464,13 @@ impl Region<'_> {
                     ),
                 );
             }
-            w(
-                o,
-                d + 1,
-                "const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;",
-            );
+            if !pairs {
+                w(
+                    o,
+                    d + 1,
+                    "const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;",
+                );
+            }
             body(o, d + 1);
             w(o, d, "}");
         };
@@ -507,6 +509,33 @@ impl Region<'_> {
             ("A", &c.a, tm, &ba, sa, self.a_address, "pf_em", "pf_m0"),
             ("B", &c.b, tn, &bb, sb, self.b_address, "pf_en", "pf_n0"),
         ];
+        // A chunk's flags from its `_live`, `_row` and `_src`: how many of
+        // its rows are inside (`_rows`), whether its source is 16-byte
+        // aligned, and whether it is one 16-byte copy in a k tile that is
+        // inside too (`_fast`: all its rows inside).
+        let chunk_flags = |o: &mut String, d: usize, v: &str, x: &Operand, ext: &str| {
+            let (rows, rows_in) = if x.k_contiguous {
+                (format!("{v}_live && {v}_row < {ext}"), format!("{v}_rows"))
+            } else {
+                (
+                    format!(
+                        "{v}_live ? (int)pf_max(pf_min({ext} - {v}_row, (pf_i)8), (pf_i)0) : 0"
+                    ),
+                    format!("{v}_rows == 8"),
+                )
+            };
+            w(o, d, &format!("const int {v}_rows = {rows};"));
+            w(
+                o,
+                d,
+                &format!("const int {v}_aligned = (((unsigned long long){v}_src) & 15) == 0;"),
+            );
+            w(
+                o,
+                d,
+                &format!("const int {v}_fast = {v}_live && {v}_aligned && {rows_in};"),
+            );
+        };
         let setup = |o: &mut String, d: usize| {
             for (name, x, rows, _, _, address, ext, origin) in operands {
                 let (lines, pitch) = layout(c, x, rows);
@@ -592,40 +621,7 @@ impl Region<'_> {
                             ),
                         );
                     }
-                    if x.k_contiguous {
-                        w(
-                            o,
-                            d,
-                            &format!("const int {v}_rows = {v}_live && {v}_row < {ext};"),
-                        );
-                    } else {
-                        w(
-                            o,
-                            d,
-                            &format!(
-                                "const int {v}_rows = {v}_live ? (int)pf_max(pf_min({ext} - {v}_row, (pf_i)8), (pf_i)0) : 0;"
-                            ),
-                        );
-                    }
-                    w(
-                        o,
-                        d,
-                        &format!(
-                            "const int {v}_aligned = (((unsigned long long){v}_src) & 15) == 0;"
-                        ),
-                    );
-                    // A chunk all of whose rows are inside: in a k tile
-                    // that is inside too, it is one 16-byte copy.
-                    let rows_in = if x.k_contiguous {
-                        format!("{v}_rows")
-                    } else {
-                        format!("{v}_rows == 8")
-                    };
-                    w(
-                        o,
-                        d,
-                        &format!("const int {v}_fast = {v}_live && {v}_aligned && {rows_in};"),
-                    );
+                    chunk_flags(o, d, &v, x, ext);
                 }
                 if let Some(step) = uniform {
                     // Whether every chunk of this thread is one whole
@@ -733,22 +729,7 @@ impl Region<'_> {
                             "const unsigned short *const {v}_src = {v0}_src + {dl} * {v0}_ls;"
                         ));
                         p(format!("const pf_i {v}_ks = {v0}_ks;"));
-                        p(if x.k_contiguous {
-                            format!("const int {v}_rows = {v}_live && {v}_row < {ext};")
-                        } else {
-                            format!("const int {v}_rows = {v}_live ? (int)pf_max(pf_min({ext} - {v}_row, (pf_i)8), (pf_i)0) : 0;")
-                        });
-                        p(format!(
-                            "const int {v}_aligned = (((unsigned long long){v}_src) & 15) == 0;"
-                        ));
-                        p(format!(
-                            "const int {v}_fast = {v}_live && {v}_aligned && {};",
-                            if x.k_contiguous {
-                                format!("{v}_rows")
-                            } else {
-                                format!("{v}_rows == 8")
-                            }
-                        ));
+                        chunk_flags(o, d + 1, &v, x, ext);
                     }
                     let d = if derived.is_some() { d + 1 } else { d };
                     let dst = format!("&{buf}[({stage}) * {len} + {v}_dst]");

@@ -148,7 +148,7 @@ const AUTO_TILE_K: i64 = 32;
 
 /// The k tile of the `wgmma` path: one row of a 128-byte swizzle atom
 /// (64 elements of 16 bits).
-pub const WGMMA_TILE_K: i64 = 64;
+const WGMMA_TILE_K: i64 = 64;
 
 /// Whether the block tile `tile` with `warps` runs on `wgmma` where the
 /// compiler targets sm_90a: whole warpgroups of 64 rows along `m`, `n` a
@@ -456,8 +456,8 @@ pub fn recognise(
             // A warpgroup per 64 rows where the tile fits wgmma, else the
             // most threads that divide it.
             let warpgroups = u32::try_from(tile[0] / 64).unwrap_or(0);
-            let wg = layout_for(tile, warpgroups * 128)
-                .filter(|w| tile[0] % 64 == 0 && wgmma_fits(&a, &b, tile, *w, false));
+            let wg =
+                layout_for(tile, warpgroups * 128).filter(|w| wgmma_fits(&a, &b, tile, *w, false));
             match wg.or_else(|| [256, 128, 64, 32].iter().find_map(|t| layout_for(tile, *t))) {
                 Some(w) => (tile, w),
                 None => return Ok(None),
