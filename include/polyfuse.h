@@ -150,7 +150,10 @@ pf_status pf_result_cuda_source(const pf_result *result, char **out);
 /* Threads per block: block[0..2] = x, y, z. */
 pf_status pf_result_kernel_block(const pf_result *result, size_t kernel, uint32_t *block);
 /* Blocks for the given parameter values: grid[0..2] = x, y, z. A zero
- * dimension means there is nothing to do: skip the kernel. */
+ * dimension means there is nothing to do: skip the kernel. A contraction
+ * whose reduction is split (sm_90 and later) declares its cluster in the
+ * source (__cluster_dims__, blocks along z): launch it with this grid as
+ * it is; cuLaunchKernel and <<<>>> both honour the declared cluster. */
 pf_status pf_result_kernel_grid(const pf_result *result, size_t kernel, const int64_t *params,
                                 size_t num_params, uint32_t *grid);
 /* Dynamic shared memory to launch with, and static shared memory the

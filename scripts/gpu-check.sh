@@ -136,6 +136,13 @@ declare -A ODD=(
     [attention_decode_gqa]="KV=61 D=13"
     [attention_decode_softcap]="KV=61 D=13"
 )
+# Contraction examples checked once more with the reduction split over a
+# cluster (--k-split) at sizes no multiple of the tiles, with the
+# sanitizers too: the split leaves the last block a shorter range of k.
+declare -A SPLIT=(
+    [gemm_f16]="--tile 64,64,64 --k-split 3 --param M=130 --param N=200 --param K=777"
+    [fcrelu_f16]="--tile 64,64,64 --k-split 4 --param B=70 --param N=90 --param M=777"
+)
 # Benchmark programs whose f64 reference is too slow at full size: checked
 # at these sizes in a separate run, then timed at full size.
 declare -A CHECK_AT=(
@@ -198,7 +205,7 @@ step() {
             fi
             detail=$(cat "$log" "$log.err" | grep -m1 -E '^check: ' || true)
             ;;
-        memcheck | racecheck)
+        memcheck | racecheck | memcheck_split | racecheck_split)
             # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
             # SUMMARY: N hazards displayed (N errors, N warnings)".
             local errors
@@ -290,6 +297,10 @@ for name in "${ex_run[@]}"; do
     else
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" check_odd "no odd sizes" 0 "" "add it to ODD in gpu-check.sh" >>"$steps"
     fi
+    if [[ -n "${SPLIT[$name]:-}" ]]; then
+        read -ra split_args <<<"${SPLIT[$name]}"
+        step "$name" check_split 120 "$L/$name.check_split.log" "$P" run "$f" --target cuda --check "${split_args[@]}"
+    fi
     step "$name" bench 120 "$L/$name.bench.log" "$P" run "$f" --target cuda --bench --json --runs 100
     bench_json "$name" "$L/$name.bench.log"
 done
@@ -334,6 +345,11 @@ for name in "${san_run[@]}"; do
         fi
         step "$name" "$tool" 120 "$L/$name.$tool.log" \
             "$sanitizer" --tool "$tool" "$P" run "$f" --target cuda --check "${args[@]}"
+        if [[ -n "${SPLIT[$name]:-}" ]]; then
+            read -ra split_args <<<"${SPLIT[$name]}"
+            step "$name" "${tool}_split" 120 "$L/$name.${tool}_split.log" \
+                "$sanitizer" --tool "$tool" "$P" run "$f" --target cuda --check "${split_args[@]}"
+        fi
     done
 done
 
@@ -407,6 +423,14 @@ def check_word(s):
     return s["status"]
 
 
+def san(name, tool):
+    # A sanitizer's status, and its run on the k-split variant where the
+    # program has one.
+    status = steps.get((name, tool), {}).get("status", "—")
+    split = steps.get((name, f"{tool}_split"))
+    return status + (f"; k split {split['status']}" if split else "")
+
+
 def best_peer(name):
     ok = [p for p in peers.get(name, []) if num(p.get("median_us")) and p.get("check", {}).get("ok")]
     return min(ok, key=lambda p: p["median_us"]) if ok else None
@@ -426,6 +450,8 @@ for folder, names in (("examples", examples), ("bench/programs", benches)):
             c = check_word(steps.get((name, "check")))
             o = check_word(steps.get((name, "check_odd")))
             check = f"{c}; odd {o}"
+            if (name, "check_split") in steps:
+                check += f"; k split {check_word(steps[(name, 'check_split')])}"
         elif (name, "check") in steps:  # checked at smaller sizes (CHECK_AT)
             check = check_word(steps[(name, "check")]) + " (smaller)"
         else:
@@ -444,8 +470,8 @@ for folder, names in (("examples", examples), ("bench/programs", benches)):
             name, params_of(folder, name), us_text, fmt(gbs, ".0f"), fmt(tfs, ".2f"),
             peer["peer"] if peer else "—", fmt(peer["median_us"], ".1f") if peer else "—",
             fmt(ratio, ".2f"), check,
-            steps.get((name, "memcheck"), {}).get("status", "—"),
-            steps.get((name, "racecheck"), {}).get("status", "—"),
+            san(name, "memcheck"),
+            san(name, "racecheck"),
         ])
         if name == "gemm_4096" and num(ratio):
             targets.append(f"gemm_4096: {ratio:.2f}x the time of {peer['peer']} (target: at most 2.0x)")

@@ -135,6 +135,15 @@ struct Common {
     /// memory. A tuning choice: `polyfuse tune` tries it.
     #[arg(long)]
     pipeline: bool,
+    /// GPU: split the reduction (k) of a contraction on tensor cores over
+    /// N blocks, 1 to 8, that form a thread-block cluster (Hopper): each
+    /// block sums its share of k, and the blocks add their partial tiles
+    /// in the cluster's shared memory in a fixed order. 1: no split.
+    /// Default: split where the output has too few tiles to give every
+    /// multiprocessor a block and k is long (a gemm of 128 rows). Kernels
+    /// with a batch keep one block per tile.
+    #[arg(long, value_name = "N")]
+    k_split: Option<u32>,
     /// Keep point loops where tiling put them (no TC-style sinking below
     /// inner tile loops).
     #[arg(long)]
@@ -170,6 +179,7 @@ impl Common {
             || self.vector.is_some()
             || self.unroll
             || self.pipeline
+            || self.k_split.is_some()
             || self.no_sink
             || self.repair.is_some()
             || self.split.is_some()
@@ -292,6 +302,7 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
         vector: common.vector.unwrap_or(1),
         unroll: common.unroll,
         pipeline: common.pipeline,
+        k_split: common.k_split,
         ..Default::default()
     }
 }

@@ -9,6 +9,7 @@ use polyfuse::frontend::{apply_param_overrides, load_file, load_str};
 use polyfuse::gpu::{mapping, GpuOptions, KernelArg};
 use polyfuse::isl::{Isl, IslPrint};
 use polyfuse::runtime::cpu::{run, RunOptions};
+use polyfuse::schedule::Strategy;
 use polyfuse::{compile, deps, model, schedule, Error, Options};
 
 fn gemm(m: i64, n: i64, k: i64) -> String {
@@ -757,6 +758,17 @@ fn contraction(a: &str, b: &str, body: &str, dtype: &str, sizes: (i64, i64, i64)
     )
 }
 
+/// gemm `C +=! A B` of f16 operands (both row-major), f32 output.
+fn gemm_f16(m: i64, n: i64, k: i64) -> String {
+    contraction(
+        r#"["M","K"]"#,
+        r#"["K","N"]"#,
+        "C(i, j) +=! A(i, k) * B(k, j)",
+        "f16",
+        (m, n, k),
+    )
+}
+
 fn auto_gpu() -> Options {
     let mut o = gpu_options(&[32]);
     o.gpu = Some(GpuOptions {
@@ -818,13 +830,7 @@ fn f16_and_bf16_contractions_run_on_tensor_cores_in_every_operand_layout() {
 
 #[test]
 fn user_tiles_choose_the_warps_and_odd_tiles_fall_back() {
-    let json = contraction(
-        r#"["M","K"]"#,
-        r#"["K","N"]"#,
-        "C(i, j) +=! A(i, k) * B(k, j)",
-        "f16",
-        (150, 140, 70),
-    );
+    let json = gemm_f16(150, 140, 70);
     let p = load_str(&json, "mm.json").unwrap();
     for (tile, block, warps) in [
         (vec![64, 64, 16], vec![], "2 x 4 warps"),
@@ -861,13 +867,7 @@ fn contractions_that_do_not_fit_the_fragments_stay_on_the_ordinary_cores() {
     // f32 operands.
     simt(&gemm(70, 45, 41), &auto_gpu());
     // Asked not to.
-    let f16 = contraction(
-        r#"["M","K"]"#,
-        r#"["K","N"]"#,
-        "C(i, j) +=! A(i, k) * B(k, j)",
-        "f16",
-        (70, 45, 41),
-    );
+    let f16 = gemm_f16(70, 45, 41);
     let mut off = auto_gpu();
     off.gpu = Some(GpuOptions {
         auto_tile: true,
@@ -913,14 +913,7 @@ fn contractions_that_do_not_fit_the_fragments_stay_on_the_ordinary_cores() {
 fn reductions_into_half_precision_tensors_round_once_on_every_path() {
     // 300 products summed into an f16 output: rounding every step would
     // miss the f16 bound; f32 accumulation (registers, CPU) keeps it.
-    let json = contraction(
-        r#"["M","K"]"#,
-        r#"["K","N"]"#,
-        "C(i, j) +=! A(i, k) * B(k, j)",
-        "f16",
-        (40, 33, 300),
-    )
-    .replace(r#""C": {"dtype": "f32""#, r#""C": {"dtype": "f16""#);
+    let json = gemm_f16(40, 33, 300).replace(r#""C": {"dtype": "f32""#, r#""C": {"dtype": "f16""#);
     let p = load_str(&json, "mm.json").unwrap();
     // The CPU schedule.
     let c = compile(&p, &Options::default()).unwrap();
@@ -1067,6 +1060,126 @@ fn wgmma_tiles_of_batched_and_fused_contractions_are_emulated() {
             );
         }
     }
+}
+
+#[test]
+fn a_contractions_reduction_split_over_a_cluster_is_emulated() {
+    // k split over the blocks of a cluster (grid z): each block runs its
+    // range of k tiles, the partial tiles are summed in rank order and
+    // each block stores the registers it owns. Both engines (wgmma at
+    // 64 x 64 x 64, mma.sync at 32 x 32 x 32), splits that leave the last
+    // block a shorter range or none (8 ranks of 777 = 13 k tiles of 64:
+    // two each, the last one none), partial tiles along m, n and k.
+    let json = gemm_f16(130, 200, 777);
+    let p = load_str(&json, "mm.json").unwrap();
+    for tile in [[64, 64, 64], [32, 32, 32]] {
+        for split in [2u32, 3, 8] {
+            let mut o = gpu_options(&tile);
+            o.gpu.as_mut().unwrap().k_split = Some(split);
+            let c = compile(&p, &o).unwrap();
+            let cuda = c.cuda.as_ref().unwrap();
+            let g = cuda.kernels[0].grid_dims(&HashMap::new()).unwrap();
+            assert_eq!(g[2], split, "{tile:?} {split}: grid z");
+            let src = &cuda.source;
+            assert!(
+                src.contains(&format!("__cluster_dims__(1, 1, {split})")),
+                "{tile:?} {split}"
+            );
+            assert!(src.contains("pf_cluster_load(&pf_part["));
+            assert_eq!(
+                src.matches("pf_cluster_sync();").count(),
+                if tile[0] == 64 { 4 } else { 2 },
+                "two barriers per engine"
+            );
+            // Blocks before sm_90: rank 0 alone, all of k.
+            assert!(src.contains("if (pf_ranks > 1 || blockIdx.z == 0) {"));
+            assert!(cuda.kernels[0].dynamic_shared >= (tile[0] * tile[1] * 4) as usize);
+            // No more blocks than the H100 has multiprocessors, and every k
+            // tile of a block fits a stage: the pipeline's loops roll (no
+            // unrolled copies); 35 tiles of 32 x 32 split 8 are 280 blocks.
+            let blocks =
+                (130 + tile[0] - 1) / tile[0] * ((200 + tile[1] - 1) / tile[1]) * i64::from(split);
+            assert_eq!(
+                src.contains("for (int pf_s = 0; pf_s <"),
+                blocks <= 132,
+                "{tile:?} {split}"
+            );
+            emulate_ok(&json, &o);
+        }
+    }
+    // A long k (79 tiles, 40 a block): more than shared memory holds, so
+    // the unrolled pipeline of four stages, split in two.
+    let long = gemm_f16(130, 200, 5000);
+    let mut o = gpu_options(&[64, 64, 64]);
+    o.gpu.as_mut().unwrap().k_split = Some(2);
+    let c = compile(&load_str(&long, "mm.json").unwrap(), &o).unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    assert!(
+        src.contains("(4 stages)") && !src.contains("pf_s = 0"),
+        "{src}"
+    );
+    assert!(src.contains("__cluster_dims__(1, 1, 2)"));
+    emulate_ok(&long, &o);
+    // Accumulating into values set before (no `!`): rank 0 alone starts
+    // from them. An epilogue (bias, ReLU, f16 output in pairs) on the
+    // owned registers after the sums.
+    let json = r#"{ "name": "mm", "params": { "M": 70, "N": 90, "K": 300 },
+        "inputs": { "A": {"dtype": "f16", "shape": ["M","K"]}, "B": {"dtype": "f16", "shape": ["K","N"]},
+                    "D": {"dtype": "f32", "shape": ["M","N"]} },
+        "outputs": { "C": {"dtype": "f32", "shape": ["M","N"]} },
+        "body": [ "C(i, j) = D(i, j)", "C(i, j) += A(i, k) * B(k, j)" ] }"#;
+    let p = load_str(json, "acc.json").unwrap();
+    let mut o = gpu_options(&[64, 64, 64]);
+    o.gpu.as_mut().unwrap().k_split = Some(3);
+    // Fused with the update, the first statement would have to set the
+    // accumulators' start: that kernel stays off the tensor cores.
+    let c = compile(&p, &o).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("tensor cores"));
+    emulate_ok(json, &o);
+    // In kernels of their own, the update starts from C.
+    o.strategy = Strategy::Min;
+    let c = compile(&p, &o).unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    assert!(src.contains("pf_in && pf_rank == 0 ?"), "{src}");
+    emulate_ok(json, &o);
+    let p = example_with("fcrelu_f16", &[("B", 70), ("M", 45), ("N", 300)]);
+    let mut o = gpu_options(&[64, 64, 64]);
+    o.gpu.as_mut().unwrap().k_split = Some(4);
+    let src = emulated_cuda(&p, &o);
+    assert!(src.contains("__cluster_dims__(1, 1, 4)"));
+}
+
+#[test]
+fn few_output_tiles_split_the_reduction_by_default() {
+    // 128 x 1024 x 1024 (TC's latency case) has too few output tiles to
+    // give each of the H100's multiprocessors a block: the automatic
+    // choice splits k; 4096^3 has enough tiles and does not; a batch takes
+    // the grid's z and keeps one block per tile.
+    let split_of = |json: &str| {
+        let p = load_str(json, "mm.json").unwrap();
+        let c = compile(&p, &auto_gpu()).unwrap();
+        let cuda = c.cuda.as_ref().unwrap();
+        let g = cuda.kernels[0].grid_dims(&HashMap::new()).unwrap();
+        let clusters = cuda.source.contains("__cluster_dims__");
+        assert_eq!(clusters, g[2] > 1);
+        g[2]
+    };
+    assert_eq!(split_of(&gemm_f16(128, 1024, 1024)), 4);
+    let p = load_str(&gemm_f16(128, 1024, 1024), "mm.json").unwrap();
+    let c = compile(&p, &auto_gpu()).unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    // 64 x 64 tiles (32 of them, split in 4), every k tile of a block in
+    // its own stage.
+    assert!(
+        src.contains("64 x 64 x 64 tiles, 1 warpgroups") && src.contains("(6 stages)"),
+        "{src}"
+    );
+    assert_eq!(split_of(&gemm_f16(4096, 4096, 4096)), 1);
+    // k too short to share: one k tile per block at most.
+    assert_eq!(split_of(&gemm_f16(128, 1024, 64)), 1);
+    let p = example_with("tbmm_bf16", &[("B", 2), ("N", 64), ("M", 64), ("K", 4096)]);
+    let c = compile(&p, &auto_gpu()).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("__cluster_dims__"));
 }
 
 /// `examples/NAME.json` with parameters set to `values`.

@@ -148,6 +148,12 @@ pub fn program(
     if tensor_cores {
         source.push_str(super::mma::GPU_HELPERS);
         source.push_str(super::mma::WGMMA_HELPERS);
+        if plans
+            .iter()
+            .any(|p| p.contraction.as_ref().is_some_and(|c| c.split > 1))
+        {
+            source.push_str(super::mma::CLUSTER_HELPERS);
+        }
         let mut shapes: Vec<(&str, i64, [bool; 2])> = plans
             .iter()
             .filter_map(|p| p.contraction.as_ref())
@@ -192,9 +198,22 @@ pub fn program(
             Some(c) => format!("{threads}, {}", c.min_blocks()),
             None => threads.to_string(),
         };
+        // A split contraction's blocks of one tile form a cluster along z
+        // (sm_90 and later; before, the kernel runs without clusters).
+        let cluster = match &plan.contraction {
+            Some(c) if c.split > 1 => {
+                let _ = writeln!(
+                    source,
+                    "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n#define PF_CLUSTER_{mark} __cluster_dims__(1, 1, {})\n#else\n#define PF_CLUSTER_{mark}\n#endif",
+                    c.split
+                );
+                format!("PF_CLUSTER_{mark} ")
+            }
+            _ => String::new(),
+        };
         let _ = writeln!(
             source,
-            "\nextern \"C\" __global__ void __launch_bounds__({bounds}) {mark}({}) {{",
+            "\nextern \"C\" __global__ void {cluster}__launch_bounds__({bounds}) {mark}({}) {{",
             signature.join(", ")
         );
         for p in &program.params {

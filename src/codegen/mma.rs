@@ -72,6 +72,30 @@ static __device__ __forceinline__ void pf_mma_bf16(float d[4], const unsigned a[
 }
 "#;
 
+/// Thread-block cluster helpers (sm_90 and later): the block's rank in
+/// its cluster, the cluster-wide barrier (release and acquire: a block's
+/// shared-memory writes before it are seen by the others after it), and a
+/// load from the shared memory of the cluster's block `rank`
+/// (distributed shared memory: `mapa` maps the address to that block's).
+pub const CLUSTER_HELPERS: &str = r#"#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ int pf_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return (int)r;
+}
+static __device__ __forceinline__ void pf_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ float pf_cluster_load(const float *p, int rank) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
+  float v;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(r) : "memory");
+  return v;
+}
+#endif
+"#;
+
 /// `wgmma` helpers (sm_90a only): the descriptor of an operand tile in
 /// the 128-byte swizzle (bits 62-63 = 1; start, leading and stride byte
 /// offsets in 16-byte units), fence, commit and wait.
@@ -222,13 +246,26 @@ fn uniform_lines(wgmma_kernel: bool, wg: bool, per_line: i64, threads: u32) -> O
     (wgmma_kernel && threads % per_line == 0 && (!wg || lines % 8 == 0)).then_some(lines)
 }
 
+/// Bytes of one stage (both operands; of the larger engine where the
+/// kernel has two).
+pub fn stage_bytes(c: &Contraction) -> usize {
+    let (a, b) = stage_len(c, false);
+    let (wa, wb) = if c.wgmma { stage_len(c, true) } else { (0, 0) };
+    ((a + b).max(wa + wb) * 2) as usize
+}
+
 /// Shared memory of the region in bytes (dynamic shared memory on the
 /// GPU: more than the 48 KB a static array may take): the larger of the
 /// two layouts when the kernel has both.
 pub fn shared_bytes(c: &Contraction) -> usize {
-    let (a, b) = stage_len(c, false);
-    let (wa, wb) = if c.wgmma { stage_len(c, true) } else { (0, 0) };
-    (c.stages * (a + b).max(wa + wb) * 2) as usize
+    let stages = c.stages as usize * stage_bytes(c);
+    // A split reduction's partial tile (f32) reuses the stages.
+    let partial = if c.split > 1 {
+        (c.tile[0] * c.tile[1] * 4) as usize
+    } else {
+        0
+    };
+    stages.max(partial)
 }
 
 /// The shared buffers' names for kernel `mark`.
@@ -374,6 +411,54 @@ impl Region<'_> {
             1,
             &format!("const pf_i pf_ek = {};", self.extents[2]),
         );
+        let split = c.split;
+        // This block's range of k tiles, `pf_kb .. pf_ke`: the k tiles in
+        // `pf_ranks` runs of equal length (the last one shorter), the
+        // block's rank in its cluster picking one.
+        let k_range = |o: &mut String, d: usize| {
+            if split > 1 {
+                w(
+                    o,
+                    d,
+                    &format!("const pf_i pf_kc = ((pf_ek + {tk} - 1) / {tk} + pf_ranks - 1) / pf_ranks * {tk};"),
+                );
+                w(o, d, "const pf_i pf_kb = pf_rank * pf_kc;");
+                w(o, d, "const pf_i pf_ke = pf_min(pf_ek, pf_kb + pf_kc);");
+            } else {
+                w(o, d, "const pf_i pf_kb = 0, pf_ke = pf_ek;");
+            }
+        };
+        if split > 1 && !emu {
+            // On GPUs without clusters (before sm_90) the kernel is
+            // launched with the same grid: the block of rank 0 runs all
+            // of k and the others have nothing to do.
+            w(
+                &mut o,
+                1,
+                &format!("/* k split over the {split} blocks of a cluster */"),
+            );
+            w(
+                &mut o,
+                1,
+                "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
+            );
+            w(&mut o, 1, &format!("const int pf_ranks = {split};"));
+            w(&mut o, 1, "const int pf_rank = pf_cluster_rank();");
+            w(&mut o, 1, "#else");
+            w(&mut o, 1, "const int pf_ranks = 1, pf_rank = 0;");
+            w(&mut o, 1, "#endif");
+            w(&mut o, 1, "if (pf_ranks > 1 || blockIdx.z == 0) {");
+        }
+        if !emu || split == 1 {
+            k_range(&mut o, 1);
+        }
+        // A register's place in a partial tile (its thread's registers
+        // `threads` floats apart, so that a warp's accesses are
+        // consecutive), and the block that owns it in a split: pairs of
+        // registers (neighbours along n, stored together) dealt out in
+        // turn.
+        let part_index = format!("((pf_mt * {nt} + pf_nt) * 4 + pf_r) * {threads} + pf_tid");
+        let owner = format!("((pf_mt * {nt} + pf_nt) * 2 + pf_r / 2) % pf_ranks == pf_rank");
         let (sa, sb) = stage_len(c, wg);
         let (ba, bb) = buffers(self.mark);
         if emu {
@@ -484,11 +569,40 @@ impl Region<'_> {
             DType::BF16 => format!("pf_f2b({acc})"),
             _ => acc.to_string(),
         };
-        // Accumulators: zero, or the output's current values.
+        if split > 1 && emu {
+            // The blocks of a cluster one after the other, each leaving
+            // its partial tile in its (emulated) shared memory.
+            w(
+                &mut o,
+                1,
+                &format!(
+                    "static float pf_part[{split}][{}];",
+                    i64::from(threads) * mt * nt * 4
+                ),
+            );
+            w(
+                &mut o,
+                1,
+                &format!(
+                    "for (int pf_rank = {}; pf_rank >= 0; pf_rank--) {{",
+                    split - 1
+                ),
+            );
+            w(&mut o, 1, &format!("const int pf_ranks = {split};"));
+            k_range(&mut o, 1);
+        }
+        // Accumulators: zero, or the output's current values (in the
+        // block of rank 0 of a split).
         let d = each_thread_open(&mut o, 1);
         fragments(&mut o, d, false, &|o, d| {
             if self.zero_init {
                 w(o, d, &format!("{acc} = 0.0f; (void)pf_in;"));
+            } else if split > 1 {
+                w(
+                    o,
+                    d,
+                    &format!("{acc} = pf_in && pf_rank == 0 ? {load_c} : 0.0f;"),
+                );
             } else {
                 w(o, d, &format!("{acc} = pf_in ? {load_c} : 0.0f;"));
             }
@@ -1136,12 +1250,31 @@ impl Region<'_> {
         // only for the step before), so the stage of step t - 2 is the one
         // free to overwrite at step t.
         let dist = if wg { st - 2 } else { st - 1 };
-        for s in 0..dist {
-            w(&mut o, 1, &format!("if ((pf_i){} < pf_ek) {{", s * tk));
-            copy(&mut o, 2, &s.to_string(), &format!("(pf_i){}", s * tk));
-            w(&mut o, 1, "}");
+        if c.compact {
+            // One copy in a loop: the code a block runs once stays small.
             if !emu {
-                w(&mut o, 1, "else pf_cp_async_commit();");
+                w(&mut o, 1, "#pragma unroll 1");
+            }
+            w(
+                &mut o,
+                1,
+                &format!("for (int pf_s = 0; pf_s < {dist}; pf_s++) {{"),
+            );
+            w(&mut o, 2, &format!("if (pf_kb + pf_s * {tk} < pf_ke) {{"));
+            copy(&mut o, 3, "pf_s", &format!("(pf_kb + pf_s * {tk})"));
+            w(&mut o, 2, "}");
+            if !emu {
+                w(&mut o, 2, "else pf_cp_async_commit();");
+            }
+            w(&mut o, 1, "}");
+        } else {
+            for s in 0..dist {
+                w(&mut o, 1, &format!("if (pf_kb + {} < pf_ke) {{", s * tk));
+                copy(&mut o, 2, &s.to_string(), &format!("(pf_kb + {})", s * tk));
+                w(&mut o, 1, "}");
+                if !emu {
+                    w(&mut o, 1, "else pf_cp_async_commit();");
+                }
             }
         }
         // The main loop, unrolled by the number of stages so that every
@@ -1150,12 +1283,20 @@ impl Region<'_> {
             &mut o,
             1,
             &format!(
-                "for (pf_i pf_k0 = 0; pf_k0 < pf_ek; pf_k0 += {}) {{",
+                "for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += {}) {{",
                 st * tk
             ),
         );
         if !emu {
-            w(&mut o, 2, "#pragma unroll");
+            w(
+                &mut o,
+                2,
+                if c.compact {
+                    "#pragma unroll 1"
+                } else {
+                    "#pragma unroll"
+                },
+            );
         }
         w(
             &mut o,
@@ -1167,7 +1308,7 @@ impl Region<'_> {
             3,
             &format!("const pf_i pf_kt = pf_k0 + pf_u * {tk};"),
         );
-        w(&mut o, 3, "if (pf_kt < pf_ek) {");
+        w(&mut o, 3, "if (pf_kt < pf_ke) {");
         w(&mut o, 4, "const int pf_stage = pf_u;");
         w(
             &mut o,
@@ -1200,7 +1341,7 @@ impl Region<'_> {
         if wg {
             compute(&mut o, 4);
         }
-        w(&mut o, 4, &format!("if (pf_kt + {ahead} < pf_ek) {{"));
+        w(&mut o, 4, &format!("if (pf_kt + {ahead} < pf_ke) {{"));
         copy(&mut o, 5, "pf_next", &format!("(pf_kt + {ahead})"));
         w(&mut o, 4, "}");
         if !emu {
@@ -1224,7 +1365,86 @@ impl Region<'_> {
             w(&mut o, 1, "pf_cp_async_wait<0>();");
             w(&mut o, 1, "__syncthreads();");
         }
-        // Epilogue: each lane stores the elements it owns.
+        // A split's partial tiles meet: each block writes its registers to
+        // its shared memory (the pipeline's stages are free now), and
+        // after the cluster's barrier sums, for the registers it owns, the
+        // partials of all the cluster's blocks in rank order (the same
+        // order whatever the timing: the result does not vary from run to
+        // run); a second barrier keeps every block's shared memory alive
+        // until the others have read it.
+        let registers = |o: &mut String, d: usize, body: &str| {
+            for (var, count) in [("pf_mt", mt), ("pf_nt", nt), ("pf_r", 4)] {
+                if !emu {
+                    w(o, d, "#pragma unroll");
+                }
+                w(
+                    o,
+                    d,
+                    &format!("for (int {var} = 0; {var} < {count}; {var}++)"),
+                );
+            }
+            w(o, d + 1, body);
+        };
+        if split > 1 && emu {
+            let d = each_thread_open(&mut o, 1);
+            registers(
+                &mut o,
+                d,
+                &format!("pf_part[pf_rank][{part_index}] = {acc};"),
+            );
+            w(&mut o, 1, "}");
+            w(&mut o, 1, "}");
+            // Every register is owned by one block: all sums at once.
+            let d = each_thread_open(&mut o, 1);
+            registers(
+                &mut o,
+                d,
+                &format!(
+                    "{{ float pf_sum = 0.0f; for (int pf_q = 0; pf_q < {split}; pf_q++) pf_sum += pf_part[pf_q][{part_index}]; {acc} = pf_sum; }}"
+                ),
+            );
+            w(&mut o, 1, "}");
+            w(
+                &mut o,
+                1,
+                &format!(
+                    "for (int pf_rank = {}; pf_rank >= 0; pf_rank--) {{",
+                    split - 1
+                ),
+            );
+            w(&mut o, 1, &format!("const int pf_ranks = {split};"));
+        } else if split > 1 {
+            w(
+                &mut o,
+                1,
+                "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
+            );
+            w(&mut o, 1, "if (pf_ranks > 1) {");
+            w(
+                &mut o,
+                2,
+                "float *const pf_part = (float *)pf_dynamic_shared;",
+            );
+            registers(&mut o, 2, &format!("pf_part[{part_index}] = {acc};"));
+            w(&mut o, 2, "pf_cluster_sync();");
+            registers(
+                &mut o,
+                2,
+                &format!(
+                    "if ({owner}) {{ float pf_sum = 0.0f; for (int pf_q = 0; pf_q < {split}; pf_q++) pf_sum += pf_cluster_load(&pf_part[{part_index}], pf_q); {acc} = pf_sum; }}"
+                ),
+            );
+            w(&mut o, 2, "pf_cluster_sync();");
+            w(&mut o, 1, "}");
+            w(&mut o, 1, "#endif");
+        }
+        // Epilogue: each lane stores the elements it owns (of a split, the
+        // elements its block owns).
+        let owned = if split > 1 {
+            format!(" && {owner}")
+        } else {
+            String::new()
+        };
         let d = each_thread_open(&mut o, 1);
         let storage = match (self.c_dtype, emu) {
             (DType::F16 | DType::BF16, false) => "unsigned short",
@@ -1245,7 +1465,7 @@ impl Region<'_> {
         };
         fragments(&mut o, d, pair.is_some(), &|o, d| {
             let Some(pair_type) = pair else {
-                w(o, d, "if (pf_in) {");
+                w(o, d, &format!("if (pf_in{owned}) {{"));
                 w(o, d + 1, &format!("{storage} pf_cv = {store_c};"));
                 for line in self.epilogue.lines() {
                     w(o, d + 1, line);
@@ -1270,7 +1490,9 @@ impl Region<'_> {
             w(
                 o,
                 d + 1,
-                "pf_inside[pf_c] = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln2 < pf_en;",
+                &format!(
+                    "pf_inside[pf_c] = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln2 < pf_en{owned};"
+                ),
             );
             w(o, d + 1, "if (pf_inside[pf_c]) {");
             // The element's own names for the epilogue's statements.
@@ -1318,6 +1540,10 @@ impl Region<'_> {
             w(o, d, "}");
         });
         if emu {
+            w(&mut o, 1, "}");
+        }
+        if split > 1 {
+            // The rank loop (CPU) or the test of a block's rank (GPU).
             w(&mut o, 1, "}");
         }
         w(&mut o, 0, "}");

@@ -309,7 +309,16 @@ fn map_kernel(
                 let t = member_tile_of(tile, n);
                 ([t[n - 3], t[n - 2], t[n - 1]], threads)
             });
-            let c = super::contraction::recognise(isl, program, scop, deps, &node, nb, user)?;
+            let c = super::contraction::recognise(
+                isl,
+                program,
+                scop,
+                deps,
+                &node,
+                nb,
+                user,
+                opts.k_split,
+            )?;
             // An initialisation left inside the loops has no fragment form.
             let init_inside = r.init.is_none()
                 && scop
@@ -508,6 +517,10 @@ fn map_kernel(
         // The fragments replace the thread band's loops and the generic
         // shared tiles (the region copies its own through its `cp.async` pipeline).
         plan.block = [c.threads(), 1, 1];
+        if c.split > 1 {
+            // The blocks of one tile's split reduction, one cluster.
+            plan.grid[2] = Expr::Int(c.split);
+        }
         plan.scope = None;
         plan.contraction = Some(c);
     }

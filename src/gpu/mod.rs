@@ -68,6 +68,12 @@ pub struct GpuOptions {
     /// global loads overlap the arithmetic and one barrier per step
     /// remains. Doubles the shared memory; see `promote::Scope::double_buffered`.
     pub pipeline: bool,
+    /// Split the reduction of a contraction on tensor cores over this many
+    /// blocks (a thread-block cluster along the grid's z; at most 8); 1:
+    /// no split; `None`: split where the output has too few tiles to fill
+    /// the GPU (see `contraction::Contraction::split`). Kernels with a
+    /// batch on z, or not on tensor cores, keep one block per tile.
+    pub k_split: Option<u32>,
 }
 
 impl Default for GpuOptions {
@@ -84,6 +90,7 @@ impl Default for GpuOptions {
             vector: 1,
             unroll: false,
             pipeline: false,
+            k_split: None,
         }
     }
 }
@@ -105,6 +112,14 @@ impl GpuOptions {
                     .collect::<Vec<_>>()
                     .join("x")
             ));
+        }
+        if let Some(s) = self.k_split {
+            if !(1..=contraction::MAX_SPLIT as u32).contains(&s) {
+                return Err(format!(
+                    "k split {s}: a contraction's reduction is split over 1 to {} blocks (one cluster)",
+                    contraction::MAX_SPLIT
+                ));
+            }
         }
         if !matches!(self.vector, 1 | 2 | 4) {
             return Err(format!(

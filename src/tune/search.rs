@@ -112,6 +112,9 @@ impl Space {
             genes.push(gene("vector", &["1", "2", "4"]));
             genes.push(gene("unroll", &["off", "on"]));
             genes.push(gene("pipeline", &["off", "on"]));
+            if has_low_precision_sum(program) {
+                genes.push(gene("ksplit", &["auto", "1", "2", "4", "8"]));
+            }
         }
         if has_repairable_chain(program) {
             genes.push(gene("repair", crate::repair::Choice::NAMES));
@@ -237,6 +240,25 @@ fn has_repairable_chain(program: &Program) -> bool {
         return false;
     };
     crate::repair::steps_for(&isl, program, &scop, crate::repair::Choice::Rolling).is_ok()
+}
+
+/// Whether `program` has a sum of f16 or bf16 products: a candidate for
+/// tensor cores, whose reduction may be split (`ksplit`).
+fn has_low_precision_sum(program: &Program) -> bool {
+    use crate::frontend::ast::{AssignOp, DType, Reducer};
+    let low = program
+        .tensors
+        .iter()
+        .any(|t| matches!(t.dtype, DType::F16 | DType::BF16));
+    low && program.statements.iter().any(|s| {
+        matches!(
+            s.op,
+            AssignOp::Reduce {
+                op: Reducer::Sum,
+                ..
+            }
+        )
+    })
 }
 
 fn gene(key: &str, values: &[&str]) -> Gene {

@@ -49,6 +49,9 @@ pub struct Variant {
     pub unroll: bool,
     /// GPU: double-buffered shared tiles (`GpuOptions::pipeline`).
     pub pipeline: bool,
+    /// GPU: blocks a contraction's reduction is split over
+    /// (`GpuOptions::k_split`); `None`: polyfuse's choice.
+    pub k_split: Option<u32>,
     /// The algebraic repair (rolling or split-k update, with its split
     /// factor), or the program's own.
     pub repair: Choice,
@@ -70,6 +73,7 @@ impl Default for Variant {
             vector: gpu.vector,
             unroll: gpu.unroll,
             pipeline: gpu.pipeline,
+            k_split: gpu.k_split,
             repair: Choice::Program,
         }
     }
@@ -90,6 +94,7 @@ pub const KEYS: &[&str] = &[
     "vector",
     "unroll",
     "pipeline",
+    "ksplit",
 ];
 
 impl Variant {
@@ -136,6 +141,14 @@ impl Variant {
                 "registers" => v.registers = parse_flag(value, "registers")?,
                 "unroll" => v.unroll = parse_flag(value, "unroll")?,
                 "pipeline" => v.pipeline = parse_flag(value, "pipeline")?,
+                "ksplit" => {
+                    v.k_split = match value {
+                        "auto" | "default" => None,
+                        _ => Some(value.parse::<u32>().map_err(|_| {
+                            format!("ksplit `{value}`: auto, or the blocks of the split, 1 to 8")
+                        })?),
+                    }
+                }
                 "reduce" => v.reduce = parse_flag(value, "reduce")?,
                 "vector" => {
                     v.vector = value
@@ -160,6 +173,7 @@ impl Variant {
             block: v.block.clone(),
             grid: v.grid.clone(),
             vector: v.vector,
+            k_split: v.k_split,
             ..Default::default()
         };
         gpu.validate()?;
@@ -169,7 +183,7 @@ impl Variant {
     /// The canonical text: every key, in [`KEYS`] order.
     pub fn canonical(&self) -> String {
         format!(
-            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={},vector={},unroll={},pipeline={}",
+            "strategy={},tile={},sink={},block={},grid={},shared={},registers={},reduce={},repair={},split={},vector={},unroll={},pipeline={},ksplit={}",
             self.strategy.name(),
             self.tile_text(),
             on_off(self.sink),
@@ -186,6 +200,8 @@ impl Variant {
             self.vector,
             on_off(self.unroll),
             on_off(self.pipeline),
+            self.k_split
+                .map_or_else(|| "auto".to_string(), |s| s.to_string()),
         )
     }
 
@@ -238,6 +254,7 @@ impl Variant {
                 vector: self.vector,
                 unroll: self.unroll,
                 pipeline: self.pipeline,
+                k_split: self.k_split,
                 auto_tile: self.tile == Tile::Auto,
                 ..Default::default()
             }),
@@ -384,7 +401,20 @@ mod tests {
         assert_eq!(Variant::default().repair, Choice::Program);
         assert!(Variant::default()
             .canonical()
-            .ends_with("repair=program,split=16,vector=1,unroll=off,pipeline=off"));
+            .ends_with("repair=program,split=16,vector=1,unroll=off,pipeline=off,ksplit=auto"));
+    }
+
+    #[test]
+    fn the_split_of_a_contractions_reduction_is_a_key() {
+        let v = Variant::parse("ksplit=4").unwrap();
+        assert_eq!(v.k_split, Some(4));
+        assert_eq!(v.options(true).gpu.unwrap().k_split, Some(4));
+        assert_eq!(v.label(), "ksplit=4");
+        assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
+        assert_eq!(Variant::parse("ksplit=auto").unwrap(), Variant::default());
+        for bad in ["ksplit=0", "ksplit=9", "ksplit=x"] {
+            assert!(Variant::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
