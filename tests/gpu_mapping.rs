@@ -1175,6 +1175,21 @@ fn few_output_tiles_split_the_reduction_by_default() {
         "{src}"
     );
     assert_eq!(split_of(&gemm_f16(4096, 4096, 4096)), 1);
+    // Tiles of 64 rows or more, the smallest split that gives 128 blocks:
+    // 256 x 1024 takes 64 x 64 tiles split in two (not 32 x 32 unsplit),
+    // 1024 x 1024 takes 64 x 128 tiles unsplit.
+    let tile_of = |json: &str| {
+        let c = compile(&load_str(json, "mm.json").unwrap(), &auto_gpu()).unwrap();
+        let src = c.cuda.as_ref().unwrap().source.clone();
+        let at = src.find("tensor cores: ").expect("on tensor cores") + 14;
+        src[at..].split(" tiles").next().unwrap().to_string()
+    };
+    assert_eq!(split_of(&gemm_f16(256, 1024, 4096)), 2);
+    assert_eq!(tile_of(&gemm_f16(256, 1024, 4096)), "64 x 64 x 64");
+    assert_eq!(split_of(&gemm_f16(1024, 1024, 1024)), 1);
+    assert_eq!(tile_of(&gemm_f16(1024, 1024, 1024)), "64 x 128 x 64");
+    // Fewer than 64 rows: 32-row tiles (mma.sync).
+    assert_eq!(tile_of(&gemm_f16(37, 530, 290)), "32 x 32 x 32");
     // k too short to share: one k tile per block at most.
     assert_eq!(split_of(&gemm_f16(128, 1024, 64)), 1);
     let p = example_with("tbmm_bf16", &[("B", 2), ("N", 64), ("M", 64), ("K", 4096)]);
