@@ -1278,7 +1278,8 @@ impl Region<'_> {
             }
         }
         // The main loop, unrolled by the number of stages so that every
-        // stage index (and so every shared address) is a constant.
+        // stage index (and so every shared address) is a constant; rolled
+        // in the latency regime (`Contraction::compact`).
         w(
             &mut o,
             1,
