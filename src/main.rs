@@ -88,8 +88,9 @@ struct Common {
     /// Set a parameter: NAME=VALUE (repeatable); overrides the file.
     #[arg(long = "param", value_name = "NAME=VALUE")]
     params: Vec<String>,
-    /// Scheduling strategy: isl (isl's scheduler, default options), min
-    /// (minimal fusion), max (maximal fusion), canonical (program order).
+    /// Scheduling strategy: isl (isl's scheduler, default options; for a
+    /// program a rolling update repaired, maximal fusion), min (minimal
+    /// fusion), max (maximal fusion), canonical (program order).
     #[arg(long, value_parser = parse_strategy)]
     strategy: Option<Strategy>,
     /// Tile sizes for the members of each permutable band, e.g. 32,32,8

@@ -132,17 +132,26 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         None => schedule::canonical(&isl, &scop)?,
     };
     let deps = deps::compute(&scop, &order)?;
+    // A rolling update fuses a chain of reductions into one pass over each
+    // row; isl's scheduler would then split the row's consumers (a
+    // softmax's output, attention's division) into a kernel of their own,
+    // which reads the row again from memory. Maximal fusion keeps them in
+    // the row's loop, where the GPU keeps the row on chip (`gpu::lanes`).
+    let strategy = match options.strategy {
+        Strategy::Isl if program_k.rolling.is_some() => Strategy::Max,
+        s => s,
+    };
     let sched = if options.strategy == Strategy::Canonical {
         if repaired.is_some() {
             schedule::annotate_bands(&isl, order, &deps, &scop.param_prefix)?
         } else {
-            schedule::compute(&isl, &scop, &deps, options.strategy)?
+            schedule::compute(&isl, &scop, &deps, strategy)?
         }
     } else {
         // A repaired program is scheduled with its sizes symbolic (see
         // `schedule_symbolic`); others with the sizes they have.
         let symbolic = repaired.as_ref().and_then(|r| {
-            let s = schedule_symbolic(&isl, program_k, r.order.as_ref(), options.strategy)?;
+            let s = schedule_symbolic(&isl, program_k, r.order.as_ref(), strategy)?;
             let s = s.intersect_domain(scop.domain().ok()?).ok()?;
             // Valid for every size, so for these; checked all the same.
             schedule::check_legal(file, &s, &scop, &deps).ok()?;
@@ -150,7 +159,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         });
         match symbolic {
             Some(s) => s,
-            None => schedule::compute(&isl, &scop, &deps, options.strategy)?,
+            None => schedule::compute(&isl, &scop, &deps, strategy)?,
         }
     };
     schedule::check_legal(file, &sched, &scop, &deps)?;
@@ -296,7 +305,7 @@ fn map_to_gpu(
         gpu_options,
     )?;
     schedule::check_legal(&program.source, &mapped, scop, deps)?;
-    gpu::mapping::check_parallel(&program.source, &mapped, scop, deps)?;
+    gpu::mapping::check_parallel(program, &mapped, scop, deps)?;
     let tree = ScheduleTree::from_isl(&mapped.get_root()?)?;
     let ast = codegen::build_ast(scop, &mapped)?;
     let (cuda, emulation) = codegen::cuda::program(program, scop, &ast, &plans)?;

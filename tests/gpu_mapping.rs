@@ -85,7 +85,7 @@ fn mapping_a_reduction_loop_to_threads_is_refused() {
         .schedule(&gemm_schedule_with_mark(&domain, "j"))
         .unwrap();
     schedule::check_legal("gemm.json", &legal, &scop, &d).unwrap();
-    mapping::check_parallel("gemm.json", &legal, &scop, &d).unwrap();
+    mapping::check_parallel(&p, &legal, &scop, &d).unwrap();
 
     let racy = isl
         .schedule(&gemm_schedule_with_mark(&domain, "k"))
@@ -93,7 +93,7 @@ fn mapping_a_reduction_loop_to_threads_is_refused() {
     // Sequentially the order is fine ...
     schedule::check_legal("gemm.json", &racy, &scop, &d).unwrap();
     // ... but the k loop carries the reduction: threads would race on C.
-    match mapping::check_parallel("gemm.json", &racy, &scop, &d) {
+    match mapping::check_parallel(&p, &racy, &scop, &d) {
         Err(Error::Illegal { message, .. }) => {
             assert!(message.contains("threadIdx.x"), "{message}");
             assert!(message.contains("S0[i, j, k]"), "{message}");
@@ -1239,29 +1239,29 @@ fn kernel_text(source: &str, k: usize) -> &str {
 
 #[test]
 fn the_running_state_of_a_rolling_update_stays_in_the_threads_registers() {
-    // Fused softmax at odd sizes: the rolling maximum, its previous value
-    // and the rolling sum belong to one thread (one row) each, so the
-    // rolling loop reads X from global memory and nothing else; M and S
-    // leave the kernel (the output kernel reads them) and are stored once,
-    // M_prev does not leave it and never touches global memory.
+    // Fused softmax at odd sizes, one kernel (the output loop fused into
+    // the rows after the rolling update): the rolling maximum, its
+    // previous value and the rolling sum belong to one row each, so they
+    // live in the registers of the row's lanes and never touch global
+    // memory (no other kernel reads them).
     let p = example_with("softmax_fused", &[("N", 37), ("D", 300)]);
     let src = emulated_cuda(&p, &auto_gpu());
+    assert_eq!(src.matches("__global__").count(), 1, "{src}");
     let k0 = kernel_text(&src, 0);
     for t in ["M", "M_prev", "S"] {
         assert!(k0.contains(&format!("pf_priv_kernel_0_{t};")), "{t}:\n{k0}");
+        assert!(!k0.contains(&format!("t_{t}[")), "{t}:\n{k0}");
     }
-    assert!(!k0.contains("t_M_prev["), "{k0}");
-    assert_eq!(k0.matches("t_M[").count(), 1, "M is stored once:\n{k0}");
-    assert_eq!(k0.matches("t_S[").count(), 1, "S is stored once:\n{k0}");
-    // X is read by one thread per row too, but 300 elements are too many
-    // for the row, and one element read in one step of the loop gains
-    // nothing (on the H100 such a copy made this kernel 30% slower).
+    // X is not one row's alone in the sense of private storage (each lane
+    // holds its share of the row, see the test of lanes below).
     assert!(!k0.contains("pf_priv_kernel_0_X"), "{k0}");
-    // Without registers, nothing is private.
+    // Without registers, nothing is private: the row's lane 0 runs it
+    // alone, still correct.
     let mut off = auto_gpu();
     off.gpu.as_mut().unwrap().registers = false;
     let src = emulated_cuda(&p, &off);
     assert!(!src.contains("pf_priv_"), "{src}");
+    assert!(!src.contains("__shfl_xor_sync(0xffffffffu, pf_"), "{src}");
 }
 
 #[test]
@@ -1363,5 +1363,175 @@ fn a_piece_of_a_loop_without_its_iterator_runs_without_the_shared_copy() {
             "X is still promoted:\n{cuda}"
         );
         emulation_checks(c, &format!("split {factor}"));
+    }
+}
+
+#[test]
+fn a_rolling_update_splits_each_row_over_the_lanes_of_a_warp_or_a_block() {
+    // Fused softmax, fused whole after its rolling update (one kernel):
+    // each lane takes iterations l, l + W, .. of the row's loops, runs
+    // the rolling maximum and sum over its share from the identities, and
+    // the lanes' states combine with the proven repair (the partner's sum
+    // moved to the combined maximum). Rows of 300 get a warp (8 rows per
+    // block), rows of 2000 two warps and rows of 4100 eight (a block per
+    // row, the warps' states combined through shared memory). X, read by
+    // both loops, is read from memory once, into each lane's registers.
+    for (d, width) in [(300, 32u32), (2000, 64), (4100, 256)] {
+        let p = example_with("softmax_fused", &[("N", 5), ("D", d)]);
+        let c = compile(&p, &auto_gpu()).unwrap_or_else(|e| panic!("{e}"));
+        let cuda = c.cuda.as_ref().unwrap();
+        assert_eq!(cuda.kernels.len(), 1, "D = {d}");
+        let rows = if width == 32 { 8 } else { 1 };
+        assert_eq!(cuda.kernels[0].block, [width, rows, 1], "D = {d}");
+        let src = cuda.source.clone();
+        for t in ["M", "S"] {
+            assert!(
+                src.contains(&format!(
+                    "__shfl_xor_sync(0xffffffffu, pf_priv_kernel_0_{t}, pf_o)"
+                )),
+                "D = {d}:\n{src}"
+            );
+        }
+        assert!(
+            src.contains("(pf_b_pf_priv_kernel_0_S * expf((pf_b_pf_priv_kernel_0_M + (-pf_n_pf_priv_kernel_0_M))))"),
+            "D = {d}:\n{src}"
+        );
+        assert_eq!(
+            src.contains("__shared__ float pf_part_pf_priv_kernel_0_S["),
+            width > 32,
+            "D = {d}:\n{src}"
+        );
+        let slots = (d as u32).div_ceil(width);
+        assert!(
+            src.contains(&format!("float pf_row_kernel_0_X[{slots}];")),
+            "D = {d}:\n{src}"
+        );
+        // Loaded once into the registers (the block's shared copy of X, where
+        // one fits, is not read in the loops).
+        assert_eq!(
+            src.matches("pf_row_kernel_0_X[pf_t] = t_X[").count(),
+            1,
+            "D = {d}:\n{src}"
+        );
+        assert!(
+            src.contains("fmaxf(pf_priv_kernel_0_M, pf_row_kernel_0_X[pf_t])"),
+            "D = {d}:\n{src}"
+        );
+        assert!(
+            src.contains(
+                "(expf((pf_row_kernel_0_X[pf_t] - pf_priv_kernel_0_M)) / pf_priv_kernel_0_S)"
+            ),
+            "D = {d}:\n{src}"
+        );
+        emulation_checks(c, &format!("softmax_fused D = {d}"));
+    }
+}
+
+#[test]
+fn plain_reductions_of_a_row_split_over_the_lanes_too() {
+    // Layer norm under maximal fusion: the mean and the variance are
+    // plain sums over the row (the variance reads the finished mean), and
+    // the output loop reads both; each sum is split over the lanes and
+    // combined with `+`.
+    let p = example_with("layernorm", &[("N", 5), ("D", 700)]);
+    let options = Options {
+        strategy: Strategy::Max,
+        ..auto_gpu()
+    };
+    let c = compile(&p, &options).unwrap_or_else(|e| panic!("{e}"));
+    let src = c.cuda.as_ref().unwrap().source.clone();
+    for t in ["Mean", "Var"] {
+        assert!(
+            src.contains(&format!(
+                "pf_n_pf_priv_kernel_0_{t} = pf_priv_kernel_0_{t} + pf_b_pf_priv_kernel_0_{t};"
+            )),
+            "{src}"
+        );
+    }
+    emulation_checks(c, "layernorm");
+}
+
+/// A program whose row loop carries a dependence through a tensor that is
+/// not one value per row (`B` reads the `A` of the previous column), and a
+/// schedule that hands that loop to the lanes of a warp anyway.
+fn shifted_row_under_lanes() -> Program {
+    let text = r#"{ "name": "shift", "params": { "N": 4, "D": 8 },
+        "inputs": { "X": {"dtype": "f32", "shape": ["N", "D"]} },
+        "outputs": { "S": {"dtype": "f32", "shape": ["N"]} },
+        "temps": { "A": {"dtype": "f32", "shape": ["N", "D"]}, "B": {"dtype": "f32", "shape": ["N", "D"]} },
+        "body": [ "A(r, c) = X(r, c) * 2",
+                  "B(r, c) = A(r, c - 1) where c in 1:D",
+                  "S(r) +=! X(r, c)" ] }"#;
+    load_str(text, "shift.json").unwrap()
+}
+
+#[test]
+fn lanes_may_split_only_the_chains_of_a_rows_states() {
+    let p = shifted_row_under_lanes();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &p).unwrap();
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let d = deps::compute(&scop, &order).unwrap();
+    let domain = scop.domain().unwrap().text();
+    let band = |stmts: &[(&str, &str)]| {
+        let parts: Vec<String> = stmts
+            .iter()
+            .map(|(s, e)| format!("{s} -> [({e})]"))
+            .collect();
+        format!("[N, D] -> [{{ {} }}]", parts.join("; "))
+    };
+    let schedule_with = |inner: &[&str]| {
+        let members: Vec<(&str, &str)> = inner.iter().map(|s| (*s, "c")).collect();
+        let filters: Vec<String> = inner
+            .iter()
+            .map(|s| format!("{{ filter: \"{{ {s} }}\" }}"))
+            .collect();
+        let rows: Vec<(&str, &str)> = vec![
+            ("S0[r, c]", "r"),
+            ("S1[r, c]", "r"),
+            ("S2_init[r]", "r"),
+            ("S2[r, c]", "r"),
+        ];
+        let rest: Vec<String> = ["S0[r, c]", "S1[r, c]", "S2[r, c]"]
+            .iter()
+            .filter(|s| !inner.contains(s))
+            .map(|s| {
+                format!(
+                    "{{ filter: \"{{ {s} }}\", child: {{ schedule: \"{}\" }} }}",
+                    band(&[(s, "c")])
+                )
+            })
+            .collect();
+        let mut seq = vec!["{ filter: \"{ S2_init[r] }\" }".to_string()];
+        seq.push(format!(
+            "{{ filter: \"{{ {} }}\", child: {{ mark: \"lanes_0\", child: {{ schedule: \"{}\", child: {{ sequence: [ {} ] }} }} }} }}",
+            inner.join("; "),
+            band(&members),
+            filters.join(", ")
+        ));
+        seq.extend(rest);
+        format!(
+            "{{ domain: \"{domain}\", child: {{ schedule: \"{}\", child: {{ sequence: [ {} ] }} }} }}",
+            band(&rows),
+            seq.join(", ")
+        )
+    };
+    // The sum's chain is a state of the row (one element per row): the
+    // lanes may split its loop.
+    let legal = isl.schedule(&schedule_with(&["S2[r, c]"])).unwrap();
+    schedule::check_legal("shift.json", &legal, &scop, &d).unwrap();
+    mapping::check_parallel(&p, &legal, &scop, &d).unwrap();
+    // B reads A of the previous column: sequentially fine, but the lanes
+    // would read A before another lane wrote it.
+    let racy = isl
+        .schedule(&schedule_with(&["S0[r, c]", "S1[r, c]"]))
+        .unwrap();
+    schedule::check_legal("shift.json", &racy, &scop, &d).unwrap();
+    match mapping::check_parallel(&p, &racy, &scop, &d) {
+        Err(Error::Illegal { message, .. }) => {
+            assert!(message.contains("lanes_0"), "{message}");
+            assert!(message.contains("S0[r, c] -> S1["), "{message}");
+        }
+        other => panic!("expected an illegal-mapping error, got {other:?}"),
     }
 }

@@ -19,11 +19,15 @@
 
 use std::fmt::Write;
 
+#[path = "lanes.rs"]
+mod lanes_print;
+
 use super::ast::{c_expr, Expr, Node, Op};
 use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
 use crate::gpu::contraction::Contraction;
+use crate::gpu::lanes::LaneLoop;
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
 use crate::gpu::private::PrivateRegion;
 use crate::gpu::promote::{Promotion, Scope};
@@ -264,6 +268,10 @@ pub fn program(
             bound: &[],
             step_loop: None,
             staged: false,
+            lanes: plan.lanes.as_deref(),
+            in_lanes: false,
+            row_caches: &[],
+            lane_loop: None,
         };
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
@@ -399,6 +407,16 @@ struct Ctx<'a> {
     /// Inside a double-buffered promotion scope: shared reads take the
     /// stage `pf_stage` of their array.
     staged: bool,
+    /// A warp per row whose lanes share the row's loops (`gpu::lanes`):
+    /// the states of the split reduction loops.
+    lanes: Option<&'a [LaneLoop]>,
+    /// Inside a loop the lanes share: every lane runs its statements.
+    in_lanes: bool,
+    /// Input rows the lanes keep in registers across the row's loops.
+    row_caches: &'a [lanes_print::RowCache],
+    /// The lane loop being printed, if any (its reads of cached rows use
+    /// the registers).
+    lane_loop: Option<usize>,
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -836,6 +854,13 @@ impl Ctx<'_> {
                     None => self.node(body, depth, pending, in_thread, out),
                 }
             }
+            Node::Mark { name, body } if LaneLoop::index(name).is_some() => {
+                let k = LaneLoop::index(name).unwrap_or(usize::MAX);
+                match self.lanes.and_then(|l| l.get(k)) {
+                    Some(l) => self.lane_loop(k, l, body, depth, pending, in_thread, out),
+                    None => self.node(body, depth, pending, in_thread, out),
+                }
+            }
             Node::Mark { name, body } if name.starts_with("reduce_x_") => {
                 let iterator = format!("c{}", name.trim_start_matches("reduce_x_"));
                 if !self.reduce(body, &iterator, depth, pending, out) {
@@ -912,6 +937,7 @@ impl Ctx<'_> {
                         }
                     }
                 }
+                self.cached_row_reads();
                 let text = self.printer.statement(st, s.kind, &env);
                 self.printer.overrides.borrow_mut().clear();
                 // A statement on a register tile whose thread loop isl did
@@ -967,7 +993,11 @@ impl Ctx<'_> {
                     );
                     return;
                 }
-                let guard = self.statement_guard(&pending, in_thread);
+                let guard = if self.all_lanes(s) && in_thread {
+                    self.guard(&pending)
+                } else {
+                    self.statement_guard(&pending, in_thread)
+                };
                 if guard.is_empty() {
                     let _ = writeln!(out, "{pad}{text}");
                 } else {
@@ -1731,89 +1761,109 @@ impl Ctx<'_> {
         // The copies run on the threads that run the region's statements
         // (thread 0 where a thread loop above was not generated): another
         // thread's copy was never computed.
-        let guard = self.statement_guard(pending, in_thread);
+        let store_guard = self.statement_guard(pending, in_thread);
+        // With lanes sharing the rows, every lane keeps its own copy (and
+        // lane 0 stores it).
+        let load_guard = if self.lanes.is_some() && in_thread {
+            self.guard(pending)
+        } else {
+            store_guard.clone()
+        };
         // One loop nest over the box of array `k`, `statement(private,
         // global)` at each element inside the tensor.
-        let each = |out: &mut String, k: usize, statement: &dyn Fn(&str, &str) -> String| {
-            let a = &region.arrays[k];
-            let tensor = self
-                .scop
-                .tensor(&a.tensor)
-                .expect("private arrays come from the model");
-            let mut inner = depth + 1;
-            let mut conds = Vec::new();
-            let mut global = String::new();
-            let mut local = String::new();
-            for (d, size) in a.sizes.iter().enumerate() {
-                let g = if *size == 1 {
-                    format!("pf_p{k}_{d}")
-                } else {
-                    if !emulate {
-                        let _ = writeln!(out, "{}#pragma unroll", "  ".repeat(inner));
-                    }
-                    let _ = writeln!(
-                        out,
-                        "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
-                        "  ".repeat(inner)
-                    );
-                    inner += 1;
-                    local = if local.is_empty() {
-                        format!("pf_l{d}")
+        let each =
+            |out: &mut String, k: usize, guard: &str, statement: &dyn Fn(&str, &str) -> String| {
+                let a = &region.arrays[k];
+                let tensor = self
+                    .scop
+                    .tensor(&a.tensor)
+                    .expect("private arrays come from the model");
+                let mut inner = depth + 1;
+                let mut conds = Vec::new();
+                let mut global = String::new();
+                let mut local = String::new();
+                for (d, size) in a.sizes.iter().enumerate() {
+                    let g = if *size == 1 {
+                        format!("pf_p{k}_{d}")
                     } else {
-                        format!("({local}) * {size} + pf_l{d}")
+                        if !emulate {
+                            let _ = writeln!(out, "{}#pragma unroll", "  ".repeat(inner));
+                        }
+                        let _ = writeln!(
+                            out,
+                            "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
+                            "  ".repeat(inner)
+                        );
+                        inner += 1;
+                        local = if local.is_empty() {
+                            format!("pf_l{d}")
+                        } else {
+                            format!("({local}) * {size} + pf_l{d}")
+                        };
+                        format!("(pf_p{k}_{d} + pf_l{d})")
                     };
-                    format!("(pf_p{k}_{d} + pf_l{d})")
-                };
-                let extent = self
-                    .printer
-                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
-                conds.push(format!("{g} >= 0 && {g} < {extent}"));
-                global = if d == 0 {
-                    g
+                    let extent = self
+                        .printer
+                        .affine(&tensor.shape[d], &std::collections::HashMap::new());
+                    conds.push(format!("{g} >= 0 && {g} < {extent}"));
+                    global = if d == 0 {
+                        g
+                    } else {
+                        format!("({global}) * {extent} + {g}")
+                    };
+                }
+                if global.is_empty() {
+                    global = "0".into();
+                }
+                let private = if local.is_empty() {
+                    a.buffer.clone()
                 } else {
-                    format!("({global}) * {extent} + {g}")
+                    format!("{}[{local}]", a.buffer)
                 };
-            }
-            if global.is_empty() {
-                global = "0".into();
-            }
-            let private = if local.is_empty() {
-                a.buffer.clone()
-            } else {
-                format!("{}[{local}]", a.buffer)
+                if !guard.is_empty() {
+                    conds.push(guard.to_string());
+                }
+                let cond = if conds.is_empty() {
+                    "1".to_string()
+                } else {
+                    conds.join(" && ")
+                };
+                let el = format!("{}[{global}]", tensor_name(&a.tensor));
+                let _ = writeln!(
+                    out,
+                    "{}if ({cond}) {}",
+                    "  ".repeat(inner),
+                    statement(&private, &el)
+                );
+                for _ in a.sizes.iter().filter(|s| **s != 1) {
+                    inner -= 1;
+                    let _ = writeln!(out, "{}}}", "  ".repeat(inner));
+                }
             };
-            if !guard.is_empty() {
-                conds.push(guard.clone());
-            }
-            let cond = if conds.is_empty() {
-                "1".to_string()
-            } else {
-                conds.join(" && ")
-            };
-            let el = format!("{}[{global}]", tensor_name(&a.tensor));
-            let _ = writeln!(
-                out,
-                "{}if ({cond}) {}",
-                "  ".repeat(inner),
-                statement(&private, &el)
-            );
-            for _ in a.sizes.iter().filter(|s| **s != 1) {
-                inner -= 1;
-                let _ = writeln!(out, "{}}}", "  ".repeat(inner));
-            }
-        };
         for (k, a) in region.arrays.iter().enumerate() {
             if a.load || repeated {
-                each(out, k, &|p, g| format!("{p} = {g};"));
+                each(out, k, &load_guard, &|p, g| format!("{p} = {g};"));
             }
         }
         let outer = self.printer.privates.borrow().clone();
         self.printer.privates.borrow_mut().extend(views);
-        self.node(body, depth + 1, pending, in_thread, out);
+        // Rows of inputs the lanes read in several loops of the row stay
+        // in registers (see `lanes_print::RowCache`).
+        let caches = if self.lanes.is_some() && in_thread {
+            self.row_caches(body)
+        } else {
+            Vec::new()
+        };
+        self.declare_row_caches(&caches, depth + 1, out);
+        let inner = Ctx {
+            row_caches: &caches,
+            ..*self
+        };
+        inner.node(body, depth + 1, pending, in_thread, out);
         *self.printer.privates.borrow_mut() = outer;
         for (k, a) in region.arrays.iter().enumerate() {
             if a.store || repeated {
-                each(out, k, &|p, g| format!("{g} = {p};"));
+                each(out, k, &store_guard, &|p, g| format!("{g} = {p};"));
             }
         }
         let _ = writeln!(out, "{pad}}}");

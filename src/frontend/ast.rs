@@ -436,6 +436,45 @@ pub struct Program {
     pub statements: Vec<Statement>,
     /// The optional `schedule` key, kept as written.
     pub schedule: Option<serde_json::Value>,
+    /// The states of a rolling update's loop, where a rolling update made
+    /// this program (see `repair::rolling`).
+    pub rolling: Option<RollingStates>,
+}
+
+/// The running states of a rolling update's loop, as the rewrite made and
+/// proved them: enough to combine two partial states of the loop (each
+/// the loop run over a share of its iterations from the reducers'
+/// identities), which is what splitting the loop across the lanes of a
+/// warp needs. Two states `a` and `b` combine as Neptune's split-k update
+/// does its slices (Eq. 8): each predecessor `X = X_a fr X_b`, then each
+/// target `T = H(T_a; X_a, X) f H(T_b; X_b, X)`, where `H(T; Xp, X)` is
+/// the target's repair term `h(T, Xp, X)` (guarded by `Xp == X`), proven
+/// to commute with `f` (Eq. 5) and to satisfy `h(g(r, c), r, r') =
+/// g(r', c)` (Eq. 4): it moves a partial result from the predecessors'
+/// values it was computed with to the combined ones.
+#[derive(Debug, Clone, Default)]
+pub struct RollingStates {
+    pub preds: Vec<RollingPred>,
+    pub targets: Vec<RollingTarget>,
+}
+
+/// A predecessor of a rolling update: `X = X fr body` in the rolling
+/// loop, its previous value cached in `cache` (`Xp = X` before it).
+#[derive(Debug, Clone)]
+pub struct RollingPred {
+    pub tensor: String,
+    pub reducer: Reducer,
+    pub cache: String,
+}
+
+/// A target of a rolling update: `T = H(T; Xp, X) f g(X, C)` in the
+/// rolling loop, `repair` being `H` as it reads `T`, the caches and the
+/// predecessors (at the target's subscripts).
+#[derive(Debug, Clone)]
+pub struct RollingTarget {
+    pub tensor: String,
+    pub reducer: Reducer,
+    pub repair: Expr,
 }
 
 impl Program {

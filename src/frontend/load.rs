@@ -51,6 +51,7 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
         tensors: Vec::new(),
         statements: Vec::new(),
         schedule: obj.get("schedule").cloned(),
+        rolling: None,
     };
     let mut seen: Vec<String> = Vec::new();
     let mut claim = |n: &str, what: &str| -> Result<()> {

@@ -66,6 +66,11 @@ pub struct KernelPlan {
     /// Tensors each thread keeps in registers inside its thread loops
     /// (the `private` mark; see `gpu::private`).
     pub private: Vec<super::private::PrivateRegion>,
+    /// A warp per row, its lanes across the row's loops (see
+    /// `gpu::lanes`): the states of the split reduction loops, by the
+    /// index of their `lanes_reduce_K` mark. `None` in a kernel with such
+    /// marks: lane 0 runs the rows alone (`reduce_x` is set either way).
+    pub lanes: Option<Vec<super::lanes::LaneLoop>>,
 }
 
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
@@ -176,6 +181,7 @@ fn map_kernel(
         registers: None,
         contraction: None,
         private: Vec::new(),
+        lanes: None,
     };
     let kernel_domain = node.get_domain()?;
     while node.get_type()? == ScheduleNodeType::Mark {
@@ -189,6 +195,7 @@ fn map_kernel(
     // `warp_reduction` says so; the members with one instance may then
     // have moved to a band of their own above the rows.
     let warp = warp_reduction(program, scop, deps, &node, opts)?;
+    let warped = warp.is_some();
     let (reduction, site) = match warp {
         Some(w) => {
             node = w.band;
@@ -196,6 +203,24 @@ fn map_kernel(
         }
         None => (None, None),
     };
+    // Otherwise a warp per row, its lanes across the row's loops, where
+    // `lanes::candidate` says so.
+    let mut lane_loops = None;
+    let mut lane_width = 32;
+    if !warped
+        && opts.reduce
+        && opts
+            .block
+            .first()
+            .is_none_or(|x| *x % 32 == 0 && *x <= super::lanes::MAX_WIDTH)
+        && super::lanes::candidate(program, scop, &node)?
+    {
+        let (band, loops) = super::lanes::mark_loops(isl, program, scop, node)?;
+        node = band;
+        lane_width = super::lanes::width(&loops, opts.block.first().copied());
+        lane_loops = Some(loops);
+    }
+    let lanes = lane_loops.is_some();
     let lc = leading_coincident(&node)?;
     let nb = lc.min(3);
     if lc > 3 && node.band_get_permutable()? {
@@ -235,7 +260,7 @@ fn map_kernel(
                         nb,
                         lc.min(n),
                         has_reduction,
-                        reduction.is_some(),
+                        reduction.is_some() || lanes,
                         register_tiles,
                     )
                 } else {
@@ -429,7 +454,7 @@ fn map_kernel(
                 if j + 1 < nt {
                     node = node.band_split(1)?;
                 }
-                let axis = nt - 1 - j + usize::from(reduction.is_some());
+                let axis = nt - 1 - j + usize::from(reduction.is_some() || lanes);
                 let depth = node.get_schedule_depth()?;
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
@@ -452,6 +477,10 @@ fn map_kernel(
                     &exclude,
                 )?;
                 node = below;
+                if let Some(loops) = lane_loops.take() {
+                    let fits = super::lanes::storage_fits(scop, &node, &regions, &loops)?;
+                    plan.lanes = fits.then_some(loops);
+                }
                 plan.private = regions;
             }
             plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
@@ -461,7 +490,12 @@ fn map_kernel(
             } else {
                 thread_block(&member_tile[..nt], opts)
             };
-            if let Some(update) = &reduction {
+            if lanes && lane_width > 32 {
+                // A block per row (the block's rows one after the other):
+                // its threads on x.
+                plan.block = [lane_width, 1, 1];
+                plan.reduce_x = true;
+            } else if reduction.is_some() || lanes {
                 // Rows on y (and z), the reduction on x: a warp per row.
                 plan.block = if opts.block.is_empty() {
                     // 256 threads: 8 warps, one row each at a time.
@@ -477,6 +511,11 @@ fn map_kernel(
                     let rows = thread_block(&member_tile[..nt], &user);
                     [32, rows[0], rows[1]]
                 };
+                // The lanes share the row's loops (marked already); other
+                // statements run on lane 0.
+                plan.reduce_x = true;
+            }
+            if let Some(update) = &reduction {
                 match site {
                     Some(ReductionSite::Below(k)) => {
                         // The sequence below the rows already orders the
@@ -600,7 +639,7 @@ fn thread_block(tiles: &[i64], opts: &GpuOptions) -> [u32; 3] {
 /// every thread of a block executes together, separated by barriers; and
 /// block-mapped bands sit at the top, where the prefix is empty).
 pub fn check_parallel(
-    file: &str,
+    program: &Program,
     schedule: &Schedule,
     scop: &Scop,
     deps: &crate::deps::Dependences,
@@ -616,9 +655,79 @@ pub fn check_parallel(
             reorderable = reorderable.union(w.copy()?.apply_range(w.reverse()?)?)?;
         }
     }
-    fn rec(node: ScheduleNode, all: &UnionMap, reorderable: &UnionMap, file: &str) -> Result<()> {
+    fn rec(
+        node: ScheduleNode,
+        all: &UnionMap,
+        reorderable: &UnionMap,
+        program: &Program,
+        scop: &Scop,
+    ) -> Result<()> {
+        let file = program.source.as_str();
         if node.get_type()? == ScheduleNodeType::Mark {
             let name = node.mark_get_id()?.get_name()?.to_string();
+            if super::lanes::LaneLoop::index(&name).is_some() {
+                // A loop the lanes of a warp share (`gpu::lanes`): a map
+                // loop runs its iterations in parallel; a split reduction
+                // loop too, except for the chains of its states (every
+                // tensor it writes), which the lanes' combination
+                // reassembles: the pairs of its instances that access one
+                // element of a state.
+                let band = node.get_child(0)?;
+                let mut violated = all.copy()?.intersect(differ_only_from(&band)?)?;
+                // A loop with a non-coincident member splits a reduction.
+                if !band.band_member_get_coincident(0)? {
+                    let inside = band.get_domain()?;
+                    let prefix = band
+                        .get_prefix_schedule_union_map()?
+                        .intersect_domain(inside.copy()?)?;
+                    let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
+                    let stmts = scop.statements_in(&inside)?;
+                    let mut states = UnionMap::empty(all.get_space()?)?;
+                    for s in &stmts {
+                        // A state: the statement's instances of one row
+                        // (one prefix) all write one element.
+                        let w = UnionMap::from_map(s.write.copy()?)?;
+                        let own = isl_rs::UnionSet::from_set(s.domain.copy()?)?;
+                        let row = same_prefix
+                            .copy()?
+                            .intersect_domain(own.copy()?)?
+                            .intersect_range(own)?;
+                        if !row.is_subset(&w.copy()?.apply_range(w.reverse()?)?)? {
+                            continue;
+                        }
+                        let written = s.written_tensor()?;
+                        for t in &stmts {
+                            for a in s
+                                .accesses(program)
+                                .into_iter()
+                                .filter(|a| a.tensor == written)
+                            {
+                                for b in t
+                                    .accesses(program)
+                                    .into_iter()
+                                    .filter(|b| b.tensor == written)
+                                {
+                                    let ra = UnionMap::from_map(a.relation.copy()?)?;
+                                    let rb = UnionMap::from_map(b.relation.copy()?)?;
+                                    let pairs = ra.apply_range(rb.reverse()?)?;
+                                    states =
+                                        states.union(pairs.copy()?)?.union(pairs.reverse()?)?;
+                                }
+                            }
+                        }
+                    }
+                    violated = violated.subtract(states)?;
+                }
+                if !violated.is_empty()? {
+                    return Err(Error::Illegal {
+                        file: file.to_string(),
+                        message: format!(
+                            "illegal GPU mapping: the loop the lanes of a warp share ({name}) runs dependent instances in parallel: {}",
+                            crate::isl::IslPrint::text(&violated.coalesce()?)
+                        ),
+                    });
+                }
+            }
             let reduce = name.starts_with("reduce_");
             if name.starts_with("block_") || name.starts_with("thread_") || reduce {
                 let parallel = differ_only_from(&node.get_child(0)?)?;
@@ -647,11 +756,11 @@ pub fn check_parallel(
         }
         let n = node.n_children()?;
         for i in 0..n {
-            rec(node.get_child(i)?, all, reorderable, file)?;
+            rec(node.get_child(i)?, all, reorderable, program, scop)?;
         }
         Ok(())
     }
-    rec(schedule.get_root()?, &all, &reorderable, file)
+    rec(schedule.get_root()?, &all, &reorderable, program, scop)
 }
 
 /// `blockIdx.x` for a mark `block_x_D`, `threadIdx.y` for `thread_y_D`.

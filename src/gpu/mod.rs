@@ -9,6 +9,7 @@
 //! per parameter that has no value at compile time, in file order.
 
 pub mod contraction;
+pub mod lanes;
 pub mod mapping;
 pub mod private;
 pub mod promote;

@@ -254,6 +254,7 @@ pub fn rewrite(
             .collect()
     };
 
+    let mut states = crate::frontend::ast::RollingStates::default();
     // Predecessors: init, cache, update.
     for &p in &preds {
         let ps = &program.statements[p];
@@ -348,6 +349,11 @@ pub fn rewrite(
             rolling: Some(jp),
             inner: vec![],
         });
+        states.preds.push(crate::frontend::ast::RollingPred {
+            tensor: xr.clone(),
+            reducer: op,
+            cache: cache.clone(),
+        });
         caches.push(Cache {
             stmt: k_cache,
             pred_init: k_init,
@@ -436,6 +442,13 @@ pub fn rewrite(
         } else {
             xt_read.clone()
         };
+        if let AssignOp::Reduce { op, .. } = ts.op {
+            states.targets.push(crate::frontend::ast::RollingTarget {
+                tensor: xt.clone(),
+                reducer: op,
+                repair: carried.clone(),
+            });
+        }
         let rhs = combine(c.reducer, carried, c.body.clone(), t);
         let k_upd = statements.len();
         statements.push(assignment(
@@ -511,6 +524,7 @@ pub fn rewrite(
         tensors,
         statements,
         schedule: None,
+        rolling: repaired.then_some(states),
     };
     Ok(Rewritten {
         program: out,

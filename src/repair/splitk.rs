@@ -374,6 +374,7 @@ fn assemble(
         tensors,
         statements,
         schedule: None,
+        rolling: None,
     }
 }
 

@@ -1,0 +1,754 @@
+//! Printing the loops a warp's lanes share (see `gpu::lanes`): map loops
+//! strided over the lanes, and reduction loops split over them with the
+//! partial states combined by shuffles (on the CPU: lane after lane, then
+//! the same butterfly over arrays, so CI executes the combination).
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use super::{storage_type, Ctx, Pending};
+use crate::codegen::ast::Node;
+use crate::frontend::ast::{DType, TensorRole};
+use crate::gpu::lanes::{LaneLoop, State};
+use crate::model::ModelStmt;
+
+/// One state of a split loop as printed: its private scalar and C type.
+struct Slot<'s> {
+    buffer: String,
+    ty: &'static str,
+    dtype: DType,
+    state: &'s State,
+}
+
+impl Ctx<'_> {
+    /// Threads sharing a row: a warp, or a whole block of warps.
+    pub(super) fn lane_width(&self) -> u32 {
+        self.block[0]
+    }
+
+    /// Whether every lane runs statement `s` (no lane-0 guard): inside a
+    /// loop the lanes share, or writing a thread-private tensor (each lane
+    /// keeps its own copy of the row's states).
+    pub(super) fn all_lanes(&self, s: &ModelStmt) -> bool {
+        if self.lanes.is_none() {
+            return false;
+        }
+        if self.in_lanes {
+            return true;
+        }
+        let t = &self.program.statements[s.source].lhs_tensor;
+        self.printer.privates.borrow().contains_key(t)
+    }
+
+    /// Prints the loop under mark `lanes_K` (`k`, `l`; guards around it
+    /// as they are): a map loop strided over the lanes, or a reduction
+    /// loop split over them ([`Self::split_loop`]). A loop that reads a
+    /// cached row runs in counted, unrolled form, so the row's registers
+    /// are indexed by constants.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn lane_loop(
+        &self,
+        k: usize,
+        l: &LaneLoop,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        match body {
+            Node::If {
+                cond,
+                then,
+                otherwise: None,
+            } => {
+                let _ = writeln!(out, "{pad}if ({}) {{", self.e(cond));
+                self.lane_loop(k, l, then, depth + 1, pending, in_thread, out);
+                let _ = writeln!(out, "{pad}}}");
+            }
+            whole @ Node::For {
+                iterator,
+                init,
+                cond,
+                inc,
+                body,
+            } => {
+                let inner = Ctx {
+                    in_lanes: true,
+                    lane_loop: Some(k),
+                    ..*self
+                };
+                let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
+                let emulate = self.emulate.is_some();
+                let width = self.lane_width();
+                let cached: Vec<&RowCache> = self
+                    .row_caches
+                    .iter()
+                    .filter(|c| c.loops.contains(&k))
+                    .collect();
+                let slots = cached.first().map(|c| c.slots);
+                // Lane `lane`'s share: iterations `lane, lane + 32, ..`.
+                let share = |out: &mut String, pad: &str, lane: &str, depth: usize| match slots {
+                    Some(slots) => {
+                        if !emulate {
+                            let _ = writeln!(out, "{pad}#pragma unroll");
+                        }
+                        let _ = writeln!(out, "{pad}for (int pf_t = 0; pf_t < {slots}; pf_t++) {{");
+                        let _ = writeln!(
+                                out,
+                                "{pad}  const pf_i {iterator} = {init} + ({lane} + {width} * pf_t) * ({inc});"
+                            );
+                        let _ = writeln!(out, "{pad}  if ({cond}) {{");
+                        inner.node(body, depth + 2, pending, in_thread, out);
+                        let _ = writeln!(out, "{pad}  }}");
+                        let _ = writeln!(out, "{pad}}}");
+                    }
+                    None => {
+                        let _ = writeln!(
+                                out,
+                                "{pad}for (pf_i {iterator} = {init} + {lane} * ({inc}); {cond}; {iterator} += {width} * ({inc})) {{"
+                            );
+                        inner.node(body, depth + 1, pending, in_thread, out);
+                        let _ = writeln!(out, "{pad}}}");
+                    }
+                };
+                // Rows this loop is the first to read: loaded here.
+                for c in self
+                    .row_caches
+                    .iter()
+                    .filter(|c| c.loops.first() == Some(&k))
+                {
+                    self.load_row_cache(c, depth, out);
+                }
+                match &l.states {
+                    // The emulation runs a map loop whole, or lane after
+                    // lane where it reads a cached row.
+                    None if emulate && slots.is_none() => {
+                        inner.node(whole, depth, pending, in_thread, out)
+                    }
+                    None if emulate => {
+                        let _ = writeln!(
+                            out,
+                            "{pad}for (pf_i pf_lane = 0; pf_lane < {width}; pf_lane++) {{"
+                        );
+                        share(out, &format!("{pad}  "), "pf_lane", depth + 1);
+                        let _ = writeln!(out, "{pad}}}");
+                    }
+                    None => {
+                        share(out, &pad, "(pf_i)threadIdx.x", depth);
+                        // Later loops of the row may read what other lanes
+                        // wrote.
+                        if width > 32 {
+                            let _ = writeln!(out, "{pad}__syncthreads();");
+                        } else {
+                            let _ = writeln!(out, "{pad}__syncwarp();");
+                        }
+                    }
+                    Some(states) => match self.slots(states) {
+                        Some(slots) => self.split_loop(&slots, &share, depth, out),
+                        // Not private scalars after all (checked by the
+                        // mapping, so not expected): lane 0 runs it.
+                        None => self.node(body, depth, pending, in_thread, out),
+                    },
+                }
+            }
+            // No loop (one iteration): as it is.
+            other => self.node(other, depth, pending, in_thread, out),
+        }
+    }
+
+    /// The printed states of a split loop, when all are private scalars
+    /// here.
+    fn slots<'s>(&self, states: &'s [(String, State)]) -> Option<Vec<Slot<'s>>> {
+        let views = self.printer.privates.borrow();
+        let emulate = self.emulate.is_some();
+        states
+            .iter()
+            .map(|(tensor, state)| {
+                let v = views.get(tensor)?;
+                if v.sizes.iter().any(|s| *s != 1) {
+                    return None;
+                }
+                let dtype = self.scop.tensor(tensor)?.dtype;
+                Some(Slot {
+                    buffer: v.buffer.clone(),
+                    ty: if emulate {
+                        super::super::c::storage_type(dtype)
+                    } else {
+                        storage_type(dtype)
+                    },
+                    dtype,
+                    state,
+                })
+            })
+            .collect()
+    }
+
+    /// A reduction loop split over the lanes: each lane runs its share
+    /// from the identities (lane 0 from the state before the loop), then
+    /// a butterfly over each warp's lanes combines the partial states,
+    /// leaving the combined state in every lane (each step pairs lanes `l`
+    /// and `l ^ o`, which compute the same commutative combination); with
+    /// several warps on a row, the warps' states are then combined through
+    /// shared memory. The emulation runs the butterfly over all lanes.
+    fn split_loop(
+        &self,
+        slots: &[Slot],
+        share: &dyn Fn(&mut String, &str, &str, usize),
+        depth: usize,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let width = self.lane_width();
+        let carried: Vec<&Slot> = slots
+            .iter()
+            .filter(|s| !matches!(s.state, State::Cache { .. }))
+            .collect();
+        let identity = |s: &Slot| -> String {
+            let r = match s.state {
+                State::Reduce(r) | State::Target { reducer: r, .. } => *r,
+                State::Cache { .. } => unreachable!("caches are not carried"),
+            };
+            self.printer.identity(r, s.dtype.compute())
+        };
+        let _ = writeln!(out, "{pad}{{");
+        if self.emulate.is_some() {
+            let p = format!("{pad}  ");
+            for s in &carried {
+                let _ = writeln!(
+                    out,
+                    "{p}{} pf_pre_{b} = {b}, pf_lane_{b}[{width}];",
+                    s.ty,
+                    b = s.buffer
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{p}for (pf_i pf_lane = 0; pf_lane < {width}; pf_lane++) {{"
+            );
+            for s in &carried {
+                let _ = writeln!(
+                    out,
+                    "{p}  {b} = pf_lane == 0 ? pf_pre_{b} : {};",
+                    identity(s),
+                    b = s.buffer
+                );
+            }
+            share(out, &format!("{p}  "), "pf_lane", depth + 2);
+            for s in &carried {
+                let _ = writeln!(out, "{p}  pf_lane_{b}[pf_lane] = {b};", b = s.buffer);
+            }
+            let _ = writeln!(out, "{p}}}");
+            let _ = writeln!(
+                out,
+                "{p}for (int pf_o = {}; pf_o > 0; pf_o >>= 1) {{",
+                width / 2
+            );
+            for s in &carried {
+                let _ = writeln!(out, "{p}  {} pf_next_{}[{width}];", s.ty, s.buffer);
+            }
+            let _ = writeln!(out, "{p}  for (int pf_l = 0; pf_l < {width}; pf_l++) {{");
+            for s in &carried {
+                let _ = writeln!(
+                    out,
+                    "{p}    {t} {b} = pf_lane_{b}[pf_l];",
+                    t = s.ty,
+                    b = s.buffer
+                );
+            }
+            self.combine_with(
+                &carried,
+                slots,
+                &format!("{p}    "),
+                &|b| format!("pf_lane_{b}[pf_l ^ pf_o]"),
+                out,
+            );
+            for s in &carried {
+                let _ = writeln!(out, "{p}    pf_next_{b}[pf_l] = {b};", b = s.buffer);
+            }
+            let _ = writeln!(out, "{p}  }}");
+            for s in &carried {
+                let _ = writeln!(
+                    out,
+                    "{p}  for (int pf_l = 0; pf_l < {width}; pf_l++) pf_lane_{b}[pf_l] = pf_next_{b}[pf_l];",
+                    b = s.buffer
+                );
+            }
+            let _ = writeln!(out, "{p}}}");
+            for s in &carried {
+                let _ = writeln!(out, "{p}{b} = pf_lane_{b}[0];", b = s.buffer);
+            }
+        } else {
+            let p = format!("{pad}  ");
+            let _ = writeln!(out, "{p}if (threadIdx.x != 0) {{");
+            for s in &carried {
+                let _ = writeln!(out, "{p}  {} = {};", s.buffer, identity(s));
+            }
+            let _ = writeln!(out, "{p}}}");
+            share(out, &p, "(pf_i)threadIdx.x", depth + 1);
+            let _ = writeln!(out, "{p}for (int pf_o = 16; pf_o > 0; pf_o >>= 1) {{");
+            self.combine_with(
+                &carried,
+                slots,
+                &format!("{p}  "),
+                &|b| format!("__shfl_xor_sync(0xffffffffu, {b}, pf_o)"),
+                out,
+            );
+            let _ = writeln!(out, "{p}}}");
+            if width > 32 {
+                // Then the warps' states, through shared memory, combined
+                // by every thread in warp order (so all hold the same).
+                let warps = width / 32;
+                for s in &carried {
+                    let _ = writeln!(out, "{p}__shared__ {} pf_part_{}[{warps}];", s.ty, s.buffer);
+                }
+                let _ = writeln!(out, "{p}if ((threadIdx.x & 31) == 0) {{");
+                for s in &carried {
+                    let _ = writeln!(
+                        out,
+                        "{p}  pf_part_{b}[threadIdx.x >> 5] = {b};",
+                        b = s.buffer
+                    );
+                }
+                let _ = writeln!(out, "{p}}}");
+                let _ = writeln!(out, "{p}__syncthreads();");
+                for s in &carried {
+                    let _ = writeln!(out, "{p}{b} = pf_part_{b}[0];", b = s.buffer);
+                }
+                let _ = writeln!(out, "{p}for (int pf_w = 1; pf_w < {warps}; pf_w++) {{");
+                self.combine_with(
+                    &carried,
+                    slots,
+                    &format!("{p}  "),
+                    &|b| format!("pf_part_{b}[pf_w]"),
+                    out,
+                );
+                let _ = writeln!(out, "{p}}}");
+                // The parts are read before a later loop writes them.
+                let _ = writeln!(out, "{p}__syncthreads();");
+            }
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// Declares the partner's value of each carried state,
+    /// `pf_b_<buffer> = partner(buffer)`, and combines (see
+    /// [`Self::combine_step`]).
+    fn combine_with(
+        &self,
+        carried: &[&Slot],
+        slots: &[Slot],
+        pad: &str,
+        partner: &dyn Fn(&str) -> String,
+        out: &mut String,
+    ) {
+        for s in carried {
+            let _ = writeln!(
+                out,
+                "{pad}{} pf_b_{} = {};",
+                s.ty,
+                s.buffer,
+                partner(&s.buffer)
+            );
+        }
+        self.combine_step(carried, slots, pad, out);
+    }
+
+    /// Combines this lane's states (their buffers) with the partner's
+    /// (`pf_b_<buffer>`), in place: the reductions' combined values first
+    /// (`pf_n_<buffer>`), then each target from both partial targets moved
+    /// by its repair term to the combined predecessors, then the
+    /// reductions take their combined values.
+    fn combine_step(&self, carried: &[&Slot], slots: &[Slot], pad: &str, out: &mut String) {
+        // Buffers of the caches by the buffer of their predecessor.
+        let buffer_of = |tensor: &str| -> Option<String> {
+            self.printer
+                .privates
+                .borrow()
+                .get(tensor)
+                .map(|v| v.buffer.clone())
+        };
+        let mut caches: Vec<(String, String)> = Vec::new();
+        for s in slots {
+            if let State::Cache { of } = s.state {
+                if let Some(p) = buffer_of(of) {
+                    caches.push((s.buffer.clone(), p));
+                }
+            }
+        }
+        for s in carried {
+            if let State::Reduce(r) = s.state {
+                let _ = writeln!(
+                    out,
+                    "{pad}const {} pf_n_{b} = {};",
+                    s.ty,
+                    self.printer.combine(
+                        *r,
+                        s.dtype.compute(),
+                        &s.buffer,
+                        &format!("pf_b_{}", s.buffer)
+                    ),
+                    b = s.buffer
+                );
+            }
+        }
+        for s in carried {
+            if let State::Target { reducer, repair } = s.state {
+                let h = self.printer.expr(repair, &HashMap::new());
+                let mut mine = HashMap::new();
+                let mut theirs = HashMap::new();
+                theirs.insert(s.buffer.clone(), format!("pf_b_{}", s.buffer));
+                for (cache, pred) in &caches {
+                    mine.insert(cache.clone(), pred.clone());
+                    mine.insert(pred.clone(), format!("pf_n_{pred}"));
+                    theirs.insert(cache.clone(), format!("pf_b_{pred}"));
+                    theirs.insert(pred.clone(), format!("pf_n_{pred}"));
+                }
+                let value = self.printer.combine(
+                    *reducer,
+                    s.dtype.compute(),
+                    &format!("({})", rename_identifiers(&h, &mine)),
+                    &format!("({})", rename_identifiers(&h, &theirs)),
+                );
+                let _ = writeln!(out, "{pad}{} = {value};", s.buffer);
+            }
+        }
+        for s in carried {
+            if let State::Reduce(_) = s.state {
+                let _ = writeln!(out, "{pad}{b} = pf_n_{b};", b = s.buffer);
+            }
+        }
+    }
+}
+
+/// Most 32-bit registers a lane gives to cached rows.
+const ROW_CACHE_WORDS: i64 = 128;
+
+/// A row of an input tensor that several loops of a row read at the same
+/// elements (an online softmax reads `X(r, c)` in its rolling loop and
+/// again in its output loop): each lane loads its share once, into
+/// registers, before the first of those loops, and the loops read the
+/// registers. Without it the second read goes back to memory, and with
+/// thousands of rows in flight the row has left the L2 cache by then.
+///
+/// Sound when the loops are siblings in the row's body (the same guards
+/// around them), have the same iterator, start, step and condition (lane
+/// `l`'s slot `t` is the same iteration `start + (l + 32 t) step` in each)
+/// and every read of the tensor in them is the same element at that
+/// iteration; the tensor is an input, so no statement changes it.
+pub(super) struct RowCache {
+    buffer: String,
+    ty: &'static str,
+    /// Slots per lane: the loops' iterations over 32, rounded up.
+    slots: i64,
+    /// The element a slot holds, in the loops' iterator.
+    address: String,
+    /// The access texts (printer override keys) that read it.
+    keys: Vec<String>,
+    /// The lane loops reading it, in order (the first loads it).
+    loops: Vec<usize>,
+    iterator: String,
+    init: String,
+    cond: String,
+    inc: String,
+}
+
+impl Ctx<'_> {
+    /// The row caches of a private region's `body` (see [`RowCache`]).
+    pub(super) fn row_caches(&self, body: &Node) -> Vec<RowCache> {
+        let Node::Block(children) = body else {
+            return Vec::new();
+        };
+        let Some(lanes) = self.lanes else {
+            return Vec::new();
+        };
+        // tensor -> (loop signature, address, keys, loops)
+        type Found = (String, String, Vec<String>, Vec<usize>, i64, [String; 4]);
+        let mut found: Vec<(String, Option<Found>)> = Vec::new();
+        for child in children {
+            let Node::Mark { name, body } = child else {
+                continue;
+            };
+            let Some(k) = LaneLoop::index(name) else {
+                continue;
+            };
+            let Some(extent) = lanes.get(k).and_then(|l| l.extent) else {
+                continue;
+            };
+            let Node::For {
+                iterator,
+                init,
+                cond,
+                inc,
+                body,
+            } = &**body
+            else {
+                continue;
+            };
+            let signature = [iterator.clone(), self.e(init), self.e(cond), self.e(inc)];
+            let width = i64::from(self.lane_width());
+            let slots = (extent + width - 1) / width;
+            // This loop's reads of inputs: tensor -> (addresses, keys).
+            let mut reads: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
+            if !self.input_reads(body, &mut reads) {
+                continue;
+            }
+            for (tensor, addresses, keys) in reads {
+                let entry = match found.iter_mut().find(|(t, _)| *t == tensor) {
+                    Some(e) => e,
+                    None => {
+                        found.push((tensor.clone(), None));
+                        found.last_mut().expect("just pushed")
+                    }
+                };
+                let fits = addresses.len() == 1
+                    && match &entry.1 {
+                        None => true,
+                        Some((_, a, _, _, s, sig)) => {
+                            *a == addresses[0] && *s == slots && *sig == signature
+                        }
+                    };
+                if !fits {
+                    // Read differently somewhere: not cached at all.
+                    entry.1 = Some((
+                        String::new(),
+                        String::new(),
+                        Vec::new(),
+                        vec![usize::MAX],
+                        0,
+                        Default::default(),
+                    ));
+                    continue;
+                }
+                match &mut entry.1 {
+                    Some((_, _, ks, loops, _, _)) => {
+                        ks.extend(keys);
+                        loops.push(k);
+                    }
+                    None => {
+                        entry.1 = Some((
+                            tensor.clone(),
+                            addresses[0].clone(),
+                            keys,
+                            vec![k],
+                            slots,
+                            signature.clone(),
+                        ))
+                    }
+                }
+            }
+        }
+        let mut words = 0;
+        let mut caches = Vec::new();
+        for (tensor, f) in found {
+            let Some((_, address, mut keys, loops, slots, sig)) = f else {
+                continue;
+            };
+            if loops.len() < 2 || loops.contains(&usize::MAX) {
+                continue;
+            }
+            let Some(t) = self.scop.tensor(&tensor) else {
+                continue;
+            };
+            let w = slots * if t.dtype == DType::F64 { 2 } else { 1 };
+            if words + w > ROW_CACHE_WORDS {
+                continue;
+            }
+            words += w;
+            keys.sort();
+            keys.dedup();
+            let [iterator, init, cond, inc] = sig;
+            caches.push(RowCache {
+                buffer: format!("pf_row_{}_{tensor}", self.mark),
+                ty: if self.emulate.is_some() {
+                    super::super::c::storage_type(t.dtype)
+                } else {
+                    storage_type(t.dtype)
+                },
+                slots,
+                address,
+                keys,
+                loops,
+                iterator,
+                init,
+                cond,
+                inc,
+            });
+        }
+        caches
+    }
+
+    /// Collects the reads of input tensors by the statements of `n` (with
+    /// guards around them): per tensor, the distinct addresses and the
+    /// access texts. False when `n` holds a loop or a mark.
+    fn input_reads(&self, n: &Node, reads: &mut Vec<(String, Vec<String>, Vec<String>)>) -> bool {
+        match n {
+            Node::If {
+                then, otherwise, ..
+            } => {
+                self.input_reads(then, reads)
+                    && otherwise
+                        .as_deref()
+                        .is_none_or(|o| self.input_reads(o, reads))
+            }
+            Node::Block(v) => v.iter().all(|c| self.input_reads(c, reads)),
+            Node::User { statement, args } => {
+                let Some(s) = self.scop.statement(statement) else {
+                    return false;
+                };
+                let env: HashMap<String, String> = s
+                    .iterators
+                    .iter()
+                    .zip(args)
+                    .map(|(i, a)| (i.clone(), self.e(a)))
+                    .collect();
+                for a in s.accesses(self.program).into_iter().skip(1) {
+                    let input = self
+                        .program
+                        .tensor(&a.tensor)
+                        .is_some_and(|t| t.role == TensorRole::Input);
+                    if !input || self.printer.privates.borrow().contains_key(&a.tensor) {
+                        continue;
+                    }
+                    let address = self.printer.element(&a.tensor, &a.subscripts, &env);
+                    let key = a.text();
+                    match reads.iter_mut().find(|(t, _, _)| *t == a.tensor) {
+                        Some((_, addresses, keys)) => {
+                            if !addresses.contains(&address) {
+                                addresses.push(address);
+                            }
+                            keys.push(key);
+                        }
+                        None => reads.push((a.tensor.clone(), vec![address], vec![key])),
+                    }
+                }
+                true
+            }
+            Node::For { .. } | Node::Mark { .. } => false,
+        }
+    }
+
+    /// Declares the registers of `caches` (the emulation: one row of
+    /// slots per lane).
+    pub(super) fn declare_row_caches(&self, caches: &[RowCache], depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        for c in caches {
+            if self.emulate.is_some() {
+                let _ = writeln!(
+                    out,
+                    "{pad}{} {}[{}][{}];",
+                    c.ty,
+                    c.buffer,
+                    self.lane_width(),
+                    c.slots
+                );
+            } else {
+                let _ = writeln!(out, "{pad}{} {}[{}];", c.ty, c.buffer, c.slots);
+            }
+        }
+    }
+
+    /// Loads each lane's share of cached row `c`.
+    fn load_row_cache(&self, c: &RowCache, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        let (lane, slot, p) = if self.emulate.is_some() {
+            let _ = writeln!(
+                out,
+                "{pad}for (pf_i pf_lane = 0; pf_lane < {}; pf_lane++) {{",
+                self.lane_width()
+            );
+            (
+                "pf_lane",
+                format!("{}[pf_lane][pf_t]", c.buffer),
+                format!("{pad}  "),
+            )
+        } else {
+            let _ = writeln!(out, "{pad}#pragma unroll");
+            (
+                "(pf_i)threadIdx.x",
+                format!("{}[pf_t]", c.buffer),
+                pad.clone(),
+            )
+        };
+        let _ = writeln!(out, "{p}for (int pf_t = 0; pf_t < {}; pf_t++) {{", c.slots);
+        let _ = writeln!(
+            out,
+            "{p}  const pf_i {} = {} + ({lane} + {} * pf_t) * ({});",
+            c.iterator,
+            c.init,
+            self.lane_width(),
+            c.inc
+        );
+        let _ = writeln!(out, "{p}  if ({}) {slot} = {};", c.cond, c.address);
+        let _ = writeln!(out, "{p}}}");
+        if self.emulate.is_some() {
+            let _ = writeln!(out, "{pad}}}");
+        }
+    }
+
+    /// In a lane loop reading cached rows: their reads name the registers
+    /// (slot `pf_t` of the lane).
+    pub(super) fn cached_row_reads(&self) {
+        let Some(k) = self.lane_loop else {
+            return;
+        };
+        let mut o = self.printer.overrides.borrow_mut();
+        for c in self.row_caches.iter().filter(|c| c.loops.contains(&k)) {
+            let slot = if self.emulate.is_some() {
+                format!("{}[pf_lane][pf_t]", c.buffer)
+            } else {
+                format!("{}[pf_t]", c.buffer)
+            };
+            for key in &c.keys {
+                o.insert(key.clone(), slot.clone());
+            }
+        }
+    }
+}
+
+/// `text` with every identifier that is a key of `map` replaced by its
+/// value, all at once (a replacement is not renamed again).
+fn rename_identifiers(text: &str, map: &HashMap<String, String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if !word.is_empty() {
+            match map.get(word.as_str()) {
+                Some(v) => out.push_str(v),
+                None => out.push_str(word),
+            }
+            word.clear();
+        }
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_renamed_at_once_and_whole() {
+        let map: HashMap<String, String> = [
+            ("M".to_string(), "pf_n_M".to_string()),
+            ("M_prev".to_string(), "M".to_string()),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            rename_identifiers("(M_prev == M) ? S : S * expf(M_prev - M)", &map),
+            "(M == pf_n_M) ? S : S * expf(M - pf_n_M)"
+        );
+        assert_eq!(rename_identifiers("xM + M2", &map), "xM + M2");
+    }
+}

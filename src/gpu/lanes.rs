@@ -1,0 +1,393 @@
+//! A warp per row, its lanes across the loops of the row: the mapping of
+//! kernels whose rows (the parallel members of the kernel band) each run a
+//! sequence of loops along the row, some of them reductions (an online
+//! softmax's rolling maximum and sum, a layer norm's mean and variance),
+//! the others maps (the normalised output).
+//!
+//! One thread per row, as the generic mapping gives them, reads a row
+//! alone: neighbouring threads are a row apart, so every load touches a
+//! different line. Here a warp takes a row and lane `l` takes iterations
+//! `l, l + 32, ..` of every loop of the row, so a warp's loads are
+//! consecutive elements.
+//!
+//! A map loop (its band member coincident: no dependence between its
+//! iterations) is simply shared. A reduction loop is split: each lane runs
+//! the loop over its share, from the reducers' identities (lane 0 from the
+//! state before the loop), and the 32 partial states are then combined
+//! with shuffles. That is a split-k update in 32 slices whose global
+//! combination runs on registers (Neptune's Eq. 8), and it is legal for
+//! the loop's states only:
+//!
+//! * a reduction `X op= e` whose right side reads no state of the loop:
+//!   the partial results combine with `op` (associative and commutative);
+//! * the predecessors, caches and targets of a rolling update
+//!   ([`crate::frontend::ast::RollingStates`]), whose repair term `H` was
+//!   proven when the update was made: two partial states `a`, `b` combine
+//!   as `X = X_a fr X_b` for each predecessor and
+//!   `T = H(T_a; X_a, X) f H(T_b; X_b, X)` for each target.
+//!
+//! Every tensor written in a split loop must be such a state, kept in a
+//! thread-private scalar; then every dependence the loop carries is one of
+//! a state's chains, which the combination reassembles (the GPU mapping
+//! check subtracts exactly those, see `mapping::check_parallel`). Where the
+//! private storage does not come out that way, the kernel keeps the warp
+//! shape with lane 0 running the row alone.
+
+use isl_rs::{ScheduleNode, ScheduleNodeType};
+
+use crate::error::Result;
+use crate::frontend::ast::{DType, Expr, Program, Reducer};
+use crate::isl::Isl;
+use crate::model::{ModelStmt, Scop, StmtKind};
+
+use super::private::PrivateRegion;
+
+/// Mark prefix of a loop the lanes share: `lanes_K`, `K` indexing the
+/// kernel's [`LaneLoop`]s.
+pub const MARK: &str = "lanes_";
+
+/// Loops along a row shorter than this leave lanes idle: the generic
+/// mapping keeps them.
+pub const MIN_STEPS: i64 = 32;
+
+/// How one state of a split loop combines with another lane's.
+#[derive(Debug, Clone)]
+pub enum State {
+    /// `X op= e`, or a rolling update's predecessor `X = X op e`.
+    Reduce(Reducer),
+    /// A rolling update's cache of predecessor `of` (`Xp = X`): dead after
+    /// the loop, not combined.
+    Cache { of: String },
+    /// A rolling update's target: `T = repair f g(..)`.
+    Target { reducer: Reducer, repair: Expr },
+}
+
+/// A loop the lanes share.
+#[derive(Debug, Clone)]
+pub struct LaneLoop {
+    /// `None`: a map loop. Else a split reduction loop and its states:
+    /// each tensor the loop writes.
+    pub states: Option<Vec<(String, State)>>,
+    /// The loop's number of iterations over all rows, when constant (each
+    /// row runs at most this many).
+    pub extent: Option<i64>,
+}
+
+impl LaneLoop {
+    /// The index `K` of mark `lanes_K`.
+    pub fn index(mark: &str) -> Option<usize> {
+        mark.strip_prefix(MARK)?.parse().ok()
+    }
+}
+
+/// Elements of a row each thread takes in the loops of a long row: rows
+/// longer than 32 of them get several warps ([`width`]).
+pub const ELEMENTS_PER_THREAD: i64 = 32;
+/// Most threads on one row.
+pub const MAX_WIDTH: u32 = 512;
+
+/// Threads per row: a warp, or for rows of more than
+/// `32 * ELEMENTS_PER_THREAD` elements the power of two that gives each
+/// about [`ELEMENTS_PER_THREAD`], up to [`MAX_WIDTH`] (a block per row, so
+/// each thread keeps few elements and the GPU many rows in flight); the
+/// user's threads along x (`--block`) when given.
+pub fn width(loops: &[LaneLoop], user: Option<u32>) -> u32 {
+    if let Some(w) = user {
+        return w;
+    }
+    let longest = loops.iter().filter_map(|l| l.extent).max().unwrap_or(0);
+    if loops.iter().any(|l| l.extent.is_none()) {
+        return 32;
+    }
+    let wanted = (longest + ELEMENTS_PER_THREAD - 1) / ELEMENTS_PER_THREAD;
+    let mut w = 32u32;
+    while i64::from(w) < wanted && w < MAX_WIDTH {
+        w *= 2;
+    }
+    w
+}
+
+/// The states of a reduction loop whose statements are `stmts`, when the
+/// lanes may split it (see the module doc), else `None`.
+pub fn loop_states(
+    program: &Program,
+    stmts: &[&ModelStmt],
+) -> Result<Option<Vec<(String, State)>>> {
+    let mut written: Vec<String> = Vec::new();
+    for s in stmts {
+        let t = s.written_tensor()?;
+        if written.contains(&t) {
+            // Two statements writing one tensor in the loop: no single
+            // state to combine.
+            return Ok(None);
+        }
+        written.push(t);
+    }
+    let rolling = program.rolling.as_ref();
+    let mut states = Vec::new();
+    for s in stmts {
+        let st = &program.statements[s.source];
+        let t = &st.lhs_tensor;
+        // The tensors of the loop the right side reads.
+        let reads: Vec<String> = s
+            .accesses(program)
+            .into_iter()
+            .skip(1)
+            .map(|a| a.tensor)
+            .filter(|r| written.contains(r))
+            .collect();
+        let only = |allowed: &[&str]| reads.iter().all(|r| allowed.contains(&r.as_str()));
+        let pred = rolling.and_then(|r| r.preds.iter().find(|p| &p.tensor == t));
+        let cache = rolling.and_then(|r| r.preds.iter().find(|p| &p.cache == t));
+        let target = rolling.and_then(|r| r.targets.iter().find(|x| &x.tensor == t));
+        let state = match (s.kind, st.op) {
+            (StmtKind::Update, crate::frontend::ast::AssignOp::Reduce { op, .. }) => {
+                if !s.is_reorderable_reduction_step()? || !reads.iter().all(|r| r == t) {
+                    return Ok(None);
+                }
+                State::Reduce(op)
+            }
+            (StmtKind::Assign, _) => {
+                if let Some(p) = pred {
+                    if !only(&[t.as_str()]) {
+                        return Ok(None);
+                    }
+                    State::Reduce(p.reducer)
+                } else if let Some(p) = cache {
+                    if !only(&[p.tensor.as_str()]) || !written.contains(&p.tensor) {
+                        return Ok(None);
+                    }
+                    State::Cache {
+                        of: p.tensor.clone(),
+                    }
+                } else if let Some(x) = target {
+                    // The target reads itself, its predecessors and their
+                    // caches, all of which must be states of this loop.
+                    let r = rolling.expect("a target comes with its rolling states");
+                    let mut allowed: Vec<&str> = vec![t.as_str()];
+                    for p in &r.preds {
+                        if !written.contains(&p.tensor) || !written.contains(&p.cache) {
+                            return Ok(None);
+                        }
+                        allowed.push(&p.tensor);
+                        allowed.push(&p.cache);
+                    }
+                    if !only(&allowed) {
+                        return Ok(None);
+                    }
+                    State::Target {
+                        reducer: x.reducer,
+                        repair: x.repair.clone(),
+                    }
+                } else {
+                    return Ok(None);
+                }
+            }
+            _ => return Ok(None),
+        };
+        states.push((t.clone(), state));
+    }
+    Ok(Some(states))
+}
+
+/// Whether the kernel band `band` (rows: its members, all parallel, at most
+/// two) gets a warp per row: below it only sequences, sets and filters
+/// over single-member loops with no loop inside, at least
+/// [`MIN_STEPS`] steps each where the length is known, at least one of
+/// them a reduction the lanes may split ([`loop_states`]).
+pub fn candidate(program: &Program, scop: &Scop, band: &ScheduleNode) -> Result<bool> {
+    let n = band.band_n_member()? as usize;
+    if n == 0 || n > 2 || !band.band_get_permutable()? {
+        return Ok(false);
+    }
+    for i in 0..n {
+        if !band.band_member_get_coincident(i as i32)? {
+            return Ok(false);
+        }
+    }
+    let mut reductions = 0;
+    if !walk(program, scop, &band.get_child(0)?, &mut reductions)? {
+        return Ok(false);
+    }
+    Ok(reductions > 0)
+}
+
+fn walk(
+    program: &Program,
+    scop: &Scop,
+    node: &ScheduleNode,
+    reductions: &mut usize,
+) -> Result<bool> {
+    use ScheduleNodeType as T;
+    match node.get_type()? {
+        T::Leaf => Ok(true),
+        T::Sequence | T::Set | T::Filter => {
+            for i in 0..node.n_children()? {
+                if !walk(program, scop, &node.get_child(i)?, reductions)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        T::Band => {
+            if node.band_n_member()? != 1 || has_band(&node.get_child(0)?)? {
+                return Ok(false);
+            }
+            if super::mapping::member_extent(node, 0)?.is_some_and(|e| e < MIN_STEPS) {
+                return Ok(false);
+            }
+            if node.band_member_get_coincident(0)? {
+                return Ok(true);
+            }
+            let stmts = scop.statements_in(&node.get_domain()?)?;
+            if loop_states(program, &stmts)?.is_none() {
+                return Ok(false);
+            }
+            *reductions += 1;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+fn has_band(node: &ScheduleNode) -> Result<bool> {
+    if node.get_type()? == ScheduleNodeType::Band {
+        return Ok(true);
+    }
+    for i in 0..node.n_children()? {
+        if has_band(&node.get_child(i)?)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Marks every loop below the kernel band `band` ([`candidate`]) `lanes_K`
+/// in visiting order. Returns the band and the loops.
+pub fn mark_loops(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    band: ScheduleNode,
+) -> Result<(ScheduleNode, Vec<LaneLoop>)> {
+    let mut loops = Vec::new();
+    let below = mark_below(isl, program, scop, band.child(0)?, &mut loops)?;
+    Ok((below.parent()?, loops))
+}
+
+fn mark_below(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    node: ScheduleNode,
+    loops: &mut Vec<LaneLoop>,
+) -> Result<ScheduleNode> {
+    use ScheduleNodeType as T;
+    match node.get_type()? {
+        T::Sequence | T::Set | T::Filter => {
+            let mut node = node;
+            for i in 0..node.n_children()? {
+                node = mark_below(isl, program, scop, node.child(i)?, loops)?.parent()?;
+            }
+            Ok(node)
+        }
+        T::Band => {
+            let states = if node.band_member_get_coincident(0)? {
+                None
+            } else {
+                let stmts = scop.statements_in(&node.get_domain()?)?;
+                Some(loop_states(program, &stmts)?.ok_or_else(|| {
+                    crate::error::Error::Internal("a lane loop lost its states".into())
+                })?)
+            };
+            loops.push(LaneLoop {
+                states,
+                extent: super::mapping::member_extent(&node, 0)?,
+            });
+            let name = format!("{MARK}{}", loops.len() - 1);
+            let id = isl_rs::Id::read_from_str(&isl.ctx, &name)?;
+            // mark -> band; return to the mark's position.
+            Ok(node.insert_mark(id)?)
+        }
+        _ => Ok(node),
+    }
+}
+
+/// Whether the private storage the kernel got (`regions`, outer first)
+/// lets the lanes split its reduction loops: every state of a split loop
+/// a private scalar of f32 or f64 (the shuffles move 32- and 64-bit
+/// values) in a region outside the loops, no cache of one stored after
+/// the kernel, and no tensor private outside the loops written inside a
+/// map loop (each lane would hold only its share of it).
+pub fn storage_fits(
+    scop: &Scop,
+    tree: &ScheduleNode,
+    regions: &[PrivateRegion],
+    loops: &[LaneLoop],
+) -> Result<bool> {
+    // The private arrays of the regions above a node, by walking the tree.
+    fn rec(
+        scop: &Scop,
+        node: &ScheduleNode,
+        regions: &[PrivateRegion],
+        loops: &[LaneLoop],
+        outer: &mut Vec<usize>,
+    ) -> Result<bool> {
+        let mut pushed = false;
+        if node.get_type()? == ScheduleNodeType::Mark {
+            let name = node.mark_get_id()?.get_name()?.to_string();
+            if let Some(k) = regions.iter().position(|r| r.mark == name) {
+                outer.push(k);
+                pushed = true;
+            }
+            let arrays = || {
+                outer
+                    .iter()
+                    .flat_map(|k| regions[*k].arrays.iter())
+                    .collect::<Vec<_>>()
+            };
+            let lane_loop = LaneLoop::index(&name).and_then(|k| loops.get(k));
+            if lane_loop.is_some() && arrays().iter().any(|a| !a.is_scalar()) {
+                // Arrays indexed along the row: a lane holds its share.
+                return Ok(false);
+            }
+            if let Some(LaneLoop { states: None, .. }) = lane_loop {
+                let written: Vec<String> = scop
+                    .statements_in(&node.get_domain()?)?
+                    .iter()
+                    .map(|s| s.written_tensor())
+                    .collect::<Result<_>>()?;
+                if arrays().iter().any(|a| written.contains(&a.tensor)) {
+                    return Ok(false);
+                }
+            } else if let Some(LaneLoop {
+                states: Some(states),
+                ..
+            }) = lane_loop
+            {
+                let arrays = arrays();
+                for (tensor, state) in states {
+                    let Some(a) = arrays.iter().find(|a| &a.tensor == tensor) else {
+                        return Ok(false);
+                    };
+                    if !a.is_scalar() || !matches!(a.dtype, DType::F32 | DType::F64) {
+                        return Ok(false);
+                    }
+                    if matches!(state, State::Cache { .. }) && a.store {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        for i in 0..node.n_children()? {
+            if !rec(scop, &node.get_child(i)?, regions, loops, outer)? {
+                return Ok(false);
+            }
+        }
+        if pushed {
+            outer.pop();
+        }
+        Ok(true)
+    }
+    rec(scop, tree, regions, loops, &mut Vec::new())
+}
