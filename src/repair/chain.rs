@@ -119,7 +119,7 @@ pub fn rename_affine(a: &Affine, map: &dyn Fn(&str) -> Option<String>) -> Affine
 }
 
 /// Plain variable names of subscripts, when every subscript is one.
-fn plain_vars(subs: &[Affine]) -> Option<Vec<String>> {
+pub(super) fn plain_vars(subs: &[Affine]) -> Option<Vec<String>> {
     subs.iter()
         .map(|a| {
             (a.constant == 0 && a.terms.len() == 1 && a.terms.values().all(|c| *c == 1))

@@ -145,6 +145,10 @@ pub fn rewrite(
         .iter()
         .flat_map(|(c, _)| c.inlined.iter().copied())
         .collect();
+    // Maps the targets inline and other statements read too go into those
+    // readers as well, so that nothing reads them after the group.
+    let inlined_program = inline_into_readers(program, &targets, &inlined);
+    let program = &inlined_program;
     let first_pred = &program.statements[preds[0]];
     let n_outer = first_pred.lhs_indices.len();
     for &p in &preds {
@@ -534,6 +538,111 @@ pub fn rewrite(
         target_updates,
         caches,
     })
+}
+
+/// `program` with each inlined map (`inlined`, maps the targets' bodies
+/// took in) also substituted into the other statements that read it, where
+/// that is exact: the map is a plain assignment without `where` clauses
+/// into an f32 or f64 temp (no rounding to a narrower type is skipped),
+/// whose right side reads only inputs and tensors whose writers all come
+/// before it (their values are final when it runs, so also when a later
+/// reader runs), and every such reader reads it at plain, distinct index
+/// variables (`Y(r, c) = E(r, c) / S(r)` becomes `Y(r, c) = exp(X(r, c) -
+/// M(r)) / S(r)`). Then nothing reads the map's tensor after the group and
+/// the map is dropped with the others (a rolling group computes its
+/// predecessors' final values only at its end, so a map of them between
+/// the group and its readers would be a second pass over each row).
+fn inline_into_readers(program: &Program, targets: &[usize], inlined: &BTreeSet<usize>) -> Program {
+    let mut out = program.clone();
+    for &k in inlined {
+        let map = &program.statements[k];
+        let temp = program.tensor(&map.lhs_tensor).is_some_and(|t| {
+            t.role == TensorRole::Temp
+                && matches!(
+                    t.dtype,
+                    crate::frontend::ast::DType::F32 | crate::frontend::ast::DType::F64
+                )
+        });
+        if map.op != AssignOp::Assign || !map.wheres.is_empty() || !temp {
+            continue;
+        }
+        let mut reads = Vec::new();
+        model::collect_reads(&map.rhs, &mut reads);
+        let settled = reads.iter().all(|(t, _)| {
+            program
+                .statements
+                .iter()
+                .enumerate()
+                .all(|(w, st)| st.lhs_tensor != *t || w < k)
+        });
+        if !settled {
+            continue;
+        }
+        // The readers, each reading the map's tensor at plain variables.
+        let readers: Vec<usize> = (0..program.statements.len())
+            .filter(|r| !targets.contains(r) && !inlined.contains(r))
+            .filter(|&r| {
+                let mut rs = Vec::new();
+                model::collect_reads(&out.statements[r].rhs, &mut rs);
+                rs.iter().any(|(t, _)| *t == map.lhs_tensor)
+            })
+            .collect();
+        let plain = |st: &Statement| {
+            let mut rs = Vec::new();
+            model::collect_reads(&st.rhs, &mut rs);
+            rs.iter()
+                .filter(|(t, _)| *t == map.lhs_tensor)
+                .all(|(_, subs)| match super::chain::plain_vars(subs) {
+                    Some(vars) => {
+                        let distinct: BTreeSet<&String> = vars.iter().collect();
+                        vars.len() == map.lhs_indices.len() && distinct.len() == vars.len()
+                    }
+                    None => false,
+                })
+        };
+        if readers
+            .iter()
+            .any(|&r| out.statements[r].lhs_tensor == map.lhs_tensor || !plain(&out.statements[r]))
+        {
+            continue;
+        }
+        for r in readers {
+            let st = &mut out.statements[r];
+            st.rhs = substitute_map(&st.rhs, map);
+            st.text = rewrite::statement_text(st);
+        }
+    }
+    out
+}
+
+/// `e` with every read of `map`'s tensor (at plain variables) replaced by
+/// `map`'s right side, its left indices renamed to those variables.
+fn substitute_map(e: &Expr, map: &Statement) -> Expr {
+    let sub = |x: &Expr| substitute_map(x, map);
+    let kind = match &e.kind {
+        ExprKind::Access { tensor, subscripts } if *tensor == map.lhs_tensor => {
+            let vars: Vec<String> = subscripts
+                .iter()
+                .filter_map(|a| a.terms.keys().next().cloned())
+                .collect();
+            let renamed = super::chain::rename_indices(&map.rhs, &|n| {
+                map.lhs_indices
+                    .iter()
+                    .position(|i| i == n)
+                    .map(|p| vars[p].clone())
+            });
+            return renamed;
+        }
+        ExprKind::Unary(op, a) => ExprKind::Unary(*op, Box::new(sub(a))),
+        ExprKind::Cast(t, a) => ExprKind::Cast(*t, Box::new(sub(a))),
+        ExprKind::Binary(op, a, b) => ExprKind::Binary(*op, Box::new(sub(a)), Box::new(sub(b))),
+        ExprKind::Select(c, a, b) => {
+            ExprKind::Select(Box::new(sub(c)), Box::new(sub(a)), Box::new(sub(b)))
+        }
+        ExprKind::Call(f, args) => ExprKind::Call(*f, args.iter().map(sub).collect()),
+        k => k.clone(),
+    };
+    Expr { kind, ty: e.ty }
 }
 
 /// Whether a statement other than the targets and the inlined maps reads
