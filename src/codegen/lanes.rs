@@ -113,6 +113,12 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}}}");
                     }
                 };
+                // What the row's statements before the loop wrote to memory
+                // (on lane 0: a value not kept in registers) is visible to
+                // every lane.
+                if !emulate {
+                    let _ = writeln!(out, "{pad}{};", barrier(width));
+                }
                 // Rows this loop is the first to read: loaded here.
                 for c in self
                     .row_caches
@@ -137,13 +143,9 @@ impl Ctx<'_> {
                     }
                     None => {
                         share(out, &pad, "(pf_i)threadIdx.x", depth);
-                        // Later loops of the row may read what other lanes
-                        // wrote.
-                        if width > 32 {
-                            let _ = writeln!(out, "{pad}__syncthreads();");
-                        } else {
-                            let _ = writeln!(out, "{pad}__syncwarp();");
-                        }
+                        // Later statements of the row may read what other
+                        // lanes wrote.
+                        let _ = writeln!(out, "{pad}{};", barrier(width));
                     }
                     Some(states) => match self.slots(states) {
                         Some(slots) => self.split_loop(&slots, &share, depth, out),
@@ -419,6 +421,15 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}{b} = pf_n_{b};", b = s.buffer);
             }
         }
+    }
+}
+
+/// The barrier of the threads sharing a row (a warp, or the whole block).
+fn barrier(width: u32) -> &'static str {
+    if width > 32 {
+        "__syncthreads()"
+    } else {
+        "__syncwarp()"
     }
 }
 
