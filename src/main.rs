@@ -104,7 +104,10 @@ struct Common {
     #[arg(long)]
     no_tile: bool,
     /// GPU: threads per block along x,y,z (e.g. 32,8); default: from the
-    /// tile sizes, at most 256 threads.
+    /// tile sizes, at most 256 threads (a row that runs across lanes: a
+    /// warp, or up to 512 threads for long rows; x sets the threads per
+    /// row, a multiple of 32, and such a block then runs one row at a
+    /// time when x > 32).
     #[arg(long, value_delimiter = ',')]
     block: Vec<u32>,
     /// GPU: at most this many blocks along x,y,z (blocks then run several
