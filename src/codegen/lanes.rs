@@ -88,7 +88,7 @@ impl Ctx<'_> {
                     .filter(|c| c.loops.contains(&k))
                     .collect();
                 let slots = cached.first().map(|c| c.slots);
-                // Lane `lane`'s share: iterations `lane, lane + 32, ..`.
+                // Lane `lane`'s share: iterations `lane, lane + width, ..`.
                 let share = |out: &mut String, pad: &str, lane: &str, depth: usize| match slots {
                     Some(slots) => {
                         if !emulate {
@@ -149,9 +149,10 @@ impl Ctx<'_> {
                     }
                     Some(states) => match self.slots(states) {
                         Some(slots) => self.split_loop(&slots, &share, depth, out),
-                        // Not private scalars after all (checked by the
-                        // mapping, so not expected): lane 0 runs it.
-                        None => self.node(body, depth, pending, in_thread, out),
+                        // Not private scalars after all (the mapping checks
+                        // that they are, so not expected): the whole loop on
+                        // every lane, as a loop the lanes do not share.
+                        None => self.node(whole, depth, pending, in_thread, out),
                     },
                 }
             }
@@ -445,13 +446,15 @@ const ROW_CACHE_WORDS: i64 = 128;
 ///
 /// Sound when the loops are siblings in the row's body (the same guards
 /// around them), have the same iterator, start, step and condition (lane
-/// `l`'s slot `t` is the same iteration `start + (l + 32 t) step` in each)
+/// `l`'s slot `t` is the same iteration `start + (l + W t) step` in each,
+/// `W` the threads of a row)
 /// and every read of the tensor in them is the same element at that
 /// iteration; the tensor is an input, so no statement changes it.
 pub(super) struct RowCache {
     buffer: String,
     ty: &'static str,
-    /// Slots per lane: the loops' iterations over 32, rounded up.
+    /// Slots per lane: the loops' iterations over the threads of a row,
+    /// rounded up.
     slots: i64,
     /// The element a slot holds, in the loops' iterator.
     address: String,
@@ -474,9 +477,20 @@ impl Ctx<'_> {
         let Some(lanes) = self.lanes else {
             return Vec::new();
         };
-        // tensor -> (loop signature, address, keys, loops)
-        type Found = (String, String, Vec<String>, Vec<usize>, i64, [String; 4]);
-        let mut found: Vec<(String, Option<Found>)> = Vec::new();
+        /// What the loops seen so far say of one input tensor.
+        struct Seen {
+            tensor: String,
+            /// Read at another address, or by loops of another shape
+            /// somewhere: not cached.
+            rejected: bool,
+            address: String,
+            keys: Vec<String>,
+            loops: Vec<usize>,
+            slots: i64,
+            signature: [String; 4],
+        }
+        let mut seen: Vec<Seen> = Vec::new();
+        let width = i64::from(self.lane_width());
         for child in children {
             let Node::Mark { name, body } = child else {
                 continue;
@@ -498,7 +512,6 @@ impl Ctx<'_> {
                 continue;
             };
             let signature = [iterator.clone(), self.e(init), self.e(cond), self.e(inc)];
-            let width = i64::from(self.lane_width());
             let slots = (extent + width - 1) / width;
             // This loop's reads of inputs: tensor -> (addresses, keys).
             let mut reads: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
@@ -506,81 +519,54 @@ impl Ctx<'_> {
                 continue;
             }
             for (tensor, addresses, keys) in reads {
-                let entry = match found.iter_mut().find(|(t, _)| *t == tensor) {
-                    Some(e) => e,
-                    None => {
-                        found.push((tensor.clone(), None));
-                        found.last_mut().expect("just pushed")
+                match seen.iter_mut().find(|s| s.tensor == tensor) {
+                    Some(s) => {
+                        s.rejected |= addresses != [s.address.clone()]
+                            || s.slots != slots
+                            || s.signature != signature;
+                        s.keys.extend(keys);
+                        s.loops.push(k);
                     }
-                };
-                let fits = addresses.len() == 1
-                    && match &entry.1 {
-                        None => true,
-                        Some((_, a, _, _, s, sig)) => {
-                            *a == addresses[0] && *s == slots && *sig == signature
-                        }
-                    };
-                if !fits {
-                    // Read differently somewhere: not cached at all.
-                    entry.1 = Some((
-                        String::new(),
-                        String::new(),
-                        Vec::new(),
-                        vec![usize::MAX],
-                        0,
-                        Default::default(),
-                    ));
-                    continue;
-                }
-                match &mut entry.1 {
-                    Some((_, _, ks, loops, _, _)) => {
-                        ks.extend(keys);
-                        loops.push(k);
-                    }
-                    None => {
-                        entry.1 = Some((
-                            tensor.clone(),
-                            addresses[0].clone(),
-                            keys,
-                            vec![k],
-                            slots,
-                            signature.clone(),
-                        ))
-                    }
+                    None => seen.push(Seen {
+                        tensor,
+                        rejected: addresses.len() != 1,
+                        address: addresses[0].clone(),
+                        keys,
+                        loops: vec![k],
+                        slots,
+                        signature: signature.clone(),
+                    }),
                 }
             }
         }
         let mut words = 0;
         let mut caches = Vec::new();
-        for (tensor, f) in found {
-            let Some((_, address, mut keys, loops, slots, sig)) = f else {
-                continue;
-            };
-            if loops.len() < 2 || loops.contains(&usize::MAX) {
+        for mut s in seen {
+            if s.rejected || s.loops.len() < 2 {
                 continue;
             }
-            let Some(t) = self.scop.tensor(&tensor) else {
+            let Some(t) = self.scop.tensor(&s.tensor) else {
                 continue;
             };
-            let w = slots * if t.dtype == DType::F64 { 2 } else { 1 };
+            let w = s.slots * if t.dtype == DType::F64 { 2 } else { 1 };
             if words + w > ROW_CACHE_WORDS {
                 continue;
             }
             words += w;
-            keys.sort();
-            keys.dedup();
-            let [iterator, init, cond, inc] = sig;
+            s.keys.sort();
+            s.keys.dedup();
+            let [iterator, init, cond, inc] = s.signature;
             caches.push(RowCache {
-                buffer: format!("pf_row_{}_{tensor}", self.mark),
+                buffer: format!("pf_row_{}_{}", self.mark, s.tensor),
                 ty: if self.emulate.is_some() {
                     super::super::c::storage_type(t.dtype)
                 } else {
                     storage_type(t.dtype)
                 },
-                slots,
-                address,
-                keys,
-                loops,
+                slots: s.slots,
+                address: s.address,
+                keys: s.keys,
+                loops: s.loops,
                 iterator,
                 init,
                 cond,

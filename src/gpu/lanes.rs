@@ -1,21 +1,23 @@
-//! A warp per row, its lanes across the loops of the row: the mapping of
-//! kernels whose rows (the parallel members of the kernel band) each run a
-//! sequence of loops along the row, some of them reductions (an online
+//! A warp (or a block) per row, its threads across the loops of the row:
+//! the mapping of kernels whose rows (the parallel members of the kernel
+//! band) each run a sequence of loops along the row, some of them reductions (an online
 //! softmax's rolling maximum and sum, a layer norm's mean and variance),
 //! the others maps (the normalised output).
 //!
 //! One thread per row, as the generic mapping gives them, reads a row
 //! alone: neighbouring threads are a row apart, so every load touches a
-//! different line. Here a warp takes a row and lane `l` takes iterations
-//! `l, l + 32, ..` of every loop of the row, so a warp's loads are
+//! different line. Here `W` threads take a row (a warp, or for long rows
+//! several, see [`width`]; "lanes" below) and lane `l` takes iterations
+//! `l, l + W, ..` of every loop of the row, so a warp's loads are
 //! consecutive elements.
 //!
 //! A map loop (its band member coincident: no dependence between its
 //! iterations) is simply shared. A reduction loop is split: each lane runs
 //! the loop over its share, from the reducers' identities (lane 0 from the
-//! state before the loop), and the 32 partial states are then combined
-//! with shuffles. That is a split-k update in 32 slices whose global
-//! combination runs on registers (Neptune's Eq. 8), and it is legal for
+//! state before the loop), and the `W` partial states are then combined
+//! with shuffles (and across warps through shared memory). That is a
+//! split-k update in `W` slices whose global combination runs on chip
+//! (Neptune's Eq. 8), and it is legal for
 //! the loop's states only:
 //!
 //! * a reduction `X op= e` whose right side reads no state of the loop:
@@ -190,122 +192,94 @@ pub fn loop_states(
     Ok(Some(states))
 }
 
-/// Whether the kernel band `band` (rows: its members, all parallel, at most
-/// two) gets a warp per row: below it only sequences, sets and filters
-/// over single-member loops with no loop inside, at least
-/// [`MIN_STEPS`] steps each where the length is known, at least one of
-/// them a reduction the lanes may split ([`loop_states`]).
-pub fn candidate(program: &Program, scop: &Scop, band: &ScheduleNode) -> Result<bool> {
+/// The loops of the kernel band `band`'s rows, in visiting order, when the
+/// rows (its members, all parallel, at most two) go across lanes: below it
+/// only sequences, sets and filters over single-member loops with no loop
+/// inside, at least [`MIN_STEPS`] steps each where the length is known,
+/// at least one of them a reduction the lanes may split ([`loop_states`]).
+pub fn candidate(
+    program: &Program,
+    scop: &Scop,
+    band: &ScheduleNode,
+) -> Result<Option<Vec<LaneLoop>>> {
     let n = band.band_n_member()? as usize;
     if n == 0 || n > 2 || !band.band_get_permutable()? {
-        return Ok(false);
+        return Ok(None);
     }
     for i in 0..n {
         if !band.band_member_get_coincident(i as i32)? {
-            return Ok(false);
+            return Ok(None);
         }
     }
-    let mut reductions = 0;
-    if !walk(program, scop, &band.get_child(0)?, &mut reductions)? {
-        return Ok(false);
+    let mut loops = Vec::new();
+    if !walk(program, scop, &band.get_child(0)?, &mut loops)? {
+        return Ok(None);
     }
-    Ok(reductions > 0)
+    Ok(loops.iter().any(|l| l.states.is_some()).then_some(loops))
 }
 
 fn walk(
     program: &Program,
     scop: &Scop,
     node: &ScheduleNode,
-    reductions: &mut usize,
+    loops: &mut Vec<LaneLoop>,
 ) -> Result<bool> {
     use ScheduleNodeType as T;
     match node.get_type()? {
         T::Leaf => Ok(true),
         T::Sequence | T::Set | T::Filter => {
             for i in 0..node.n_children()? {
-                if !walk(program, scop, &node.get_child(i)?, reductions)? {
+                if !walk(program, scop, &node.get_child(i)?, loops)? {
                     return Ok(false);
                 }
             }
             Ok(true)
         }
         T::Band => {
-            if node.band_n_member()? != 1 || has_band(&node.get_child(0)?)? {
+            if node.band_n_member()? != 1 || super::mapping::contains_band(&node.get_child(0)?)? {
                 return Ok(false);
             }
-            if super::mapping::member_extent(node, 0)?.is_some_and(|e| e < MIN_STEPS) {
+            let extent = super::mapping::member_extent(node, 0)?;
+            if extent.is_some_and(|e| e < MIN_STEPS) {
                 return Ok(false);
             }
-            if node.band_member_get_coincident(0)? {
-                return Ok(true);
-            }
-            let stmts = scop.statements_in(&node.get_domain()?)?;
-            if loop_states(program, &stmts)?.is_none() {
-                return Ok(false);
-            }
-            *reductions += 1;
+            let states = if node.band_member_get_coincident(0)? {
+                None
+            } else {
+                let stmts = scop.statements_in(&node.get_domain()?)?;
+                match loop_states(program, &stmts)? {
+                    Some(states) => Some(states),
+                    None => return Ok(false),
+                }
+            };
+            loops.push(LaneLoop { states, extent });
             Ok(true)
         }
         _ => Ok(false),
     }
 }
 
-fn has_band(node: &ScheduleNode) -> Result<bool> {
-    if node.get_type()? == ScheduleNodeType::Band {
-        return Ok(true);
-    }
-    for i in 0..node.n_children()? {
-        if has_band(&node.get_child(i)?)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+/// Marks every loop below the kernel band `band` `lanes_K`, in the order
+/// [`candidate`] visits (and numbers) them. Returns the band.
+pub fn mark_loops(isl: &Isl, band: ScheduleNode) -> Result<ScheduleNode> {
+    let mut next = 0;
+    let below = mark_below(isl, band.child(0)?, &mut next)?;
+    Ok(below.parent()?)
 }
 
-/// Marks every loop below the kernel band `band` ([`candidate`]) `lanes_K`
-/// in visiting order. Returns the band and the loops.
-pub fn mark_loops(
-    isl: &Isl,
-    program: &Program,
-    scop: &Scop,
-    band: ScheduleNode,
-) -> Result<(ScheduleNode, Vec<LaneLoop>)> {
-    let mut loops = Vec::new();
-    let below = mark_below(isl, program, scop, band.child(0)?, &mut loops)?;
-    Ok((below.parent()?, loops))
-}
-
-fn mark_below(
-    isl: &Isl,
-    program: &Program,
-    scop: &Scop,
-    node: ScheduleNode,
-    loops: &mut Vec<LaneLoop>,
-) -> Result<ScheduleNode> {
+fn mark_below(isl: &Isl, node: ScheduleNode, next: &mut usize) -> Result<ScheduleNode> {
     use ScheduleNodeType as T;
     match node.get_type()? {
         T::Sequence | T::Set | T::Filter => {
             let mut node = node;
             for i in 0..node.n_children()? {
-                node = mark_below(isl, program, scop, node.child(i)?, loops)?.parent()?;
+                node = mark_below(isl, node.child(i)?, next)?.parent()?;
             }
             Ok(node)
         }
         T::Band => {
-            let states = if node.band_member_get_coincident(0)? {
-                None
-            } else {
-                let stmts = scop.statements_in(&node.get_domain()?)?;
-                Some(loop_states(program, &stmts)?.ok_or_else(|| {
-                    crate::error::Error::Internal("a lane loop lost its states".into())
-                })?)
-            };
-            loops.push(LaneLoop {
-                states,
-                extent: super::mapping::member_extent(&node, 0)?,
-            });
-            let name = format!("{MARK}{}", loops.len() - 1);
-            let id = isl_rs::Id::read_from_str(&isl.ctx, &name)?;
+            let id = isl_rs::Id::read_from_str(&isl.ctx, &format!("{MARK}{next}"))?;
+            *next += 1;
             // mark -> band; return to the mark's position.
             Ok(node.insert_mark(id)?)
         }
@@ -367,10 +341,11 @@ pub fn storage_fits(
             {
                 let arrays = arrays();
                 for (tensor, state) in states {
+                    // Scalars: checked for every array above.
                     let Some(a) = arrays.iter().find(|a| &a.tensor == tensor) else {
                         return Ok(false);
                     };
-                    if !a.is_scalar() || !matches!(a.dtype, DType::F32 | DType::F64) {
+                    if !matches!(a.dtype, DType::F32 | DType::F64) {
                         return Ok(false);
                     }
                     if matches!(state, State::Cache { .. }) && a.store {

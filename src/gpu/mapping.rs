@@ -66,10 +66,10 @@ pub struct KernelPlan {
     /// Tensors each thread keeps in registers inside its thread loops
     /// (the `private` mark; see `gpu::private`).
     pub private: Vec<super::private::PrivateRegion>,
-    /// A warp per row, its lanes across the row's loops (see
-    /// `gpu::lanes`): the states of the split reduction loops, by the
-    /// index of their `lanes_reduce_K` mark. `None` in a kernel with such
-    /// marks: lane 0 runs the rows alone (`reduce_x` is set either way).
+    /// A warp or a block per row, its threads across the row's loops (see
+    /// `gpu::lanes`): the loops, by the index `K` of their `lanes_K` mark.
+    /// `None` in a kernel with such marks: lane 0 runs the rows alone
+    /// (`reduce_x` is set either way).
     pub lanes: Option<Vec<super::lanes::LaneLoop>>,
 }
 
@@ -213,12 +213,12 @@ fn map_kernel(
             .block
             .first()
             .is_none_or(|x| *x % 32 == 0 && *x <= super::lanes::MAX_WIDTH)
-        && super::lanes::candidate(program, scop, &node)?
     {
-        let (band, loops) = super::lanes::mark_loops(isl, program, scop, node)?;
-        node = band;
-        lane_width = super::lanes::width(&loops, opts.block.first().copied());
-        lane_loops = Some(loops);
+        if let Some(loops) = super::lanes::candidate(program, scop, &node)? {
+            node = super::lanes::mark_loops(isl, node)?;
+            lane_width = super::lanes::width(&loops, opts.block.first().copied());
+            lane_loops = Some(loops);
+        }
     }
     let lanes = lane_loops.is_some();
     let lc = leading_coincident(&node)?;
@@ -666,58 +666,7 @@ pub fn check_parallel(
         if node.get_type()? == ScheduleNodeType::Mark {
             let name = node.mark_get_id()?.get_name()?.to_string();
             if super::lanes::LaneLoop::index(&name).is_some() {
-                // A loop the lanes of a warp share (`gpu::lanes`): a map
-                // loop runs its iterations in parallel; a split reduction
-                // loop too, except for the chains of its states (every
-                // tensor it writes), which the lanes' combination
-                // reassembles: the pairs of its instances that access one
-                // element of a state.
-                let band = node.get_child(0)?;
-                let mut violated = all.copy()?.intersect(differ_only_from(&band)?)?;
-                // A loop with a non-coincident member splits a reduction.
-                if !band.band_member_get_coincident(0)? {
-                    let inside = band.get_domain()?;
-                    let prefix = band
-                        .get_prefix_schedule_union_map()?
-                        .intersect_domain(inside.copy()?)?;
-                    let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
-                    let stmts = scop.statements_in(&inside)?;
-                    let mut states = UnionMap::empty(all.get_space()?)?;
-                    for s in &stmts {
-                        // A state: the statement's instances of one row
-                        // (one prefix) all write one element.
-                        let w = UnionMap::from_map(s.write.copy()?)?;
-                        let own = isl_rs::UnionSet::from_set(s.domain.copy()?)?;
-                        let row = same_prefix
-                            .copy()?
-                            .intersect_domain(own.copy()?)?
-                            .intersect_range(own)?;
-                        if !row.is_subset(&w.copy()?.apply_range(w.reverse()?)?)? {
-                            continue;
-                        }
-                        let written = s.written_tensor()?;
-                        for t in &stmts {
-                            for a in s
-                                .accesses(program)
-                                .into_iter()
-                                .filter(|a| a.tensor == written)
-                            {
-                                for b in t
-                                    .accesses(program)
-                                    .into_iter()
-                                    .filter(|b| b.tensor == written)
-                                {
-                                    let ra = UnionMap::from_map(a.relation.copy()?)?;
-                                    let rb = UnionMap::from_map(b.relation.copy()?)?;
-                                    let pairs = ra.apply_range(rb.reverse()?)?;
-                                    states =
-                                        states.union(pairs.copy()?)?.union(pairs.reverse()?)?;
-                                }
-                            }
-                        }
-                    }
-                    violated = violated.subtract(states)?;
-                }
+                let violated = lane_loop_violations(&node.get_child(0)?, all, program, scop)?;
                 if !violated.is_empty()? {
                     return Err(Error::Illegal {
                         file: file.to_string(),
@@ -761,6 +710,57 @@ pub fn check_parallel(
         Ok(())
     }
     rec(schedule.get_root()?, &all, &reorderable, program, scop)
+}
+
+/// The dependences `all` that the loop `band`, shared by the lanes of a
+/// warp (`gpu::lanes`), breaks. A map loop runs its iterations in
+/// parallel; a split reduction loop (its member not coincident) too,
+/// except for the chains of its states, which the lanes' combination
+/// reassembles: the pairs of its instances that access one element of a
+/// tensor which a statement of the loop writes at one element per row
+/// (per value of the loops above).
+fn lane_loop_violations(
+    band: &ScheduleNode,
+    all: &UnionMap,
+    program: &Program,
+    scop: &Scop,
+) -> Result<UnionMap> {
+    let violated = all.copy()?.intersect(differ_only_from(band)?)?;
+    if band.band_member_get_coincident(0)? {
+        return Ok(violated);
+    }
+    let inside = band.get_domain()?;
+    let prefix = band
+        .get_prefix_schedule_union_map()?
+        .intersect_domain(inside.copy()?)?;
+    let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
+    let stmts = scop.statements_in(&inside)?;
+    let mut states = UnionMap::empty(all.get_space()?)?;
+    for s in &stmts {
+        let w = UnionMap::from_map(s.write.copy()?)?;
+        let own = isl_rs::UnionSet::from_set(s.domain.copy()?)?;
+        let row = same_prefix
+            .copy()?
+            .intersect_domain(own.copy()?)?
+            .intersect_range(own)?;
+        if !row.is_subset(&w.copy()?.apply_range(w.reverse()?)?)? {
+            continue;
+        }
+        // Every access of the loop to the state's tensor.
+        let written = s.written_tensor()?;
+        let mut touch = UnionMap::empty(all.get_space()?)?;
+        for t in &stmts {
+            for a in t
+                .accesses(program)
+                .into_iter()
+                .filter(|a| a.tensor == written)
+            {
+                touch = touch.union(UnionMap::from_map(a.relation.copy()?)?)?;
+            }
+        }
+        states = states.union(touch.copy()?.apply_range(touch.reverse()?)?)?;
+    }
+    Ok(violated.subtract(states)?)
 }
 
 /// `blockIdx.x` for a mark `block_x_D`, `threadIdx.y` for `thread_y_D`.
@@ -985,7 +985,7 @@ fn band_below(band: &ScheduleNode, k: usize) -> Result<ScheduleNode> {
 }
 
 /// Whether `node` or a node below it is a band.
-fn contains_band(node: &ScheduleNode) -> Result<bool> {
+pub(super) fn contains_band(node: &ScheduleNode) -> Result<bool> {
     if node.get_type()? == ScheduleNodeType::Band {
         return Ok(true);
     }

@@ -166,56 +166,71 @@ impl Inliner<'_> {
 
     /// `e` with every map statement that leads to a predecessor inlined.
     fn inline(&mut self, e: &Expr) -> Expr {
-        let kind = match &e.kind {
-            ExprKind::Access { tensor, subscripts } => {
-                let vars = plain_vars(subscripts);
-                if let (Some(w), Some(vars)) = (self.reduce_writer(tensor), vars.as_ref()) {
-                    if w < self.target && vars.iter().all(|v| v != self.rolling) {
-                        if self.preds.iter().all(|p| p.stmt != w) {
-                            let symbol = format!("r{}", self.preds.len());
-                            self.preds.push(Pred {
-                                stmt: w,
-                                tensor: tensor.clone(),
-                                target_subscripts: vars.clone(),
-                                symbol,
-                            });
-                        }
-                        return e.clone();
-                    }
-                }
-                if let (Some(m), Some(vars)) = (self.map_writer(tensor), vars) {
-                    let def = &self.program.statements[m];
-                    let rename: BTreeMap<String, String> =
-                        def.lhs_indices.iter().cloned().zip(vars).collect();
-                    let body = rename_indices(&def.rhs, &|n| rename.get(n).cloned());
-                    let before = self.preds.len();
-                    let inlined = self.inline(&body);
-                    if self.preds.len() > before || reads_any(&inlined, &self.preds) {
-                        if !self.inlined.contains(&m) {
-                            self.inlined.push(m);
-                        }
-                        return inlined;
-                    }
+        map_accesses(e, &mut |read, tensor, subscripts| {
+            self.inline_read(read, tensor, subscripts)
+        })
+    }
+
+    /// The read `e` of `tensor`: a predecessor's value (recorded), or the
+    /// map that writes it inlined where that leads to a predecessor, or
+    /// `e` itself.
+    fn inline_read(&mut self, e: &Expr, tensor: &str, subscripts: &[Affine]) -> Expr {
+        let vars = plain_vars(subscripts);
+        if let (Some(w), Some(vars)) = (self.reduce_writer(tensor), vars.as_ref()) {
+            if w < self.target && vars.iter().all(|v| v != self.rolling) {
+                if self.preds.iter().all(|p| p.stmt != w) {
+                    let symbol = format!("r{}", self.preds.len());
+                    self.preds.push(Pred {
+                        stmt: w,
+                        tensor: tensor.to_string(),
+                        target_subscripts: vars.clone(),
+                        symbol,
+                    });
                 }
                 return e.clone();
             }
-            ExprKind::Unary(op, a) => ExprKind::Unary(*op, Box::new(self.inline(a))),
-            ExprKind::Cast(t, a) => ExprKind::Cast(*t, Box::new(self.inline(a))),
-            ExprKind::Binary(op, a, b) => {
-                ExprKind::Binary(*op, Box::new(self.inline(a)), Box::new(self.inline(b)))
+        }
+        if let (Some(m), Some(vars)) = (self.map_writer(tensor), vars) {
+            let def = &self.program.statements[m];
+            let rename: BTreeMap<String, String> =
+                def.lhs_indices.iter().cloned().zip(vars).collect();
+            let body = rename_indices(&def.rhs, &|n| rename.get(n).cloned());
+            let before = self.preds.len();
+            let inlined = self.inline(&body);
+            if self.preds.len() > before || reads_any(&inlined, &self.preds) {
+                if !self.inlined.contains(&m) {
+                    self.inlined.push(m);
+                }
+                return inlined;
             }
-            ExprKind::Select(c, a, b) => ExprKind::Select(
-                Box::new(self.inline(c)),
-                Box::new(self.inline(a)),
-                Box::new(self.inline(b)),
-            ),
-            ExprKind::Call(f, args) => {
-                ExprKind::Call(*f, args.iter().map(|a| self.inline(a)).collect())
-            }
-            k => k.clone(),
-        };
-        Expr { kind, ty: e.ty }
+        }
+        e.clone()
     }
+}
+
+/// `e` with every tensor read replaced by `f(read, tensor, subscripts)`,
+/// the rest of the expression as it is.
+pub(super) fn map_accesses(e: &Expr, f: &mut dyn FnMut(&Expr, &str, &[Affine]) -> Expr) -> Expr {
+    let kind = match &e.kind {
+        ExprKind::Access { tensor, subscripts } => return f(e, tensor, subscripts),
+        ExprKind::Unary(op, a) => ExprKind::Unary(*op, Box::new(map_accesses(a, f))),
+        ExprKind::Cast(t, a) => ExprKind::Cast(*t, Box::new(map_accesses(a, f))),
+        ExprKind::Binary(op, a, b) => ExprKind::Binary(
+            *op,
+            Box::new(map_accesses(a, f)),
+            Box::new(map_accesses(b, f)),
+        ),
+        ExprKind::Select(c, a, b) => ExprKind::Select(
+            Box::new(map_accesses(c, f)),
+            Box::new(map_accesses(a, f)),
+            Box::new(map_accesses(b, f)),
+        ),
+        ExprKind::Call(fun, args) => {
+            ExprKind::Call(*fun, args.iter().map(|a| map_accesses(a, f)).collect())
+        }
+        k => k.clone(),
+    };
+    Expr { kind, ty: e.ty }
 }
 
 /// Whether `e` reads one of `preds`.

@@ -618,31 +618,20 @@ fn inline_into_readers(program: &Program, targets: &[usize], inlined: &BTreeSet<
 /// `e` with every read of `map`'s tensor (at plain variables) replaced by
 /// `map`'s right side, its left indices renamed to those variables.
 fn substitute_map(e: &Expr, map: &Statement) -> Expr {
-    let sub = |x: &Expr| substitute_map(x, map);
-    let kind = match &e.kind {
-        ExprKind::Access { tensor, subscripts } if *tensor == map.lhs_tensor => {
-            let vars: Vec<String> = subscripts
-                .iter()
-                .filter_map(|a| a.terms.keys().next().cloned())
-                .collect();
-            let renamed = super::chain::rename_indices(&map.rhs, &|n| {
-                map.lhs_indices
-                    .iter()
-                    .position(|i| i == n)
-                    .map(|p| vars[p].clone())
-            });
-            return renamed;
-        }
-        ExprKind::Unary(op, a) => ExprKind::Unary(*op, Box::new(sub(a))),
-        ExprKind::Cast(t, a) => ExprKind::Cast(*t, Box::new(sub(a))),
-        ExprKind::Binary(op, a, b) => ExprKind::Binary(*op, Box::new(sub(a)), Box::new(sub(b))),
-        ExprKind::Select(c, a, b) => {
-            ExprKind::Select(Box::new(sub(c)), Box::new(sub(a)), Box::new(sub(b)))
-        }
-        ExprKind::Call(f, args) => ExprKind::Call(*f, args.iter().map(sub).collect()),
-        k => k.clone(),
-    };
-    Expr { kind, ty: e.ty }
+    super::chain::map_accesses(
+        e,
+        &mut |read, tensor, subscripts| match super::chain::plain_vars(subscripts) {
+            Some(vars) if tensor == map.lhs_tensor => {
+                super::chain::rename_indices(&map.rhs, &|n| {
+                    map.lhs_indices
+                        .iter()
+                        .position(|i| i == n)
+                        .map(|p| vars[p].clone())
+                })
+            }
+            _ => read.clone(),
+        },
+    )
 }
 
 /// Whether a statement other than the targets and the inlined maps reads
