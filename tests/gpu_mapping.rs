@@ -1535,3 +1535,72 @@ fn lanes_may_split_only_the_chains_of_a_rows_states() {
         other => panic!("expected an illegal-mapping error, got {other:?}"),
     }
 }
+
+/// The band line right below the `thread_x` mark of the kernel of `tree`
+/// (a `--emit gpu-tree` text) that holds `statement`.
+fn thread_x_band<'a>(tree: &'a str, statement: &str) -> &'a str {
+    let kernels: Vec<&str> = tree.split("mark: kernel_").skip(1).collect();
+    let kernel = kernels
+        .iter()
+        .find(|k| k.contains(statement))
+        .unwrap_or_else(|| panic!("no kernel with {statement}:\n{tree}"));
+    let at = kernel.find("mark: thread_x_").unwrap();
+    kernel[at..].lines().nth(1).unwrap()
+}
+
+#[test]
+fn threads_on_x_take_the_member_that_coalesces_the_most_accesses() {
+    // Partial sums of a split reduction, written with the slice last:
+    // O(h, d, s) += E(h, s, u) * V(h, s, u, d). The band's innermost
+    // parallel member is s, but with s on x a warp reads 32 rows of V a
+    // slice apart (and 32 elements of E); with d on x it reads one row of
+    // V and one element of E. The accumulator O is left out of the count
+    // (it stays in registers along u). Odd sizes, emulated.
+    let partials = |d_last: bool| {
+        let (shape, lhs) = if d_last {
+            (r#"["H", "S", "D"]"#, "O(h, s, d)")
+        } else {
+            (r#"["H", "D", "S"]"#, "O(h, d, s)")
+        };
+        format!(
+            r#"{{ "name": "partials", "params": {{ "H": 3, "S": 37, "U": 45, "D": 70 }},
+                 "inputs": {{ "E": {{"dtype": "f32", "shape": ["H", "S", "U"]}},
+                             "V": {{"dtype": "f16", "shape": ["H", "S", "U", "D"]}} }},
+                 "outputs": {{ "O": {{"dtype": "f32", "shape": {shape}}} }},
+                 "body": [ "{lhs} +=! E(h, s, u) * V(h, s, u, d)" ] }}"#
+        )
+    };
+    for d_last in [false, true] {
+        let json = partials(d_last);
+        let c = compile(&load_str(&json, "p.json").unwrap(), &auto_gpu()).unwrap();
+        let tree = c.gpu_tree.as_ref().unwrap().to_string();
+        let band = thread_x_band(&tree, "S0[");
+        assert!(band.contains("((d) mod"), "d_last {d_last}:\n{tree}");
+        emulate_ok(&json, &auto_gpu());
+    }
+    // A transposition coalesces one of its two accesses on either member:
+    // the tie keeps the innermost one (j, the written tensor's last).
+    let transpose = r#"{ "name": "t", "params": { "M": 33, "N": 65 },
+        "inputs": { "A": {"dtype": "f32", "shape": ["M", "N"]} },
+        "outputs": { "B": {"dtype": "f32", "shape": ["N", "M"]} },
+        "body": [ "B(j, i) = A(i, j)" ] }"#;
+    let c = compile(&load_str(transpose, "t.json").unwrap(), &auto_gpu()).unwrap();
+    let tree = c.gpu_tree.as_ref().unwrap().to_string();
+    assert!(thread_x_band(&tree, "S0[").contains("((i) mod"), "{tree}");
+    // The benchmark's decoding at odd sizes: its partial P V kernel (the
+    // one reading V) puts d, V's contiguous dimension, on x.
+    let c = compile(&small_decoding(), &auto_gpu()).unwrap();
+    let tree = c.gpu_tree.as_ref().unwrap().to_string();
+    let cuda = c.cuda.as_ref().unwrap();
+    let reader = (0..cuda.kernels.len())
+        .find(|k| kernel_text(&cuda.source, *k).contains("t_V["))
+        .unwrap();
+    let kernel = tree
+        .split("mark: kernel_")
+        .find(|k| k.starts_with(&format!("{reader}\n")))
+        .unwrap();
+    let at = kernel.find("mark: thread_x_").unwrap();
+    let band = kernel[at..].lines().nth(1).unwrap();
+    assert!(band.contains("((d) mod"), "{tree}");
+    emulation_checks(c, "decoding");
+}

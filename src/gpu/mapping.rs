@@ -229,6 +229,18 @@ fn map_kernel(
         // run inside each block. A permutable band may be permuted.
         node = move_to_front(node, lc - 3, lc)?;
     }
+    if site.is_none() && !lanes && opts.auto_tile && nb >= 2 && node.band_get_permutable()? {
+        // The innermost parallel member goes to x unless another one
+        // coalesces more of the kernel's memory accesses.
+        if let Some(x) = coalescing_member(program, scop, &node, nb)? {
+            let order: Vec<usize> = (0..nb)
+                .filter(|m| *m != x)
+                .chain([x])
+                .chain(nb..node.band_n_member()? as usize)
+                .collect();
+            node = permute_members(node, &order)?;
+        }
+    }
     let x_iterator = match site {
         Some(ReductionSite::Member) => x_iterators(scop, &node, lc)?,
         Some(ReductionSite::Below(k)) => x_iterators(scop, &band_below(&node, k)?, 0)?,
@@ -825,6 +837,66 @@ fn x_iterators(
         out.insert(s.name.clone(), found);
     }
     Ok(out)
+}
+
+/// The parallel member among the band's first `nb` that `threadIdx.x`
+/// should take instead of the innermost one (`nb - 1`), when that member
+/// coalesces strictly more of the kernel's memory traffic.
+///
+/// A warp's 32 lanes differ in the member on x only, so an access is
+/// coalesced along a member when its address moves by 0 (every lane reads
+/// one element) or 1 element per step of the member's iterator
+/// ([`super::promote::coalesced`]); any other access splits a warp's
+/// request into up to 32 transactions. Each member is charged the element
+/// bytes of the accesses it does not coalesce, over the statements with the
+/// most iterators (the ones inside the kernel's innermost loops, which run
+/// the most instances). An update's own accumulator is left out: it is
+/// read and written once per step of its reduction at one element, which
+/// stays in a register or private copy across the steps.
+///
+/// The schedule's innermost member (usually the tensors' contiguous
+/// dimension) wins ties. A statement whose member is not a single iterator
+/// leaves the order as it is. Permuting parallel members of a permutable
+/// band keeps every dependence satisfied: all of them have distance zero
+/// on each such member.
+///
+/// Split-k partials show why: `O_local(h, d, s) += E(h, s*512 + j) *
+/// V(h, s*512 + j, d)` has parallel members (h, d, s); with the slice `s`
+/// on x, a warp reads 32 rows of `V` 128 KB apart, while with `d` on x it
+/// reads one row's consecutive halves and a single `E`.
+fn coalescing_member(
+    program: &Program,
+    scop: &Scop,
+    band: &ScheduleNode,
+    nb: usize,
+) -> Result<Option<usize>> {
+    let stmts = scop.statements_in(&band.get_domain()?)?;
+    let deepest = stmts.iter().map(|s| s.iterators.len()).max().unwrap_or(0);
+    let mut costs = Vec::with_capacity(nb);
+    for m in 0..nb {
+        let iterators = x_iterators(scop, band, m)?;
+        let mut cost = 0usize;
+        for s in stmts.iter().filter(|s| s.iterators.len() == deepest) {
+            let Some(pos) = iterators.get(&s.name).copied().flatten() else {
+                return Ok(None);
+            };
+            let written = s.written_tensor()?;
+            for a in s.accesses(program) {
+                if s.kind == StmtKind::Update && a.tensor == written {
+                    continue;
+                }
+                if !super::promote::coalesced(a.relation, Some(pos))? {
+                    cost += scop.tensor(&a.tensor).map_or(4, |t| t.dtype.size());
+                }
+            }
+        }
+        costs.push(cost);
+    }
+    let innermost = nb - 1;
+    let best = (0..nb)
+        .min_by_key(|m| (costs[*m], *m != innermost))
+        .unwrap_or(innermost);
+    Ok((best != innermost).then_some(best))
 }
 
 /// Where the reduction loop that a warp's lanes share is, relative to the

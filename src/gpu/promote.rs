@@ -157,7 +157,7 @@ pub(super) fn coefficient(pa: &PwAff, pos: i32) -> Result<Option<i64>> {
 /// Whether a read `read` (statement -> tensor) is coalesced along the
 /// statement iterator at `x` (the one mapped to `threadIdx.x`): the linear
 /// address moves by 0 or 1 element when `x` moves by one.
-fn coalesced(read: &Map, x: Option<usize>) -> Result<bool> {
+pub(super) fn coalesced(read: &Map, x: Option<usize>) -> Result<bool> {
     let Some(x) = x else {
         return Ok(false);
     };
