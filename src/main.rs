@@ -89,8 +89,10 @@ struct Common {
     #[arg(long = "param", value_name = "NAME=VALUE")]
     params: Vec<String>,
     /// Scheduling strategy: isl (isl's scheduler, default options; for a
-    /// program a rolling update repaired, maximal fusion), min (minimal
-    /// fusion), max (maximal fusion), canonical (program order).
+    /// program a rolling update repaired, and on the GPU for rows that
+    /// maximal fusion keeps across lanes in fewer kernels, maximal fusion),
+    /// min (minimal fusion), max (maximal fusion), canonical (program
+    /// order).
     #[arg(long, value_parser = parse_strategy)]
     strategy: Option<Strategy>,
     /// Tile sizes for the members of each permutable band, e.g. 32,32,8

@@ -137,9 +137,22 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     // softmax's output, attention's division) into a kernel of their own,
     // which reads the row again from memory. Maximal fusion keeps them in
     // the row's loop, where the GPU keeps the row on chip (`gpu::lanes`).
-    let strategy = match options.strategy {
-        Strategy::Isl if program_k.rolling.is_some() => Strategy::Max,
-        s => s,
+    //
+    // Without a rolling update the same holds for a chain of plain row
+    // reductions and maps (layer norm): on the GPU, maximal fusion is
+    // chosen where it gives fewer kernels than isl's schedule and every one
+    // of them keeps its rows across lanes ([`rows_on_chip`]). A split-k
+    // repair keeps isl's schedule of its symbolic sizes (scheduling its
+    // pinned sizes a second time cost seconds, and its partial reductions
+    // are no rows of lanes).
+    let strategy = match (options.strategy, &options.gpu) {
+        (Strategy::Isl, _) if program_k.rolling.is_some() => Strategy::Max,
+        (Strategy::Isl, Some(gpu))
+            if repaired.is_none() && rows_on_chip(&isl, program_k, &scop, &deps, options, gpu)? =>
+        {
+            Strategy::Max
+        }
+        (s, _) => s,
     };
     let sched = if options.strategy == Strategy::Canonical {
         if repaired.is_some() {
@@ -310,6 +323,40 @@ fn map_to_gpu(
     let ast = codegen::build_ast(scop, &mapped)?;
     let (cuda, emulation) = codegen::cuda::program(program, scop, &ast, &plans)?;
     Ok((tree, cuda, emulation))
+}
+
+/// Whether maximal fusion of `program` maps to fewer GPU kernels than
+/// isl's schedule, each of which runs its rows across the lanes of a warp
+/// or block (`gpu::lanes`: every tensor a row's loops write is a state the
+/// lanes combine, the row's other data stays in registers). isl's
+/// scheduler separates a row's reduction from the statements that use its
+/// result (layer norm's output after its mean and variance), so a second
+/// kernel reads every row from memory again; maximal fusion keeps the row
+/// on chip between them. Options that turn the lanes off (`reduce`, a
+/// block that is no multiple of 32) leave isl's schedule.
+fn rows_on_chip(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    options: &Options,
+    gpu_options: &GpuOptions,
+) -> Result<bool> {
+    if !gpu_options.reduce || gpu_options.validate().is_err() {
+        return Ok(false);
+    }
+    let max = schedule::compute(isl, scop, deps, Strategy::Max)?;
+    if !gpu::mapping::kernels_have_lane_rows(program, scop, &max)? {
+        return Ok(false);
+    }
+    let kernels = |sched: isl_rs::Schedule| -> Result<Vec<gpu::mapping::KernelPlan>> {
+        Ok(gpu::mapping::map(isl, program, scop, deps, sched, &options.tile, gpu_options)?.1)
+    };
+    let fused = kernels(max)?;
+    if fused.is_empty() || fused.iter().any(|k| k.lanes.is_none()) {
+        return Ok(false);
+    }
+    Ok(fused.len() < kernels(schedule::compute(isl, scop, deps, Strategy::Isl)?)?.len())
 }
 
 /// Integer bounds of each statement's iterators (all parameters fixed by

@@ -1451,6 +1451,39 @@ fn plain_reductions_of_a_row_split_over_the_lanes_too() {
     emulation_checks(c, "layernorm");
 }
 
+#[test]
+fn the_default_strategy_fuses_rows_that_stay_across_lanes() {
+    // Layer norm under the default strategy: isl's schedule puts the output
+    // in a kernel of its own, which reads each row from memory again;
+    // maximal fusion gives one kernel whose rows run across lanes, so the
+    // GPU path takes it. Odd sizes, emulated.
+    let p = example_with("layernorm", &[("N", 37), ("D", 1500)]);
+    let c = compile(&p, &auto_gpu()).unwrap_or_else(|e| panic!("{e}"));
+    let cuda = c.cuda.as_ref().unwrap();
+    assert_eq!(cuda.kernels.len(), 1, "{}", cuda.source);
+    assert!(cuda.source.contains("__shfl_xor_sync"), "{}", cuda.source);
+    emulation_checks(c, "layernorm, default strategy");
+    // Without the lanes (warp reductions off), fusing would put a row on
+    // one thread: isl's two kernels stay.
+    let mut no_lanes = auto_gpu();
+    no_lanes.gpu.as_mut().unwrap().reduce = false;
+    let c = compile(&p, &no_lanes).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.cuda.as_ref().unwrap().kernels.len(), 2);
+    // Softmax at 128 x 256 (no repair at these sizes) with its
+    // exponentials as a tensor of their own: maximal fusion gives fewer
+    // kernels, but not all of them run rows across lanes, so isl's stay.
+    let p = example_with("softmax", &[("N", 128), ("D", 256)]);
+    let kernels = |strategy| {
+        let options = Options {
+            strategy,
+            ..auto_gpu()
+        };
+        compile(&p, &options).unwrap().cuda.unwrap().kernels.len()
+    };
+    assert!(kernels(Strategy::Max) < kernels(Strategy::Isl));
+    assert_eq!(kernels(Strategy::Isl), 4);
+}
+
 /// A program whose row loop carries a dependence through a tensor that is
 /// not one value per row (`B` reads the `A` of the previous column), and a
 /// schedule that hands that loop to the lanes of a warp anyway.

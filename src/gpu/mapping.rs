@@ -142,6 +142,33 @@ fn kernel_roots(node: &ScheduleNode, path: Vec<usize>, out: &mut Vec<Vec<usize>>
     Ok(())
 }
 
+/// Whether the band of every kernel of `schedule` has the shape whose rows
+/// may run across lanes (`lanes::candidate`): a necessary condition for
+/// the mapping's lanes, checked without mapping.
+pub fn kernels_have_lane_rows(program: &Program, scop: &Scop, schedule: &Schedule) -> Result<bool> {
+    let root = schedule.get_root()?;
+    if root.n_children()? == 0 {
+        return Ok(false);
+    }
+    let mut kernels = Vec::new();
+    kernel_roots(&root.copy()?.child(0)?, vec![0], &mut kernels)?;
+    for path in kernels {
+        let mut node = root.copy()?;
+        for &i in &path {
+            node = node.child(i as i32)?;
+        }
+        while node.get_type()? == ScheduleNodeType::Mark {
+            node = node.child(0)?;
+        }
+        if node.get_type()? != ScheduleNodeType::Band
+            || super::lanes::candidate(program, scop, &node)?.is_none()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 fn mark(isl: &Isl, name: &str) -> Result<Id> {
     Ok(Id::read_from_str(&isl.ctx, name)?)
 }
