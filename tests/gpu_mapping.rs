@@ -1637,3 +1637,62 @@ fn threads_on_x_take_the_member_that_coalesces_the_most_accesses() {
     assert!(band.contains("((d) mod"), "{tree}");
     emulation_checks(c, "decoding");
 }
+
+/// The bodies of the loops that the lanes of a row share in CUDA `source`
+/// (`for (pf_i cK = .. + (pf_i)threadIdx.x * (..); ..; cK += W * (..))`).
+fn lane_loop_bodies(source: &str) -> Vec<String> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut bodies = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let l = line.trim_start();
+        if !(l.starts_with("for (pf_i c") && l.contains("(pf_i)threadIdx.x * (")) {
+            continue;
+        }
+        let mut depth = 0i32;
+        let mut body = String::new();
+        for inner in &lines[i..] {
+            depth += inner.matches('{').count() as i32 - inner.matches('}').count() as i32;
+            body.push_str(inner);
+            body.push('\n');
+            if depth <= 0 {
+                break;
+            }
+        }
+        bodies.push(body);
+    }
+    bodies
+}
+
+#[test]
+fn a_single_row_runs_across_its_lanes_like_many() {
+    // One row (or one row per block tile): the rows' thread loop has a
+    // single iteration, so isl leaves it out and its mapping stays
+    // pending. The statements inside the loops the lanes share must still
+    // run on every lane, with no barrier inside (lanes with one step more
+    // than others would never reach it): printed as code outside the
+    // threads, they ran on lane 0 alone and hung at 4100 columns on the
+    // H100 (256 lanes, 17 steps for some, 16 for others).
+    for (values, tile) in [
+        (&[("N", 1), ("D", 4100)][..], None),
+        (&[("N", 1), ("D", 300)][..], None),
+        (&[("N", 37), ("D", 4100)][..], Some(vec![1])),
+    ] {
+        let p = program_with("bench/programs/softmax_fused_16k.json", values);
+        let options = match &tile {
+            Some(t) => Options {
+                gpu: Some(GpuOptions::default()),
+                ..gpu_options(t)
+            },
+            None => auto_gpu(),
+        };
+        let c = compile(&p, &options).unwrap_or_else(|e| panic!("{values:?}: {e}"));
+        let source = c.cuda.as_ref().unwrap().source.clone();
+        let bodies = lane_loop_bodies(&source);
+        assert!(bodies.len() >= 2, "{values:?}:\n{source}");
+        for body in &bodies {
+            assert!(!body.contains("__sync"), "{values:?}:\n{body}");
+            assert!(!body.contains("threadIdx.x == 0"), "{values:?}:\n{body}");
+        }
+        emulation_checks(c, "single row");
+    }
+}

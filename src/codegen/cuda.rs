@@ -783,9 +783,21 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}}}");
             }
             Node::Block(v) => {
+                // A single row across lanes (its loop left, its mapping
+                // pending): isl repeats the row's private region in each
+                // part of the row, so a part's lanes load what lane 0
+                // stored at the end of the part before; the row's threads
+                // wait for it.
+                let row_parts = self.lanes.is_some()
+                    && !self.in_lanes
+                    && in_thread
+                    && pending.iter().any(|p| p.0)
+                    && self.emulate.is_none();
                 for (i, c) in v.iter().enumerate() {
                     if i > 0 && !in_thread && self.has_threads && self.emulate.is_none() {
                         barrier(out);
+                    } else if i > 0 && row_parts {
+                        let _ = writeln!(out, "{pad}{};", lanes_print::barrier(self.lane_width()));
                     }
                     self.node(c, depth, pending, in_thread, out);
                 }
@@ -870,9 +882,18 @@ impl Ctx<'_> {
             }
             Node::Mark { name, body } => match parse_mapping_mark(name) {
                 Some(m) => {
+                    // With rows across lanes, below the rows' thread
+                    // mapping whether or not its loop is left (a single
+                    // row has none, and its mark stays pending, a guard
+                    // `idx == 0`): the row's threads run what is there.
+                    // Taken for code outside the threads, a row's
+                    // statements inside a loop its lanes share were
+                    // guarded to lane 0 and separated by barriers, which
+                    // lanes with different trip counts never all reach.
+                    let rows = m.0 && self.lanes.is_some();
                     let mut p = pending.to_vec();
                     p.push(m);
-                    self.node(body, depth, &p, in_thread, out);
+                    self.node(body, depth, &p, in_thread || rows, out);
                 }
                 None => {
                     let _ = writeln!(out, "{pad}/* {name} */");

@@ -426,7 +426,7 @@ impl Ctx<'_> {
 }
 
 /// The barrier of the threads sharing a row (a warp, or the whole block).
-fn barrier(width: u32) -> &'static str {
+pub(super) fn barrier(width: u32) -> &'static str {
     if width > 32 {
         "__syncthreads()"
     } else {
