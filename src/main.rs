@@ -99,7 +99,7 @@ struct Common {
     /// (the last size repeats for further members). Default: 32 on the
     /// CPU; on the GPU chosen per kernel (64x64 without a reduction,
     /// 32x32x32 with one, 128x128x16 with a register tile, 1 along z, 8 rows
-    /// for warp reductions; see the README).
+    /// for warp reductions, 2 for rows on a block; see the README).
     #[arg(long, value_delimiter = ',')]
     tile: Vec<i64>,
     /// Do not tile.

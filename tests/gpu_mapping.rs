@@ -1696,3 +1696,27 @@ fn a_single_row_runs_across_its_lanes_like_many() {
         emulation_checks(c, "single row");
     }
 }
+
+#[test]
+fn rows_on_a_block_come_two_to_a_tile_and_rows_on_a_warp_eight() {
+    // Rows across lanes: a row longer than 1024 takes a block (256 threads
+    // at 4100 columns) and a block tile holds 2 rows; a shorter row takes
+    // a warp, 8 rows to a block, one per warp. 37 rows, emulated.
+    for (d, block, rows) in [(4100, [256, 1, 1], 2), (300, [32, 8, 1], 8)] {
+        let p = program_with(
+            "bench/programs/softmax_fused_16k.json",
+            &[("N", 37), ("D", d)],
+        );
+        let c = compile(&p, &auto_gpu()).unwrap_or_else(|e| panic!("{e}"));
+        let cuda = c.cuda.as_ref().unwrap();
+        assert_eq!(cuda.kernels.len(), 1, "{}", cuda.source);
+        let kernel = &cuda.kernels[0];
+        assert_eq!(kernel.block, block, "D={d}");
+        assert_eq!(
+            kernel.grid_dims(&HashMap::new()).unwrap(),
+            [37_u32.div_ceil(rows), 1, 1],
+            "D={d}"
+        );
+        emulation_checks(c, "rows per tile");
+    }
+}

@@ -290,18 +290,19 @@ fn map_kernel(
     }
     let n = node.band_n_member()? as usize;
     let has_reduction = (0..n).any(|i| !node.band_member_get_coincident(i as i32).unwrap_or(false));
+    // Rows per block tile where a warp or a block runs each row.
+    let row_tile = if lanes && lane_width > 32 {
+        Some(BLOCK_ROWS_PER_TILE)
+    } else if reduction.is_some() || lanes {
+        Some(8)
+    } else {
+        None
+    };
     let sizes_for = |register_tiles: bool| -> Vec<i64> {
         (0..n)
             .map(|i| {
                 if opts.auto_tile {
-                    auto_tile(
-                        i,
-                        nb,
-                        lc.min(n),
-                        has_reduction,
-                        reduction.is_some() || lanes,
-                        register_tiles,
-                    )
+                    auto_tile(i, nb, lc.min(n), has_reduction, row_tile, register_tiles)
                 } else {
                     tile[i.min(tile.len() - 1)]
                 }
@@ -1322,8 +1323,10 @@ pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Re
 /// bandwidth), one point along z and further parallel members (their
 /// loops stay inside the block, and small outer extents such as a batch
 /// no longer waste whole tiles), 32 along reduction members (the depth of
-/// a shared-memory tile); a warp-reduced kernel takes 8 rows per block,
-/// one per warp. A band without reduction members (elementwise work, a
+/// a shared-memory tile); a kernel whose rows each run on a warp
+/// (`row_tile`) takes 8 rows per block, one per warp, and one whose rows
+/// each run on a whole block [`BLOCK_ROWS_PER_TILE`] rows, one after the
+/// other. A band without reduction members (elementwise work, a
 /// transposition) takes 64 x 64 tiles on 32 x 8 threads (measured on the
 /// H100 at 16384 x 4096 f32: the transposition from 71% to 79% of the copy
 /// bandwidth, scale-and-add from 88% to 90%). A kernel with a register
@@ -1331,17 +1334,27 @@ pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Re
 /// registers per thread of a 16 x 16 block; measured on the H100 for gemm
 /// f32 4096^3 with 16-byte copies: 25.7 TFLOP/s, against 24.6 with
 /// 128 x 64 x 16 and 24.3 with 64 x 128 x 16).
+/// Rows of a block tile when each row runs on all the threads of a block
+/// (`gpu::lanes`, rows longer than 1024): the block runs them one after
+/// the other. Measured on the H100 at 16384 x 4096 f32 (50 runs each):
+/// the fused softmax took 196.2 us with 2 rows, 203.7 with 4, 211.0 with
+/// 8 and 218.5 with 16, layer norm 211.5, 239.6 and 229.0 with 2, 4 and
+/// 8. One row leaves the rows' thread loop out of isl's AST, which then
+/// repeats the row's shared and private copies in each part of the row
+/// (257.1 and 354.1 us).
+const BLOCK_ROWS_PER_TILE: i64 = 2;
+
 fn auto_tile(
     i: usize,
     nb: usize,
     lc: usize,
     has_reduction: bool,
-    warp_reduction: bool,
+    row_tile: Option<i64>,
     register_tiles: bool,
 ) -> i64 {
-    if warp_reduction {
-        // Eight rows (one per warp) along the innermost parallel member.
-        return if i + 1 == lc { 8 } else { 1 };
+    if let Some(rows) = row_tile {
+        // The rows along the innermost parallel member.
+        return if i + 1 == lc { rows } else { 1 };
     }
     if i >= lc {
         return if register_tiles { 16 } else { 32 };
