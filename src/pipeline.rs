@@ -145,17 +145,19 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     // repair keeps isl's schedule of its symbolic sizes (scheduling its
     // pinned sizes a second time cost seconds, and its partial reductions
     // are no rows of lanes).
-    let strategy = match (options.strategy, &options.gpu) {
-        (Strategy::Isl, _) if program_k.rolling.is_some() => Strategy::Max,
-        // A probe: where maximal fusion cannot be mapped, isl's schedule
-        // stays (and reports its own errors).
-        (Strategy::Isl, Some(gpu))
-            if repaired.is_none()
-                && rows_on_chip(&isl, program_k, &scop, &deps, options, gpu).unwrap_or(false) =>
-        {
-            Strategy::Max
+    //
+    // The probe's schedule, where it chose maximal fusion, is the one used
+    // below; where maximal fusion cannot be mapped, isl's schedule stays
+    // (and reports its own errors).
+    let fused_rows = match (options.strategy, &options.gpu) {
+        (Strategy::Isl, Some(gpu)) if repaired.is_none() => {
+            rows_on_chip(&isl, program_k, &scop, &deps, options, gpu).unwrap_or(None)
         }
-        (s, _) => s,
+        _ => None,
+    };
+    let strategy = match options.strategy {
+        Strategy::Isl if program_k.rolling.is_some() || fused_rows.is_some() => Strategy::Max,
+        s => s,
     };
     let sched = if options.strategy == Strategy::Canonical {
         if repaired.is_some() {
@@ -173,7 +175,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
             schedule::check_legal(file, &s, &scop, &deps).ok()?;
             Some(s)
         });
-        match symbolic {
+        match symbolic.or(fused_rows) {
             Some(s) => s,
             None => schedule::compute(&isl, &scop, &deps, strategy)?,
         }
@@ -328,8 +330,9 @@ fn map_to_gpu(
     Ok((tree, cuda, emulation))
 }
 
-/// Whether maximal fusion of `program` maps to fewer GPU kernels than
-/// isl's schedule, each of which runs its rows across the lanes of a warp
+/// The maximal-fusion schedule of `program`, when it maps to fewer GPU
+/// kernels than isl's schedule, each of which runs its rows across the
+/// lanes of a warp
 /// or block (`gpu::lanes`: every tensor a row's loops write is a state the
 /// lanes combine, the row's other data stays in registers). isl's
 /// scheduler separates a row's reduction from the statements that use its
@@ -344,22 +347,23 @@ fn rows_on_chip(
     deps: &deps::Dependences,
     options: &Options,
     gpu_options: &GpuOptions,
-) -> Result<bool> {
+) -> Result<Option<isl_rs::Schedule>> {
     if !gpu_options.reduce || gpu_options.validate().is_err() {
-        return Ok(false);
+        return Ok(None);
     }
     let max = schedule::compute(isl, scop, deps, Strategy::Max)?;
     if !gpu::mapping::kernels_have_lane_rows(program, scop, &max)? {
-        return Ok(false);
+        return Ok(None);
     }
     let kernels = |sched: isl_rs::Schedule| -> Result<Vec<gpu::mapping::KernelPlan>> {
         Ok(gpu::mapping::map(isl, program, scop, deps, sched, &options.tile, gpu_options)?.1)
     };
-    let fused = kernels(max)?;
+    let fused = kernels(max.copy()?)?;
     if fused.is_empty() || fused.iter().any(|k| k.lanes.is_none()) {
-        return Ok(false);
+        return Ok(None);
     }
-    Ok(fused.len() < kernels(schedule::compute(isl, scop, deps, Strategy::Isl)?)?.len())
+    let isl_kernels = kernels(schedule::compute(isl, scop, deps, Strategy::Isl)?)?.len();
+    Ok((fused.len() < isl_kernels).then_some(max))
 }
 
 /// Integer bounds of each statement's iterators (all parameters fixed by

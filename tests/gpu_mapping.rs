@@ -1569,14 +1569,13 @@ fn lanes_may_split_only_the_chains_of_a_rows_states() {
     }
 }
 
-/// The band line right below the `thread_x` mark of the kernel of `tree`
-/// (a `--emit gpu-tree` text) that holds `statement`.
-fn thread_x_band<'a>(tree: &'a str, statement: &str) -> &'a str {
-    let kernels: Vec<&str> = tree.split("mark: kernel_").skip(1).collect();
-    let kernel = kernels
-        .iter()
-        .find(|k| k.contains(statement))
-        .unwrap_or_else(|| panic!("no kernel with {statement}:\n{tree}"));
+/// The band line right below the `thread_x` mark of kernel `k` of `tree`
+/// (a `--emit gpu-tree` text).
+fn thread_x_band(tree: &str, k: usize) -> &str {
+    let kernel = tree
+        .split("mark: kernel_")
+        .find(|text| text.starts_with(&format!("{k}\n")))
+        .unwrap_or_else(|| panic!("no kernel_{k}:\n{tree}"));
     let at = kernel.find("mark: thread_x_").unwrap();
     kernel[at..].lines().nth(1).unwrap()
 }
@@ -1607,8 +1606,10 @@ fn threads_on_x_take_the_member_that_coalesces_the_most_accesses() {
         let json = partials(d_last);
         let c = compile(&load_str(&json, "p.json").unwrap(), &auto_gpu()).unwrap();
         let tree = c.gpu_tree.as_ref().unwrap().to_string();
-        let band = thread_x_band(&tree, "S0[");
-        assert!(band.contains("((d) mod"), "d_last {d_last}:\n{tree}");
+        assert!(
+            thread_x_band(&tree, 0).contains("((d) mod"),
+            "d_last {d_last}:\n{tree}"
+        );
         emulate_ok(&json, &auto_gpu());
     }
     // A transposition coalesces one of its two accesses on either member:
@@ -1619,7 +1620,7 @@ fn threads_on_x_take_the_member_that_coalesces_the_most_accesses() {
         "body": [ "B(j, i) = A(i, j)" ] }"#;
     let c = compile(&load_str(transpose, "t.json").unwrap(), &auto_gpu()).unwrap();
     let tree = c.gpu_tree.as_ref().unwrap().to_string();
-    assert!(thread_x_band(&tree, "S0[").contains("((i) mod"), "{tree}");
+    assert!(thread_x_band(&tree, 0).contains("((i) mod"), "{tree}");
     // The benchmark's decoding at odd sizes: its partial P V kernel (the
     // one reading V) puts d, V's contiguous dimension, on x.
     let c = compile(&small_decoding(), &auto_gpu()).unwrap();
@@ -1628,13 +1629,7 @@ fn threads_on_x_take_the_member_that_coalesces_the_most_accesses() {
     let reader = (0..cuda.kernels.len())
         .find(|k| kernel_text(&cuda.source, *k).contains("t_V["))
         .unwrap();
-    let kernel = tree
-        .split("mark: kernel_")
-        .find(|k| k.starts_with(&format!("{reader}\n")))
-        .unwrap();
-    let at = kernel.find("mark: thread_x_").unwrap();
-    let band = kernel[at..].lines().nth(1).unwrap();
-    assert!(band.contains("((d) mod"), "{tree}");
+    assert!(thread_x_band(&tree, reader).contains("((d) mod"), "{tree}");
     emulation_checks(c, "decoding");
 }
 

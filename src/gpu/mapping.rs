@@ -103,10 +103,7 @@ pub fn map(
     let mut plans = Vec::new();
     let mut node = root;
     for path in kernels {
-        let mut k = node.root()?;
-        for &i in &path {
-            k = k.child(i as i32)?;
-        }
+        let k = node_at(node.root()?, &path)?;
         let (k, plan) = map_kernel(isl, program, scop, deps, k, plans.len(), &tile, opts)?;
         plans.push(plan);
         node = k;
@@ -153,10 +150,7 @@ pub fn kernels_have_lane_rows(program: &Program, scop: &Scop, schedule: &Schedul
     let mut kernels = Vec::new();
     kernel_roots(&root.copy()?.child(0)?, vec![0], &mut kernels)?;
     for path in kernels {
-        let mut node = root.copy()?;
-        for &i in &path {
-            node = node.child(i as i32)?;
-        }
+        let mut node = node_at(root.copy()?, &path)?;
         while node.get_type()? == ScheduleNodeType::Mark {
             node = node.child(0)?;
         }
@@ -167,6 +161,14 @@ pub fn kernels_have_lane_rows(program: &Program, scop: &Scop, schedule: &Schedul
         }
     }
     Ok(true)
+}
+
+/// The node reached from `node` by the child positions `path`.
+fn node_at(mut node: ScheduleNode, path: &[usize]) -> Result<ScheduleNode> {
+    for &i in path {
+        node = node.child(i as i32)?;
+    }
+    Ok(node)
 }
 
 fn mark(isl: &Isl, name: &str) -> Result<Id> {
@@ -1315,6 +1317,16 @@ pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Re
     Ok(partial.copy()?.apply_range(proj)?)
 }
 
+/// Rows of a block tile when each row runs on all the threads of a block
+/// (`gpu::lanes`, rows longer than 1024): the block runs them one after
+/// the other. Measured on the H100 at 16384 x 4096 f32 (50 runs each):
+/// the fused softmax took 196.2 us with 2 rows, 203.7 with 4, 211.0 with
+/// 8 and 218.5 with 16, layer norm 211.5, 239.6 and 229.0 with 2, 4 and
+/// 8. One row leaves the rows' thread loop out of isl's AST, which then
+/// repeats the row's shared and private copies in each part of the row
+/// (257.1 and 354.1 us).
+const BLOCK_ROWS_PER_TILE: i64 = 2;
+
 /// The GPU's default tile size of member `i` of a band whose first `nb`
 /// members map to blocks (member `nb - 1` on x) and whose first `lc` are
 /// parallel: 32 along x and y (square tiles keep both the reads and the
@@ -1334,16 +1346,6 @@ pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Re
 /// registers per thread of a 16 x 16 block; measured on the H100 for gemm
 /// f32 4096^3 with 16-byte copies: 25.7 TFLOP/s, against 24.6 with
 /// 128 x 64 x 16 and 24.3 with 64 x 128 x 16).
-/// Rows of a block tile when each row runs on all the threads of a block
-/// (`gpu::lanes`, rows longer than 1024): the block runs them one after
-/// the other. Measured on the H100 at 16384 x 4096 f32 (50 runs each):
-/// the fused softmax took 196.2 us with 2 rows, 203.7 with 4, 211.0 with
-/// 8 and 218.5 with 16, layer norm 211.5, 239.6 and 229.0 with 2, 4 and
-/// 8. One row leaves the rows' thread loop out of isl's AST, which then
-/// repeats the row's shared and private copies in each part of the row
-/// (257.1 and 354.1 us).
-const BLOCK_ROWS_PER_TILE: i64 = 2;
-
 fn auto_tile(
     i: usize,
     nb: usize,
