@@ -91,8 +91,9 @@ struct Common {
     /// Scheduling strategy: isl (isl's scheduler, default options; for a
     /// program a rolling update repaired, and on the GPU for rows that
     /// maximal fusion keeps across lanes in fewer kernels, maximal fusion),
-    /// min (minimal fusion), max (maximal fusion), canonical (program
-    /// order).
+    /// min (minimal fusion), max (maximal fusion; a producer's loop is
+    /// also fused into its consumer's where each iteration reads what the
+    /// same iteration wrote), canonical (program order).
     #[arg(long, value_parser = parse_strategy)]
     strategy: Option<Strategy>,
     /// Tile sizes for the members of each permutable band, e.g. 32,32,8

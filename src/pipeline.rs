@@ -180,6 +180,13 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
             None => schedule::compute(&isl, &scop, &deps, strategy)?,
         }
     };
+    // Maximal fusion also takes in a producer's loop that isl left beside
+    // its consumer's (attention's scores beside its rolling loop).
+    let sched = if strategy == Strategy::Max && options.strategy != Strategy::Canonical {
+        schedule::fuse::aligned_loops(&isl, sched, &scop, &deps)?
+    } else {
+        sched
+    };
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     let gpu = match &options.gpu {

@@ -21,6 +21,10 @@ use std::fmt::Write;
 
 #[path = "lanes.rs"]
 mod lanes_print;
+#[path = "rowcopy.rs"]
+mod rowcopy;
+#[path = "unswitch.rs"]
+mod unswitch;
 
 use super::ast::{c_expr, Expr, Node, Op};
 use super::expr::{param_name, tensor_name, Mode, Printer};
@@ -133,6 +137,8 @@ pub fn program(
         mode: Mode::Native,
         overrides: Default::default(),
         privates: Default::default(),
+        fixed_selects: Default::default(),
+        run_reads: Default::default(),
     };
     let args = crate::gpu::kernel_args(program, &scop.tensors);
     // The parameter list, from the argument order every launcher uses.
@@ -611,7 +617,27 @@ impl Ctx<'_> {
                 let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
                 let mut inner_thread = in_thread;
                 let matched = pending.iter().position(|p| &p.2 == iterator);
+                // Inside a thread (no barrier in the loop, whose threads
+                // may take different copies): unswitched on a select the
+                // loop does not change (`unswitch`).
+                if matched.is_none() && in_thread && self.lanes.is_none() {
+                    if let Some(c) = self.invariant_select(body) {
+                        for (arm, open) in [(true, format!("if ({c})")), (false, "} else".into())] {
+                            let _ = writeln!(out, "{pad}{open} {{");
+                            self.printer
+                                .fixed_selects
+                                .borrow_mut()
+                                .push((c.clone(), arm));
+                            self.node(n, depth + 1, pending, in_thread, out);
+                            self.printer.fixed_selects.borrow_mut().pop();
+                        }
+                        let _ = writeln!(out, "{pad}}}");
+                        return;
+                    }
+                }
                 let mut inner_pending: Vec<Pending> = Vec::new();
+                // Reads this loop takes from registers loaded ahead of it.
+                let mut run_reads = 0;
                 if let (Some(k), true, Some(regs)) = (matched, self.in_regs, self.regs) {
                     let p = &pending[k];
                     if p.0 {
@@ -714,6 +740,14 @@ impl Ctx<'_> {
                         };
                         let unrolled_private =
                             self.emulate.is_none() && self.indexes_private(body, iterator);
+                        if unrolled_private && in_thread && self.lanes.is_none() {
+                            let copies =
+                                self.row_copies(body, iterator, n_init, n_cond, n_inc, depth, out);
+                            run_reads = copies.len();
+                            self.printer.run_reads.borrow_mut().extend(
+                                copies.into_iter().map(|c| (c.statement, c.key, c.element)),
+                            );
+                        }
                         if unrolled_private || steps.is_some() {
                             // Unrolled: a private array's subscripts become
                             // constants and it stays in registers.
@@ -768,6 +802,9 @@ impl Ctx<'_> {
                     let _ = writeln!(out, "{pad}  __syncthreads();");
                 }
                 let _ = writeln!(out, "{pad}}}");
+                let mut reads = self.printer.run_reads.borrow_mut();
+                let kept = reads.len() - run_reads;
+                reads.truncate(kept);
             }
             Node::If {
                 cond,
@@ -914,12 +951,7 @@ impl Ctx<'_> {
                     .scop
                     .statement(statement)
                     .expect("AST statements come from the model");
-                let env: std::collections::HashMap<String, String> = s
-                    .iterators
-                    .iter()
-                    .zip(args)
-                    .map(|(i, a)| (i.clone(), self.e(a)))
-                    .collect();
+                let env = self.statement_env(&s.iterators, args);
                 let st = &self.program.statements[s.source];
                 if let (true, Some(scope)) = (self.in_scope, self.scope) {
                     let mut o = self.printer.overrides.borrow_mut();
@@ -959,6 +991,14 @@ impl Ctx<'_> {
                     }
                 }
                 self.cached_row_reads();
+                {
+                    let mut o = self.printer.overrides.borrow_mut();
+                    for (stmt, key, element) in self.printer.run_reads.borrow().iter() {
+                        if stmt == statement {
+                            o.insert(key.clone(), element.clone());
+                        }
+                    }
+                }
                 let text = self.printer.statement(st, s.kind, &env);
                 self.printer.overrides.borrow_mut().clear();
                 // A statement on a register tile whose thread loop isl did
@@ -1095,12 +1135,7 @@ impl Ctx<'_> {
             return false;
         };
         let st = &self.program.statements[s.source];
-        let env: std::collections::HashMap<String, String> = s
-            .iterators
-            .iter()
-            .zip(args)
-            .map(|(i, a)| (i.clone(), self.e(a)))
-            .collect();
+        let env = self.statement_env(&s.iterators, args);
         let Some((op, t, rhs)) = self.printer.reduction(st, &env) else {
             return false;
         };
@@ -1893,6 +1928,20 @@ impl Ctx<'_> {
     /// Whether loop `iterator` over `body` moves the subscript of a
     /// non-scalar private array along one of its box dimensions (then the
     /// loop is unrolled: see `private_region`).
+    /// The C text of each of a statement's iterators at an AST call
+    /// (`args`, the statement's arguments there).
+    fn statement_env(
+        &self,
+        iterators: &[String],
+        args: &[Expr],
+    ) -> std::collections::HashMap<String, String> {
+        iterators
+            .iter()
+            .zip(args)
+            .map(|(i, a)| (i.clone(), self.e(a)))
+            .collect()
+    }
+
     fn indexes_private(&self, body: &Node, iterator: &str) -> bool {
         let views = self.printer.privates.borrow();
         if views.values().all(|v| v.sizes.iter().all(|s| *s == 1)) {

@@ -50,6 +50,13 @@ pub struct Printer<'a> {
     /// Tensors held in thread-private arrays where the printer is (see
     /// `gpu::private`): every access to them names the array instead.
     pub privates: std::cell::RefCell<HashMap<String, PrivateView>>,
+    /// Conditions (as printed) of selects whose arm is known where the
+    /// printer is: a loop unswitched on them (`codegen::unswitch`) prints
+    /// `c ? a : b` as `a` in its `c` copy and as `b` in the other.
+    pub fixed_selects: std::cell::RefCell<Vec<(String, bool)>>,
+    /// Reads replaced by registers loaded ahead of the loop the printer is
+    /// in (`codegen::rowcopy`): statement, access text, register element.
+    pub run_reads: std::cell::RefCell<Vec<(String, String, String)>>,
 }
 
 /// A thread-private array as the printer addresses it: element `a` of the
@@ -211,12 +218,20 @@ impl Printer<'_> {
                     self.expr(b, env)
                 )
             }
-            ExprKind::Select(c, a, b) => format!(
-                "({} ? {} : {})",
-                self.expr(c, env),
-                self.expr(a, env),
-                self.expr(b, env)
-            ),
+            ExprKind::Select(c, a, b) => {
+                let cond = self.expr(c, env);
+                let fixed = self
+                    .fixed_selects
+                    .borrow()
+                    .iter()
+                    .find(|(t, _)| *t == cond)
+                    .map(|(_, v)| *v);
+                match fixed {
+                    Some(true) => self.expr(a, env),
+                    Some(false) => self.expr(b, env),
+                    None => format!("({cond} ? {} : {})", self.expr(a, env), self.expr(b, env)),
+                }
+            }
             ExprKind::Call(f, args) => {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x, env)).collect();
                 self.call(*f, &a, num)

@@ -594,12 +594,7 @@ impl Ctx<'_> {
                 let Some(s) = self.scop.statement(statement) else {
                     return false;
                 };
-                let env: HashMap<String, String> = s
-                    .iterators
-                    .iter()
-                    .zip(args)
-                    .map(|(i, a)| (i.clone(), self.e(a)))
-                    .collect();
+                let env = self.statement_env(&s.iterators, args);
                 for a in s.accesses(self.program).into_iter().skip(1) {
                     let input = self
                         .program
