@@ -146,7 +146,7 @@ fn attention_prefill_keeps_its_scores_in_a_register_and_is_unswitched_on_the_rep
 }
 
 #[test]
-fn attention_prefill_reads_its_key_and_value_rows_in_sixteen_byte_pieces() {
+fn attention_prefill_reads_its_key_and_value_rows_in_sixteen_byte_pieces_and_its_query_in_f32() {
     // At these sizes K and V would fit in shared memory (read from there,
     // not from global memory); at S = 4096 they do not.
     let options = Options {
@@ -170,6 +170,11 @@ fn attention_prefill_reads_its_key_and_value_rows_in_sixteen_byte_pieces() {
         );
     }
     assert!(cuda.contains("pf_run0_K.v[pf_g] = ((const uint4 *)pf_at)[pf_g];"));
+    // The query row, read at every key, is held in f32: converted once.
+    assert!(cuda.contains("float pf_reg_priv_kernel_0_Q[16];"), "{cuda}");
+    assert!(cuda.contains("pf_reg_priv_kernel_0_Q[pf_l3] = pf_h2f(t_Q["));
+    assert!(cuda
+        .contains("(pf_reg_priv_kernel_0_Q[(((c7)) - pf_p4_3)] * pf_h2f(pf_run0_K.e[(c7) - 0]))"));
     assert!(cuda.contains("pf_run0_K.e[pf_l] = pf_at[pf_l];"));
     // The emulation reads memory as before (no vectors in C), and the
     // program still computes attention.

@@ -1776,12 +1776,43 @@ impl Ctx<'_> {
         }
         let emulate = self.emulate.is_some();
         let mut views = std::collections::HashMap::new();
+        // A read-only copy of an f16 or bf16 input is held in f32, converted
+        // once when it is loaded, not at every read (attention reads each
+        // element of its query row once per key; the conversions, 16 a
+        // clock per multiprocessor on the H100, bound the kernel). Such an
+        // array's name starts with `WIDE_REGISTER_PREFIX`, which the
+        // printer reads without conversion.
+        let wide = |a: &crate::gpu::private::PrivateArray| {
+            !emulate
+                && a.load
+                && !a.store
+                && matches!(a.dtype, DType::F16 | DType::BF16)
+                && self
+                    .program
+                    .tensor(&a.tensor)
+                    .is_some_and(|t| t.role == crate::frontend::ast::TensorRole::Input)
+        };
+        let buffers: Vec<String> = region
+            .arrays
+            .iter()
+            .map(|a| {
+                if wide(a) {
+                    a.buffer
+                        .replacen("pf_", super::expr::WIDE_REGISTER_PREFIX, 1)
+                } else {
+                    a.buffer.clone()
+                }
+            })
+            .collect();
         for (k, a) in region.arrays.iter().enumerate() {
             let storage = if emulate {
                 super::c::storage_type(a.dtype)
+            } else if wide(a) {
+                "float"
             } else {
                 storage_type(a.dtype)
             };
+            let buffer = &buffers[k];
             let offsets: Vec<String> = (0..a.offset.len())
                 .map(|d| format!("pf_p{k}_{d}"))
                 .collect();
@@ -1796,14 +1827,14 @@ impl Ctx<'_> {
             }
             let len: i64 = a.sizes.iter().product();
             if a.is_scalar() {
-                let _ = writeln!(out, "{pad}  {storage} {};", a.buffer);
+                let _ = writeln!(out, "{pad}  {storage} {buffer};");
             } else {
-                let _ = writeln!(out, "{pad}  {storage} {}[{len}];", a.buffer);
+                let _ = writeln!(out, "{pad}  {storage} {buffer}[{len}];");
             }
             views.insert(
                 a.tensor.clone(),
                 super::expr::PrivateView {
-                    buffer: a.buffer.clone(),
+                    buffer: buffer.clone(),
                     sizes: a.sizes.clone(),
                     offset: offsets,
                 },
@@ -1872,9 +1903,9 @@ impl Ctx<'_> {
                     global = "0".into();
                 }
                 let private = if local.is_empty() {
-                    a.buffer.clone()
+                    buffers[k].clone()
                 } else {
-                    format!("{}[{local}]", a.buffer)
+                    format!("{}[{local}]", buffers[k])
                 };
                 if !guard.is_empty() {
                     conds.push(guard.to_string());
@@ -1898,7 +1929,14 @@ impl Ctx<'_> {
             };
         for (k, a) in region.arrays.iter().enumerate() {
             if a.load || repeated {
-                each(out, k, &load_guard, &|p, g| format!("{p} = {g};"));
+                let convert = match (wide(a), a.dtype) {
+                    (true, DType::F16) => "pf_h2f",
+                    (true, _) => "pf_b2f",
+                    (false, _) => "",
+                };
+                each(out, k, &load_guard, &|p, g| {
+                    format!("{p} = {convert}({g});")
+                });
             }
         }
         let outer = self.printer.privates.borrow().clone();
@@ -1925,9 +1963,6 @@ impl Ctx<'_> {
         let _ = writeln!(out, "{pad}}}");
     }
 
-    /// Whether loop `iterator` over `body` moves the subscript of a
-    /// non-scalar private array along one of its box dimensions (then the
-    /// loop is unrolled: see `private_region`).
     /// The C text of each of a statement's iterators at an AST call
     /// (`args`, the statement's arguments there).
     fn statement_env(
@@ -1942,6 +1977,9 @@ impl Ctx<'_> {
             .collect()
     }
 
+    /// Whether loop `iterator` over `body` moves the subscript of a
+    /// non-scalar private array along one of its box dimensions (then the
+    /// loop is unrolled: see `private_region`).
     fn indexes_private(&self, body: &Node, iterator: &str) -> bool {
         let views = self.printer.privates.borrow();
         if views.values().all(|v| v.sizes.iter().all(|s| *s == 1)) {
