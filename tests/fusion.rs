@@ -1,9 +1,11 @@
 //! Fusing a producer's loop into its consumer's (`schedule::fuse`),
-//! unswitching a loop on a select it does not change (`codegen::unswitch`)
-//! and loading a thread's contiguous runs in 16-byte pieces
-//! (`codegen::rowcopy`): the pass on hand-made schedules, checked in isl,
-//! and all three on attention prefill, executed (the GPU mapping emulated)
-//! against the f64 reference.
+//! unswitching a loop on a select it does not change (`codegen::unswitch`),
+//! loading a thread's contiguous runs in 16-byte pieces (`codegen::rowcopy`)
+//! and splitting a thread's reduction into four chains (`codegen::chains`):
+//! the pass on hand-made schedules, checked in isl, and the rest on
+//! attention prefill, executed (the GPU mapping emulated) against the f64
+//! reference; the CUDA-only parts are checked on the GPU by
+//! `scripts/gpu-check.sh`.
 
 use polyfuse::frontend::ast::Program;
 use polyfuse::frontend::{apply_param_overrides, load_file, load_str};
@@ -176,13 +178,22 @@ fn attention_prefill_reads_its_key_and_value_rows_in_sixteen_byte_pieces_and_its
     assert!(cuda
         .contains("(pf_reg_priv_kernel_0_Q[(((c7)) - pf_p4_3)] * pf_h2f(pf_run0_K.e[(c7) - 0]))"));
     assert!(cuda.contains("pf_run0_K.e[pf_l] = pf_at[pf_l];"));
+    // The score, a sum over the 16 elements of the head dimension, runs in
+    // four chains instead of one.
+    assert!(cuda.contains("float pf_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};"));
+    assert!(cuda.contains(
+        "pf_priv_kernel_0_P = pf_priv_kernel_0_P + ((pf_acc[0] + pf_acc[1]) + (pf_acc[2] + pf_acc[3]));"
+    ));
     // The emulation reads memory as before (no vectors in C), and the
     // program still computes attention.
     assert!(!c.emulation_c.as_ref().unwrap().contains("pf_run0_"));
     emulation_passes_its_check(&mut c, 9);
-    // D = 13: a row is no whole number of pieces, so it is read as before.
+    // D = 13: a row is no whole number of pieces, so it is read as before
+    // (13 steps still make four chains); D = 6: too short for chains.
     let c = compile(&prefill_with(name, 13), &options).unwrap();
     let cuda = &c.cuda.as_ref().unwrap().source;
     assert!(!cuda.contains("union {"), "{cuda}");
-    assert!(cuda.contains("t_K["));
+    assert!(cuda.contains("t_K[") && cuda.contains("pf_acc[4]"));
+    let c = compile(&prefill_with(name, 6), &options).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("pf_acc"));
 }

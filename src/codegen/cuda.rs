@@ -19,6 +19,8 @@
 
 use std::fmt::Write;
 
+#[path = "chains.rs"]
+mod chains;
 #[path = "lanes.rs"]
 mod lanes_print;
 #[path = "rowcopy.rs"]
@@ -747,6 +749,12 @@ impl Ctx<'_> {
                             self.printer.run_reads.borrow_mut().extend(
                                 copies.into_iter().map(|c| (c.statement, c.key, c.element)),
                             );
+                            if self.split_chain(body, iterator, n_init, n_cond, n_inc, depth, out) {
+                                let mut reads = self.printer.run_reads.borrow_mut();
+                                let kept = reads.len() - run_reads;
+                                reads.truncate(kept);
+                                return;
+                            }
                         }
                         if unrolled_private || steps.is_some() {
                             // Unrolled: a private array's subscripts become
@@ -953,52 +961,7 @@ impl Ctx<'_> {
                     .expect("AST statements come from the model");
                 let env = self.statement_env(&s.iterators, args);
                 let st = &self.program.statements[s.source];
-                if let (true, Some(scope)) = (self.in_scope, self.scope) {
-                    let mut o = self.printer.overrides.borrow_mut();
-                    o.clear();
-                    for ((stmt, key), (k, subs)) in &scope.accesses {
-                        if stmt != statement {
-                            continue;
-                        }
-                        let a = &scope.arrays[*k];
-                        let idx: Vec<String> = subs
-                            .iter()
-                            .zip(&a.pitch)
-                            .enumerate()
-                            .map(|(d, (e, p))| {
-                                format!("({} - pf_o{k}_{d}) * {p}", self.printer.affine(e, &env))
-                            })
-                            .collect();
-                        let idx = if idx.is_empty() {
-                            "0".to_string()
-                        } else {
-                            idx.join(" + ")
-                        };
-                        let stage = if self.staged {
-                            this_stage(a)
-                        } else {
-                            String::new()
-                        };
-                        o.insert(key.clone(), format!("{}[{stage}{idx}]", a.buffer));
-                    }
-                }
-                if let (true, Some(regs)) = (self.in_regs, self.regs) {
-                    let mut o = self.printer.overrides.borrow_mut();
-                    for (stmt, key) in &regs.accesses {
-                        if stmt == statement {
-                            o.insert(key.clone(), self.register_element(regs));
-                        }
-                    }
-                }
-                self.cached_row_reads();
-                {
-                    let mut o = self.printer.overrides.borrow_mut();
-                    for (stmt, key, element) in self.printer.run_reads.borrow().iter() {
-                        if stmt == statement {
-                            o.insert(key.clone(), element.clone());
-                        }
-                    }
-                }
+                self.statement_overrides(statement, &env);
                 let text = self.printer.statement(st, s.kind, &env);
                 self.printer.overrides.borrow_mut().clear();
                 // A statement on a register tile whose thread loop isl did
@@ -1961,6 +1924,61 @@ impl Ctx<'_> {
             }
         }
         let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// Sets the printer's overrides for `statement` at `env`: reads of
+    /// shared copies, register tiles, cached rows and runs loaded ahead.
+    fn statement_overrides(
+        &self,
+        statement: &str,
+        env: &std::collections::HashMap<String, String>,
+    ) {
+        if let (true, Some(scope)) = (self.in_scope, self.scope) {
+            let mut o = self.printer.overrides.borrow_mut();
+            o.clear();
+            for ((stmt, key), (k, subs)) in &scope.accesses {
+                if stmt != statement {
+                    continue;
+                }
+                let a = &scope.arrays[*k];
+                let idx: Vec<String> = subs
+                    .iter()
+                    .zip(&a.pitch)
+                    .enumerate()
+                    .map(|(d, (e, p))| {
+                        format!("({} - pf_o{k}_{d}) * {p}", self.printer.affine(e, env))
+                    })
+                    .collect();
+                let idx = if idx.is_empty() {
+                    "0".to_string()
+                } else {
+                    idx.join(" + ")
+                };
+                let stage = if self.staged {
+                    this_stage(a)
+                } else {
+                    String::new()
+                };
+                o.insert(key.clone(), format!("{}[{stage}{idx}]", a.buffer));
+            }
+        }
+        if let (true, Some(regs)) = (self.in_regs, self.regs) {
+            let mut o = self.printer.overrides.borrow_mut();
+            for (stmt, key) in &regs.accesses {
+                if stmt == statement {
+                    o.insert(key.clone(), self.register_element(regs));
+                }
+            }
+        }
+        self.cached_row_reads();
+        {
+            let mut o = self.printer.overrides.borrow_mut();
+            for (stmt, key, element) in self.printer.run_reads.borrow().iter() {
+                if stmt == statement {
+                    o.insert(key.clone(), element.clone());
+                }
+            }
+        }
     }
 
     /// The C text of each of a statement's iterators at an AST call
