@@ -19,34 +19,25 @@
 
 use std::fmt::Write;
 
-use super::Ctx;
-use crate::codegen::ast::{Expr as AstExpr, Node};
+use super::{CountedLoop, Ctx};
+use crate::codegen::ast::Node;
 
 /// Independent partial results.
 const CHAINS: i64 = 4;
 
 impl Ctx<'_> {
-    /// Prints loop `iterator` over `body` in four chains where it is such a
+    /// Prints loop `l` over `body` in four chains where it is such a
     /// reduction (module documentation); false, printing nothing, where
     /// it is not.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn split_chain(
         &self,
         body: &Node,
-        iterator: &str,
-        init: &AstExpr,
-        cond: &AstExpr,
-        inc: &AstExpr,
+        l: &CountedLoop,
         depth: usize,
         out: &mut String,
     ) -> bool {
-        let Some((_, None, trips)) = super::constant_trip(iterator, init, cond, inc) else {
-            return false;
-        };
-        let (AstExpr::Int(start), AstExpr::Int(step)) = (init, inc) else {
-            return false;
-        };
-        if trips < 2 * CHAINS {
+        let (iterator, start, step) = (l.iterator, l.start, l.step);
+        if l.trips < 2 * CHAINS {
             return false;
         }
         let mut users = Vec::new();
@@ -80,7 +71,7 @@ impl Ctx<'_> {
         let ty = self.printer.ctype(t);
         let ident = self.printer.identity(op, t);
         let slot = format!("pf_acc[(({iterator}) - {start}) / {step} % {CHAINS}]");
-        let (cond_text, inc_text) = (self.e(cond), self.e(inc));
+        let (cond_text, inc_text) = (self.e(l.cond), self.e(l.inc));
         let _ = writeln!(out, "{pad}{{");
         let idents = vec![ident; CHAINS as usize].join(", ");
         let _ = writeln!(out, "{pad}  {ty} pf_acc[{CHAINS}] = {{{idents}}};");

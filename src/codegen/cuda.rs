@@ -456,6 +456,40 @@ const MAX_UNROLLED_UPDATES: i64 = 1024;
 /// the iterations `bound` allows. `it <= min(c, e)`, a tile's steps
 /// clipped at the end of the tensor, becomes `it <= c` and, inside,
 /// `it <= e`.
+/// A loop with a constant trip count (`constant_trip`) and no test
+/// beyond its bound: every one of its `trips` iterations `start + k step`
+/// runs.
+pub(super) struct CountedLoop<'n> {
+    pub iterator: &'n str,
+    pub start: i64,
+    pub step: i64,
+    pub trips: i64,
+    pub cond: &'n Expr,
+    pub inc: &'n Expr,
+}
+
+fn counted_loop<'n>(
+    iterator: &'n str,
+    init: &Expr,
+    cond: &'n Expr,
+    inc: &'n Expr,
+) -> Option<CountedLoop<'n>> {
+    let (_, None, trips) = constant_trip(iterator, init, cond, inc)? else {
+        return None;
+    };
+    let (Expr::Int(start), Expr::Int(step)) = (init, inc) else {
+        return None;
+    };
+    Some(CountedLoop {
+        iterator,
+        start: *start,
+        step: *step,
+        trips,
+        cond,
+        inc,
+    })
+}
+
 fn constant_trip(
     iterator: &str,
     init: &Expr,
@@ -742,14 +776,16 @@ impl Ctx<'_> {
                         };
                         let unrolled_private =
                             self.emulate.is_none() && self.indexes_private(body, iterator);
-                        if unrolled_private && in_thread && self.lanes.is_none() {
-                            let copies =
-                                self.row_copies(body, iterator, n_init, n_cond, n_inc, depth, out);
+                        let counted = counted_loop(iterator, n_init, n_cond, n_inc);
+                        if let (true, true, true, Some(l)) =
+                            (unrolled_private, in_thread, self.lanes.is_none(), &counted)
+                        {
+                            let copies = self.row_copies(body, l, depth, out);
                             run_reads = copies.len();
                             self.printer.run_reads.borrow_mut().extend(
                                 copies.into_iter().map(|c| (c.statement, c.key, c.element)),
                             );
-                            if self.split_chain(body, iterator, n_init, n_cond, n_inc, depth, out) {
+                            if self.split_chain(body, l, depth, out) {
                                 let mut reads = self.printer.run_reads.borrow_mut();
                                 let kept = reads.len() - run_reads;
                                 reads.truncate(kept);

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::{storage_type, Ctx};
+use super::{storage_type, CountedLoop, Ctx};
 use crate::codegen::ast::{Expr as AstExpr, Node};
 use crate::frontend::ast::{DType, TensorRole};
 
@@ -40,26 +40,20 @@ pub(super) struct RowCopy {
 }
 
 impl Ctx<'_> {
-    /// Prints the runs loop `iterator` (over `init`..`cond`, step `inc`)
-    /// reads (module documentation) and returns what replaces the reads.
-    #[allow(clippy::too_many_arguments)]
+    /// Prints the runs loop `l` over `body` reads (module documentation)
+    /// and returns what replaces the reads.
     pub(super) fn row_copies(
         &self,
         body: &Node,
-        iterator: &str,
-        init: &AstExpr,
-        cond: &AstExpr,
-        inc: &AstExpr,
+        l: &CountedLoop,
         depth: usize,
         out: &mut String,
     ) -> Vec<RowCopy> {
         let mut copies = Vec::new();
-        let Some((_, None, trips)) = super::constant_trip(iterator, init, cond, inc) else {
+        let (iterator, start, trips) = (l.iterator, l.start, l.trips);
+        if l.step != 1 {
             return copies;
-        };
-        let (AstExpr::Int(start), AstExpr::Int(1)) = (init, inc) else {
-            return copies;
-        };
+        }
         let mut users = Vec::new();
         if !super::unswitch::innermost_statements(body, false, &mut users) {
             return copies;
