@@ -57,7 +57,20 @@ impl Ctx<'_> {
             .borrow()
             .get(&st.lhs_tensor)
             .is_some_and(|v| v.sizes.iter().all(|n| *n == 1));
-        if !scalar {
+        // The step must not read the accumulator itself (beyond the
+        // update's own read of it, the write and that read come first):
+        // in the chains it is not the running value.
+        let own = if s.kind == crate::model::StmtKind::Update {
+            2
+        } else {
+            1
+        };
+        let reads_itself = s
+            .accesses(self.program)
+            .iter()
+            .skip(own)
+            .any(|a| a.tensor == st.lhs_tensor);
+        if !scalar || reads_itself {
             return false;
         }
         let env = self.statement_env(&s.iterators, args);
