@@ -182,7 +182,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     };
     // Maximal fusion also takes in a producer's loop that isl left beside
     // its consumer's (attention's scores beside its rolling loop).
-    let sched = if strategy == Strategy::Max && options.strategy != Strategy::Canonical {
+    let sched = if strategy == Strategy::Max {
         schedule::fuse::aligned_loops(&isl, sched, &scop, &deps)?
     } else {
         sched
