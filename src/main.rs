@@ -22,7 +22,14 @@ use polyfuse::{compile, frontend, Error, Options};
 /// Exit status: 0 success, 1 a --check found a mismatch, 2 bad input or an
 /// illegal transformation, 3 an environment fault, 4 an internal error.
 #[derive(Parser)]
-#[command(name = "polyfuse", version, about, long_about)]
+// The version names the build's source fingerprint (the compilation
+// cache's key), so a results table says which build it timed.
+#[command(
+    name = "polyfuse",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (source ", env!("POLYFUSE_SOURCE_HASH"), ")"),
+    about,
+    long_about
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -120,3 +120,24 @@ fn register_groups_are_chosen_on_the_command_line() {
         "{err}"
     );
 }
+
+/// `--version` names the build's source fingerprint, which
+/// `scripts/gpu-check.sh` writes into its table: two builds of different
+/// sources never print the same line.
+#[test]
+fn the_version_names_the_source_fingerprint() {
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.trim();
+    let prefix = concat!("polyfuse ", env!("CARGO_PKG_VERSION"), " (source ");
+    let hash = line
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(hash.len(), 16, "{line}");
+    assert!(hash.chars().all(|c| c.is_ascii_hexdigit()), "{line}");
+}
