@@ -197,3 +197,29 @@ fn attention_prefill_reads_its_key_and_value_rows_in_sixteen_byte_pieces_and_its
     let c = compile(&prefill_with(name, 6), &options).unwrap();
     assert!(!c.cuda.as_ref().unwrap().source.contains("pf_acc"));
 }
+
+#[test]
+fn a_query_row_stored_back_by_a_repeated_region_keeps_its_f16_copy() {
+    // With tiles of one point isl prints the thread's region in several
+    // pieces, and each piece stores every private array back to its
+    // tensor: an f32 copy of the f16 query would be stored into `Q` as
+    // f32 values converted to integers.
+    let options = Options {
+        tile: vec![1],
+        gpu: Some(GpuOptions {
+            shared: false,
+            ..GpuOptions::default()
+        }),
+        ..Options::default()
+    };
+    let mut c = compile(&prefill("attention_global_b4h16s4096d64.json"), &options).unwrap();
+    let cuda = c.cuda.as_ref().unwrap().source.clone();
+    let stores =
+        "t_Q[(((pf_p4_0) * (p_H) + pf_p4_1) * (p_S) + pf_p4_2) * (p_D) + (pf_p4_3 + pf_l3)] = ";
+    assert!(
+        cuda.contains(&format!("{stores}pf_priv_kernel_0_Q[pf_l3];")),
+        "{cuda}"
+    );
+    assert!(!cuda.contains("pf_reg_priv_kernel_0_Q"), "{cuda}");
+    emulation_passes_its_check(&mut c, 13);
+}

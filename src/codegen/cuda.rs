@@ -1775,14 +1775,20 @@ impl Ctx<'_> {
         }
         let emulate = self.emulate.is_some();
         let mut views = std::collections::HashMap::new();
+        // A region isl printed in several pieces (one iteration of the
+        // thread loops split by the AST into separate code) passes its
+        // values from piece to piece through memory: each piece loads and
+        // stores every array (the boxes are exact and the thread's own).
+        let repeated = self.repeated_private.contains(&region.mark);
         // A read-only copy of an f16 or bf16 input is held in f32, converted
         // once when it is loaded, not at every read (attention reads each
-        // element of its query row once per key; the conversions, 16 a
-        // clock per multiprocessor on the H100, bound the kernel). Such an
-        // array's name starts with `WIDE_REGISTER_PREFIX`, which the
-        // printer reads without conversion.
+        // element of its query row once per key). Such an array's name
+        // starts with `WIDE_REGISTER_PREFIX`, which the printer reads
+        // without conversion. Not in a repeated region: that stores every
+        // array back to its tensor, which holds f16 or bf16.
         let wide = |a: &crate::gpu::private::PrivateArray| {
             !emulate
+                && !repeated
                 && a.load
                 && !a.store
                 && matches!(a.dtype, DType::F16 | DType::BF16)
@@ -1839,11 +1845,6 @@ impl Ctx<'_> {
                 },
             );
         }
-        // A region isl printed in several pieces (one iteration of the
-        // thread loops split by the AST into separate code) passes its
-        // values from piece to piece through memory: each piece loads and
-        // stores every array (the boxes are exact and the thread's own).
-        let repeated = self.repeated_private.contains(&region.mark);
         // The copies run on the threads that run the region's statements
         // (thread 0 where a thread loop above was not generated): another
         // thread's copy was never computed.
