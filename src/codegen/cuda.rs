@@ -449,13 +449,6 @@ fn slot_point(tid: &str, r: &str, b: i64, w: i64) -> String {
 /// for no gain.
 const MAX_UNROLLED_UPDATES: i64 = 1024;
 
-/// A loop `for (it = init; cond; it += inc)` with constant `init` and
-/// `inc > 0`, as a loop whose trip count is known when the kernel is
-/// compiled: `(bound, rest, trips)` with `bound` the test `it <= c` (or
-/// `<`) of a constant `c`, `rest` what `cond` tests beyond it, and `trips`
-/// the iterations `bound` allows. `it <= min(c, e)`, a tile's steps
-/// clipped at the end of the tensor, becomes `it <= c` and, inside,
-/// `it <= e`.
 /// A loop with a constant trip count (`constant_trip`) and no test
 /// beyond its bound: every one of its `trips` iterations `start + k step`
 /// runs.
@@ -490,6 +483,22 @@ fn counted_loop<'n>(
     })
 }
 
+/// Whether AST expression `e` names `name`.
+fn mentions(e: &Expr, name: &str) -> bool {
+    match e {
+        Expr::Id(s) => s == name,
+        Expr::Op(_, v) => v.iter().any(|x| mentions(x, name)),
+        _ => false,
+    }
+}
+
+/// A loop `for (it = init; cond; it += inc)` with constant `init` and
+/// `inc > 0`, as a loop whose trip count is known when the kernel is
+/// compiled: `(bound, rest, trips)` with `bound` the test `it <= c` (or
+/// `<`) of a constant `c`, `rest` what `cond` tests beyond it, and `trips`
+/// the iterations `bound` allows. `it <= min(c, e)`, a tile's steps
+/// clipped at the end of the tensor, becomes `it <= c` and, inside,
+/// `it <= e`.
 fn constant_trip(
     iterator: &str,
     init: &Expr,
@@ -786,9 +795,7 @@ impl Ctx<'_> {
                                 copies.into_iter().map(|c| (c.statement, c.key, c.element)),
                             );
                             if self.split_chain(body, l, depth, out) {
-                                let mut reads = self.printer.run_reads.borrow_mut();
-                                let kept = reads.len() - run_reads;
-                                reads.truncate(kept);
+                                self.drop_run_reads(run_reads);
                                 return;
                             }
                         }
@@ -846,9 +853,7 @@ impl Ctx<'_> {
                     let _ = writeln!(out, "{pad}  __syncthreads();");
                 }
                 let _ = writeln!(out, "{pad}}}");
-                let mut reads = self.printer.run_reads.borrow_mut();
-                let kept = reads.len() - run_reads;
-                reads.truncate(kept);
+                self.drop_run_reads(run_reads);
             }
             Node::If {
                 cond,
@@ -2018,6 +2023,13 @@ impl Ctx<'_> {
         }
     }
 
+    /// Forgets the last `n` run reads (those of the loop just printed).
+    fn drop_run_reads(&self, n: usize) {
+        let mut reads = self.printer.run_reads.borrow_mut();
+        let kept = reads.len() - n;
+        reads.truncate(kept);
+    }
+
     /// The C text of each of a statement's iterators at an AST call
     /// (`args`, the statement's arguments there).
     fn statement_env(
@@ -2039,13 +2051,6 @@ impl Ctx<'_> {
         let views = self.printer.privates.borrow();
         if views.values().all(|v| v.sizes.iter().all(|s| *s == 1)) {
             return false;
-        }
-        fn mentions(e: &Expr, name: &str) -> bool {
-            match e {
-                Expr::Id(s) => s == name,
-                Expr::Op(_, v) => v.iter().any(|x| mentions(x, name)),
-                _ => false,
-            }
         }
         type Views = std::collections::HashMap<String, super::expr::PrivateView>;
         fn walk(c: &Ctx, views: &Views, n: &Node, name: &str) -> bool {

@@ -68,7 +68,7 @@ impl Ctx<'_> {
             // The statement iterator the loop runs: the one argument that
             // is the loop's iterator itself; no other argument names it.
             let named: Vec<usize> = (0..args.len())
-                .filter(|&p| mentions(&args[p], iterator))
+                .filter(|&p| super::mentions(&args[p], iterator))
                 .collect();
             let [p] = named[..] else {
                 continue;
@@ -168,13 +168,5 @@ impl Ctx<'_> {
         let pair = (statement.to_string(), key.to_string());
         (self.in_scope && self.scope.is_some_and(|s| s.accesses.contains_key(&pair)))
             || (self.in_regs && self.regs.is_some_and(|r| r.accesses.contains(&pair)))
-    }
-}
-
-fn mentions(e: &AstExpr, name: &str) -> bool {
-    match e {
-        AstExpr::Id(s) => s == name,
-        AstExpr::Op(_, v) => v.iter().any(|x| mentions(x, name)),
-        _ => false,
     }
 }
