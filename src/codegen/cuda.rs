@@ -156,7 +156,8 @@ pub fn program(
         })
         .collect();
     let mut source = prelude(scop, index_type(program, scop));
-    let tensor_cores = plans.iter().any(|p| p.contraction.is_some());
+    let attention = plans.iter().any(|p| p.attention.is_some());
+    let tensor_cores = attention || plans.iter().any(|p| p.contraction.is_some());
     if tensor_cores {
         source.push_str(super::mma::GPU_HELPERS);
         source.push_str(super::mma::WGMMA_HELPERS);
@@ -193,6 +194,9 @@ pub fn program(
     );
     if tensor_cores {
         emulation.push_str(super::mma::EMULATION_HELPERS);
+    }
+    if attention {
+        emulation.push_str(super::flash::EMULATION_HELPERS);
     }
     super::c::header(program, scop, "pf_kernel", Mode::Native, &mut emulation);
     emulation.push_str("  typedef long pf_i;\n");
@@ -232,6 +236,21 @@ pub fn program(
             if let Some(v) = p.value {
                 let _ = writeln!(source, "  const pf_i {} = {v};", param_name(&p.name));
             }
+        }
+        if let Some(a) = &plan.attention {
+            source.push_str(&super::flash::body(a, program, scop, false));
+            source.push_str("}\n");
+            let _ = writeln!(emulation, "  {{ /* {mark} */");
+            emulation.push_str(&super::flash::body(a, program, scop, true));
+            let _ = writeln!(emulation, "  }}");
+            kernels.push(Kernel {
+                name: mark.clone(),
+                grid: plan.grid.clone(),
+                block: plan.block,
+                dynamic_shared: super::flash::shared_bytes(a),
+                static_shared: 0,
+            });
+            continue;
         }
         let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
         let stages = if scope.is_some_and(|s| s.double_buffered) {

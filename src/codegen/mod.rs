@@ -6,6 +6,7 @@ pub mod ast;
 pub mod c;
 pub mod cuda;
 pub mod expr;
+pub mod flash;
 pub mod mma;
 
 use crate::error::{Error, Result};

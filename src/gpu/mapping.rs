@@ -71,6 +71,10 @@ pub struct KernelPlan {
     /// `None` in a kernel with such marks: lane 0 runs the rows alone
     /// (`reduce_x` is set either way).
     pub lanes: Option<Vec<super::lanes::LaneLoop>>,
+    /// The kernel is a rolling attention run on tensor cores (see
+    /// `gpu::attention`): printed whole by `codegen::flash`, the tree below
+    /// its mark left unmapped.
+    pub attention: Option<super::attention::Attention>,
 }
 
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
@@ -93,6 +97,32 @@ pub fn map(
     let root = schedule.get_root()?;
     if root.n_children()? == 0 {
         return Ok((root.get_schedule()?, Vec::new()));
+    }
+    // A rolling attention runs as one kernel on tensor cores, whatever
+    // kernels the tree's sequences would make (`attention`).
+    if opts.tensor_cores {
+        let domain = root.get_schedule()?.get_domain()?;
+        if let Some(a) = super::attention::recognise(isl, program, scop, deps, &domain)? {
+            let name = "kernel_0".to_string();
+            let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
+            let plan = KernelPlan {
+                mark: name,
+                grid: [
+                    Expr::Int(a.row_tiles()),
+                    Expr::Int(a.batches()),
+                    Expr::Int(1),
+                ],
+                block: [super::attention::THREADS, 1, 1],
+                scope: None,
+                reduce_x: false,
+                registers: None,
+                contraction: None,
+                private: Vec::new(),
+                lanes: None,
+                attention: Some(a),
+            };
+            return Ok((node.get_schedule()?, vec![plan]));
+        }
     }
     // Each kernel's root, as a path of child positions from the root: a
     // sequence or set with no band above it is split into one kernel (or
@@ -211,6 +241,7 @@ fn map_kernel(
         contraction: None,
         private: Vec::new(),
         lanes: None,
+        attention: None,
     };
     let kernel_domain = node.get_domain()?;
     while node.get_type()? == ScheduleNodeType::Mark {

@@ -8,6 +8,7 @@
 //! program in the model's order (inputs, outputs, temps), then one `long`
 //! per parameter that has no value at compile time, in file order.
 
+pub mod attention;
 pub mod contraction;
 pub mod lanes;
 pub mod mapping;

@@ -1,0 +1,931 @@
+//! The kernel of a recognised attention (`gpu::attention`): a block of 64
+//! rows on four warps (16 rows each), the rolling loop in tiles of 64 keys.
+//!
+//! Per tile: the key tile and each value tile are copied to shared memory
+//! with `cp.async` (the value tile's copy overlaps the scores, the next key
+//! tile's the value product); the scores `S = A Bᵀ` are `mma.sync`
+//! accumulators (the query fragments stay in registers, loaded once with
+//! `ldmatrix`); the maps run on the accumulators element by element; the
+//! predecessor's tile value is reduced per row (a thread's elements, then
+//! the four lanes of a row with two shuffles); each target is repaired
+//! once with the old and new predecessor values; the tile's terms are
+//! added (row sums: reduced like the predecessor; contractions: the
+//! weights rounded to the operand type and laid out as A fragments, which
+//! is the accumulators' own layout, times the value tile on `mma.sync`
+//! with `ldmatrix.trans`). The epilogue stores from the accumulators.
+//!
+//! The CPU emulation prints the same code with each thread's part in a
+//! loop over the 128 threads (every per-thread variable an array indexed
+//! by the thread), the warp-wide instructions replaced by the emulation
+//! helpers of `codegen::mma` and the shuffles by a combination of each
+//! four lanes (`pf_emu_quad`), so the fragment layouts, the tile
+//! bookkeeping, the masks and the repair are executed in CI.
+//!
+//! Accumulator layout (`mma.m16n8k16`, lane `l`, `g = l / 4`, `c = l % 4`):
+//! element `4 n + 2 r + h` of a thread's scores is row `16 w + g + 8 r`,
+//! key `8 n + 2 c + h` of the tile.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use crate::frontend::ast::{Affine, DType, Program, Reducer};
+use crate::gpu::attention::{Attention, TileOperand, BLOCK_KEYS, BLOCK_ROWS, THREADS};
+use crate::model::{access_text, Scop, StmtKind};
+
+use super::expr::{Mode, Printer};
+
+/// Emulation helpers: the accumulator-layout `mma` on strided per-thread
+/// arrays, and the combination of each four lanes (a row's lanes).
+pub const EMULATION_HELPERS: &str = r#"/* mma.m16n8k16 on lanes whose fragments are `ds`, `as`, `bs` apart. */
+static void pf_emu_mma_at(float *d, long ds, const uint32_t *a, long as, const uint32_t *b, long bs, int bf16) {
+  float D[32][4]; uint32_t A[32][4], B[32][2];
+  for (int l = 0; l < 32; l++) {
+    for (int r = 0; r < 4; r++) { D[l][r] = d[l * ds + r]; A[l][r] = a[l * as + r]; }
+    for (int r = 0; r < 2; r++) B[l][r] = b[l * bs + r];
+  }
+  pf_emu_mma(D, A, B, bf16);
+  for (int l = 0; l < 32; l++)
+    for (int r = 0; r < 4; r++) d[l * ds + r] = D[l][r];
+}
+/* Each four lanes (t, t+1, t+2, t+3) combine entry r of their arrays
+   `stride` apart, as two xor-shuffles would: op 0 sum, 1 max, 2 min. */
+static float pf_emu_op(float a, float b, int op) { return op == 0 ? a + b : op == 1 ? fmaxf(a, b) : fminf(a, b); }
+static void pf_emu_quad(float *v, long stride, int n, int threads, int op) {
+  for (int t = 0; t < threads; t += 4)
+    for (int r = 0; r < n; r++) {
+      float a = v[t * stride + r], b = v[(t + 1) * stride + r], c = v[(t + 2) * stride + r], d = v[(t + 3) * stride + r];
+      float x = pf_emu_op(pf_emu_op(a, b, op), pf_emu_op(c, d, op), op);
+      for (int k = 0; k < 4; k++) v[(t + k) * stride + r] = x;
+    }
+}
+"#;
+
+/// A per-thread array: name, C type, elements.
+struct Var {
+    name: String,
+    ty: &'static str,
+    len: i64,
+}
+
+struct Emit<'a> {
+    a: &'a Attention,
+    program: &'a Program,
+    scop: &'a Scop,
+    /// Print the CPU emulation.
+    emu: bool,
+    out: String,
+    vars: Vec<Var>,
+}
+
+/// The kernel body (CUDA) or its emulation (C), for the kernel whose
+/// signature and parameter constants the caller printed.
+pub fn body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String {
+    let mut e = Emit {
+        a,
+        program,
+        scop,
+        emu,
+        out: String::new(),
+        vars: Vec::new(),
+    };
+    e.kernel();
+    e.out
+}
+
+/// Dynamic shared memory of the kernel, bytes.
+pub fn shared_bytes(a: &Attention) -> usize {
+    a.shared_bytes()
+}
+
+fn reducer_op(r: Reducer) -> i32 {
+    match r {
+        Reducer::Sum => 0,
+        Reducer::Max => 1,
+        _ => 2,
+    }
+}
+
+impl Emit<'_> {
+    fn line(&mut self, s: &str) {
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    fn unroll(&self) -> &'static str {
+        if self.emu {
+            ""
+        } else {
+            "#pragma unroll\n"
+        }
+    }
+
+    /// Element `idx` of per-thread array `name`.
+    fn at(&self, name: &str, idx: &str) -> String {
+        if self.emu {
+            format!("{name}[pf_t][{idx}]")
+        } else {
+            format!("{name}[{idx}]")
+        }
+    }
+
+    fn var(&mut self, name: &str, ty: &'static str, len: i64) {
+        self.vars.push(Var {
+            name: name.to_string(),
+            ty,
+            len,
+        });
+    }
+
+    /// Code every thread runs.
+    fn threads(&mut self, code: &str) {
+        if self.emu {
+            let _ = writeln!(
+                self.out,
+                "for (int pf_t = 0; pf_t < {THREADS}; pf_t++) {{\n\
+                 const int pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
+                 (void)pf_w; (void)pf_g; (void)pf_c;\n{code}}}"
+            );
+        } else {
+            let _ = writeln!(self.out, "{{\n{code}}}");
+        }
+    }
+
+    fn sync(&mut self) {
+        if !self.emu {
+            self.line("__syncthreads();");
+        }
+    }
+
+    /// Warp-wide code: as printed on the GPU, once per warp on the CPU.
+    fn warps(&mut self, code: &str) {
+        if self.emu {
+            let _ = writeln!(
+                self.out,
+                "for (int pf_w = 0; pf_w < {}; pf_w++) {{\n{code}}}",
+                THREADS / 32
+            );
+        } else {
+            let _ = writeln!(self.out, "{{\n{code}}}");
+        }
+    }
+
+    /// `ldmatrix.x4` (transposed with `trans`) into `dst[off..off + 4]`,
+    /// lane `pf_l` of warp `pf_w` giving the row address `addr`.
+    fn ldsm(&self, dst: &str, off: &str, addr: &str, trans: bool) -> String {
+        if self.emu {
+            format!(
+                "{{ const uint16_t *pf_rows[32]; uint32_t pf_x4[32][4];\n\
+                 for (int pf_l = 0; pf_l < 32; pf_l++) pf_rows[pf_l] = {addr};\n\
+                 pf_emu_ldmatrix_x4(pf_rows, {}, pf_x4);\n\
+                 for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_q = 0; pf_q < 4; pf_q++) {dst}[pf_w * 32 + pf_l][{off} + pf_q] = pf_x4[pf_l][pf_q]; }}\n",
+                i32::from(trans)
+            )
+        } else {
+            format!(
+                "pf_ldmatrix_x4{}(&{dst}[{off}], {addr});\n",
+                if trans { "_trans" } else { "" }
+            )
+        }
+    }
+
+    /// `d[doff..] += a[aoff..] b[boff..]` on a warp.
+    fn mma(&self, d: (&str, &str, i64), a: (&str, &str, i64), b: (&str, &str, i64)) -> String {
+        let bf16 = self.a.dtype == DType::BF16;
+        if self.emu {
+            format!(
+                "pf_emu_mma_at(&{}[pf_w * 32][{}], {}, &{}[pf_w * 32][{}], {}, &{}[pf_w * 32][{}], {}, {});\n",
+                d.0,
+                d.1,
+                d.2,
+                a.0,
+                a.1,
+                a.2,
+                b.0,
+                b.1,
+                b.2,
+                i32::from(bf16)
+            )
+        } else {
+            format!(
+                "pf_mma_{}(&{}[{}], &{}[{}], &{}[{}]);\n",
+                if bf16 { "bf16" } else { "f16" },
+                d.0,
+                d.1,
+                a.0,
+                a.1,
+                b.0,
+                b.1
+            )
+        }
+    }
+
+    /// Combine entry `r` of array `name` (`n` entries) over a row's four
+    /// lanes with reducer `op`.
+    fn quad(&mut self, name: &str, n: i64, op: Reducer) {
+        if self.emu {
+            let _ = writeln!(
+                self.out,
+                "pf_emu_quad(&{name}[0][0], {n}, {n}, {THREADS}, {});",
+                reducer_op(op)
+            );
+        } else {
+            let comb = |x: &str, y: &str| match op {
+                Reducer::Sum => format!("{x} + {y}"),
+                Reducer::Max => format!("fmaxf({x}, {y})"),
+                _ => format!("fminf({x}, {y})"),
+            };
+            let mut code = String::new();
+            let _ = writeln!(
+                code,
+                "{}for (int pf_r = 0; pf_r < {n}; pf_r++) {{ float pf_v = {name}[pf_r];",
+                self.unroll()
+            );
+            for m in [1, 2] {
+                let _ = writeln!(
+                    code,
+                    "  pf_v = {};",
+                    comb("pf_v", &format!("__shfl_xor_sync(0xffffffffu, pf_v, {m})"))
+                );
+            }
+            let _ = writeln!(code, "  {name}[pf_r] = pf_v; }}");
+            self.threads(&code);
+        }
+    }
+
+    fn printer(&self, overrides: HashMap<String, String>) -> Printer<'_> {
+        Printer {
+            tensors: &self.scop.tensors,
+            params: &[],
+            mode: Mode::Native,
+            overrides: std::cell::RefCell::new(overrides),
+            privates: Default::default(),
+            fixed_selects: Default::default(),
+            run_reads: Default::default(),
+        }
+    }
+
+    /// Index variables of a statement: the batch, the row, the key and the
+    /// columns.
+    fn env(&self) -> HashMap<String, String> {
+        let mut env = HashMap::new();
+        for (k, (b, _)) in self.a.batch.iter().enumerate() {
+            env.insert(b.clone(), format!("pf_b{k}"));
+        }
+        env.insert(self.a.row.clone(), "pf_ei".into());
+        env.insert(self.a.key.clone(), "pf_ej".into());
+        for c in &self.a.contractions {
+            env.insert(c.column.clone(), "pf_ee".into());
+        }
+        env
+    }
+
+    fn rename(&self) -> HashMap<String, String> {
+        let mut r = HashMap::new();
+        for (k, (b, _)) in self.a.batch.iter().enumerate() {
+            r.insert(b.clone(), format!("pf_b{k}"));
+        }
+        r
+    }
+
+    fn cond(&self, e: &crate::codegen::ast::Expr) -> String {
+        crate::gpu::attention::c_text(e, self.program, &self.rename())
+    }
+
+    fn row_subs(&self) -> Vec<Affine> {
+        let mut v: Vec<Affine> = self.a.batch.iter().map(|(b, _)| Affine::var(b)).collect();
+        v.push(Affine::var(&self.a.row));
+        v
+    }
+
+    fn elem_subs(&self) -> Vec<Affine> {
+        let mut v = self.row_subs();
+        v.push(Affine::var(&self.a.key));
+        v
+    }
+
+    fn col_subs(&self, column: &str) -> Vec<Affine> {
+        let mut v = self.row_subs();
+        v.push(Affine::var(column));
+        v
+    }
+
+    /// Overrides of the element-wise tensors (score and maps) by the
+    /// per-thread arrays at element `pf_k`.
+    fn element_overrides(&self, o: &mut HashMap<String, String>) {
+        let subs = self.elem_subs();
+        o.insert(access_text(&self.a.score, &subs), self.at("pf_s", "pf_k"));
+        for (k, (t, _)) in self.a.maps.iter().enumerate() {
+            o.insert(access_text(t, &subs), self.at(&format!("pf_x{k}"), "pf_k"));
+        }
+    }
+
+    /// The copy of `rows` rows of operand `x` from row `first` into the
+    /// shared tile `buf` (pitch for `width` elements), zero-filled past the
+    /// tensor's rows; a `cp.async` group on the GPU (not committed).
+    fn copy(&self, x: &TileOperand, first: &str, width: i64, buf: &str) -> String {
+        let chunks = width / 8;
+        let pitch = Attention::pitch(width);
+        let mut env = self.env();
+        env.insert(x.row.clone(), "pf_gr".into());
+        env.insert(x.col.clone(), "pf_q".into());
+        let printer = self.printer(HashMap::new());
+        let src = printer.element(&x.tensor, &x.subscripts, &env);
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "for (int pf_x = pf_t; pf_x < {}; pf_x += {THREADS}) {{\n\
+             const int pf_r = pf_x / {chunks}, pf_q = (pf_x % {chunks}) * 8;\n\
+             const pf_i pf_gr = {first} + pf_r;\n\
+             uint16_t *pf_dst = &{buf}[pf_r * {pitch} + pf_q];",
+            BLOCK_ROWS.max(BLOCK_KEYS) * chunks
+        );
+        let tensor = super::expr::tensor_name(&x.tensor);
+        if self.emu {
+            let _ = writeln!(
+                c,
+                "if (pf_gr < {}) memcpy(pf_dst, &{src}, 16); else memset(pf_dst, 0, 16);\n}}",
+                x.rows
+            );
+        } else {
+            let _ = writeln!(
+                c,
+                "if (pf_gr < {}) pf_cp_async16_full(pf_dst, &{src}); else pf_cp_async16(pf_dst, {tensor}, 0);\n}}",
+                x.rows
+            );
+        }
+        if self.emu {
+            c
+        } else {
+            c.replace("uint16_t *pf_dst", "unsigned short *pf_dst")
+        }
+    }
+
+    fn commit(&self) -> &'static str {
+        if self.emu {
+            ""
+        } else {
+            "pf_cp_async_commit();\n"
+        }
+    }
+
+    fn wait(&mut self, n: i32) {
+        if !self.emu {
+            let _ = writeln!(self.out, "pf_cp_async_wait<{n}>();");
+        }
+    }
+
+    fn declare(&mut self) {
+        let a = self.a;
+        let qp = Attention::pitch(a.depth);
+        let q_len = BLOCK_ROWS * qp;
+        let k_len = BLOCK_KEYS * qp;
+        if self.emu {
+            let _ = writeln!(self.out, "static uint16_t pf_fa_q[{q_len}];");
+            let _ = writeln!(self.out, "static uint16_t pf_fa_k[{k_len}];");
+            for (k, c) in a.contractions.iter().enumerate() {
+                let _ = writeln!(
+                    self.out,
+                    "static uint16_t pf_fa_v{k}[{}];",
+                    BLOCK_KEYS * Attention::pitch(c.width)
+                );
+            }
+        } else {
+            self.line("extern __shared__ __align__(128) unsigned short pf_dynamic_shared[];");
+            let _ = writeln!(
+                self.out,
+                "unsigned short *const pf_fa_q = pf_dynamic_shared;\nunsigned short *const pf_fa_k = pf_fa_q + {q_len};"
+            );
+            let mut prev = ("pf_fa_k".to_string(), k_len);
+            for (k, c) in a.contractions.iter().enumerate() {
+                let _ = writeln!(
+                    self.out,
+                    "unsigned short *const pf_fa_v{k} = {} + {};",
+                    prev.0, prev.1
+                );
+                prev = (
+                    format!("pf_fa_v{k}"),
+                    BLOCK_KEYS * Attention::pitch(c.width),
+                );
+            }
+        }
+        // Per-thread state.
+        let nb = BLOCK_KEYS / 8;
+        self.var("pf_qf", "uint32_t", a.depth / 16 * 4);
+        self.var("pf_kb", "uint32_t", 4);
+        self.var("pf_s", "float", nb * 4);
+        for k in 0..a.maps.len() {
+            self.var(&format!("pf_x{k}"), "float", nb * 4);
+        }
+        for n in ["pf_m", "pf_mn", "pf_mt"] {
+            self.var(n, "float", 2);
+        }
+        for k in 0..a.sums.len() {
+            self.var(&format!("pf_sum{k}"), "float", 2);
+            self.var(&format!("pf_st{k}"), "float", 2);
+        }
+        for (k, c) in a.contractions.iter().enumerate() {
+            self.var(&format!("pf_o{k}"), "float", c.width / 8 * 4);
+            self.var(&format!("pf_pa{k}"), "uint32_t", BLOCK_KEYS / 16 * 4);
+            self.var(&format!("pf_pl{k}"), "uint32_t", BLOCK_KEYS / 16 * 4);
+        }
+        let vars = std::mem::take(&mut self.vars);
+        for v in &vars {
+            if self.emu {
+                let _ = writeln!(
+                    self.out,
+                    "static {} {}[{THREADS}][{}];",
+                    v.ty, v.name, v.len
+                );
+            } else {
+                let ty = if v.ty == "uint32_t" { "unsigned" } else { v.ty };
+                let _ = writeln!(self.out, "{ty} {}[{}];", v.name, v.len);
+            }
+        }
+        self.vars = vars;
+    }
+
+    /// Row `pf_ei` of the thread's row `pf_r` (0: `g`, 1: `g + 8`).
+    fn row_of(&self) -> String {
+        "const pf_i pf_ei = pf_i0 + pf_w * 16 + pf_g + 8 * pf_r;".into()
+    }
+
+    fn kernel(&mut self) {
+        let a = self.a;
+        let mut batch_decl = String::new();
+        let mut stride = 1i64;
+        for (k, (_, e)) in a.batch.iter().enumerate().rev() {
+            let _ = writeln!(
+                batch_decl,
+                "const pf_i pf_b{k} = (pf_bt / {stride}) % {e}; (void)pf_b{k};"
+            );
+            stride *= e;
+        }
+        if self.emu {
+            let _ = writeln!(
+                self.out,
+                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\nconst pf_i pf_i0 = pf_bx * {BLOCK_ROWS};\n{batch_decl}",
+                a.row_tiles(),
+                a.batches()
+            );
+        } else {
+            let _ = writeln!(
+                self.out,
+                "const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
+                 (void)pf_w; (void)pf_g; (void)pf_c;\n\
+                 const pf_i pf_i0 = (pf_i)blockIdx.x * {BLOCK_ROWS};\nconst pf_i pf_bt = blockIdx.y;\n{batch_decl}"
+            );
+        }
+        self.declare();
+        let qp = Attention::pitch(a.depth);
+        let nb = BLOCK_KEYS / 8;
+        // The block's key tiles.
+        let any = self.cond(&a.any_key);
+        let lo = self.cond(&a.key_lo);
+        let hi = self.cond(&a.key_hi);
+        let _ = writeln!(
+            self.out,
+            "const int pf_any = {any};\n\
+             const pf_i pf_klo = pf_any ? ({lo}) / {BLOCK_KEYS} : 0;\n\
+             const pf_i pf_khi = pf_any ? ({hi}) / {BLOCK_KEYS} + 1 : 0;"
+        );
+        // Prologue: the query tile and the first key tile, the states.
+        let mut c = self.copy(&a.query, "pf_i0", a.depth, "pf_fa_q");
+        let _ = writeln!(c, "if (pf_klo < pf_khi) {{");
+        c.push_str(&self.copy(
+            &a.key_operand,
+            &format!("pf_klo * {BLOCK_KEYS}"),
+            a.depth,
+            "pf_fa_k",
+        ));
+        c.push_str("}\n");
+        c.push_str(self.commit());
+        self.threads(&c);
+        self.init_states();
+        self.wait(0);
+        self.sync();
+        let mut w = String::new();
+        let _ = writeln!(
+            w,
+            "{}for (int pf_kk = 0; pf_kk < {}; pf_kk++) {{",
+            self.unroll(),
+            a.depth / 16
+        );
+        w.push_str(&self.ldsm(
+            "pf_qf",
+            "pf_kk * 4",
+            &format!("&pf_fa_q[(pf_w * 16 + pf_l % 16) * {qp} + pf_kk * 16 + (pf_l / 16) * 8]"),
+            false,
+        ));
+        w.push_str("}\n");
+        self.warps(&w);
+        // The rolling loop in tiles.
+        let full = self.cond(&a.full_tile);
+        let _ = writeln!(
+            self.out,
+            "for (pf_i pf_kt = pf_klo; pf_kt < pf_khi; pf_kt++) {{\n\
+             const pf_i pf_j0 = pf_kt * {BLOCK_KEYS};\n\
+             const int pf_full = {full}; (void)pf_full;"
+        );
+        let mut c = String::new();
+        for (k, x) in a.contractions.iter().enumerate() {
+            c.push_str(&self.copy(&x.value, "pf_j0", x.width, &format!("pf_fa_v{k}")));
+        }
+        c.push_str(self.commit());
+        self.threads(&c);
+        self.wait(1);
+        self.sync();
+        // Scores.
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
+            self.unroll(),
+            nb * 4,
+            self.at("pf_s", "pf_k")
+        );
+        self.threads(&c);
+        let mut w = String::new();
+        let _ = writeln!(
+            w,
+            "{u}for (int pf_kk = 0; pf_kk < {}; pf_kk++)\n{u}for (int pf_np = 0; pf_np < {}; pf_np++) {{",
+            a.depth / 16,
+            BLOCK_KEYS / 16,
+            u = self.unroll()
+        );
+        w.push_str(&self.ldsm(
+            "pf_kb",
+            "0",
+            &format!(
+                "&pf_fa_k[(pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)) * {qp} + pf_kk * 16 + 8 * ((pf_l / 8) % 2)]"
+            ),
+            false,
+        ));
+        w.push_str(&self.mma(
+            ("pf_s", "(2 * pf_np) * 4", nb * 4),
+            ("pf_qf", "pf_kk * 4", a.depth / 16 * 4),
+            ("pf_kb", "0", 4),
+        ));
+        w.push_str(&self.mma(
+            ("pf_s", "(2 * pf_np + 1) * 4", nb * 4),
+            ("pf_qf", "pf_kk * 4", a.depth / 16 * 4),
+            ("pf_kb", "2", 4),
+        ));
+        w.push_str("}\n");
+        self.warps(&w);
+        self.softmax_step();
+        self.wait(0);
+        self.sync();
+        let mut c = String::new();
+        let _ = writeln!(c, "if (pf_kt + 1 < pf_khi) {{");
+        c.push_str(&self.copy(
+            &a.key_operand,
+            &format!("(pf_kt + 1) * {BLOCK_KEYS}"),
+            a.depth,
+            "pf_fa_k",
+        ));
+        c.push_str("}\n");
+        c.push_str(self.commit());
+        self.threads(&c);
+        // The value products.
+        for (k, x) in a.contractions.iter().enumerate() {
+            let vp = Attention::pitch(x.width);
+            let mut w = String::new();
+            let _ = writeln!(
+                w,
+                "{u}for (int pf_kc = 0; pf_kc < {}; pf_kc++)\n{u}for (int pf_ep = 0; pf_ep < {}; pf_ep++) {{",
+                BLOCK_KEYS / 16,
+                x.width / 16,
+                u = self.unroll()
+            );
+            w.push_str(&self.ldsm(
+                "pf_kb",
+                "0",
+                &format!(
+                    "&pf_fa_v{k}[(pf_kc * 16 + pf_l % 16) * {vp} + pf_ep * 16 + 8 * (pf_l / 16)]"
+                ),
+                true,
+            ));
+            let o = format!("pf_o{k}");
+            let pa = format!("pf_pa{k}");
+            w.push_str(&self.mma(
+                (&o, "(2 * pf_ep) * 4", x.width / 8 * 4),
+                (&pa, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
+                ("pf_kb", "0", 4),
+            ));
+            w.push_str(&self.mma(
+                (&o, "(2 * pf_ep + 1) * 4", x.width / 8 * 4),
+                (&pa, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
+                ("pf_kb", "2", 4),
+            ));
+            let pl = format!("pf_pl{k}");
+            w.push_str(&self.mma(
+                (&o, "(2 * pf_ep) * 4", x.width / 8 * 4),
+                (&pl, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
+                ("pf_kb", "0", 4),
+            ));
+            w.push_str(&self.mma(
+                (&o, "(2 * pf_ep + 1) * 4", x.width / 8 * 4),
+                (&pl, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
+                ("pf_kb", "2", 4),
+            ));
+            w.push_str("}\n");
+            self.warps(&w);
+        }
+        self.sync();
+        self.line("}");
+        self.wait(0);
+        self.epilogue();
+        if self.emu {
+            self.line("}");
+        }
+    }
+
+    /// The states' initial values.
+    fn init_states(&mut self) {
+        let a = self.a;
+        let printer = self.printer(HashMap::new());
+        let env = self.env();
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "{}for (int pf_r = 0; pf_r < 2; pf_r++) {{\n{}",
+            self.unroll(),
+            self.row_of()
+        );
+        let _ = writeln!(
+            c,
+            "{} = {};",
+            self.at("pf_m", "pf_r"),
+            printer.expr(&a.pred_init, &env)
+        );
+        for (k, s) in a.sums.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "{} = {};",
+                self.at(&format!("pf_sum{k}"), "pf_r"),
+                printer.expr(&s.init, &env)
+            );
+        }
+        for (k, x) in a.contractions.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "{}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+                 const pf_i pf_ee = pf_n * 8 + 2 * pf_c + pf_h; (void)pf_ee;\n\
+                 {} = {}; }}",
+                self.unroll(),
+                x.width / 8,
+                self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
+                printer.expr(&x.init, &env)
+            );
+        }
+        c.push_str("(void)pf_ei; }\n");
+        self.threads(&c);
+    }
+
+    /// One tile's maps, predecessor, repairs and terms (all but the value
+    /// products).
+    fn softmax_step(&mut self) {
+        let a = self.a;
+        let env = self.env();
+        let nb = BLOCK_KEYS / 8;
+        let element = self.cond(&a.element);
+        let elem_loop = |u: &str| {
+            format!(
+                "{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_r = 0; pf_r < 2; pf_r++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+                 const int pf_k = pf_n * 4 + 2 * pf_r + pf_h;\n\
+                 const pf_i pf_ei = pf_i0 + pf_w * 16 + pf_g + 8 * pf_r;\n\
+                 const pf_i pf_ej = pf_j0 + pf_n * 8 + 2 * pf_c + pf_h;\n\
+                 const int pf_ok = pf_full || ({element}); (void)pf_ok; (void)pf_ei; (void)pf_ej;"
+            )
+        };
+        // Maps and the predecessor's tile value.
+        let mut ov = HashMap::new();
+        self.element_overrides(&mut ov);
+        let printer = self.printer(ov.clone());
+        let ident = printer.identity(a.reducer, DType::F32);
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "{} = {ident}; {} = {ident};",
+            self.at("pf_mt", "0"),
+            self.at("pf_mt", "1")
+        );
+        c.push_str(&elem_loop(self.unroll()));
+        c.push('\n');
+        for (k, (_, rhs)) in a.maps.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "{} = {};",
+                self.at(&format!("pf_x{k}"), "pf_k"),
+                printer.expr(rhs, &env)
+            );
+        }
+        let mt = self.at("pf_mt", "pf_r");
+        let _ = writeln!(
+            c,
+            "if (pf_ok) {mt} = {};\n}}",
+            printer.combine(
+                a.reducer,
+                DType::F32,
+                &mt,
+                &printer.expr(&a.pred_body, &env)
+            )
+        );
+        self.threads(&c);
+        self.quad("pf_mt", 2, a.reducer);
+        // New predecessor value, repairs.
+        let row = self.row_subs();
+        let mut rov = ov.clone();
+        rov.insert(access_text(&a.pred, &row), self.at("pf_mn", "pf_r"));
+        rov.insert(access_text(&a.cache, &row), self.at("pf_m", "pf_r"));
+        for (k, s) in a.sums.iter().enumerate() {
+            rov.insert(
+                access_text(&s.tensor, &row),
+                self.at(&format!("pf_sum{k}"), "pf_r"),
+            );
+        }
+        for (k, x) in a.contractions.iter().enumerate() {
+            rov.insert(
+                access_text(&x.tensor, &self.col_subs(&x.column)),
+                self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
+            );
+        }
+        let printer = self.printer(rov);
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "{}for (int pf_r = 0; pf_r < 2; pf_r++) {{\n{} = {};",
+            self.unroll(),
+            self.at("pf_mn", "pf_r"),
+            printer.combine(
+                a.reducer,
+                DType::F32,
+                &self.at("pf_m", "pf_r"),
+                &self.at("pf_mt", "pf_r")
+            )
+        );
+        for (k, s) in a.sums.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "{} = {};",
+                self.at(&format!("pf_sum{k}"), "pf_r"),
+                printer.expr(&s.repair, &env)
+            );
+            let _ = writeln!(c, "{} = 0.0f;", self.at(&format!("pf_st{k}"), "pf_r"));
+        }
+        for (k, x) in a.contractions.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "{}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {} = {};",
+                self.unroll(),
+                x.width / 8,
+                self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
+                printer.expr(&x.repair, &env)
+            );
+        }
+        c.push_str("}\n");
+        // The tile's terms with the new predecessor value.
+        let mut tov = ov;
+        tov.insert(access_text(&a.pred, &row), self.at("pf_mn", "pf_r"));
+        let printer = self.printer(tov);
+        let u = self.unroll();
+        let _ = writeln!(
+            c,
+            "{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_r = 0; pf_r < 2; pf_r++) {{\n\
+             float pf_w0[{n}], pf_w1[{n}];",
+            n = a.contractions.len().max(1)
+        );
+        let _ = writeln!(
+            c,
+            "{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+             const int pf_k = pf_n * 4 + 2 * pf_r + pf_h;\n\
+             const pf_i pf_ei = pf_i0 + pf_w * 16 + pf_g + 8 * pf_r;\n\
+             const pf_i pf_ej = pf_j0 + pf_n * 8 + 2 * pf_c + pf_h;\n\
+             const int pf_ok = pf_full || ({element}); (void)pf_ei; (void)pf_ej; (void)pf_k;"
+        );
+        for (k, s) in a.sums.iter().enumerate() {
+            let st = self.at(&format!("pf_st{k}"), "pf_r");
+            let _ = writeln!(
+                c,
+                "if (pf_ok) {st} = {st} + {};",
+                printer.expr(&s.term, &env)
+            );
+        }
+        for (k, x) in a.contractions.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "{{ const float pf_p = pf_ok ? {} : 0.0f; if (pf_h == 0) pf_w0[{k}] = pf_p; else pf_w1[{k}] = pf_p; }}",
+                printer.expr(&x.weight, &env)
+            );
+        }
+        c.push_str("}\n");
+        let pack = if a.dtype == DType::BF16 {
+            "pf_f2b"
+        } else {
+            "pf_f2h"
+        };
+        // Each weight as the sum of two values of the operand type (the
+        // rounded weight and the rounded remainder), so the product with
+        // the values loses no more than the f32 accumulation does.
+        let widen = if a.dtype == DType::BF16 {
+            "pf_b2f"
+        } else {
+            "pf_h2f"
+        };
+        for k in 0..a.contractions.len() {
+            let idx = "(pf_n / 2) * 4 + (pf_n % 2) * 2 + pf_r";
+            let _ = writeln!(
+                c,
+                "{{ const uint16_t pf_h0 = {pack}(pf_w0[{k}]), pf_h1 = {pack}(pf_w1[{k}]);
+                 {} = (uint32_t)pf_h0 | ((uint32_t)pf_h1 << 16);
+                 {} = (uint32_t){pack}(pf_w0[{k}] - {widen}(pf_h0)) | ((uint32_t){pack}(pf_w1[{k}] - {widen}(pf_h1)) << 16); }}",
+                self.at(&format!("pf_pa{k}"), idx),
+                self.at(&format!("pf_pl{k}"), idx)
+            );
+        }
+        c.push_str("}\n");
+        let c = if self.emu {
+            c
+        } else {
+            c.replace("(uint32_t)", "(unsigned)")
+                .replace("const uint16_t", "const unsigned short")
+        };
+        self.threads(&c);
+        for k in 0..a.sums.len() {
+            self.quad(&format!("pf_st{k}"), 2, Reducer::Sum);
+        }
+        let mut c = String::new();
+        let _ = writeln!(c, "for (int pf_r = 0; pf_r < 2; pf_r++) {{");
+        for k in 0..a.sums.len() {
+            let s = self.at(&format!("pf_sum{k}"), "pf_r");
+            let _ = writeln!(c, "{s} = {s} + {};", self.at(&format!("pf_st{k}"), "pf_r"));
+        }
+        let _ = writeln!(
+            c,
+            "{} = {}; }}",
+            self.at("pf_m", "pf_r"),
+            self.at("pf_mn", "pf_r")
+        );
+        self.threads(&c);
+    }
+
+    /// The epilogue statements, from the final states.
+    fn epilogue(&mut self) {
+        let a = self.a;
+        let env = self.env();
+        let row = self.row_subs();
+        let mut c = String::new();
+        for &p in &a.epilogue {
+            let st = &self.program.statements[p];
+            let mut ov = HashMap::new();
+            ov.insert(access_text(&a.pred, &row), self.at("pf_m", "pf_r"));
+            for (k, s) in a.sums.iter().enumerate() {
+                ov.insert(
+                    access_text(&s.tensor, &row),
+                    self.at(&format!("pf_sum{k}"), "pf_r"),
+                );
+            }
+            let column = if st.lhs_indices.len() > row.len() {
+                st.lhs_indices.last().cloned()
+            } else {
+                None
+            };
+            let width = column
+                .as_ref()
+                .and_then(|col| a.contractions.iter().find(|x| &x.column == col))
+                .map(|x| x.width);
+            for (k, x) in a.contractions.iter().enumerate() {
+                if column.as_ref() == Some(&x.column) && Some(x.width) == width {
+                    ov.insert(
+                        access_text(&x.tensor, &self.col_subs(&x.column)),
+                        self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
+                    );
+                }
+            }
+            let printer = self.printer(ov);
+            let text = printer.statement(st, StmtKind::Assign, &env);
+            match width {
+                Some(w) => {
+                    let _ = writeln!(
+                        c,
+                        "for (int pf_r = 0; pf_r < 2; pf_r++) for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+                         {}\nconst pf_i pf_ee = pf_n * 8 + 2 * pf_c + pf_h; (void)pf_ee;\n\
+                         if (pf_ei < {}) {text}\n}}",
+                        w / 8,
+                        self.row_of(),
+                        a.rows
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        c,
+                        "for (int pf_r = 0; pf_r < 2; pf_r++) {{\n{}\nif (pf_c == 0 && pf_ei < {}) {text}\n}}",
+                        self.row_of(),
+                        a.rows
+                    );
+                }
+            }
+        }
+        self.threads(&c);
+    }
+}

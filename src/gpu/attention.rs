@@ -1,0 +1,874 @@
+//! Attention on tensor cores: recognising, in a kernel that a rolling
+//! update made (`repair::rolling`), the chain "score contraction, maps,
+//! rolling reduction into a row state, repaired row sums and a repaired
+//! contraction with a value tensor", and the block-tiled form that runs it
+//! with `mma.sync.m16n8k16` (FlashAttention's loop, printed by
+//! `codegen::flash`).
+//!
+//! The kernel must hold every statement of the program, with these roles
+//! (`bt` the batch iterators, `i` the row, `j` the rolling loop, `d` the
+//! score's reduction, `e` a column of a contraction target; the iterator
+//! names must be the same in every statement):
+//!
+//! * the score `P(bt, i, j) += A(.., i, d) * B(.., j, d)` with f16 or bf16
+//!   operands whose last subscript is `d`, on the box `i < R, j < N, d < D`;
+//! * maps `X(bt, i, j) = f(..)` reading the score and earlier maps at
+//!   `(bt, i, j)`, inputs anywhere, and the iterators;
+//! * the rolling predecessor `M(bt, i) = M fr body(..)` (max or min), its
+//!   initialisation and its cache `Mp(bt, i) = M(bt, i)`;
+//! * targets `X(bt, i) = H(X; Mp, M) + g(..)` (row sums) and
+//!   `O(bt, i, e) = H(O; Mp, M) + p(..) * V(.., j, e)` (contractions, `V`
+//!   f16 or bf16 with last subscript `e`), each with its initialisation;
+//! * epilogue statements over `(bt, i)` or `(bt, i, e)` after the loop.
+//!
+//! Why the tiled loop computes the same values. The rolling loop over `j`
+//! runs in tiles of `N_T` keys: in each tile the predecessor's partial
+//! value over the tile is reduced first, combined with the running value
+//! (`M' = M fr M_tile`), each target's running value is repaired once
+//! (`X = H(X; M, M')`) and the tile's terms are added with the new value
+//! (`g(M', c)`). That is the combination of two partial states of the
+//! loop that the rewrite proved (`frontend::ast::RollingStates`: Eq. 4
+//! moves a term computed with one predecessor value to another, Eq. 5 lets
+//! the repair distribute over the target's sum), applied to "the keys
+//! before the tile" and "the tile". The score's sum over `d` and the
+//! targets' sums over the tile are regrouped (a sum is reorderable), and
+//! rows run in parallel: every dependence among the kernel's instances
+//! relates two instances of the same row `(bt, i)`, which
+//! [`recognise`] checks on the dependences in isl (`D ⊆ R⁻¹ ∘ R` with `R`
+//! the projection on the row).
+//!
+//! Elements outside the rolling statements' domain (a causal or window
+//! mask, keys past the end) take no part: their score is the predecessor
+//! reducer's identity and their terms are zero. Key tiles with no element
+//! in the domain for a block's rows are skipped, and the element test is
+//! left out where a whole tile is inside; both conditions are computed
+//! from the domain in isl.
+
+use std::collections::HashMap;
+
+use crate::codegen::ast::{self, Expr as AstExpr};
+use crate::deps::Dependences;
+use crate::error::Result;
+use crate::frontend::ast::{
+    Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, TensorRole,
+};
+use crate::isl::Isl;
+use crate::model::{collect_reads, Scop};
+
+/// Query rows of a block (four warps of 16 rows).
+pub const BLOCK_ROWS: i64 = 64;
+/// Keys of a tile of the rolling loop.
+pub const BLOCK_KEYS: i64 = 64;
+/// Threads of a block.
+pub const THREADS: u32 = 128;
+
+/// A read operand of a tile copy: `tensor` at `subscripts` (statement
+/// iterators), rows along `row`, its last subscript the contiguous `col`.
+#[derive(Debug, Clone)]
+pub struct TileOperand {
+    pub tensor: String,
+    pub subscripts: Vec<Affine>,
+    /// The iterator that walks the tile's rows (`i` or `j`).
+    pub row: String,
+    /// The iterator of the last subscript (`d` or `e`).
+    pub col: String,
+    /// Rows of the tensor along `row` (zero-filled beyond).
+    pub rows: i64,
+}
+
+/// A repaired row sum `X(bt, i) = H(X; Mp, M) + g`.
+#[derive(Debug, Clone)]
+pub struct RowSum {
+    pub tensor: String,
+    /// The initialisation's right side.
+    pub init: Expr,
+    /// `H` as it reads `X`, the cache and the predecessor.
+    pub repair: Expr,
+    /// The term added per key.
+    pub term: Expr,
+}
+
+/// A repaired contraction `O(bt, i, e) = H(O; Mp, M) + p * V(.., j, e)`.
+#[derive(Debug, Clone)]
+pub struct RowContraction {
+    pub tensor: String,
+    /// The column iterator `e` (as the update names it) and its extent.
+    pub column: String,
+    pub width: i64,
+    pub init: Expr,
+    pub repair: Expr,
+    /// `p`, the factor per key and row (the A operand, rounded to the
+    /// operand type).
+    pub weight: Expr,
+    pub value: TileOperand,
+}
+
+/// A recognised attention kernel.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    /// Batch iterators and their extents (one block row per combination).
+    pub batch: Vec<(String, i64)>,
+    pub row: String,
+    pub key: String,
+    pub rows: i64,
+    pub keys: i64,
+    /// Score reduction depth `D` (a multiple of 16).
+    pub depth: i64,
+    pub dtype: DType,
+    /// The score tensor `P` and the operands of its contraction.
+    pub score: String,
+    pub query: TileOperand,
+    pub key_operand: TileOperand,
+    /// Maps over `(bt, i, j)` in program order: (tensor, right side).
+    pub maps: Vec<(String, Expr)>,
+    /// The predecessor `M`, its cache, reducer, initial value and the body
+    /// it reduces.
+    pub pred: String,
+    pub cache: String,
+    pub reducer: Reducer,
+    pub pred_init: Expr,
+    pub pred_body: Expr,
+    pub sums: Vec<RowSum>,
+    pub contractions: Vec<RowContraction>,
+    /// Epilogue statements (program positions), over `(bt, i)` or
+    /// `(bt, i, e)`.
+    pub epilogue: Vec<usize>,
+    /// Conditions as expressions in the batch iterators, `pf_i0`, `pf_j0`
+    /// (a tile's first row and key), and `pf_ei`, `pf_ej` (an element's
+    /// row and key): the block's key range, a tile wholly inside the
+    /// domain, an element inside it.
+    pub key_lo: AstExpr,
+    pub key_hi: AstExpr,
+    pub any_key: AstExpr,
+    pub full_tile: AstExpr,
+    pub element: AstExpr,
+}
+
+impl Attention {
+    /// Tiles of rows.
+    pub fn row_tiles(&self) -> i64 {
+        (self.rows + BLOCK_ROWS - 1) / BLOCK_ROWS
+    }
+    /// Combinations of batch values.
+    pub fn batches(&self) -> i64 {
+        self.batch.iter().map(|(_, e)| *e).product()
+    }
+    /// Elements of a shared row of width `w` (padded by 16 bytes, which
+    /// keeps rows 16-byte aligned and spreads the eight rows an `ldmatrix`
+    /// reads over all banks).
+    pub fn pitch(w: i64) -> i64 {
+        w + 8
+    }
+    /// Bytes of shared memory: the query tile, one key tile, one tile of
+    /// each value operand.
+    pub fn shared_bytes(&self) -> usize {
+        let mut e = BLOCK_ROWS * Self::pitch(self.depth) + BLOCK_KEYS * Self::pitch(self.depth);
+        for c in &self.contractions {
+            e += BLOCK_KEYS * Self::pitch(c.width);
+        }
+        (e * 2) as usize
+    }
+}
+
+fn var_list(names: &[String]) -> Vec<Affine> {
+    names.iter().map(|n| Affine::var(n)).collect()
+}
+
+/// The reads of `e` (tensor, subscripts).
+fn reads(e: &Expr) -> Vec<(String, Vec<Affine>)> {
+    let mut v = Vec::new();
+    collect_reads(e, &mut v);
+    v
+}
+
+fn uncast(e: &Expr) -> &Expr {
+    match &e.kind {
+        ExprKind::Cast(_, inner) => uncast(inner),
+        _ => e,
+    }
+}
+
+fn mentions_index(e: &Expr, name: &str) -> bool {
+    match &e.kind {
+        ExprKind::Index(n) => n == name,
+        ExprKind::Access { subscripts, .. } => subscripts.iter().any(|s| s.coeff(name) != 0),
+        ExprKind::Unary(_, a) | ExprKind::Cast(_, a) => mentions_index(a, name),
+        ExprKind::Binary(_, a, b) => mentions_index(a, name) || mentions_index(b, name),
+        ExprKind::Select(c, a, b) => {
+            mentions_index(c, name) || mentions_index(a, name) || mentions_index(b, name)
+        }
+        ExprKind::Call(_, args) => args.iter().any(|a| mentions_index(a, name)),
+        _ => false,
+    }
+}
+
+/// An operand `X(..)` of a tile copy: its last subscript is exactly `col`,
+/// one other subscript exactly `row`, the rest use only `batch`.
+fn tile_operand(
+    program: &Program,
+    tensor: &str,
+    subs: &[Affine],
+    row: &str,
+    col: &str,
+    batch: &[String],
+) -> Option<TileOperand> {
+    let t = program.tensor(tensor)?;
+    if !matches!(t.dtype, DType::F16 | DType::BF16) || subs.is_empty() {
+        return None;
+    }
+    let last = subs.len() - 1;
+    if subs[last] != Affine::var(col) {
+        return None;
+    }
+    let mut row_dim = None;
+    for (k, s) in subs.iter().enumerate().take(last) {
+        if *s == Affine::var(row) {
+            if row_dim.is_some() {
+                return None;
+            }
+            row_dim = Some(k);
+        } else if s
+            .names()
+            .any(|n| !batch.iter().any(|b| b == n) && !program.is_param(n))
+        {
+            return None;
+        }
+    }
+    let shape = t.shape.as_ref()?;
+    let rows = program.evaluate(&shape[row_dim?])?;
+    Some(TileOperand {
+        tensor: tensor.to_string(),
+        subscripts: subs.to_vec(),
+        row: row.to_string(),
+        col: col.to_string(),
+        rows,
+    })
+}
+
+/// Recognises the attention kernel whose statements are those of
+/// `kernel` (a union of statement domains); `None` leaves the kernel to
+/// the ordinary mapping.
+pub fn recognise(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    kernel: &isl_rs::UnionSet,
+) -> Result<Option<Attention>> {
+    let Some(rolling) = &program.rolling else {
+        return Ok(None);
+    };
+    let in_kernel = scop.statements_in(kernel)?;
+    if in_kernel.len() != scop.statements.len() {
+        return Ok(None);
+    }
+    let [pred] = rolling.preds.as_slice() else {
+        return Ok(None);
+    };
+    if !matches!(pred.reducer, Reducer::Max | Reducer::Min) {
+        return Ok(None);
+    }
+    let sts = &program.statements;
+    let writes = |t: &str| -> Vec<usize> {
+        sts.iter()
+            .enumerate()
+            .filter(|(_, s)| s.lhs_tensor == t)
+            .map(|(k, _)| k)
+            .collect()
+    };
+    // The predecessor's update (with the rolling index) and its init.
+    let pw = writes(&pred.tensor);
+    let Some(&pu) = pw
+        .iter()
+        .find(|&&k| sts[k].reduction_indices.len() == 1 && sts[k].op == AssignOp::Assign)
+    else {
+        return Ok(None);
+    };
+    let Some(&pi) = pw
+        .iter()
+        .find(|&&k| sts[k].reduction_indices.is_empty() && sts[k].op == AssignOp::Assign)
+    else {
+        return Ok(None);
+    };
+    if pw.len() != 2 {
+        return Ok(None);
+    }
+    let pst = &sts[pu];
+    let (Some((row, batch)), key) = (pst.lhs_indices.split_last(), &pst.reduction_indices[0])
+    else {
+        return Ok(None);
+    };
+    let row = row.clone();
+    let key = key.clone();
+    let batch: Vec<String> = batch.to_vec();
+    let row_idx: Vec<String> = pst.lhs_indices.clone();
+    let mut elem_idx = row_idx.clone();
+    elem_idx.push(key.clone());
+    let row_subs = var_list(&row_idx);
+    let elem_subs = var_list(&elem_idx);
+    let pred_read = Expr {
+        kind: ExprKind::Access {
+            tensor: pred.tensor.clone(),
+            subscripts: row_subs.clone(),
+        },
+        ty: pst.rhs.ty,
+    };
+    let func = if pred.reducer == Reducer::Max {
+        Func::Max
+    } else {
+        Func::Min
+    };
+    let pred_body = match &pst.rhs.kind {
+        ExprKind::Call(f, args) if *f == func && args.len() == 2 => {
+            if args[0] == pred_read {
+                args[1].clone()
+            } else if args[1] == pred_read {
+                args[0].clone()
+            } else {
+                return Ok(None);
+            }
+        }
+        _ => return Ok(None),
+    };
+    let pred_init = sts[pi].rhs.clone();
+    if sts[pi].lhs_indices != row_idx || !reads(&pred_init).is_empty() {
+        return Ok(None);
+    }
+    // The cache `Mp = M`.
+    let cw = writes(&pred.cache);
+    let [cu] = cw.as_slice() else {
+        return Ok(None);
+    };
+    if sts[*cu].lhs_indices != row_idx || sts[*cu].rhs.kind != pred_read.kind {
+        return Ok(None);
+    }
+    let mut used = vec![pu, pi, *cu];
+    // The score contraction: the only reduction statement.
+    let reductions: Vec<usize> = sts
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s.op, AssignOp::Reduce { .. }))
+        .map(|(k, _)| k)
+        .collect();
+    let [sc] = reductions.as_slice() else {
+        return Ok(None);
+    };
+    let sst = &sts[*sc];
+    if sst.op
+        != (AssignOp::Reduce {
+            op: Reducer::Sum,
+            init: true,
+        })
+        || sst.lhs_indices != elem_idx
+        || sst.reduction_indices.len() != 1
+    {
+        return Ok(None);
+    }
+    let depth_it = sst.reduction_indices[0].clone();
+    let ExprKind::Binary(BinOp::Mul, x, y) = &uncast(&sst.rhs).kind else {
+        return Ok(None);
+    };
+    let (
+        ExprKind::Access {
+            tensor: xt,
+            subscripts: xs,
+        },
+        ExprKind::Access {
+            tensor: yt,
+            subscripts: ys,
+        },
+    ) = (&uncast(x).kind, &uncast(y).kind)
+    else {
+        return Ok(None);
+    };
+    let operands = |a: (&String, &Vec<Affine>), b: (&String, &Vec<Affine>)| {
+        Some((
+            tile_operand(program, a.0, a.1, &row, &depth_it, &batch)?,
+            tile_operand(program, b.0, b.1, &key, &depth_it, &batch)?,
+        ))
+    };
+    let Some((query, key_operand)) =
+        operands((xt, xs), (yt, ys)).or_else(|| operands((yt, ys), (xt, xs)))
+    else {
+        return Ok(None);
+    };
+    let dtype = program.tensor(&query.tensor).map(|t| t.dtype);
+    if dtype != program.tensor(&key_operand.tensor).map(|t| t.dtype) {
+        return Ok(None);
+    }
+    let dtype = dtype.unwrap_or(DType::F16);
+    let score = sst.lhs_tensor.clone();
+    used.push(*sc);
+    // Extents, all known.
+    let shape_of = |t: &str, k: usize| -> Option<i64> {
+        program.evaluate(program.tensor(t)?.shape.as_ref()?.get(k)?)
+    };
+    let mut batch_ext = Vec::new();
+    for (k, b) in batch.iter().enumerate() {
+        let Some(e) = shape_of(&pred.tensor, k) else {
+            return Ok(None);
+        };
+        batch_ext.push((b.clone(), e));
+    }
+    let (Some(rows), Some(keys), Some(depth)) = (
+        shape_of(&pred.tensor, batch.len()),
+        shape_of(&score, batch.len() + 1),
+        program
+            .tensor(&query.tensor)
+            .and_then(|t| program.evaluate(t.shape.as_ref()?.last()?)),
+    ) else {
+        return Ok(None);
+    };
+    if depth % 16 != 0 || depth > 256 || query.rows != rows || key_operand.rows != keys {
+        return Ok(None);
+    }
+    // Targets.
+    let mut sums = Vec::new();
+    let mut contractions = Vec::new();
+    for t in &rolling.targets {
+        if t.reducer != Reducer::Sum {
+            return Ok(None);
+        }
+        let tw = writes(&t.tensor);
+        let upd = tw
+            .iter()
+            .copied()
+            .find(|&k| sts[k].reduction_indices == [key.clone()]);
+        let ini = tw
+            .iter()
+            .copied()
+            .find(|&k| sts[k].reduction_indices.is_empty());
+        let (Some(u), Some(n)) = (upd, ini) else {
+            return Ok(None);
+        };
+        if tw.len() != 2 || sts[u].op != AssignOp::Assign || sts[n].op != AssignOp::Assign {
+            return Ok(None);
+        }
+        let ExprKind::Binary(BinOp::Add, a, b) = &sts[u].rhs.kind else {
+            return Ok(None);
+        };
+        let term = if **a == t.repair {
+            (**b).clone()
+        } else if **b == t.repair {
+            (**a).clone()
+        } else {
+            return Ok(None);
+        };
+        let init = sts[n].rhs.clone();
+        if !reads(&init).is_empty() || sts[n].lhs_indices != sts[u].lhs_indices {
+            return Ok(None);
+        }
+        let lhs = &sts[u].lhs_indices;
+        if *lhs == row_idx {
+            if mentions_index(&term, &depth_it) {
+                return Ok(None);
+            }
+            sums.push(RowSum {
+                tensor: t.tensor.clone(),
+                init,
+                repair: t.repair.clone(),
+                term,
+            });
+        } else if lhs.len() == row_idx.len() + 1 && lhs[..row_idx.len()] == row_idx[..] {
+            let column = lhs[row_idx.len()].clone();
+            let ExprKind::Binary(BinOp::Mul, a, b) = &term.kind else {
+                return Ok(None);
+            };
+            let split = |w: &Expr, v: &Expr| -> Option<(Expr, TileOperand)> {
+                let ExprKind::Access { tensor, subscripts } = &uncast(v).kind else {
+                    return None;
+                };
+                if mentions_index(w, &column) {
+                    return None;
+                }
+                let op = tile_operand(program, tensor, subscripts, &key, &column, &batch)?;
+                (op.rows == keys && program.tensor(tensor)?.dtype == dtype).then(|| (w.clone(), op))
+            };
+            let Some((weight, value)) = split(a, b).or_else(|| split(b, a)) else {
+                return Ok(None);
+            };
+            let Some(width) = shape_of(&t.tensor, row_idx.len()) else {
+                return Ok(None);
+            };
+            if width % 16 != 0 || width > 256 {
+                return Ok(None);
+            }
+            contractions.push(RowContraction {
+                tensor: t.tensor.clone(),
+                column,
+                width,
+                init,
+                repair: t.repair.clone(),
+                weight,
+                value,
+            });
+        } else {
+            return Ok(None);
+        }
+        used.extend([u, n]);
+    }
+    if contractions.is_empty() {
+        return Ok(None);
+    }
+    // Maps over (bt, i, j) and the epilogue, in program order.
+    let mut elementwise: Vec<String> = vec![score.clone()];
+    let mut maps = Vec::new();
+    let mut epilogue = Vec::new();
+    let rowwise: Vec<String> = std::iter::once(pred.tensor.clone())
+        .chain(std::iter::once(pred.cache.clone()))
+        .chain(sums.iter().map(|s| s.tensor.clone()))
+        .chain(contractions.iter().map(|c| c.tensor.clone()))
+        .collect();
+    let last_target = used.iter().copied().max().unwrap_or(0);
+    for (position, s) in sts.iter().enumerate() {
+        if used.contains(&position) {
+            continue;
+        }
+        if s.op != AssignOp::Assign || !s.reduction_indices.is_empty() {
+            return Ok(None);
+        }
+        let written_here = |t: &str| sts.iter().any(|o| o.lhs_tensor == t);
+        if s.lhs_indices == elem_idx {
+            for (t, subs) in reads(&s.rhs) {
+                if elementwise.contains(&t) {
+                    if subs != elem_subs {
+                        return Ok(None);
+                    }
+                } else if written_here(&t) {
+                    return Ok(None);
+                }
+            }
+            if writes(&s.lhs_tensor).len() != 1 {
+                return Ok(None);
+            }
+            elementwise.push(s.lhs_tensor.clone());
+            maps.push((s.lhs_tensor.clone(), s.rhs.clone()));
+        } else if position > last_target
+            && (s.lhs_indices == row_idx
+                || contractions.iter().any(|c| {
+                    s.lhs_indices.len() == row_idx.len() + 1
+                        && s.lhs_indices[..row_idx.len()] == row_idx[..]
+                        && s.lhs_indices[row_idx.len()] == c.column
+                }))
+        {
+            for (t, subs) in reads(&s.rhs) {
+                let at_row = subs.len() >= row_subs.len() && subs[..row_subs.len()] == row_subs[..];
+                if rowwise.contains(&t) {
+                    let ok = if sums.iter().any(|x| x.tensor == t) || t == pred.tensor {
+                        subs == row_subs
+                    } else {
+                        at_row
+                            && subs.len() == s.lhs_indices.len()
+                            && subs == var_list(&s.lhs_indices)
+                    };
+                    if !ok || t == pred.cache {
+                        return Ok(None);
+                    }
+                } else if written_here(&t) {
+                    return Ok(None);
+                }
+            }
+            if writes(&s.lhs_tensor).len() != 1 || rowwise.contains(&s.lhs_tensor) {
+                return Ok(None);
+            }
+            epilogue.push(position);
+        } else {
+            return Ok(None);
+        }
+    }
+    // Element reads in the terms, the weights and the body: elementwise
+    // tensors at (bt, i, j), row states at (bt, i), nothing else written.
+    let element_reads_ok = |e: &Expr, extra: Option<&str>| -> bool {
+        reads(e).iter().all(|(t, subs)| {
+            if elementwise.contains(t) {
+                *subs == elem_subs
+            } else if *t == pred.tensor {
+                *subs == row_subs
+            } else {
+                !sts.iter().any(|o| &o.lhs_tensor == t) || extra == Some(t.as_str())
+            }
+        })
+    };
+    if !element_reads_ok(&pred_body, None)
+        || sums.iter().any(|s| !element_reads_ok(&s.term, None))
+        || contractions
+            .iter()
+            .any(|c| !element_reads_ok(&c.weight, None))
+    {
+        return Ok(None);
+    }
+    // The states the kernel keeps in registers never reach memory: they
+    // must be f32 temps.
+    for t in elementwise.iter().chain(rowwise.iter()) {
+        match program.tensor(t) {
+            Some(x) if x.role == TensorRole::Temp && x.dtype == DType::F32 => {}
+            _ => return Ok(None),
+        }
+    }
+    let Some(conditions) = domain_conditions(
+        isl,
+        scop,
+        program,
+        pu,
+        &batch,
+        &row,
+        &key,
+        [rows, keys, depth],
+        &contractions,
+        &epilogue,
+        &used,
+        *sc,
+    )?
+    else {
+        return Ok(None);
+    };
+    // Dependences stay within a row.
+    let mut pieces = Vec::new();
+    for s in &scop.statements {
+        if !row_idx.iter().all(|i| s.iterators.contains(i)) {
+            return Ok(None);
+        }
+        pieces.push(format!(
+            "{}[{}] -> [{}]",
+            s.name,
+            s.iterators.join(", "),
+            row_idx.join(", ")
+        ));
+    }
+    let rowmap = isl.union_map(&format!("{}{{ {} }}", scop.param_prefix, pieces.join("; ")))?;
+    let same = rowmap.copy()?.apply_range(rowmap.reverse()?)?;
+    if !deps.all()?.subtract(same)?.is_empty()? {
+        return Ok(None);
+    }
+    let [key_lo, key_hi, any_key, full_tile, element] = conditions;
+    Ok(Some(Attention {
+        batch: batch_ext,
+        row,
+        key,
+        rows,
+        keys,
+        depth,
+        dtype,
+        score,
+        query,
+        key_operand,
+        maps,
+        pred: pred.tensor.clone(),
+        cache: pred.cache.clone(),
+        reducer: pred.reducer,
+        pred_init,
+        pred_body,
+        sums,
+        contractions,
+        epilogue,
+        key_lo,
+        key_hi,
+        any_key,
+        full_tile,
+        element,
+    }))
+}
+
+/// The domain checks and conditions of the tiled loop: every statement of
+/// the rolling loop (but the score's) on the same set `V` of `(bt, i, j)`
+/// (a contraction target's on `V × [0, E)`), the score, the row
+/// initialisations and the epilogue on boxes; then, from `V`, the key range
+/// of a block's rows, whether a tile is wholly inside `V`, and the test of
+/// one element.
+#[allow(clippy::too_many_arguments)]
+fn domain_conditions(
+    isl: &Isl,
+    scop: &Scop,
+    program: &Program,
+    pred_update: usize,
+    batch: &[String],
+    row: &str,
+    key: &str,
+    [rows, keys, depth]: [i64; 3],
+    contractions: &[RowContraction],
+    epilogue: &[usize],
+    used: &[usize],
+    score: usize,
+) -> Result<Option<[AstExpr; 5]>> {
+    let context = scop.context.copy()?;
+    let pre = &scop.param_prefix;
+    let Some(pstmt) = scop.statements.iter().find(|s| s.source == pred_update) else {
+        return Ok(None);
+    };
+    let mut elem = batch.to_vec();
+    elem.push(row.to_string());
+    elem.push(key.to_string());
+    // `V` on an anonymous tuple [bt, i, j].
+    let anon = |s: &crate::model::ModelStmt, its: &[String]| -> Result<Option<isl_rs::Set>> {
+        if s.iterators.len() != its.len() || its.iter().any(|i| !s.iterators.contains(i)) {
+            return Ok(None);
+        }
+        let m = isl.map(&format!(
+            "{pre}{{ {}[{}] -> [{}] }}",
+            s.name,
+            s.iterators.join(", "),
+            its.join(", ")
+        ))?;
+        Ok(Some(
+            s.domain
+                .copy()?
+                .intersect_params(context.copy()?)?
+                .apply(m)?,
+        ))
+    };
+    let Some(v) = anon(pstmt, &elem)? else {
+        return Ok(None);
+    };
+    let bt_bounds: Vec<String> = batch
+        .iter()
+        .enumerate()
+        .map(|(k, b)| {
+            let e = program
+                .tensor(&program.statements[pred_update].lhs_tensor)
+                .and_then(|t| program.evaluate(&t.shape.as_ref()?[k]))
+                .unwrap_or(0);
+            format!("0 <= {b} < {e}")
+        })
+        .collect();
+    let boxed = |extra: &[(String, i64)], names: &[String]| -> Result<isl_rs::Set> {
+        let mut cons = bt_bounds.clone();
+        for (n, e) in extra {
+            cons.push(format!("0 <= {n} < {e}"));
+        }
+        Ok(isl
+            .set(&format!(
+                "{pre}{{ [{}] : {} }}",
+                names.join(", "),
+                cons.join(" and ")
+            ))?
+            .intersect_params(context.copy()?)?)
+    };
+    for s in &scop.statements {
+        let st = &program.statements[s.source];
+        let ok = if s.source == score {
+            // The score on the whole box (the update and its init).
+            let mut its = elem.clone();
+            let mut extra = vec![(row.to_string(), rows), (key.to_string(), keys)];
+            if s.kind == crate::model::StmtKind::Update {
+                its.push(st.reduction_indices[0].clone());
+                extra.push((st.reduction_indices[0].clone(), depth));
+            }
+            match anon(s, &its)? {
+                Some(d) => d.is_equal(&boxed(&extra, &its)?)?,
+                None => false,
+            }
+        } else if st.reduction_indices.len() == 1 || st.lhs_indices == elem {
+            // The rolling loop and the maps: on V, or V × [0, E).
+            let mut its = st.lhs_indices.clone();
+            if let Some(c) = contractions.iter().find(|c| its.last() == Some(&c.column)) {
+                its.push(key.to_string());
+                match anon(s, &its)? {
+                    Some(d) => {
+                        let col = isl.map(&format!(
+                            "{pre}{{ [{}] -> [{}] : 0 <= {} < {} }}",
+                            elem.join(", "),
+                            its.join(", "),
+                            c.column,
+                            c.width
+                        ))?;
+                        d.is_equal(&v.copy()?.apply(col)?)?
+                    }
+                    None => false,
+                }
+            } else {
+                if st.lhs_indices != elem {
+                    its.push(key.to_string());
+                }
+                match anon(s, &its)? {
+                    Some(d) => d.is_equal(&v)?,
+                    None => false,
+                }
+            }
+        } else if used.contains(&s.source) || epilogue.contains(&s.source) {
+            // Row initialisations and the epilogue: boxes.
+            let its = st.lhs_indices.clone();
+            let mut extra = vec![(row.to_string(), rows)];
+            if its.len() > batch.len() + 1 {
+                let c = &its[batch.len() + 1];
+                let Some(w) = contractions.iter().find(|x| &x.column == c) else {
+                    return Ok(None);
+                };
+                extra.push((c.clone(), w.width));
+            }
+            match anon(s, &its)? {
+                Some(d) => d.is_equal(&boxed(&extra, &its)?)?,
+                None => false,
+            }
+        } else {
+            false
+        };
+        if !ok {
+            return Ok(None);
+        }
+    }
+    // Tiles: [bt, i, j] -> [bt, i0, j0] with i0 <= i < i0 + R_T and
+    // j0 <= j < j0 + N_T.
+    let mut tile_names = batch.to_vec();
+    tile_names.push("pf_i0".into());
+    tile_names.push("pf_j0".into());
+    let tiles = isl.map(&format!(
+        "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} and pf_j0 <= {key} < pf_j0 + {BLOCK_KEYS} }}",
+        elem.join(", "),
+        tile_names.join(", ")
+    ))?;
+    let any = v.copy()?.apply(tiles.copy()?)?;
+    let outside = v.copy()?.complement()?.apply(tiles)?;
+    let full = any.copy()?.subtract(outside)?;
+    // The key range of a block: [bt, i0] -> [bt, i, j] for the rows of
+    // the block, restricted to V, then its j.
+    let mut block_names = batch.to_vec();
+    block_names.push("pf_i0".into());
+    let nb = block_names.len() as u32;
+    let block_keys = isl
+        .map(&format!(
+            "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} }}",
+            block_names.join(", "),
+            elem.join(", ")
+        ))?
+        .intersect_range(v.copy()?)?
+        .project_out(isl_rs::DimType::Out, 0, nb)?;
+    let lo = block_keys.copy()?.dim_min(0)?;
+    let hi = block_keys.copy()?.dim_max(0)?;
+    let some = block_keys.domain()?;
+    let mut elem_names = batch.to_vec();
+    elem_names.push("pf_ei".into());
+    elem_names.push("pf_ej".into());
+    let key_lo = super::promote::expr_in(isl, lo, &block_names)?;
+    let key_hi = super::promote::expr_in(isl, hi, &block_names)?;
+    let any_key = set_expr(isl, scop, some, &block_names)?;
+    let full_tile = set_expr(isl, scop, full, &tile_names)?;
+    let element = set_expr(isl, scop, v, &elem_names)?;
+    Ok(Some([key_lo, key_hi, any_key, full_tile, element]))
+}
+
+/// The boolean expression of `set` with its dimensions named `names`,
+/// under the program's parameter context.
+fn set_expr(isl: &Isl, scop: &Scop, set: isl_rs::Set, names: &[String]) -> Result<AstExpr> {
+    let set = set.coalesce()?;
+    let space = set.get_space()?;
+    let bound = set.bind(super::promote::ids(isl, space, names)?)?;
+    let context = isl_rs::Set::universe(bound.get_space()?)?.intersect(scop.context.copy()?)?;
+    let bound = bound.gist(context.copy()?)?.from_params()?;
+    let context = context.from_params()?;
+    let e = crate::isl::ast_build_expr_from_set(context, bound).ok_or_else(|| {
+        crate::error::Error::Internal("isl could not print an attention condition".into())
+    })?;
+    ast::expr_from_isl(&e)
+}
+
+/// C text of a condition or bound: parameters by their C names, the
+/// other identifiers through `rename`.
+pub fn c_text(e: &AstExpr, program: &Program, rename: &HashMap<String, String>) -> String {
+    ast::c_expr(e, &|n: &str| {
+        if program.is_param(n) {
+            crate::codegen::expr::param_name(n)
+        } else {
+            rename.get(n).cloned().unwrap_or_else(|| n.to_string())
+        }
+    })
+}
