@@ -128,8 +128,12 @@ fn attention_prefill_keeps_its_scores_in_a_register_and_is_unswitched_on_the_rep
         "attention_causal_b4h16s4096d64.json",
     ] {
         let p = prefill(name);
+        // The SIMT form (tensor cores off; with them, `tests/attention.rs`).
         let options = Options {
-            gpu: Some(GpuOptions::default()),
+            gpu: Some(GpuOptions {
+                tensor_cores: false,
+                ..GpuOptions::default()
+            }),
             ..Options::default()
         };
         let mut c = compile(&p, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -154,6 +158,7 @@ fn attention_prefill_reads_its_key_and_value_rows_in_sixteen_byte_pieces_and_its
     let options = Options {
         gpu: Some(GpuOptions {
             shared: false,
+            tensor_cores: false,
             ..GpuOptions::default()
         }),
         ..Options::default()
@@ -208,6 +213,7 @@ fn a_query_row_stored_back_by_a_repeated_region_keeps_its_f16_copy() {
         tile: vec![1],
         gpu: Some(GpuOptions {
             shared: false,
+            tensor_cores: false,
             ..GpuOptions::default()
         }),
         ..Options::default()

@@ -29,14 +29,23 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, DType, Program, Reducer};
-use crate::gpu::attention::{Attention, TileOperand, BLOCK_KEYS, BLOCK_ROWS, THREADS};
+use crate::gpu::attention::{Attention, TileOperand, BLOCK_KEYS, THREADS, WARPS};
 use crate::model::{access_text, Scop, StmtKind};
 
 use super::expr::{Mode, Printer};
 
 /// Emulation helpers: the accumulator-layout `mma` on strided per-thread
 /// arrays, and the combination of each four lanes (a row's lanes).
-pub const EMULATION_HELPERS: &str = r#"/* mma.m16n8k16 on lanes whose fragments are `ds`, `as`, `bs` apart. */
+pub const EMULATION_HELPERS: &str = r#"/* A pair of weights split into the rounded pair and the rounded
+   remainders (f16, or bf16 with `bf16`), packed low first. */
+static void pf_split2(float a, float b, uint32_t *hi, uint32_t *lo, int bf16) {
+  uint16_t ha = bf16 ? pf_f2b(a) : pf_f2h(a), hb = bf16 ? pf_f2b(b) : pf_f2h(b);
+  float fa = bf16 ? pf_b2f(ha) : pf_h2f(ha), fb = bf16 ? pf_b2f(hb) : pf_h2f(hb);
+  uint16_t la = bf16 ? pf_f2b(a - fa) : pf_f2h(a - fa), lb = bf16 ? pf_f2b(b - fb) : pf_f2h(b - fb);
+  *hi = (uint32_t)ha | ((uint32_t)hb << 16);
+  *lo = (uint32_t)la | ((uint32_t)lb << 16);
+}
+/* mma.m16n8k16 on lanes whose fragments are `ds`, `as`, `bs` apart. */
 static void pf_emu_mma_at(float *d, long ds, const uint32_t *a, long as, const uint32_t *b, long bs, int bf16) {
   float D[32][4]; uint32_t A[32][4], B[32][2];
   for (int l = 0; l < 32; l++) {
@@ -59,6 +68,29 @@ static void pf_emu_quad(float *v, long stride, int n, int threads, int op) {
     }
 }
 "#;
+
+/// CUDA helpers: a pair of weights split into the rounded pair and the
+/// rounded remainders, each as one packed A-fragment register (one
+/// `cvt.rn.f16x2.f32` per pair).
+pub fn gpu_helpers(dtype: DType) -> String {
+    let (t2, pack, unpack) = if dtype == DType::BF16 {
+        (
+            "__nv_bfloat162",
+            "__floats2bfloat162_rn",
+            "__bfloat1622float2",
+        )
+    } else {
+        ("__half2", "__floats2half2_rn", "__half22float2")
+    };
+    format!(
+        "static __device__ __forceinline__ void pf_split2(float a, float b, unsigned *hi, unsigned *lo) {{\n\
+         \x20 {t2} h = {pack}(a, b);\n\
+         \x20 float2 f = {unpack}(h);\n\
+         \x20 {t2} l = {pack}(a - f.x, b - f.y);\n\
+         \x20 *hi = *(unsigned *)&h; *lo = *(unsigned *)&l;\n\
+         }}\n"
+    )
+}
 
 /// A per-thread array: name, C type, elements.
 struct Var {
@@ -322,7 +354,7 @@ impl Emit<'_> {
     /// The copy of `rows` rows of operand `x` from row `first` into the
     /// shared tile `buf` (pitch for `width` elements), zero-filled past the
     /// tensor's rows; a `cp.async` group on the GPU (not committed).
-    fn copy(&self, x: &TileOperand, first: &str, width: i64, buf: &str) -> String {
+    fn copy(&self, x: &TileOperand, first: &str, rows: i64, width: i64, buf: &str) -> String {
         let chunks = width / 8;
         let pitch = Attention::pitch(width);
         let mut env = self.env();
@@ -337,7 +369,7 @@ impl Emit<'_> {
              const int pf_r = pf_x / {chunks}, pf_q = (pf_x % {chunks}) * 8;\n\
              const pf_i pf_gr = {first} + pf_r;\n\
              uint16_t *pf_dst = &{buf}[pf_r * {pitch} + pf_q];",
-            BLOCK_ROWS.max(BLOCK_KEYS) * chunks
+            rows * chunks
         );
         let tensor = super::expr::tensor_name(&x.tensor);
         if self.emu {
@@ -375,18 +407,19 @@ impl Emit<'_> {
     }
 
     fn declare(&mut self) {
+        let (warp_tiles, block_rows, slots) = self.shape();
         let a = self.a;
         let qp = Attention::pitch(a.depth);
-        let q_len = BLOCK_ROWS * qp;
+        let q_len = block_rows * qp;
         let k_len = BLOCK_KEYS * qp;
         if self.emu {
             let _ = writeln!(self.out, "static uint16_t pf_fa_q[{q_len}];");
-            let _ = writeln!(self.out, "static uint16_t pf_fa_k[{k_len}];");
+            let _ = writeln!(self.out, "static uint16_t pf_fa_k[{}];", 2 * k_len);
             for (k, c) in a.contractions.iter().enumerate() {
                 let _ = writeln!(
                     self.out,
                     "static uint16_t pf_fa_v{k}[{}];",
-                    BLOCK_KEYS * Attention::pitch(c.width)
+                    2 * BLOCK_KEYS * Attention::pitch(c.width)
                 );
             }
         } else {
@@ -395,7 +428,7 @@ impl Emit<'_> {
                 self.out,
                 "unsigned short *const pf_fa_q = pf_dynamic_shared;\nunsigned short *const pf_fa_k = pf_fa_q + {q_len};"
             );
-            let mut prev = ("pf_fa_k".to_string(), k_len);
+            let mut prev = ("pf_fa_k".to_string(), 2 * k_len);
             for (k, c) in a.contractions.iter().enumerate() {
                 let _ = writeln!(
                     self.out,
@@ -410,23 +443,31 @@ impl Emit<'_> {
         }
         // Per-thread state.
         let nb = BLOCK_KEYS / 8;
-        self.var("pf_qf", "uint32_t", a.depth / 16 * 4);
+        self.var("pf_qf", "uint32_t", warp_tiles * a.depth / 16 * 4);
         self.var("pf_kb", "uint32_t", 4);
-        self.var("pf_s", "float", nb * 4);
+        self.var("pf_s", "float", warp_tiles * nb * 4);
         for k in 0..a.maps.len() {
-            self.var(&format!("pf_x{k}"), "float", nb * 4);
+            self.var(&format!("pf_x{k}"), "float", warp_tiles * nb * 4);
         }
         for n in ["pf_m", "pf_mn", "pf_mt"] {
-            self.var(n, "float", 2);
+            self.var(n, "float", slots);
         }
         for k in 0..a.sums.len() {
-            self.var(&format!("pf_sum{k}"), "float", 2);
-            self.var(&format!("pf_st{k}"), "float", 2);
+            self.var(&format!("pf_sum{k}"), "float", slots);
+            self.var(&format!("pf_st{k}"), "float", slots);
         }
         for (k, c) in a.contractions.iter().enumerate() {
-            self.var(&format!("pf_o{k}"), "float", c.width / 8 * 4);
-            self.var(&format!("pf_pa{k}"), "uint32_t", BLOCK_KEYS / 16 * 4);
-            self.var(&format!("pf_pl{k}"), "uint32_t", BLOCK_KEYS / 16 * 4);
+            self.var(&format!("pf_o{k}"), "float", warp_tiles * c.width / 8 * 4);
+            self.var(
+                &format!("pf_pa{k}"),
+                "uint32_t",
+                warp_tiles * BLOCK_KEYS / 16 * 4,
+            );
+            self.var(
+                &format!("pf_pl{k}"),
+                "uint32_t",
+                warp_tiles * BLOCK_KEYS / 16 * 4,
+            );
         }
         let vars = std::mem::take(&mut self.vars);
         for v in &vars {
@@ -444,12 +485,41 @@ impl Emit<'_> {
         self.vars = vars;
     }
 
-    /// Row `pf_ei` of the thread's row `pf_r` (0: `g`, 1: `g + 8`).
+    /// Row `pf_ei` of the thread's row slot `pf_r`.
     fn row_of(&self) -> String {
-        "const pf_i pf_ei = pf_i0 + pf_w * 16 + pf_g + 8 * pf_r;".into()
+        format!(
+            "const pf_i pf_ei = pf_i0 + (pf_r / 2) * {} + pf_w * 16 + pf_g + 8 * (pf_r % 2);",
+            16 * WARPS
+        )
+    }
+
+    /// Row tiles of a warp, rows of a block, row slots of a thread (two
+    /// rows, `g` and `g + 8`, of each of its warp's row tiles; slot `r`
+    /// is tile `r / 2`, half `r % 2`).
+    fn shape(&self) -> (i64, i64, i64) {
+        let t = self.a.warp_tiles;
+        (t, self.a.block_rows(), 2 * t)
+    }
+
+    /// Index of element `(pf_r, pf_n, pf_h)` in a thread's scores.
+    fn s_idx() -> String {
+        format!(
+            "((pf_r / 2) * {} + pf_n) * 4 + 2 * (pf_r % 2) + pf_h",
+            BLOCK_KEYS / 8
+        )
+    }
+
+    /// Index of element `(pf_r, pf_n, pf_h)` in a thread's accumulators
+    /// of a contraction of `width` columns.
+    fn o_idx(width: i64) -> String {
+        format!(
+            "((pf_r / 2) * {} + pf_n) * 4 + 2 * (pf_r % 2) + pf_h",
+            width / 8
+        )
     }
 
     fn kernel(&mut self) {
+        let (warp_tiles, block_rows, _) = self.shape();
         let a = self.a;
         let mut batch_decl = String::new();
         let mut stride = 1i64;
@@ -463,7 +533,7 @@ impl Emit<'_> {
         if self.emu {
             let _ = writeln!(
                 self.out,
-                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\nconst pf_i pf_i0 = pf_bx * {BLOCK_ROWS};\n{batch_decl}",
+                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\nconst pf_i pf_i0 = pf_bx * {block_rows};\n{batch_decl}",
                 a.row_tiles(),
                 a.batches()
             );
@@ -472,7 +542,7 @@ impl Emit<'_> {
                 self.out,
                 "const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
                  (void)pf_w; (void)pf_g; (void)pf_c;\n\
-                 const pf_i pf_i0 = (pf_i)blockIdx.x * {BLOCK_ROWS};\nconst pf_i pf_bt = blockIdx.y;\n{batch_decl}"
+                 const pf_i pf_i0 = (pf_i)blockIdx.x * {block_rows};\nconst pf_i pf_bt = blockIdx.y;\n{batch_decl}"
             );
         }
         self.declare();
@@ -488,48 +558,95 @@ impl Emit<'_> {
              const pf_i pf_klo = pf_any ? ({lo}) / {BLOCK_KEYS} : 0;\n\
              const pf_i pf_khi = pf_any ? ({hi}) / {BLOCK_KEYS} + 1 : 0;"
         );
-        // Prologue: the query tile and the first key tile, the states.
-        let mut c = self.copy(&a.query, "pf_i0", a.depth, "pf_fa_q");
+        // Prologue: the query tile and the first key and value tiles (stage
+        // 0), the states.
+        let mut c = self.copy(&a.query, "pf_i0", block_rows, a.depth, "pf_fa_q");
         let _ = writeln!(c, "if (pf_klo < pf_khi) {{");
         c.push_str(&self.copy(
             &a.key_operand,
             &format!("pf_klo * {BLOCK_KEYS}"),
+            BLOCK_KEYS,
             a.depth,
             "pf_fa_k",
         ));
+        for (k, x) in a.contractions.iter().enumerate() {
+            c.push_str(&self.copy(
+                &x.value,
+                &format!("pf_klo * {BLOCK_KEYS}"),
+                BLOCK_KEYS,
+                x.width,
+                &format!("pf_fa_v{k}"),
+            ));
+        }
         c.push_str("}\n");
         c.push_str(self.commit());
         self.threads(&c);
         self.init_states();
         self.wait(0);
         self.sync();
+        let kq = a.depth / 16;
         let mut w = String::new();
         let _ = writeln!(
             w,
-            "{}for (int pf_kk = 0; pf_kk < {}; pf_kk++) {{",
-            self.unroll(),
-            a.depth / 16
+            "{u}for (int pf_mi = 0; pf_mi < {warp_tiles}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
+            u = self.unroll()
         );
         w.push_str(&self.ldsm(
             "pf_qf",
-            "pf_kk * 4",
-            &format!("&pf_fa_q[(pf_w * 16 + pf_l % 16) * {qp} + pf_kk * 16 + (pf_l / 16) * 8]"),
+            &format!("(pf_mi * {kq} + pf_kk) * 4"),
+            &format!(
+                "&pf_fa_q[(pf_mi * {} + pf_w * 16 + pf_l % 16) * {qp} + pf_kk * 16 + (pf_l / 16) * 8]",
+                16 * WARPS
+            ),
             false,
         ));
         w.push_str("}\n");
         self.warps(&w);
-        // The rolling loop in tiles.
+        // The rolling loop in tiles, two stages: the next tiles' copies
+        // run while the block computes on the current ones.
         let full = self.cond(&a.full_tile);
+        let ptr = if self.emu {
+            "uint16_t"
+        } else {
+            "unsigned short"
+        };
+        let kl = BLOCK_KEYS * qp;
         let _ = writeln!(
             self.out,
             "for (pf_i pf_kt = pf_klo; pf_kt < pf_khi; pf_kt++) {{\n\
              const pf_i pf_j0 = pf_kt * {BLOCK_KEYS};\n\
-             const int pf_full = {full}; (void)pf_full;"
+             const int pf_full = {full}; (void)pf_full;\n\
+             const int pf_st = (int)((pf_kt - pf_klo) & 1);\n\
+             {ptr} *const pf_kcur = pf_fa_k + pf_st * {kl};\n\
+             {ptr} *const pf_knext = pf_fa_k + (pf_st ^ 1) * {kl};"
         );
-        let mut c = String::new();
         for (k, x) in a.contractions.iter().enumerate() {
-            c.push_str(&self.copy(&x.value, "pf_j0", x.width, &format!("pf_fa_v{k}")));
+            let vl = BLOCK_KEYS * Attention::pitch(x.width);
+            let _ = writeln!(
+                self.out,
+                "{ptr} *const pf_vcur{k} = pf_fa_v{k} + pf_st * {vl};\n\
+                 {ptr} *const pf_vnext{k} = pf_fa_v{k} + (pf_st ^ 1) * {vl};"
+            );
         }
+        let mut c = String::new();
+        let _ = writeln!(c, "if (pf_kt + 1 < pf_khi) {{");
+        c.push_str(&self.copy(
+            &a.key_operand,
+            &format!("(pf_kt + 1) * {BLOCK_KEYS}"),
+            BLOCK_KEYS,
+            a.depth,
+            "pf_knext",
+        ));
+        for (k, x) in a.contractions.iter().enumerate() {
+            c.push_str(&self.copy(
+                &x.value,
+                &format!("(pf_kt + 1) * {BLOCK_KEYS}"),
+                BLOCK_KEYS,
+                x.width,
+                &format!("pf_vnext{k}"),
+            ));
+        }
+        c.push_str("}\n");
         c.push_str(self.commit());
         self.threads(&c);
         self.wait(1);
@@ -540,7 +657,7 @@ impl Emit<'_> {
             c,
             "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
             self.unroll(),
-            nb * 4,
+            warp_tiles * nb * 4,
             self.at("pf_s", "pf_k")
         );
         self.threads(&c);
@@ -556,36 +673,33 @@ impl Emit<'_> {
             "pf_kb",
             "0",
             &format!(
-                "&pf_fa_k[(pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)) * {qp} + pf_kk * 16 + 8 * ((pf_l / 8) % 2)]"
+                "&pf_kcur[(pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)) * {qp} + pf_kk * 16 + 8 * ((pf_l / 8) % 2)]"
             ),
             false,
         ));
-        w.push_str(&self.mma(
-            ("pf_s", "(2 * pf_np) * 4", nb * 4),
-            ("pf_qf", "pf_kk * 4", a.depth / 16 * 4),
-            ("pf_kb", "0", 4),
-        ));
-        w.push_str(&self.mma(
-            ("pf_s", "(2 * pf_np + 1) * 4", nb * 4),
-            ("pf_qf", "pf_kk * 4", a.depth / 16 * 4),
-            ("pf_kb", "2", 4),
-        ));
-        w.push_str("}\n");
+        let _ = writeln!(
+            w,
+            "{}for (int pf_mi = 0; pf_mi < {warp_tiles}; pf_mi++) {{",
+            self.unroll()
+        );
+        for half in 0..2 {
+            w.push_str(&self.mma(
+                (
+                    "pf_s",
+                    &format!("(pf_mi * {nb} + 2 * pf_np + {half}) * 4"),
+                    warp_tiles * nb * 4,
+                ),
+                (
+                    "pf_qf",
+                    &format!("(pf_mi * {kq} + pf_kk) * 4"),
+                    warp_tiles * kq * 4,
+                ),
+                ("pf_kb", &format!("{}", 2 * half), 4),
+            ));
+        }
+        w.push_str("}\n}\n");
         self.warps(&w);
         self.softmax_step();
-        self.wait(0);
-        self.sync();
-        let mut c = String::new();
-        let _ = writeln!(c, "if (pf_kt + 1 < pf_khi) {{");
-        c.push_str(&self.copy(
-            &a.key_operand,
-            &format!("(pf_kt + 1) * {BLOCK_KEYS}"),
-            a.depth,
-            "pf_fa_k",
-        ));
-        c.push_str("}\n");
-        c.push_str(self.commit());
-        self.threads(&c);
         // The value products.
         for (k, x) in a.contractions.iter().enumerate() {
             let vp = Attention::pitch(x.width);
@@ -601,33 +715,39 @@ impl Emit<'_> {
                 "pf_kb",
                 "0",
                 &format!(
-                    "&pf_fa_v{k}[(pf_kc * 16 + pf_l % 16) * {vp} + pf_ep * 16 + 8 * (pf_l / 16)]"
+                    "&pf_vcur{k}[(pf_kc * 16 + pf_l % 16) * {vp} + pf_ep * 16 + 8 * (pf_l / 16)]"
                 ),
                 true,
             ));
             let o = format!("pf_o{k}");
-            let pa = format!("pf_pa{k}");
-            w.push_str(&self.mma(
-                (&o, "(2 * pf_ep) * 4", x.width / 8 * 4),
-                (&pa, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
-                ("pf_kb", "0", 4),
-            ));
-            w.push_str(&self.mma(
-                (&o, "(2 * pf_ep + 1) * 4", x.width / 8 * 4),
-                (&pa, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
-                ("pf_kb", "2", 4),
-            ));
-            let pl = format!("pf_pl{k}");
-            w.push_str(&self.mma(
-                (&o, "(2 * pf_ep) * 4", x.width / 8 * 4),
-                (&pl, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
-                ("pf_kb", "0", 4),
-            ));
-            w.push_str(&self.mma(
-                (&o, "(2 * pf_ep + 1) * 4", x.width / 8 * 4),
-                (&pl, "pf_kc * 4", BLOCK_KEYS / 16 * 4),
-                ("pf_kb", "2", 4),
-            ));
+            let w8 = x.width / 8;
+            let kc = BLOCK_KEYS / 16;
+            let _ = writeln!(
+                w,
+                "{}for (int pf_mi = 0; pf_mi < {warp_tiles}; pf_mi++) {{",
+                self.unroll()
+            );
+            // The rounded weights, then their rounded remainders (without
+            // them, H100: global prefill 1519 against 1947 us, and the
+            // check's element error 2e-2, over f16's bound).
+            for part in ["pa", "pl"] {
+                for half in 0..2 {
+                    w.push_str(&self.mma(
+                        (
+                            &o,
+                            &format!("(pf_mi * {w8} + 2 * pf_ep + {half}) * 4"),
+                            warp_tiles * w8 * 4,
+                        ),
+                        (
+                            &format!("pf_{part}{k}"),
+                            &format!("(pf_mi * {kc} + pf_kc) * 4"),
+                            warp_tiles * kc * 4,
+                        ),
+                        ("pf_kb", &format!("{}", 2 * half), 4),
+                    ));
+                }
+            }
+            w.push_str("}\n");
             w.push_str("}\n");
             self.warps(&w);
         }
@@ -642,13 +762,14 @@ impl Emit<'_> {
 
     /// The states' initial values.
     fn init_states(&mut self) {
+        let slots = self.shape().2;
         let a = self.a;
         let printer = self.printer(HashMap::new());
         let env = self.env();
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "{}for (int pf_r = 0; pf_r < 2; pf_r++) {{\n{}",
+            "{}for (int pf_r = 0; pf_r < {slots}; pf_r++) {{\n{}",
             self.unroll(),
             self.row_of()
         );
@@ -674,7 +795,7 @@ impl Emit<'_> {
                  {} = {}; }}",
                 self.unroll(),
                 x.width / 8,
-                self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
+                self.at(&format!("pf_o{k}"), &Self::o_idx(x.width)),
                 printer.expr(&x.init, &env)
             );
         }
@@ -685,15 +806,18 @@ impl Emit<'_> {
     /// One tile's maps, predecessor, repairs and terms (all but the value
     /// products).
     fn softmax_step(&mut self) {
+        let slots = self.shape().2;
         let a = self.a;
         let env = self.env();
         let nb = BLOCK_KEYS / 8;
         let element = self.cond(&a.element);
+        let row_decl = self.row_of();
+        let k_idx = Self::s_idx();
         let elem_loop = |u: &str| {
             format!(
-                "{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_r = 0; pf_r < 2; pf_r++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
-                 const int pf_k = pf_n * 4 + 2 * pf_r + pf_h;\n\
-                 const pf_i pf_ei = pf_i0 + pf_w * 16 + pf_g + 8 * pf_r;\n\
+                "{u}for (int pf_r = 0; pf_r < {slots}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+                 const int pf_k = {k_idx};\n\
+                 {row_decl}\n\
                  const pf_i pf_ej = pf_j0 + pf_n * 8 + 2 * pf_c + pf_h;\n\
                  const int pf_ok = pf_full || ({element}); (void)pf_ok; (void)pf_ei; (void)pf_ej;"
             )
@@ -706,9 +830,8 @@ impl Emit<'_> {
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "{} = {ident}; {} = {ident};",
-            self.at("pf_mt", "0"),
-            self.at("pf_mt", "1")
+            "for (int pf_r = 0; pf_r < {slots}; pf_r++) {} = {ident};",
+            self.at("pf_mt", "pf_r")
         );
         c.push_str(&elem_loop(self.unroll()));
         c.push('\n');
@@ -732,29 +855,43 @@ impl Emit<'_> {
             )
         );
         self.threads(&c);
-        self.quad("pf_mt", 2, a.reducer);
-        // New predecessor value, repairs.
+        self.quad("pf_mt", slots, a.reducer);
+        // New predecessor value, repairs. A sum's repair `H(X; Mp, M)`
+        // distributes over the sum (Eq. 5, proven by the rewrite) and is
+        // continuous in `X`, so it is `X * H(1; Mp, M)`: one factor per row
+        // (shared by targets whose repairs print alike), not one
+        // evaluation per element.
         let row = self.row_subs();
         let mut rov = ov.clone();
         rov.insert(access_text(&a.pred, &row), self.at("pf_mn", "pf_r"));
         rov.insert(access_text(&a.cache, &row), self.at("pf_m", "pf_r"));
-        for (k, s) in a.sums.iter().enumerate() {
-            rov.insert(
-                access_text(&s.tensor, &row),
-                self.at(&format!("pf_sum{k}"), "pf_r"),
-            );
+        for s in &a.sums {
+            rov.insert(access_text(&s.tensor, &row), "1.0f".into());
         }
-        for (k, x) in a.contractions.iter().enumerate() {
+        for x in &a.contractions {
             rov.insert(
                 access_text(&x.tensor, &self.col_subs(&x.column)),
-                self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
+                "1.0f".into(),
             );
         }
         let printer = self.printer(rov);
+        let mut factors: Vec<String> = Vec::new();
+        let mut factor = |e: &crate::frontend::ast::Expr| -> usize {
+            let t = printer.expr(e, &env);
+            match factors.iter().position(|f| *f == t) {
+                Some(k) => k,
+                None => {
+                    factors.push(t);
+                    factors.len() - 1
+                }
+            }
+        };
+        let sum_factor: Vec<usize> = a.sums.iter().map(|s| factor(&s.repair)).collect();
+        let con_factor: Vec<usize> = a.contractions.iter().map(|x| factor(&x.repair)).collect();
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "{}for (int pf_r = 0; pf_r < 2; pf_r++) {{\n{} = {};",
+            "{}for (int pf_r = 0; pf_r < {slots}; pf_r++) {{\n{} = {};",
             self.unroll(),
             self.at("pf_mn", "pf_r"),
             printer.combine(
@@ -764,23 +901,22 @@ impl Emit<'_> {
                 &self.at("pf_mt", "pf_r")
             )
         );
-        for (k, s) in a.sums.iter().enumerate() {
-            let _ = writeln!(
-                c,
-                "{} = {};",
-                self.at(&format!("pf_sum{k}"), "pf_r"),
-                printer.expr(&s.repair, &env)
-            );
+        for (k, f) in factors.iter().enumerate() {
+            let _ = writeln!(c, "const float pf_f{k} = {f};");
+        }
+        for (k, f) in sum_factor.iter().enumerate() {
+            let x = self.at(&format!("pf_sum{k}"), "pf_r");
+            let _ = writeln!(c, "{x} = {x} * pf_f{f};");
             let _ = writeln!(c, "{} = 0.0f;", self.at(&format!("pf_st{k}"), "pf_r"));
         }
         for (k, x) in a.contractions.iter().enumerate() {
+            let o = self.at(&format!("pf_o{k}"), &Self::o_idx(x.width));
             let _ = writeln!(
                 c,
-                "{}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {} = {};",
+                "{}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {o} = {o} * pf_f{};",
                 self.unroll(),
                 x.width / 8,
-                self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
-                printer.expr(&x.repair, &env)
+                con_factor[k]
             );
         }
         c.push_str("}\n");
@@ -791,54 +927,64 @@ impl Emit<'_> {
         let u = self.unroll();
         let _ = writeln!(
             c,
-            "{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_r = 0; pf_r < 2; pf_r++) {{\n\
+            "{u}for (int pf_r = 0; pf_r < {slots}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++) {{\n\
              float pf_w0[{n}], pf_w1[{n}];",
             n = a.contractions.len().max(1)
         );
         let _ = writeln!(
             c,
             "{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
-             const int pf_k = pf_n * 4 + 2 * pf_r + pf_h;\n\
-             const pf_i pf_ei = pf_i0 + pf_w * 16 + pf_g + 8 * pf_r;\n\
+             const int pf_k = {k_idx};\n\
+             {row_decl}\n\
              const pf_i pf_ej = pf_j0 + pf_n * 8 + 2 * pf_c + pf_h;\n\
              const int pf_ok = pf_full || ({element}); (void)pf_ei; (void)pf_ej; (void)pf_k;"
         );
-        for (k, s) in a.sums.iter().enumerate() {
-            let st = self.at(&format!("pf_st{k}"), "pf_r");
-            let _ = writeln!(
-                c,
-                "if (pf_ok) {st} = {st} + {};",
-                printer.expr(&s.term, &env)
-            );
+        // Each distinct term or weight once per element (a softmax's
+        // `exp(T - M)` is both).
+        let mut values: Vec<String> = Vec::new();
+        let mut value = |e: &crate::frontend::ast::Expr| -> usize {
+            let t = printer.expr(e, &env);
+            match values.iter().position(|v| *v == t) {
+                Some(k) => k,
+                None => {
+                    values.push(t);
+                    values.len() - 1
+                }
+            }
+        };
+        let sum_value: Vec<usize> = a.sums.iter().map(|s| value(&s.term)).collect();
+        let weight_value: Vec<usize> = a.contractions.iter().map(|x| value(&x.weight)).collect();
+        for (k, v) in values.iter().enumerate() {
+            let _ = writeln!(c, "const float pf_v{k} = pf_ok ? {v} : 0.0f;");
         }
-        for (k, x) in a.contractions.iter().enumerate() {
+        for (k, v) in sum_value.iter().enumerate() {
+            let st = self.at(&format!("pf_st{k}"), "pf_r");
+            let _ = writeln!(c, "{st} = {st} + pf_v{v};");
+        }
+        for (k, v) in weight_value.iter().enumerate() {
             let _ = writeln!(
                 c,
-                "{{ const float pf_p = pf_ok ? {} : 0.0f; if (pf_h == 0) pf_w0[{k}] = pf_p; else pf_w1[{k}] = pf_p; }}",
-                printer.expr(&x.weight, &env)
+                "if (pf_h == 0) pf_w0[{k}] = pf_v{v}; else pf_w1[{k}] = pf_v{v};"
             );
         }
         c.push_str("}\n");
-        let pack = if a.dtype == DType::BF16 {
-            "pf_f2b"
-        } else {
-            "pf_f2h"
-        };
         // Each weight as the sum of two values of the operand type (the
         // rounded weight and the rounded remainder), so the product with
         // the values loses no more than the f32 accumulation does.
-        let widen = if a.dtype == DType::BF16 {
-            "pf_b2f"
-        } else {
-            "pf_h2f"
-        };
         for k in 0..a.contractions.len() {
-            let idx = "(pf_n / 2) * 4 + (pf_n % 2) * 2 + pf_r";
+            let idx = format!(
+                "((pf_r / 2) * {} + pf_n / 2) * 4 + (pf_n % 2) * 2 + pf_r % 2",
+                BLOCK_KEYS / 16
+            );
+            let idx = idx.as_str();
+            let bf16 = if self.emu {
+                format!(", {}", i32::from(a.dtype == DType::BF16))
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 c,
-                "{{ const uint16_t pf_h0 = {pack}(pf_w0[{k}]), pf_h1 = {pack}(pf_w1[{k}]);
-                 {} = (uint32_t)pf_h0 | ((uint32_t)pf_h1 << 16);
-                 {} = (uint32_t){pack}(pf_w0[{k}] - {widen}(pf_h0)) | ((uint32_t){pack}(pf_w1[{k}] - {widen}(pf_h1)) << 16); }}",
+                "pf_split2(pf_w0[{k}], pf_w1[{k}], &{}, &{}{bf16});",
                 self.at(&format!("pf_pa{k}"), idx),
                 self.at(&format!("pf_pl{k}"), idx)
             );
@@ -852,10 +998,10 @@ impl Emit<'_> {
         };
         self.threads(&c);
         for k in 0..a.sums.len() {
-            self.quad(&format!("pf_st{k}"), 2, Reducer::Sum);
+            self.quad(&format!("pf_st{k}"), slots, Reducer::Sum);
         }
         let mut c = String::new();
-        let _ = writeln!(c, "for (int pf_r = 0; pf_r < 2; pf_r++) {{");
+        let _ = writeln!(c, "for (int pf_r = 0; pf_r < {slots}; pf_r++) {{");
         for k in 0..a.sums.len() {
             let s = self.at(&format!("pf_sum{k}"), "pf_r");
             let _ = writeln!(c, "{s} = {s} + {};", self.at(&format!("pf_st{k}"), "pf_r"));
@@ -871,6 +1017,7 @@ impl Emit<'_> {
 
     /// The epilogue statements, from the final states.
     fn epilogue(&mut self) {
+        let slots = self.shape().2;
         let a = self.a;
         let env = self.env();
         let row = self.row_subs();
@@ -898,7 +1045,7 @@ impl Emit<'_> {
                 if column.as_ref() == Some(&x.column) && Some(x.width) == width {
                     ov.insert(
                         access_text(&x.tensor, &self.col_subs(&x.column)),
-                        self.at(&format!("pf_o{k}"), "pf_n * 4 + 2 * pf_r + pf_h"),
+                        self.at(&format!("pf_o{k}"), &Self::o_idx(x.width)),
                     );
                 }
             }
@@ -908,7 +1055,7 @@ impl Emit<'_> {
                 Some(w) => {
                     let _ = writeln!(
                         c,
-                        "for (int pf_r = 0; pf_r < 2; pf_r++) for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+                        "for (int pf_r = 0; pf_r < {slots}; pf_r++) for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
                          {}\nconst pf_i pf_ee = pf_n * 8 + 2 * pf_c + pf_h; (void)pf_ee;\n\
                          if (pf_ei < {}) {text}\n}}",
                         w / 8,
@@ -919,7 +1066,7 @@ impl Emit<'_> {
                 None => {
                     let _ = writeln!(
                         c,
-                        "for (int pf_r = 0; pf_r < 2; pf_r++) {{\n{}\nif (pf_c == 0 && pf_ei < {}) {text}\n}}",
+                        "for (int pf_r = 0; pf_r < {slots}; pf_r++) {{\n{}\nif (pf_c == 0 && pf_ei < {}) {text}\n}}",
                         self.row_of(),
                         a.rows
                     );

@@ -55,12 +55,13 @@ use crate::frontend::ast::{
 use crate::isl::Isl;
 use crate::model::{collect_reads, Scop};
 
-/// Query rows of a block (four warps of 16 rows).
-pub const BLOCK_ROWS: i64 = 64;
+/// Warps of a block.
+pub const WARPS: i64 = 4;
+
 /// Keys of a tile of the rolling loop.
 pub const BLOCK_KEYS: i64 = 64;
 /// Threads of a block.
-pub const THREADS: u32 = 128;
+pub const THREADS: u32 = 32 * WARPS as u32;
 
 /// A read operand of a tile copy: `tensor` at `subscripts` (statement
 /// iterators), rows along `row`, its last subscript the contiguous `col`.
@@ -114,6 +115,12 @@ pub struct Attention {
     pub keys: i64,
     /// Score reduction depth `D` (a multiple of 16).
     pub depth: i64,
+    /// `mma` row tiles (16 rows) of a warp: the key and value fragments a
+    /// warp loads from shared memory serve this many of them. One: with
+    /// two (H100, D = 64) a thread needs 255 registers, two blocks fit a
+    /// multiprocessor instead of three, and causal prefill was 16% slower
+    /// (global 2% faster).
+    pub warp_tiles: i64,
     pub dtype: DType,
     /// The score tensor `P` and the operands of its contraction.
     pub score: String,
@@ -145,9 +152,14 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// Query rows of a block: warp `w`'s tile `t` holds rows
+    /// `16 (w + WARPS t) ..` of it.
+    pub fn block_rows(&self) -> i64 {
+        16 * WARPS * self.warp_tiles
+    }
     /// Tiles of rows.
     pub fn row_tiles(&self) -> i64 {
-        (self.rows + BLOCK_ROWS - 1) / BLOCK_ROWS
+        (self.rows + self.block_rows() - 1) / self.block_rows()
     }
     /// Combinations of batch values.
     pub fn batches(&self) -> i64 {
@@ -159,12 +171,13 @@ impl Attention {
     pub fn pitch(w: i64) -> i64 {
         w + 8
     }
-    /// Bytes of shared memory: the query tile, one key tile, one tile of
-    /// each value operand.
+    /// Bytes of shared memory: the query tile, two stages of the key
+    /// tile and of each value operand's tile.
     pub fn shared_bytes(&self) -> usize {
-        let mut e = BLOCK_ROWS * Self::pitch(self.depth) + BLOCK_KEYS * Self::pitch(self.depth);
+        let mut e =
+            self.block_rows() * Self::pitch(self.depth) + 2 * BLOCK_KEYS * Self::pitch(self.depth);
         for c in &self.contractions {
-            e += BLOCK_KEYS * Self::pitch(c.width);
+            e += 2 * BLOCK_KEYS * Self::pitch(c.width);
         }
         (e * 2) as usize
     }
@@ -605,6 +618,8 @@ pub fn recognise(
             _ => return Ok(None),
         }
     }
+    let warp_tiles = 1;
+    let block_rows = 16 * WARPS * warp_tiles;
     let Some(conditions) = domain_conditions(
         isl,
         scop,
@@ -618,6 +633,7 @@ pub fn recognise(
         &epilogue,
         &used,
         *sc,
+        block_rows,
     )?
     else {
         return Ok(None);
@@ -648,6 +664,7 @@ pub fn recognise(
         rows,
         keys,
         depth,
+        warp_tiles,
         dtype,
         score,
         query,
@@ -689,6 +706,7 @@ fn domain_conditions(
     epilogue: &[usize],
     used: &[usize],
     score: usize,
+    block_rows: i64,
 ) -> Result<Option<[AstExpr; 5]>> {
     let context = scop.context.copy()?;
     let pre = &scop.param_prefix;
@@ -812,7 +830,7 @@ fn domain_conditions(
     tile_names.push("pf_i0".into());
     tile_names.push("pf_j0".into());
     let tiles = isl.map(&format!(
-        "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} and pf_j0 <= {key} < pf_j0 + {BLOCK_KEYS} }}",
+        "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {block_rows} and pf_j0 <= {key} < pf_j0 + {BLOCK_KEYS} }}",
         elem.join(", "),
         tile_names.join(", ")
     ))?;
@@ -826,7 +844,7 @@ fn domain_conditions(
     let nb = block_names.len() as u32;
     let block_keys = isl
         .map(&format!(
-            "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} }}",
+            "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {block_rows} }}",
             block_names.join(", "),
             elem.join(", ")
         ))?

@@ -1,0 +1,166 @@
+//! Rolling attention on tensor cores (`gpu::attention`, `codegen::flash`):
+//! which programs are recognised, what the kernel holds, and its emulation
+//! (every warp-wide instruction executed from its PTX definition) against
+//! the f64 reference at sizes that leave partial row and key tiles. The
+//! CUDA itself runs in `scripts/gpu-check.sh`.
+
+use polyfuse::frontend::ast::Program;
+use polyfuse::frontend::{apply_param_overrides, load_file, load_str};
+use polyfuse::gpu::GpuOptions;
+use polyfuse::runtime::cpu::{run, RunOptions};
+use polyfuse::{compile, Compiled, Options};
+
+fn load(path: &str, sizes: &[(&str, i64)]) -> Program {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let mut p = load_file(&path).unwrap();
+    let sizes: Vec<(String, i64)> = sizes.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    apply_param_overrides(&mut p, &sizes).unwrap();
+    p
+}
+
+fn gpu(tensor_cores: bool) -> Options {
+    Options {
+        gpu: Some(GpuOptions {
+            tensor_cores,
+            ..GpuOptions::default()
+        }),
+        ..Options::default()
+    }
+}
+
+fn compiled(p: &Program, tensor_cores: bool) -> Compiled {
+    compile(p, &gpu(tensor_cores)).unwrap_or_else(|e| panic!("{}: {e}", p.name))
+}
+
+/// Whether the program runs as the tensor-core attention kernel.
+fn on_tensor_cores(c: &Compiled) -> bool {
+    let cuda = c.cuda.as_ref().unwrap();
+    cuda.kernels.len() == 1
+        && cuda.source.contains("pf_ldmatrix_x4_trans(")
+        && cuda.source.contains("pf_split2(")
+}
+
+/// Runs the emulation of `c` on the CPU against the f64 reference.
+fn emulation_check(c: &mut Compiled, seed: u64) -> f64 {
+    c.kernel_c = c.emulation_c.clone().unwrap();
+    let r = run(
+        c,
+        &RunOptions {
+            check: true,
+            bench_runs: 0,
+            seed,
+        },
+    )
+    .unwrap();
+    let check = r.check.unwrap();
+    assert!(check.ok, "{}", check.line());
+    check.max_rel_err
+}
+
+#[test]
+fn every_prefill_example_runs_on_tensor_cores_and_matches_the_reference_off_the_tile_grid() {
+    // S = 75 and 131: partial tiles of 64 rows and of 64 keys; D = 32: two
+    // k steps of the scores, four column tiles of the values.
+    for (name, extra) in [
+        ("attention_global", vec![]),
+        ("attention_causal", vec![]),
+        ("attention_alibi", vec![]),
+        ("attention_softcap", vec![]),
+        ("attention_gqa", vec![]),
+        ("attention_window", vec![("W", 37)]),
+    ] {
+        for s in [75, 131] {
+            let mut sizes = vec![("S", s), ("D", 32)];
+            sizes.extend(extra.iter().copied());
+            let p = load(&format!("examples/{name}.json"), &sizes);
+            let mut c = compiled(&p, true);
+            assert!(on_tensor_cores(&c), "{name} S={s} is not on tensor cores");
+            let cuda = c.cuda.as_ref().unwrap();
+            // One block of 128 threads per 64 rows of each (batch, head).
+            assert_eq!(cuda.kernels[0].block, [128, 1, 1], "{name}");
+            // The value products never go through memory: no temp is read.
+            for t in ["t_P[", "t_T[", "t_E[", "t_M[", "t_L[", "t_O["] {
+                assert!(!cuda.source.contains(t), "{name}: {t} in the kernel");
+            }
+            let err = emulation_check(&mut c, s as u64);
+            // The weights are split in two f16 terms: the output's own
+            // rounding (f16, 2^-11) dominates the error.
+            assert!(err < 1e-3, "{name} S={s}: {err}");
+        }
+    }
+}
+
+#[test]
+fn the_bf16_form_splits_its_weights_in_bf16() {
+    let json = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/attention_global.json"),
+    )
+    .unwrap()
+    .replace("\"f16\"", "\"bf16\"");
+    let mut p = load_str(&json, "attention_bf16.json").unwrap();
+    apply_param_overrides(&mut p, &[("S".into(), 70)]).unwrap();
+    let mut c = compiled(&p, true);
+    assert!(on_tensor_cores(&c));
+    let cuda = &c.cuda.as_ref().unwrap().source;
+    assert!(cuda.contains("__floats2bfloat162_rn") && cuda.contains("pf_mma_bf16("));
+    assert!(emulation_check(&mut c, 3) < 1e-2);
+}
+
+#[test]
+fn the_key_tiles_of_a_block_come_from_the_domain() {
+    // Causal: a block's last key is its last row, so the key range depends
+    // on the block's first row; no tile on the diagonal is whole.
+    let p = load("examples/attention_causal.json", &[("S", 300), ("D", 16)]);
+    let c = compiled(&p, true);
+    let src = &c.cuda.as_ref().unwrap().source;
+    let hi = src
+        .lines()
+        .find(|l| l.contains("const pf_i pf_khi"))
+        .unwrap();
+    assert!(hi.contains("pf_i0"), "{hi}");
+    // Global attention: every block reads every key.
+    let p = load("examples/attention_global.json", &[("S", 300), ("D", 16)]);
+    let c = compiled(&p, true);
+    let src = &c.cuda.as_ref().unwrap().source;
+    let hi = src
+        .lines()
+        .find(|l| l.contains("const pf_i pf_khi"))
+        .unwrap();
+    assert!(!hi.contains("pf_i0"), "{hi}");
+    // A window of 37 keys never holds a whole 64 x 64 tile.
+    let p = load(
+        "examples/attention_window.json",
+        &[("S", 300), ("D", 16), ("W", 37)],
+    );
+    let c = compiled(&p, true);
+    let src = &c.cuda.as_ref().unwrap().source;
+    assert!(src.contains("const int pf_full = 0;"), "{src}");
+}
+
+#[test]
+fn programs_outside_the_form_keep_the_ordinary_mapping_and_stay_correct() {
+    // A head dimension that is no multiple of 16, tensor cores turned off,
+    // a split-k decoding and a softmax without a score contraction.
+    let cases: Vec<(Program, bool)> = vec![
+        (
+            load("examples/attention_global.json", &[("S", 37), ("D", 13)]),
+            true,
+        ),
+        (
+            load("examples/attention_causal.json", &[("S", 37), ("D", 16)]),
+            false,
+        ),
+        (load("examples/attention_decode_causal.json", &[]), true),
+        (load("examples/softmax_fused.json", &[]), true),
+    ];
+    for (p, tc) in cases {
+        let mut c = compiled(&p, tc);
+        assert!(!on_tensor_cores(&c), "{}", p.name);
+        assert!(
+            !c.cuda.as_ref().unwrap().source.contains("pf_fa_q"),
+            "{}",
+            p.name
+        );
+        emulation_check(&mut c, 11);
+    }
+}
