@@ -213,9 +213,10 @@ pub fn program(
         let threads: u32 = plan.block.iter().product();
         // Contractions: ask for the blocks per multiprocessor the fragment
         // tiling is meant for (registers are the limit).
-        let bounds = match &plan.contraction {
-            Some(c) => format!("{threads}, {}", c.min_blocks()),
-            None => threads.to_string(),
+        let bounds = match (&plan.contraction, &plan.attention) {
+            (Some(c), _) => format!("{threads}, {}", c.min_blocks()),
+            (_, Some(a)) => format!("{threads}, {}", super::flash::min_blocks(a)),
+            _ => threads.to_string(),
         };
         // A split contraction's blocks of one tile form a cluster along z
         // (sm_90 and later; before, the kernel runs without clusters).
