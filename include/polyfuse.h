@@ -111,7 +111,10 @@ pf_status pf_context_set_target(pf_context *ctx, const char *target);
 pf_status pf_context_set_strategy(pf_context *ctx, const char *strategy);
 /* "NAME=VALUE" (a positive integer); overrides the file. */
 pf_status pf_context_set_param(pf_context *ctx, const char *assignment);
-/* Tile sizes per band member (the last repeats); count 0: no tiling. */
+/* Tile sizes per band member (the last repeats); count 0: no tiling.
+   Never called: the "cuda" target chooses its tiles per kernel, as the
+   command line does without --tile (contractions and attention on
+   tensor cores among them); the "cpu" target tiles by 32. */
 pf_status pf_context_set_tile(pf_context *ctx, const int64_t *sizes, size_t count);
 /* Sink point loops below inner tile loops (TC's tiling): nonzero on. */
 pf_status pf_context_set_sink(pf_context *ctx, int enabled);

@@ -22,6 +22,7 @@ fn gpu(tensor_cores: bool) -> Options {
     Options {
         gpu: Some(GpuOptions {
             tensor_cores,
+            auto_tile: true,
             ..GpuOptions::default()
         }),
         ..Options::default()
@@ -135,6 +136,50 @@ fn the_key_tiles_of_a_block_come_from_the_domain() {
     let c = compiled(&p, true);
     let src = &c.cuda.as_ref().unwrap().source;
     assert!(src.contains("const int pf_full = 0;"), "{src}");
+}
+
+#[test]
+fn a_users_tiles_block_or_grid_keep_the_trees_own_mapping() {
+    let p = load("examples/attention_global.json", &[("S", 40)]);
+    let auto = GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    };
+    for (what, g, tile) in [
+        (
+            "tiles",
+            GpuOptions {
+                auto_tile: false,
+                ..auto.clone()
+            },
+            vec![16],
+        ),
+        (
+            "block",
+            GpuOptions {
+                block: vec![32, 4],
+                ..auto.clone()
+            },
+            vec![],
+        ),
+        (
+            "grid",
+            GpuOptions {
+                grid: vec![2],
+                ..auto.clone()
+            },
+            vec![],
+        ),
+    ] {
+        let options = Options {
+            tile,
+            gpu: Some(g),
+            ..Options::default()
+        };
+        let mut c = compile(&p, &options).unwrap();
+        assert!(!on_tensor_cores(&c), "{what}");
+        emulation_check(&mut c, 5);
+    }
 }
 
 #[test]

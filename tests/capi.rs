@@ -211,6 +211,50 @@ fn cuda_result_describes_kernels_and_launch() {
 }
 
 #[test]
+fn attention_asked_for_without_tiles_is_one_kernel_on_tensor_cores() {
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        for (tile, fused) in [(None, true), (Some([16i64]), false)] {
+            let ctx = context("attention_causal.json");
+            assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+            if let Some(t) = tile {
+                assert_eq!(pf_context_set_tile(ctx, t.as_ptr(), 1), PF_OK);
+            }
+            let mut r = null_mut();
+            let st = pf_compile(ctx, &mut r);
+            if st == PF_ERR_ENVIRONMENT {
+                pf_context_destroy(ctx);
+                return;
+            }
+            assert_eq!(st, PF_OK, "{}", ctx_error(ctx));
+            let mut n = 0;
+            assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
+            let src = string_of(r, pf_result_cuda_source);
+            // A user's tiles are for the tree's own mapping.
+            assert_eq!(
+                src.contains("pf_ldmatrix_x4_trans("),
+                fused,
+                "tile {tile:?}"
+            );
+            if fused {
+                assert_eq!(n, 1);
+                let mut block = [0u32; 3];
+                assert_eq!(pf_result_kernel_block(r, 0, block.as_mut_ptr()), PF_OK);
+                assert_eq!(block, [128, 1, 1]);
+                let (mut dynamic, mut stat) = (0, 0);
+                assert_eq!(
+                    pf_result_kernel_shared_memory(r, 0, &mut dynamic, &mut stat),
+                    PF_OK
+                );
+                assert!(dynamic > 0);
+            }
+            assert_eq!(pf_result_destroy(r), PF_OK);
+            assert_eq!(pf_context_destroy(ctx), PF_OK);
+        }
+    }
+}
+
+#[test]
 fn symbolic_parameters_are_passed_by_value() {
     let json = r#"{ "name": "scale", "params": { "N": null, "M": 8 },
         "inputs": { "X": { "dtype": "f16", "shape": ["N", "M"] } },

@@ -112,6 +112,10 @@ pub(crate) struct ContextState {
     /// Whether a schedule option was set (then the cache's tuned options
     /// are not consulted).
     options_set: bool,
+    /// Whether `pf_context_set_tile` gave tile sizes; without them the GPU
+    /// target chooses its tiles per kernel, as the command line does
+    /// without `--tile`.
+    tile_set: bool,
     /// The compilation cache: None, the default location (see
     /// `tune::cache::location`); Some(None), disabled; Some(Some(p)), p.
     cache: Option<Option<std::path::PathBuf>>,
@@ -410,7 +414,10 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
     }
     let mut options = state.options.clone();
     if state.target == Target::Cuda {
-        options.gpu = Some(state.gpu.clone());
+        options.gpu = Some(GpuOptions {
+            auto_tile: !state.tile_set,
+            ..state.gpu.clone()
+        });
     }
     let (compiled, from_cache) = match tuned(state, &program)? {
         Some(hit) => hit,
@@ -598,6 +605,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
             directives: None,
             last_error: None,
             options_set: false,
+            tile_set: false,
             cache: None,
         };
         let id = handles::insert(Object::Context(Arc::new(Mutex::new(state))));
@@ -745,6 +753,7 @@ pub unsafe extern "C" fn pf_context_set_tile(
             )));
         }
         s.options_set = true;
+        s.tile_set = true;
         s.options.tile = sizes.to_vec();
         Ok(())
     })

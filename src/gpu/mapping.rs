@@ -99,8 +99,10 @@ pub fn map(
         return Ok((root.get_schedule()?, Vec::new()));
     }
     // A rolling attention runs as one kernel on tensor cores, whatever
-    // kernels the tree's sequences would make (`attention`).
-    if opts.tensor_cores {
+    // kernels the tree's sequences would make (`attention`), where the
+    // tiles, the block and the grid are polyfuse's to choose (a user's
+    // sizes are for the tree's own mapping).
+    if opts.tensor_cores && opts.auto_tile && opts.block.is_empty() && opts.grid.is_empty() {
         let domain = root.get_schedule()?.get_domain()?;
         if let Some(a) = super::attention::recognise(isl, program, scop, deps, &domain)? {
             let name = "kernel_0".to_string();
