@@ -413,6 +413,28 @@ impl Emit<'_> {
         }
     }
 
+    /// The copies of key tile `tile` (when it is below `pf_khi`): the key
+    /// operand into `key_buf`, value operand `k` into `{value_buf}{k}`;
+    /// one committed `cp.async` group.
+    fn copy_key_tile(&self, tile: &str, key_buf: &str, value_buf: &str) -> String {
+        let a = self.a;
+        let first = format!("{tile} * {BLOCK_KEYS}");
+        let mut c = format!("if ({tile} < pf_khi) {{\n");
+        c.push_str(&self.copy(&a.key_operand, &first, BLOCK_KEYS, a.depth, key_buf));
+        for (k, x) in a.contractions.iter().enumerate() {
+            c.push_str(&self.copy(
+                &x.value,
+                &first,
+                BLOCK_KEYS,
+                x.width,
+                &format!("{value_buf}{k}"),
+            ));
+        }
+        c.push_str("}\n");
+        c.push_str(self.commit());
+        c
+    }
+
     fn commit(&self) -> &'static str {
         if self.emu {
             ""
@@ -582,25 +604,7 @@ impl Emit<'_> {
         // Prologue: the query tile and the first key and value tiles (stage
         // 0), the states.
         let mut c = self.copy(&a.query, "pf_i0", block_rows, a.depth, "pf_fa_q");
-        let _ = writeln!(c, "if (pf_klo < pf_khi) {{");
-        c.push_str(&self.copy(
-            &a.key_operand,
-            &format!("pf_klo * {BLOCK_KEYS}"),
-            BLOCK_KEYS,
-            a.depth,
-            "pf_fa_k",
-        ));
-        for (k, x) in a.contractions.iter().enumerate() {
-            c.push_str(&self.copy(
-                &x.value,
-                &format!("pf_klo * {BLOCK_KEYS}"),
-                BLOCK_KEYS,
-                x.width,
-                &format!("pf_fa_v{k}"),
-            ));
-        }
-        c.push_str("}\n");
-        c.push_str(self.commit());
+        c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
         self.threads(&c);
         self.init_states();
         self.wait(0);
@@ -649,26 +653,7 @@ impl Emit<'_> {
                  {ptr} *const pf_vnext{k} = pf_fa_v{k} + (pf_st ^ 1) * {vl};"
             );
         }
-        let mut c = String::new();
-        let _ = writeln!(c, "if (pf_kt + 1 < pf_khi) {{");
-        c.push_str(&self.copy(
-            &a.key_operand,
-            &format!("(pf_kt + 1) * {BLOCK_KEYS}"),
-            BLOCK_KEYS,
-            a.depth,
-            "pf_knext",
-        ));
-        for (k, x) in a.contractions.iter().enumerate() {
-            c.push_str(&self.copy(
-                &x.value,
-                &format!("(pf_kt + 1) * {BLOCK_KEYS}"),
-                BLOCK_KEYS,
-                x.width,
-                &format!("pf_vnext{k}"),
-            ));
-        }
-        c.push_str("}\n");
-        c.push_str(self.commit());
+        let c = self.copy_key_tile("(pf_kt + 1)", "pf_knext", "pf_vnext");
         self.threads(&c);
         self.wait(1);
         self.sync();

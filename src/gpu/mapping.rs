@@ -77,6 +77,26 @@ pub struct KernelPlan {
     pub attention: Option<super::attention::Attention>,
 }
 
+impl KernelPlan {
+    /// The plan of kernel `mark` before its mapping: one block of one
+    /// thread, nothing promoted.
+    fn one_thread(mark: String) -> KernelPlan {
+        let one = || Expr::Int(1);
+        KernelPlan {
+            mark,
+            grid: [one(), one(), one()],
+            block: [1, 1, 1],
+            scope: None,
+            reduce_x: false,
+            registers: None,
+            contraction: None,
+            private: Vec::new(),
+            lanes: None,
+            attention: None,
+        }
+    }
+}
+
 /// Maps `schedule` (legal, untiled) with tile sizes `tile` (the last
 /// repeats; empty means tiles of one point). Returns the mapped schedule
 /// and one plan per kernel in launch order.
@@ -108,20 +128,14 @@ pub fn map(
             let name = "kernel_0".to_string();
             let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
             let plan = KernelPlan {
-                mark: name,
                 grid: [
                     Expr::Int(a.row_tiles()),
                     Expr::Int(a.batches()),
                     Expr::Int(1),
                 ],
                 block: [super::attention::THREADS, 1, 1],
-                scope: None,
-                reduce_x: false,
-                registers: None,
-                contraction: None,
-                private: Vec::new(),
-                lanes: None,
                 attention: Some(a),
+                ..KernelPlan::one_thread(name)
             };
             return Ok((node.get_schedule()?, vec![plan]));
         }
@@ -232,19 +246,7 @@ fn map_kernel(
 ) -> Result<(ScheduleNode, KernelPlan)> {
     let name = format!("kernel_{index}");
     let mut node = node.insert_mark(mark(isl, &name)?)?.child(0)?;
-    let one = || Expr::Int(1);
-    let mut plan = KernelPlan {
-        mark: name,
-        grid: [one(), one(), one()],
-        block: [1, 1, 1],
-        scope: None,
-        reduce_x: false,
-        registers: None,
-        contraction: None,
-        private: Vec::new(),
-        lanes: None,
-        attention: None,
-    };
+    let mut plan = KernelPlan::one_thread(name);
     let kernel_domain = node.get_domain()?;
     while node.get_type()? == ScheduleNodeType::Mark {
         node = node.child(0)?;
