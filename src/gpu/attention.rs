@@ -60,6 +60,8 @@ pub const WARPS: i64 = 4;
 
 /// Keys of a tile of the rolling loop.
 pub const BLOCK_KEYS: i64 = 64;
+/// Shared memory a block may use (the H100's opt-in limit).
+pub const MAX_SHARED_BYTES: usize = 227 * 1024;
 /// Threads of a block.
 pub const THREADS: u32 = 32 * WARPS as u32;
 
@@ -657,7 +659,7 @@ pub fn recognise(
         return Ok(None);
     }
     let [key_lo, key_hi, any_key, full_tile, element] = conditions;
-    Ok(Some(Attention {
+    let attention = Attention {
         batch: batch_ext,
         row,
         key,
@@ -683,7 +685,13 @@ pub fn recognise(
         any_key,
         full_tile,
         element,
-    }))
+    };
+    // One block row per batch combination (CUDA's grid y), and the tiles
+    // in the shared memory a block may have on the H100.
+    if attention.batches() > 65535 || attention.shared_bytes() > MAX_SHARED_BYTES {
+        return Ok(None);
+    }
+    Ok(Some(attention))
 }
 
 /// The domain checks and conditions of the tiled loop: every statement of
