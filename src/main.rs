@@ -127,8 +127,10 @@ struct Common {
     /// GPU: do not promote tiles to shared memory.
     #[arg(long)]
     no_shared: bool,
-    /// GPU: keep f16/bf16 contractions (gemm-like statements) on the
-    /// ordinary cores instead of tensor cores (mma.sync).
+    /// GPU: keep f16/bf16 contractions (gemm-like statements) and
+    /// rolling attention (one FlashAttention-style kernel when polyfuse
+    /// chooses the sizes) on the ordinary cores instead of tensor cores
+    /// (mma.sync, wgmma).
     #[arg(long)]
     no_tensor_cores: bool,
     /// GPU: a thread's points of a register tile (a gemm's accumulators)

@@ -260,6 +260,133 @@ fn tile_operand(
     })
 }
 
+/// A repaired target in one of the kernel's two forms.
+enum TargetForm {
+    Sum(RowSum),
+    Contraction(RowContraction),
+}
+
+/// The iterators' roles, as the predecessor's update names them, and
+/// what the targets must agree with.
+struct Roles<'a> {
+    program: &'a Program,
+    batch: &'a [String],
+    /// `bt` then `i`: a row.
+    row_idx: &'a [String],
+    key: &'a str,
+    keys: i64,
+    dtype: DType,
+}
+
+impl Roles<'_> {
+    /// Program positions of the statements that write `t`.
+    fn writes(&self, t: &str) -> Vec<usize> {
+        self.program
+            .statements
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.lhs_tensor == t)
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Target `t` of the rolling update: its update `X = H(X) + g` along
+    /// the key and its initialisation (positions), in the form of a row
+    /// sum (`X(bt, i)`, `g` an element's term) or of a contraction
+    /// (`X(bt, i, e)`, `g = p * V(.., j, e)`); `None` for any other.
+    fn target(
+        &self,
+        t: &crate::frontend::ast::RollingTarget,
+        depth_it: &str,
+    ) -> Option<(TargetForm, usize, usize)> {
+        let sts = &self.program.statements;
+        if t.reducer != Reducer::Sum {
+            return None;
+        }
+        let tw = self.writes(&t.tensor);
+        let u = tw
+            .iter()
+            .copied()
+            .find(|&k| sts[k].reduction_indices == [self.key.to_string()])?;
+        let n = tw
+            .iter()
+            .copied()
+            .find(|&k| sts[k].reduction_indices.is_empty())?;
+        if tw.len() != 2 || sts[u].op != AssignOp::Assign || sts[n].op != AssignOp::Assign {
+            return None;
+        }
+        let ExprKind::Binary(BinOp::Add, a, b) = &sts[u].rhs.kind else {
+            return None;
+        };
+        let term = if **a == t.repair {
+            (**b).clone()
+        } else if **b == t.repair {
+            (**a).clone()
+        } else {
+            return None;
+        };
+        let init = sts[n].rhs.clone();
+        if !reads(&init).is_empty() || sts[n].lhs_indices != sts[u].lhs_indices {
+            return None;
+        }
+        let lhs = &sts[u].lhs_indices;
+        let rows = self.row_idx.len();
+        if lhs[..] == self.row_idx[..] {
+            if mentions_index(&term, depth_it) {
+                return None;
+            }
+            let form = TargetForm::Sum(RowSum {
+                tensor: t.tensor.clone(),
+                init,
+                repair: t.repair.clone(),
+                term,
+            });
+            return Some((form, u, n));
+        }
+        if lhs.len() != rows + 1 || lhs[..rows] != self.row_idx[..] {
+            return None;
+        }
+        let column = lhs[rows].clone();
+        let ExprKind::Binary(BinOp::Mul, a, b) = &term.kind else {
+            return None;
+        };
+        let split = |w: &Expr, v: &Expr| -> Option<(Expr, TileOperand)> {
+            let ExprKind::Access { tensor, subscripts } = &uncast(v).kind else {
+                return None;
+            };
+            if mentions_index(w, &column) {
+                return None;
+            }
+            let op = tile_operand(
+                self.program,
+                tensor,
+                subscripts,
+                self.key,
+                &column,
+                self.batch,
+            )?;
+            (op.rows == self.keys && self.program.tensor(tensor)?.dtype == self.dtype)
+                .then(|| (w.clone(), op))
+        };
+        let (weight, value) = split(a, b).or_else(|| split(b, a))?;
+        let shape = self.program.tensor(&t.tensor)?.shape.as_ref()?;
+        let width = self.program.evaluate(shape.get(rows)?)?;
+        if width % 16 != 0 || width > 256 {
+            return None;
+        }
+        let form = TargetForm::Contraction(RowContraction {
+            tensor: t.tensor.clone(),
+            column,
+            width,
+            init,
+            repair: t.repair.clone(),
+            weight,
+            value,
+        });
+        Some((form, u, n))
+    }
+}
+
 /// Recognises the attention kernel whose statements are those of
 /// `kernel` (a union of statement domains); `None` leaves the kernel to
 /// the ordinary mapping.
@@ -440,87 +567,23 @@ pub fn recognise(
     // Targets.
     let mut sums = Vec::new();
     let mut contractions = Vec::new();
+    let roles = Roles {
+        program,
+        batch: &batch,
+        row_idx: &row_idx,
+        key: &key,
+        keys,
+        dtype,
+    };
     for t in &rolling.targets {
-        if t.reducer != Reducer::Sum {
-            return Ok(None);
-        }
-        let tw = writes(&t.tensor);
-        let upd = tw
-            .iter()
-            .copied()
-            .find(|&k| sts[k].reduction_indices == [key.clone()]);
-        let ini = tw
-            .iter()
-            .copied()
-            .find(|&k| sts[k].reduction_indices.is_empty());
-        let (Some(u), Some(n)) = (upd, ini) else {
+        let Some((form, update, init)) = roles.target(t, &depth_it) else {
             return Ok(None);
         };
-        if tw.len() != 2 || sts[u].op != AssignOp::Assign || sts[n].op != AssignOp::Assign {
-            return Ok(None);
+        match form {
+            TargetForm::Sum(x) => sums.push(x),
+            TargetForm::Contraction(x) => contractions.push(x),
         }
-        let ExprKind::Binary(BinOp::Add, a, b) = &sts[u].rhs.kind else {
-            return Ok(None);
-        };
-        let term = if **a == t.repair {
-            (**b).clone()
-        } else if **b == t.repair {
-            (**a).clone()
-        } else {
-            return Ok(None);
-        };
-        let init = sts[n].rhs.clone();
-        if !reads(&init).is_empty() || sts[n].lhs_indices != sts[u].lhs_indices {
-            return Ok(None);
-        }
-        let lhs = &sts[u].lhs_indices;
-        if *lhs == row_idx {
-            if mentions_index(&term, &depth_it) {
-                return Ok(None);
-            }
-            sums.push(RowSum {
-                tensor: t.tensor.clone(),
-                init,
-                repair: t.repair.clone(),
-                term,
-            });
-        } else if lhs.len() == row_idx.len() + 1 && lhs[..row_idx.len()] == row_idx[..] {
-            let column = lhs[row_idx.len()].clone();
-            let ExprKind::Binary(BinOp::Mul, a, b) = &term.kind else {
-                return Ok(None);
-            };
-            let split = |w: &Expr, v: &Expr| -> Option<(Expr, TileOperand)> {
-                let ExprKind::Access { tensor, subscripts } = &uncast(v).kind else {
-                    return None;
-                };
-                if mentions_index(w, &column) {
-                    return None;
-                }
-                let op = tile_operand(program, tensor, subscripts, &key, &column, &batch)?;
-                (op.rows == keys && program.tensor(tensor)?.dtype == dtype).then(|| (w.clone(), op))
-            };
-            let Some((weight, value)) = split(a, b).or_else(|| split(b, a)) else {
-                return Ok(None);
-            };
-            let Some(width) = shape_of(&t.tensor, row_idx.len()) else {
-                return Ok(None);
-            };
-            if width % 16 != 0 || width > 256 {
-                return Ok(None);
-            }
-            contractions.push(RowContraction {
-                tensor: t.tensor.clone(),
-                column,
-                width,
-                init,
-                repair: t.repair.clone(),
-                weight,
-                value,
-            });
-        } else {
-            return Ok(None);
-        }
-        used.extend([u, n]);
+        used.extend([update, init]);
     }
     if contractions.is_empty() {
         return Ok(None);
