@@ -107,6 +107,63 @@ fn the_bf16_form_splits_its_weights_in_bf16() {
     assert!(emulation_check(&mut c, 3) < 1e-2);
 }
 
+/// Two value tensors of different widths, a shifted mask, an f32 output
+/// and a row output (the log-sum-exp): a program none of the examples is.
+const TWO_VALUES: &str = r#"{
+  "name": "attention_two_values_lse",
+  "params": {"B": 1, "H": 3, "S": 100, "D": 32, "E": 16},
+  "inputs": {
+    "Q": {"dtype": "f16", "shape": ["B", "H", "S", "D"]},
+    "K": {"dtype": "f16", "shape": ["B", "H", "S", "D"]},
+    "V": {"dtype": "f16", "shape": ["B", "H", "S", "D"]},
+    "W": {"dtype": "f16", "shape": ["B", "H", "S", "E"]}
+  },
+  "outputs": {
+    "Y": {"dtype": "f16", "shape": ["B", "H", "S", "D"]},
+    "Z": {"dtype": "f32", "shape": ["B", "H", "S", "E"]},
+    "LSE": {"dtype": "f32", "shape": ["B", "H", "S"]}
+  },
+  "temps": {
+    "P": {"dtype": "f32", "shape": ["B", "H", "S", "S"]},
+    "T": {"dtype": "f32", "shape": ["B", "H", "S", "S"]},
+    "M": {"dtype": "f32", "shape": ["B", "H", "S"]},
+    "E2": {"dtype": "f32", "shape": ["B", "H", "S", "S"]},
+    "L": {"dtype": "f32", "shape": ["B", "H", "S"]},
+    "O": {"dtype": "f32", "shape": ["B", "H", "S", "D"]},
+    "O2": {"dtype": "f32", "shape": ["B", "H", "S", "E"]}
+  },
+  "body": [
+    "P(b, h, i, j) +=! Q(b, h, i, d) * K(b, h, j, d)",
+    "T(b, h, i, j) = P(b, h, i, j) * 0.17 where j <= i + 10",
+    "M(b, h, i) max=! T(b, h, i, j) where j <= i + 10",
+    "E2(b, h, i, j) = exp(T(b, h, i, j) - M(b, h, i)) where j <= i + 10",
+    "L(b, h, i) +=! E2(b, h, i, j) where j <= i + 10",
+    "O(b, h, i, d) +=! E2(b, h, i, j) * V(b, h, j, d) where j <= i + 10",
+    "O2(b, h, i, e) +=! E2(b, h, i, j) * W(b, h, j, e) where j <= i + 10",
+    "Y(b, h, i, d) = O(b, h, i, d) / L(b, h, i)",
+    "Z(b, h, i, e) = O2(b, h, i, e) / L(b, h, i)",
+    "LSE(b, h, i) = M(b, h, i) + log(L(b, h, i))"
+  ],
+  "schedule": [
+    {"rolling-update": ["L", "O", "O2"]}
+  ]
+}"#;
+
+#[test]
+fn two_value_products_a_shifted_mask_and_a_row_output_run_on_tensor_cores() {
+    for s in [100, 170] {
+        let mut p = load_str(TWO_VALUES, "two_values.json").unwrap();
+        apply_param_overrides(&mut p, &[("S".into(), s)]).unwrap();
+        let mut c = compiled(&p, true);
+        assert!(on_tensor_cores(&c), "S={s}");
+        let cuda = &c.cuda.as_ref().unwrap().source;
+        // A shared tile per value tensor, and the row output written by
+        // one lane of each row's four.
+        assert!(cuda.contains("pf_fa_v1") && cuda.contains("if (pf_c == 0 && pf_ei < "));
+        emulation_check(&mut c, s as u64);
+    }
+}
+
 #[test]
 fn the_key_tiles_of_a_block_come_from_the_domain() {
     // Causal: a block's last key is its last row, so the key range depends
