@@ -450,39 +450,31 @@ impl Emit<'_> {
     }
 
     fn declare(&mut self) {
-        let (warp_tiles, block_rows, slots) = self.shape();
+        let (warp_tiles, _, slots) = self.shape();
         let a = self.a;
-        let qp = Attention::pitch(a.depth);
-        let q_len = block_rows * qp;
-        let k_len = BLOCK_KEYS * qp;
+        // One array, the buffers at the layout's offsets (the same on the
+        // CPU, so a layout whose buffers overlap fails there too).
         if self.emu {
-            let _ = writeln!(self.out, "static uint16_t pf_fa_q[{q_len}];");
-            let _ = writeln!(self.out, "static uint16_t pf_fa_k[{}];", 2 * k_len);
-            for (k, c) in a.contractions.iter().enumerate() {
-                let _ = writeln!(
-                    self.out,
-                    "static uint16_t pf_fa_v{k}[{}];",
-                    2 * BLOCK_KEYS * Attention::pitch(c.width)
-                );
-            }
-        } else {
-            self.line("extern __shared__ __align__(128) unsigned short pf_dynamic_shared[];");
             let _ = writeln!(
                 self.out,
-                "unsigned short *const pf_fa_q = pf_dynamic_shared;\nunsigned short *const pf_fa_k = pf_fa_q + {q_len};"
+                "static uint16_t pf_dynamic_shared[{}];",
+                a.shared_bytes() / 2
             );
-            let mut prev = ("pf_fa_k".to_string(), 2 * k_len);
-            for (k, c) in a.contractions.iter().enumerate() {
-                let _ = writeln!(
-                    self.out,
-                    "unsigned short *const pf_fa_v{k} = {} + {};",
-                    prev.0, prev.1
-                );
-                prev = (
-                    format!("pf_fa_v{k}"),
-                    BLOCK_KEYS * Attention::pitch(c.width),
-                );
-            }
+        } else {
+            self.line("extern __shared__ __align__(128) unsigned short pf_dynamic_shared[];");
+        }
+        let ty = if self.emu {
+            "uint16_t"
+        } else {
+            "unsigned short"
+        };
+        let mut offset = 0;
+        for (name, len) in a.shared_layout() {
+            let _ = writeln!(
+                self.out,
+                "{ty} *const {name} = pf_dynamic_shared + {offset};"
+            );
+            offset += len;
         }
         // Per-thread state.
         let nb = BLOCK_KEYS / 8;

@@ -173,15 +173,30 @@ impl Attention {
     pub fn pitch(w: i64) -> i64 {
         w + 8
     }
-    /// Bytes of shared memory: the query tile, two stages of the key
-    /// tile and of each value operand's tile.
-    pub fn shared_bytes(&self) -> usize {
-        let mut e =
-            self.block_rows() * Self::pitch(self.depth) + 2 * BLOCK_KEYS * Self::pitch(self.depth);
-        for c in &self.contractions {
-            e += 2 * BLOCK_KEYS * Self::pitch(c.width);
+    /// The shared buffers of a block, in order, each with its length in
+    /// 16-bit elements: the query tile, two stages of the key tile, two
+    /// stages of each value operand's tile. The kernel's pointers and its
+    /// launch size both come from here (and the emulation lays the buffers
+    /// out in one array the same way).
+    pub fn shared_layout(&self) -> Vec<(String, i64)> {
+        let mut v = vec![
+            (
+                "pf_fa_q".to_string(),
+                self.block_rows() * Self::pitch(self.depth),
+            ),
+            (
+                "pf_fa_k".to_string(),
+                2 * BLOCK_KEYS * Self::pitch(self.depth),
+            ),
+        ];
+        for (k, c) in self.contractions.iter().enumerate() {
+            v.push((format!("pf_fa_v{k}"), 2 * BLOCK_KEYS * Self::pitch(c.width)));
         }
-        (e * 2) as usize
+        v
+    }
+    /// Bytes of shared memory a block takes (see [`Self::shared_layout`]).
+    pub fn shared_bytes(&self) -> usize {
+        (self.shared_layout().iter().map(|(_, n)| n).sum::<i64>() * 2) as usize
     }
 }
 
