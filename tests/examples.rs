@@ -246,6 +246,11 @@ fn attention_window() {
 }
 
 #[test]
+fn attention_lse() {
+    check_example_sampled("attention_lse", &[("S", 37), ("D", 13), ("E", 5)]);
+}
+
+#[test]
 fn attention_decode_causal() {
     check_example("attention_decode_causal", &[("KV", 61), ("D", 13)]);
 }
@@ -276,6 +281,7 @@ fn every_example_is_tested() {
         "attention_decode_softcap",
         "attention_global",
         "attention_gqa",
+        "attention_lse",
         "attention_softcap",
         "attention_window",
         "conv2d",
