@@ -1,25 +1,28 @@
 //! The kernel of a recognised attention (`gpu::attention`): a block of 64
 //! rows on four warps (16 rows each), the rolling loop in tiles of 64 keys.
 //!
-//! Per tile: the key tile and each value tile are copied to shared memory
-//! with `cp.async` (the value tile's copy overlaps the scores, the next key
-//! tile's the value product); the scores `S = A Bᵀ` are `mma.sync`
-//! accumulators (the query fragments stay in registers, loaded once with
-//! `ldmatrix`); the maps run on the accumulators element by element; the
-//! predecessor's tile value is reduced per row (a thread's elements, then
-//! the four lanes of a row with two shuffles); each target is repaired
-//! once with the old and new predecessor values; the tile's terms are
-//! added (row sums: reduced like the predecessor; contractions: the
-//! weights rounded to the operand type and laid out as A fragments, which
-//! is the accumulators' own layout, times the value tile on `mma.sync`
-//! with `ldmatrix.trans`). The epilogue stores from the accumulators.
+//! Per tile: the next key tile and value tiles are copied to shared memory
+//! with `cp.async` while the block computes on the current ones (two
+//! stages); the scores `S = A Bᵀ` are `mma.sync` accumulators (the query
+//! fragments stay in registers, loaded once with `ldmatrix`); the maps run
+//! on the accumulators element by element; the predecessor's tile value is
+//! reduced per row (a thread's elements, then the four lanes of a row with
+//! two shuffles); each target is repaired once, by one factor a row, with
+//! the old and new predecessor values; the tile's terms are added (row
+//! sums: reduced like the predecessor; contractions: each weight split
+//! into the operand type's rounding of it and of its remainder, both laid
+//! out as A fragments, which is the accumulators' own layout, times the
+//! value tile on `mma.sync` with `ldmatrix.trans`). Whole tiles take a copy
+//! of the step without the element test. The epilogue stores from the
+//! accumulators.
 //!
 //! The CPU emulation prints the same code with each thread's part in a
 //! loop over the 128 threads (every per-thread variable an array indexed
 //! by the thread), the warp-wide instructions replaced by the emulation
 //! helpers of `codegen::mma` and the shuffles by a combination of each
-//! four lanes (`pf_emu_quad`), so the fragment layouts, the tile
-//! bookkeeping, the masks and the repair are executed in CI.
+//! four lanes (`pf_emu_quad`), and the shared buffers at the kernel's own
+//! offsets in one array, so the fragment layouts, the shared layout, the
+//! tile bookkeeping, the masks and the repair are executed in CI.
 //!
 //! Accumulator layout (`mma.m16n8k16`, lane `l`, `g = l / 4`, `c = l % 4`):
 //! element `4 n + 2 r + h` of a thread's scores is row `16 w + g + 8 r`,
