@@ -165,6 +165,22 @@ fn two_value_products_a_shifted_mask_and_a_row_output_run_on_tensor_cores() {
 }
 
 #[test]
+fn an_epilogue_reading_a_value_product_at_another_column_keeps_the_ordinary_mapping() {
+    // `O`'s column is `d`; read at `e` (both 16 wide) it is no element
+    // the kernel holds at the epilogue's column: refused, and correct.
+    let json = TWO_VALUES.replace(
+        "Z(b, h, i, e) = O2(b, h, i, e) / L(b, h, i)",
+        "Z(b, h, i, e) = (O(b, h, i, e) + O2(b, h, i, e)) / L(b, h, i)",
+    );
+    assert_ne!(json, TWO_VALUES);
+    let mut p = load_str(&json, "cross.json").unwrap();
+    apply_param_overrides(&mut p, &[("S".into(), 40), ("D".into(), 16)]).unwrap();
+    let mut c = compiled(&p, true);
+    assert!(!on_tensor_cores(&c));
+    emulation_check(&mut c, 7);
+}
+
+#[test]
 fn the_key_tiles_of_a_block_come_from_the_domain() {
     // Causal: a block's last key is its last row, so the key range depends
     // on the block's first row; no tile on the diagonal is whole.

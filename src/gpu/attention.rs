@@ -600,7 +600,15 @@ pub fn recognise(
         }
         used.extend([update, init]);
     }
-    if contractions.is_empty() {
+    // A column name stands for one width (the epilogue's elements are laid
+    // out by it).
+    if contractions.is_empty()
+        || contractions.iter().any(|c| {
+            contractions
+                .iter()
+                .any(|o| o.column == c.column && o.width != c.width)
+        })
+    {
         return Ok(None);
     }
     // Maps over (bt, i, j) and the epilogue, in program order.
@@ -650,9 +658,13 @@ pub fn recognise(
                     let ok = if sums.iter().any(|x| x.tensor == t) || t == pred.tensor {
                         subs == row_subs
                     } else {
+                        // A contraction target at the statement's own
+                        // column (the kernel holds it by that column).
                         at_row
-                            && subs.len() == s.lhs_indices.len()
                             && subs == var_list(&s.lhs_indices)
+                            && contractions
+                                .iter()
+                                .any(|c| c.tensor == t && s.lhs_indices.last() == Some(&c.column))
                     };
                     if !ok || t == pred.cache {
                         return Ok(None);
