@@ -180,26 +180,25 @@ fn an_epilogue_reading_a_value_product_at_another_column_keeps_the_ordinary_mapp
     emulation_check(&mut c, 7);
 }
 
+/// The line of `c`'s CUDA that computes the block's last key tile.
+fn last_key_tile(c: &Compiled) -> String {
+    let src = &c.cuda.as_ref().unwrap().source;
+    src.lines()
+        .find(|l| l.contains("const pf_i pf_khi"))
+        .unwrap()
+        .to_string()
+}
+
 #[test]
 fn the_key_tiles_of_a_block_come_from_the_domain() {
     // Causal: a block's last key is its last row, so the key range depends
     // on the block's first row; no tile on the diagonal is whole.
     let p = load("examples/attention_causal.json", &[("S", 300), ("D", 16)]);
-    let c = compiled(&p, true);
-    let src = &c.cuda.as_ref().unwrap().source;
-    let hi = src
-        .lines()
-        .find(|l| l.contains("const pf_i pf_khi"))
-        .unwrap();
+    let hi = last_key_tile(&compiled(&p, true));
     assert!(hi.contains("pf_i0"), "{hi}");
     // Global attention: every block reads every key.
     let p = load("examples/attention_global.json", &[("S", 300), ("D", 16)]);
-    let c = compiled(&p, true);
-    let src = &c.cuda.as_ref().unwrap().source;
-    let hi = src
-        .lines()
-        .find(|l| l.contains("const pf_i pf_khi"))
-        .unwrap();
+    let hi = last_key_tile(&compiled(&p, true));
     assert!(!hi.contains("pf_i0"), "{hi}");
     // A window of 37 keys never holds a whole 64 x 64 tile.
     let p = load(
@@ -209,50 +208,6 @@ fn the_key_tiles_of_a_block_come_from_the_domain() {
     let c = compiled(&p, true);
     let src = &c.cuda.as_ref().unwrap().source;
     assert!(src.contains("const int pf_full = 0;"), "{src}");
-}
-
-#[test]
-fn a_users_tiles_block_or_grid_keep_the_trees_own_mapping() {
-    let p = load("examples/attention_global.json", &[("S", 40)]);
-    let auto = GpuOptions {
-        auto_tile: true,
-        ..GpuOptions::default()
-    };
-    for (what, g, tile) in [
-        (
-            "tiles",
-            GpuOptions {
-                auto_tile: false,
-                ..auto.clone()
-            },
-            vec![16],
-        ),
-        (
-            "block",
-            GpuOptions {
-                block: vec![32, 4],
-                ..auto.clone()
-            },
-            vec![],
-        ),
-        (
-            "grid",
-            GpuOptions {
-                grid: vec![2],
-                ..auto.clone()
-            },
-            vec![],
-        ),
-    ] {
-        let options = Options {
-            tile,
-            gpu: Some(g),
-            ..Options::default()
-        };
-        let mut c = compile(&p, &options).unwrap();
-        assert!(!on_tensor_cores(&c), "{what}");
-        emulation_check(&mut c, 5);
-    }
 }
 
 #[test]

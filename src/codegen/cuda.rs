@@ -141,6 +141,7 @@ pub fn program(
         privates: Default::default(),
         fixed_selects: Default::default(),
         run_reads: Default::default(),
+        fast_exp: false,
     };
     let args = crate::gpu::kernel_args(program, &scop.tensors);
     // The parameter list, from the argument order every launcher uses.
@@ -251,7 +252,7 @@ pub fn program(
                 name: mark.clone(),
                 grid: plan.grid.clone(),
                 block: plan.block,
-                dynamic_shared: super::flash::shared_bytes(a),
+                dynamic_shared: a.shared_bytes(),
                 static_shared: 0,
             });
             continue;

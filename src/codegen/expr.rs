@@ -57,6 +57,10 @@ pub struct Printer<'a> {
     /// Reads replaced by registers loaded ahead of the loop the printer is
     /// in (`codegen::rowcopy`): statement, access text, register element.
     pub run_reads: std::cell::RefCell<Vec<(String, String, String)>>,
+    /// Print f32 `exp` as CUDA's `__expf` (`ex2.approx` of a product), for
+    /// code whose exponentials only feed values rounded to 16 bits
+    /// afterwards (`codegen::flash`'s weights).
+    pub fast_exp: bool,
 }
 
 /// A thread-private array as the printer addresses it: element `a` of the
@@ -261,6 +265,7 @@ impl Printer<'_> {
         let sfx = if self.is_single(t) { "f" } else { "" };
         let one = if self.is_single(t) { "1.0f" } else { "1.0" };
         match f {
+            Func::Exp if self.fast_exp && self.is_single(t) => format!("__expf({})", a[0]),
             Func::Exp => format!("exp{sfx}({})", a[0]),
             Func::Log => format!("log{sfx}({})", a[0]),
             Func::Sqrt => format!("sqrt{sfx}({})", a[0]),

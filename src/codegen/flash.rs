@@ -32,7 +32,13 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, DType, Program, Reducer};
-use crate::gpu::attention::{Attention, TileOperand, BLOCK_KEYS, THREADS, WARPS};
+use crate::gpu::attention::{
+    Attention, TileOperand, BLOCK_KEYS, BLOCK_ROWS, THREADS, WARPS, WARP_TILES,
+};
+
+/// Row SLOTS of a thread: two rows (`g`, `g + 8`) of each of its warp's
+/// row tiles; slot `r` is tile `r / 2`, half `r % 2`.
+const SLOTS: i64 = 2 * WARP_TILES;
 use crate::model::{access_text, Scop, StmtKind};
 
 use super::expr::{Mode, Printer};
@@ -95,13 +101,6 @@ pub fn gpu_helpers(dtype: DType) -> String {
     )
 }
 
-/// A per-thread array: name, C type, elements.
-struct Var {
-    name: String,
-    ty: &'static str,
-    len: i64,
-}
-
 struct Emit<'a> {
     a: &'a Attention,
     program: &'a Program,
@@ -109,7 +108,6 @@ struct Emit<'a> {
     /// Print the CPU emulation.
     emu: bool,
     out: String,
-    vars: Vec<Var>,
 }
 
 /// The kernel body (CUDA) or its emulation (C), for the kernel whose
@@ -121,18 +119,9 @@ pub fn body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String 
         scop,
         emu,
         out: String::new(),
-        vars: Vec::new(),
     };
     e.kernel();
-    if emu {
-        e.out
-    } else {
-        // The weights are rounded to the operand type after a subtraction
-        // that keeps 11 more bits; `__expf` (`ex2.approx` of a product,
-        // relative error about 2^-21 over the weights' range, which is
-        // at most 0) costs two instructions where `expf` costs about ten.
-        e.out.replace("expf(", "__expf(")
-    }
+    e.out
 }
 
 /// Blocks per multiprocessor the kernel's registers are limited for: four
@@ -148,9 +137,16 @@ pub fn min_blocks(a: &Attention) -> u32 {
     }
 }
 
-/// Dynamic shared memory of the kernel, bytes.
-pub fn shared_bytes(a: &Attention) -> usize {
-    a.shared_bytes()
+/// The position of `text` in `list`, added at the end if absent: one C
+/// variable per distinct expression.
+fn intern(list: &mut Vec<String>, text: String) -> usize {
+    match list.iter().position(|t| *t == text) {
+        Some(k) => k,
+        None => {
+            list.push(text);
+            list.len() - 1
+        }
+    }
 }
 
 fn reducer_op(r: Reducer) -> i32 {
@@ -182,14 +178,6 @@ impl Emit<'_> {
         } else {
             format!("{name}[{idx}]")
         }
-    }
-
-    fn var(&mut self, name: &str, ty: &'static str, len: i64) {
-        self.vars.push(Var {
-            name: name.to_string(),
-            ty,
-            len,
-        });
     }
 
     /// Code every thread runs.
@@ -308,7 +296,13 @@ impl Emit<'_> {
         }
     }
 
-    fn printer(&self, overrides: HashMap<String, String>) -> Printer<'_> {
+    /// The statement printer with `overrides`; `fast` for the values of a
+    /// tile's step on the GPU: they only feed weights that are rounded to
+    /// the operand type after a subtraction keeping 11 more bits, so
+    /// `__expf` (`ex2.approx` of a product, relative error about 2^-21 over
+    /// the weights' range, at most 0) serves, two instructions where
+    /// `expf` takes about ten.
+    fn printer(&self, overrides: HashMap<String, String>, fast: bool) -> Printer<'_> {
         Printer {
             tensors: &self.scop.tensors,
             params: &[],
@@ -317,16 +311,14 @@ impl Emit<'_> {
             privates: Default::default(),
             fixed_selects: Default::default(),
             run_reads: Default::default(),
+            fast_exp: fast && !self.emu,
         }
     }
 
     /// Index variables of a statement: the batch, the row, the key and the
     /// columns.
     fn env(&self) -> HashMap<String, String> {
-        let mut env = HashMap::new();
-        for (k, (b, _)) in self.a.batch.iter().enumerate() {
-            env.insert(b.clone(), format!("pf_b{k}"));
-        }
+        let mut env = self.rename();
         env.insert(self.a.row.clone(), "pf_ei".into());
         env.insert(self.a.key.clone(), "pf_ej".into());
         for c in &self.a.contractions {
@@ -335,6 +327,7 @@ impl Emit<'_> {
         env
     }
 
+    /// The batch iterators' C names.
     fn rename(&self) -> HashMap<String, String> {
         let mut r = HashMap::new();
         for (k, (b, _)) in self.a.batch.iter().enumerate() {
@@ -343,8 +336,17 @@ impl Emit<'_> {
         r
     }
 
+    /// C text of a condition or bound from the domain: parameters by
+    /// their C names, batch iterators by the block's.
     fn cond(&self, e: &crate::codegen::ast::Expr) -> String {
-        crate::gpu::attention::c_text(e, self.program, &self.rename())
+        let rename = self.rename();
+        super::ast::c_expr(e, &|n: &str| {
+            if self.program.is_param(n) {
+                super::expr::param_name(n)
+            } else {
+                rename.get(n).cloned().unwrap_or_else(|| n.to_string())
+            }
+        })
     }
 
     fn row_subs(&self) -> Vec<Affine> {
@@ -384,7 +386,7 @@ impl Emit<'_> {
         let mut env = self.env();
         env.insert(x.row.clone(), "pf_gr".into());
         env.insert(x.col.clone(), "pf_q".into());
-        let printer = self.printer(HashMap::new());
+        let printer = self.printer(HashMap::new(), false);
         let src = printer.element(&x.tensor, &x.subscripts, &env);
         let mut c = String::new();
         let _ = writeln!(
@@ -392,8 +394,9 @@ impl Emit<'_> {
             "for (int pf_x = pf_t; pf_x < {}; pf_x += {THREADS}) {{\n\
              const int pf_r = pf_x / {chunks}, pf_q = (pf_x % {chunks}) * 8;\n\
              const pf_i pf_gr = {first} + pf_r;\n\
-             uint16_t *pf_dst = &{buf}[pf_r * {pitch} + pf_q];",
-            rows * chunks
+             {} *pf_dst = &{buf}[pf_r * {pitch} + pf_q];",
+            rows * chunks,
+            self.u16()
         );
         let tensor = super::expr::tensor_name(&x.tensor);
         if self.emu {
@@ -409,10 +412,15 @@ impl Emit<'_> {
                 x.rows
             );
         }
+        c
+    }
+
+    /// The C type of a 16-bit element.
+    fn u16(&self) -> &'static str {
         if self.emu {
-            c
+            "uint16_t"
         } else {
-            c.replace("uint16_t *pf_dst", "unsigned short *pf_dst")
+            "unsigned short"
         }
     }
 
@@ -453,7 +461,6 @@ impl Emit<'_> {
     }
 
     fn declare(&mut self) {
-        let (warp_tiles, _, slots) = self.shape();
         let a = self.a;
         // One array, the buffers at the layout's offsets (the same on the
         // CPU, so a layout whose buffers overlap fails there too).
@@ -466,11 +473,7 @@ impl Emit<'_> {
         } else {
             self.line("extern __shared__ __align__(128) unsigned short pf_dynamic_shared[];");
         }
-        let ty = if self.emu {
-            "uint16_t"
-        } else {
-            "unsigned short"
-        };
+        let ty = self.u16();
         let mut offset = 0;
         for (name, len) in a.shared_layout() {
             let _ = writeln!(
@@ -479,48 +482,37 @@ impl Emit<'_> {
             );
             offset += len;
         }
-        // Per-thread state.
+        // Per-thread state: name, C type (on the CPU), elements.
         let nb = BLOCK_KEYS / 8;
-        self.var("pf_qf", "uint32_t", warp_tiles * a.depth / 16 * 4);
-        self.var("pf_kb", "uint32_t", 4);
-        self.var("pf_s", "float", warp_tiles * nb * 4);
+        let mut vars: Vec<(String, &str, i64)> = vec![
+            ("pf_qf".into(), "uint32_t", WARP_TILES * a.depth / 16 * 4),
+            ("pf_kb".into(), "uint32_t", 4),
+            ("pf_s".into(), "float", WARP_TILES * nb * 4),
+        ];
         for k in 0..a.maps.len() {
-            self.var(&format!("pf_x{k}"), "float", warp_tiles * nb * 4);
+            vars.push((format!("pf_x{k}"), "float", WARP_TILES * nb * 4));
         }
         for n in ["pf_m", "pf_mn", "pf_mt"] {
-            self.var(n, "float", slots);
+            vars.push((n.into(), "float", SLOTS));
         }
         for k in 0..a.sums.len() {
-            self.var(&format!("pf_sum{k}"), "float", slots);
-            self.var(&format!("pf_st{k}"), "float", slots);
+            vars.push((format!("pf_sum{k}"), "float", SLOTS));
+            vars.push((format!("pf_st{k}"), "float", SLOTS));
         }
         for (k, c) in a.contractions.iter().enumerate() {
-            self.var(&format!("pf_o{k}"), "float", warp_tiles * c.width / 8 * 4);
-            self.var(
-                &format!("pf_pa{k}"),
-                "uint32_t",
-                warp_tiles * BLOCK_KEYS / 16 * 4,
-            );
-            self.var(
-                &format!("pf_pl{k}"),
-                "uint32_t",
-                warp_tiles * BLOCK_KEYS / 16 * 4,
-            );
+            let frags = WARP_TILES * BLOCK_KEYS / 16 * 4;
+            vars.push((format!("pf_o{k}"), "float", WARP_TILES * c.width / 8 * 4));
+            vars.push((format!("pf_pa{k}"), "uint32_t", frags));
+            vars.push((format!("pf_pl{k}"), "uint32_t", frags));
         }
-        let vars = std::mem::take(&mut self.vars);
-        for v in &vars {
+        for (name, ty, len) in vars {
             if self.emu {
-                let _ = writeln!(
-                    self.out,
-                    "static {} {}[{THREADS}][{}];",
-                    v.ty, v.name, v.len
-                );
+                let _ = writeln!(self.out, "static {ty} {name}[{THREADS}][{len}];");
             } else {
-                let ty = if v.ty == "uint32_t" { "unsigned" } else { v.ty };
-                let _ = writeln!(self.out, "{ty} {}[{}];", v.name, v.len);
+                let ty = if ty == "uint32_t" { "unsigned" } else { ty };
+                let _ = writeln!(self.out, "{ty} {name}[{len}];");
             }
         }
-        self.vars = vars;
     }
 
     /// Row `pf_ei` of the thread's row slot `pf_r`.
@@ -529,14 +521,6 @@ impl Emit<'_> {
             "const pf_i pf_ei = pf_i0 + (pf_r / 2) * {} + pf_w * 16 + pf_g + 8 * (pf_r % 2);",
             16 * WARPS
         )
-    }
-
-    /// Row tiles of a warp, rows of a block, row slots of a thread (two
-    /// rows, `g` and `g + 8`, of each of its warp's row tiles; slot `r`
-    /// is tile `r / 2`, half `r % 2`).
-    fn shape(&self) -> (i64, i64, i64) {
-        let t = self.a.warp_tiles;
-        (t, self.a.block_rows(), 2 * t)
     }
 
     /// Index of element `(pf_r, pf_n, pf_h)` in a thread's scores.
@@ -557,7 +541,6 @@ impl Emit<'_> {
     }
 
     fn kernel(&mut self) {
-        let (warp_tiles, block_rows, _) = self.shape();
         let a = self.a;
         let mut batch_decl = String::new();
         let mut stride = 1i64;
@@ -571,7 +554,7 @@ impl Emit<'_> {
         if self.emu {
             let _ = writeln!(
                 self.out,
-                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\nconst pf_i pf_i0 = pf_bx * {block_rows};\n{batch_decl}",
+                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\nconst pf_i pf_i0 = pf_bx * {BLOCK_ROWS};\n{batch_decl}",
                 a.row_tiles(),
                 a.batches()
             );
@@ -580,7 +563,7 @@ impl Emit<'_> {
                 self.out,
                 "const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
                  (void)pf_w; (void)pf_g; (void)pf_c;\n\
-                 const pf_i pf_i0 = (pf_i)blockIdx.x * {block_rows};\nconst pf_i pf_bt = blockIdx.y;\n{batch_decl}"
+                 const pf_i pf_i0 = (pf_i)blockIdx.x * {BLOCK_ROWS};\nconst pf_i pf_bt = blockIdx.y;\n{batch_decl}"
             );
         }
         self.declare();
@@ -598,7 +581,7 @@ impl Emit<'_> {
         );
         // Prologue: the query tile and the first key and value tiles (stage
         // 0), the states.
-        let mut c = self.copy(&a.query, "pf_i0", block_rows, a.depth, "pf_fa_q");
+        let mut c = self.copy(&a.query, "pf_i0", BLOCK_ROWS, a.depth, "pf_fa_q");
         c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
         self.threads(&c);
         self.init_states();
@@ -608,7 +591,7 @@ impl Emit<'_> {
         let mut w = String::new();
         let _ = writeln!(
             w,
-            "{u}for (int pf_mi = 0; pf_mi < {warp_tiles}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
+            "{u}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
             u = self.unroll()
         );
         w.push_str(&self.ldsm(
@@ -625,11 +608,7 @@ impl Emit<'_> {
         // The rolling loop in tiles, two stages: the next tiles' copies
         // run while the block computes on the current ones.
         let full = self.cond(&a.full_tile);
-        let ptr = if self.emu {
-            "uint16_t"
-        } else {
-            "unsigned short"
-        };
+        let ptr = self.u16();
         let kl = BLOCK_KEYS * qp;
         let _ = writeln!(
             self.out,
@@ -658,7 +637,7 @@ impl Emit<'_> {
             c,
             "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
             self.unroll(),
-            warp_tiles * nb * 4,
+            WARP_TILES * nb * 4,
             self.at("pf_s", "pf_k")
         );
         self.threads(&c);
@@ -680,7 +659,7 @@ impl Emit<'_> {
         ));
         let _ = writeln!(
             w,
-            "{}for (int pf_mi = 0; pf_mi < {warp_tiles}; pf_mi++) {{",
+            "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
             self.unroll()
         );
         for half in 0..2 {
@@ -688,12 +667,12 @@ impl Emit<'_> {
                 (
                     "pf_s",
                     &format!("(pf_mi * {nb} + 2 * pf_np + {half}) * 4"),
-                    warp_tiles * nb * 4,
+                    WARP_TILES * nb * 4,
                 ),
                 (
                     "pf_qf",
                     &format!("(pf_mi * {kq} + pf_kk) * 4"),
-                    warp_tiles * kq * 4,
+                    WARP_TILES * kq * 4,
                 ),
                 ("pf_kb", &format!("{}", 2 * half), 4),
             ));
@@ -731,7 +710,7 @@ impl Emit<'_> {
             let kc = BLOCK_KEYS / 16;
             let _ = writeln!(
                 w,
-                "{}for (int pf_mi = 0; pf_mi < {warp_tiles}; pf_mi++) {{",
+                "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
                 self.unroll()
             );
             // The rounded weights, then their rounded remainders (without
@@ -743,12 +722,12 @@ impl Emit<'_> {
                         (
                             &o,
                             &format!("(pf_mi * {w8} + 2 * pf_ep + {half}) * 4"),
-                            warp_tiles * w8 * 4,
+                            WARP_TILES * w8 * 4,
                         ),
                         (
                             &format!("pf_{part}{k}"),
                             &format!("(pf_mi * {kc} + pf_kc) * 4"),
-                            warp_tiles * kc * 4,
+                            WARP_TILES * kc * 4,
                         ),
                         ("pf_kb", &format!("{}", 2 * half), 4),
                     ));
@@ -769,14 +748,13 @@ impl Emit<'_> {
 
     /// The states' initial values.
     fn init_states(&mut self) {
-        let slots = self.shape().2;
         let a = self.a;
-        let printer = self.printer(HashMap::new());
+        let printer = self.printer(HashMap::new(), false);
         let env = self.env();
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "{}for (int pf_r = 0; pf_r < {slots}; pf_r++) {{\n{}",
+            "{}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n{}",
             self.unroll(),
             self.row_of()
         );
@@ -813,7 +791,6 @@ impl Emit<'_> {
     /// One tile's maps, predecessor, repairs and terms (all but the value
     /// products).
     fn softmax_step(&mut self, whole: bool) {
-        let slots = self.shape().2;
         let a = self.a;
         let env = self.env();
         let nb = BLOCK_KEYS / 8;
@@ -826,7 +803,7 @@ impl Emit<'_> {
         let k_idx = Self::s_idx();
         let elem_loop = |u: &str| {
             format!(
-                "{u}for (int pf_r = 0; pf_r < {slots}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+                "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
                  const int pf_k = {k_idx};\n\
                  {row_decl}\n\
                  const pf_i pf_ej = pf_j0 + pf_n * 8 + 2 * pf_c + pf_h;\n\
@@ -836,12 +813,12 @@ impl Emit<'_> {
         // Maps and the predecessor's tile value.
         let mut ov = HashMap::new();
         self.element_overrides(&mut ov);
-        let printer = self.printer(ov.clone());
+        let printer = self.printer(ov.clone(), true);
         let ident = printer.identity(a.reducer, DType::F32);
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "for (int pf_r = 0; pf_r < {slots}; pf_r++) {} = {ident};",
+            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {} = {ident};",
             self.at("pf_mt", "pf_r")
         );
         c.push_str(&elem_loop(self.unroll()));
@@ -866,7 +843,7 @@ impl Emit<'_> {
             )
         );
         self.threads(&c);
-        self.quad("pf_mt", slots, a.reducer);
+        self.quad("pf_mt", SLOTS, a.reducer);
         // New predecessor value, repairs. A sum's repair `H(X; Mp, M)`
         // distributes over the sum (Eq. 5, proven by the rewrite) and is
         // continuous in `X`, so it is `X * H(1; Mp, M)`: one factor per row
@@ -885,24 +862,22 @@ impl Emit<'_> {
                 "1.0f".into(),
             );
         }
-        let printer = self.printer(rov);
+        let printer = self.printer(rov, true);
         let mut factors: Vec<String> = Vec::new();
-        let mut factor = |e: &crate::frontend::ast::Expr| -> usize {
-            let t = printer.expr(e, &env);
-            match factors.iter().position(|f| *f == t) {
-                Some(k) => k,
-                None => {
-                    factors.push(t);
-                    factors.len() - 1
-                }
-            }
-        };
-        let sum_factor: Vec<usize> = a.sums.iter().map(|s| factor(&s.repair)).collect();
-        let con_factor: Vec<usize> = a.contractions.iter().map(|x| factor(&x.repair)).collect();
+        let sum_factor: Vec<usize> = a
+            .sums
+            .iter()
+            .map(|s| intern(&mut factors, printer.expr(&s.repair, &env)))
+            .collect();
+        let con_factor: Vec<usize> = a
+            .contractions
+            .iter()
+            .map(|x| intern(&mut factors, printer.expr(&x.repair, &env)))
+            .collect();
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "{}for (int pf_r = 0; pf_r < {slots}; pf_r++) {{\n{} = {};",
+            "{}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n{} = {};",
             self.unroll(),
             self.at("pf_mn", "pf_r"),
             printer.combine(
@@ -934,11 +909,11 @@ impl Emit<'_> {
         // The tile's terms with the new predecessor value.
         let mut tov = ov;
         tov.insert(access_text(&a.pred, &row), self.at("pf_mn", "pf_r"));
-        let printer = self.printer(tov);
+        let printer = self.printer(tov, true);
         let u = self.unroll();
         let _ = writeln!(
             c,
-            "{u}for (int pf_r = 0; pf_r < {slots}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++) {{\n\
+            "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++) {{\n\
              float pf_w0[{n}], pf_w1[{n}];",
             n = a.contractions.len().max(1)
         );
@@ -953,18 +928,16 @@ impl Emit<'_> {
         // Each distinct term or weight once per element (a softmax's
         // `exp(T - M)` is both).
         let mut values: Vec<String> = Vec::new();
-        let mut value = |e: &crate::frontend::ast::Expr| -> usize {
-            let t = printer.expr(e, &env);
-            match values.iter().position(|v| *v == t) {
-                Some(k) => k,
-                None => {
-                    values.push(t);
-                    values.len() - 1
-                }
-            }
-        };
-        let sum_value: Vec<usize> = a.sums.iter().map(|s| value(&s.term)).collect();
-        let weight_value: Vec<usize> = a.contractions.iter().map(|x| value(&x.weight)).collect();
+        let sum_value: Vec<usize> = a
+            .sums
+            .iter()
+            .map(|s| intern(&mut values, printer.expr(&s.term, &env)))
+            .collect();
+        let weight_value: Vec<usize> = a
+            .contractions
+            .iter()
+            .map(|x| intern(&mut values, printer.expr(&x.weight, &env)))
+            .collect();
         for (k, v) in values.iter().enumerate() {
             let _ = writeln!(c, "const float pf_v{k} = pf_ok ? {v} : 0.0f;");
         }
@@ -1001,18 +974,12 @@ impl Emit<'_> {
             );
         }
         c.push_str("}\n");
-        let c = if self.emu {
-            c
-        } else {
-            c.replace("(uint32_t)", "(unsigned)")
-                .replace("const uint16_t", "const unsigned short")
-        };
         self.threads(&c);
         for k in 0..a.sums.len() {
-            self.quad(&format!("pf_st{k}"), slots, Reducer::Sum);
+            self.quad(&format!("pf_st{k}"), SLOTS, Reducer::Sum);
         }
         let mut c = String::new();
-        let _ = writeln!(c, "for (int pf_r = 0; pf_r < {slots}; pf_r++) {{");
+        let _ = writeln!(c, "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{");
         for k in 0..a.sums.len() {
             let s = self.at(&format!("pf_sum{k}"), "pf_r");
             let _ = writeln!(c, "{s} = {s} + {};", self.at(&format!("pf_st{k}"), "pf_r"));
@@ -1028,7 +995,6 @@ impl Emit<'_> {
 
     /// The epilogue statements, from the final states.
     fn epilogue(&mut self) {
-        let slots = self.shape().2;
         let a = self.a;
         let env = self.env();
         let row = self.row_subs();
@@ -1060,13 +1026,13 @@ impl Emit<'_> {
                     );
                 }
             }
-            let printer = self.printer(ov);
+            let printer = self.printer(ov, false);
             let text = printer.statement(st, StmtKind::Assign, &env);
             match width {
                 Some(w) => {
                     let _ = writeln!(
                         c,
-                        "for (int pf_r = 0; pf_r < {slots}; pf_r++) for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
+                        "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
                          {}\nconst pf_i pf_ee = pf_n * 8 + 2 * pf_c + pf_h; (void)pf_ee;\n\
                          if (pf_ei < {}) {text}\n}}",
                         w / 8,
@@ -1077,7 +1043,7 @@ impl Emit<'_> {
                 None => {
                     let _ = writeln!(
                         c,
-                        "for (int pf_r = 0; pf_r < {slots}; pf_r++) {{\n{}\nif (pf_c == 0 && pf_ei < {}) {text}\n}}",
+                        "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n{}\nif (pf_c == 0 && pf_ei < {}) {text}\n}}",
                         self.row_of(),
                         a.rows
                     );

@@ -5,7 +5,7 @@
 //! with `mma.sync.m16n8k16` (FlashAttention's loop, printed by
 //! `codegen::flash`).
 //!
-//! The kernel must hold every statement of the program, with these roles
+//! The kernel holds every statement of the program, with these roles
 //! (`bt` the batch iterators, `i` the row, `j` the rolling loop, `d` the
 //! score's reduction, `e` a column of a contraction target; the iterator
 //! names must be the same in every statement):
@@ -44,8 +44,6 @@
 //! left out where a whole tile is inside; both conditions are computed
 //! from the domain in isl.
 
-use std::collections::HashMap;
-
 use crate::codegen::ast::{self, Expr as AstExpr};
 use crate::deps::Dependences;
 use crate::error::Result;
@@ -57,6 +55,15 @@ use crate::model::{collect_reads, Scop};
 
 /// Warps of a block.
 pub const WARPS: i64 = 4;
+/// `mma` row tiles (16 rows) of a warp: the key and value fragments a
+/// warp loads from shared memory serve this many of them. One: with two
+/// (H100, D = 64) a thread needs 255 registers, two blocks fit a
+/// multiprocessor instead of three, and causal prefill was 16% slower
+/// (global 2% faster).
+pub const WARP_TILES: i64 = 1;
+/// Query rows of a block: warp `w`'s tile `t` holds rows
+/// `16 (w + WARPS t) ..` of it.
+pub const BLOCK_ROWS: i64 = 16 * WARPS * WARP_TILES;
 
 /// Keys of a tile of the rolling loop.
 pub const BLOCK_KEYS: i64 = 64;
@@ -77,6 +84,8 @@ pub struct TileOperand {
     pub col: String,
     /// Rows of the tensor along `row` (zero-filled beyond).
     pub rows: i64,
+    /// f16 or bf16.
+    pub dtype: DType,
 }
 
 /// A repaired row sum `X(bt, i) = H(X; Mp, M) + g`.
@@ -117,12 +126,6 @@ pub struct Attention {
     pub keys: i64,
     /// Score reduction depth `D` (a multiple of 16).
     pub depth: i64,
-    /// `mma` row tiles (16 rows) of a warp: the key and value fragments a
-    /// warp loads from shared memory serve this many of them. One: with
-    /// two (H100, D = 64) a thread needs 255 registers, two blocks fit a
-    /// multiprocessor instead of three, and causal prefill was 16% slower
-    /// (global 2% faster).
-    pub warp_tiles: i64,
     pub dtype: DType,
     /// The score tensor `P` and the operands of its contraction.
     pub score: String,
@@ -154,14 +157,9 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// Query rows of a block: warp `w`'s tile `t` holds rows
-    /// `16 (w + WARPS t) ..` of it.
-    pub fn block_rows(&self) -> i64 {
-        16 * WARPS * self.warp_tiles
-    }
     /// Tiles of rows.
     pub fn row_tiles(&self) -> i64 {
-        (self.rows + self.block_rows() - 1) / self.block_rows()
+        (self.rows + BLOCK_ROWS - 1) / BLOCK_ROWS
     }
     /// Combinations of batch values.
     pub fn batches(&self) -> i64 {
@@ -180,10 +178,7 @@ impl Attention {
     /// out in one array the same way).
     pub fn shared_layout(&self) -> Vec<(String, i64)> {
         let mut v = vec![
-            (
-                "pf_fa_q".to_string(),
-                self.block_rows() * Self::pitch(self.depth),
-            ),
+            ("pf_fa_q".to_string(), BLOCK_ROWS * Self::pitch(self.depth)),
             (
                 "pf_fa_k".to_string(),
                 2 * BLOCK_KEYS * Self::pitch(self.depth),
@@ -272,6 +267,7 @@ fn tile_operand(
         row: row.to_string(),
         col: col.to_string(),
         rows,
+        dtype: t.dtype,
     })
 }
 
@@ -293,18 +289,18 @@ struct Roles<'a> {
     dtype: DType,
 }
 
-impl Roles<'_> {
-    /// Program positions of the statements that write `t`.
-    fn writes(&self, t: &str) -> Vec<usize> {
-        self.program
-            .statements
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.lhs_tensor == t)
-            .map(|(k, _)| k)
-            .collect()
-    }
+/// Program positions of the statements that write `t`.
+fn writes(program: &Program, t: &str) -> Vec<usize> {
+    program
+        .statements
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.lhs_tensor == t)
+        .map(|(k, _)| k)
+        .collect()
+}
 
+impl Roles<'_> {
     /// Target `t` of the rolling update: its update `X = H(X) + g` along
     /// the key and its initialisation (positions), in the form of a row
     /// sum (`X(bt, i)`, `g` an element's term) or of a contraction
@@ -312,13 +308,12 @@ impl Roles<'_> {
     fn target(
         &self,
         t: &crate::frontend::ast::RollingTarget,
-        depth_it: &str,
     ) -> Option<(TargetForm, usize, usize)> {
         let sts = &self.program.statements;
         if t.reducer != Reducer::Sum {
             return None;
         }
-        let tw = self.writes(&t.tensor);
+        let tw = writes(self.program, &t.tensor);
         let u = tw
             .iter()
             .copied()
@@ -347,9 +342,6 @@ impl Roles<'_> {
         let lhs = &sts[u].lhs_indices;
         let rows = self.row_idx.len();
         if lhs[..] == self.row_idx[..] {
-            if mentions_index(&term, depth_it) {
-                return None;
-            }
             let form = TargetForm::Sum(RowSum {
                 tensor: t.tensor.clone(),
                 init,
@@ -380,8 +372,7 @@ impl Roles<'_> {
                 &column,
                 self.batch,
             )?;
-            (op.rows == self.keys && self.program.tensor(tensor)?.dtype == self.dtype)
-                .then(|| (w.clone(), op))
+            (op.rows == self.keys && op.dtype == self.dtype).then(|| (w.clone(), op))
         };
         let (weight, value) = split(a, b).or_else(|| split(b, a))?;
         let shape = self.program.tensor(&t.tensor)?.shape.as_ref()?;
@@ -402,23 +393,17 @@ impl Roles<'_> {
     }
 }
 
-/// Recognises the attention kernel whose statements are those of
-/// `kernel` (a union of statement domains); `None` leaves the kernel to
+/// Recognises the program as one attention kernel; `None` leaves it to
 /// the ordinary mapping.
 pub fn recognise(
     isl: &Isl,
     program: &Program,
     scop: &Scop,
     deps: &Dependences,
-    kernel: &isl_rs::UnionSet,
 ) -> Result<Option<Attention>> {
     let Some(rolling) = &program.rolling else {
         return Ok(None);
     };
-    let in_kernel = scop.statements_in(kernel)?;
-    if in_kernel.len() != scop.statements.len() {
-        return Ok(None);
-    }
     let [pred] = rolling.preds.as_slice() else {
         return Ok(None);
     };
@@ -426,13 +411,7 @@ pub fn recognise(
         return Ok(None);
     }
     let sts = &program.statements;
-    let writes = |t: &str| -> Vec<usize> {
-        sts.iter()
-            .enumerate()
-            .filter(|(_, s)| s.lhs_tensor == t)
-            .map(|(k, _)| k)
-            .collect()
-    };
+    let writes = |t: &str| writes(program, t);
     // The predecessor's update (with the rolling index) and its init.
     let pw = writes(&pred.tensor);
     let Some(&pu) = pw
@@ -549,11 +528,10 @@ pub fn recognise(
     else {
         return Ok(None);
     };
-    let dtype = program.tensor(&query.tensor).map(|t| t.dtype);
-    if dtype != program.tensor(&key_operand.tensor).map(|t| t.dtype) {
+    if query.dtype != key_operand.dtype {
         return Ok(None);
     }
-    let dtype = dtype.unwrap_or(DType::F16);
+    let dtype = query.dtype;
     let score = sst.lhs_tensor.clone();
     used.push(*sc);
     // Extents, all known.
@@ -591,7 +569,7 @@ pub fn recognise(
         dtype,
     };
     for t in &rolling.targets {
-        let Some((form, update, init)) = roles.target(t, &depth_it) else {
+        let Some((form, update, init)) = roles.target(t) else {
             return Ok(None);
         };
         match form {
@@ -653,20 +631,19 @@ pub fn recognise(
                 }))
         {
             for (t, subs) in reads(&s.rhs) {
-                let at_row = subs.len() >= row_subs.len() && subs[..row_subs.len()] == row_subs[..];
                 if rowwise.contains(&t) {
                     let ok = if sums.iter().any(|x| x.tensor == t) || t == pred.tensor {
                         subs == row_subs
                     } else {
                         // A contraction target at the statement's own
                         // column (the kernel holds it by that column).
-                        at_row
-                            && subs == var_list(&s.lhs_indices)
+                        subs == var_list(&s.lhs_indices)
                             && contractions
                                 .iter()
                                 .any(|c| c.tensor == t && s.lhs_indices.last() == Some(&c.column))
                     };
-                    if !ok || t == pred.cache {
+                    // (The cache is neither: refused.)
+                    if !ok {
                         return Ok(None);
                     }
                 } else if written_here(&t) {
@@ -683,22 +660,20 @@ pub fn recognise(
     }
     // Element reads in the terms, the weights and the body: elementwise
     // tensors at (bt, i, j), row states at (bt, i), nothing else written.
-    let element_reads_ok = |e: &Expr, extra: Option<&str>| -> bool {
+    let element_reads_ok = |e: &Expr| -> bool {
         reads(e).iter().all(|(t, subs)| {
             if elementwise.contains(t) {
                 *subs == elem_subs
             } else if *t == pred.tensor {
                 *subs == row_subs
             } else {
-                !sts.iter().any(|o| &o.lhs_tensor == t) || extra == Some(t.as_str())
+                !sts.iter().any(|o| &o.lhs_tensor == t)
             }
         })
     };
-    if !element_reads_ok(&pred_body, None)
-        || sums.iter().any(|s| !element_reads_ok(&s.term, None))
-        || contractions
-            .iter()
-            .any(|c| !element_reads_ok(&c.weight, None))
+    if !element_reads_ok(&pred_body)
+        || sums.iter().any(|s| !element_reads_ok(&s.term))
+        || contractions.iter().any(|c| !element_reads_ok(&c.weight))
     {
         return Ok(None);
     }
@@ -710,14 +685,12 @@ pub fn recognise(
             _ => return Ok(None),
         }
     }
-    let warp_tiles = 1;
-    let block_rows = 16 * WARPS * warp_tiles;
     let Some(conditions) = domain_conditions(
         isl,
         scop,
         program,
         pu,
-        &batch,
+        &batch_ext,
         &row,
         &key,
         [rows, keys, depth],
@@ -725,7 +698,6 @@ pub fn recognise(
         &epilogue,
         &used,
         *sc,
-        block_rows,
     )?
     else {
         return Ok(None);
@@ -756,7 +728,6 @@ pub fn recognise(
         rows,
         keys,
         depth,
-        warp_tiles,
         dtype,
         score,
         query,
@@ -796,7 +767,7 @@ fn domain_conditions(
     scop: &Scop,
     program: &Program,
     pred_update: usize,
-    batch: &[String],
+    batch_ext: &[(String, i64)],
     row: &str,
     key: &str,
     [rows, keys, depth]: [i64; 3],
@@ -804,14 +775,14 @@ fn domain_conditions(
     epilogue: &[usize],
     used: &[usize],
     score: usize,
-    block_rows: i64,
 ) -> Result<Option<[AstExpr; 5]>> {
     let context = scop.context.copy()?;
     let pre = &scop.param_prefix;
     let Some(pstmt) = scop.statements.iter().find(|s| s.source == pred_update) else {
         return Ok(None);
     };
-    let mut elem = batch.to_vec();
+    let batch: Vec<String> = batch_ext.iter().map(|(b, _)| b.clone()).collect();
+    let mut elem = batch.clone();
     elem.push(row.to_string());
     elem.push(key.to_string());
     // `V` on an anonymous tuple [bt, i, j].
@@ -835,16 +806,9 @@ fn domain_conditions(
     let Some(v) = anon(pstmt, &elem)? else {
         return Ok(None);
     };
-    let bt_bounds: Vec<String> = batch
+    let bt_bounds: Vec<String> = batch_ext
         .iter()
-        .enumerate()
-        .map(|(k, b)| {
-            let e = program
-                .tensor(&program.statements[pred_update].lhs_tensor)
-                .and_then(|t| program.evaluate(&t.shape.as_ref()?[k]))
-                .unwrap_or(0);
-            format!("0 <= {b} < {e}")
-        })
+        .map(|(b, e)| format!("0 <= {b} < {e}"))
         .collect();
     let boxed = |extra: &[(String, i64)], names: &[String]| -> Result<isl_rs::Set> {
         let mut cons = bt_bounds.clone();
@@ -928,7 +892,7 @@ fn domain_conditions(
     tile_names.push("pf_i0".into());
     tile_names.push("pf_j0".into());
     let tiles = isl.map(&format!(
-        "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {block_rows} and pf_j0 <= {key} < pf_j0 + {BLOCK_KEYS} }}",
+        "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} and pf_j0 <= {key} < pf_j0 + {BLOCK_KEYS} }}",
         elem.join(", "),
         tile_names.join(", ")
     ))?;
@@ -942,7 +906,7 @@ fn domain_conditions(
     let nb = block_names.len() as u32;
     let block_keys = isl
         .map(&format!(
-            "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {block_rows} }}",
+            "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} }}",
             block_names.join(", "),
             elem.join(", ")
         ))?
@@ -975,16 +939,4 @@ fn set_expr(isl: &Isl, scop: &Scop, set: isl_rs::Set, names: &[String]) -> Resul
         crate::error::Error::Internal("isl could not print an attention condition".into())
     })?;
     ast::expr_from_isl(&e)
-}
-
-/// C text of a condition or bound: parameters by their C names, the
-/// other identifiers through `rename`.
-pub fn c_text(e: &AstExpr, program: &Program, rename: &HashMap<String, String>) -> String {
-    ast::c_expr(e, &|n: &str| {
-        if program.is_param(n) {
-            crate::codegen::expr::param_name(n)
-        } else {
-            rename.get(n).cloned().unwrap_or_else(|| n.to_string())
-        }
-    })
 }

@@ -123,8 +123,7 @@ pub fn map(
     // tiles, the block and the grid are polyfuse's to choose (a user's
     // sizes are for the tree's own mapping).
     if opts.tensor_cores && opts.auto_tile && opts.block.is_empty() && opts.grid.is_empty() {
-        let domain = root.get_schedule()?.get_domain()?;
-        if let Some(a) = super::attention::recognise(isl, program, scop, deps, &domain)? {
+        if let Some(a) = super::attention::recognise(isl, program, scop, deps)? {
             let name = "kernel_0".to_string();
             let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
             let plan = KernelPlan {
