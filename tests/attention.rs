@@ -211,6 +211,50 @@ fn the_key_tiles_of_a_block_come_from_the_domain() {
 }
 
 #[test]
+fn a_users_tiles_block_or_grid_keep_the_trees_own_mapping() {
+    let p = load("examples/attention_global.json", &[("S", 40)]);
+    let auto = GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    };
+    for (what, g, tile) in [
+        (
+            "tiles",
+            GpuOptions {
+                auto_tile: false,
+                ..auto.clone()
+            },
+            vec![16],
+        ),
+        (
+            "block",
+            GpuOptions {
+                block: vec![32, 4],
+                ..auto.clone()
+            },
+            vec![],
+        ),
+        (
+            "grid",
+            GpuOptions {
+                grid: vec![2],
+                ..auto.clone()
+            },
+            vec![],
+        ),
+    ] {
+        let options = Options {
+            tile,
+            gpu: Some(g),
+            ..Options::default()
+        };
+        let mut c = compile(&p, &options).unwrap();
+        assert!(!on_tensor_cores(&c), "{what}");
+        emulation_check(&mut c, 5);
+    }
+}
+
+#[test]
 fn programs_outside_the_form_keep_the_ordinary_mapping_and_stay_correct() {
     // A head dimension that is no multiple of 16, tensor cores turned off,
     // a split-k decoding and a softmax without a score contraction.
