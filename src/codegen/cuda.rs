@@ -255,6 +255,34 @@ pub fn program(
                 dynamic_shared: a.shared_bytes(),
                 static_shared: 0,
             });
+            // A split attention's second kernel: the combination over the
+            // slices and the epilogue, a block per row.
+            if a.split.is_some() {
+                let name = format!("{mark}_combine");
+                let _ = writeln!(
+                    source,
+                    "\nextern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{",
+                    super::flash::COMBINE_THREADS,
+                    signature.join(", ")
+                );
+                for p in &program.params {
+                    if let Some(v) = p.value {
+                        let _ = writeln!(source, "  const pf_i {} = {v};", param_name(&p.name));
+                    }
+                }
+                source.push_str(&super::flash::combine_body(a, program, scop, false));
+                source.push_str("}\n");
+                let _ = writeln!(emulation, "  {{ /* {name} */");
+                emulation.push_str(&super::flash::combine_body(a, program, scop, true));
+                let _ = writeln!(emulation, "  }}");
+                kernels.push(Kernel {
+                    name,
+                    grid: [Expr::Int(a.rows), Expr::Int(a.batches()), Expr::Int(1)],
+                    block: [super::flash::COMBINE_THREADS, 1, 1],
+                    dynamic_shared: 0,
+                    static_shared: 0,
+                });
+            }
             continue;
         }
         let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());

@@ -33,7 +33,7 @@ use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, DType, Program, Reducer};
 use crate::gpu::attention::{
-    Attention, TileOperand, BLOCK_KEYS, BLOCK_ROWS, THREADS, WARPS, WARP_TILES,
+    Attention, TileOperand, BLOCK_KEYS, THREADS, WARPS, WARP_TILES,
 };
 
 /// Row SLOTS of a thread: two rows (`g`, `g + 8`) of each of its warp's
@@ -121,6 +121,26 @@ pub fn body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String 
         out: String::new(),
     };
     e.kernel();
+    e.out
+}
+
+/// Threads of a block of a split attention's second kernel.
+pub const COMBINE_THREADS: u32 = 128;
+
+/// The second kernel of a split attention: a block per row (grid x the
+/// rows, y the batch combinations), each thread combining the slices'
+/// local states as the program's global statements say (the predecessor,
+/// the row sums, then the contraction targets' columns, a thread a column)
+/// and running the epilogue on the combined states.
+pub fn combine_body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String {
+    let mut e = Emit {
+        a,
+        program,
+        scop,
+        emu,
+        out: String::new(),
+    };
+    e.combine();
     e.out
 }
 
@@ -324,14 +344,23 @@ impl Emit<'_> {
         for c in &self.a.contractions {
             env.insert(c.column.clone(), "pf_ee".into());
         }
+        if let Some(sp) = &self.a.split {
+            env.insert(
+                sp.within.clone(),
+                format!("(pf_ej - {} * pf_sl)", sp.len),
+            );
+        }
         env
     }
 
-    /// The batch iterators' C names.
+    /// The batch iterators' C names (and a split's slice iterator's).
     fn rename(&self) -> HashMap<String, String> {
         let mut r = HashMap::new();
         for (k, (b, _)) in self.a.batch.iter().enumerate() {
             r.insert(b.clone(), format!("pf_b{k}"));
+        }
+        if let Some(sp) = &self.a.split {
+            r.insert(sp.slice.clone(), "pf_sl".into());
         }
         r
     }
@@ -483,7 +512,7 @@ impl Emit<'_> {
             offset += len;
         }
         // Per-thread state: name, C type (on the CPU), elements.
-        let nb = BLOCK_KEYS / 8;
+        let nb = a.warp_keys() / 8;
         let mut vars: Vec<(String, &str, i64)> = vec![
             ("pf_qf".into(), "uint32_t", WARP_TILES * a.depth / 16 * 4),
             ("pf_kb".into(), "uint32_t", 4),
@@ -500,7 +529,7 @@ impl Emit<'_> {
             vars.push((format!("pf_st{k}"), "float", SLOTS));
         }
         for (k, c) in a.contractions.iter().enumerate() {
-            let frags = WARP_TILES * BLOCK_KEYS / 16 * 4;
+            let frags = WARP_TILES * a.warp_keys() / 16 * 4;
             vars.push((format!("pf_o{k}"), "float", WARP_TILES * c.width / 8 * 4));
             vars.push((format!("pf_pa{k}"), "uint32_t", frags));
             vars.push((format!("pf_pl{k}"), "uint32_t", frags));
@@ -515,19 +544,40 @@ impl Emit<'_> {
         }
     }
 
+    /// The first row of warp `pf_w`'s tile in the block: its own 16 rows,
+    /// or in a split kernel the block's.
+    fn warp_row(&self) -> &'static str {
+        if self.a.split.is_some() {
+            "0"
+        } else {
+            "pf_w * 16"
+        }
+    }
+
+    /// The first key of a key tile that warp `pf_w` computes on: all of
+    /// them, or in a split kernel its 16.
+    fn warp_key(&self) -> &'static str {
+        if self.a.split.is_some() {
+            "pf_w * 16"
+        } else {
+            "0"
+        }
+    }
+
     /// Row `pf_ei` of the thread's row slot `pf_r`.
     fn row_of(&self) -> String {
         format!(
-            "const pf_i pf_ei = pf_i0 + (pf_r / 2) * {} + pf_w * 16 + pf_g + 8 * (pf_r % 2);",
-            16 * WARPS
+            "const pf_i pf_ei = pf_i0 + (pf_r / 2) * {} + {} + pf_g + 8 * (pf_r % 2);",
+            16 * WARPS,
+            self.warp_row()
         )
     }
 
     /// Index of element `(pf_r, pf_n, pf_h)` in a thread's scores.
-    fn s_idx() -> String {
+    fn s_idx(&self) -> String {
         format!(
             "((pf_r / 2) * {} + pf_n) * 4 + 2 * (pf_r % 2) + pf_h",
-            BLOCK_KEYS / 8
+            self.a.warp_keys() / 8
         )
     }
 
@@ -551,11 +601,26 @@ impl Emit<'_> {
             );
             stride *= e;
         }
+        // A block: a row tile (and in a split kernel, a slice) along x, a
+        // batch combination along y.
+        let _ = writeln!(
+            batch_decl,
+            "const pf_i pf_i0 = (pf_bx % {}) * {}; (void)pf_i0;",
+            a.row_tiles(),
+            a.block_rows()
+        );
+        if a.split.is_some() {
+            let _ = writeln!(
+                batch_decl,
+                "const pf_i pf_sl = pf_bx / {}; (void)pf_sl;",
+                a.row_tiles()
+            );
+        }
         if self.emu {
             let _ = writeln!(
                 self.out,
-                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\nconst pf_i pf_i0 = pf_bx * {BLOCK_ROWS};\n{batch_decl}",
-                a.row_tiles(),
+                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\n{batch_decl}",
+                a.grid_x(),
                 a.batches()
             );
         } else {
@@ -563,12 +628,12 @@ impl Emit<'_> {
                 self.out,
                 "const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
                  (void)pf_w; (void)pf_g; (void)pf_c;\n\
-                 const pf_i pf_i0 = (pf_i)blockIdx.x * {BLOCK_ROWS};\nconst pf_i pf_bt = blockIdx.y;\n{batch_decl}"
+                 const pf_i pf_bx = blockIdx.x, pf_bt = blockIdx.y;\n{batch_decl}"
             );
         }
         self.declare();
         let qp = Attention::pitch(a.depth);
-        let nb = BLOCK_KEYS / 8;
+        let nb = a.warp_keys() / 8;
         // The block's key tiles.
         let any = self.cond(&a.any_key);
         let lo = self.cond(&a.key_lo);
@@ -581,7 +646,7 @@ impl Emit<'_> {
         );
         // Prologue: the query tile and the first key and value tiles (stage
         // 0), the states.
-        let mut c = self.copy(&a.query, "pf_i0", BLOCK_ROWS, a.depth, "pf_fa_q");
+        let mut c = self.copy(&a.query, "pf_i0", a.block_rows(), a.depth, "pf_fa_q");
         c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
         self.threads(&c);
         self.init_states();
@@ -598,8 +663,9 @@ impl Emit<'_> {
             "pf_qf",
             &format!("(pf_mi * {kq} + pf_kk) * 4"),
             &format!(
-                "&pf_fa_q[(pf_mi * {} + pf_w * 16 + pf_l % 16) * {qp} + pf_kk * 16 + (pf_l / 16) * 8]",
-                16 * WARPS
+                "&pf_fa_q[(pf_mi * {} + {} + pf_l % 16) * {qp} + pf_kk * 16 + (pf_l / 16) * 8]",
+                16 * WARPS,
+                self.warp_row()
             ),
             false,
         ));
@@ -646,14 +712,15 @@ impl Emit<'_> {
             w,
             "{u}for (int pf_kk = 0; pf_kk < {}; pf_kk++)\n{u}for (int pf_np = 0; pf_np < {}; pf_np++) {{",
             a.depth / 16,
-            BLOCK_KEYS / 16,
+            a.warp_keys() / 16,
             u = self.unroll()
         );
         w.push_str(&self.ldsm(
             "pf_kb",
             "0",
             &format!(
-                "&pf_kcur[(pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)) * {qp} + pf_kk * 16 + 8 * ((pf_l / 8) % 2)]"
+                "&pf_kcur[({} + pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)) * {qp} + pf_kk * 16 + 8 * ((pf_l / 8) % 2)]",
+                self.warp_key()
             ),
             false,
         ));
@@ -693,7 +760,7 @@ impl Emit<'_> {
             let _ = writeln!(
                 w,
                 "{u}for (int pf_kc = 0; pf_kc < {}; pf_kc++)\n{u}for (int pf_ep = 0; pf_ep < {}; pf_ep++) {{",
-                BLOCK_KEYS / 16,
+                a.warp_keys() / 16,
                 x.width / 16,
                 u = self.unroll()
             );
@@ -701,13 +768,14 @@ impl Emit<'_> {
                 "pf_kb",
                 "0",
                 &format!(
-                    "&pf_vcur{k}[(pf_kc * 16 + pf_l % 16) * {vp} + pf_ep * 16 + 8 * (pf_l / 16)]"
+                    "&pf_vcur{k}[({} + pf_kc * 16 + pf_l % 16) * {vp} + pf_ep * 16 + 8 * (pf_l / 16)]",
+                    self.warp_key()
                 ),
                 true,
             ));
             let o = format!("pf_o{k}");
             let w8 = x.width / 8;
-            let kc = BLOCK_KEYS / 16;
+            let kc = a.warp_keys() / 16;
             let _ = writeln!(
                 w,
                 "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
@@ -740,7 +808,12 @@ impl Emit<'_> {
         self.sync();
         self.line("}");
         self.wait(0);
-        self.epilogue();
+        if a.split.is_some() {
+            self.sync();
+            self.merge_and_store();
+        } else {
+            self.epilogue();
+        }
         if self.emu {
             self.line("}");
         }
@@ -793,20 +866,21 @@ impl Emit<'_> {
     fn softmax_step(&mut self, whole: bool) {
         let a = self.a;
         let env = self.env();
-        let nb = BLOCK_KEYS / 8;
+        let nb = a.warp_keys() / 8;
+        let wk = self.warp_key();
         let element = if whole {
             "1".to_string()
         } else {
             self.cond(&a.element)
         };
         let row_decl = self.row_of();
-        let k_idx = Self::s_idx();
+        let k_idx = self.s_idx();
         let elem_loop = |u: &str| {
             format!(
                 "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
                  const int pf_k = {k_idx};\n\
                  {row_decl}\n\
-                 const pf_i pf_ej = pf_j0 + pf_n * 8 + 2 * pf_c + pf_h;\n\
+                 const pf_i pf_ej = pf_j0 + {wk} + pf_n * 8 + 2 * pf_c + pf_h;\n\
                  const int pf_ok = ({element}); (void)pf_ok; (void)pf_ei; (void)pf_ej;"
             )
         };
@@ -849,19 +923,7 @@ impl Emit<'_> {
         // continuous in `X`, so it is `X * H(1; Mp, M)`: one factor per row
         // (shared by targets whose repairs print alike), not one
         // evaluation per element.
-        let row = self.row_subs();
-        let mut rov = ov.clone();
-        rov.insert(access_text(&a.pred, &row), self.at("pf_mn", "pf_r"));
-        rov.insert(access_text(&a.cache, &row), self.at("pf_m", "pf_r"));
-        for s in &a.sums {
-            rov.insert(access_text(&s.tensor, &row), "1.0f".into());
-        }
-        for x in &a.contractions {
-            rov.insert(
-                access_text(&x.tensor, &self.col_subs(&x.column)),
-                "1.0f".into(),
-            );
-        }
+        let rov = self.repair_overrides(ov.clone(), &self.at("pf_m", "pf_r"), &self.at("pf_mn", "pf_r"));
         let printer = self.printer(rov, true);
         let mut factors: Vec<String> = Vec::new();
         let sum_factor: Vec<usize> = a
@@ -908,7 +970,7 @@ impl Emit<'_> {
         c.push_str("}\n");
         // The tile's terms with the new predecessor value.
         let mut tov = ov;
-        tov.insert(access_text(&a.pred, &row), self.at("pf_mn", "pf_r"));
+        tov.insert(a.pred_term.clone(), self.at("pf_mn", "pf_r"));
         let printer = self.printer(tov, true);
         let u = self.unroll();
         let _ = writeln!(
@@ -922,7 +984,7 @@ impl Emit<'_> {
             "{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
              const int pf_k = {k_idx};\n\
              {row_decl}\n\
-             const pf_i pf_ej = pf_j0 + pf_n * 8 + 2 * pf_c + pf_h;\n\
+             const pf_i pf_ej = pf_j0 + {wk} + pf_n * 8 + 2 * pf_c + pf_h;\n\
              const int pf_ok = ({element}); (void)pf_ei; (void)pf_ej; (void)pf_k;"
         );
         // Each distinct term or weight once per element (a softmax's
@@ -958,7 +1020,7 @@ impl Emit<'_> {
         for k in 0..a.contractions.len() {
             let idx = format!(
                 "((pf_r / 2) * {} + pf_n / 2) * 4 + (pf_n % 2) * 2 + pf_r % 2",
-                BLOCK_KEYS / 16
+                a.warp_keys() / 16
             );
             let idx = idx.as_str();
             let bf16 = if self.emu {
@@ -991,6 +1053,257 @@ impl Emit<'_> {
             self.at("pf_mn", "pf_r")
         );
         self.threads(&c);
+    }
+
+    /// `overrides` and the reads of a repair `H(X; Mp, M)`: `X` by 1 (the
+    /// repair is a factor), the old and the new predecessor values by
+    /// `old` and `new`.
+    fn repair_overrides(
+        &self,
+        mut o: HashMap<String, String>,
+        old: &str,
+        new: &str,
+    ) -> HashMap<String, String> {
+        let a = self.a;
+        o.insert(a.repair_new.clone(), new.to_string());
+        o.insert(a.repair_old.clone(), old.to_string());
+        for x in a.sums.iter().map(|s| &s.repair_self) {
+            o.insert(x.clone(), "1.0f".into());
+        }
+        for x in a.contractions.iter().map(|c| &c.repair_self) {
+            o.insert(x.clone(), "1.0f".into());
+        }
+        o
+    }
+
+    /// A split kernel's end: the warps' states (each over its share of the
+    /// slice's keys) combined into the block's, as the rewrite's proven
+    /// combination joins two partial states (`M = M_a fr M_b`, each target
+    /// moved to `M` by its repair, then summed), and stored as the slice's
+    /// local states. Through shared memory: each warp's rows' predecessor
+    /// values, then each warp's repaired states, summed over the warps.
+    fn merge_and_store(&mut self) {
+        let a = self.a;
+        let Some(sp) = &a.split else {
+            return;
+        };
+        let per_row = a.merge_floats() / (WARPS * crate::gpu::attention::SPLIT_ROWS);
+        if self.emu {
+            let _ = writeln!(self.out, "static float pf_mg[{}];", a.merge_floats());
+        } else {
+            self.line("float *const pf_mg = (float *)pf_dynamic_shared;");
+        }
+        let slot = |w: &str, row: &str, k: String| format!("pf_mg[({w} * 16 + {row}) * {per_row} + {k}]");
+        let env = self.env();
+        // Each warp's predecessor values.
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{
+             const int pf_rl = pf_g + 8 * (pf_r % 2);
+             if (pf_c == 0) {} = {}; }}",
+            slot("pf_w", "pf_rl", "0".into()),
+            self.at("pf_m", "pf_r")
+        );
+        self.threads(&c);
+        self.sync();
+        // The block's value, each warp's states repaired to it.
+        let printer = self.printer(HashMap::new(), false);
+        let ident = printer.identity(a.reducer, DType::F32);
+        let rov = self.repair_overrides(HashMap::new(), &self.at("pf_m", "pf_r"), "pf_mb");
+        let printer = self.printer(rov, false);
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{
+             const int pf_rl = pf_g + 8 * (pf_r % 2);
+             float pf_mb = {ident};
+             for (int pf_v = 0; pf_v < {WARPS}; pf_v++) pf_mb = {};
+             {}
+(void)pf_ei;",
+            printer.combine(a.reducer, DType::F32, "pf_mb", &slot("pf_v", "pf_rl", "0".into())),
+            self.row_of()
+        );
+        let mut off = 1;
+        for (k, x) in a.sums.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "if (pf_c == 0) {} = {} * ({});",
+                slot("pf_w", "pf_rl", format!("{off}")),
+                self.at(&format!("pf_sum{k}"), "pf_r"),
+                printer.expr(&x.repair, &env)
+            );
+            off += 1;
+        }
+        for (k, x) in a.contractions.iter().enumerate() {
+            let _ = writeln!(
+                c,
+                "{{ const float pf_f = {};
+                 for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++)
+                 {} = {} * pf_f; }}",
+                printer.expr(&x.repair, &env),
+                x.width / 8,
+                slot("pf_w", "pf_rl", format!("{off} + pf_n * 8 + 2 * pf_c + pf_h")),
+                self.at(&format!("pf_o{k}"), &Self::o_idx(x.width))
+            );
+            off += x.width;
+        }
+        c.push_str("}
+");
+        self.threads(&c);
+        self.sync();
+        // Sums over the warps, stored as the slice's local states.
+        let sts = &self.program.statements;
+        let printer = self.printer(HashMap::new(), false);
+        let store = |pos: usize, v: &str| -> String {
+            let st = &sts[pos];
+            let subs: Vec<Affine> = st.lhs_indices.iter().map(|n| Affine::var(n)).collect();
+            format!("{} = {v};", printer.element(&st.lhs_tensor, &subs, &env))
+        };
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "for (int pf_x = pf_t; pf_x < {}; pf_x += {THREADS}) {{
+             const int pf_rl = pf_x / {per_row}, pf_q = pf_x % {per_row};
+             const pf_i pf_ei = pf_i0 + pf_rl;
+             if (pf_ei < {}) {{
+             float pf_sv = pf_q == 0 ? {ident} : 0.0f;
+             for (int pf_v = 0; pf_v < {WARPS}; pf_v++) pf_sv = pf_q == 0 ? {} : pf_sv + {};",
+            crate::gpu::attention::SPLIT_ROWS * per_row,
+            a.rows,
+            printer.combine(a.reducer, DType::F32, "pf_sv", &slot("pf_v", "pf_rl", "0".into())),
+            slot("pf_v", "pf_rl", "pf_q".into())
+        );
+        let _ = writeln!(c, "if (pf_q == 0) {{ {} }}", store(sp.pred_local, "pf_sv"));
+        let mut off = 1;
+        for &pos in &sp.sum_locals {
+            let _ = writeln!(c, "else if (pf_q == {off}) {{ {} }}", store(pos, "pf_sv"));
+            off += 1;
+        }
+        for (k, &pos) in sp.con_locals.iter().enumerate() {
+            let w = a.contractions[k].width;
+            let _ = writeln!(
+                c,
+                "else if (pf_q < {}) {{ const pf_i pf_ee = pf_q - {off}; {} }}",
+                off + w,
+                store(pos, "pf_sv")
+            );
+            off += w;
+        }
+        c.push_str("}
+}
+");
+        self.threads(&c);
+    }
+
+    fn combine(&mut self) {
+        let a = self.a;
+        let Some(sp) = &a.split else {
+            return;
+        };
+        let sts = &self.program.statements;
+        let mut batch_decl = String::new();
+        let mut stride = 1i64;
+        for (k, (_, e)) in a.batch.iter().enumerate().rev() {
+            let _ = writeln!(
+                batch_decl,
+                "const pf_i pf_b{k} = (pf_bt / {stride}) % {e}; (void)pf_b{k};"
+            );
+            stride *= e;
+        }
+        let row = self.row_subs();
+        let unroll = if self.emu { "" } else { "#pragma unroll 8\n" };
+        // Overrides: the combined states as the thread's variables.
+        let mut ov = HashMap::new();
+        let pg = &sts[sp.pred_global];
+        ov.insert(access_text(&pg.lhs_tensor, &row), "pf_M".to_string());
+        for (k, &pos) in sp.sum_globals.iter().enumerate() {
+            ov.insert(access_text(&sts[pos].lhs_tensor, &row), format!("pf_X{k}"));
+        }
+        let mut env = self.env();
+        let printer = self.printer(HashMap::new(), false);
+        let ident = printer.identity(a.reducer, DType::F32);
+        let mut c = String::new();
+        let _ = writeln!(c, "{batch_decl}");
+        let fold = |c: &mut String, ov: &HashMap<String, String>, env: &mut HashMap<String, String>, pos: usize, var: &str| {
+            let st = &sts[pos];
+            env.insert(st.reduction_indices[0].clone(), "pf_s".into());
+            let printer = self.printer(ov.clone(), false);
+            let _ = writeln!(
+                c,
+                "{unroll}for (pf_i pf_s = 0; pf_s < {}; pf_s++) {var} = {};",
+                sp.slices,
+                printer.combine(
+                    if pos == sp.pred_global { a.reducer } else { Reducer::Sum },
+                    DType::F32,
+                    var,
+                    &printer.expr(&st.rhs, env)
+                )
+            );
+        };
+        let _ = writeln!(c, "float pf_M = {ident};");
+        fold(&mut c, &ov, &mut env, sp.pred_global, "pf_M");
+        for (k, &pos) in sp.sum_globals.iter().enumerate() {
+            let _ = writeln!(c, "float pf_X{k} = 0.0f;");
+            fold(&mut c, &ov, &mut env, pos, &format!("pf_X{k}"));
+        }
+        // The epilogue over rows, then by columns (a column name stands for
+        // one width).
+        let printer = self.printer(ov.clone(), false);
+        for &p in &a.epilogue {
+            let st = &sts[p];
+            if st.lhs_indices.len() == row.len() {
+                let _ = writeln!(
+                    c,
+                    "if (pf_t == 0) {}",
+                    printer.statement(st, StmtKind::Assign, &env)
+                );
+            }
+        }
+        let mut columns: Vec<(&String, i64)> = a
+            .contractions
+            .iter()
+            .map(|x| (&x.column, x.width))
+            .collect();
+        columns.dedup();
+        columns.sort();
+        columns.dedup();
+        for (column, width) in columns {
+            let _ = writeln!(
+                c,
+                "for (pf_i pf_ee = pf_t; pf_ee < {width}; pf_ee += {COMBINE_THREADS}) {{"
+            );
+            let mut cov = ov.clone();
+            for (k, x) in a.contractions.iter().enumerate() {
+                if &x.column != column {
+                    continue;
+                }
+                cov.insert(access_text(&sts[sp.con_globals[k]].lhs_tensor, &self.col_subs(column)), format!("pf_O{k}"));
+                let _ = writeln!(c, "float pf_O{k} = 0.0f;");
+                fold(&mut c, &ov, &mut env, sp.con_globals[k], &format!("pf_O{k}"));
+            }
+            let printer = self.printer(cov, false);
+            for &p in &a.epilogue {
+                let st = &sts[p];
+                if st.lhs_indices.len() > row.len() && st.lhs_indices.last() == Some(column) {
+                    let _ = writeln!(c, "{}", printer.statement(st, StmtKind::Assign, &env));
+                }
+            }
+            c.push_str("}\n");
+        }
+        if self.emu {
+            let _ = writeln!(
+                self.out,
+                "for (pf_i pf_ei = 0; pf_ei < {}; pf_ei++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++)\nfor (int pf_t = 0; pf_t < {COMBINE_THREADS}; pf_t++) {{\n{c}}}",
+                a.rows,
+                a.batches()
+            );
+        } else {
+            let _ = writeln!(
+                self.out,
+                "const int pf_t = threadIdx.x;\nconst pf_i pf_ei = blockIdx.x, pf_bt = blockIdx.y;\n{c}"
+            );
+        }
     }
 
     /// The epilogue statements, from the final states.

@@ -51,7 +51,7 @@ use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, TensorRole,
 };
 use crate::isl::Isl;
-use crate::model::{collect_reads, Scop};
+use crate::model::{access_text, collect_reads, Scop};
 
 /// Warps of a block.
 pub const WARPS: i64 = 4;
@@ -71,6 +71,12 @@ pub const BLOCK_KEYS: i64 = 64;
 pub const MAX_SHARED_BYTES: usize = 227 * 1024;
 /// Threads of a block.
 pub const THREADS: u32 = 32 * WARPS as u32;
+/// Query rows of a block of a split kernel (`gpu::decoding`): one `mma`
+/// row tile, which every warp computes on.
+pub const SPLIT_ROWS: i64 = 16;
+/// Keys of each key tile that one warp of a split kernel takes (warp `w`
+/// the keys `16 w ..` of the tile).
+pub const SPLIT_WARP_KEYS: i64 = BLOCK_KEYS / WARPS;
 
 /// A read operand of a tile copy: `tensor` at `subscripts` (statement
 /// iterators), rows along `row`, its last subscript the contiguous `col`.
@@ -96,6 +102,8 @@ pub struct RowSum {
     pub init: Expr,
     /// `H` as it reads `X`, the cache and the predecessor.
     pub repair: Expr,
+    /// The read of `X` in `repair` (access text).
+    pub repair_self: String,
     /// The term added per key.
     pub term: Expr,
 }
@@ -109,6 +117,8 @@ pub struct RowContraction {
     pub width: i64,
     pub init: Expr,
     pub repair: Expr,
+    /// The read of `O` in `repair` (access text).
+    pub repair_self: String,
     /// `p`, the factor per key and row (the A operand, rounded to the
     /// operand type).
     pub weight: Expr,
@@ -140,6 +150,12 @@ pub struct Attention {
     pub reducer: Reducer,
     pub pred_init: Expr,
     pub pred_body: Expr,
+    /// Access texts of the predecessor: as the terms, the weights and the
+    /// body read it (its new value in a tile's step), and as the repairs
+    /// read its old and its new value.
+    pub pred_term: String,
+    pub repair_old: String,
+    pub repair_new: String,
     pub sums: Vec<RowSum>,
     pub contractions: Vec<RowContraction>,
     /// Epilogue statements (program positions), over `(bt, i)` or
@@ -154,12 +170,59 @@ pub struct Attention {
     pub any_key: AstExpr,
     pub full_tile: AstExpr,
     pub element: AstExpr,
+    /// A split-k form (`gpu::decoding`): the kernel computes the slices'
+    /// local states, a second kernel their combination and the epilogue.
+    pub split: Option<Split>,
+}
+
+/// The split-k form of an attention (`repair::splitk`): the keys in
+/// `slices` slices of `len`, `j = len * s + u`; local states per slice,
+/// combined over `s` by the rewrite's repaired combination (Eq. 8).
+#[derive(Debug, Clone)]
+pub struct Split {
+    /// The slice iterator `s`, and `u` (as the local statements name them).
+    pub slice: String,
+    pub within: String,
+    pub slices: i64,
+    pub len: i64,
+    /// Program positions of the local statements: the predecessor's, the
+    /// row sums' and the contractions' (in the order of `sums` and
+    /// `contractions`).
+    pub pred_local: usize,
+    pub sum_locals: Vec<usize>,
+    pub con_locals: Vec<usize>,
+    /// Program positions of the combination: the global predecessor
+    /// `M(bt, i) fr=! M_l(bt, i, s)` and each target's
+    /// `X(..) +=! H(X_l(.., s); M_l, M)`, in the same orders.
+    pub pred_global: usize,
+    pub sum_globals: Vec<usize>,
+    pub con_globals: Vec<usize>,
 }
 
 impl Attention {
+    /// Query rows of a block.
+    pub fn block_rows(&self) -> i64 {
+        if self.split.is_some() {
+            SPLIT_ROWS
+        } else {
+            BLOCK_ROWS
+        }
+    }
+    /// Keys of a key tile one warp computes on.
+    pub fn warp_keys(&self) -> i64 {
+        if self.split.is_some() {
+            SPLIT_WARP_KEYS
+        } else {
+            BLOCK_KEYS
+        }
+    }
     /// Tiles of rows.
     pub fn row_tiles(&self) -> i64 {
-        (self.rows + BLOCK_ROWS - 1) / BLOCK_ROWS
+        (self.rows + self.block_rows() - 1) / self.block_rows()
+    }
+    /// Blocks along the grid's x: row tiles, times slices in a split.
+    pub fn grid_x(&self) -> i64 {
+        self.row_tiles() * self.split.as_ref().map_or(1, |s| s.slices)
     }
     /// Combinations of batch values.
     pub fn batches(&self) -> i64 {
@@ -178,7 +241,10 @@ impl Attention {
     /// out in one array the same way).
     pub fn shared_layout(&self) -> Vec<(String, i64)> {
         let mut v = vec![
-            ("pf_fa_q".to_string(), BLOCK_ROWS * Self::pitch(self.depth)),
+            (
+                "pf_fa_q".to_string(),
+                self.block_rows() * Self::pitch(self.depth),
+            ),
             (
                 "pf_fa_k".to_string(),
                 2 * BLOCK_KEYS * Self::pitch(self.depth),
@@ -189,31 +255,46 @@ impl Attention {
         }
         v
     }
-    /// Bytes of shared memory a block takes (see [`Self::shared_layout`]).
+    /// Bytes of shared memory a block takes (see [`Self::shared_layout`]);
+    /// a split kernel's merge of its warps' states reuses them after the
+    /// loop (see [`Self::merge_floats`]).
     pub fn shared_bytes(&self) -> usize {
-        (self.shared_layout().iter().map(|(_, n)| n).sum::<i64>() * 2) as usize
+        let tiles = self.shared_layout().iter().map(|(_, n)| n).sum::<i64>() * 2;
+        tiles.max(self.merge_floats() * 4) as usize
+    }
+    /// f32 values of a split kernel's merge buffer: for each warp and row
+    /// of the block, the predecessor, each row sum and each contraction's
+    /// columns.
+    pub fn merge_floats(&self) -> i64 {
+        if self.split.is_none() {
+            return 0;
+        }
+        let per_row = 1
+            + self.sums.len() as i64
+            + self.contractions.iter().map(|c| c.width).sum::<i64>();
+        WARPS * SPLIT_ROWS * per_row
     }
 }
 
-fn var_list(names: &[String]) -> Vec<Affine> {
+pub(super) fn var_list(names: &[String]) -> Vec<Affine> {
     names.iter().map(|n| Affine::var(n)).collect()
 }
 
 /// The reads of `e` (tensor, subscripts).
-fn reads(e: &Expr) -> Vec<(String, Vec<Affine>)> {
+pub(super) fn reads(e: &Expr) -> Vec<(String, Vec<Affine>)> {
     let mut v = Vec::new();
     collect_reads(e, &mut v);
     v
 }
 
-fn uncast(e: &Expr) -> &Expr {
+pub(super) fn uncast(e: &Expr) -> &Expr {
     match &e.kind {
         ExprKind::Cast(_, inner) => uncast(inner),
         _ => e,
     }
 }
 
-fn mentions_index(e: &Expr, name: &str) -> bool {
+pub(super) fn mentions_index(e: &Expr, name: &str) -> bool {
     match &e.kind {
         ExprKind::Index(n) => n == name,
         ExprKind::Access { subscripts, .. } => subscripts.iter().any(|s| s.coeff(name) != 0),
@@ -229,7 +310,7 @@ fn mentions_index(e: &Expr, name: &str) -> bool {
 
 /// An operand `X(..)` of a tile copy: its last subscript is exactly `col`,
 /// one other subscript exactly `row`, the rest use only `batch`.
-fn tile_operand(
+pub(super) fn tile_operand(
     program: &Program,
     tensor: &str,
     subs: &[Affine],
@@ -279,18 +360,18 @@ enum TargetForm {
 
 /// The iterators' roles, as the predecessor's update names them, and
 /// what the targets must agree with.
-struct Roles<'a> {
-    program: &'a Program,
-    batch: &'a [String],
+pub(super) struct Roles<'a> {
+    pub(super) program: &'a Program,
+    pub(super) batch: &'a [String],
     /// `bt` then `i`: a row.
-    row_idx: &'a [String],
-    key: &'a str,
-    keys: i64,
-    dtype: DType,
+    pub(super) row_idx: &'a [String],
+    pub(super) key: &'a str,
+    pub(super) keys: i64,
+    pub(super) dtype: DType,
 }
 
 /// Program positions of the statements that write `t`.
-fn writes(program: &Program, t: &str) -> Vec<usize> {
+pub(super) fn writes(program: &Program, t: &str) -> Vec<usize> {
     program
         .statements
         .iter()
@@ -301,6 +382,41 @@ fn writes(program: &Program, t: &str) -> Vec<usize> {
 }
 
 impl Roles<'_> {
+    /// A contraction's term `p * V(.., j, e)` as the weight `p` (not
+    /// depending on `e`) and the value operand (f16 or bf16 like the
+    /// score's, `keys` rows along the key, last subscript `e`).
+    pub(super) fn value_product(&self, term: &Expr, column: &str) -> Option<(Expr, TileOperand)> {
+        let ExprKind::Binary(BinOp::Mul, a, b) = &term.kind else {
+            return None;
+        };
+        let split = |w: &Expr, v: &Expr| -> Option<(Expr, TileOperand)> {
+            let ExprKind::Access { tensor, subscripts } = &uncast(v).kind else {
+                return None;
+            };
+            if mentions_index(w, column) {
+                return None;
+            }
+            let op = tile_operand(
+                self.program,
+                tensor,
+                subscripts,
+                self.key,
+                column,
+                self.batch,
+            )?;
+            (op.rows == self.keys && op.dtype == self.dtype).then(|| (w.clone(), op))
+        };
+        split(a, b).or_else(|| split(b, a))
+    }
+
+    /// The extent of dimension `dim` of contraction target `tensor`, the
+    /// width of its columns: a multiple of 16 up to 256.
+    pub(super) fn column_width(&self, tensor: &str, dim: usize) -> Option<i64> {
+        let shape = self.program.tensor(tensor)?.shape.as_ref()?;
+        let width = self.program.evaluate(shape.get(dim)?)?;
+        (width % 16 == 0 && width <= 256).then_some(width)
+    }
+
     /// Target `t` of the rolling update: its update `X = H(X) + g` along
     /// the key and its initialisation (positions), in the form of a row
     /// sum (`X(bt, i)`, `g` an element's term) or of a contraction
@@ -346,6 +462,7 @@ impl Roles<'_> {
                 tensor: t.tensor.clone(),
                 init,
                 repair: t.repair.clone(),
+                repair_self: access_text(&t.tensor, &var_list(lhs)),
                 term,
             });
             return Some((form, u, n));
@@ -354,38 +471,15 @@ impl Roles<'_> {
             return None;
         }
         let column = lhs[rows].clone();
-        let ExprKind::Binary(BinOp::Mul, a, b) = &term.kind else {
-            return None;
-        };
-        let split = |w: &Expr, v: &Expr| -> Option<(Expr, TileOperand)> {
-            let ExprKind::Access { tensor, subscripts } = &uncast(v).kind else {
-                return None;
-            };
-            if mentions_index(w, &column) {
-                return None;
-            }
-            let op = tile_operand(
-                self.program,
-                tensor,
-                subscripts,
-                self.key,
-                &column,
-                self.batch,
-            )?;
-            (op.rows == self.keys && op.dtype == self.dtype).then(|| (w.clone(), op))
-        };
-        let (weight, value) = split(a, b).or_else(|| split(b, a))?;
-        let shape = self.program.tensor(&t.tensor)?.shape.as_ref()?;
-        let width = self.program.evaluate(shape.get(rows)?)?;
-        if width % 16 != 0 || width > 256 {
-            return None;
-        }
+        let (weight, value) = self.value_product(&term, &column)?;
+        let width = self.column_width(&t.tensor, rows)?;
         let form = TargetForm::Contraction(RowContraction {
             tensor: t.tensor.clone(),
             column,
             width,
             init,
             repair: t.repair.clone(),
+            repair_self: access_text(&t.tensor, &var_list(lhs)),
             weight,
             value,
         });
@@ -702,22 +796,7 @@ pub fn recognise(
     else {
         return Ok(None);
     };
-    // Dependences stay within a row.
-    let mut pieces = Vec::new();
-    for s in &scop.statements {
-        if !row_idx.iter().all(|i| s.iterators.contains(i)) {
-            return Ok(None);
-        }
-        pieces.push(format!(
-            "{}[{}] -> [{}]",
-            s.name,
-            s.iterators.join(", "),
-            row_idx.join(", ")
-        ));
-    }
-    let rowmap = isl.union_map(&format!("{}{{ {} }}", scop.param_prefix, pieces.join("; ")))?;
-    let same = rowmap.copy()?.apply_range(rowmap.reverse()?)?;
-    if !deps.all()?.subtract(same)?.is_empty()? {
+    if !within_rows(isl, scop, deps, &row_idx)? {
         return Ok(None);
     }
     let [key_lo, key_hi, any_key, full_tile, element] = conditions;
@@ -738,6 +817,9 @@ pub fn recognise(
         reducer: pred.reducer,
         pred_init,
         pred_body,
+        pred_term: access_text(&pred.tensor, &row_subs),
+        repair_old: access_text(&pred.cache, &row_subs),
+        repair_new: access_text(&pred.tensor, &row_subs),
         sums,
         contractions,
         epilogue,
@@ -746,6 +828,7 @@ pub fn recognise(
         any_key,
         full_tile,
         element,
+        split: None,
     };
     // One block row per batch combination (CUDA's grid y), and the tiles
     // in the shared memory a block may have on the H100.
@@ -886,13 +969,61 @@ fn domain_conditions(
             return Ok(None);
         }
     }
+    Ok(Some(tile_conditions(
+        isl, scop, v, &batch, row, key, BLOCK_ROWS,
+    )?))
+}
+
+/// Whether every dependence relates two instances of one row: `D ⊆ R⁻¹ ∘
+/// R` with `R` the projection of every statement on `row_idx` (`bt, i`).
+pub(super) fn within_rows(
+    isl: &Isl,
+    scop: &Scop,
+    deps: &Dependences,
+    row_idx: &[String],
+) -> Result<bool> {
+    let mut pieces = Vec::new();
+    for s in &scop.statements {
+        if !row_idx.iter().all(|i| s.iterators.contains(i)) {
+            return Ok(false);
+        }
+        pieces.push(format!(
+            "{}[{}] -> [{}]",
+            s.name,
+            s.iterators.join(", "),
+            row_idx.join(", ")
+        ));
+    }
+    let rowmap = isl.union_map(&format!("{}{{ {} }}", scop.param_prefix, pieces.join("; ")))?;
+    let same = rowmap.copy()?.apply_range(rowmap.reverse()?)?;
+    Ok(deps.all()?.subtract(same)?.is_empty()?)
+}
+
+/// The conditions of the tiled loop over `v`, a set of `[bt, i, j]`
+/// (`batch` names the `bt`): the key range of a block of `block_rows`
+/// rows (its least and greatest key and whether it has one, in `bt` and
+/// `pf_i0`), whether the tile at `pf_i0, pf_j0` is wholly inside `v`, and
+/// whether element `pf_ei, pf_ej` is.
+pub(super) fn tile_conditions(
+    isl: &Isl,
+    scop: &Scop,
+    v: isl_rs::Set,
+    batch: &[String],
+    row: &str,
+    key: &str,
+    block_rows: i64,
+) -> Result<[AstExpr; 5]> {
+    let pre = &scop.param_prefix;
+    let mut elem = batch.to_vec();
+    elem.push(row.to_string());
+    elem.push(key.to_string());
     // Tiles: [bt, i, j] -> [bt, i0, j0] with i0 <= i < i0 + R_T and
     // j0 <= j < j0 + N_T.
     let mut tile_names = batch.to_vec();
     tile_names.push("pf_i0".into());
     tile_names.push("pf_j0".into());
     let tiles = isl.map(&format!(
-        "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} and pf_j0 <= {key} < pf_j0 + {BLOCK_KEYS} }}",
+        "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {block_rows} and pf_j0 <= {key} < pf_j0 + {BLOCK_KEYS} }}",
         elem.join(", "),
         tile_names.join(", ")
     ))?;
@@ -906,7 +1037,7 @@ fn domain_conditions(
     let nb = block_names.len() as u32;
     let block_keys = isl
         .map(&format!(
-            "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {BLOCK_ROWS} }}",
+            "{pre}{{ [{}] -> [{}] : pf_i0 <= {row} < pf_i0 + {block_rows} }}",
             block_names.join(", "),
             elem.join(", ")
         ))?
@@ -923,12 +1054,12 @@ fn domain_conditions(
     let any_key = set_expr(isl, scop, some, &block_names)?;
     let full_tile = set_expr(isl, scop, full, &tile_names)?;
     let element = set_expr(isl, scop, v, &elem_names)?;
-    Ok(Some([key_lo, key_hi, any_key, full_tile, element]))
+    Ok([key_lo, key_hi, any_key, full_tile, element])
 }
 
 /// The boolean expression of `set` with its dimensions named `names`,
 /// under the program's parameter context.
-fn set_expr(isl: &Isl, scop: &Scop, set: isl_rs::Set, names: &[String]) -> Result<AstExpr> {
+pub(super) fn set_expr(isl: &Isl, scop: &Scop, set: isl_rs::Set, names: &[String]) -> Result<AstExpr> {
     let set = set.coalesce()?;
     let space = set.get_space()?;
     let bound = set.bind(super::promote::ids(isl, space, names)?)?;

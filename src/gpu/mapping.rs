@@ -123,12 +123,16 @@ pub fn map(
     // tiles, the block and the grid are polyfuse's to choose (a user's
     // sizes are for the tree's own mapping).
     if opts.tensor_cores && opts.auto_tile && opts.block.is_empty() && opts.grid.is_empty() {
-        if let Some(a) = super::attention::recognise(isl, program, scop, deps)? {
+        let found = match super::attention::recognise(isl, program, scop, deps)? {
+            Some(a) => Some(a),
+            None => super::decoding::recognise(isl, program, scop, deps)?,
+        };
+        if let Some(a) = found {
             let name = "kernel_0".to_string();
             let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
             let plan = KernelPlan {
                 grid: [
-                    Expr::Int(a.row_tiles()),
+                    Expr::Int(a.grid_x()),
                     Expr::Int(a.batches()),
                     Expr::Int(1),
                 ],

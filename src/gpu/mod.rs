@@ -10,6 +10,7 @@
 
 pub mod attention;
 pub mod contraction;
+pub mod decoding;
 pub mod lanes;
 pub mod mapping;
 pub mod private;
