@@ -132,9 +132,9 @@ declare -A ODD=(
     [attention_softcap]="S=131 D=32"
     [attention_window]="S=131 D=32 W=37"
     [attention_lse]="S=131 D=32 E=16"
-    [attention_decode_causal]="KV=61 D=13"
+    [attention_decode_causal]="KV=61 D=32"
     [attention_decode_alibi]="KV=61 D=13"
-    [attention_decode_gqa]="KV=61 D=13"
+    [attention_decode_gqa]="KV=61 D=32"
     [attention_decode_softcap]="KV=61 D=13"
 )
 # Contraction examples checked once more with the reduction split over a

@@ -256,8 +256,8 @@ fn a_users_tiles_block_or_grid_keep_the_trees_own_mapping() {
 
 #[test]
 fn programs_outside_the_form_keep_the_ordinary_mapping_and_stay_correct() {
-    // A head dimension that is no multiple of 16, tensor cores turned off,
-    // a split-k decoding and a softmax without a score contraction.
+    // A head dimension that is no multiple of 16, tensor cores turned off
+    // and a softmax without a score contraction (decoding: tests/decoding.rs).
     let cases: Vec<(Program, bool)> = vec![
         (
             load("examples/attention_global.json", &[("S", 37), ("D", 13)]),
@@ -267,7 +267,6 @@ fn programs_outside_the_form_keep_the_ordinary_mapping_and_stay_correct() {
             load("examples/attention_causal.json", &[("S", 37), ("D", 16)]),
             false,
         ),
-        (load("examples/attention_decode_causal.json", &[]), true),
         (load("examples/softmax_fused.json", &[]), true),
     ];
     for (p, tc) in cases {

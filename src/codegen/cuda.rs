@@ -277,7 +277,11 @@ pub fn program(
                 let _ = writeln!(emulation, "  }}");
                 kernels.push(Kernel {
                     name,
-                    grid: [Expr::Int(a.rows), Expr::Int(a.batches()), Expr::Int(1)],
+                    grid: [
+                        Expr::Int(a.rows),
+                        Expr::Int(a.batches()),
+                        Expr::Int(super::flash::combine_column_blocks(a)),
+                    ],
                     block: [super::flash::COMBINE_THREADS, 1, 1],
                     dynamic_shared: 0,
                     static_shared: 0,

@@ -32,9 +32,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, DType, Program, Reducer};
-use crate::gpu::attention::{
-    Attention, TileOperand, BLOCK_KEYS, THREADS, WARPS, WARP_TILES,
-};
+use crate::gpu::attention::{Attention, TileOperand, BLOCK_KEYS, THREADS, WARPS, WARP_TILES};
 
 /// Row SLOTS of a thread: two rows (`g`, `g + 8`) of each of its warp's
 /// row tiles; slot `r` is tile `r / 2`, half `r % 2`.
@@ -124,14 +122,31 @@ pub fn body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String 
     e.out
 }
 
+/// Warps of a block of a split attention's second kernel.
+pub const COMBINE_WARPS: i64 = 4;
 /// Threads of a block of a split attention's second kernel.
-pub const COMBINE_THREADS: u32 = 128;
+pub const COMBINE_THREADS: u32 = 32 * COMBINE_WARPS as u32;
 
-/// The second kernel of a split attention: a block per row (grid x the
-/// rows, y the batch combinations), each thread combining the slices'
-/// local states as the program's global statements say (the predecessor,
-/// the row sums, then the contraction targets' columns, a thread a column)
-/// and running the epilogue on the combined states.
+/// Blocks along z of the second kernel: a warp a column of the widest
+/// contraction.
+pub fn combine_column_blocks(a: &Attention) -> i64 {
+    let width = a.contractions.iter().map(|c| c.width).max().unwrap_or(1);
+    (width + COMBINE_WARPS - 1) / COMBINE_WARPS
+}
+
+/// The second kernel of a split attention: a warp per (row, column) (grid
+/// x the rows, y the batch combinations, z the columns in groups of
+/// [`COMBINE_WARPS`]), combining the slices' local states as the
+/// program's global statements say: the predecessor and the row sums, then
+/// its column of each contraction target, each a fold over the slices
+/// with the lanes on consecutive slices (the local states of a row and
+/// column are contiguous along the slice, so a warp's loads are
+/// coalesced) and a butterfly across the lanes; lane 0 runs the epilogue
+/// on the combined states. Every warp recomputes the row's folds rather
+/// than wait for another's: they are a few loads that hit the cache, and
+/// the grid has a warp for every output element in flight at once (H100,
+/// 64 slices, D = 128: a block per row with a thread per column, each
+/// walking its 64 slices, took 12 us).
 pub fn combine_body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String {
     let mut e = Emit {
         a,
@@ -345,10 +360,7 @@ impl Emit<'_> {
             env.insert(c.column.clone(), "pf_ee".into());
         }
         if let Some(sp) = &self.a.split {
-            env.insert(
-                sp.within.clone(),
-                format!("(pf_ej - {} * pf_sl)", sp.len),
-            );
+            env.insert(sp.within.clone(), format!("(pf_ej - {} * pf_sl)", sp.len));
         }
         env
     }
@@ -592,15 +604,7 @@ impl Emit<'_> {
 
     fn kernel(&mut self) {
         let a = self.a;
-        let mut batch_decl = String::new();
-        let mut stride = 1i64;
-        for (k, (_, e)) in a.batch.iter().enumerate().rev() {
-            let _ = writeln!(
-                batch_decl,
-                "const pf_i pf_b{k} = (pf_bt / {stride}) % {e}; (void)pf_b{k};"
-            );
-            stride *= e;
-        }
+        let mut batch_decl = self.batch_values();
         // A block: a row tile (and in a split kernel, a slice) along x, a
         // batch combination along y.
         let _ = writeln!(
@@ -632,7 +636,6 @@ impl Emit<'_> {
             );
         }
         self.declare();
-        let qp = Attention::pitch(a.depth);
         let nb = a.warp_keys() / 8;
         // The block's key tiles.
         let any = self.cond(&a.any_key);
@@ -644,13 +647,37 @@ impl Emit<'_> {
              const pf_i pf_klo = pf_any ? ({lo}) / {BLOCK_KEYS} : 0;\n\
              const pf_i pf_khi = pf_any ? ({hi}) / {BLOCK_KEYS} + 1 : 0;"
         );
-        // Prologue: the query tile and the first key and value tiles (stage
-        // 0), the states.
+        // Prologue: the query tile and the first key and value tiles (one
+        // `cp.async` group with stage 0; each further stage but the last
+        // its own group), the states.
+        let stages = a.stages();
+        let qp = Attention::pitch(a.depth);
+        let ptr = self.u16();
         let mut c = self.copy(&a.query, "pf_i0", a.block_rows(), a.depth, "pf_fa_q");
         c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
+        for st in 1..stages - 1 {
+            let _ = writeln!(
+                self.out,
+                "{ptr} *const pf_kpre{st} = pf_fa_k + {};",
+                st * BLOCK_KEYS * qp
+            );
+            for (k, x) in a.contractions.iter().enumerate() {
+                let _ = writeln!(
+                    self.out,
+                    "{ptr} *const pf_vpre{st}_{k} = pf_fa_v{k} + {};",
+                    st * BLOCK_KEYS * Attention::pitch(x.width)
+                );
+            }
+            c.push_str(&self.copy_key_tile(
+                &format!("(pf_klo + {st})"),
+                &format!("pf_kpre{st}"),
+                &format!("pf_vpre{st}_"),
+            ));
+        }
         self.threads(&c);
         self.init_states();
-        self.wait(0);
+        // The query and the first key tile have landed.
+        self.wait((stages - 2) as i32);
         self.sync();
         let kq = a.depth / 16;
         let mut w = String::new();
@@ -671,31 +698,43 @@ impl Emit<'_> {
         ));
         w.push_str("}\n");
         self.warps(&w);
-        // The rolling loop in tiles, two stages: the next tiles' copies
-        // run while the block computes on the current ones.
+        // The rolling loop in tiles: the copies of the tiles `stages - 1`
+        // ahead run while the block computes on the current ones; the
+        // stage they overwrite was last read in the previous iteration,
+        // which ended with a barrier.
         let full = self.cond(&a.full_tile);
-        let ptr = self.u16();
         let kl = BLOCK_KEYS * qp;
+        let (cur, next) = if stages == 2 {
+            (
+                "(int)((pf_kt - pf_klo) & 1)".to_string(),
+                "(pf_st ^ 1)".to_string(),
+            )
+        } else {
+            (
+                format!("(int)((pf_kt - pf_klo) % {stages})"),
+                format!("((pf_st + {}) % {stages})", stages - 1),
+            )
+        };
         let _ = writeln!(
             self.out,
             "for (pf_i pf_kt = pf_klo; pf_kt < pf_khi; pf_kt++) {{\n\
              const pf_i pf_j0 = pf_kt * {BLOCK_KEYS};\n\
              const int pf_full = {full}; (void)pf_full;\n\
-             const int pf_st = (int)((pf_kt - pf_klo) & 1);\n\
+             const int pf_st = {cur};\n\
              {ptr} *const pf_kcur = pf_fa_k + pf_st * {kl};\n\
-             {ptr} *const pf_knext = pf_fa_k + (pf_st ^ 1) * {kl};"
+             {ptr} *const pf_knext = pf_fa_k + {next} * {kl};"
         );
         for (k, x) in a.contractions.iter().enumerate() {
             let vl = BLOCK_KEYS * Attention::pitch(x.width);
             let _ = writeln!(
                 self.out,
                 "{ptr} *const pf_vcur{k} = pf_fa_v{k} + pf_st * {vl};\n\
-                 {ptr} *const pf_vnext{k} = pf_fa_v{k} + (pf_st ^ 1) * {vl};"
+                 {ptr} *const pf_vnext{k} = pf_fa_v{k} + {next} * {vl};"
             );
         }
-        let c = self.copy_key_tile("(pf_kt + 1)", "pf_knext", "pf_vnext");
+        let c = self.copy_key_tile(&format!("(pf_kt + {})", stages - 1), "pf_knext", "pf_vnext");
         self.threads(&c);
-        self.wait(1);
+        self.wait((stages - 1) as i32);
         self.sync();
         // Scores.
         let mut c = String::new();
@@ -923,7 +962,11 @@ impl Emit<'_> {
         // continuous in `X`, so it is `X * H(1; Mp, M)`: one factor per row
         // (shared by targets whose repairs print alike), not one
         // evaluation per element.
-        let rov = self.repair_overrides(ov.clone(), &self.at("pf_m", "pf_r"), &self.at("pf_mn", "pf_r"));
+        let rov = self.repair_overrides(
+            ov.clone(),
+            &self.at("pf_m", "pf_r"),
+            &self.at("pf_mn", "pf_r"),
+        );
         let printer = self.printer(rov, true);
         let mut factors: Vec<String> = Vec::new();
         let sum_factor: Vec<usize> = a
@@ -1093,7 +1136,8 @@ impl Emit<'_> {
         } else {
             self.line("float *const pf_mg = (float *)pf_dynamic_shared;");
         }
-        let slot = |w: &str, row: &str, k: String| format!("pf_mg[({w} * 16 + {row}) * {per_row} + {k}]");
+        let slot =
+            |w: &str, row: &str, k: String| format!("pf_mg[({w} * 16 + {row}) * {per_row} + {k}]");
         let env = self.env();
         // Each warp's predecessor values.
         let mut c = String::new();
@@ -1121,7 +1165,12 @@ impl Emit<'_> {
              for (int pf_v = 0; pf_v < {WARPS}; pf_v++) pf_mb = {};
              {}
 (void)pf_ei;",
-            printer.combine(a.reducer, DType::F32, "pf_mb", &slot("pf_v", "pf_rl", "0".into())),
+            printer.combine(
+                a.reducer,
+                DType::F32,
+                "pf_mb",
+                &slot("pf_v", "pf_rl", "0".into())
+            ),
             self.row_of()
         );
         let mut off = 1;
@@ -1143,13 +1192,19 @@ impl Emit<'_> {
                  {} = {} * pf_f; }}",
                 printer.expr(&x.repair, &env),
                 x.width / 8,
-                slot("pf_w", "pf_rl", format!("{off} + pf_n * 8 + 2 * pf_c + pf_h")),
+                slot(
+                    "pf_w",
+                    "pf_rl",
+                    format!("{off} + pf_n * 8 + 2 * pf_c + pf_h")
+                ),
                 self.at(&format!("pf_o{k}"), &Self::o_idx(x.width))
             );
             off += x.width;
         }
-        c.push_str("}
-");
+        c.push_str(
+            "}
+",
+        );
         self.threads(&c);
         self.sync();
         // Sums over the warps, stored as the slice's local states.
@@ -1171,7 +1226,12 @@ impl Emit<'_> {
              for (int pf_v = 0; pf_v < {WARPS}; pf_v++) pf_sv = pf_q == 0 ? {} : pf_sv + {};",
             crate::gpu::attention::SPLIT_ROWS * per_row,
             a.rows,
-            printer.combine(a.reducer, DType::F32, "pf_sv", &slot("pf_v", "pf_rl", "0".into())),
+            printer.combine(
+                a.reducer,
+                DType::F32,
+                "pf_sv",
+                &slot("pf_v", "pf_rl", "0".into())
+            ),
             slot("pf_v", "pf_rl", "pf_q".into())
         );
         let _ = writeln!(c, "if (pf_q == 0) {{ {} }}", store(sp.pred_local, "pf_sv"));
@@ -1190,10 +1250,27 @@ impl Emit<'_> {
             );
             off += w;
         }
-        c.push_str("}
+        c.push_str(
+            "}
 }
-");
+",
+        );
         self.threads(&c);
+    }
+
+    /// The batch iterators' values `pf_b0, ..` from the block's batch
+    /// combination `pf_bt` (the last iterator varies fastest).
+    fn batch_values(&self) -> String {
+        let mut decl = String::new();
+        let mut stride = 1i64;
+        for (k, (_, e)) in self.a.batch.iter().enumerate().rev() {
+            let _ = writeln!(
+                decl,
+                "const pf_i pf_b{k} = (pf_bt / {stride}) % {e}; (void)pf_b{k};"
+            );
+            stride *= e;
+        }
+        decl
     }
 
     fn combine(&mut self) {
@@ -1202,17 +1279,8 @@ impl Emit<'_> {
             return;
         };
         let sts = &self.program.statements;
-        let mut batch_decl = String::new();
-        let mut stride = 1i64;
-        for (k, (_, e)) in a.batch.iter().enumerate().rev() {
-            let _ = writeln!(
-                batch_decl,
-                "const pf_i pf_b{k} = (pf_bt / {stride}) % {e}; (void)pf_b{k};"
-            );
-            stride *= e;
-        }
+        let batch_decl = self.batch_values();
         let row = self.row_subs();
-        let unroll = if self.emu { "" } else { "#pragma unroll 8\n" };
         // Overrides: the combined states as the thread's variables.
         let mut ov = HashMap::new();
         let pg = &sts[sp.pred_global];
@@ -1221,41 +1289,72 @@ impl Emit<'_> {
             ov.insert(access_text(&sts[pos].lhs_tensor, &row), format!("pf_X{k}"));
         }
         let mut env = self.env();
-        let printer = self.printer(HashMap::new(), false);
-        let ident = printer.identity(a.reducer, DType::F32);
         let mut c = String::new();
         let _ = writeln!(c, "{batch_decl}");
-        let fold = |c: &mut String, ov: &HashMap<String, String>, env: &mut HashMap<String, String>, pos: usize, var: &str| {
+        // One fold: `var` = the global statement at `pos` reduced over the
+        // slices, the lane's slices first, then across the warp.
+        let fold = |c: &mut String,
+                    ov: &HashMap<String, String>,
+                    env: &mut HashMap<String, String>,
+                    pos: usize,
+                    var: &str| {
             let st = &sts[pos];
+            let op = if pos == sp.pred_global {
+                a.reducer
+            } else {
+                Reducer::Sum
+            };
             env.insert(st.reduction_indices[0].clone(), "pf_s".into());
             let printer = self.printer(ov.clone(), false);
-            let _ = writeln!(
-                c,
-                "{unroll}for (pf_i pf_s = 0; pf_s < {}; pf_s++) {var} = {};",
-                sp.slices,
-                printer.combine(
-                    if pos == sp.pred_global { a.reducer } else { Reducer::Sum },
-                    DType::F32,
-                    var,
-                    &printer.expr(&st.rhs, env)
-                )
+            let ident = printer.identity(op, DType::F32);
+            let step = printer.combine(op, DType::F32, "pf_v", &printer.expr(&st.rhs, env));
+            // The lane's slices unrolled: their loads in flight together.
+            let unroll = if self.emu { "" } else { "#pragma unroll 4\n" };
+            let lanes = format!(
+                "float pf_v = {ident};\n{unroll}for (pf_i pf_s = pf_l; pf_s < {}; pf_s += 32) pf_v = {step};\n",
+                sp.slices
             );
+            if self.emu {
+                // The lanes one after the other, then the butterfly's sums
+                // as lane 0 forms them.
+                let _ = writeln!(
+                    c,
+                    "float {var};\n{{ float pf_lane[32];\n\
+                     for (int pf_l = 0; pf_l < 32; pf_l++) {{\n{lanes}pf_lane[pf_l] = pf_v;\n}}\n\
+                     for (int pf_o = 16; pf_o > 0; pf_o /= 2)\n\
+                     for (int pf_l = 0; pf_l < pf_o; pf_l++) pf_lane[pf_l] = {};\n\
+                     {var} = pf_lane[0]; }}",
+                    printer.combine(op, DType::F32, "pf_lane[pf_l]", "pf_lane[pf_l + pf_o]")
+                );
+            } else {
+                let _ = writeln!(
+                    c,
+                    "float {var};\n{{ {lanes}#pragma unroll\n\
+                     for (int pf_o = 16; pf_o > 0; pf_o /= 2) pf_v = {};\n\
+                     {var} = pf_v; }}",
+                    printer.combine(
+                        op,
+                        DType::F32,
+                        "pf_v",
+                        "__shfl_xor_sync(0xffffffffu, pf_v, pf_o)"
+                    )
+                );
+            }
         };
-        let _ = writeln!(c, "float pf_M = {ident};");
         fold(&mut c, &ov, &mut env, sp.pred_global, "pf_M");
         for (k, &pos) in sp.sum_globals.iter().enumerate() {
-            let _ = writeln!(c, "float pf_X{k} = 0.0f;");
             fold(&mut c, &ov, &mut env, pos, &format!("pf_X{k}"));
         }
-        // The epilogue over rows, then by columns (a column name stands for
-        // one width).
+        // The epilogue over rows (one thread of the grid's first column
+        // block), then a warp's column (a column name stands for one
+        // width).
         let printer = self.printer(ov.clone(), false);
         for &p in &a.epilogue {
             let st = &sts[p];
             if st.lhs_indices.len() == row.len() {
                 let _ = writeln!(
                     c,
-                    "if (pf_t == 0) {}",
+                    "if (pf_ez == 0 && pf_t == 0) {}",
                     printer.statement(st, StmtKind::Assign, &env)
                 );
             }
@@ -1265,43 +1364,62 @@ impl Emit<'_> {
             .iter()
             .map(|x| (&x.column, x.width))
             .collect();
-        columns.dedup();
         columns.sort();
         columns.dedup();
+        let _ = writeln!(
+            c,
+            "const pf_i pf_ee = pf_ez * {COMBINE_WARPS} + pf_w; (void)pf_ee;"
+        );
         for (column, width) in columns {
-            let _ = writeln!(
-                c,
-                "for (pf_i pf_ee = pf_t; pf_ee < {width}; pf_ee += {COMBINE_THREADS}) {{"
-            );
+            let _ = writeln!(c, "if (pf_ee < {width}) {{");
             let mut cov = ov.clone();
             for (k, x) in a.contractions.iter().enumerate() {
                 if &x.column != column {
                     continue;
                 }
-                cov.insert(access_text(&sts[sp.con_globals[k]].lhs_tensor, &self.col_subs(column)), format!("pf_O{k}"));
-                let _ = writeln!(c, "float pf_O{k} = 0.0f;");
-                fold(&mut c, &ov, &mut env, sp.con_globals[k], &format!("pf_O{k}"));
+                cov.insert(
+                    access_text(&sts[sp.con_globals[k]].lhs_tensor, &self.col_subs(column)),
+                    format!("pf_O{k}"),
+                );
+                fold(
+                    &mut c,
+                    &ov,
+                    &mut env,
+                    sp.con_globals[k],
+                    &format!("pf_O{k}"),
+                );
             }
             let printer = self.printer(cov, false);
             for &p in &a.epilogue {
                 let st = &sts[p];
                 if st.lhs_indices.len() > row.len() && st.lhs_indices.last() == Some(column) {
-                    let _ = writeln!(c, "{}", printer.statement(st, StmtKind::Assign, &env));
+                    let _ = writeln!(
+                        c,
+                        "if (pf_l == 0) {}",
+                        printer.statement(st, StmtKind::Assign, &env)
+                    );
                 }
             }
             c.push_str("}\n");
         }
         if self.emu {
+            // A warp's lanes are the folds' own loops; one pass a warp.
             let _ = writeln!(
                 self.out,
-                "for (pf_i pf_ei = 0; pf_ei < {}; pf_ei++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++)\nfor (int pf_t = 0; pf_t < {COMBINE_THREADS}; pf_t++) {{\n{c}}}",
+                "for (pf_i pf_ei = 0; pf_ei < {}; pf_ei++)\n\
+                 for (pf_i pf_bt = 0; pf_bt < {}; pf_bt++)\n\
+                 for (pf_i pf_ez = 0; pf_ez < {}; pf_ez++)\n\
+                 for (int pf_w = 0; pf_w < {COMBINE_WARPS}; pf_w++) {{\n\
+                 const int pf_t = pf_w * 32, pf_l = 0; (void)pf_t; (void)pf_l;\n{c}}}",
                 a.rows,
-                a.batches()
+                a.batches(),
+                combine_column_blocks(a)
             );
         } else {
             let _ = writeln!(
                 self.out,
-                "const int pf_t = threadIdx.x;\nconst pf_i pf_ei = blockIdx.x, pf_bt = blockIdx.y;\n{c}"
+                "const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32;\n\
+                 const pf_i pf_ei = blockIdx.x, pf_bt = blockIdx.y, pf_ez = blockIdx.z;\n{c}"
             );
         }
     }

@@ -48,7 +48,7 @@ use crate::codegen::ast::{self, Expr as AstExpr};
 use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{
-    Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, TensorRole,
+    Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, Statement, TensorRole,
 };
 use crate::isl::Isl;
 use crate::model::{access_text, collect_reads, Scop};
@@ -234,9 +234,22 @@ impl Attention {
     pub fn pitch(w: i64) -> i64 {
         w + 8
     }
+    /// Stages of the key and value tiles: copies of the next tiles in
+    /// flight while the block computes on the current ones. A split kernel
+    /// (decoding) only streams the keys and values, so it keeps two tiles
+    /// in flight, three stages; prefill computes enough per tile that two
+    /// stages hide the copies (and leave shared memory for four blocks a
+    /// multiprocessor at D = 64).
+    pub fn stages(&self) -> i64 {
+        if self.split.is_some() {
+            3
+        } else {
+            2
+        }
+    }
     /// The shared buffers of a block, in order, each with its length in
-    /// 16-bit elements: the query tile, two stages of the key tile, two
-    /// stages of each value operand's tile. The kernel's pointers and its
+    /// 16-bit elements: the query tile, [`Self::stages`] stages of the key
+    /// tile and of each value operand's tile. The kernel's pointers and its
     /// launch size both come from here (and the emulation lays the buffers
     /// out in one array the same way).
     pub fn shared_layout(&self) -> Vec<(String, i64)> {
@@ -247,11 +260,14 @@ impl Attention {
             ),
             (
                 "pf_fa_k".to_string(),
-                2 * BLOCK_KEYS * Self::pitch(self.depth),
+                self.stages() * BLOCK_KEYS * Self::pitch(self.depth),
             ),
         ];
         for (k, c) in self.contractions.iter().enumerate() {
-            v.push((format!("pf_fa_v{k}"), 2 * BLOCK_KEYS * Self::pitch(c.width)));
+            v.push((
+                format!("pf_fa_v{k}"),
+                self.stages() * BLOCK_KEYS * Self::pitch(c.width),
+            ));
         }
         v
     }
@@ -269,9 +285,8 @@ impl Attention {
         if self.split.is_none() {
             return 0;
         }
-        let per_row = 1
-            + self.sums.len() as i64
-            + self.contractions.iter().map(|c| c.width).sum::<i64>();
+        let per_row =
+            1 + self.sums.len() as i64 + self.contractions.iter().map(|c| c.width).sum::<i64>();
         WARPS * SPLIT_ROWS * per_row
     }
 }
@@ -350,6 +365,59 @@ pub(super) fn tile_operand(
         rows,
         dtype: t.dtype,
     })
+}
+
+/// Whether there is a contraction and each column name stands for one
+/// width (the epilogue's elements are laid out by the column).
+pub(super) fn one_width_a_column(contractions: &[RowContraction]) -> bool {
+    !contractions.is_empty()
+        && contractions.iter().all(|c| {
+            contractions
+                .iter()
+                .all(|o| o.column != c.column || o.width == c.width)
+        })
+}
+
+/// The two operands of a score contraction `P(.., i, j) +=! A(.., i, d) *
+/// B(.., j, d)` (casts allowed, the factors in either order) as tiles:
+/// the query, whose rows are `row`, and the key operand, whose rows are
+/// `key`, both along the contraction's one reduction iterator `d` and of
+/// one 16-bit dtype.
+pub(super) fn score_operands(
+    program: &Program,
+    score: &Statement,
+    row: &str,
+    key: &str,
+    batch: &[String],
+) -> Option<(TileOperand, TileOperand)> {
+    let [depth] = score.reduction_indices.as_slice() else {
+        return None;
+    };
+    let ExprKind::Binary(BinOp::Mul, x, y) = &uncast(&score.rhs).kind else {
+        return None;
+    };
+    let (
+        ExprKind::Access {
+            tensor: xt,
+            subscripts: xs,
+        },
+        ExprKind::Access {
+            tensor: yt,
+            subscripts: ys,
+        },
+    ) = (&uncast(x).kind, &uncast(y).kind)
+    else {
+        return None;
+    };
+    let operands = |a: (&String, &Vec<Affine>), b: (&String, &Vec<Affine>)| {
+        Some((
+            tile_operand(program, a.0, a.1, row, depth, batch)?,
+            tile_operand(program, b.0, b.1, key, depth, batch)?,
+        ))
+    };
+    let (query, key_operand) =
+        operands((xt, xs), (yt, ys)).or_else(|| operands((yt, ys), (xt, xs)))?;
+    (query.dtype == key_operand.dtype).then_some((query, key_operand))
 }
 
 /// A repaired target in one of the kernel's two forms.
@@ -594,37 +662,9 @@ pub fn recognise(
     {
         return Ok(None);
     }
-    let depth_it = sst.reduction_indices[0].clone();
-    let ExprKind::Binary(BinOp::Mul, x, y) = &uncast(&sst.rhs).kind else {
+    let Some((query, key_operand)) = score_operands(program, sst, &row, &key, &batch) else {
         return Ok(None);
     };
-    let (
-        ExprKind::Access {
-            tensor: xt,
-            subscripts: xs,
-        },
-        ExprKind::Access {
-            tensor: yt,
-            subscripts: ys,
-        },
-    ) = (&uncast(x).kind, &uncast(y).kind)
-    else {
-        return Ok(None);
-    };
-    let operands = |a: (&String, &Vec<Affine>), b: (&String, &Vec<Affine>)| {
-        Some((
-            tile_operand(program, a.0, a.1, &row, &depth_it, &batch)?,
-            tile_operand(program, b.0, b.1, &key, &depth_it, &batch)?,
-        ))
-    };
-    let Some((query, key_operand)) =
-        operands((xt, xs), (yt, ys)).or_else(|| operands((yt, ys), (xt, xs)))
-    else {
-        return Ok(None);
-    };
-    if query.dtype != key_operand.dtype {
-        return Ok(None);
-    }
     let dtype = query.dtype;
     let score = sst.lhs_tensor.clone();
     used.push(*sc);
@@ -672,15 +712,7 @@ pub fn recognise(
         }
         used.extend([update, init]);
     }
-    // A column name stands for one width (the epilogue's elements are laid
-    // out by it).
-    if contractions.is_empty()
-        || contractions.iter().any(|c| {
-            contractions
-                .iter()
-                .any(|o| o.column == c.column && o.width != c.width)
-        })
-    {
+    if !one_width_a_column(&contractions) {
         return Ok(None);
     }
     // Maps over (bt, i, j) and the epilogue, in program order.
@@ -1059,7 +1091,12 @@ pub(super) fn tile_conditions(
 
 /// The boolean expression of `set` with its dimensions named `names`,
 /// under the program's parameter context.
-pub(super) fn set_expr(isl: &Isl, scop: &Scop, set: isl_rs::Set, names: &[String]) -> Result<AstExpr> {
+pub(super) fn set_expr(
+    isl: &Isl,
+    scop: &Scop,
+    set: isl_rs::Set,
+    names: &[String],
+) -> Result<AstExpr> {
     let set = set.coalesce()?;
     let space = set.get_space()?;
     let bound = set.bind(super::promote::ids(isl, space, names)?)?;

@@ -36,8 +36,8 @@
 //! rest are boxes (the maps cover the local domain).
 
 use super::attention::{
-    reads, tile_conditions, tile_operand, uncast, var_list, within_rows, writes,
-    Attention, RowContraction, RowSum, Roles, Split, SPLIT_ROWS,
+    one_width_a_column, reads, score_operands, tile_conditions, uncast, var_list, within_rows,
+    writes, Attention, Roles, RowContraction, RowSum, Split, SPLIT_ROWS,
 };
 use crate::deps::Dependences;
 use crate::error::Result;
@@ -191,37 +191,9 @@ pub fn recognise(
     let sst = &sts[sc];
     let key = sst.lhs_indices[n].clone();
     let elem_idx = sst.lhs_indices.clone();
-    let depth_it = sst.reduction_indices[0].clone();
-    let ExprKind::Binary(BinOp::Mul, x, y) = &uncast(&sst.rhs).kind else {
+    let Some((query, key_operand)) = score_operands(program, sst, &row, &key, &batch) else {
         return Ok(None);
     };
-    let (
-        ExprKind::Access {
-            tensor: xt,
-            subscripts: xs,
-        },
-        ExprKind::Access {
-            tensor: yt,
-            subscripts: ys,
-        },
-    ) = (&uncast(x).kind, &uncast(y).kind)
-    else {
-        return Ok(None);
-    };
-    let operands = |a: (&String, &Vec<Affine>), b: (&String, &Vec<Affine>)| {
-        Some((
-            tile_operand(program, a.0, a.1, &row, &depth_it, &batch)?,
-            tile_operand(program, b.0, b.1, &key, &depth_it, &batch)?,
-        ))
-    };
-    let Some((query, key_operand)) =
-        operands((xt, xs), (yt, ys)).or_else(|| operands((yt, ys), (xt, xs)))
-    else {
-        return Ok(None);
-    };
-    if query.dtype != key_operand.dtype {
-        return Ok(None);
-    }
     let dtype = query.dtype;
     let score = sst.lhs_tensor.clone();
     let shape_of = |t: &str, k: usize| -> Option<i64> {
@@ -350,13 +322,7 @@ pub fn recognise(
         }
         used.extend([lt, gt]);
     }
-    if contractions.is_empty()
-        || contractions.iter().any(|c| {
-            contractions
-                .iter()
-                .any(|o| o.column == c.column && o.width != c.width)
-        })
-    {
+    if !one_width_a_column(&contractions) {
         return Ok(None);
     }
     // Maps over (bt, i, j) and the epilogue.
@@ -451,7 +417,11 @@ pub fn recognise(
         .map(|&k| sts[k].lhs_tensor.clone())
         .chain(std::iter::once(ml.clone()))
         .collect();
-    for t in elementwise.iter().chain(globals.iter()).chain(locals.iter()) {
+    for t in elementwise
+        .iter()
+        .chain(globals.iter())
+        .chain(locals.iter())
+    {
         match program.tensor(t) {
             Some(x) if x.role == TensorRole::Temp && x.dtype == DType::F32 => {}
             _ => return Ok(None),
@@ -763,8 +733,8 @@ fn kernels_apart(
         let its = s.iterators.join(", ");
         let cell = if first.contains(&s.source) {
             Some(format!("{}[{its}] -> [{row}, {}]", s.name, sp.slice))
-        } else if s.source == score || (st.lhs_indices.last().map(String::as_str) == Some(key)
-            && st.op == AssignOp::Assign)
+        } else if s.source == score
+            || (st.lhs_indices.last().map(String::as_str) == Some(key) && st.op == AssignOp::Assign)
         {
             Some(format!(
                 "{}[{its}] -> [{row}, pf_sl] : {len} * pf_sl <= {key} < {len} * pf_sl + {len}",

@@ -131,11 +131,7 @@ pub fn map(
             let name = "kernel_0".to_string();
             let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
             let plan = KernelPlan {
-                grid: [
-                    Expr::Int(a.grid_x()),
-                    Expr::Int(a.batches()),
-                    Expr::Int(1),
-                ],
+                grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
                 block: [super::attention::THREADS, 1, 1],
                 attention: Some(a),
                 ..KernelPlan::one_thread(name)
