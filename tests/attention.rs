@@ -1,5 +1,6 @@
-//! Rolling attention on tensor cores (`gpu::attention`, `codegen::flash`):
-//! which programs are recognised, what the kernel holds, and its emulation
+//! Attention on tensor cores (`gpu::attention`, `gpu::decoding`,
+//! `codegen::flash`), rolling (prefill) and split-k (decoding): which
+//! programs are recognised, what the kernels hold, and their emulation
 //! (every warp-wide instruction executed from its PTX definition) against
 //! the f64 reference at sizes that leave partial row and key tiles. The
 //! CUDA itself runs in `scripts/gpu-check.sh`.
@@ -7,6 +8,7 @@
 use polyfuse::frontend::ast::Program;
 use polyfuse::frontend::{apply_param_overrides, load_file, load_str};
 use polyfuse::gpu::GpuOptions;
+use polyfuse::repair::Choice;
 use polyfuse::runtime::cpu::{run, RunOptions};
 use polyfuse::{compile, Compiled, Options};
 
@@ -257,7 +259,7 @@ fn a_users_tiles_block_or_grid_keep_the_trees_own_mapping() {
 #[test]
 fn programs_outside_the_form_keep_the_ordinary_mapping_and_stay_correct() {
     // A head dimension that is no multiple of 16, tensor cores turned off
-    // and a softmax without a score contraction (decoding: tests/decoding.rs).
+    // and a softmax without a score contraction (decoding: below).
     let cases: Vec<(Program, bool)> = vec![
         (
             load("examples/attention_global.json", &[("S", 37), ("D", 13)]),
@@ -278,5 +280,118 @@ fn programs_outside_the_form_keep_the_ordinary_mapping_and_stay_correct() {
             p.name
         );
         emulation_check(&mut c, 11);
+    }
+}
+
+// Decoding: the split-k form on tensor cores (`gpu::decoding`, the split
+// kernel of `codegen::flash`), two kernels: the slices' local states, then
+// their combination and the epilogue (the second kernel's lanes and
+// butterflies emulated as loops).
+
+/// `p` compiled for the GPU on tensor cores, with `split` slices where
+/// given (else the program's own directive).
+fn compiled_split(p: &Program, split: Option<i64>) -> Compiled {
+    let options = Options {
+        repair: split.map_or(Choice::Program, Choice::SplitK),
+        ..gpu(true)
+    };
+    compile(p, &options).unwrap_or_else(|e| panic!("{}: {e}", p.name))
+}
+
+/// Whether `c` runs as the split kernel on tensor cores and its combination.
+fn split_on_tensor_cores(c: &Compiled) -> bool {
+    let cuda = c.cuda.as_ref().unwrap();
+    cuda.kernels.len() == 2
+        && cuda.kernels[1].name.ends_with("_combine")
+        && cuda.source.contains("pf_fa_q")
+        && cuda.source.contains("pf_ldmatrix_x4_trans(")
+}
+
+#[test]
+fn decoding_with_query_rows_runs_on_tensor_cores_off_the_tile_and_slice_grids() {
+    // KV = 61: one partial key tile; KV = 300 in 7 slices of 43 keys: key
+    // tiles that straddle slices; 3 slices: lanes without a slice in the
+    // combination; 150 slices of 2 keys: most of a block's tile masked,
+    // and more slices than lanes (several a lane, a partial unroll).
+    for (name, sizes, split) in [
+        ("attention_decode_causal", vec![("KV", 61), ("D", 32)], None),
+        (
+            "attention_decode_causal",
+            vec![("KV", 300), ("D", 16), ("NQ", 3)],
+            Some(7),
+        ),
+        ("attention_decode_causal", vec![("KV", 300)], Some(3)),
+        ("attention_decode_causal", vec![("KV", 300)], Some(150)),
+        ("attention_decode_gqa", vec![("KV", 61), ("D", 32)], None),
+        ("attention_decode_gqa", vec![("KV", 200), ("R", 5)], Some(6)),
+    ] {
+        let p = load(&format!("examples/{name}.json"), &sizes);
+        let mut c = compiled_split(&p, split);
+        assert!(
+            split_on_tensor_cores(&c),
+            "{name} {sizes:?} is not on tensor cores"
+        );
+        let cuda = c.cuda.as_ref().unwrap();
+        // The scores, weights and value products never go through memory:
+        // the first kernel writes the local states, the second reads them.
+        for t in ["t_P[", "t_T[", "t_E[", "t_M[", "t_L[", "t_O["] {
+            assert!(!cuda.source.contains(t), "{name}: {t} in the kernels");
+        }
+        assert!(cuda.source.contains("t_O_local["));
+        // The combination: a warp per (row, column), four a block.
+        let d = p.evaluate(&p.tensor("Y").unwrap().shape.as_ref().unwrap()[3]);
+        let d = d.unwrap_or_else(|| panic!("{name}: no D"));
+        assert_eq!(cuda.kernels[1].block, [128, 1, 1]);
+        assert_eq!(
+            cuda.kernels[1].grid[2],
+            polyfuse::codegen::ast::Expr::Int((d + 3) / 4),
+            "{name}"
+        );
+        let err = emulation_check(&mut c, sizes.len() as u64 + split.unwrap_or(0) as u64);
+        // The weights are split in two f16 terms: the output's own
+        // rounding (f16, 2^-11) dominates the error.
+        assert!(err < 1e-3, "{name} {sizes:?}: {err}");
+    }
+}
+
+#[test]
+fn the_combination_folds_the_slices_across_lanes_and_each_warp_writes_its_column() {
+    let p = load(
+        "bench/programs/attention_decode_causal_b1h32kv32768d128.json",
+        &[],
+    );
+    let c = compiled_split(&p, None);
+    assert!(split_on_tensor_cores(&c));
+    let src = &c.cuda.as_ref().unwrap().source;
+    let combine = &src[src.find("kernel_0_combine(").unwrap()..];
+    // Lanes on consecutive slices, a butterfly of max for the predecessor
+    // and of sums for the targets, and the output written by lane 0.
+    assert!(combine.contains("for (pf_i pf_s = pf_l; pf_s < 64; pf_s += 32)"));
+    assert!(combine.contains("fmaxf(pf_v, __shfl_xor_sync(0xffffffffu, pf_v, pf_o))"));
+    assert!(combine.contains("pf_v + __shfl_xor_sync(0xffffffffu, pf_v, pf_o)"));
+    assert!(combine.contains("if (pf_l == 0) t_Y["));
+    // The first kernel keeps two key tiles in flight: three stages.
+    assert!(src.contains("% 3)"));
+    assert!(src.contains("pf_cp_async_wait<2>();"));
+}
+
+#[test]
+fn decoding_outside_the_form_keeps_the_ordinary_mapping_and_stays_correct() {
+    // A head dimension that is no multiple of 16; one query a head (no
+    // row index: the kernel's 16-row tiles need one).
+    for (name, sizes) in [
+        ("attention_decode_causal", vec![("KV", 61), ("D", 13)]),
+        ("attention_decode_gqa", vec![("KV", 61), ("D", 13)]),
+        ("attention_decode_alibi", vec![("KV", 61)]),
+        ("attention_decode_softcap", vec![("KV", 61)]),
+    ] {
+        let p = load(&format!("examples/{name}.json"), &sizes);
+        let mut c = compiled_split(&p, None);
+        assert!(!split_on_tensor_cores(&c), "{name}");
+        assert!(
+            !c.cuda.as_ref().unwrap().source.contains("pf_fa_q"),
+            "{name}"
+        );
+        emulation_check(&mut c, 13);
     }
 }

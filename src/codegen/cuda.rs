@@ -114,6 +114,27 @@ fn index_type(program: &Program, scop: &Scop) -> &'static str {
     }
 }
 
+/// A kernel's opening line, with `qualifiers` (launch bounds, cluster)
+/// before its name, and the parameters that have values as constants.
+fn kernel_head(
+    source: &mut String,
+    qualifiers: &str,
+    name: &str,
+    signature: &[String],
+    program: &Program,
+) {
+    let _ = writeln!(
+        source,
+        "\nextern \"C\" __global__ void {qualifiers} {name}({}) {{",
+        signature.join(", ")
+    );
+    for p in &program.params {
+        if let Some(v) = p.value {
+            let _ = writeln!(source, "  const pf_i {} = {v};", param_name(&p.name));
+        }
+    }
+}
+
 /// The kernels of `ast` (the AST of the mapped schedule) as CUDA, and the
 /// same kernels as C for the CPU (`pf_kernel`).
 ///
@@ -232,16 +253,13 @@ pub fn program(
             }
             _ => String::new(),
         };
-        let _ = writeln!(
-            source,
-            "\nextern \"C\" __global__ void {cluster}__launch_bounds__({bounds}) {mark}({}) {{",
-            signature.join(", ")
+        kernel_head(
+            &mut source,
+            &format!("{cluster}__launch_bounds__({bounds})"),
+            mark,
+            &signature,
+            program,
         );
-        for p in &program.params {
-            if let Some(v) = p.value {
-                let _ = writeln!(source, "  const pf_i {} = {v};", param_name(&p.name));
-            }
-        }
         if let Some(a) = &plan.attention {
             source.push_str(&super::flash::body(a, program, scop, false));
             source.push_str("}\n");
@@ -256,20 +274,16 @@ pub fn program(
                 static_shared: 0,
             });
             // A split attention's second kernel: the combination over the
-            // slices and the epilogue, a block per row.
+            // slices and the epilogue, a warp per (row, column).
             if a.split.is_some() {
                 let name = format!("{mark}_combine");
-                let _ = writeln!(
-                    source,
-                    "\nextern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{",
-                    super::flash::COMBINE_THREADS,
-                    signature.join(", ")
+                kernel_head(
+                    &mut source,
+                    &format!("__launch_bounds__({})", super::flash::COMBINE_THREADS),
+                    &name,
+                    &signature,
+                    program,
                 );
-                for p in &program.params {
-                    if let Some(v) = p.value {
-                        let _ = writeln!(source, "  const pf_i {} = {v};", param_name(&p.name));
-                    }
-                }
                 source.push_str(&super::flash::combine_body(a, program, scop, false));
                 source.push_str("}\n");
                 let _ = writeln!(emulation, "  {{ /* {name} */");

@@ -32,14 +32,17 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, DType, Program, Reducer};
-use crate::gpu::attention::{Attention, TileOperand, BLOCK_KEYS, THREADS, WARPS, WARP_TILES};
-
-/// Row SLOTS of a thread: two rows (`g`, `g + 8`) of each of its warp's
-/// row tiles; slot `r` is tile `r / 2`, half `r % 2`.
-const SLOTS: i64 = 2 * WARP_TILES;
+use crate::gpu::attention::{
+    Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS, WARPS,
+    WARP_TILES,
+};
 use crate::model::{access_text, Scop, StmtKind};
 
 use super::expr::{Mode, Printer};
+
+/// Row slots of a thread: two rows (`g`, `g + 8`) of each of its warp's
+/// row tiles; slot `r` is tile `r / 2`, half `r % 2`.
+const SLOTS: i64 = 2 * WARP_TILES;
 
 /// Emulation helpers: the accumulator-layout `mma` on strided per-thread
 /// arrays, and the combination of each four lanes (a row's lanes).
@@ -183,6 +186,11 @@ fn intern(list: &mut Vec<String>, text: String) -> usize {
         }
     }
 }
+
+/// Printed texts of one expression of each row sum and each contraction:
+/// the distinct texts, and the position of each sum's and each
+/// contraction's in them.
+type Distinct = (Vec<String>, Vec<usize>, Vec<usize>);
 
 fn reducer_op(r: Reducer) -> i32 {
     match r {
@@ -914,13 +922,17 @@ impl Emit<'_> {
         };
         let row_decl = self.row_of();
         let k_idx = self.s_idx();
+        // An element's score index, row, key and whether it is inside the
+        // domain, at the top of the loop over a thread's elements.
+        let elem_head = format!(
+            "const int pf_k = {k_idx};\n\
+             {row_decl}\n\
+             const pf_i pf_ej = pf_j0 + {wk} + pf_n * 8 + 2 * pf_c + pf_h;\n\
+             const int pf_ok = ({element}); (void)pf_ok; (void)pf_ei; (void)pf_ej; (void)pf_k;"
+        );
         let elem_loop = |u: &str| {
             format!(
-                "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
-                 const int pf_k = {k_idx};\n\
-                 {row_decl}\n\
-                 const pf_i pf_ej = pf_j0 + {wk} + pf_n * 8 + 2 * pf_c + pf_h;\n\
-                 const int pf_ok = ({element}); (void)pf_ok; (void)pf_ei; (void)pf_ej;"
+                "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n{elem_head}"
             )
         };
         // Maps and the predecessor's tile value.
@@ -968,17 +980,8 @@ impl Emit<'_> {
             &self.at("pf_mn", "pf_r"),
         );
         let printer = self.printer(rov, true);
-        let mut factors: Vec<String> = Vec::new();
-        let sum_factor: Vec<usize> = a
-            .sums
-            .iter()
-            .map(|s| intern(&mut factors, printer.expr(&s.repair, &env)))
-            .collect();
-        let con_factor: Vec<usize> = a
-            .contractions
-            .iter()
-            .map(|x| intern(&mut factors, printer.expr(&x.repair, &env)))
-            .collect();
+        let (factors, sum_factor, con_factor) =
+            self.distinct(&printer, &env, |s| &s.repair, |x| &x.repair);
         let mut c = String::new();
         let _ = writeln!(
             c,
@@ -1022,27 +1025,11 @@ impl Emit<'_> {
              float pf_w0[{n}], pf_w1[{n}];",
             n = a.contractions.len().max(1)
         );
-        let _ = writeln!(
-            c,
-            "{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
-             const int pf_k = {k_idx};\n\
-             {row_decl}\n\
-             const pf_i pf_ej = pf_j0 + {wk} + pf_n * 8 + 2 * pf_c + pf_h;\n\
-             const int pf_ok = ({element}); (void)pf_ei; (void)pf_ej; (void)pf_k;"
-        );
+        let _ = writeln!(c, "{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n{elem_head}");
         // Each distinct term or weight once per element (a softmax's
         // `exp(T - M)` is both).
-        let mut values: Vec<String> = Vec::new();
-        let sum_value: Vec<usize> = a
-            .sums
-            .iter()
-            .map(|s| intern(&mut values, printer.expr(&s.term, &env)))
-            .collect();
-        let weight_value: Vec<usize> = a
-            .contractions
-            .iter()
-            .map(|x| intern(&mut values, printer.expr(&x.weight, &env)))
-            .collect();
+        let (values, sum_value, weight_value) =
+            self.distinct(&printer, &env, |s| &s.term, |x| &x.weight);
         for (k, v) in values.iter().enumerate() {
             let _ = writeln!(c, "const float pf_v{k} = pf_ok ? {v} : 0.0f;");
         }
@@ -1098,6 +1085,31 @@ impl Emit<'_> {
         self.threads(&c);
     }
 
+    /// The expressions `of_sum` picks of the row sums and `of_con` of the
+    /// contractions, printed, each distinct text once (see [`Distinct`]).
+    fn distinct(
+        &self,
+        printer: &Printer<'_>,
+        env: &HashMap<String, String>,
+        of_sum: impl Fn(&RowSum) -> &crate::frontend::ast::Expr,
+        of_con: impl Fn(&RowContraction) -> &crate::frontend::ast::Expr,
+    ) -> Distinct {
+        let mut texts = Vec::new();
+        let sums = self
+            .a
+            .sums
+            .iter()
+            .map(|s| intern(&mut texts, printer.expr(of_sum(s), env)))
+            .collect();
+        let cons = self
+            .a
+            .contractions
+            .iter()
+            .map(|x| intern(&mut texts, printer.expr(of_con(x), env)))
+            .collect();
+        (texts, sums, cons)
+    }
+
     /// `overrides` and the reads of a repair `H(X; Mp, M)`: `X` by 1 (the
     /// repair is a factor), the old and the new predecessor values by
     /// `old` and `new`.
@@ -1130,7 +1142,7 @@ impl Emit<'_> {
         let Some(sp) = &a.split else {
             return;
         };
-        let per_row = a.merge_floats() / (WARPS * crate::gpu::attention::SPLIT_ROWS);
+        let per_row = a.merge_row_floats();
         if self.emu {
             let _ = writeln!(self.out, "static float pf_mg[{}];", a.merge_floats());
         } else {
@@ -1143,8 +1155,8 @@ impl Emit<'_> {
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{
-             const int pf_rl = pf_g + 8 * (pf_r % 2);
+            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n\
+             const int pf_rl = pf_g + 8 * (pf_r % 2);\n\
              if (pf_c == 0) {} = {}; }}",
             slot("pf_w", "pf_rl", "0".into()),
             self.at("pf_m", "pf_r")
@@ -1159,11 +1171,11 @@ impl Emit<'_> {
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{
-             const int pf_rl = pf_g + 8 * (pf_r % 2);
-             float pf_mb = {ident};
-             for (int pf_v = 0; pf_v < {WARPS}; pf_v++) pf_mb = {};
-             {}
+            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n\
+             const int pf_rl = pf_g + 8 * (pf_r % 2);\n\
+             float pf_mb = {ident};\n\
+             for (int pf_v = 0; pf_v < {WARPS}; pf_v++) pf_mb = {};\n\
+             {}\n\
 (void)pf_ei;",
             printer.combine(
                 a.reducer,
@@ -1187,8 +1199,8 @@ impl Emit<'_> {
         for (k, x) in a.contractions.iter().enumerate() {
             let _ = writeln!(
                 c,
-                "{{ const float pf_f = {};
-                 for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++)
+                "{{ const float pf_f = {};\n\
+                 for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++)\n\
                  {} = {} * pf_f; }}",
                 printer.expr(&x.repair, &env),
                 x.width / 8,
@@ -1201,10 +1213,7 @@ impl Emit<'_> {
             );
             off += x.width;
         }
-        c.push_str(
-            "}
-",
-        );
+        c.push_str("}\n");
         self.threads(&c);
         self.sync();
         // Sums over the warps, stored as the slice's local states.
@@ -1218,13 +1227,13 @@ impl Emit<'_> {
         let mut c = String::new();
         let _ = writeln!(
             c,
-            "for (int pf_x = pf_t; pf_x < {}; pf_x += {THREADS}) {{
-             const int pf_rl = pf_x / {per_row}, pf_q = pf_x % {per_row};
-             const pf_i pf_ei = pf_i0 + pf_rl;
-             if (pf_ei < {}) {{
-             float pf_sv = pf_q == 0 ? {ident} : 0.0f;
+            "for (int pf_x = pf_t; pf_x < {}; pf_x += {THREADS}) {{\n\
+             const int pf_rl = pf_x / {per_row}, pf_q = pf_x % {per_row};\n\
+             const pf_i pf_ei = pf_i0 + pf_rl;\n\
+             if (pf_ei < {}) {{\n\
+             float pf_sv = pf_q == 0 ? {ident} : 0.0f;\n\
              for (int pf_v = 0; pf_v < {WARPS}; pf_v++) pf_sv = pf_q == 0 ? {} : pf_sv + {};",
-            crate::gpu::attention::SPLIT_ROWS * per_row,
+            SPLIT_ROWS * per_row,
             a.rows,
             printer.combine(
                 a.reducer,
@@ -1250,11 +1259,7 @@ impl Emit<'_> {
             );
             off += w;
         }
-        c.push_str(
-            "}
-}
-",
-        );
+        c.push_str("}\n}\n");
         self.threads(&c);
     }
 

@@ -51,7 +51,7 @@ use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, Statement, TensorRole,
 };
 use crate::isl::Isl;
-use crate::model::{access_text, collect_reads, Scop};
+use crate::model::{access_text, collect_reads, ModelStmt, Scop};
 
 /// Warps of a block.
 pub const WARPS: i64 = 4;
@@ -199,6 +199,23 @@ pub struct Split {
     pub con_globals: Vec<usize>,
 }
 
+impl Split {
+    /// Program positions of the local statements (the first kernel's).
+    pub fn locals(&self) -> Vec<usize> {
+        std::iter::once(self.pred_local)
+            .chain(self.sum_locals.iter().copied())
+            .chain(self.con_locals.iter().copied())
+            .collect()
+    }
+    /// Program positions of the global combinations (the second kernel's).
+    pub fn globals(&self) -> Vec<usize> {
+        std::iter::once(self.pred_global)
+            .chain(self.sum_globals.iter().copied())
+            .chain(self.con_globals.iter().copied())
+            .collect()
+    }
+}
+
 impl Attention {
     /// Query rows of a block.
     pub fn block_rows(&self) -> i64 {
@@ -278,16 +295,18 @@ impl Attention {
         let tiles = self.shared_layout().iter().map(|(_, n)| n).sum::<i64>() * 2;
         tiles.max(self.merge_floats() * 4) as usize
     }
-    /// f32 values of a split kernel's merge buffer: for each warp and row
-    /// of the block, the predecessor, each row sum and each contraction's
-    /// columns.
+    /// f32 values of a split kernel's merge buffer: [`Self::merge_row_floats`]
+    /// for each warp and row of the block.
     pub fn merge_floats(&self) -> i64 {
         if self.split.is_none() {
             return 0;
         }
-        let per_row =
-            1 + self.sums.len() as i64 + self.contractions.iter().map(|c| c.width).sum::<i64>();
-        WARPS * SPLIT_ROWS * per_row
+        WARPS * SPLIT_ROWS * self.merge_row_floats()
+    }
+    /// f32 values of one warp's row in the merge buffer: the predecessor,
+    /// each row sum and each contraction's columns.
+    pub fn merge_row_floats(&self) -> i64 {
+        1 + self.sums.len() as i64 + self.contractions.iter().map(|c| c.width).sum::<i64>()
     }
 }
 
@@ -309,7 +328,7 @@ pub(super) fn uncast(e: &Expr) -> &Expr {
     }
 }
 
-pub(super) fn mentions_index(e: &Expr, name: &str) -> bool {
+fn mentions_index(e: &Expr, name: &str) -> bool {
     match &e.kind {
         ExprKind::Index(n) => n == name,
         ExprKind::Access { subscripts, .. } => subscripts.iter().any(|s| s.coeff(name) != 0),
@@ -325,7 +344,7 @@ pub(super) fn mentions_index(e: &Expr, name: &str) -> bool {
 
 /// An operand `X(..)` of a tile copy: its last subscript is exactly `col`,
 /// one other subscript exactly `row`, the rest use only `batch`.
-pub(super) fn tile_operand(
+fn tile_operand(
     program: &Program,
     tensor: &str,
     subs: &[Affine],
@@ -891,7 +910,6 @@ fn domain_conditions(
     used: &[usize],
     score: usize,
 ) -> Result<Option<[AstExpr; 5]>> {
-    let context = scop.context.copy()?;
     let pre = &scop.param_prefix;
     let Some(pstmt) = scop.statements.iter().find(|s| s.source == pred_update) else {
         return Ok(None);
@@ -900,43 +918,11 @@ fn domain_conditions(
     let mut elem = batch.clone();
     elem.push(row.to_string());
     elem.push(key.to_string());
+    let anon = |s: &ModelStmt, its: &[String]| domain_on(isl, scop, s, its);
+    let boxed = |extra: &[(String, i64)]| boxed_set(isl, scop, batch_ext, extra);
     // `V` on an anonymous tuple [bt, i, j].
-    let anon = |s: &crate::model::ModelStmt, its: &[String]| -> Result<Option<isl_rs::Set>> {
-        if s.iterators.len() != its.len() || its.iter().any(|i| !s.iterators.contains(i)) {
-            return Ok(None);
-        }
-        let m = isl.map(&format!(
-            "{pre}{{ {}[{}] -> [{}] }}",
-            s.name,
-            s.iterators.join(", "),
-            its.join(", ")
-        ))?;
-        Ok(Some(
-            s.domain
-                .copy()?
-                .intersect_params(context.copy()?)?
-                .apply(m)?,
-        ))
-    };
     let Some(v) = anon(pstmt, &elem)? else {
         return Ok(None);
-    };
-    let bt_bounds: Vec<String> = batch_ext
-        .iter()
-        .map(|(b, e)| format!("0 <= {b} < {e}"))
-        .collect();
-    let boxed = |extra: &[(String, i64)], names: &[String]| -> Result<isl_rs::Set> {
-        let mut cons = bt_bounds.clone();
-        for (n, e) in extra {
-            cons.push(format!("0 <= {n} < {e}"));
-        }
-        Ok(isl
-            .set(&format!(
-                "{pre}{{ [{}] : {} }}",
-                names.join(", "),
-                cons.join(" and ")
-            ))?
-            .intersect_params(context.copy()?)?)
     };
     for s in &scop.statements {
         let st = &program.statements[s.source];
@@ -949,7 +935,7 @@ fn domain_conditions(
                 extra.push((st.reduction_indices[0].clone(), depth));
             }
             match anon(s, &its)? {
-                Some(d) => d.is_equal(&boxed(&extra, &its)?)?,
+                Some(d) => d.is_equal(&boxed(&extra)?)?,
                 None => false,
             }
         } else if st.reduction_indices.len() == 1 || st.lhs_indices == elem {
@@ -991,7 +977,7 @@ fn domain_conditions(
                 extra.push((c.clone(), w.width));
             }
             match anon(s, &its)? {
-                Some(d) => d.is_equal(&boxed(&extra, &its)?)?,
+                Some(d) => d.is_equal(&boxed(&extra)?)?,
                 None => false,
             }
         } else {
@@ -1004,6 +990,57 @@ fn domain_conditions(
     Ok(Some(tile_conditions(
         isl, scop, v, &batch, row, key, BLOCK_ROWS,
     )?))
+}
+
+/// Statement `s`'s domain, under the program's context, on the anonymous
+/// tuple `its` (its iterators in another order); `None` where `its` are
+/// not its iterators.
+pub(super) fn domain_on(
+    isl: &Isl,
+    scop: &Scop,
+    s: &ModelStmt,
+    its: &[String],
+) -> Result<Option<isl_rs::Set>> {
+    if s.iterators.len() != its.len() || its.iter().any(|i| !s.iterators.contains(i)) {
+        return Ok(None);
+    }
+    let m = isl.map(&format!(
+        "{}{{ {}[{}] -> [{}] }}",
+        scop.param_prefix,
+        s.name,
+        s.iterators.join(", "),
+        its.join(", ")
+    ))?;
+    Ok(Some(
+        s.domain
+            .copy()?
+            .intersect_params(scop.context.copy()?)?
+            .apply(m)?,
+    ))
+}
+
+/// The box `0 <= x < e` over the batch iterators, then `extents`, as a set
+/// on that tuple under the program's context.
+pub(super) fn boxed_set(
+    isl: &Isl,
+    scop: &Scop,
+    batch_ext: &[(String, i64)],
+    extents: &[(String, i64)],
+) -> Result<isl_rs::Set> {
+    let all: Vec<&(String, i64)> = batch_ext.iter().chain(extents.iter()).collect();
+    let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+    let mut cons: Vec<String> = all.iter().map(|(n, e)| format!("0 <= {n} < {e}")).collect();
+    if cons.is_empty() {
+        cons.push("0 = 0".into());
+    }
+    Ok(isl
+        .set(&format!(
+            "{}{{ [{}] : {} }}",
+            scop.param_prefix,
+            names.join(", "),
+            cons.join(" and ")
+        ))?
+        .intersect_params(scop.context.copy()?)?)
 }
 
 /// Whether every dependence relates two instances of one row: `D ⊆ R⁻¹ ∘
@@ -1091,12 +1128,7 @@ pub(super) fn tile_conditions(
 
 /// The boolean expression of `set` with its dimensions named `names`,
 /// under the program's parameter context.
-pub(super) fn set_expr(
-    isl: &Isl,
-    scop: &Scop,
-    set: isl_rs::Set,
-    names: &[String],
-) -> Result<AstExpr> {
+fn set_expr(isl: &Isl, scop: &Scop, set: isl_rs::Set, names: &[String]) -> Result<AstExpr> {
     let set = set.coalesce()?;
     let space = set.get_space()?;
     let bound = set.bind(super::promote::ids(isl, space, names)?)?;

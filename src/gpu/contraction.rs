@@ -275,12 +275,7 @@ pub fn recognise(
         return Ok(None);
     }
     // The right side: a product of two reads, casts aside.
-    fn uncast(e: &crate::frontend::ast::Expr) -> &crate::frontend::ast::Expr {
-        match &e.kind {
-            ExprKind::Cast(_, inner) => uncast(inner),
-            _ => e,
-        }
-    }
+    use super::attention::uncast;
     let ExprKind::Binary(crate::frontend::ast::BinOp::Mul, x, y) = &uncast(&st.rhs).kind else {
         return Ok(None);
     };

@@ -36,8 +36,8 @@
 //! rest are boxes (the maps cover the local domain).
 
 use super::attention::{
-    one_width_a_column, reads, score_operands, tile_conditions, uncast, var_list, within_rows,
-    writes, Attention, Roles, RowContraction, RowSum, Split, SPLIT_ROWS,
+    boxed_set, domain_on, one_width_a_column, reads, score_operands, tile_conditions, uncast,
+    var_list, within_rows, writes, Attention, Roles, RowContraction, RowSum, Split, SPLIT_ROWS,
 };
 use crate::deps::Dependences;
 use crate::error::Result;
@@ -45,7 +45,7 @@ use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Program, Reducer, TensorRole,
 };
 use crate::isl::Isl;
-use crate::model::{access_text, Scop};
+use crate::model::{access_text, ModelStmt, Scop};
 
 /// `e` with every subscript `B s + u + c` replaced by `j + c`; `None` where
 /// a subscript uses `u` otherwise (values that read `u` keep it: the
@@ -522,49 +522,10 @@ fn domains(
     epilogue: &[usize],
 ) -> Result<Option<isl_rs::Set>> {
     let pre = &scop.param_prefix;
-    let context = scop.context.copy()?;
     let batch: Vec<String> = batch_ext.iter().map(|(b, _)| b.clone()).collect();
-    // A statement's domain on the anonymous tuple `its`.
-    let anon = |s: &crate::model::ModelStmt, its: &[String]| -> Result<Option<isl_rs::Set>> {
-        if s.iterators.len() != its.len() || its.iter().any(|i| !s.iterators.contains(i)) {
-            return Ok(None);
-        }
-        let m = isl.map(&format!(
-            "{pre}{{ {}[{}] -> [{}] }}",
-            s.name,
-            s.iterators.join(", "),
-            its.join(", ")
-        ))?;
-        Ok(Some(
-            s.domain
-                .copy()?
-                .intersect_params(context.copy()?)?
-                .apply(m)?,
-        ))
-    };
-    let boxed = |extents: &[(String, i64)]| -> Result<isl_rs::Set> {
-        let mut cons: Vec<String> = batch_ext
-            .iter()
-            .chain(extents.iter())
-            .map(|(b, e)| format!("0 <= {b} < {e}"))
-            .collect();
-        if cons.is_empty() {
-            cons.push("0 = 0".into());
-        }
-        let names: Vec<String> = batch_ext
-            .iter()
-            .chain(extents.iter())
-            .map(|(b, _)| b.clone())
-            .collect();
-        Ok(isl
-            .set(&format!(
-                "{pre}{{ [{}] : {} }}",
-                names.join(", "),
-                cons.join(" and ")
-            ))?
-            .intersect_params(context.copy()?)?)
-    };
-    let is = |s: &crate::model::ModelStmt, its: &[String], want: isl_rs::Set| -> Result<bool> {
+    let anon = |s: &ModelStmt, its: &[String]| domain_on(isl, scop, s, its);
+    let boxed = |extents: &[(String, i64)]| boxed_set(isl, scop, batch_ext, extents);
+    let is = |s: &ModelStmt, its: &[String], want: isl_rs::Set| -> Result<bool> {
         Ok(match anon(s, its)? {
             Some(d) => d.is_equal(&want)?,
             None => false,
@@ -586,27 +547,26 @@ fn domains(
     };
     let slice_ext = (sp.slice.clone(), sp.slices);
     let row_ext = (row.to_string(), rows);
-    let locals: Vec<usize> = std::iter::once(sp.pred_local)
-        .chain(sp.sum_locals.iter().copied())
-        .chain(sp.con_locals.iter().copied())
-        .collect();
-    let globals: Vec<usize> = std::iter::once(sp.pred_global)
-        .chain(sp.sum_globals.iter().copied())
-        .chain(sp.con_globals.iter().copied())
-        .collect();
+    let locals = sp.locals();
+    let globals = sp.globals();
+    // The local domain from [bt, i, s, u] onto `names`, with the key
+    // `j = B s + u` among them.
+    let with_key = |names: &[String]| -> Result<isl_rs::Set> {
+        let to = isl.map(&format!(
+            "{pre}{{ [{}] -> [{}] : {key} = {} * {} + {} }}",
+            lits.join(", "),
+            names.join(", "),
+            sp.len,
+            sp.slice,
+            sp.within
+        ))?;
+        Ok(vl.copy()?.apply(to)?)
+    };
     // The local domain on [bt, i, j].
     let mut elem = batch.clone();
     elem.push(row.to_string());
     elem.push(key.to_string());
-    let to_elem = isl.map(&format!(
-        "{pre}{{ [{}] -> [{}] : {key} = {} * {} + {} }}",
-        lits.join(", "),
-        elem.join(", "),
-        sp.len,
-        sp.slice,
-        sp.within
-    ))?;
-    let v = vl.copy()?.apply(to_elem)?;
+    let v = with_key(&elem)?;
     for s in &scop.statements {
         let st = &sts[s.source];
         let update = s.kind == crate::model::StmtKind::Update;
@@ -689,20 +649,12 @@ fn domains(
             return Ok(None);
         }
     }
-    // [bt, i, s, u] -> [bt, s, i, j].
+    // On [bt, s, i, j]: the slice as one more batch iterator.
     let mut cond = batch.clone();
     cond.push(sp.slice.clone());
     cond.push(row.to_string());
     cond.push(key.to_string());
-    let to_cond = isl.map(&format!(
-        "{pre}{{ [{}] -> [{}] : {key} = {} * {} + {} }}",
-        lits.join(", "),
-        cond.join(", "),
-        sp.len,
-        sp.slice,
-        sp.within
-    ))?;
-    Ok(Some(vl.apply(to_cond)?))
+    Ok(Some(with_key(&cond)?))
 }
 
 /// The two kernels' legality: every dependence among the first kernel's
@@ -721,10 +673,7 @@ fn kernels_apart(
     key: &str,
     score: usize,
 ) -> Result<bool> {
-    let first: Vec<usize> = std::iter::once(sp.pred_local)
-        .chain(sp.sum_locals.iter().copied())
-        .chain(sp.con_locals.iter().copied())
-        .collect();
+    let first = sp.locals();
     let sts = &program.statements;
     let (mut cells, mut rows1, mut rows2) = (Vec::new(), Vec::new(), Vec::new());
     let row = row_idx.join(", ");
