@@ -373,6 +373,81 @@ fn the_combination_folds_the_slices_across_lanes_and_each_warp_writes_its_column
     // The first kernel keeps two key tiles in flight: three stages.
     assert!(src.contains("% 3)"));
     assert!(src.contains("pf_cp_async_wait<2>();"));
+    // The combination is a programmatic dependent of the first kernel: the
+    // first lets it be launched from its start, and it waits for the first
+    // to finish before its first statement.
+    let kernels = &c.cuda.as_ref().unwrap().kernels;
+    assert!(!kernels[0].dependent && kernels[1].dependent);
+    let first = &src[src.find("kernel_0(").unwrap()..src.find("kernel_0_combine(").unwrap()];
+    let launch = first.find("griddepcontrol.launch_dependents;").unwrap();
+    assert!(launch < first.find("pf_cp_async").unwrap());
+    let wait = combine.find("griddepcontrol.wait;").unwrap();
+    assert!(wait < combine.find("t_M_local[").unwrap());
+    assert!(!first.contains("griddepcontrol.wait;"));
+}
+
+/// A decoding program with one query a head (15 padding rows in each
+/// 16-row tile), KV = 1000 in 4 slices (tiles straddle the slices), whose
+/// scores add `Bias` at `bias_row`.
+fn decoding_with_bias(bias_row: &str) -> Program {
+    let text = r#"{
+  "name": "attention_decode_bias",
+  "params": {"B": 1, "H": 2, "NQ": 1, "KV": 1000, "D": 32},
+  "inputs": {
+    "Q": {"dtype": "f16", "shape": ["B", "H", "NQ", "D"]},
+    "K": {"dtype": "f16", "shape": ["B", "H", "KV", "D"]},
+    "V": {"dtype": "f16", "shape": ["B", "H", "KV", "D"]},
+    "Bias": {"dtype": "f32", "shape": ["B", "H", "NQ", "KV"]}
+  },
+  "outputs": {"Y": {"dtype": "f16", "shape": ["B", "H", "NQ", "D"]}},
+  "temps": {
+    "P": {"dtype": "f32", "shape": ["B", "H", "NQ", "KV"]},
+    "T": {"dtype": "f32", "shape": ["B", "H", "NQ", "KV"]},
+    "M": {"dtype": "f32", "shape": ["B", "H", "NQ"]},
+    "E": {"dtype": "f32", "shape": ["B", "H", "NQ", "KV"]},
+    "L": {"dtype": "f32", "shape": ["B", "H", "NQ"]},
+    "O": {"dtype": "f32", "shape": ["B", "H", "NQ", "D"]}
+  },
+  "body": [
+    "P(b, h, i, j) +=! Q(b, h, i, d) * K(b, h, j, d)",
+    "T(b, h, i, j) = P(b, h, i, j) * 0.17 + Bias(b, h, ROW, j) where j <= KV - NQ + i",
+    "M(b, h, i) max=! T(b, h, i, j) where j <= KV - NQ + i",
+    "E(b, h, i, j) = exp(T(b, h, i, j) - M(b, h, i)) where j <= KV - NQ + i",
+    "L(b, h, i) +=! E(b, h, i, j) where j <= KV - NQ + i",
+    "O(b, h, i, d) +=! E(b, h, i, j) * V(b, h, j, d) where j <= KV - NQ + i",
+    "Y(b, h, i, d) = O(b, h, i, d) / L(b, h, i)"
+  ],
+  "schedule": [{"split-k": ["L", "O"], "factor": 4}]
+}"#;
+    load_str(&text.replace("ROW", bias_row), "attention_decode_bias.json").unwrap()
+}
+
+#[test]
+fn padding_rows_take_the_whole_step_unless_a_map_reads_memory_at_their_row() {
+    // `Bias(b, h, 0, j)`: nothing the step evaluates reads memory at a
+    // row-dependent place, so the padding rows may run unmasked and whole
+    // tiles (real rows wholly inside the domain) skip the element test.
+    let p = decoding_with_bias("0");
+    let mut c = compiled_split(&p, None);
+    assert!(split_on_tensor_cores(&c));
+    let src = c.cuda.as_ref().unwrap().source.clone();
+    assert!(src.contains("const int pf_full = ("), "no whole tiles");
+    emulation_check(&mut c, 3);
+    // `Bias(b, h, i, j)`: a padding row would read past the bias, so no
+    // tile of padding rows is whole, and the masked step reads the bias
+    // only for elements inside the domain.
+    let p = decoding_with_bias("i");
+    let mut c = compiled_split(&p, None);
+    assert!(split_on_tensor_cores(&c));
+    let src = c.cuda.as_ref().unwrap().source.clone();
+    assert!(src.contains("const int pf_full = 0;"));
+    let reads: Vec<&str> = src.lines().filter(|l| l.contains("t_Bias[")).collect();
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    // The whole tiles' copy of the step (never taken here) and the masked
+    // one, guarded.
+    assert!(!reads[0].contains("pf_ok ?"));
+    assert!(reads[1].starts_with("pf_x0[pf_k] = pf_ok ? "));
+    emulation_check(&mut c, 4);
 }
 
 #[test]
@@ -394,4 +469,38 @@ fn decoding_outside_the_form_keeps_the_ordinary_mapping_and_stays_correct() {
         );
         emulation_check(&mut c, 13);
     }
+}
+
+#[test]
+fn a_prefill_map_reads_memory_only_inside_the_domain() {
+    // S = 40: the one 64-row tile has 24 rows past the bias's and every key
+    // tile is partial; the map's read of `Bias(i, j)` is guarded by the
+    // element test (on the H100, compute-sanitizer found the unguarded
+    // read past the tensor).
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/attention_causal.json");
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = text
+        .replace(
+            r#""V": {"dtype": "f16", "shape": ["B", "H", "S", "D"]}"#,
+            r#""V": {"dtype": "f16", "shape": ["B", "H", "S", "D"]},
+    "Bias": {"dtype": "f32", "shape": ["S", "S"]}"#,
+        )
+        .replace(
+            "P(b, h, i, j) * 0.25 where",
+            "P(b, h, i, j) * 0.25 + Bias(i, j) where",
+        );
+    let mut p = load_str(&text, "attention_bias.json").unwrap();
+    apply_param_overrides(&mut p, &[("S".to_string(), 40)]).unwrap();
+    let mut c = compiled(&p, true);
+    assert!(on_tensor_cores(&c));
+    let src = c.cuda.as_ref().unwrap().source.clone();
+    let reads: Vec<&str> = src.lines().filter(|l| l.contains("t_Bias[")).collect();
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    assert!(
+        reads[1].starts_with("pf_x0[pf_k] = pf_ok ? "),
+        "{}",
+        reads[1]
+    );
+    emulation_check(&mut c, 5);
 }

@@ -253,6 +253,7 @@ fn grids_evaluate_in_the_parameters() {
         block: [32, 8, 1],
         dynamic_shared: 0,
         static_shared: 0,
+        dependent: false,
     };
     let p = |n: i64, m: i64| HashMap::from([("N".to_string(), n), ("M".to_string(), m)]);
     assert_eq!(k.grid_dims(&p(100, 9)).unwrap(), [4, 4, 1]);
@@ -332,6 +333,7 @@ fn scale_program(n: i64, body: &str) -> polyfuse::Compiled {
             block: [128, 1, 1],
             dynamic_shared: 0,
             static_shared: 0,
+            dependent: false,
         }],
         args: vec![
             KernelArg::Tensor {

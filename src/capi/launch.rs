@@ -42,6 +42,9 @@ struct Loaded {
     ctx: sys::CUcontext,
     module: sys::CUmodule,
     functions: Vec<sys::CUfunction>,
+    /// Compute capability 9.0 or later: kernels marked
+    /// [`Kernel::dependent`] are launched as programmatic dependents.
+    hopper: bool,
 }
 
 /// The compiled and loaded forms of one result's CUDA program.
@@ -143,6 +146,7 @@ impl Modules {
             self.loaded.insert(ctx as usize, loaded);
         }
         let f = self.loaded[&(ctx as usize)].functions[index];
+        let dependent = kernel.dependent && self.loaded[&(ctx as usize)].hopper;
         if kernel.dynamic_shared > 48 * 1024 {
             let bytes = i32::try_from(kernel.dynamic_shared)
                 .map_err(|_| Failure::internal("dynamic shared memory size overflows"))?;
@@ -164,6 +168,35 @@ impl Modules {
             .collect();
         let shared = c_uint::try_from(kernel.dynamic_shared)
             .map_err(|_| Failure::internal("dynamic shared memory size overflows"))?;
+        if dependent {
+            // A programmatic dependent of the kernel before it on `stream`
+            // (see `Kernel::dependent`).
+            // SAFETY: an all-zero attribute is a valid one; its id and
+            // value are set next.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid[0],
+                gridDimY: grid[1],
+                gridDimZ: grid[2],
+                blockDimX: kernel.block[0],
+                blockDimY: kernel.block[1],
+                blockDimZ: kernel.block[2],
+                sharedMemBytes: shared,
+                hStream: stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; the configuration and its attribute live
+            // until the call returns.
+            return unsafe {
+                sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut())
+            }
+            .result()
+            .map_err(driver_error("cuLaunchKernelEx"));
+        }
         // SAFETY: `f` is a loaded kernel whose parameters are one 8-byte
         // value each, in `args` order (gpu::KernelArg); the values live
         // until the call returns, and the driver copies them at launch.
@@ -223,6 +256,7 @@ impl Modules {
             ctx,
             module,
             functions,
+            hopper: cc.0 >= 9,
         })
     }
 }

@@ -116,6 +116,16 @@ fn index_type(program: &Program, scop: &Scop) -> &'static str {
 
 /// A kernel's opening line, with `qualifiers` (launch bounds, cluster)
 /// before its name, and the parameters that have values as constants.
+/// A kernel's first statement where a programmatic dependent follows it
+/// ([`Kernel::dependent`]): the dependent may be launched now. On devices
+/// before sm_90 nothing (the dependent is launched plainly there).
+const GRID_DEPENDENTS_LAUNCH: &str = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\nasm volatile(\"griddepcontrol.launch_dependents;\");\n#endif\n";
+
+/// A programmatic dependent's first statement: wait until the kernel
+/// before it has finished and its writes are visible (at once where it was
+/// launched plainly).
+const GRID_DEPENDENCY_WAIT: &str = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\nasm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
+
 fn kernel_head(
     source: &mut String,
     qualifiers: &str,
@@ -261,6 +271,11 @@ pub fn program(
             program,
         );
         if let Some(a) = &plan.attention {
+            if a.split.is_some() {
+                // The second kernel may be scheduled from the start (its
+                // blocks wait for this one's end).
+                source.push_str(GRID_DEPENDENTS_LAUNCH);
+            }
             source.push_str(&super::flash::body(a, program, scop, false));
             source.push_str("}\n");
             let _ = writeln!(emulation, "  {{ /* {mark} */");
@@ -272,6 +287,7 @@ pub fn program(
                 block: plan.block,
                 dynamic_shared: a.shared_bytes(),
                 static_shared: 0,
+                dependent: false,
             });
             // A split attention's second kernel: the combination over the
             // slices and the epilogue, a warp per (row, column).
@@ -284,6 +300,7 @@ pub fn program(
                     &signature,
                     program,
                 );
+                source.push_str(GRID_DEPENDENCY_WAIT);
                 source.push_str(&super::flash::combine_body(a, program, scop, false));
                 source.push_str("}\n");
                 let _ = writeln!(emulation, "  {{ /* {name} */");
@@ -299,6 +316,7 @@ pub fn program(
                     block: [super::flash::COMBINE_THREADS, 1, 1],
                     dynamic_shared: 0,
                     static_shared: 0,
+                    dependent: true,
                 });
             }
             continue;
@@ -381,6 +399,7 @@ pub fn program(
                 .as_ref()
                 .map_or(0, super::mma::shared_bytes),
             static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
+            dependent: false,
         });
     }
     emulation.push_str("}\n");

@@ -31,12 +31,12 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::frontend::ast::{Affine, DType, Program, Reducer};
+use crate::frontend::ast::{Affine, DType, Expr, Program, Reducer};
 use crate::gpu::attention::{
     Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS, WARPS,
     WARP_TILES,
 };
-use crate::model::{access_text, Scop, StmtKind};
+use crate::model::{access_text, collect_reads, Scop, StmtKind};
 
 use super::expr::{Mode, Printer};
 
@@ -418,6 +418,15 @@ impl Emit<'_> {
 
     /// Overrides of the element-wise tensors (score and maps) by the
     /// per-thread arrays at element `pf_k`.
+    /// Whether `e` reads a tensor no statement writes (an input: in
+    /// memory, not one of the kernel's registers).
+    fn reads_memory(&self, e: &Expr) -> bool {
+        let mut v = Vec::new();
+        collect_reads(e, &mut v);
+        v.iter()
+            .any(|(t, _)| !self.program.statements.iter().any(|s| &s.lhs_tensor == t))
+    }
+
     fn element_overrides(&self, o: &mut HashMap<String, String>) {
         let subs = self.elem_subs();
         o.insert(access_text(&self.a.score, &subs), self.at("pf_s", "pf_k"));
@@ -457,7 +466,7 @@ impl Emit<'_> {
         } else {
             let _ = writeln!(
                 c,
-                "if (pf_gr < {}) pf_cp_async16_full(pf_dst, &{src}); else pf_cp_async16(pf_dst, {tensor}, 0);\n}}",
+                "if (pf_gr < {}) pf_cp_async16_line(pf_dst, &{src}); else pf_cp_async16(pf_dst, {tensor}, 0);\n}}",
                 x.rows
             );
         }
@@ -949,12 +958,17 @@ impl Emit<'_> {
         c.push_str(&elem_loop(self.unroll()));
         c.push('\n');
         for (k, (_, rhs)) in a.maps.iter().enumerate() {
-            let _ = writeln!(
-                c,
-                "{} = {};",
-                self.at(&format!("pf_x{k}"), "pf_k"),
-                printer.expr(rhs, &env)
-            );
+            // A map that reads a tensor in memory reads it only inside the
+            // domain: a partial tile's other elements (rows or keys past
+            // the tensor's extent) are never read (the masked elements'
+            // map values are not used).
+            let value = printer.expr(rhs, &env);
+            let value = if !whole && self.reads_memory(rhs) {
+                format!("pf_ok ? {value} : 0.0f")
+            } else {
+                value
+            };
+            let _ = writeln!(c, "{} = {value};", self.at(&format!("pf_x{k}"), "pf_k"));
         }
         let mt = self.at("pf_mt", "pf_r");
         let _ = writeln!(

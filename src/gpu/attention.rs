@@ -830,14 +830,15 @@ pub fn recognise(
             _ => return Ok(None),
         }
     }
+    let evaluated = step_expressions(&maps, &pred_body, &sums, &contractions);
+    let padding = padding_rows(program, &row, rows, &evaluated);
     let Some(conditions) = domain_conditions(
         isl,
         scop,
         program,
         pu,
         &batch_ext,
-        &row,
-        &key,
+        (&row, &key, padding),
         [rows, keys, depth],
         &contractions,
         &epilogue,
@@ -902,8 +903,7 @@ fn domain_conditions(
     program: &Program,
     pred_update: usize,
     batch_ext: &[(String, i64)],
-    row: &str,
-    key: &str,
+    (row, key, padding): (&str, &str, Option<i64>),
     [rows, keys, depth]: [i64; 3],
     contractions: &[RowContraction],
     epilogue: &[usize],
@@ -988,7 +988,7 @@ fn domain_conditions(
         }
     }
     Ok(Some(tile_conditions(
-        isl, scop, v, &batch, row, key, BLOCK_ROWS,
+        isl, scop, v, &batch, row, key, BLOCK_ROWS, padding,
     )?))
 }
 
@@ -1068,11 +1068,59 @@ pub(super) fn within_rows(
     Ok(deps.all()?.subtract(same)?.is_empty()?)
 }
 
+/// What a tile's step evaluates per element: the maps, the predecessor's
+/// body, the row sums' terms and the contractions' weights.
+pub(super) fn step_expressions<'e>(
+    maps: &'e [(String, Expr)],
+    pred_body: &'e Expr,
+    sums: &'e [RowSum],
+    contractions: &'e [RowContraction],
+) -> Vec<&'e Expr> {
+    maps.iter()
+        .map(|(_, e)| e)
+        .chain(std::iter::once(pred_body))
+        .chain(sums.iter().map(|s| &s.term))
+        .chain(contractions.iter().map(|c| &c.weight))
+        .collect()
+}
+
+/// The row extent past which a block's last row tile holds padding rows
+/// the full-tile test may ignore, or `None` where it may not.
+///
+/// A padding row (`i >= rows`) is computed and never stored: its query
+/// row is zero-filled, and rows never mix (an `mma` row of the scores and
+/// of the value product depends on that row of its A operand alone; a
+/// row's reductions run over its own four lanes; the warps' states are
+/// joined row by row), so whatever its values, nothing stored depends on
+/// them. It may then take the step without the domain's mask, which lets
+/// a tile whose real rows are wholly inside the domain skip the element
+/// test (decoding with one query: 15 padding rows in every 16-row tile),
+/// provided that nothing the step evaluates reads memory at a place that
+/// depends on the row (it would be read past the tensor for a padding
+/// row): the maps, the predecessor's body, the row sums' terms and the
+/// contractions' weights read no input at a row-dependent subscript.
+pub(super) fn padding_rows(
+    program: &Program,
+    row: &str,
+    rows: i64,
+    evaluated: &[&Expr],
+) -> Option<i64> {
+    let written = |t: &str| program.statements.iter().any(|s| s.lhs_tensor == t);
+    let row_free = evaluated.iter().all(|e| {
+        reads(e)
+            .iter()
+            .all(|(t, subs)| written(t) || subs.iter().all(|a| !a.terms.contains_key(row)))
+    });
+    row_free.then_some(rows)
+}
+
 /// The conditions of the tiled loop over `v`, a set of `[bt, i, j]`
 /// (`batch` names the `bt`): the key range of a block of `block_rows`
 /// rows (its least and greatest key and whether it has one, in `bt` and
-/// `pf_i0`), whether the tile at `pf_i0, pf_j0` is wholly inside `v`, and
+/// `pf_i0`), whether the tile at `pf_i0, pf_j0` is wholly inside `v` (its
+/// rows below `padding` only, where given: see [`padding_rows`]), and
 /// whether element `pf_ei, pf_ej` is.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn tile_conditions(
     isl: &Isl,
     scop: &Scop,
@@ -1081,6 +1129,7 @@ pub(super) fn tile_conditions(
     row: &str,
     key: &str,
     block_rows: i64,
+    padding: Option<i64>,
 ) -> Result<[AstExpr; 5]> {
     let pre = &scop.param_prefix;
     let mut elem = batch.to_vec();
@@ -1097,7 +1146,16 @@ pub(super) fn tile_conditions(
         tile_names.join(", ")
     ))?;
     let any = v.copy()?.apply(tiles.copy()?)?;
-    let outside = v.copy()?.complement()?.apply(tiles)?;
+    // The points of a tile outside V that count: all of them, or those of
+    // real rows (padding rows take the whole tile's step harmlessly).
+    let mut outside = v.copy()?.complement()?;
+    if let Some(rows) = padding {
+        outside = outside.intersect(isl.set(&format!(
+            "{pre}{{ [{}] : {row} < {rows} }}",
+            elem.join(", ")
+        ))?)?;
+    }
+    let outside = outside.apply(tiles)?;
     let full = any.copy()?.subtract(outside)?;
     // The key range of a block: [bt, i0] -> [bt, i, j] for the rows of
     // the block, restricted to V, then its j.

@@ -36,8 +36,9 @@
 //! rest are boxes (the maps cover the local domain).
 
 use super::attention::{
-    boxed_set, domain_on, one_width_a_column, reads, score_operands, tile_conditions, uncast,
-    var_list, within_rows, writes, Attention, Roles, RowContraction, RowSum, Split, SPLIT_ROWS,
+    boxed_set, domain_on, one_width_a_column, padding_rows, reads, score_operands,
+    step_expressions, tile_conditions, uncast, var_list, within_rows, writes, Attention, Roles,
+    RowContraction, RowSum, Split, SPLIT_ROWS,
 };
 use crate::deps::Dependences;
 use crate::error::Result;
@@ -458,10 +459,12 @@ pub fn recognise(
     {
         return Ok(None);
     }
+    let evaluated = step_expressions(&maps, &pred_body, &sums, &contractions);
+    let padding = padding_rows(program, &row, rows, &evaluated);
     let mut cond_batch = batch.clone();
     cond_batch.push(slice.clone());
     let [key_lo, key_hi, any_key, full_tile, element] =
-        tile_conditions(isl, scop, v, &cond_batch, &row, &key, SPLIT_ROWS)?;
+        tile_conditions(isl, scop, v, &cond_batch, &row, &key, SPLIT_ROWS, padding)?;
     let attention = Attention {
         batch: batch_ext,
         row,

@@ -173,6 +173,13 @@ pub struct Kernel {
     pub dynamic_shared: usize,
     /// Bytes of shared memory the kernel declares statically.
     pub static_shared: usize,
+    /// Launched as a programmatic dependent of the kernel before it (sm_90
+    /// and later): its blocks may be scheduled while that kernel's last
+    /// ones still run, and wait in their code (`griddepcontrol.wait`) for
+    /// it to finish and its writes to be visible, so the launch and the
+    /// blocks' start overlap the previous kernel's tail. Launched plainly,
+    /// the wait returns at once and stream order alone makes it correct.
+    pub dependent: bool,
 }
 
 /// Everything a launcher needs: the source, the kernels in launch order

@@ -233,6 +233,21 @@ struct Launch {
     name: String,
     func: CudaFunction,
     cfg: LaunchConfig,
+    /// As a programmatic dependent of the kernel before it (the kernel
+    /// asks for it and the device has compute capability 9.0 or later).
+    dependent: bool,
+}
+
+impl Launch {
+    fn launch(&self, stream: &Arc<CudaStream>, args: &[sys::Arg]) -> Result<()> {
+        let launched = if self.dependent {
+            sys::launch_dependent(stream, &self.func, self.cfg, args)
+        } else {
+            sys::launch(stream, &self.func, self.cfg, args)
+        };
+        launched
+            .map_err(|e| Error::Internal(format!("launching {}: {}", self.name, sys::describe(&e))))
+    }
 }
 
 /// Loads the module and prepares every kernel whose grid is not empty,
@@ -273,6 +288,7 @@ fn prepare(gpu: &Gpu, program: &CudaProgram, compiled: &Compiled, ptx: Ptx) -> R
         file: compiled.program.source.clone(),
         message,
     };
+    let hopper = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) >= 9;
     let mut launches = Vec::new();
     for k in &program.kernels {
         let grid = k.grid_dims(&values)?;
@@ -322,6 +338,7 @@ fn prepare(gpu: &Gpu, program: &CudaProgram, compiled: &Compiled, ptx: Ptx) -> R
                 block_dim: (k.block[0], k.block[1], k.block[2]),
                 shared_mem_bytes: k.dynamic_shared as u32,
             },
+            dependent: k.dependent && hopper,
         });
     }
     Ok(launches)
@@ -533,8 +550,7 @@ fn execute(
     // The checked execution: synchronize after every kernel so that a
     // fault names the kernel that caused it.
     for l in &launches {
-        sys::launch(&gpu.stream, &l.func, l.cfg, &args)
-            .map_err(|e| driver(&format!("launching {}", l.name), e))?;
+        l.launch(&gpu.stream, &args)?;
         gpu.stream
             .synchronize()
             .map_err(|e| driver(&format!("kernel {} failed", l.name), e))?;
@@ -573,8 +589,7 @@ fn execute(
     let median_us = if opts.bench_runs > 0 {
         let run_all = || -> Result<()> {
             for l in &launches {
-                sys::launch(&gpu.stream, &l.func, l.cfg, &args)
-                    .map_err(|e| driver(&format!("launching {}", l.name), e))?;
+                l.launch(&gpu.stream, &args)?;
             }
             Ok(())
         };
@@ -648,8 +663,7 @@ fn execute(
                 .record(&gpu.stream)
                 .map_err(|e| driver("timing", e))?;
             for (k, l) in launches.iter().enumerate() {
-                sys::launch(&gpu.stream, &l.func, l.cfg, &args)
-                    .map_err(|e| driver(&format!("launching {}", l.name), e))?;
+                l.launch(&gpu.stream, &args)?;
                 events[k + 1]
                     .record(&gpu.stream)
                     .map_err(|e| driver("timing", e))?;

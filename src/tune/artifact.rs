@@ -277,6 +277,7 @@ fn cuda_json(c: &CudaProgram) -> Value {
             "grid": k.grid.iter().map(expr_json).collect::<Vec<_>>(),
             "block": k.block,
             "dynamic_shared": k.dynamic_shared,
+            "dependent": k.dependent,
             "static_shared": k.static_shared,
         })).collect::<Vec<_>>(),
         "args": c.args.iter().map(|a| match a {
@@ -305,6 +306,7 @@ fn cuda_from(v: &Value) -> Result<CudaProgram> {
                 block: [dim(&b[0])?, dim(&b[1])?, dim(&b[2])?],
                 dynamic_shared: int(&k["dynamic_shared"])? as usize,
                 static_shared: int(&k["static_shared"])? as usize,
+                dependent: k["dependent"].as_bool().unwrap_or(false),
             })
         })
         .collect::<Result<_>>()?;

@@ -296,3 +296,66 @@ pub fn launch(
     // were checked against the device's limits.
     unsafe { b.launch(cfg) }.map(|_| ())
 }
+
+/// Launches `f` on `stream` with `args` like [`launch`], as a programmatic
+/// dependent of the kernel before it on the stream
+/// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, sm_90 and
+/// later): its blocks may start before that kernel has finished, and wait
+/// for it in their code (see [`crate::gpu::Kernel::dependent`]).
+pub fn launch_dependent(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &[Arg],
+) -> std::result::Result<(), DriverError> {
+    use cudarc::driver::{sys as cu, DevicePtr};
+    stream.context().bind_to_thread()?;
+    // Every argument as its 8-byte value (a device address or a long), the
+    // buffers' guards held until the launch has been queued.
+    let mut guards = Vec::new();
+    let mut values: Vec<u64> = Vec::with_capacity(args.len());
+    for a in args {
+        match a {
+            Arg::Buffer(s) => {
+                let (ptr, guard) = s.device_ptr(stream);
+                values.push(ptr);
+                guards.push(guard);
+            }
+            Arg::Long(v) => values.push(**v as u64),
+        }
+    }
+    let mut params: Vec<*mut std::ffi::c_void> =
+        values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+    // SAFETY: an all-zero attribute is a valid (ignored) one; its id and
+    // value are set below.
+    let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = cu::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: as for [`launch`]: the arguments match the kernel's
+    // parameters, one 8-byte value each, and live until the call returns
+    // (the driver copies them); the configuration and its attribute live
+    // until then too.
+    unsafe {
+        cu::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()?;
+    drop(guards);
+    Ok(())
+}
