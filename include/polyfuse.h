@@ -163,6 +163,13 @@ pf_status pf_result_kernel_grid(const pf_result *result, size_t kernel, const in
  * kernel declares, in bytes; either output may be NULL. */
 pf_status pf_result_kernel_shared_memory(const pf_result *result, size_t kernel,
                                          size_t *dynamic_bytes, size_t *static_bytes);
+/* 1 when the kernel is a programmatic dependent of the kernel before it
+ * (0 otherwise): its first statement waits (griddepcontrol.wait, sm_90 and
+ * later) for that kernel to finish, so it may be launched with
+ * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION to overlap that
+ * kernel's end, as pf_result_launch does on compute capability 9.0 and
+ * later. A plain launch is correct too. */
+pf_status pf_result_kernel_dependent(const pf_result *result, size_t kernel, int32_t *out);
 /* Parameters without a compile-time value (the entries of params arrays). */
 pf_status pf_result_num_params(const pf_result *result, size_t *out);
 pf_status pf_result_param_name(const pf_result *result, size_t index, char **out);

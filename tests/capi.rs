@@ -255,6 +255,40 @@ fn attention_asked_for_without_tiles_is_one_kernel_on_tensor_cores() {
 }
 
 #[test]
+fn decodings_combination_is_a_programmatic_dependent_of_its_split_kernel() {
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        let ctx = context("attention_decode_causal.json");
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        let mut r = null_mut();
+        let st = pf_compile(ctx, &mut r);
+        if st == PF_ERR_ENVIRONMENT {
+            pf_context_destroy(ctx);
+            return;
+        }
+        assert_eq!(st, PF_OK, "{}", ctx_error(ctx));
+        let mut n = 0;
+        assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
+        assert_eq!(n, 2);
+        let mut dependent = [-1i32; 2];
+        for (k, d) in dependent.iter_mut().enumerate() {
+            assert_eq!(pf_result_kernel_dependent(r, k, d), PF_OK);
+        }
+        assert_eq!(dependent, [0, 1]);
+        assert_eq!(
+            pf_result_kernel_dependent(r, 2, &mut dependent[0]),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            pf_result_kernel_dependent(r, 1, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
 fn symbolic_parameters_are_passed_by_value() {
     let json = r#"{ "name": "scale", "params": { "N": null, "M": 8 },
         "inputs": { "X": { "dtype": "f16", "shape": ["N", "M"] } },

@@ -1086,6 +1086,24 @@ pub unsafe extern "C" fn pf_result_kernel_shared_memory(
     })
 }
 
+/// Whether kernel `kernel` is a programmatic dependent of the kernel
+/// before it (1) or not (0): see `gpu::Kernel::dependent`.
+///
+/// # Safety
+/// `out` is writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_kernel_dependent(
+    result: *const pf_result,
+    kernel: usize,
+    out: *mut i32,
+) -> pf_status {
+    with_result(result, |r| {
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, i32::from(k.dependent), "out") }
+    })
+}
+
 /// Number of parameters without a compile-time value: the values every
 /// `params` array of this result holds.
 ///
