@@ -1381,8 +1381,31 @@ fn a_rolling_update_splits_each_row_over_the_lanes_of_a_warp_or_a_block() {
         let c = compile(&p, &auto_gpu()).unwrap_or_else(|e| panic!("{e}"));
         let cuda = c.cuda.as_ref().unwrap();
         assert_eq!(cuda.kernels.len(), 1, "D = {d}");
-        let rows = if width == 32 { 8 } else { 1 };
+        // Rows on a warp: 8 a block; wider rows: a block tile's two rows
+        // side by side on y, each group of rows on its own barrier and its
+        // own warps' parts.
+        let rows = if width == 32 { 8 } else { 2 };
         assert_eq!(cuda.kernels[0].block, [width, rows, 1], "D = {d}");
+        if width > 32 {
+            let src = &cuda.source;
+            let warps = width / 32;
+            assert!(src.contains(&format!(
+                "__shared__ float pf_part_pf_priv_kernel_0_S[{}];",
+                2 * warps
+            )));
+            assert!(src.contains(&format!(
+                "pf_part_pf_priv_kernel_0_S[threadIdx.y * {warps} + (threadIdx.x >> 5)] = pf_priv_kernel_0_S;"
+            )));
+            assert!(src.contains(r#"asm volatile("bar.sync %0, %1;" :: "r"(threadIdx.y + 1), "r"(blockDim.x) : "memory");"#));
+            // The block's own barrier only outside the rows' loop (around
+            // the block tile's shared copy).
+            let rows_loop = src.find("for (pf_i c1 = 0 + (pf_i)threadIdx.y").unwrap();
+            let end = src[rows_loop..].find("\n      }\n").unwrap() + rows_loop;
+            assert!(
+                !src[rows_loop..end].contains("__syncthreads"),
+                "D = {d}:\n{src}"
+            );
+        }
         let src = cuda.source.clone();
         for t in ["M", "S"] {
             assert!(
@@ -1686,6 +1709,7 @@ fn a_single_row_runs_across_its_lanes_like_many() {
         assert!(bodies.len() >= 2, "{values:?}:\n{source}");
         for body in &bodies {
             assert!(!body.contains("__sync"), "{values:?}:\n{body}");
+            assert!(!body.contains("bar.sync"), "{values:?}:\n{body}");
             assert!(!body.contains("threadIdx.x == 0"), "{values:?}:\n{body}");
         }
         emulation_checks(c, "single row");
@@ -1697,7 +1721,7 @@ fn rows_on_a_block_come_two_to_a_tile_and_rows_on_a_warp_eight() {
     // Rows across lanes: a row longer than 1024 takes a block (256 threads
     // at 4100 columns) and a block tile holds 2 rows; a shorter row takes
     // a warp, 8 rows to a block, one per warp. 37 rows, emulated.
-    for (d, block, rows) in [(4100, [256, 1, 1], 2), (300, [32, 8, 1], 8)] {
+    for (d, block, rows) in [(4100, [256, 2, 1], 2), (300, [32, 8, 1], 8)] {
         let p = program_with(
             "bench/programs/softmax_fused_16k.json",
             &[("N", 37), ("D", d)],

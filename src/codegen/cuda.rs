@@ -972,7 +972,7 @@ impl Ctx<'_> {
                     if i > 0 && !in_thread && self.has_threads && self.emulate.is_none() {
                         barrier(out);
                     } else if i > 0 && row_parts {
-                        let _ = writeln!(out, "{pad}{};", lanes_print::barrier(self.lane_width()));
+                        let _ = writeln!(out, "{pad}{};", lanes_print::barrier(self.block));
                     }
                     self.node(c, depth, pending, in_thread, out);
                 }

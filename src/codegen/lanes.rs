@@ -117,7 +117,7 @@ impl Ctx<'_> {
                 // (on lane 0: a value not kept in registers) is visible to
                 // every lane.
                 if !emulate {
-                    let _ = writeln!(out, "{pad}{};", barrier(width));
+                    let _ = writeln!(out, "{pad}{};", barrier(self.block));
                 }
                 // Rows this loop is the first to read: loaded here.
                 for c in self
@@ -145,7 +145,7 @@ impl Ctx<'_> {
                         share(out, &pad, "(pf_i)threadIdx.x", depth);
                         // Later statements of the row may read what other
                         // lanes wrote.
-                        let _ = writeln!(out, "{pad}{};", barrier(width));
+                        let _ = writeln!(out, "{pad}{};", barrier(self.block));
                     }
                     Some(states) => match self.slots(states) {
                         Some(slots) => self.split_loop(&slots, &share, depth, out),
@@ -302,34 +302,51 @@ impl Ctx<'_> {
             if width > 32 {
                 // Then the warps' states, through shared memory, combined
                 // by every thread in warp order (so all hold the same).
+                // One set of parts per group of rows along y.
                 let warps = width / 32;
+                let groups = self.block[1];
+                let sync = barrier(self.block);
                 for s in &carried {
-                    let _ = writeln!(out, "{p}__shared__ {} pf_part_{}[{warps}];", s.ty, s.buffer);
+                    let _ = writeln!(
+                        out,
+                        "{p}__shared__ {} pf_part_{}[{}];",
+                        s.ty,
+                        s.buffer,
+                        warps * groups
+                    );
                 }
+                let part = |b: &str, w: &str| {
+                    if groups > 1 {
+                        format!("pf_part_{b}[threadIdx.y * {warps} + ({w})]")
+                    } else {
+                        format!("pf_part_{b}[{w}]")
+                    }
+                };
                 let _ = writeln!(out, "{p}if ((threadIdx.x & 31) == 0) {{");
                 for s in &carried {
                     let _ = writeln!(
                         out,
-                        "{p}  pf_part_{b}[threadIdx.x >> 5] = {b};",
+                        "{p}  {} = {b};",
+                        part(&s.buffer, "threadIdx.x >> 5"),
                         b = s.buffer
                     );
                 }
                 let _ = writeln!(out, "{p}}}");
-                let _ = writeln!(out, "{p}__syncthreads();");
+                let _ = writeln!(out, "{p}{sync};");
                 for s in &carried {
-                    let _ = writeln!(out, "{p}{b} = pf_part_{b}[0];", b = s.buffer);
+                    let _ = writeln!(out, "{p}{b} = {};", part(&s.buffer, "0"), b = s.buffer);
                 }
                 let _ = writeln!(out, "{p}for (int pf_w = 1; pf_w < {warps}; pf_w++) {{");
                 self.combine_with(
                     &carried,
                     slots,
                     &format!("{p}  "),
-                    &|b| format!("pf_part_{b}[pf_w]"),
+                    &|b| part(b, "pf_w"),
                     out,
                 );
                 let _ = writeln!(out, "{p}}}");
                 // The parts are read before a later loop writes them.
-                let _ = writeln!(out, "{p}__syncthreads();");
+                let _ = writeln!(out, "{p}{sync};");
             }
         }
         let _ = writeln!(out, "{pad}}}");
@@ -425,12 +442,18 @@ impl Ctx<'_> {
     }
 }
 
-/// The barrier of the threads sharing a row (a warp, or the whole block).
-pub(super) fn barrier(width: u32) -> &'static str {
-    if width > 32 {
-        "__syncthreads()"
-    } else {
+/// The barrier of the threads sharing a row of a block `block`: a warp;
+/// the whole block; or, where the block's rows run side by side in groups
+/// along y (`mapping::block_row_groups`), the row's group on its own named
+/// barrier `1 + threadIdx.y` (a group is whole warps, and barrier 0,
+/// `__syncthreads`, stays the block's).
+pub(super) fn barrier(block: [u32; 3]) -> &'static str {
+    if block[0] <= 32 {
         "__syncwarp()"
+    } else if block[1] > 1 {
+        "asm volatile(\"bar.sync %0, %1;\" :: \"r\"(threadIdx.y + 1), \"r\"(blockDim.x) : \"memory\")"
+    } else {
+        "__syncthreads()"
     }
 }
 
