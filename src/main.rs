@@ -115,7 +115,8 @@ struct Common {
     no_tile: bool,
     /// GPU: threads per block along x,y,z (e.g. 32,8); default: from the
     /// tile sizes, at most 256 threads (a row that runs across lanes: a
-    /// warp, or up to 512 threads for long rows; x sets the threads per
+    /// warp, or up to 512 threads for long rows, an online softmax's two
+    /// rows of a block tile side by side on y; x sets the threads per
     /// row, a multiple of 32, and such a block then runs one row at a
     /// time when x > 32).
     #[arg(long, value_delimiter = ',')]
