@@ -96,11 +96,22 @@ sanitizer=$(command -v compute-sanitizer || true)
 [[ -n "$sanitizer" || ! -x /usr/local/cuda/bin/compute-sanitizer ]] ||
     sanitizer=/usr/local/cuda/bin/compute-sanitizer
 
+# The checkout's commit, marked where its tracked files differ from it (the
+# binary may be built from another tree: its --version names its sources).
+checkout_commit() {
+    local c
+    c=$(git -C "$root" rev-parse --short HEAD 2>/dev/null) || { echo unknown; return; }
+    if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+        c="$c with uncommitted changes"
+    fi
+    echo "$c"
+}
+
 [[ -n "$MERGE" ]] || {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
     echo "polyfuse: $("$POLYFUSE" --version 2>&1 | head -n 1)"
-    echo "commit: ${GPU_CHECK_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    echo "commit: ${GPU_CHECK_COMMIT:-$(checkout_commit)}"
     echo "cuda: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
     echo "torch: $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1)"
     echo "sanitizer: ${sanitizer:-not found}"
@@ -498,7 +509,7 @@ def table(head, rows):
 copy_text = ", ".join(f"{m} MiB: {c['gb_per_s']:.0f} GB/s" for m, c in sorted(copy.items())) or "not measured"
 summary = [
     f"Date: {env.get('date', '?')}. Device: {env.get('device', '?')}.",
-    f"polyfuse {env.get('polyfuse', '?')} (commit {env.get('commit', '?')}), "
+    f"polyfuse {env.get('polyfuse', '?')} (checkout {env.get('commit', '?')}), "
     f"CUDA {env.get('cuda', '?')}, PyTorch {env.get('torch', '?')}.",
     f"Device-to-device copy, bytes read + written: {copy_text}.",
 ]
