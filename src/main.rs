@@ -324,6 +324,76 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
     }
 }
 
+/// After this long a compilation says it is still running.
+const COMPILE_NOTICE: std::time::Duration = std::time::Duration::from_secs(10);
+/// After this long (seconds; `POLYFUSE_SCHEDULE_TIMEOUT` overrides it) a
+/// compilation with another strategy than minimal fusion is abandoned for
+/// one with minimal fusion.
+const COMPILE_FALLBACK_S: u64 = 60;
+
+/// `compile`, watched: isl's scheduler can spend minutes, or fail to end,
+/// in the integer programs of some fusion problems (a split-k update whose
+/// factor does not divide the row, `attention_decode_gqa` at KV = 300 split
+/// 37: its lexicographic minimum never finished, while minimal fusion took
+/// 3.5 s). The compilation runs on a thread of its own; after
+/// [`COMPILE_NOTICE`] a line on stderr says so, and after
+/// [`COMPILE_FALLBACK_S`] polyfuse compiles again with minimal fusion
+/// (`--strategy min`, said on stderr; `options` then holds it) and leaves
+/// the first compilation behind (its thread ends with the process). Every
+/// check runs on the result as on any other.
+fn compile_watched(
+    program: &polyfuse::frontend::ast::Program,
+    options: &mut Options,
+) -> Result<polyfuse::Compiled, Error> {
+    use std::sync::mpsc;
+    let (tx, rx) = mpsc::channel();
+    let (p, o) = (program.clone(), options.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(compile(&p, &o));
+    });
+    let source = &program.source;
+    let fallback = std::time::Duration::from_secs(
+        std::env::var("POLYFUSE_SCHEDULE_TIMEOUT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(COMPILE_FALLBACK_S),
+    );
+    let notice = COMPILE_NOTICE.min(fallback);
+    match rx.recv_timeout(notice) {
+        Ok(r) => return r,
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            return Err(Error::Internal(
+                "the compilation thread ended without a result".into(),
+            ))
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => eprintln!(
+            "polyfuse: {source}: still compiling after {} s (isl's scheduler)",
+            notice.as_secs()
+        ),
+    }
+    if options.strategy == Strategy::Min {
+        return rx.recv().unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "the compilation thread ended without a result".into(),
+            ))
+        });
+    }
+    match rx.recv_timeout(fallback - notice) {
+        Ok(r) => r,
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Internal(
+            "the compilation thread ended without a result".into(),
+        )),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            eprintln!(
+                "polyfuse: {source}: isl's scheduler did not finish in {} s; compiling with minimal fusion (--strategy min) instead",
+                fallback.as_secs()
+            );
+            options.strategy = Strategy::Min;
+            compile(program, options)
+        }
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Schedule { common, emit, arch } => {
@@ -335,7 +405,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             let cache_arch = if gpu { arch.as_str() } else { "cpu" };
             let compiled = match common.tuned(&program, cache_arch, gpu) {
                 Some((c, _)) => c,
-                None => compile(&program, &options)?,
+                None => compile_watched(&program, &mut options)?,
             };
             match emit {
                 Emit::Tree => print!("{}", compiled.tree),
@@ -401,7 +471,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     options = tuned;
                     c
                 }
-                None => compile(&program, &options)?,
+                None => compile_watched(&program, &mut options)?,
             };
             compiled.param_values()?;
             let run_options = RunOptions {

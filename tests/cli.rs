@@ -141,3 +141,51 @@ fn the_version_names_the_source_fingerprint() {
     assert_eq!(hash.len(), 16, "{line}");
     assert!(hash.chars().all(|c| c.is_ascii_hexdigit()), "{line}");
 }
+
+#[test]
+fn a_schedule_that_does_not_finish_falls_back_to_minimal_fusion() {
+    // A split-k factor that does not divide the row: isl's scheduler does
+    // not finish its integer lexicographic minimum (it ran for over 20
+    // minutes); after the timeout polyfuse says so and compiles with
+    // minimal fusion, and the result is a schedule like any other.
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("POLYFUSE_SCHEDULE_TIMEOUT", "3")
+        .env("POLYFUSE_CACHE", "off")
+        .args([
+            "schedule",
+            "examples/attention_decode_gqa.json",
+            "--param",
+            "KV=300",
+            "--split",
+            "37",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("isl's scheduler did not finish in 3 s; compiling with minimal fusion"),
+        "{stderr}"
+    );
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(tree.starts_with("domain: "), "{tree}");
+    // The same with the minimal fusion asked for: the same tree.
+    let min = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("POLYFUSE_CACHE", "off")
+        .args([
+            "schedule",
+            "examples/attention_decode_gqa.json",
+            "--param",
+            "KV=300",
+            "--split",
+            "37",
+            "--strategy",
+            "min",
+        ])
+        .output()
+        .unwrap();
+    assert!(min.status.success());
+    assert_eq!(String::from_utf8_lossy(&min.stdout), tree);
+}
