@@ -1430,12 +1430,15 @@ fn a_rolling_update_splits_each_row_over_the_lanes_of_a_warp_or_a_block() {
             "D = {d}:\n{src}"
         );
         // Loaded once into the registers (the block's shared copy of X, where
-        // one fits, is not read in the loops).
+        // one fits, is not read in the loops), slot `t` of lane `l` being
+        // iteration `l + W t` (rows side by side or on warps do not take
+        // their slots in fours).
         assert_eq!(
             src.matches("pf_row_kernel_0_X[pf_t] = t_X[").count(),
             1,
             "D = {d}:\n{src}"
         );
+        assert!(!src.contains("*(const float4 *)pf_a"), "D = {d}:\n{src}");
         assert!(
             src.contains("fmaxf(pf_priv_kernel_0_M, pf_row_kernel_0_X[pf_t])"),
             "D = {d}:\n{src}"
@@ -1456,22 +1459,55 @@ fn plain_reductions_of_a_row_split_over_the_lanes_too() {
     // plain sums over the row (the variance reads the finished mean), and
     // the output loop reads both; each sum is split over the lanes and
     // combined with `+`.
-    let p = example_with("layernorm", &[("N", 5), ("D", 700)]);
-    let options = Options {
-        strategy: Strategy::Max,
-        ..auto_gpu()
-    };
-    let c = compile(&p, &options).unwrap_or_else(|e| panic!("{e}"));
-    let src = c.cuda.as_ref().unwrap().source.clone();
-    for t in ["Mean", "Var"] {
-        assert!(
-            src.contains(&format!(
-                "pf_n_pf_priv_kernel_0_{t} = pf_priv_kernel_0_{t} + pf_b_pf_priv_kernel_0_{t};"
-            )),
-            "{src}"
-        );
+    for d in [700, 2000, 2002] {
+        let p = example_with("layernorm", &[("N", 5), ("D", d)]);
+        let options = Options {
+            strategy: Strategy::Max,
+            ..auto_gpu()
+        };
+        let c = compile(&p, &options).unwrap_or_else(|e| panic!("{e}"));
+        let src = c.cuda.as_ref().unwrap().source.clone();
+        for t in ["Mean", "Var"] {
+            assert!(
+                src.contains(&format!(
+                    "pf_n_pf_priv_kernel_0_{t} = pf_priv_kernel_0_{t} + pf_b_pf_priv_kernel_0_{t};"
+                )),
+                "{src}"
+            );
+        }
+        // Rows of 2000 (and 2002) on a block of 64 threads, one row at a
+        // time, 32 slots a lane: the lanes take their slots in fours, each
+        // four of the cached row loaded and each four outputs stored as one
+        // 16-byte access where the address is aligned (at D = 2002 every
+        // other row is not: one element at a time there), and the
+        // emulation runs the same order. Rows of 700 take a warp.
+        let block = c.cuda.as_ref().unwrap().kernels[0].block;
+        if d == 700 {
+            assert_eq!(block[0], 32);
+            assert!(!src.contains("pf_t / 4"), "{src}");
+        } else {
+            assert_eq!(block, [64, 1, 1]);
+            assert!(
+                src.contains("(4 * ((pf_i)threadIdx.x + 64 * (pf_t / 4)) + pf_t % 4)"),
+                "{src}"
+            );
+            assert!(
+                src.contains("const float4 pf_v = *(const float4 *)pf_a;"),
+                "{src}"
+            );
+            assert!(
+                src.contains("(((unsigned long long)pf_a) & 15) == 0"),
+                "{src}"
+            );
+            assert!(
+                src.contains(
+                    "*(float4 *)pf_a = make_float4(pf_vs[0], pf_vs[1], pf_vs[2], pf_vs[3]);"
+                ),
+                "{src}"
+            );
+        }
+        emulation_checks(c, &format!("layernorm D = {d}"));
     }
-    emulation_checks(c, "layernorm");
 }
 
 #[test]

@@ -31,7 +31,7 @@ mod unswitch;
 use super::ast::{c_expr, Expr, Node, Op};
 use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
-use crate::frontend::ast::{DType, Program};
+use crate::frontend::ast::{Affine, DType, Program};
 use crate::gpu::contraction::Contraction;
 use crate::gpu::lanes::LaneLoop;
 use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
@@ -367,6 +367,7 @@ pub fn program(
             lanes: plan.lanes.as_deref(),
             in_lanes: false,
             row_caches: &[],
+            store_in_fours: false,
             lane_loop: None,
         };
         ctx.node(body, 1, &[], false, &mut source);
@@ -514,6 +515,9 @@ struct Ctx<'a> {
     /// The lane loop being printed, if any (its reads of cached rows use
     /// the registers).
     lane_loop: Option<usize>,
+    /// Inside a map loop whose lanes store their slots four at a time
+    /// (`codegen::lanes`): the statement's element goes to `pf_vs[pf_r]`.
+    store_in_fours: bool,
 }
 
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
@@ -1092,6 +1096,13 @@ impl Ctx<'_> {
                 let env = self.statement_env(&s.iterators, args);
                 let st = &self.program.statements[s.source];
                 self.statement_overrides(statement, &env);
+                if self.store_in_fours {
+                    let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+                    self.printer.overrides.borrow_mut().insert(
+                        crate::model::access_text(&st.lhs_tensor, &subs),
+                        "pf_vs[pf_r]".to_string(),
+                    );
+                }
                 let text = self.printer.statement(st, s.kind, &env);
                 self.printer.overrides.borrow_mut().clear();
                 // A statement on a register tile whose thread loop isl did
