@@ -55,6 +55,23 @@ fn compile_ok(ctx: *mut pf_context) -> *mut pf_result {
     r
 }
 
+/// Compiles `ctx`; `None` (the context destroyed) where the environment
+/// cannot (no CUDA toolkit for a cuda target).
+fn compile_unless_environment(ctx: *mut pf_context) -> Option<*mut pf_result> {
+    let mut r = null_mut();
+    // SAFETY: valid handle and output place; the context is destroyed
+    // once, here, only when it is not returned for further use.
+    unsafe {
+        let st = pf_compile(ctx, &mut r);
+        if st == PF_ERR_ENVIRONMENT {
+            pf_context_destroy(ctx);
+            return None;
+        }
+        assert_eq!(st, PF_OK, "{}", ctx_error(ctx));
+    }
+    Some(r)
+}
+
 fn string_of(
     r: *const pf_result,
     f: unsafe extern "C" fn(*const pf_result, *mut *mut c_char) -> pf_status,
@@ -220,13 +237,9 @@ fn attention_asked_for_without_tiles_is_one_kernel_on_tensor_cores() {
             if let Some(t) = tile {
                 assert_eq!(pf_context_set_tile(ctx, t.as_ptr(), 1), PF_OK);
             }
-            let mut r = null_mut();
-            let st = pf_compile(ctx, &mut r);
-            if st == PF_ERR_ENVIRONMENT {
-                pf_context_destroy(ctx);
+            let Some(r) = compile_unless_environment(ctx) else {
                 return;
-            }
-            assert_eq!(st, PF_OK, "{}", ctx_error(ctx));
+            };
             let mut n = 0;
             assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
             let src = string_of(r, pf_result_cuda_source);
@@ -260,13 +273,9 @@ fn decodings_combination_is_a_programmatic_dependent_of_its_split_kernel() {
     unsafe {
         let ctx = context("attention_decode_causal.json");
         assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
-        let mut r = null_mut();
-        let st = pf_compile(ctx, &mut r);
-        if st == PF_ERR_ENVIRONMENT {
-            pf_context_destroy(ctx);
+        let Some(r) = compile_unless_environment(ctx) else {
             return;
-        }
-        assert_eq!(st, PF_OK, "{}", ctx_error(ctx));
+        };
         let mut n = 0;
         assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
         assert_eq!(n, 2);

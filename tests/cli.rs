@@ -142,15 +142,11 @@ fn the_version_names_the_source_fingerprint() {
     assert!(hash.chars().all(|c| c.is_ascii_hexdigit()), "{line}");
 }
 
-#[test]
-fn a_schedule_that_does_not_finish_falls_back_to_minimal_fusion() {
-    // A split-k factor that does not divide the row: isl's scheduler does
-    // not finish its integer lexicographic minimum (it ran for over 20
-    // minutes); after the timeout polyfuse says so and compiles with
-    // minimal fusion, and the result is a schedule like any other.
-    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("POLYFUSE_SCHEDULE_TIMEOUT", "3")
+/// `polyfuse schedule` of the GQA decoding example at KV = 300 in 37
+/// slices, with `extra` arguments and, where given, a schedule timeout.
+fn schedule_gqa_split_37(extra: &[&str], timeout: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_polyfuse"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("POLYFUSE_CACHE", "off")
         .args([
             "schedule",
@@ -160,8 +156,20 @@ fn a_schedule_that_does_not_finish_falls_back_to_minimal_fusion() {
             "--split",
             "37",
         ])
-        .output()
-        .unwrap();
+        .args(extra);
+    if let Some(t) = timeout {
+        cmd.env("POLYFUSE_SCHEDULE_TIMEOUT", t);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_schedule_that_does_not_finish_falls_back_to_minimal_fusion() {
+    // A split-k factor that does not divide the row: isl's scheduler does
+    // not finish its integer lexicographic minimum (it ran for over 20
+    // minutes); after the timeout polyfuse says so and compiles with
+    // minimal fusion, and the result is a schedule like any other.
+    let out = schedule_gqa_split_37(&[], Some("3"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -171,21 +179,7 @@ fn a_schedule_that_does_not_finish_falls_back_to_minimal_fusion() {
     let tree = String::from_utf8_lossy(&out.stdout);
     assert!(tree.starts_with("domain: "), "{tree}");
     // The same with the minimal fusion asked for: the same tree.
-    let min = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("POLYFUSE_CACHE", "off")
-        .args([
-            "schedule",
-            "examples/attention_decode_gqa.json",
-            "--param",
-            "KV=300",
-            "--split",
-            "37",
-            "--strategy",
-            "min",
-        ])
-        .output()
-        .unwrap();
+    let min = schedule_gqa_split_37(&["--strategy", "min"], None);
     assert!(min.status.success());
     assert_eq!(String::from_utf8_lossy(&min.stdout), tree);
 }

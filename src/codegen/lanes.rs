@@ -469,6 +469,43 @@ pub(super) fn barrier(block: [u32; 3]) -> &'static str {
     }
 }
 
+/// Four consecutive elements of one slot group `pf_q` accessed at once:
+/// `vector` (lines of a 16-byte access through `pf_a`, the address of the first
+/// element, declared as `pointer.0 *`) where the group's first and last
+/// iterations satisfy the loop's condition `cond` (a conjunction of
+/// affine bounds, so the two between do too) and `pf_a` is 16-byte
+/// aligned (checked at run time), else `scalar` for each element in the
+/// loop (`pf_r`). `at(r)` declares the loop's iterator at element `r`.
+fn four_at_once(
+    pad: &str,
+    at: &dyn Fn(&str) -> String,
+    cond: &str,
+    pointer: (&str, &str),
+    vector: &str,
+    scalar: &str,
+    out: &mut String,
+) {
+    let (ty, first) = pointer;
+    let _ = writeln!(out, "{pad}int pf_last;");
+    let _ = writeln!(out, "{pad}{{ {} pf_last = ({cond}); }}", at("3"));
+    let _ = writeln!(out, "{pad}{}", at("0"));
+    let _ = writeln!(out, "{pad}{ty} *pf_a = &{first};");
+    let _ = writeln!(
+        out,
+        "{pad}if (pf_last && ({cond}) && (((unsigned long long)pf_a) & 15) == 0) {{"
+    );
+    for line in vector.lines() {
+        let _ = writeln!(out, "{pad}  {line}");
+    }
+    let _ = writeln!(out, "{pad}}} else {{");
+    let _ = writeln!(out, "{pad}  #pragma unroll");
+    let _ = writeln!(out, "{pad}  for (int pf_r = 0; pf_r < 4; pf_r++) {{");
+    let _ = writeln!(out, "{pad}    {}", at("pf_r"));
+    let _ = writeln!(out, "{pad}    if ({cond}) {scalar}");
+    let _ = writeln!(out, "{pad}  }}");
+    let _ = writeln!(out, "{pad}}}");
+}
+
 /// One loop's reads of an input tensor: the tensor, the distinct
 /// addresses, the access texts, and whether every read is contiguous in
 /// the loop's iterator.
@@ -878,25 +915,15 @@ impl Ctx<'_> {
         inner.node(body, depth + 3, pending, true, out);
         let _ = writeln!(out, "{pad}    }}");
         let _ = writeln!(out, "{pad}  }}");
-        let _ = writeln!(out, "{pad}  int pf_last;");
-        let _ = writeln!(out, "{pad}  {{ {} pf_last = ({cond}); }}", at("3"));
-        let _ = writeln!(out, "{pad}  {}", at("0"));
-        let _ = writeln!(out, "{pad}  float *pf_a = &{store};");
-        let _ = writeln!(
+        four_at_once(
+            &format!("{pad}  "),
+            &at,
+            cond,
+            ("float", store),
+            "*(float4 *)pf_a = make_float4(pf_vs[0], pf_vs[1], pf_vs[2], pf_vs[3]);",
+            &format!("{store} = pf_vs[pf_r];"),
             out,
-            "{pad}  if (pf_last && ({cond}) && (((unsigned long long)pf_a) & 15) == 0) {{"
         );
-        let _ = writeln!(
-            out,
-            "{pad}    *(float4 *)pf_a = make_float4(pf_vs[0], pf_vs[1], pf_vs[2], pf_vs[3]);"
-        );
-        let _ = writeln!(out, "{pad}  }} else {{");
-        let _ = writeln!(out, "{pad}    #pragma unroll");
-        let _ = writeln!(out, "{pad}    for (int pf_r = 0; pf_r < 4; pf_r++) {{");
-        let _ = writeln!(out, "{pad}      {}", at("pf_r"));
-        let _ = writeln!(out, "{pad}      if ({cond}) {store} = pf_vs[pf_r];");
-        let _ = writeln!(out, "{pad}    }}");
-        let _ = writeln!(out, "{pad}  }}");
         let _ = writeln!(out, "{pad}}}");
     }
 
@@ -920,31 +947,17 @@ impl Ctx<'_> {
             "{pad}for (int pf_q = 0; pf_q < {}; pf_q++) {{",
             c.slots / 4
         );
-        let _ = writeln!(out, "{pad}  int pf_last;");
-        let _ = writeln!(out, "{pad}  {{ {} pf_last = ({}); }}", at("3"), c.cond);
-        let _ = writeln!(out, "{pad}  {}", at("0"));
-        let _ = writeln!(out, "{pad}  const float *pf_a = &{};", c.address);
-        let _ = writeln!(
+        four_at_once(
+            &format!("{pad}  "),
+            &at,
+            &c.cond,
+            ("const float", &c.address),
+            &format!(
+                "const float4 pf_v = *(const float4 *)pf_a;\n{b}[4 * pf_q] = pf_v.x; {b}[4 * pf_q + 1] = pf_v.y; {b}[4 * pf_q + 2] = pf_v.z; {b}[4 * pf_q + 3] = pf_v.w;"
+            ),
+            &format!("{b}[4 * pf_q + pf_r] = {};", c.address),
             out,
-            "{pad}  if (pf_last && ({}) && (((unsigned long long)pf_a) & 15) == 0) {{",
-            c.cond
         );
-        let _ = writeln!(out, "{pad}    const float4 pf_v = *(const float4 *)pf_a;");
-        let _ = writeln!(
-            out,
-            "{pad}    {b}[4 * pf_q] = pf_v.x; {b}[4 * pf_q + 1] = pf_v.y; {b}[4 * pf_q + 2] = pf_v.z; {b}[4 * pf_q + 3] = pf_v.w;"
-        );
-        let _ = writeln!(out, "{pad}  }} else {{");
-        let _ = writeln!(out, "{pad}    #pragma unroll");
-        let _ = writeln!(out, "{pad}    for (int pf_r = 0; pf_r < 4; pf_r++) {{");
-        let _ = writeln!(out, "{pad}      {}", at("pf_r"));
-        let _ = writeln!(
-            out,
-            "{pad}      if ({}) {b}[4 * pf_q + pf_r] = {};",
-            c.cond, c.address
-        );
-        let _ = writeln!(out, "{pad}    }}");
-        let _ = writeln!(out, "{pad}  }}");
         let _ = writeln!(out, "{pad}}}");
     }
 
