@@ -346,43 +346,39 @@ fn compile_watched(
     options: &mut Options,
 ) -> Result<polyfuse::Compiled, Error> {
     use std::sync::mpsc;
+    const VAR: &str = "POLYFUSE_SCHEDULE_TIMEOUT";
+    let fallback = match std::env::var(VAR) {
+        Ok(v) => v.trim().parse().map_err(|_| Error::Illegal {
+            file: VAR.into(),
+            message: format!("expected whole seconds, got `{v}`"),
+        })?,
+        Err(_) => COMPILE_FALLBACK_S,
+    };
+    let fallback = std::time::Duration::from_secs(fallback);
     let (tx, rx) = mpsc::channel();
     let (p, o) = (program.clone(), options.clone());
     std::thread::spawn(move || {
         let _ = tx.send(compile(&p, &o));
     });
     let source = &program.source;
-    let fallback = std::time::Duration::from_secs(
-        std::env::var("POLYFUSE_SCHEDULE_TIMEOUT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(COMPILE_FALLBACK_S),
-    );
+    // The thread drops its sender without sending only if `compile`
+    // panicked.
+    let lost = || Error::Internal("the compilation thread ended without a result".into());
     let notice = COMPILE_NOTICE.min(fallback);
     match rx.recv_timeout(notice) {
         Ok(r) => return r,
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            return Err(Error::Internal(
-                "the compilation thread ended without a result".into(),
-            ))
-        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => return Err(lost()),
         Err(mpsc::RecvTimeoutError::Timeout) => eprintln!(
             "polyfuse: {source}: still compiling after {} s (isl's scheduler)",
             notice.as_secs()
         ),
     }
     if options.strategy == Strategy::Min {
-        return rx.recv().unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "the compilation thread ended without a result".into(),
-            ))
-        });
+        return rx.recv().unwrap_or_else(|_| Err(lost()));
     }
     match rx.recv_timeout(fallback - notice) {
         Ok(r) => r,
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Internal(
-            "the compilation thread ended without a result".into(),
-        )),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(lost()),
         Err(mpsc::RecvTimeoutError::Timeout) => {
             eprintln!(
                 "polyfuse: {source}: isl's scheduler did not finish in {} s; compiling with minimal fusion (--strategy min) instead",

@@ -182,4 +182,14 @@ fn a_schedule_that_does_not_finish_falls_back_to_minimal_fusion() {
     let min = schedule_gqa_split_37(&["--strategy", "min"], None);
     assert!(min.status.success());
     assert_eq!(String::from_utf8_lossy(&min.stdout), tree);
+    // A timeout that is no number of seconds: a bad input, before any
+    // compilation.
+    let bad = schedule_gqa_split_37(&[], Some("ten"));
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("POLYFUSE_SCHEDULE_TIMEOUT: expected whole seconds, got `ten`"),
+        "{stderr}"
+    );
+    assert!(bad.stdout.is_empty());
 }

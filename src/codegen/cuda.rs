@@ -114,8 +114,6 @@ fn index_type(program: &Program, scop: &Scop) -> &'static str {
     }
 }
 
-/// A kernel's opening line, with `qualifiers` (launch bounds, cluster)
-/// before its name, and the parameters that have values as constants.
 /// A kernel's first statement where a programmatic dependent follows it
 /// ([`Kernel::dependent`]): the dependent may be launched now. On devices
 /// before sm_90 nothing (the dependent is launched plainly there).
@@ -126,6 +124,8 @@ const GRID_DEPENDENTS_LAUNCH: &str = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH_
 /// launched plainly).
 const GRID_DEPENDENCY_WAIT: &str = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\nasm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
 
+/// A kernel's opening line, with `qualifiers` (launch bounds, cluster)
+/// before its name, and the parameters that have values as constants.
 fn kernel_head(
     source: &mut String,
     qualifiers: &str,

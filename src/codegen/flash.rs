@@ -33,10 +33,10 @@ use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, DType, Expr, Program, Reducer};
 use crate::gpu::attention::{
-    Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS, WARPS,
-    WARP_TILES,
+    input_reads, Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS,
+    WARPS, WARP_TILES,
 };
-use crate::model::{access_text, collect_reads, Scop, StmtKind};
+use crate::model::{access_text, Scop, StmtKind};
 
 use super::expr::{Mode, Printer};
 
@@ -418,15 +418,6 @@ impl Emit<'_> {
 
     /// Overrides of the element-wise tensors (score and maps) by the
     /// per-thread arrays at element `pf_k`.
-    /// Whether `e` reads a tensor no statement writes (an input: in
-    /// memory, not one of the kernel's registers).
-    fn reads_memory(&self, e: &Expr) -> bool {
-        let mut v = Vec::new();
-        collect_reads(e, &mut v);
-        v.iter()
-            .any(|(t, _)| !self.program.statements.iter().any(|s| &s.lhs_tensor == t))
-    }
-
     fn element_overrides(&self, o: &mut HashMap<String, String>) {
         let subs = self.elem_subs();
         o.insert(access_text(&self.a.score, &subs), self.at("pf_s", "pf_k"));
@@ -963,7 +954,7 @@ impl Emit<'_> {
             // the tensor's extent) are never read (the masked elements'
             // map values are not used).
             let value = printer.expr(rhs, &env);
-            let value = if !whole && self.reads_memory(rhs) {
+            let value = if !whole && !input_reads(self.program, rhs).is_empty() {
                 format!("pf_ok ? {value} : 0.0f")
             } else {
                 value
@@ -1105,8 +1096,8 @@ impl Emit<'_> {
         &self,
         printer: &Printer<'_>,
         env: &HashMap<String, String>,
-        of_sum: impl Fn(&RowSum) -> &crate::frontend::ast::Expr,
-        of_con: impl Fn(&RowContraction) -> &crate::frontend::ast::Expr,
+        of_sum: impl Fn(&RowSum) -> &Expr,
+        of_con: impl Fn(&RowContraction) -> &Expr,
     ) -> Distinct {
         let mut texts = Vec::new();
         let sums = self

@@ -530,6 +530,7 @@ const ROW_CACHE_WORDS: i64 = 128;
 pub(super) struct RowCache {
     buffer: String,
     ty: &'static str,
+    dtype: DType,
     /// Slots per lane: the loops' iterations over the threads of a row,
     /// rounded up.
     slots: i64,
@@ -607,17 +608,23 @@ impl Ctx<'_> {
             && self
                 .row_caches
                 .iter()
-                .all(|c| c.ty == "float" && c.inc == "1" && c.slots % 4 == 0 && c.contiguous)
+                .all(|c| c.dtype == DType::F32 && c.inc == "1" && c.slots % 4 == 0 && c.contiguous)
     }
 
     /// Iteration (from the start, in steps) of slot `pf_t` of lane `lane`.
     fn slot_iteration(&self, lane: &str) -> String {
-        let w = self.lane_width();
         if self.in_fours() {
-            format!("(4 * ({lane} + {w} * (pf_t / 4)) + pf_t % 4)")
+            self.group_iteration(lane, "(pf_t / 4)", "pf_t % 4")
         } else {
-            format!("({lane} + {w} * pf_t)")
+            format!("({lane} + {} * pf_t)", self.lane_width())
         }
+    }
+
+    /// Iteration (from the start, in steps) of element `r` of lane
+    /// `lane`'s group of four slots `q` (an operand of a product: an
+    /// identifier or parenthesised; see [`Self::in_fours`]).
+    fn group_iteration(&self, lane: &str, q: &str, r: &str) -> String {
+        format!("(4 * ({lane} + {} * {q}) + {r})", self.lane_width())
     }
 
     /// The row caches of a private region's `body` (see [`RowCache`]).
@@ -713,6 +720,7 @@ impl Ctx<'_> {
             let [iterator, init, cond, inc] = s.signature;
             caches.push(RowCache {
                 buffer: format!("pf_row_{}_{}", self.mark, s.tensor),
+                dtype: t.dtype,
                 ty: if self.emulate.is_some() {
                     super::super::c::storage_type(t.dtype)
                 } else {
@@ -890,10 +898,11 @@ impl Ctx<'_> {
         out: &mut String,
     ) {
         let pad = "  ".repeat(depth);
-        let lane = "(pf_i)threadIdx.x";
-        let w = self.lane_width();
         let at = |r: &str| {
-            format!("const pf_i {iterator} = {init} + (4 * ({lane} + {w} * pf_q) + {r}) * ({inc});")
+            format!(
+                "const pf_i {iterator} = {init} + {} * ({inc});",
+                self.group_iteration("(pf_i)threadIdx.x", "pf_q", r)
+            )
         };
         let inner = Ctx {
             in_lanes: true,
@@ -932,12 +941,13 @@ impl Ctx<'_> {
     /// (checked at run time: the tensor's base and the row's start are
     /// whatever the caller passed), one element at a time otherwise.
     fn load_row_cache_in_fours(&self, c: &RowCache, pad: &str, out: &mut String) {
-        let lane = "(pf_i)threadIdx.x";
-        let w = self.lane_width();
         let at = |r: &str| {
             format!(
-                "const pf_i {} = {} + (4 * ({lane} + {w} * pf_q) + {r}) * ({});",
-                c.iterator, c.init, c.inc
+                "const pf_i {} = {} + {} * ({});",
+                c.iterator,
+                c.init,
+                self.group_iteration("(pf_i)threadIdx.x", "pf_q", r),
+                c.inc
             )
         };
         let b = &c.buffer;

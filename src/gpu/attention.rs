@@ -1105,13 +1105,21 @@ pub(super) fn padding_rows(
     rows: i64,
     evaluated: &[&Expr],
 ) -> Option<i64> {
-    let written = |t: &str| program.statements.iter().any(|s| s.lhs_tensor == t);
     let row_free = evaluated.iter().all(|e| {
-        reads(e)
+        input_reads(program, e)
             .iter()
-            .all(|(t, subs)| written(t) || subs.iter().all(|a| !a.terms.contains_key(row)))
+            .all(|(_, subs)| subs.iter().all(|a| !a.terms.contains_key(row)))
     });
     row_free.then_some(rows)
+}
+
+/// The reads of `e` of tensors no statement writes (inputs, in memory:
+/// everything a statement writes is one of the attention kernel's
+/// registers or shared tiles).
+pub fn input_reads(program: &Program, e: &Expr) -> Vec<(String, Vec<Affine>)> {
+    let mut v = reads(e);
+    v.retain(|(t, _)| !program.statements.iter().any(|s| &s.lhs_tensor == t));
+    v
 }
 
 /// The conditions of the tiled loop over `v`, a set of `[bt, i, j]`

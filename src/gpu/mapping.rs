@@ -293,6 +293,12 @@ fn map_kernel(
             })
         })
     });
+    // Rows on whole blocks: how many run side by side on y.
+    let row_groups = if lanes && lane_width > 32 {
+        block_row_groups(lane_width, rolling_rows, opts)
+    } else {
+        1
+    };
     let lc = leading_coincident(&node)?;
     let nb = lc.min(3);
     if lc > 3 && node.band_get_permutable()? {
@@ -502,14 +508,13 @@ fn map_kernel(
             },
             _ => super::promote::Layout::RowMajor,
         };
-        // Online-softmax rows on whole blocks (side by side, see
-        // [`block_row_groups`]) read their inputs into the lanes' registers
-        // (`codegen::lanes` row caches) or straight from memory: a shared
-        // copy of the block tile would only be paid for (layer norm's
-        // rows, which keep it, lost 211 -> 233 us without it on the H100).
-        let side_by_side = lanes && lane_width > 32 && rolling_rows;
+        // Rows side by side (see [`block_row_groups`]) read their inputs
+        // into the lanes' registers (`codegen::lanes` row caches) or
+        // straight from memory: a shared copy of the block tile would only
+        // be paid for (layer norm's rows, one at a time, keep it: they
+        // lost 211 -> 233 us without it on the H100).
         let promote_opts = GpuOptions {
-            shared: opts.shared && !side_by_side,
+            shared: opts.shared && row_groups == 1,
             ..opts.clone()
         };
         plan.scope = Some(super::promote::promote(
@@ -588,11 +593,7 @@ fn map_kernel(
             if lanes && lane_width > 32 {
                 // A row on `lane_width` threads along x, the block tile's
                 // rows side by side along y (see [`block_row_groups`]).
-                plan.block = [
-                    lane_width,
-                    block_row_groups(lane_width, rolling_rows, opts),
-                    1,
-                ];
+                plan.block = [lane_width, row_groups, 1];
                 plan.reduce_x = true;
             } else if reduction.is_some() || lanes {
                 // Rows on y (and z), the reduction on x: a warp per row.
@@ -1397,7 +1398,7 @@ const BLOCK_ROWS_PER_TILE: i64 = 2;
 /// Measured on the H100 at 16384 x 4096 f32 (100 runs, one call): the
 /// fused softmax 195.5 -> 188.9 us and the softmax with its exponentials
 /// named 195.0 -> 188.8 us (with [`promote`]'s shared copy left out for
-/// rows on blocks, which alone gained nothing measurable); layer norm
+/// rows side by side, which alone gained nothing measurable); layer norm
 /// (two plain sums and the output, 85 registers a thread) 210.6 -> 249.7
 /// us: two rows of 128 threads need 256 x 88 registers, so two blocks (4
 /// rows) fit a multiprocessor where five single rows did. Its rows stay
