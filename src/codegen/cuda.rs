@@ -200,7 +200,7 @@ pub fn program(
             source.push_str(super::mma::CLUSTER_HELPERS);
         }
         if let Some(a) = plans.iter().find_map(|p| p.attention.as_ref()) {
-            source.push_str(&super::flash::gpu_helpers(a.dtype));
+            source.push_str(&super::flash::gpu_helpers(a));
         }
         let mut shapes: Vec<(&str, i64, [bool; 2])> = plans
             .iter()

@@ -55,6 +55,27 @@ static void pf_split2(float a, float b, uint32_t *hi, uint32_t *lo, int bf16) {
   *hi = (uint32_t)ha | ((uint32_t)hb << 16);
   *lo = (uint32_t)la | ((uint32_t)lb << 16);
 }
+/* wgmma.m64nNk16 with A in registers: thread 32 w + l holds A's rows
+   16 w + l / 4 (+ 8) at columns 2 (l % 4) (+ 1) and 8 on, as the A
+   fragment of mma.m16n8k16 (register 0: row g, 1: row g + 8, 2 and 3:
+   the same rows 8 columns on; low half first), its registers `as` apart;
+   B as in pf_emu_wgmma. */
+static void pf_emu_wgmma_ra(float *acc, long stride, const uint32_t *a, long as, const uint16_t *b, long b_off,
+                            int b_mn, long b_lbo, int n, int bf16) {
+  for (int r = 0; r < 64; r++)
+    for (int c = 0; c < n; c++) {
+      float s = 0.0f;
+      for (int k = 0; k < 16; k++) {
+        int w = r / 16, g = r % 8, hi = (r % 16) / 8, t = (k % 8) / 2;
+        uint16_t x = (uint16_t)(a[(long)(w * 32 + g * 4 + t) * as + hi + 2 * (k / 8)] >> (16 * (k % 2)));
+        uint16_t y = pf_emu_sw128(b, b_off, b_mn, b_lbo, c, k);
+        s += (bf16 ? pf_b2f(x) : pf_h2f(x)) * (bf16 ? pf_b2f(y) : pf_h2f(y));
+      }
+      int w = r / 16, g = (r % 16) % 8, hi = (r % 16) / 8;
+      int j = c / 8, t = (c % 8) / 2, lo = c % 2;
+      acc[(long)(w * 32 + g * 4 + t) * stride + 4 * j + 2 * hi + lo] += s;
+    }
+}
 /* mma.m16n8k16 on lanes whose fragments are `ds`, `as`, `bs` apart. */
 static void pf_emu_mma_at(float *d, long ds, const uint32_t *a, long as, const uint32_t *b, long bs, int bf16) {
   float D[32][4]; uint32_t A[32][4], B[32][2];
@@ -82,7 +103,8 @@ static void pf_emu_quad(float *v, long stride, int n, int threads, int op) {
 /// CUDA helpers: a pair of weights split into the rounded pair and the
 /// rounded remainders, each as one packed A-fragment register (one
 /// `cvt.rn.f16x2.f32` per pair).
-pub fn gpu_helpers(dtype: DType) -> String {
+pub fn gpu_helpers(a: &Attention) -> String {
+    let dtype = a.dtype;
     let (t2, pack, unpack) = if dtype == DType::BF16 {
         (
             "__nv_bfloat162",
@@ -98,8 +120,63 @@ pub fn gpu_helpers(dtype: DType) -> String {
          \x20 float2 f = {unpack}(h);\n\
          \x20 {t2} l = {pack}(a - f.x, b - f.y);\n\
          \x20 *hi = *(unsigned *)&h; *lo = *(unsigned *)&l;\n\
-         }}\n"
+         }}\n{}",
+        if a.wgmma() {
+            wgmma_helpers(a)
+        } else {
+            String::new()
+        }
     )
+}
+
+/// The `wgmma` helpers of a kernel with a `wgmma` path (sm_90a):
+/// `pf_fa_wgmma_ss_nN(d, da, db, acc)`, both operands K-major in shared
+/// memory, `d = A B` (`acc` 0) or `d += A B`; `pf_fa_wgmma_rs_nN(d, a,
+/// db)`, `d += A B` with A's fragment in registers and B MN-major; and
+/// `pf_fa_keep_nN(d)`, which ties the accumulators to the point after the
+/// wait, so that the compiler reads none of them before the tensor cores
+/// have written them.
+fn wgmma_helpers(a: &Attention) -> String {
+    let ty = if a.dtype == DType::BF16 { "bf16" } else { "f16" };
+    let mut widths: Vec<i64> = vec![a.warp_keys()];
+    widths.extend(a.contractions.iter().map(|c| c.width));
+    widths.sort_unstable();
+    widths.dedup();
+    let mut o = String::from("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n");
+    for n in widths {
+        let regs = n / 2;
+        let outs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+        let cons: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+        let (outs, cons) = (outs.join(", "), cons.join(", "));
+        let _ = writeln!(
+            o,
+            "static __device__ __forceinline__ void pf_fa_wgmma_ss_n{n}(float *d, unsigned long long da, unsigned long long db, int acc) {{\n\
+             \x20 asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{s}, 0;\\n\"\n\
+             \x20   \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{da}, %{db}, p, 1, 1, 0, 0;\\n}}\\n\"\n\
+             \x20   : {cons}\n\
+             \x20   : \"l\"(da), \"l\"(db), \"r\"(acc));\n\
+             }}\n\
+             static __device__ __forceinline__ void pf_fa_wgmma_rs_n{n}(float *d, const unsigned *a, unsigned long long db) {{\n\
+             \x20 asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n\"\n\
+             \x20   \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{rb}, p, 1, 1, 1;\\n}}\\n\"\n\
+             \x20   : {cons}\n\
+             \x20   : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db));\n\
+             }}\n\
+             static __device__ __forceinline__ void pf_fa_keep_n{n}(float *d) {{\n\
+             \x20 asm volatile(\"\" : {cons} :: \"memory\");\n\
+             }}",
+            s = regs + 2,
+            da = regs,
+            db = regs + 1,
+            a0 = regs,
+            a1 = regs + 1,
+            a2 = regs + 2,
+            a3 = regs + 3,
+            rb = regs + 4,
+        );
+    }
+    o.push_str("#endif\n");
+    o
 }
 
 struct Emit<'a> {
@@ -431,7 +508,6 @@ impl Emit<'_> {
     /// tensor's rows; a `cp.async` group on the GPU (not committed).
     fn copy(&self, x: &TileOperand, first: &str, rows: i64, width: i64, buf: &str) -> String {
         let chunks = width / 8;
-        let pitch = Attention::pitch(width);
         let mut env = self.env();
         env.insert(x.row.clone(), "pf_gr".into());
         env.insert(x.col.clone(), "pf_q".into());
@@ -443,9 +519,10 @@ impl Emit<'_> {
             "for (int pf_x = pf_t; pf_x < {}; pf_x += {THREADS}) {{\n\
              const int pf_r = pf_x / {chunks}, pf_q = (pf_x % {chunks}) * 8;\n\
              const pf_i pf_gr = {first} + pf_r;\n\
-             {} *pf_dst = &{buf}[pf_r * {pitch} + pf_q];",
+             {} *pf_dst = &{buf}[{}];",
             rows * chunks,
-            self.u16()
+            self.u16(),
+            self.tile_at(rows, width, "pf_r", "pf_q")
         );
         let tensor = super::expr::tensor_name(&x.tensor);
         if self.emu {
@@ -462,6 +539,25 @@ impl Emit<'_> {
             );
         }
         c
+    }
+
+    /// Index in a shared tile of `rows` lines of `width` elements of the
+    /// element at line `row`, column `col` (a multiple of 8): `row * pitch
+    /// + col`, or, with a `wgmma` path, in the 128-byte swizzle: atoms of
+    /// 64 columns (`rows` lines of 128 bytes each, the atoms one after the
+    /// other), the 16-byte chunk `(col % 64) / 8` of a line stored at
+    /// chunk `(col % 64) / 8 ^ row % 8`. The eight lines an `ldmatrix`
+    /// reads at one chunk then fall in eight different chunks (all banks),
+    /// and the layout is the canonical one `wgmma`'s descriptors name.
+    fn tile_at(&self, rows: i64, width: i64, row: &str, col: &str) -> String {
+        if self.a.wgmma() {
+            format!(
+                "(({col}) / 64) * {} + ({row}) * 64 + (((({col}) % 64) / 8) ^ (({row}) % 8)) * 8",
+                rows * 64
+            )
+        } else {
+            format!("({row}) * {} + ({col})", self.a.pitch(width))
+        }
     }
 
     /// The C type of a 16-bit element.
@@ -495,6 +591,135 @@ impl Emit<'_> {
         c
     }
 
+    /// The copies of all but the newest `n` `cp.async` groups have landed
+    /// and are visible to the block; with a `wgmma` path also to the tensor
+    /// cores, which read shared memory through the async proxy (each
+    /// thread orders its copies before them, then the barrier).
+    fn landed(&mut self, n: i32) {
+        self.wait(n);
+        if self.a.wgmma() && !self.emu {
+            self.line(
+                "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
+                 asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n\
+                 #endif",
+            );
+        }
+        self.sync();
+    }
+
+    /// Opens the `mma.sync` path of a kernel with a `wgmma` path (compiled
+    /// where the device is not sm_90a); the emulation runs the `wgmma`
+    /// path.
+    fn if_not_wgmma(&mut self) {
+        if self.a.wgmma() && !self.emu {
+            self.line("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)");
+        }
+    }
+
+    fn end_if_wgmma(&mut self) {
+        if self.a.wgmma() && !self.emu {
+            self.line("#endif");
+        }
+    }
+
+    /// The scores of a key tile on `wgmma` (`S = A Bᵀ`, one warpgroup's 64
+    /// rows by the tile's keys, k = the depth in steps of 16): both
+    /// operands K-major in the 128-byte swizzle, so the descriptor of step
+    /// `kk` starts `kk % 4` 32-byte chunks into atom `kk / 4` (the hardware
+    /// applies the XOR to the address it forms), 8-line groups 1024 bytes
+    /// apart. The first step overwrites the accumulators (scale-d 0).
+    fn wgmma_scores(&mut self) {
+        let a = self.a;
+        let qa = a.block_rows() * 64;
+        let ka = BLOCK_KEYS * 64;
+        let steps = a.depth / 16;
+        let ls = WARP_TILES * a.warp_keys() / 8 * 4;
+        if self.emu {
+            let c = format!(
+                "for (int pf_k = 0; pf_k < {ls}; pf_k++) {} = 0.0f;\n",
+                self.at("pf_s", "pf_k")
+            );
+            self.threads(&c);
+            let _ = writeln!(
+                self.out,
+                "for (int pf_kk = 0; pf_kk < {steps}; pf_kk++)\n\
+                 pf_emu_wgmma(&pf_s[0][0], {ls}, pf_dynamic_shared, 2L * (pf_fa_q - pf_dynamic_shared + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16), 0, 16, \
+                 pf_dynamic_shared, 2L * (pf_kcur - pf_dynamic_shared + (pf_kk / 4) * {ka} + (pf_kk % 4) * 16), 0, 16, {}, {});",
+                a.warp_keys(),
+                i32::from(a.dtype == DType::BF16)
+            );
+            return;
+        }
+        let _ = writeln!(
+            self.out,
+            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{{\n\
+             pf_wgmma_fence();\n\
+             #pragma unroll\n\
+             for (int pf_kk = 0; pf_kk < {steps}; pf_kk++) {{\n\
+             const unsigned long long pf_da = pf_wgmma_desc(&pf_fa_q[(pf_kk / 4) * {qa} + (pf_kk % 4) * 16], 16, 1024);\n\
+             const unsigned long long pf_db = pf_wgmma_desc(&pf_kcur[(pf_kk / 4) * {ka} + (pf_kk % 4) * 16], 16, 1024);\n\
+             pf_fa_wgmma_ss_n{n}(pf_s, pf_da, pf_db, pf_kk);\n\
+             }}\n\
+             pf_wgmma_commit();\n\
+             pf_wgmma_wait0();\n\
+             pf_fa_keep_n{n}(pf_s);\n\
+             }}\n#endif",
+            n = a.warp_keys()
+        );
+    }
+
+    /// The value products on `wgmma`: the weights (the rounded ones and
+    /// their rounded remainders) are A fragments in registers, which is
+    /// `wgmma`'s register layout of A for a warpgroup's 64 rows; the value
+    /// tile is an MN-major B (its lines are keys, the columns along them)
+    /// in the 128-byte swizzle: the descriptor of step `kc` starts 16 lines
+    /// further, 8-line groups 1024 bytes apart (SBO), groups of 64 columns
+    /// a whole atom apart (LBO, the tile's keys times 128 bytes).
+    fn wgmma_values(&mut self) {
+        let a = self.a;
+        let steps = a.warp_keys() / 16;
+        let lbo = BLOCK_KEYS * 128;
+        let frags = WARP_TILES * a.warp_keys() / 16 * 4;
+        let bf = i32::from(a.dtype == DType::BF16);
+        if self.emu {
+            for (k, x) in a.contractions.iter().enumerate() {
+                let lo = WARP_TILES * x.width / 8 * 4;
+                let _ = writeln!(
+                    self.out,
+                    "for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{"
+                );
+                for part in ["pa", "pl"] {
+                    let _ = writeln!(
+                        self.out,
+                        "pf_emu_wgmma_ra(&pf_o{k}[0][0], {lo}, &pf_{part}{k}[0][pf_kc * 4], {frags}, \
+                         pf_dynamic_shared, 2L * (pf_vcur{k} - pf_dynamic_shared + pf_kc * 1024), 1, {lbo}, {}, {bf});",
+                        x.width
+                    );
+                }
+                self.line("}");
+            }
+            return;
+        }
+        self.line("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{\npf_wgmma_fence();");
+        for (k, x) in a.contractions.iter().enumerate() {
+            let _ = writeln!(
+                self.out,
+                "#pragma unroll\n\
+                 for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{\n\
+                 const unsigned long long pf_db = pf_wgmma_desc(&pf_vcur{k}[pf_kc * 1024], {lbo}, 1024);\n\
+                 pf_fa_wgmma_rs_n{n}(pf_o{k}, &pf_pa{k}[pf_kc * 4], pf_db);\n\
+                 pf_fa_wgmma_rs_n{n}(pf_o{k}, &pf_pl{k}[pf_kc * 4], pf_db);\n\
+                 }}",
+                n = x.width
+            );
+        }
+        self.line("pf_wgmma_commit();\npf_wgmma_wait0();");
+        for (k, x) in a.contractions.iter().enumerate() {
+            let _ = writeln!(self.out, "pf_fa_keep_n{}(pf_o{k});", x.width);
+        }
+        self.line("}\n#endif");
+    }
+
     fn commit(&self) -> &'static str {
         if self.emu {
             ""
@@ -520,7 +745,12 @@ impl Emit<'_> {
                 a.shared_bytes() / 2
             );
         } else {
-            self.line("extern __shared__ __align__(128) unsigned short pf_dynamic_shared[];");
+            // The swizzle's XOR takes the line from address bits 7-9.
+            let align = if a.wgmma() { 1024 } else { 128 };
+            let _ = writeln!(
+                self.out,
+                "extern __shared__ __align__({align}) unsigned short pf_dynamic_shared[];"
+            );
         }
         let ty = self.u16();
         let mut offset = 0;
@@ -659,7 +889,7 @@ impl Emit<'_> {
         // `cp.async` group with stage 0; each further stage but the last
         // its own group), the states.
         let stages = a.stages();
-        let qp = Attention::pitch(a.depth);
+        let qp = a.pitch(a.depth);
         let ptr = self.u16();
         let mut c = self.copy(&a.query, "pf_i0", a.block_rows(), a.depth, "pf_fa_q");
         c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
@@ -673,7 +903,7 @@ impl Emit<'_> {
                 let _ = writeln!(
                     self.out,
                     "{ptr} *const pf_vpre{st}_{k} = pf_fa_v{k} + {};",
-                    st * BLOCK_KEYS * Attention::pitch(x.width)
+                    st * BLOCK_KEYS * a.pitch(x.width)
                 );
             }
             c.push_str(&self.copy_key_tile(
@@ -685,27 +915,35 @@ impl Emit<'_> {
         self.threads(&c);
         self.init_states();
         // The query and the first key tile have landed.
-        self.wait((stages - 2) as i32);
-        self.sync();
+        self.landed((stages - 2) as i32);
         let kq = a.depth / 16;
-        let mut w = String::new();
-        let _ = writeln!(
-            w,
-            "{u}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
-            u = self.unroll()
-        );
-        w.push_str(&self.ldsm(
-            "pf_qf",
-            &format!("(pf_mi * {kq} + pf_kk) * 4"),
-            &format!(
-                "&pf_fa_q[(pf_mi * {} + {} + pf_l % 16) * {qp} + pf_kk * 16 + (pf_l / 16) * 8]",
-                16 * WARPS,
-                self.warp_row()
-            ),
-            false,
-        ));
-        w.push_str("}\n");
-        self.warps(&w);
+        let wg = a.wgmma();
+        // The query fragments, for `mma.sync` (`wgmma` reads the query
+        // tile from shared memory).
+        if !(wg && self.emu) {
+            let mut w = String::new();
+            let _ = writeln!(
+                w,
+                "{u}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
+                u = self.unroll()
+            );
+            let at = self.tile_at(
+                a.block_rows(),
+                a.depth,
+                &format!("pf_mi * {} + {} + pf_l % 16", 16 * WARPS, self.warp_row()),
+                "pf_kk * 16 + (pf_l / 16) * 8",
+            );
+            w.push_str(&self.ldsm(
+                "pf_qf",
+                &format!("(pf_mi * {kq} + pf_kk) * 4"),
+                &format!("&pf_fa_q[{at}]"),
+                false,
+            ));
+            w.push_str("}\n");
+            self.if_not_wgmma();
+            self.warps(&w);
+            self.end_if_wgmma();
+        }
         // The rolling loop in tiles: the copies of the tiles `stages - 1`
         // ahead run while the block computes on the current ones; the
         // stage they overwrite was last read in the previous iteration,
@@ -733,7 +971,7 @@ impl Emit<'_> {
              {ptr} *const pf_knext = pf_fa_k + {next} * {kl};"
         );
         for (k, x) in a.contractions.iter().enumerate() {
-            let vl = BLOCK_KEYS * Attention::pitch(x.width);
+            let vl = BLOCK_KEYS * a.pitch(x.width);
             let _ = writeln!(
                 self.out,
                 "{ptr} *const pf_vcur{k} = pf_fa_v{k} + pf_st * {vl};\n\
@@ -742,9 +980,13 @@ impl Emit<'_> {
         }
         let c = self.copy_key_tile(&format!("(pf_kt + {})", stages - 1), "pf_knext", "pf_vnext");
         self.threads(&c);
-        self.wait((stages - 1) as i32);
-        self.sync();
+        self.landed((stages - 1) as i32);
         // Scores.
+        if wg {
+            self.wgmma_scores();
+        }
+        if !(wg && self.emu) {
+            self.if_not_wgmma();
         let mut c = String::new();
         let _ = writeln!(
             c,
@@ -762,15 +1004,13 @@ impl Emit<'_> {
             a.warp_keys() / 16,
             u = self.unroll()
         );
-        w.push_str(&self.ldsm(
-            "pf_kb",
-            "0",
-            &format!(
-                "&pf_kcur[({} + pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)) * {qp} + pf_kk * 16 + 8 * ((pf_l / 8) % 2)]",
-                self.warp_key()
-            ),
-            false,
-        ));
+        let at = self.tile_at(
+            BLOCK_KEYS,
+            a.depth,
+            &format!("{} + pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)", self.warp_key()),
+            "pf_kk * 16 + 8 * ((pf_l / 8) % 2)",
+        );
+        w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_kcur[{at}]"), false));
         let _ = writeln!(
             w,
             "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
@@ -793,6 +1033,8 @@ impl Emit<'_> {
         }
         w.push_str("}\n}\n");
         self.warps(&w);
+        self.end_if_wgmma();
+        }
         // Whole tiles (the test `pf_full`, uniform in the block) skip the
         // element test: two copies of the step.
         self.line("if (pf_full) {");
@@ -801,8 +1043,16 @@ impl Emit<'_> {
         self.softmax_step(false);
         self.line("}");
         // The value products.
+        if wg {
+            self.wgmma_values();
+        }
         for (k, x) in a.contractions.iter().enumerate() {
-            let vp = Attention::pitch(x.width);
+            if wg && self.emu {
+                break;
+            }
+            if k == 0 {
+                self.if_not_wgmma();
+            }
             let mut w = String::new();
             let _ = writeln!(
                 w,
@@ -811,15 +1061,13 @@ impl Emit<'_> {
                 x.width / 16,
                 u = self.unroll()
             );
-            w.push_str(&self.ldsm(
-                "pf_kb",
-                "0",
-                &format!(
-                    "&pf_vcur{k}[({} + pf_kc * 16 + pf_l % 16) * {vp} + pf_ep * 16 + 8 * (pf_l / 16)]",
-                    self.warp_key()
-                ),
-                true,
-            ));
+            let at = self.tile_at(
+                BLOCK_KEYS,
+                x.width,
+                &format!("{} + pf_kc * 16 + pf_l % 16", self.warp_key()),
+                "pf_ep * 16 + 8 * (pf_l / 16)",
+            );
+            w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_vcur{k}[{at}]"), true));
             let o = format!("pf_o{k}");
             let w8 = x.width / 8;
             let kc = a.warp_keys() / 16;
@@ -851,6 +1099,9 @@ impl Emit<'_> {
             w.push_str("}\n");
             w.push_str("}\n");
             self.warps(&w);
+            if k + 1 == a.contractions.len() {
+                self.end_if_wgmma();
+            }
         }
         self.sync();
         self.line("}");

@@ -245,11 +245,33 @@ impl Attention {
     pub fn batches(&self) -> i64 {
         self.batch.iter().map(|(_, e)| *e).product()
     }
-    /// Elements of a shared row of width `w` (padded by 16 bytes, which
+    /// Whether the kernel has a `wgmma` path (sm_90a; `mma.sync` on other
+    /// devices): prefill (a split kernel's warps share rows, not keys),
+    /// the depth and every value width in whole 128-byte swizzle atoms (64
+    /// elements), the widths within one instruction's n (256). The warps'
+    /// row tiles are then one warpgroup's 64 rows, and the accumulator
+    /// layout of `wgmma.m64nN` is that of the `mma.sync` fragments the
+    /// softmax step works on.
+    pub fn wgmma(&self) -> bool {
+        self.split.is_none()
+            && WARP_TILES == 1
+            && WARPS == 4
+            && self.depth % 64 == 0
+            && self
+                .contractions
+                .iter()
+                .all(|c| c.width % 64 == 0 && c.width <= 256)
+    }
+    /// Elements of a shared row of width `w`: padded by 16 bytes (which
     /// keeps rows 16-byte aligned and spreads the eight rows an `ldmatrix`
-    /// reads over all banks).
-    pub fn pitch(w: i64) -> i64 {
-        w + 8
+    /// reads over all banks), or, with a `wgmma` path, unpadded in atoms of
+    /// 64 elements in the 128-byte swizzle (`codegen::flash::Emit::at_tile`).
+    pub fn pitch(&self, w: i64) -> i64 {
+        if self.wgmma() {
+            w
+        } else {
+            w + 8
+        }
     }
     /// Stages of the key and value tiles: copies of the next tiles in
     /// flight while the block computes on the current ones. A split kernel
@@ -273,17 +295,17 @@ impl Attention {
         let mut v = vec![
             (
                 "pf_fa_q".to_string(),
-                self.block_rows() * Self::pitch(self.depth),
+                self.block_rows() * self.pitch(self.depth),
             ),
             (
                 "pf_fa_k".to_string(),
-                self.stages() * BLOCK_KEYS * Self::pitch(self.depth),
+                self.stages() * BLOCK_KEYS * self.pitch(self.depth),
             ),
         ];
         for (k, c) in self.contractions.iter().enumerate() {
             v.push((
                 format!("pf_fa_v{k}"),
-                self.stages() * BLOCK_KEYS * Self::pitch(c.width),
+                self.stages() * BLOCK_KEYS * self.pitch(c.width),
             ));
         }
         v
