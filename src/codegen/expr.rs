@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::frontend::ast::{
-    Affine, AssignOp, DType, Expr, ExprKind, ExprType, Func, Reducer, Statement, UnOp,
+    Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Func, Reducer, Statement, UnOp,
 };
 use crate::model::{ModelTensor, StmtKind};
 
@@ -57,7 +57,7 @@ pub struct Printer<'a> {
     /// Reads replaced by registers loaded ahead of the loop the printer is
     /// in (`codegen::rowcopy`): statement, access text, register element.
     pub run_reads: std::cell::RefCell<Vec<(String, String, String)>>,
-    /// Print f32 `exp` as CUDA's `__expf` (`ex2.approx` of a product), for
+    /// Print f32 `exp` as `ex2.approx.ftz` of a product (`pf_exp2_ftz`), for
     /// code whose exponentials only feed values rounded to 16 bits
     /// afterwards (`codegen::flash`'s weights).
     pub fast_exp: bool,
@@ -236,6 +236,22 @@ impl Printer<'_> {
                     None => format!("({cond} ? {} : {})", self.expr(a, env), self.expr(b, env)),
                 }
             }
+            ExprKind::Call(Func::Exp, args) if self.fast_exp && self.is_single(num) => {
+                // e^x = 2^(x log2 e) on `ex2.approx.ftz` (no care for
+                // results below 2^-126, which only feed 16-bit weights);
+                // e^(a - b) as 2^(a log2 e - b log2 e), one FFMA with the
+                // second product (a row's maximum in the weights) computed
+                // once where `b` is the same for many elements.
+                const LOG2E: &str = "1.4426950408889634f";
+                match &args[0].kind {
+                    ExprKind::Binary(BinOp::Sub, a, b) => format!(
+                        "pf_exp2_ftz(fmaf({}, {LOG2E}, -({} * {LOG2E})))",
+                        self.expr(a, env),
+                        self.expr(b, env)
+                    ),
+                    _ => format!("pf_exp2_ftz({} * {LOG2E})", self.expr(&args[0], env)),
+                }
+            }
             ExprKind::Call(f, args) => {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x, env)).collect();
                 self.call(*f, &a, num)
@@ -265,7 +281,6 @@ impl Printer<'_> {
         let sfx = if self.is_single(t) { "f" } else { "" };
         let one = if self.is_single(t) { "1.0f" } else { "1.0" };
         match f {
-            Func::Exp if self.fast_exp && self.is_single(t) => format!("__expf({})", a[0]),
             Func::Exp => format!("exp{sfx}({})", a[0]),
             Func::Log => format!("log{sfx}({})", a[0]),
             Func::Sqrt => format!("sqrt{sfx}({})", a[0]),
