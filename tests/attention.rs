@@ -169,7 +169,8 @@ fn two_value_products_a_shifted_mask_and_a_row_output_run_on_tensor_cores() {
 /// Whether the kernel has the `wgmma` path (sm_90a) beside `mma.sync`.
 fn has_wgmma_path(c: &Compiled) -> bool {
     let cuda = &c.cuda.as_ref().unwrap().source;
-    cuda.contains("pf_fa_wgmma_ss_n64(pf_s, ") && cuda.contains("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+    cuda.contains("pf_fa_wgmma_ss_n64(pf_s, ")
+        && cuda.contains("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)")
 }
 
 #[test]
@@ -192,7 +193,9 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
         let mut c = compiled(&p, true);
         assert!(on_tensor_cores(&c) && has_wgmma_path(&c), "{name} D={d}");
         let cuda = &c.cuda.as_ref().unwrap().source;
-        assert!(cuda.contains(&format!("pf_fa_wgmma_rs_n{d}(pf_o0, &pf_pa0[pf_kc * 4], pf_db)")));
+        assert!(cuda.contains(&format!(
+            "pf_fa_wgmma_rs_n{d}(pf_o0, &pf_pa0[pf_kc * 4], pf_db)"
+        )));
         assert!(cuda.contains("__align__(1024)"));
         let err = emulation_check(&mut c, s as u64);
         assert!(err < 1e-3, "{name} D={d} S={s}: {err}");
@@ -200,10 +203,19 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
     // Two value products of widths 64 and 128, a shifted mask and a row
     // output.
     let mut p = load_str(TWO_VALUES, "two_values.json").unwrap();
-    apply_param_overrides(&mut p, &[("S".into(), 90), ("D".into(), 64), ("E".into(), 128)]).unwrap();
+    apply_param_overrides(
+        &mut p,
+        &[("S".into(), 90), ("D".into(), 64), ("E".into(), 128)],
+    )
+    .unwrap();
     let mut c = compiled(&p, true);
     assert!(on_tensor_cores(&c) && has_wgmma_path(&c));
-    assert!(c.cuda.as_ref().unwrap().source.contains("pf_fa_wgmma_rs_n128(pf_o1, "));
+    assert!(c
+        .cuda
+        .as_ref()
+        .unwrap()
+        .source
+        .contains("pf_fa_wgmma_rs_n128(pf_o1, "));
     emulation_check(&mut c, 5);
     // Depth 32 is no whole atom: `mma.sync` only.
     let p = load("examples/attention_global.json", &[("S", 40), ("D", 32)]);

@@ -138,7 +138,11 @@ pub fn gpu_helpers(a: &Attention) -> String {
 /// wait, so that the compiler reads none of them before the tensor cores
 /// have written them.
 fn wgmma_helpers(a: &Attention) -> String {
-    let ty = if a.dtype == DType::BF16 { "bf16" } else { "f16" };
+    let ty = if a.dtype == DType::BF16 {
+        "bf16"
+    } else {
+        "f16"
+    };
     let mut widths: Vec<i64> = vec![a.warp_keys()];
     widths.extend(a.contractions.iter().map(|c| c.width));
     widths.sort_unstable();
@@ -516,7 +520,8 @@ impl Emit<'_> {
         let src = printer.element(&x.tensor, &x.subscripts, &env);
         let mut c = String::new();
         let total = rows * chunks;
-        if THREADS as i64 % chunks == 0 && total % THREADS as i64 == 0 {
+        let unrolled = THREADS as i64 % chunks == 0 && total % THREADS as i64 == 0;
+        if unrolled {
             // A thread's chunks share their column and lie a whole number
             // of lines apart: unrolled, so that the compiler computes the
             // first chunk's addresses once and offsets the others by
@@ -544,21 +549,29 @@ impl Emit<'_> {
             self.u16(),
             self.tile_at(rows, width, "pf_r", "pf_q")
         );
+        let head = c;
         let tensor = super::expr::tensor_name(&x.tensor);
-        if self.emu {
-            let _ = writeln!(
-                c,
-                "if (pf_gr < {}) memcpy(pf_dst, &{src}, 16); else memset(pf_dst, 0, 16);\n}}",
-                x.rows
-            );
+        let (line, zero) = if self.emu {
+            (
+                format!("memcpy(pf_dst, &{src}, 16);"),
+                "memset(pf_dst, 0, 16);".to_string(),
+            )
         } else {
-            let _ = writeln!(
-                c,
-                "if (pf_gr < {}) pf_cp_async16_line(pf_dst, &{src}); else pf_cp_async16(pf_dst, {tensor}, 0);\n}}",
-                x.rows
-            );
+            (
+                format!("pf_cp_async16_line(pf_dst, &{src});"),
+                format!("pf_cp_async16(pf_dst, {tensor}, 0);"),
+            )
+        };
+        let guarded = format!("{head}if (pf_gr < {}) {line} else {zero}\n}}\n", x.rows);
+        if !unrolled {
+            return guarded;
         }
-        c
+        // A tile wholly inside the tensor (a test uniform in the block)
+        // copies without testing each row.
+        format!(
+            "if ({first} + {rows} <= {}) {{\n{head}{line}\n}}\n}} else {{\n{guarded}}}\n",
+            x.rows
+        )
     }
 
     /// Index in a shared tile of `rows` lines of `width` elements of the
@@ -704,10 +717,7 @@ impl Emit<'_> {
         if self.emu {
             for (k, x) in a.contractions.iter().enumerate() {
                 let lo = WARP_TILES * x.width / 8 * 4;
-                let _ = writeln!(
-                    self.out,
-                    "for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{"
-                );
+                let _ = writeln!(self.out, "for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{");
                 for part in ["pa", "pl"] {
                     let _ = writeln!(
                         self.out,
@@ -801,6 +811,7 @@ impl Emit<'_> {
         for (k, c) in a.contractions.iter().enumerate() {
             let frags = WARP_TILES * a.warp_keys() / 16 * 4;
             vars.push((format!("pf_o{k}"), "float", WARP_TILES * c.width / 8 * 4));
+            vars.push((format!("pf_cf{k}"), "float", SLOTS));
             vars.push((format!("pf_pa{k}"), "uint32_t", frags));
             vars.push((format!("pf_pl{k}"), "uint32_t", frags));
         }
@@ -1007,53 +1018,56 @@ impl Emit<'_> {
         }
         if !(wg && self.emu) {
             self.if_not_wgmma();
-        let mut c = String::new();
-        let _ = writeln!(
-            c,
-            "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
-            self.unroll(),
-            WARP_TILES * nb * 4,
-            self.at("pf_s", "pf_k")
-        );
-        self.threads(&c);
-        let mut w = String::new();
-        let _ = writeln!(
+            let mut c = String::new();
+            let _ = writeln!(
+                c,
+                "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
+                self.unroll(),
+                WARP_TILES * nb * 4,
+                self.at("pf_s", "pf_k")
+            );
+            self.threads(&c);
+            let mut w = String::new();
+            let _ = writeln!(
             w,
             "{u}for (int pf_kk = 0; pf_kk < {}; pf_kk++)\n{u}for (int pf_np = 0; pf_np < {}; pf_np++) {{",
             a.depth / 16,
             a.warp_keys() / 16,
             u = self.unroll()
         );
-        let at = self.tile_at(
-            BLOCK_KEYS,
-            a.depth,
-            &format!("{} + pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)", self.warp_key()),
-            "pf_kk * 16 + 8 * ((pf_l / 8) % 2)",
-        );
-        w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_kcur[{at}]"), false));
-        let _ = writeln!(
-            w,
-            "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
-            self.unroll()
-        );
-        for half in 0..2 {
-            w.push_str(&self.mma(
-                (
-                    "pf_s",
-                    &format!("(pf_mi * {nb} + 2 * pf_np + {half}) * 4"),
-                    WARP_TILES * nb * 4,
+            let at = self.tile_at(
+                BLOCK_KEYS,
+                a.depth,
+                &format!(
+                    "{} + pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)",
+                    self.warp_key()
                 ),
-                (
-                    "pf_qf",
-                    &format!("(pf_mi * {kq} + pf_kk) * 4"),
-                    WARP_TILES * kq * 4,
-                ),
-                ("pf_kb", &format!("{}", 2 * half), 4),
-            ));
-        }
-        w.push_str("}\n}\n");
-        self.warps(&w);
-        self.end_if_wgmma();
+                "pf_kk * 16 + 8 * ((pf_l / 8) % 2)",
+            );
+            w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_kcur[{at}]"), false));
+            let _ = writeln!(
+                w,
+                "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
+                self.unroll()
+            );
+            for half in 0..2 {
+                w.push_str(&self.mma(
+                    (
+                        "pf_s",
+                        &format!("(pf_mi * {nb} + 2 * pf_np + {half}) * 4"),
+                        WARP_TILES * nb * 4,
+                    ),
+                    (
+                        "pf_qf",
+                        &format!("(pf_mi * {kq} + pf_kk) * 4"),
+                        WARP_TILES * kq * 4,
+                    ),
+                    ("pf_kb", &format!("{}", 2 * half), 4),
+                ));
+            }
+            w.push_str("}\n}\n");
+            self.warps(&w);
+            self.end_if_wgmma();
         }
         // Whole tiles (the test `pf_full`, uniform in the block) skip the
         // element test: two copies of the step.
@@ -1279,17 +1293,39 @@ impl Emit<'_> {
             let _ = writeln!(c, "{x} = {x} * pf_f{f};");
             let _ = writeln!(c, "{} = 0.0f;", self.at(&format!("pf_st{k}"), "pf_r"));
         }
-        for (k, x) in a.contractions.iter().enumerate() {
-            let o = self.at(&format!("pf_o{k}"), &Self::o_idx(x.width));
+        for k in 0..a.contractions.len() {
             let _ = writeln!(
                 c,
-                "{}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {o} = {o} * pf_f{};",
-                self.unroll(),
-                x.width / 8,
+                "{} = pf_f{};",
+                self.at(&format!("pf_cf{k}"), "pf_r"),
                 con_factor[k]
             );
         }
         c.push_str("}\n");
+        // The accumulators' repair, skipped where it multiplies by exactly
+        // one in every row of the warp (a tile that raises no row's
+        // predecessor value: most tiles after the first few), which
+        // changes no value.
+        for (k, x) in a.contractions.iter().enumerate() {
+            let cf = format!("pf_cf{k}");
+            let o = self.at(&format!("pf_o{k}"), &Self::o_idx(x.width));
+            let any: Vec<String> = (0..SLOTS)
+                .map(|r| format!("{} != 1.0f", self.at(&cf, &r.to_string())))
+                .collect();
+            let guard = if self.emu {
+                String::new()
+            } else {
+                format!("if (__any_sync(0xffffffffu, {}))", any.join(" || "))
+            };
+            let _ = writeln!(
+                c,
+                "{guard} {{\n{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n\
+                 {u}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {o} = {o} * {};\n}}",
+                x.width / 8,
+                self.at(&cf, "pf_r"),
+                u = self.unroll()
+            );
+        }
         // The tile's terms with the new predecessor value.
         let mut tov = ov;
         tov.insert(a.pred_term.clone(), self.at("pf_mn", "pf_r"));
