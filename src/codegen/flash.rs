@@ -1293,13 +1293,8 @@ impl Emit<'_> {
             let _ = writeln!(c, "{x} = {x} * pf_f{f};");
             let _ = writeln!(c, "{} = 0.0f;", self.at(&format!("pf_st{k}"), "pf_r"));
         }
-        for k in 0..a.contractions.len() {
-            let _ = writeln!(
-                c,
-                "{} = pf_f{};",
-                self.at(&format!("pf_cf{k}"), "pf_r"),
-                con_factor[k]
-            );
+        for (k, f) in con_factor.iter().enumerate() {
+            let _ = writeln!(c, "{} = pf_f{f};", self.at(&format!("pf_cf{k}"), "pf_r"));
         }
         c.push_str("}\n");
         // The accumulators' repair, skipped where it multiplies by exactly
