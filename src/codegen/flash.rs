@@ -4,7 +4,12 @@
 //! Per tile: the next key tile and value tiles are copied to shared memory
 //! with `cp.async` while the block computes on the current ones (two
 //! stages); the scores `S = A Bᵀ` are `mma.sync` accumulators (the query
-//! fragments stay in registers, loaded once with `ldmatrix`); the maps run
+//! fragments stay in registers, loaded once with `ldmatrix`), or, where the
+//! depth and the value widths are whole 64-element atoms and the device is
+//! sm_90a, `wgmma` accumulators (the four warps are one warpgroup; the
+//! tiles in the 128-byte swizzle, read by the tensor cores through
+//! descriptors; the weights enter the value products as register A
+//! fragments; `Attention::wgmma`); the maps run
 //! on the accumulators element by element; the predecessor's tile value is
 //! reduced per row (a thread's elements, then the four lanes of a row with
 //! two shuffles); each target is repaired once, by one factor a row, with
@@ -246,9 +251,11 @@ pub fn combine_body(a: &Attention, program: &Program, scop: &Scop, emu: bool) ->
 
 /// Blocks per multiprocessor the kernel's registers are limited for: four
 /// (128 registers a thread) where the depth and the widths are at most 64
-/// (H100, D = 64: 155 registers without the limit, 128 and 20 bytes of
-/// spills with it; global prefill 1620 -> 1589 us, causal 892 -> 870 us),
-/// else no limit.
+/// (H100, D = 64, `mma.sync`: 155 registers without the limit, 128 and 20
+/// bytes of spills with it; global prefill 1620 -> 1589 us, causal 892 ->
+/// 870 us; `wgmma`: 118 registers, and five blocks (96 registers, 16
+/// bytes of spills) were no faster: 948-950 against 945-952 us), else no
+/// limit.
 pub fn min_blocks(a: &Attention) -> u32 {
     if a.depth <= 64 && a.contractions.iter().all(|c| c.width <= 64) {
         4
@@ -1010,8 +1017,19 @@ impl Emit<'_> {
             );
         }
         let c = self.copy_key_tile(&format!("(pf_kt + {})", stages - 1), "pf_knext", "pf_vnext");
-        self.threads(&c);
-        self.landed((stages - 1) as i32);
+        if wg {
+            // This tile's copies land and are ordered before the tensor
+            // cores' reads (the proxy fence) before the next ones are
+            // issued: a fence after them would wait for them too. They go
+            // into the stage the previous tile took, which every warp is
+            // done with once past the barrier (its `wgmma` waited for), so
+            // the loop needs one barrier a tile.
+            self.landed((stages - 2) as i32);
+            self.threads(&c);
+        } else {
+            self.threads(&c);
+            self.landed((stages - 1) as i32);
+        }
         // Scores.
         if wg {
             self.wgmma_scores();
@@ -1137,7 +1155,9 @@ impl Emit<'_> {
                 self.end_if_wgmma();
             }
         }
-        self.sync();
+        if !wg {
+            self.sync();
+        }
         self.line("}");
         self.wait(0);
         if a.split.is_some() {
