@@ -7,6 +7,7 @@
 
 use polyfuse::frontend::ast::Program;
 use polyfuse::frontend::{apply_param_overrides, load_file, load_str};
+use polyfuse::gpu::attention::WGMMA_GROUPS;
 use polyfuse::gpu::GpuOptions;
 use polyfuse::repair::Choice;
 use polyfuse::runtime::cpu::{run, RunOptions};
@@ -197,6 +198,12 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
             "pf_fa_wgmma_rs_n{d}(pf_o0, &pf_pa0[pf_kc * 4], pf_db)"
         )));
         assert!(cuda.contains("__align__(1024)"));
+        // Warpgroups of 64 rows share each key and value tile.
+        assert_eq!(
+            c.cuda.as_ref().unwrap().kernels[0].block,
+            [128 * WGMMA_GROUPS as u32, 1, 1],
+            "{name}"
+        );
         let err = emulation_check(&mut c, s as u64);
         assert!(err < 1e-3, "{name} D={d} S={s}: {err}");
     }

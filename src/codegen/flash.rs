@@ -258,7 +258,8 @@ pub fn combine_body(a: &Attention, program: &Program, scop: &Scop, emu: bool) ->
 /// limit.
 pub fn min_blocks(a: &Attention) -> u32 {
     if a.depth <= 64 && a.contractions.iter().all(|c| c.width <= 64) {
-        4
+        // The same 128 registers a thread.
+        (4 * super::super::gpu::attention::THREADS / a.threads()).max(1)
     } else {
         1
     }
@@ -317,9 +318,10 @@ impl Emit<'_> {
         if self.emu {
             let _ = writeln!(
                 self.out,
-                "for (int pf_t = 0; pf_t < {THREADS}; pf_t++) {{\n\
+                "for (int pf_t = 0; pf_t < {}; pf_t++) {{\n\
                  const int pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
-                 (void)pf_w; (void)pf_g; (void)pf_c;\n{code}}}"
+                 (void)pf_w; (void)pf_g; (void)pf_c;\n{code}}}",
+                self.a.threads()
             );
         } else {
             let _ = writeln!(self.out, "{{\n{code}}}");
@@ -338,7 +340,7 @@ impl Emit<'_> {
             let _ = writeln!(
                 self.out,
                 "for (int pf_w = 0; pf_w < {}; pf_w++) {{\n{code}}}",
-                THREADS / 32
+                self.a.warps()
             );
         } else {
             let _ = writeln!(self.out, "{{\n{code}}}");
@@ -401,7 +403,8 @@ impl Emit<'_> {
         if self.emu {
             let _ = writeln!(
                 self.out,
-                "pf_emu_quad(&{name}[0][0], {n}, {n}, {THREADS}, {});",
+                "pf_emu_quad(&{name}[0][0], {n}, {n}, {}, {});",
+                self.a.threads(),
                 reducer_op(op)
             );
         } else {
@@ -527,7 +530,8 @@ impl Emit<'_> {
         let src = printer.element(&x.tensor, &x.subscripts, &env);
         let mut c = String::new();
         let total = rows * chunks;
-        let unrolled = THREADS as i64 % chunks == 0 && total % THREADS as i64 == 0;
+        let threads = self.a.threads() as i64;
+        let unrolled = threads % chunks == 0 && total % threads == 0;
         if unrolled {
             // A thread's chunks share their column and lie a whole number
             // of lines apart: unrolled, so that the compiler computes the
@@ -539,13 +543,13 @@ impl Emit<'_> {
                 "{}for (int pf_n = 0; pf_n < {}; pf_n++) {{\n\
                  const int pf_r = pf_t / {chunks} + pf_n * {}, pf_q = (pf_t % {chunks}) * 8;",
                 self.unroll(),
-                total / THREADS as i64,
-                THREADS as i64 / chunks
+                total / threads,
+                threads / chunks
             );
         } else {
             let _ = writeln!(
                 c,
-                "for (int pf_x = pf_t; pf_x < {total}; pf_x += {THREADS}) {{\n\
+                "for (int pf_x = pf_t; pf_x < {total}; pf_x += {threads}) {{\n\
                  const int pf_r = pf_x / {chunks}, pf_q = (pf_x % {chunks}) * 8;"
             );
         }
@@ -671,6 +675,7 @@ impl Emit<'_> {
     fn wgmma_scores(&mut self) {
         let a = self.a;
         let qa = a.block_rows() * 64;
+        let groups = a.warps() / 4;
         let ka = BLOCK_KEYS * 64;
         let steps = a.depth / 16;
         let ls = WARP_TILES * a.warp_keys() / 8 * 4;
@@ -682,8 +687,9 @@ impl Emit<'_> {
             self.threads(&c);
             let _ = writeln!(
                 self.out,
-                "for (int pf_kk = 0; pf_kk < {steps}; pf_kk++)\n\
-                 pf_emu_wgmma(&pf_s[0][0], {ls}, pf_dynamic_shared, 2L * (pf_fa_q - pf_dynamic_shared + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16), 0, 16, \
+                "for (int pf_wg = 0; pf_wg < {groups}; pf_wg++)\n\
+                 for (int pf_kk = 0; pf_kk < {steps}; pf_kk++)\n\
+                 pf_emu_wgmma(&pf_s[pf_wg * 128][0], {ls}, pf_dynamic_shared, 2L * (pf_fa_q - pf_dynamic_shared + pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16), 0, 16, \
                  pf_dynamic_shared, 2L * (pf_kcur - pf_dynamic_shared + (pf_kk / 4) * {ka} + (pf_kk % 4) * 16), 0, 16, {}, {});",
                 a.warp_keys(),
                 i32::from(a.dtype == DType::BF16)
@@ -693,10 +699,11 @@ impl Emit<'_> {
         let _ = writeln!(
             self.out,
             "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{{\n\
+             const int pf_wg = pf_w / 4;\n\
              pf_wgmma_fence();\n\
              #pragma unroll\n\
              for (int pf_kk = 0; pf_kk < {steps}; pf_kk++) {{\n\
-             const unsigned long long pf_da = pf_wgmma_desc(&pf_fa_q[(pf_kk / 4) * {qa} + (pf_kk % 4) * 16], 16, 1024);\n\
+             const unsigned long long pf_da = pf_wgmma_desc(&pf_fa_q[pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16], 16, 1024);\n\
              const unsigned long long pf_db = pf_wgmma_desc(&pf_kcur[(pf_kk / 4) * {ka} + (pf_kk % 4) * 16], 16, 1024);\n\
              pf_fa_wgmma_ss_n{n}(pf_s, pf_da, pf_db, pf_kk);\n\
              }}\n\
@@ -724,11 +731,16 @@ impl Emit<'_> {
         if self.emu {
             for (k, x) in a.contractions.iter().enumerate() {
                 let lo = WARP_TILES * x.width / 8 * 4;
-                let _ = writeln!(self.out, "for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{");
+                let _ = writeln!(
+                    self.out,
+                    "for (int pf_wg = 0; pf_wg < {}; pf_wg++)\n\
+                     for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{",
+                    a.warps() / 4
+                );
                 for part in ["pa", "pl"] {
                     let _ = writeln!(
                         self.out,
-                        "pf_emu_wgmma_ra(&pf_o{k}[0][0], {lo}, &pf_{part}{k}[0][pf_kc * 4], {frags}, \
+                        "pf_emu_wgmma_ra(&pf_o{k}[pf_wg * 128][0], {lo}, &pf_{part}{k}[pf_wg * 128][pf_kc * 4], {frags}, \
                          pf_dynamic_shared, 2L * (pf_vcur{k} - pf_dynamic_shared + pf_kc * 1024), 1, {lbo}, {}, {bf});",
                         x.width
                     );
@@ -824,7 +836,7 @@ impl Emit<'_> {
         }
         for (name, ty, len) in vars {
             if self.emu {
-                let _ = writeln!(self.out, "static {ty} {name}[{THREADS}][{len}];");
+                let _ = writeln!(self.out, "static {ty} {name}[{}][{len}];", self.a.threads());
             } else {
                 let ty = if ty == "uint32_t" { "unsigned" } else { ty };
                 let _ = writeln!(self.out, "{ty} {name}[{len}];");
@@ -856,7 +868,7 @@ impl Emit<'_> {
     fn row_of(&self) -> String {
         format!(
             "const pf_i pf_ei = pf_i0 + (pf_r / 2) * {} + {} + pf_g + 8 * (pf_r % 2);",
-            16 * WARPS,
+            16 * self.a.warps(),
             self.warp_row()
         )
     }
@@ -968,7 +980,11 @@ impl Emit<'_> {
             let at = self.tile_at(
                 a.block_rows(),
                 a.depth,
-                &format!("pf_mi * {} + {} + pf_l % 16", 16 * WARPS, self.warp_row()),
+                &format!(
+                    "pf_mi * {} + {} + pf_l % 16",
+                    16 * a.warps(),
+                    self.warp_row()
+                ),
                 "pf_kk * 16 + (pf_l / 16) * 8",
             );
             w.push_str(&self.ldsm(

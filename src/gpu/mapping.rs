@@ -132,7 +132,7 @@ pub fn map(
             let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
             let plan = KernelPlan {
                 grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
-                block: [super::attention::THREADS, 1, 1],
+                block: [a.threads(), 1, 1],
                 attention: Some(a),
                 ..KernelPlan::one_thread(name)
             };
