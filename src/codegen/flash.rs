@@ -259,7 +259,7 @@ pub fn combine_body(a: &Attention, program: &Program, scop: &Scop, emu: bool) ->
 pub fn min_blocks(a: &Attention) -> u32 {
     if a.depth <= 64 && a.contractions.iter().all(|c| c.width <= 64) {
         // The same 128 registers a thread.
-        (4 * super::super::gpu::attention::THREADS / a.threads()).max(1)
+        (4 * THREADS / a.threads()).max(1)
     } else {
         1
     }

@@ -299,7 +299,7 @@ impl Attention {
     /// Elements of a shared row of width `w`: padded by 16 bytes (which
     /// keeps rows 16-byte aligned and spreads the eight rows an `ldmatrix`
     /// reads over all banks), or, with a `wgmma` path, unpadded in atoms of
-    /// 64 elements in the 128-byte swizzle (`codegen::flash::Emit::at_tile`).
+    /// 64 elements in the 128-byte swizzle (`codegen::flash`, `Emit::tile_at`).
     pub fn pitch(&self, w: i64) -> i64 {
         if self.wgmma() {
             w
