@@ -185,11 +185,64 @@ fn nvrtc(source: &str, arch_option: &str) -> Result<sys::NvrtcOutput> {
     )))
 }
 
+/// The environment variable that names the architecture to compile for
+/// instead of the device's own choice: `sm_90` on an H100 runs the
+/// portable paths of kernels that also have a Hopper-only one (`wgmma`
+/// under `__CUDA_ARCH_FEAT_SM90_ALL`), which is how those are checked on
+/// the device.
+pub const ARCH_VARIABLE: &str = "POLYFUSE_CUDA_ARCH";
+
+/// The architecture `value` of [`ARCH_VARIABLE`] names (`sm_NN` or
+/// `sm_NNa`), refused unless the device (compute capability `cc`, 90 for
+/// 9.0) can run its code: an `a` architecture only on its own device, any
+/// other one at or below the device's.
+pub fn arch_override(value: &str, cc: i32) -> Result<String> {
+    let bad = |why: &str| Error::Input {
+        file: ARCH_VARIABLE.into(),
+        message: format!("`{value}` {why}"),
+    };
+    let rest = value
+        .strip_prefix("sm_")
+        .ok_or_else(|| bad("is not a GPU architecture (write it as sm_90 or sm_90a)"))?;
+    let (digits, specific) = match rest.strip_suffix('a') {
+        Some(d) => (d, true),
+        None => (rest, false),
+    };
+    let n: i32 = digits
+        .parse()
+        .ok()
+        .filter(|_| digits.len() >= 2 && digits.chars().all(|c| c.is_ascii_digit()))
+        .ok_or_else(|| bad("is not a GPU architecture (write it as sm_90 or sm_90a)"))?;
+    if n > cc || (specific && n != cc) {
+        return Err(bad(&format!(
+            "cannot run on this device (sm_{cc}): name its own architecture or an older one"
+        )));
+    }
+    // Machine code runs only on its own major version; for an older one
+    // the driver compiles the PTX.
+    if n / 10 == cc / 10 {
+        Ok(value.to_string())
+    } else {
+        Ok(format!("compute_{rest}"))
+    }
+}
+
 /// Compiles the program for the device: machine code (CUBIN) when NVRTC
 /// knows the device's architecture, else PTX for the newest architecture
 /// it knows below it, which the driver compiles further.
 fn compile_for(gpu: &Gpu, source: &str) -> Result<(Ptx, String)> {
     require_nvrtc()?;
+    if let Some(value) = std::env::var_os(ARCH_VARIABLE) {
+        let arch = arch_override(&value.to_string_lossy(), gpu.cc)?;
+        let out = nvrtc(source, &format!("--gpu-architecture={arch}"))?;
+        return match (out.cubin, out.ptx) {
+            (Some(cubin), _) => Ok((Ptx::from_binary(cubin), arch)),
+            (None, Some(ptx)) => Ok((Ptx::from_src(ptx), arch)),
+            (None, None) => Err(Error::Internal(
+                "NVRTC returned neither CUBIN nor PTX".into(),
+            )),
+        };
+    }
     let archs = sys::nvrtc_archs();
     let known = archs.is_empty() || archs.contains(&gpu.cc);
     if known {
@@ -812,6 +865,23 @@ fn python_nvidia_dirs() -> &'static [PathBuf] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_architecture_override_must_run_on_the_device() {
+        assert_eq!(arch_override("sm_90", 90).unwrap(), "sm_90");
+        assert_eq!(arch_override("sm_90a", 90).unwrap(), "sm_90a");
+        assert_eq!(arch_override("sm_80", 90).unwrap(), "compute_80");
+        assert_eq!(arch_override("sm_89", 89).unwrap(), "sm_89");
+        for bad in ["sm_100", "sm_80a", "compute_90", "90", "sm_9", "sm_x0", ""] {
+            match arch_override(bad, 90) {
+                Err(Error::Input { file, message }) => {
+                    assert_eq!(file, ARCH_VARIABLE);
+                    assert!(message.contains(&format!("`{bad}`")), "{message}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn architectures_become_virtual() {
