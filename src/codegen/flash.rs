@@ -17,17 +17,22 @@
 //! sums: reduced like the predecessor; contractions: each weight split
 //! into the operand type's rounding of it and of its remainder, both laid
 //! out as A fragments, which is the accumulators' own layout, times the
-//! value tile on `mma.sync` with `ldmatrix.trans`). Whole tiles take a copy
-//! of the step without the element test. The epilogue stores from the
-//! accumulators.
+//! value tile on `mma.sync` with `ldmatrix.trans`, or on `wgmma` reading
+//! the value tile MN-major). Whole tiles take a copy of the step without
+//! the element test. The epilogue stores from the accumulators.
 //!
 //! The CPU emulation prints the same code with each thread's part in a
-//! loop over the 128 threads (every per-thread variable an array indexed
-//! by the thread), the warp-wide instructions replaced by the emulation
-//! helpers of `codegen::mma` and the shuffles by a combination of each
-//! four lanes (`pf_emu_quad`), and the shared buffers at the kernel's own
-//! offsets in one array, so the fragment layouts, the shared layout, the
-//! tile bookkeeping, the masks and the repair are executed in CI.
+//! loop over the block's threads (every per-thread variable an array
+//! indexed by the thread), the warp-wide instructions replaced by the
+//! emulation helpers of `codegen::mma` (for a kernel with a `wgmma` path,
+//! that path: `pf_emu_wgmma` and `pf_emu_wgmma_ra` read each operand
+//! element at the swizzled address its descriptor names) and the shuffles
+//! by a combination of each four lanes (`pf_emu_quad`), and the shared
+//! buffers at the kernel's own offsets in one array, so the fragment
+//! layouts, the shared layout, the tile bookkeeping, the masks and the
+//! repair are executed in CI. The `mma.sync` path of a kernel that also
+//! has a `wgmma` one is not emulated; `POLYFUSE_CUDA_ARCH=sm_90` runs it
+//! on a Hopper GPU.
 //!
 //! Accumulator layout (`mma.m16n8k16`, lane `l`, `g = l / 4`, `c = l % 4`):
 //! element `4 n + 2 r + h` of a thread's scores is row `16 w + g + 8 r`,
