@@ -348,7 +348,7 @@ fn compile_watched(
     use std::sync::mpsc;
     const VAR: &str = "POLYFUSE_SCHEDULE_TIMEOUT";
     let fallback = match std::env::var(VAR) {
-        Ok(v) => v.trim().parse().map_err(|_| Error::Illegal {
+        Ok(v) => v.trim().parse().map_err(|_| Error::Input {
             file: VAR.into(),
             message: format!("expected whole seconds, got `{v}`"),
         })?,

@@ -198,6 +198,8 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
             "pf_fa_wgmma_rs_n{d}(pf_o0, &pf_pa0[pf_kc * 4], pf_db)"
         )));
         assert!(cuda.contains("__align__(1024)"));
+        // The weights' exponentials: `e^(x - m)` as one FFMA and `ex2`.
+        assert!(cuda.contains("pf_exp2_ftz(fmaf("), "{name}");
         // Warpgroups of 64 rows share each key and value tile.
         assert_eq!(
             c.cuda.as_ref().unwrap().kernels[0].block,

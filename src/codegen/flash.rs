@@ -160,9 +160,7 @@ fn wgmma_helpers(a: &Attention) -> String {
     let mut o = String::from("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n");
     for n in widths {
         let regs = n / 2;
-        let outs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
-        let cons: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
-        let (outs, cons) = (outs.join(", "), cons.join(", "));
+        let (outs, cons) = super::mma::accumulator_operands(n);
         let _ = writeln!(
             o,
             "static __device__ __forceinline__ void pf_fa_wgmma_ss_n{n}(float *d, unsigned long long da, unsigned long long db, int acc) {{\n\
@@ -929,7 +927,6 @@ impl Emit<'_> {
             );
         }
         self.declare();
-        let nb = a.warp_keys() / 8;
         // The block's key tiles.
         let any = self.cond(&a.any_key);
         let lo = self.cond(&a.key_lo);
@@ -1051,63 +1048,7 @@ impl Emit<'_> {
             self.threads(&c);
             self.landed((stages - 1) as i32);
         }
-        // Scores.
-        if wg {
-            self.wgmma_scores();
-        }
-        if !(wg && self.emu) {
-            self.if_not_wgmma();
-            let mut c = String::new();
-            let _ = writeln!(
-                c,
-                "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
-                self.unroll(),
-                WARP_TILES * nb * 4,
-                self.at("pf_s", "pf_k")
-            );
-            self.threads(&c);
-            let mut w = String::new();
-            let _ = writeln!(
-            w,
-            "{u}for (int pf_kk = 0; pf_kk < {}; pf_kk++)\n{u}for (int pf_np = 0; pf_np < {}; pf_np++) {{",
-            a.depth / 16,
-            a.warp_keys() / 16,
-            u = self.unroll()
-        );
-            let at = self.tile_at(
-                BLOCK_KEYS,
-                a.depth,
-                &format!(
-                    "{} + pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)",
-                    self.warp_key()
-                ),
-                "pf_kk * 16 + 8 * ((pf_l / 8) % 2)",
-            );
-            w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_kcur[{at}]"), false));
-            let _ = writeln!(
-                w,
-                "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
-                self.unroll()
-            );
-            for half in 0..2 {
-                w.push_str(&self.mma(
-                    (
-                        "pf_s",
-                        &format!("(pf_mi * {nb} + 2 * pf_np + {half}) * 4"),
-                        WARP_TILES * nb * 4,
-                    ),
-                    (
-                        "pf_qf",
-                        &format!("(pf_mi * {kq} + pf_kk) * 4"),
-                        WARP_TILES * kq * 4,
-                    ),
-                    ("pf_kb", &format!("{}", 2 * half), 4),
-                ));
-            }
-            w.push_str("}\n}\n");
-            self.warps(&w);
-            self.end_if_wgmma();
-        }
+        self.either(Self::wgmma_scores, Self::mma_scores);
         // Whole tiles (the test `pf_full`, uniform in the block) skip the
         // element test: two copies of the step.
         self.line("if (pf_full) {");
@@ -1116,16 +1057,100 @@ impl Emit<'_> {
         self.softmax_step(false);
         self.line("}");
         // The value products.
-        if wg {
-            self.wgmma_values();
+        self.either(Self::wgmma_values, Self::mma_values);
+        if !wg {
+            self.sync();
         }
+        self.line("}");
+        self.wait(0);
+        if a.split.is_some() {
+            self.sync();
+            self.merge_and_store();
+        } else {
+            self.epilogue();
+        }
+        if self.emu {
+            self.line("}");
+        }
+    }
+
+    /// `wgmma`'s form of a step where the kernel has that path, and
+    /// `mma_sync`'s (in the CUDA, compiled where the device is not sm_90a;
+    /// the emulation runs the `wgmma` path alone).
+    fn either(&mut self, wgmma: fn(&mut Self), mma_sync: fn(&mut Self)) {
+        let wg = self.a.wgmma();
+        if wg {
+            wgmma(self);
+        }
+        if !(wg && self.emu) {
+            self.if_not_wgmma();
+            mma_sync(self);
+            self.end_if_wgmma();
+        }
+    }
+
+    /// The scores of a key tile on `mma.sync`: each warp's key fragments
+    /// through `ldmatrix`, times the query fragments it holds.
+    fn mma_scores(&mut self) {
+        let a = self.a;
+        let nb = a.warp_keys() / 8;
+        let kq = a.depth / 16;
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
+            self.unroll(),
+            WARP_TILES * nb * 4,
+            self.at("pf_s", "pf_k")
+        );
+        self.threads(&c);
+        let mut w = String::new();
+        let _ = writeln!(
+        w,
+        "{u}for (int pf_kk = 0; pf_kk < {}; pf_kk++)\n{u}for (int pf_np = 0; pf_np < {}; pf_np++) {{",
+        a.depth / 16,
+        a.warp_keys() / 16,
+        u = self.unroll()
+    );
+        let at = self.tile_at(
+            BLOCK_KEYS,
+            a.depth,
+            &format!(
+                "{} + pf_np * 16 + pf_l % 8 + 8 * (pf_l / 16)",
+                self.warp_key()
+            ),
+            "pf_kk * 16 + 8 * ((pf_l / 8) % 2)",
+        );
+        w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_kcur[{at}]"), false));
+        let _ = writeln!(
+            w,
+            "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
+            self.unroll()
+        );
+        for half in 0..2 {
+            w.push_str(&self.mma(
+                (
+                    "pf_s",
+                    &format!("(pf_mi * {nb} + 2 * pf_np + {half}) * 4"),
+                    WARP_TILES * nb * 4,
+                ),
+                (
+                    "pf_qf",
+                    &format!("(pf_mi * {kq} + pf_kk) * 4"),
+                    WARP_TILES * kq * 4,
+                ),
+                ("pf_kb", &format!("{}", 2 * half), 4),
+            ));
+        }
+        w.push_str("}\n}\n");
+        self.warps(&w);
+    }
+
+    /// The value products on `mma.sync`: the value tile's fragments through
+    /// `ldmatrix.trans`, times the weights' A fragments.
+    fn mma_values(&mut self) {
+        let a = self.a;
         for (k, x) in a.contractions.iter().enumerate() {
-            if wg && self.emu {
-                break;
-            }
-            if k == 0 {
-                self.if_not_wgmma();
-            }
             let mut w = String::new();
             let _ = writeln!(
                 w,
@@ -1172,23 +1197,6 @@ impl Emit<'_> {
             w.push_str("}\n");
             w.push_str("}\n");
             self.warps(&w);
-            if k + 1 == a.contractions.len() {
-                self.end_if_wgmma();
-            }
-        }
-        if !wg {
-            self.sync();
-        }
-        self.line("}");
-        self.wait(0);
-        if a.split.is_some() {
-            self.sync();
-            self.merge_and_store();
-        } else {
-            self.epilogue();
-        }
-        if self.emu {
-            self.line("}");
         }
     }
 

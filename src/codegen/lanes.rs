@@ -627,6 +627,15 @@ impl Ctx<'_> {
         format!("(4 * ({lane} + {} * {q}) + {r})", self.lane_width())
     }
 
+    /// The declaration of a loop's iterator (`iterator = init + i *
+    /// inc`) at element `r` of this thread's group of four slots `pf_q`.
+    fn group_element(&self, iterator: &str, init: &str, inc: &str, r: &str) -> String {
+        format!(
+            "const pf_i {iterator} = {init} + {} * ({inc});",
+            self.group_iteration("(pf_i)threadIdx.x", "pf_q", r)
+        )
+    }
+
     /// The row caches of a private region's `body` (see [`RowCache`]).
     pub(super) fn row_caches(&self, body: &Node) -> Vec<RowCache> {
         let Node::Block(children) = body else {
@@ -898,12 +907,7 @@ impl Ctx<'_> {
         out: &mut String,
     ) {
         let pad = "  ".repeat(depth);
-        let at = |r: &str| {
-            format!(
-                "const pf_i {iterator} = {init} + {} * ({inc});",
-                self.group_iteration("(pf_i)threadIdx.x", "pf_q", r)
-            )
-        };
+        let at = |r: &str| self.group_element(iterator, init, inc, r);
         let inner = Ctx {
             in_lanes: true,
             store_in_fours: true,
@@ -941,15 +945,7 @@ impl Ctx<'_> {
     /// (checked at run time: the tensor's base and the row's start are
     /// whatever the caller passed), one element at a time otherwise.
     fn load_row_cache_in_fours(&self, c: &RowCache, pad: &str, out: &mut String) {
-        let at = |r: &str| {
-            format!(
-                "const pf_i {} = {} + {} * ({});",
-                c.iterator,
-                c.init,
-                self.group_iteration("(pf_i)threadIdx.x", "pf_q", r),
-                c.inc
-            )
-        };
+        let at = |r: &str| self.group_element(&c.iterator, &c.init, &c.inc, r);
         let b = &c.buffer;
         let _ = writeln!(out, "{pad}#pragma unroll");
         let _ = writeln!(

@@ -125,8 +125,7 @@ static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wa
 pub fn wgmma_helper(ty: &str, n: i64, trans: [bool; 2]) -> String {
     let (ta, tb) = (u8::from(trans[0]), u8::from(trans[1]));
     let regs = n / 2;
-    let outs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
-    let cons: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    let (outs, cons) = accumulator_operands(n);
     format!(
         "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
          static __device__ __forceinline__ void pf_wgmma_{ty}_n{n}_t{ta}{tb}(float *d, unsigned long long da, unsigned long long db) {{\n\
@@ -135,12 +134,20 @@ pub fn wgmma_helper(ty: &str, n: i64, trans: [bool; 2]) -> String {
          \x20   : {cons}\n\
          \x20   : \"l\"(da), \"l\"(db), \"r\"(1));\n\
          }}\n#endif\n",
-        outs = outs.join(", "),
-        cons = cons.join(", "),
         da = regs,
         db = regs + 1,
         scale = regs + 2,
     )
+}
+
+/// The accumulators of a `wgmma.m64nN` in an `asm` statement: the operand
+/// list `%0, .., %(n/2 - 1)` and their read-write constraints on `d[0]` ..
+/// `d[n/2 - 1]` (a thread's `n / 2` f32 accumulators).
+pub fn accumulator_operands(n: i64) -> (String, String) {
+    let regs = n / 2;
+    let outs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let cons: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    (outs.join(", "), cons.join(", "))
 }
 
 /// C versions of the warp-wide instructions, from their PTX definitions.
