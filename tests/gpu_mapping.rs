@@ -986,16 +986,12 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
                 // tiles at these sizes take the per-chunk path.
                 assert!(src.contains("if (pf_full && pf_A_all) {"), "{tile:?}");
                 assert!(src.contains("if (pf_full && pf_B_all) {"), "{tile:?}");
-                // The wgmma of a stage is issued before the copy of the
-                // tile ahead; then each warpgroup waits for the step
-                // before only (four stages, two tiles ahead), and for all
-                // after the loop.
-                let issue = src.find("pf_wgmma_commit();").unwrap();
-                let ahead = src[issue..].find("pf_cp_async_commit();").unwrap();
-                let wait = src[issue..].find("pf_wgmma_wait1();").unwrap();
-                let drain = src[issue..].find("pf_wgmma_wait0();").unwrap();
-                assert!(ahead < wait && wait < drain, "{tile:?}");
-                assert!(src.contains("(4 stages)"), "{tile:?}");
+                // A few blocks and two k tiles each (the latency regime):
+                // a stage per k tile, both copied first, none refilled, so
+                // every step's wgmma stays in flight until the loop ends.
+                assert!(src.contains("(2 stages)"), "{tile:?}");
+                assert!(!src.contains("pf_wgmma_wait1();"), "{tile:?}");
+                assert!(src.contains("pf_wgmma_wait0();"), "{tile:?}");
                 // Neighbouring outputs stored in pairs where they can be.
                 assert!(src.contains("*(float2 *)&t_C["), "{tile:?}");
                 assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");
@@ -1030,6 +1026,53 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
         assert!(!src.contains("wgmma.mma_async"), "{tile:?}");
         assert!(src.contains("mma.sync.aligned.m16n8k16"), "{tile:?}");
         emulate_ok(&json, &o);
+    }
+}
+
+#[test]
+fn a_32_wide_mn_major_tile_takes_the_64_byte_swizzle() {
+    // B row-major ([K][N]) in a 32-wide tile: one 64-byte line per k, laid
+    // out in the 64-byte swizzle (chunk `q` of line `l` at `q ^ (l / 2 %
+    // 4)`), read through descriptors of that mode; K-major B in the same
+    // tile stays in the 128-byte swizzle. Sizes off the tiles along m, n
+    // and k; k = 1100 (18 tiles: more than shared memory holds) refills
+    // the stages, k = 100 holds every k tile in a stage of its own.
+    for (b, b_use, narrow) in [
+        (r#"["K","N"]"#, "B(k, j)", true),
+        (r#"["N","K"]"#, "B(j, k)", false),
+    ] {
+        for dtype in ["f16", "bf16"] {
+            for k in [100, 1100] {
+                let body = format!("C(i, j) +=! A(i, k) * {b_use}");
+                let json = contraction(r#"["M","K"]"#, b, &body, dtype, (130, 70, k));
+                let mut o = gpu_options(&[64, 32, 64]);
+                // Unsplit (the automatic split would share k = 1100 among
+                // four blocks of a cluster, five tiles each).
+                o.gpu.as_mut().unwrap().k_split = Some(1);
+                let c = compile(&load_str(&json, "mm.json").unwrap(), &o).unwrap();
+                let src = &c.cuda.as_ref().unwrap().source;
+                let what = format!("{body} {dtype} k={k}");
+                assert!(!src.contains("__cluster_dims__"), "{what}");
+                assert!(
+                    src.contains("wgmma.mma_async.sync.aligned.m64n32k16"),
+                    "{what}"
+                );
+                assert_eq!(
+                    src.contains("pf_wgmma_desc_sw64(&pf_mma_kernel_0_B["),
+                    narrow,
+                    "{what}"
+                );
+                assert_eq!(
+                    src.contains("((pf_B0_line / 2) % 4)) * 8)"),
+                    narrow,
+                    "{what}"
+                );
+                // Refilled stages wait for the step before; whole-k ones
+                // do not.
+                assert_eq!(src.contains("pf_wgmma_wait1();"), k == 1100, "{what}");
+                emulate_ok(&json, &o);
+            }
+        }
     }
 }
 
@@ -1164,14 +1207,34 @@ fn few_output_tiles_split_the_reduction_by_default() {
         assert_eq!(clusters, g[2] > 1);
         g[2]
     };
-    assert_eq!(split_of(&gemm_f16(128, 1024, 1024)), 4);
+    // Unless one wave of blocks can hold all of k at once: 128 x 1024 x
+    // 1024 takes 64 x 32 tiles (64 blocks), unsplit, each of its 16 k
+    // tiles in a stage of its own.
+    assert_eq!(split_of(&gemm_f16(128, 1024, 1024)), 1);
     let p = load_str(&gemm_f16(128, 1024, 1024), "mm.json").unwrap();
     let c = compile(&p, &auto_gpu()).unwrap();
     let src = &c.cuda.as_ref().unwrap().source;
-    // 64 x 64 tiles (32 of them, split in 4), every k tile of a block in
-    // its own stage.
     assert!(
-        src.contains("64 x 64 x 64 tiles, 1 warpgroups") && src.contains("(6 stages)"),
+        src.contains("64 x 32 x 64 tiles, 1 warpgroups") && src.contains("(16 stages)"),
+        "{src}"
+    );
+    assert_eq!(
+        c.cuda.as_ref().unwrap().kernels[0]
+            .grid_dims(&HashMap::new())
+            .unwrap(),
+        [32, 2, 1]
+    );
+    // 32 k tiles do not fit: 64 x 64 tiles split in 4 (128 blocks), each
+    // block's 8 k tiles in stages of their own.
+    assert_eq!(split_of(&gemm_f16(64, 2048, 2048)), 4);
+    let c = compile(
+        &load_str(&gemm_f16(64, 2048, 2048), "mm.json").unwrap(),
+        &auto_gpu(),
+    )
+    .unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    assert!(
+        src.contains("64 x 64 x 64 tiles, 1 warpgroups") && src.contains("(8 stages)"),
         "{src}"
     );
     assert_eq!(split_of(&gemm_f16(4096, 4096, 4096)), 1);

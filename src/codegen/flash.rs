@@ -78,7 +78,7 @@ static void pf_emu_wgmma_ra(float *acc, long stride, const uint32_t *a, long as,
       for (int k = 0; k < 16; k++) {
         int w = r / 16, g = r % 8, hi = (r % 16) / 8, t = (k % 8) / 2;
         uint16_t x = (uint16_t)(a[(long)(w * 32 + g * 4 + t) * as + hi + 2 * (k / 8)] >> (16 * (k % 2)));
-        uint16_t y = pf_emu_sw128(b, b_off, b_mn, b_lbo, c, k);
+        uint16_t y = pf_emu_sw(b, b_off, b_mn, b_lbo, 64, c, k);
         s += (bf16 ? pf_b2f(x) : pf_h2f(x)) * (bf16 ? pf_b2f(y) : pf_h2f(y));
       }
       int w = r / 16, g = (r % 16) % 8, hi = (r % 16) / 8;
@@ -692,8 +692,8 @@ impl Emit<'_> {
                 self.out,
                 "for (int pf_wg = 0; pf_wg < {groups}; pf_wg++)\n\
                  for (int pf_kk = 0; pf_kk < {steps}; pf_kk++)\n\
-                 pf_emu_wgmma(&pf_s[pf_wg * 128][0], {ls}, pf_dynamic_shared, 2L * (pf_fa_q - pf_dynamic_shared + pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16), 0, 16, \
-                 pf_dynamic_shared, 2L * (pf_kcur - pf_dynamic_shared + (pf_kk / 4) * {ka} + (pf_kk % 4) * 16), 0, 16, {}, {});",
+                 pf_emu_wgmma(&pf_s[pf_wg * 128][0], {ls}, pf_dynamic_shared, 2L * (pf_fa_q - pf_dynamic_shared + pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16), 0, 16, 64, \
+                 pf_dynamic_shared, 2L * (pf_kcur - pf_dynamic_shared + (pf_kk / 4) * {ka} + (pf_kk % 4) * 16), 0, 16, 64, {}, {});",
                 a.warp_keys(),
                 i32::from(a.dtype == DType::BF16)
             );

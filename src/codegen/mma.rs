@@ -111,6 +111,10 @@ static __device__ __forceinline__ unsigned long long pf_wgmma_desc(const void *p
   unsigned a = (unsigned)__cvta_generic_to_shared(p);
   return (unsigned long long)((a >> 4) & 0x3fff) | ((unsigned long long)((lbo >> 4) & 0x3fff) << 16) | ((unsigned long long)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
 }
+/* The same in the 64-byte swizzle (bits 62-63 = 2). */
+static __device__ __forceinline__ unsigned long long pf_wgmma_desc_sw64(const void *p, unsigned lbo, unsigned sbo) {
+  return (pf_wgmma_desc(p, lbo, sbo) & ~(3ull << 62)) | (2ull << 62);
+}
 static __device__ __forceinline__ void pf_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void pf_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -164,30 +168,33 @@ static void pf_emu_ldmatrix_x4(const uint16_t *rows[32], int trans, uint32_t out
       out[l][j] = (uint32_t)lo | ((uint32_t)hi << 16);
     }
 }
-/* An element of a wgmma operand in the 128-byte swizzle, as the tensor
-   cores address it: `off` is the descriptor's start in bytes from a base
-   aligned to 1024 bytes; K-major (mn = 0): row r of 8-row groups SBO =
-   1024 apart, k along the row; MN-major (mn = 1): 64 rows along the row,
-   groups of 64 `lbo` apart, k in 8-row groups 1024 apart. Then the
-   address's 16-byte chunk (bits 4-6) is XORed with its row in the atom
-   (bits 7-9). */
-static uint16_t pf_emu_sw128(const uint16_t *base, long off, int mn, long lbo, int r, int k) {
-  long a = mn ? off + (r / 64) * lbo + (k / 8) * 1024 + (k % 8) * 128 + (r % 64) * 2
+/* An element of a wgmma operand in a swizzle of lines of `span` elements
+   (64: the 128-byte swizzle; 32: the 64-byte one), as the tensor cores
+   address it: `off` is the descriptor's start in bytes from a base
+   aligned to 1024 bytes; K-major (mn = 0, 128-byte only): row r of 8-row
+   groups SBO = 1024 apart, k along the row; MN-major (mn = 1): `span`
+   rows along the line, groups of `span` rows `lbo` apart, k in 8-line
+   groups 8 lines apart. Then the address's 16-byte chunk (bits 4-6, or
+   4-5) is XORed with address bits 7-9 (or 7-8): the line's place in its
+   1024- (or 512-) byte atom. */
+static uint16_t pf_emu_sw(const uint16_t *base, long off, int mn, long lbo, int span, int r, int k) {
+  long line = 2L * span;
+  long a = mn ? off + (r / span) * lbo + (k / 8) * 8 * line + (k % 8) * line + (r % span) * 2
               : off + (r / 8) * 1024 + (r % 8) * 128 + k * 2;
-  a ^= ((a >> 7) & 7) << 4;
+  a ^= ((a >> 7) & (line / 16 - 1)) << 4;
   return base[a / 2];
 }
 /* wgmma.m64nNk16 for one warpgroup: thread 32 w + l holds rows 16 w + l / 4
    (+ 8) and columns 8 j + 2 (l % 4) (+ 1) at 4 j + (0 .. 3) of its
    `stride` accumulators. */
-static void pf_emu_wgmma(float *acc, long stride, const uint16_t *a, long a_off, int a_mn, long a_lbo,
-                         const uint16_t *b, long b_off, int b_mn, long b_lbo, int n, int bf16) {
+static void pf_emu_wgmma(float *acc, long stride, const uint16_t *a, long a_off, int a_mn, long a_lbo, int a_span,
+                         const uint16_t *b, long b_off, int b_mn, long b_lbo, int b_span, int n, int bf16) {
   for (int r = 0; r < 64; r++)
     for (int c = 0; c < n; c++) {
       float s = 0.0f;
       for (int k = 0; k < 16; k++) {
-        uint16_t x = pf_emu_sw128(a, a_off, a_mn, a_lbo, r, k);
-        uint16_t y = pf_emu_sw128(b, b_off, b_mn, b_lbo, c, k);
+        uint16_t x = pf_emu_sw(a, a_off, a_mn, a_lbo, a_span, r, k);
+        uint16_t y = pf_emu_sw(b, b_off, b_mn, b_lbo, b_span, c, k);
         s += (bf16 ? pf_b2f(x) : pf_h2f(x)) * (bf16 ? pf_b2f(y) : pf_h2f(y));
       }
       int w = r / 16, g = (r % 16) % 8, hi = (r % 16) / 8;
@@ -693,6 +700,12 @@ impl Region<'_> {
                         // k, the tile's 64-row groups `tk` lines apart.
                         let dst = if x.k_contiguous {
                             format!("{v}_line * 64 + ((({v}_col / 8) ^ ({v}_line % 8)) * 8)")
+                        } else if rows == 32 {
+                            // The 64-byte swizzle (an MN-major tile 32
+                            // wide): a line is 64 bytes, and its chunk `q`
+                            // sits at `q ^ ((line / 2) % 4)` (address bits
+                            // 4-5 XOR bits 7-8).
+                            format!("{v}_line * 32 + ((({v}_col / 8) ^ (({v}_line / 2) % 4)) * 8)")
                         } else {
                             format!(
                                 "({v}_col / 64) * {} + {v}_line * 64 + (((({v}_col % 64) / 8) ^ ({v}_line % 8)) * 8)",
@@ -806,7 +819,13 @@ impl Region<'_> {
                 let per_line = chunks / lines;
                 let uniform = uniform_lines(c.wgmma, wg, per_line, threads);
                 // Elements from one line to the next in shared memory.
-                let line_len = if wg { 64 } else { pitch };
+                let line_len = if !wg {
+                    pitch
+                } else if !x.k_contiguous && rows == 32 {
+                    32
+                } else {
+                    64
+                };
                 if let Some(step) = uniform {
                     let v = format!("pf_{name}0");
                     w(o, d, &format!("if (pf_full && pf_{name}_all) {{"));
@@ -983,7 +1002,16 @@ impl Region<'_> {
                     }
                 };
                 let (a_start, a_lbo) = start(format!("pf_stage * {sa}"), a_mn, "pf_wg");
-                let (b_start, b_lbo) = start(format!("pf_stage * {sb}"), b_mn, "0");
+                // A narrow B (the 64-byte swizzle, 32 wide): 16 lines of
+                // 64 bytes per 16 of k, 8-line groups 512 bytes apart, one
+                // group along n (LBO unused).
+                let narrow = c.narrow_b();
+                let (b_start, b_lbo) = if narrow {
+                    (format!("pf_stage * {sb} + pf_ks * {}", 16 * 32), tk * 64)
+                } else {
+                    start(format!("pf_stage * {sb}"), b_mn, "0")
+                };
+                let b_span = if narrow { 32 } else { 64 };
                 if emu {
                     w(
                         o,
@@ -999,7 +1027,7 @@ impl Region<'_> {
                         o,
                         d + 1,
                         &format!(
-                            "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, {bb}, 2L * ({b_start}), {}, {b_lbo}, {tn}, {bf});",
+                            "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, 64, {bb}, 2L * ({b_start}), {}, {b_lbo}, {b_span}, {tn}, {bf});",
                             tn / 2,
                             i32::from(a_mn),
                             i32::from(b_mn),
@@ -1025,7 +1053,13 @@ impl Region<'_> {
                         o,
                         d + 1,
                         &format!(
-                            "const unsigned long long pf_db = pf_wgmma_desc(&{bb}[{b_start}], {b_lbo}, 1024);"
+                            "const unsigned long long pf_db = {}(&{bb}[{b_start}], {b_lbo}, {});",
+                            if narrow {
+                                "pf_wgmma_desc_sw64"
+                            } else {
+                                "pf_wgmma_desc"
+                            },
+                            if narrow { 512 } else { 1024 }
                         ),
                     );
                     w(
@@ -1263,7 +1297,15 @@ impl Region<'_> {
         // whose instructions run on past their step (each warpgroup waits
         // only for the step before), so the stage of step t - 2 is the one
         // free to overwrite at step t.
-        let dist = if wg { st - 2 } else { st - 1 };
+        // Every k tile its own stage (`whole_k`): all S copied first, none
+        // refilled.
+        let dist = if c.whole_k {
+            st
+        } else if wg {
+            st - 2
+        } else {
+            st - 1
+        };
         if c.compact {
             // One copy in a loop: the code a block runs once stays small.
             if !emu {
@@ -1356,16 +1398,25 @@ impl Region<'_> {
         if wg {
             compute(&mut o, 4);
         }
-        w(&mut o, 4, &format!("if (pf_kt + {ahead} < pf_ke) {{"));
-        copy(&mut o, 5, "pf_next", &format!("(pf_kt + {ahead})"));
-        w(&mut o, 4, "}");
-        if !emu {
-            // An empty group when there is no tile left keeps the count.
-            w(&mut o, 4, "else pf_cp_async_commit();");
+        if c.whole_k {
+            // Nothing left to copy: an empty group keeps the count (and so
+            // the wait above) the same at every step. No stage is
+            // refilled, so the wgmma of every step stays in flight.
+            if !emu {
+                w(&mut o, 4, "pf_cp_async_commit();");
+            }
+        } else {
+            w(&mut o, 4, &format!("if (pf_kt + {ahead} < pf_ke) {{"));
+            copy(&mut o, 5, "pf_next", &format!("(pf_kt + {ahead})"));
+            w(&mut o, 4, "}");
+            if !emu {
+                // An empty group when there is no tile left keeps the count.
+                w(&mut o, 4, "else pf_cp_async_commit();");
+            }
         }
         if !wg {
             compute(&mut o, 4);
-        } else if !emu {
+        } else if !emu && !c.whole_k {
             w(&mut o, 4, "pf_wgmma_wait1();");
         }
         w(&mut o, 3, "}");

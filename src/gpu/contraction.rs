@@ -86,6 +86,11 @@ pub struct Contraction {
     /// a block that runs its code once spends its time fetching
     /// instructions, not on the address arithmetic unrolling saves.
     pub compact: bool,
+    /// Every k tile of a block has a stage of its own (`stages` is the
+    /// block's count of k tiles): all its copies are issued at the start
+    /// and no stage is refilled, so the block waits for global memory once
+    /// (see `latency_stages`).
+    pub whole_k: bool,
     /// Blocks the reduction along `k` is split over (1: none). The `S`
     /// blocks of one output tile form a thread-block cluster (grid `z`,
     /// Hopper): each sums the products of its own range of k tiles, the
@@ -100,8 +105,8 @@ pub struct Contraction {
     /// fragments' sums of 16 products already do: the split-k update of
     /// a plain reduction, whose repair is the identity (`h(t, r, r') = t`).
     pub split: i64,
-    /// The tile is whole warpgroups of 64 rows and whole 128-byte swizzle
-    /// atoms of both operands (see `wgmma_fits`): on sm_90a the kernel
+    /// The tile is whole warpgroups of 64 rows and whole swizzle atoms of
+    /// both operands (see `wgmma_fits`): on sm_90a the kernel
     /// runs `wgmma` (Hopper's warpgroup instructions), elsewhere
     /// `mma.sync` with the same tiles and threads.
     pub wgmma: bool,
@@ -120,6 +125,13 @@ pub struct Epilogue {
 }
 
 impl Contraction {
+    /// Whether operand B's shared tile is in the 64-byte swizzle: an
+    /// MN-major tile 32 wide (one 64-byte line per k), where the 128-byte
+    /// swizzle's atom (64 wide) does not fit.
+    pub fn narrow_b(&self) -> bool {
+        narrow(&self.b, self.tile[1])
+    }
+
     /// Threads per block.
     pub fn threads(&self) -> u32 {
         (32 * self.warps[0] * self.warps[1]) as u32
@@ -172,18 +184,25 @@ const AUTO_TILE_K: i64 = 32;
 /// (64 elements of 16 bits).
 const WGMMA_TILE_K: i64 = 64;
 
+/// An MN-major operand tile of 32 rows: its lines (one per k) are 64
+/// bytes, laid out in the 64-byte swizzle.
+fn narrow(x: &Operand, rows: i64) -> bool {
+    !x.k_contiguous && rows == 32
+}
+
 /// Whether the block tile `tile` with `warps` runs on `wgmma` where the
 /// compiler targets sm_90a: whole warpgroups of 64 rows along `m`, `n` a
 /// multiple of 16 up to 256, and each operand's tile in whole swizzle
 /// atoms: 8 rows of 64 k for a K-major operand, 64 rows (of `m` or `n`)
-/// by 8 of k for an MN-major one. The k tile is 64 (the automatic choice,
-/// `auto`, takes it).
+/// by 8 of k for an MN-major one in the 128-byte swizzle, or exactly 32
+/// rows by 8 of k in the 64-byte swizzle ([`narrow`]). The k tile is 64
+/// (the automatic choice, `auto`, takes it).
 fn wgmma_fits(a: &Operand, b: &Operand, tile: [i64; 3], warps: [i64; 2], auto: bool) -> bool {
     let atoms = |x: &Operand, rows: i64| {
         if x.k_contiguous {
             rows % 8 == 0
         } else {
-            rows % 64 == 0
+            rows % 64 == 0 || narrow(x, rows)
         }
     };
     tile[0] % 64 == 0
@@ -475,6 +494,8 @@ pub fn recognise(
         extents[pos].clone()
     };
     let extents: [Expr; 3] = [at(&m), at(&n), at(&k)];
+    // The automatic latency layout keeps the reduction whole.
+    let mut unsplit = false;
     let (tile, warps) = match user {
         Some((tile, 0)) => {
             // A warpgroup per 64 rows where the tile fits wgmma, else the
@@ -497,7 +518,13 @@ pub fn recognise(
                 .map(|i| super::mapping::member_extent(band, i))
                 .collect::<Result<_>>()?;
             let k_extent = super::mapping::member_extent(band, nb)?;
-            auto_layout(&e, k_extent)
+            match latency_layout(&e, k_extent) {
+                Some(layout) => {
+                    unsplit = true;
+                    layout
+                }
+                None => auto_layout(&e, k_extent),
+            }
         }
     };
     let auto = user.is_none();
@@ -522,6 +549,8 @@ pub fn recognise(
         1
     } else if let Some(s) = k_split {
         i64::from(s)
+    } else if unsplit {
+        1
     } else {
         auto_split(&e, tile)
     };
@@ -543,19 +572,21 @@ pub fn recognise(
         stages: if wgmma { 4 } else { STAGES },
         split,
         compact: false,
+        whole_k: false,
         wgmma,
         epilogue,
     };
     if let Some(stages) = latency_stages(&c, &e) {
         c.stages = stages;
         c.compact = true;
+        c.whole_k = true;
     }
     Ok(Some(c))
 }
 
 /// Shared memory the automatic stage count may fill (of the H100's 227 KB
-/// a block may opt in to).
-const SHARED_FOR_STAGES: i64 = 200 * 1024;
+/// a block may opt in to; 3 KB left for static shared memory).
+const SHARED_FOR_STAGES: i64 = 224 * 1024;
 
 /// Most stages of a copy pipeline.
 const MAX_STAGES: i64 = 16;
@@ -563,20 +594,25 @@ const MAX_STAGES: i64 = 16;
 /// The latency regime of `c` for extents `e` (`m`, `n`, `k`, `None` where
 /// unknown or batched): when the grid has no more blocks than the GPU has
 /// multiprocessors (one block each: a few output tiles, or a split
-/// reduction) and shared memory can hold every k tile of a block at once,
-/// `Some(stages)` with that many stages. All of a block's copies are then
-/// issued at its start, so global-memory latency is paid once per block
-/// instead of once per few tiles (cuBLAS's kernel for 128 x 1024 x 1024
-/// f16 on the H100 keeps its 16 k tiles of 64 in 213 KB of shared memory),
-/// and the pipeline's loops are not unrolled: each stage is used once, and
-/// a block that runs its code once spends its time fetching instructions
-/// (Nsight Compute, 64 x 64 x 64 tiles split 4: 65% of the warps' stalls
-/// were instruction fetch).
+/// reduction) and shared memory can hold every k tile of a block at once
+/// (in the larger of the two engines' layouts), `Some(stages)` with one
+/// stage per k tile of a block ([`Contraction::whole_k`]). All of a
+/// block's copies are then issued at its start and no stage is refilled,
+/// so global-memory latency is paid once per block instead of once per
+/// few tiles (cuBLAS's kernel for 128 x 1024 x 1024 f16 on the H100 keeps
+/// its 16 k tiles of 64 in 213 KB of shared memory), and the pipeline's
+/// loops are not unrolled: each stage is used once, and a block that runs
+/// its code once spends its time fetching instructions (Nsight Compute,
+/// 64 x 64 x 64 tiles split 4: 65% of the warps' stalls were instruction
+/// fetch).
 ///
 /// Measured on the H100 (128 x 1024 x 1024 f16, 64 x 64 x 64, split 4):
 /// 7.49 us with four stages unrolled, 7.24 us with the loops rolled, 6.91
-/// us with six stages rolled. Without a split (16 k tiles a block, more
-/// than fit) the unrolled four stages stay: 7.53 us against 8.7 us rolled.
+/// us with six stages rolled (every k tile in flight). A hand-written
+/// kernel with every k tile in flight (`bench/experiments/gemm-latency`,
+/// 20 launches in a CUDA graph): 64 x 32 tiles unsplit (16 stages, 64
+/// blocks) 3.85 us, split 2 4.39 us; 64 x 64 split 2 4.60 us, split 4
+/// 5.00 us; cuBLAS 3.84 us.
 fn latency_stages(c: &Contraction, e: &[Option<i64>]) -> Option<i64> {
     let (Some(em), Some(en), Some(ek)) = (e[0], e[1], e[2]) else {
         return None;
@@ -587,12 +623,9 @@ fn latency_stages(c: &Contraction, e: &[Option<i64>]) -> Option<i64> {
         return None;
     }
     let per_block = ((ek + tk - 1) / tk + c.split - 1) / c.split;
-    // Tiles ahead plus the stages still being read: 1 (mma.sync) or 2
-    // (wgmma, see `codegen::mma`).
-    let want = per_block + if c.wgmma { 2 } else { 1 };
     let stage = crate::codegen::mma::stage_bytes(c) as i64;
     let fit = (SHARED_FOR_STAGES / stage.max(1)).min(MAX_STAGES);
-    (want <= fit).then_some(want.max(c.stages))
+    (per_block <= fit).then_some(per_block.max(2))
 }
 /// The iterator of statement `o` that each of the first `members` members
 /// of `band` is, when each is exactly one iterator (coefficient 1, no
@@ -673,6 +706,51 @@ fn auto_split(e: &[Option<i64>], tile: [i64; 3]) -> i64 {
 /// Blocks the automatic choice wants at least (the H100 has 132
 /// multiprocessors).
 const ENOUGH_BLOCKS: i64 = 132;
+
+/// The layouts the latency regime tries ([`latency_layout`]): one
+/// warpgroup of 64 rows, `n` 128, 64 or 32 wide.
+const LATENCY_LAYOUTS: [(i64, i64, i64, i64); 3] =
+    [(64, 128, 1, 4), (64, 64, 2, 2), (64, 32, 2, 2)];
+
+/// The automatic layout in the latency regime, for `m` and `n` extents
+/// `e` and `k` all known at compile time: among [`LATENCY_LAYOUTS`] whose
+/// tiles are at least three quarters real work along `m` and `n`, whose
+/// grid is one wave ([`ENOUGH_BLOCKS`] blocks or fewer) without a split,
+/// and whose block can hold every k tile of 64 in shared memory at once
+/// (in the padded `mma.sync` layout, the larger), the one with the most
+/// blocks; the reduction is then not split (see [`latency_stages`]).
+/// `None` where none qualifies: [`auto_layout`] decides.
+///
+/// Why not split: on the H100 (128 x 1024 x 1024 f16, hand-written
+/// kernels with every k tile in flight, `bench/experiments/gemm-latency`,
+/// 20 launches in a CUDA graph) 64 x 32 tiles unsplit took 3.85 us (64
+/// blocks), split 2 4.39 us (128 blocks); 64 x 64 split 2 4.60 us, split
+/// 4 5.00 us: a cluster's partial sums cost more than the blocks they add.
+fn latency_layout(e: &[Option<i64>], k: Option<i64>) -> Option<([i64; 3], [i64; 2])> {
+    let (&[Some(em), Some(en)], Some(k)) = (e, k) else {
+        return None;
+    };
+    let k_tiles = (k + WGMMA_TILE_K - 1) / WGMMA_TILE_K;
+    let used = |x: i64, t: i64| x as f64 / (((x + t - 1) / t) * t).max(1) as f64;
+    let blocks = |tm: i64, tn: i64| ((em + tm - 1) / tm) * ((en + tn - 1) / tn);
+    // Bytes of a stage in the padded layout: each operand `rows x (64 +
+    // 8)` or `64 x (rows + 8)`, whichever is larger.
+    let padded = |rows: i64| (rows * (WGMMA_TILE_K + 8)).max(WGMMA_TILE_K * (rows + 8));
+    LATENCY_LAYOUTS
+        .iter()
+        .filter(|(tm, tn, _, _)| {
+            used(em, *tm) >= 0.75
+                && used(en, *tn) >= 0.75
+                && blocks(*tm, *tn) <= ENOUGH_BLOCKS
+                && k_tiles.min(MAX_STAGES) == k_tiles
+                && k_tiles * 2 * (padded(*tm) + padded(*tn)) <= SHARED_FOR_STAGES
+        })
+        .fold(None, |best: Option<&(i64, i64, i64, i64)>, l| match best {
+            Some(b) if blocks(b.0, b.1) >= blocks(l.0, l.1) => Some(b),
+            _ => Some(l),
+        })
+        .map(|&(tm, tn, wm, wn)| ([tm, tn, WGMMA_TILE_K], [wm, wn]))
+}
 
 /// The layout of [`LAYOUTS`] for extents `e` (`m`, `n`, then the batch
 /// members; unknown extents count as large) and `k`: the one that gives
