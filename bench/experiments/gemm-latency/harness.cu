@@ -273,7 +273,7 @@ int main(int argc, char **argv) {
   cublasHandle_t h; cublasCreate(&h);
   std::vector<std::pair<const char *, std::function<void(cudaStream_t)>>> V;
   CK(cudaFuncSetAttribute(kernel_0, cudaFuncAttributeMaxDynamicSharedMemorySize, EMITTED_SMEM));
-  V.push_back({"emitted", [=](cudaStream_t st) { kernel_0<<<EMITTED_GRID, 128, EMITTED_SMEM, st>>>(A, B, C); }});
+  V.push_back({"emitted", [=](cudaStream_t st) { kernel_0<<<dim3(EMITTED_GX, EMITTED_GY, EMITTED_GZ), 128, EMITTED_SMEM, st>>>(A, B, C); }});
   V.push_back({"tma_64x64_split4", tma_variant<64, 4>(ta, tb, C)});
   V.push_back({"tma_64x64_split2", tma_variant<64, 2>(ta, tb, C)});
   V.push_back({"tma_64x32_split2", tma_variant<32, 2>(ta, tb32, C)});
