@@ -1070,9 +1070,35 @@ fn a_32_wide_mn_major_tile_takes_the_64_byte_swizzle() {
                 // Refilled stages wait for the step before; whole-k ones
                 // do not.
                 assert_eq!(src.contains("pf_wgmma_wait1();"), k == 1100, "{what}");
+                // Partial tiles: the copies test each k tile's end and the
+                // epilogue the output's bounds.
+                assert!(!src.contains("const int pf_full = 1;"), "{what}");
+                assert!(!src.contains("if (pf_A_all && pf_B_all) {"), "{what}");
                 emulate_ok(&json, &o);
             }
         }
+    }
+    // Extents that are multiples of the tiles: whole tiles known at
+    // compile time, so neither test is printed; still the reference's
+    // result on the CPU.
+    for dtype in ["f16", "bf16"] {
+        let json = contraction(
+            r#"["M","K"]"#,
+            r#"["K","N"]"#,
+            "C(i, j) +=! A(i, k) * B(k, j)",
+            dtype,
+            (128, 64, 192),
+        );
+        let o = gpu_options(&[64, 32, 64]);
+        let c = compile(&load_str(&json, "mm.json").unwrap(), &o).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert!(src.contains("const int pf_full = 1;"), "{src}");
+        // The first tiles' copies in a loop of their own where every
+        // chunk is aligned and inside (on the GPU).
+        assert!(src.contains("if (pf_A_all && pf_B_all) {"), "{src}");
+        assert!(src.contains("pf_inside[pf_c] = 1;"), "{src}");
+        assert!(!src.contains("pf_m0 + pf_lm < pf_em"), "{src}");
+        emulate_ok(&json, &o);
     }
 }
 

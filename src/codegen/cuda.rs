@@ -1712,6 +1712,20 @@ impl Ctx<'_> {
             let _ = writeln!(epilogue, "{}", self.printer.statement(st, s.kind, &env));
             self.printer.overrides.borrow_mut().clear();
         }
+        // Every tile whole: the extents are known (parameters with values)
+        // and multiples of the tile sizes.
+        let values: std::collections::HashMap<String, i64> = self
+            .program
+            .params
+            .iter()
+            .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
+            .collect();
+        let known = |e: &Expr| crate::gpu::eval(e, &values).ok();
+        let full_tiles = c
+            .extents
+            .iter()
+            .zip(c.tile)
+            .all(|(e, t)| known(e).is_some_and(|x| x > 0 && x % t == 0));
         let region = super::mma::Region {
             c,
             mark: self.mark,
@@ -1731,6 +1745,7 @@ impl Ctx<'_> {
             c_dtype: regs.dtype,
             zero_init: regs.init.is_some(),
             epilogue,
+            full_tiles,
         };
         out.push_str(&region.print(depth + 1));
         let _ = writeln!(out, "{pad}}}");

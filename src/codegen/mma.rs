@@ -355,6 +355,14 @@ pub struct Region<'a> {
     /// The epilogue statements on the element's value `pf_cv` (stored
     /// type), for the element at local `(pf_lm, pf_ln)`.
     pub epilogue: String,
+    /// Every tile is whole, known at compile time (the extents are
+    /// constants, multiples of the tile sizes along `m`, `n` and `k`):
+    /// the copies need no test of the k tile's end and the epilogue no
+    /// test of the output's bounds. A block that runs its code once (the
+    /// latency regime) spends its time issuing instructions: on the H100,
+    /// 128 x 1024 x 1024 f16 executed 590 848 warp instructions against
+    /// 410 112 for a hand-written kernel of the same tiles.
+    pub full_tiles: bool,
 }
 
 impl Region<'_> {
@@ -574,7 +582,11 @@ impl Region<'_> {
                 w(
                     o,
                     d + 1,
-                    "const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;",
+                    if self.full_tiles {
+                        "const int pf_in = 1;"
+                    } else {
+                        "const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;"
+                    },
                 );
             }
             body(o, d + 1);
@@ -807,11 +819,15 @@ impl Region<'_> {
                 d += 1;
                 setup(o, d);
             }
-            w(
-                o,
-                d,
-                &format!("const int pf_full = ({k0}) + {tk} <= pf_ek;"),
-            );
+            if self.full_tiles {
+                w(o, d, "const int pf_full = 1;");
+            } else {
+                w(
+                    o,
+                    d,
+                    &format!("const int pf_full = ({k0}) + {tk} <= pf_ek;"),
+                );
+            }
             for (name, x, rows, buf, len, _, ext, _) in operands {
                 let (lines, pitch) = layout(c, x, rows);
                 let chunks = lines * (pitch - PAD) / 8;
@@ -944,6 +960,36 @@ impl Region<'_> {
             } else {
                 w(o, d, "pf_cp_async_commit();");
             }
+        };
+        // The copies of one stage when every chunk of both operands is
+        // aligned and inside (`pf_A_all && pf_B_all`) and the tile is
+        // whole: the fast branches of `copy` alone (GPU only; `None` where
+        // an operand has no such branch).
+        let fast_copies = || -> Option<String> {
+            let mut o = String::new();
+            for (name, x, rows, buf, len, _, _, _) in operands {
+                let (lines, pitch) = layout(c, x, rows);
+                let chunks = lines * (pitch - PAD) / 8;
+                let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
+                let step = uniform_lines(c.wgmma, wg, chunks / lines, threads)?;
+                let line_len = if !wg {
+                    pitch
+                } else if !x.k_contiguous && rows == 32 {
+                    32
+                } else {
+                    64
+                };
+                let v = format!("pf_{name}0");
+                for j in 0..per_thread {
+                    let _ = writeln!(
+                        o,
+                        "pf_cp_async16_full(&{buf}[(pf_s) * {len} + {v}_dst + {}], ({v}_src + (pf_kb + pf_s * {tk}) * {v}_ks + {} * {v}_ls));",
+                        j * step * line_len,
+                        j * step
+                    );
+                }
+            }
+            Some(o)
         };
         // Shared offsets (in elements) of the rows each lane hands to
         // ldmatrix, for an A fragment at warp rows `r0` and k `kk`, and for
@@ -1306,6 +1352,39 @@ impl Region<'_> {
         } else {
             st - 1
         };
+        // Whole tiles with every chunk aligned and inside (a test that
+        // does not change along k): the first tiles' copies in a loop of
+        // their own, free of the per-chunk tests and of the general path.
+        // Measured on the H100 (128 x 1024 x 1024 f16, 16 stages, the
+        // kernel edited by hand, 20 launches in a CUDA graph): 4.84 ->
+        // 4.20 us. The CPU emulation runs the loop below, whose fast
+        // branches make the same copies.
+        let hoisted = if self.full_tiles && !emu {
+            fast_copies()
+        } else {
+            None
+        };
+        if let Some(fast) = &hoisted {
+            w(&mut o, 1, "if (pf_A_all && pf_B_all) {");
+            if c.compact {
+                w(&mut o, 2, "#pragma unroll 1");
+            } else {
+                w(&mut o, 2, "#pragma unroll");
+            }
+            w(
+                &mut o,
+                2,
+                &format!("for (int pf_s = 0; pf_s < {dist}; pf_s++) {{"),
+            );
+            w(&mut o, 3, &format!("if (pf_kb + pf_s * {tk} < pf_ke) {{"));
+            for line in fast.lines() {
+                w(&mut o, 4, line);
+            }
+            w(&mut o, 3, "}");
+            w(&mut o, 3, "pf_cp_async_commit();");
+            w(&mut o, 2, "}");
+            w(&mut o, 1, "} else {");
+        }
         if c.compact {
             // One copy in a loop: the code a block runs once stays small.
             if !emu {
@@ -1332,6 +1411,9 @@ impl Region<'_> {
                     w(&mut o, 1, "else pf_cp_async_commit();");
                 }
             }
+        }
+        if hoisted.is_some() {
+            w(&mut o, 1, "}");
         }
         // The main loop, unrolled by the number of stages so that every
         // stage index (and so every shared address) is a constant; rolled
@@ -1553,13 +1635,12 @@ impl Region<'_> {
             w(o, d, "for (int pf_c = 0; pf_c < 2; pf_c++) {");
             w(o, d + 1, "const int pf_r2 = pf_r + pf_c;");
             w(o, d + 1, "const pf_i pf_ln2 = pf_ln + pf_c;");
-            w(
-                o,
-                d + 1,
-                &format!(
-                    "pf_inside[pf_c] = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln2 < pf_en{owned};"
-                ),
-            );
+            let bounds = if self.full_tiles {
+                "1".to_string()
+            } else {
+                "pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln2 < pf_en".to_string()
+            };
+            w(o, d + 1, &format!("pf_inside[pf_c] = {bounds}{owned};"));
             w(o, d + 1, "if (pf_inside[pf_c]) {");
             // The element's own names for the epilogue's statements.
             w(

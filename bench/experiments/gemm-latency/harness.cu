@@ -37,6 +37,12 @@ static __device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map,
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                :: "r"(smem_addr(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_addr(b)) : "memory");
 }
+static __device__ __forceinline__ void wgmma_n64(float *d, unsigned long long da, unsigned long long db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    : "l"(da), "l"(db), "r"(1));
+}
 static __device__ __forceinline__ void wgmma_n32(float *d, unsigned long long da, unsigned long long db) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
     "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 1;\n}\n"
@@ -92,7 +98,7 @@ __global__ void __launch_bounds__(128, 1) tma_gemm(const __grid_constant__ CUten
     for (int ks = 0; ks < 4; ks++) {
       const unsigned long long da = pf_wgmma_desc(As + s * 4096 + ks * 16, 16, 1024);
       const unsigned long long db = BN == 64 ? pf_wgmma_desc(Bs + s * 64 * BN + ks * 1024, 8192, 1024) : desc_sw64(Bs + s * 64 * BN + ks * 16 * BN, 8192, 512);
-      if (BN == 64) pf_wgmma_f16_n64_t01(acc, da, db); else wgmma_n32(acc, da, db);
+      if (BN == 64) wgmma_n64(acc, da, db); else wgmma_n32(acc, da, db);
     }
     pf_wgmma_commit();
   }
@@ -180,7 +186,7 @@ __global__ void __launch_bounds__(128, 1) cpa_gemm(const unsigned short *__restr
     for (int ks = 0; ks < 4; ks++) {
       const unsigned long long da = pf_wgmma_desc(As + s * 4096 + ks * 16, 16, 1024);
       const unsigned long long db = BN == 64 ? pf_wgmma_desc(Bs + s * 64 * BN + ks * 1024, 8192, 1024) : desc_sw64(Bs + s * 64 * BN + ks * 16 * BN, 8192, 512);
-      if (BN == 64) pf_wgmma_f16_n64_t01(acc, da, db); else wgmma_n32(acc, da, db);
+      if (BN == 64) wgmma_n64(acc, da, db); else wgmma_n32(acc, da, db);
     }
     pf_wgmma_commit();
   }
@@ -239,7 +245,7 @@ template <int BN, int SPLIT> static std::function<void(cudaStream_t)> tma_varian
   };
 }
 
-template <int BN, int SPLIT> static std::function<void(cudaStream_t)> cpa_variant(unsigned short *A, unsigned short *B, unsigned short *C) {
+template <int BN, int SPLIT> static std::function<void(cudaStream_t)> cpa_variant(unsigned short *A, unsigned short *B, unsigned short *C, bool cluster = true) {
   constexpr int KT = K / 64 / SPLIT;
   const int smem = KT * (8192 + 64 * BN * 2) + 1024;
   CK(cudaFuncSetAttribute(cpa_gemm<BN, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -248,7 +254,7 @@ template <int BN, int SPLIT> static std::function<void(cudaStream_t)> cpa_varian
     cfg.gridDim = dim3(N / BN, M / 64, SPLIT); cfg.blockDim = dim3(128, 1, 1); cfg.dynamicSmemBytes = smem; cfg.stream = st;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension; at[0].val.clusterDim.x = 1; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = SPLIT;
-    cfg.attrs = at; cfg.numAttrs = 1;
+    cfg.attrs = at; cfg.numAttrs = cluster ? 1 : 0;
     CK(cudaLaunchKernelEx(&cfg, cpa_gemm<BN, SPLIT>, (const unsigned short *)A, (const unsigned short *)B, C));
   };
 }
@@ -283,6 +289,15 @@ int main(int argc, char **argv) {
   V.push_back({"cpa_64x64_split2", cpa_variant<64, 2>(A, B, C)});
   V.push_back({"cpa_64x32_split2", cpa_variant<32, 2>(A, B, C)});
   V.push_back({"cpa_64x32_split1", cpa_variant<32, 1>(A, B, C)});
+  V.push_back({"cpa_64x32_split1_nocluster", cpa_variant<32, 1>(A, B, C, false)});
+  V.push_back({"emitted_cluster1", [=](cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(EMITTED_GX, EMITTED_GY, EMITTED_GZ); cfg.blockDim = dim3(128, 1, 1); cfg.dynamicSmemBytes = EMITTED_SMEM; cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension; at[0].val.clusterDim.x = 1; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+    cfg.attrs = at; cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, kernel_0, A, B, C));
+  }});
   V.push_back({"cublas", [=](cudaStream_t st) {
     const float one = 1.f, zero = 0.f; cublasSetStream(h, st);
     // row-major C = A B is column-major C^T = B^T A^T
@@ -315,7 +330,16 @@ int main(int argc, char **argv) {
       CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ge, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
       float ms; CK(cudaEventElapsedTime(&ms, a, b)); graph.push_back(ms * 1e3f / 20);
     }
-    printf("%-20s one launch %6.2f us   in a graph of 20 %6.2f us   max rel error %.1e\n", name, med(one), med(graph), err);
+    cudaGraph_t g1; cudaGraphExec_t ge1; std::vector<float> single;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    run(st);
+    CK(cudaStreamEndCapture(st, &g1)); CK(cudaGraphInstantiate(&ge1, g1, 0));
+    for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge1, st));
+    for (int i = 0; i < 50; i++) {
+      CK(cudaEventRecord(a, st)); for (int r = 0; r < 20; r++) CK(cudaGraphLaunch(ge1, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+      float ms; CK(cudaEventElapsedTime(&ms, a, b)); single.push_back(ms * 1e3f / 20);
+    }
+    printf("%-20s one launch %6.2f us   in a graph of 20 %6.2f us   a graph of one, 20 replays %6.2f us   max rel error %.1e\n", name, med(one), med(graph), med(single), err);
   }
   return 0;
 }
