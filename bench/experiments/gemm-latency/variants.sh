@@ -16,15 +16,12 @@ v smem196k '' 196608
 v bounds1 's/__launch_bounds__\(128, 2\)/__launch_bounds__(128, 1)/' 229376
 v unrolled "$UNROLL" 229376
 v expect 's/if \(pf_full && pf_([AB])_all\) \{/if (__builtin_expect(pf_full && pf_$1_all, 1)) {/g; s/if \(pf_inside\[0\] && pf_inside\[1\] && /if (__builtin_expect(pf_inside[0] && pf_inside[1], 1) && /g' 229376
-# hoist.py applies to the form polyfuse printed before it hoisted the fast copies itself
-if python3 "$HERE/hoist.py" "$W/base.cu" "$W/hoist_src.cu" 2>/dev/null; then
-  v hoist "" 229376 hoist_src.cu
-  v hoist_unrolled "$UNROLL" 229376 hoist_src.cu
-fi
+v nowg 's/pf_wg \* 4096 \+ //g' 229376
+v nowg_unrolled "$UNROLL; s/pf_wg \* 4096 \+ //g" 229376
 v all "$UNROLL; s/__launch_bounds__\(128, 2\)/__launch_bounds__(128, 1)/" 196608
 wait
 for rep in 1 2; do
-  for n in base hoist hoist_unrolled; do [ -x "$W/$n/run" ] && { echo "== $n"; "$W/$n/run" emitted; }; done
+  for n in base nowg nowg_unrolled; do [ -x "$W/$n/run" ] && { echo "== $n"; "$W/$n/run" emitted; }; done
   "$W/base/run" cpa_64x32_split1; "$W/base/run" cublas
 done
 if [ -n "${NCU:-}" ]; then
