@@ -497,6 +497,8 @@ for (prog, kind), s in steps.items():
         failures.append(f"- {prog} {kind}: {s['status']}: {s['detail'][:160]} ({log})")
 for name, plist in peers.items():
     for p in plist:
+        if "skipped" in p:
+            continue
         if "error" in p or not p.get("check", {}).get("ok"):
             failures.append(f"- {name} peer {p.get('peer')}: {p.get('error') or p.get('check')}")
 
@@ -515,9 +517,10 @@ summary = [
 ]
 md = ["# GPU results", "", "Written by `scripts/gpu-check.sh` (see bench/README.md).", ""] + summary + [""]
 md += [
-    "polyfuse us: median of `polyfuse run --target cuda --bench` (device events). peer: the "
+    "polyfuse us: median of `polyfuse run --target cuda --bench` (device events; a program "
+    "under 100 us as replays of a CUDA graph of one run, 20 per event pair). peer: the "
     "fastest PyTorch peer whose output matched a float64 reference (TF32 off), timed with "
-    "device events in the same run (all peers below). check: `--check` at the file's sizes "
+    "device events in the same run, short ones the same way (all peers below). check: `--check` at the file's sizes "
     "and, for the examples, at sizes no multiple of 32 (odd); `(smaller)`: checked at smaller "
     "sizes, as the f64 reference runs on the CPU. memcheck, racecheck: compute-sanitizer on "
     "the odd-size check.",
@@ -535,6 +538,8 @@ for name in examples + benches:
             prow.append([name, p["peer"], fmt(p["median_us"], ".1f"), fmt(p.get("gb_per_s"), ".0f"),
                          fmt(p.get("tflop_per_s"), ".2f"), fmt(c.get("rel_error"), ".1e"),
                          "ok" if c.get("ok") else "FAILED"])
+        elif "skipped" in p:
+            prow.append([name, p.get("peer"), "not applicable", "", "", "", str(p["skipped"])[:80]])
         else:
             prow.append([name, p.get("peer"), "error", "", "", "", str(p.get("error", ""))[:80]])
 if prow:
