@@ -1,7 +1,11 @@
-# Source-level stall sampling of polyfuse's emitted gemm kernel and the hand-written one
+#!/bin/bash
+# usage (from the repository root): ncu-src.sh [POLYFUSE]: Nsight Compute source counters and warp
+# states of polyfuse's emitted gemm f16 128 x 1024 x 1024 kernel and of the hand-written one
+# (cpa_64x32_split1), written to $OUT/ncu_*.txt.
 set -u
+P=${1:-bench-bin/polyfuse}
 R=$PWD; HERE=$R/bench/experiments/gemm-latency; W=$(mktemp -d)
-bench-bin/polyfuse schedule bench/programs/gemm_f16_128x1024x1024.json --emit cuda > $W/kernel.cu
+"$P" schedule bench/programs/gemm_f16_128x1024x1024.json --emit cuda > $W/kernel.cu
 (cd $W && nvcc -O3 -lineinfo -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DEMITTED_SMEM=229376 -DEMITTED_GX=32 -DEMITTED_GY=2 -DEMITTED_GZ=1 -I. -o run $HERE/harness.cu -lcuda -lcublas > build.log 2>&1 || tail build.log)
 cd $W
 NCU=$(which ncu || echo /usr/local/cuda/bin/ncu)
