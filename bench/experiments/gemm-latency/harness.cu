@@ -62,6 +62,42 @@ static __device__ __forceinline__ float4 cluster_load4(const float4 *p, int rank
   return v;
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The block's accumulators (a 64 x BN tile at m0, n0) summed over the
+// SPLIT blocks of its cluster through distributed shared memory (each
+// block adds up the column groups it owns), then stored as f16 pairs.
+template <int BN, int SPLIT>
+static __device__ __forceinline__ void finish_tile(float *acc, unsigned char *base, int rank, int m0, int n0, unsigned short *__restrict__ C) {
+  constexpr int NT = BN / 8;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  if (SPLIT > 1) {
+    __syncthreads();
+    float4 *part = (float4 *)base;  // [NT][128] float4: thread tid's acc[4 nt .. 4 nt + 3]
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) part[nt * 128 + tid] = make_float4(acc[4 * nt], acc[4 * nt + 1], acc[4 * nt + 2], acc[4 * nt + 3]);
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      if (nt % SPLIT != rank) continue;
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int q = 0; q < SPLIT; q++) { float4 v = cluster_load4(&part[nt * 128 + tid], q); s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w; }
+      acc[4 * nt] = s.x; acc[4 * nt + 1] = s.y; acc[4 * nt + 2] = s.z; acc[4 * nt + 3] = s.w;
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    if (SPLIT > 1 && nt % SPLIT != rank) continue;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int r = m0 + warp * 16 + lane / 4 + h * 8, c = n0 + nt * 8 + (lane % 4) * 2;
+      *(__half2 *)&C[r * N + c] = __floats2half2_rn(acc[4 * nt + 2 * h], acc[4 * nt + 2 * h + 1]);
+    }
+  }
+}
+
+#endif
 // One block: a 64 x BN tile of C over its share of k (SPLIT blocks of a
 // cluster along z share the k range and add their partial tiles through
 // distributed shared memory). Every k tile of the share is in flight at
@@ -103,33 +139,7 @@ __global__ void __launch_bounds__(128, 1) tma_gemm(const __grid_constant__ CUten
     pf_wgmma_commit();
   }
   pf_wgmma_wait0();
-  const int lane = tid % 32, warp = tid / 32;
-  if (SPLIT > 1) {
-    __syncthreads();
-    float4 *part = (float4 *)base;  // [NT][128] float4: thread tid's acc[4 nt .. 4 nt + 3]
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) part[nt * 128 + tid] = make_float4(acc[4 * nt], acc[4 * nt + 1], acc[4 * nt + 2], acc[4 * nt + 3]);
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-      if (nt % SPLIT != rank) continue;
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int q = 0; q < SPLIT; q++) { float4 v = cluster_load4(&part[nt * 128 + tid], q); s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w; }
-      acc[4 * nt] = s.x; acc[4 * nt + 1] = s.y; acc[4 * nt + 2] = s.z; acc[4 * nt + 3] = s.w;
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  }
-#pragma unroll
-  for (int nt = 0; nt < NT; nt++) {
-    if (SPLIT > 1 && nt % SPLIT != rank) continue;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int r = m0 + warp * 16 + lane / 4 + h * 8, c = n0 + nt * 8 + (lane % 4) * 2;
-      __half2 v = __floats2half2_rn(acc[4 * nt + 2 * h], acc[4 * nt + 2 * h + 1]);
-      *(__half2 *)&C[r * N + c] = v;
-    }
-  }
+  finish_tile<BN, SPLIT>(acc, base, rank, m0, n0, C);
 #endif
 }
 
@@ -191,32 +201,7 @@ __global__ void __launch_bounds__(128, 1) cpa_gemm(const unsigned short *__restr
     pf_wgmma_commit();
   }
   pf_wgmma_wait0();
-  const int lane = tid % 32, warp = tid / 32;
-  if (SPLIT > 1) {
-    __syncthreads();
-    float4 *part = (float4 *)base;
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) part[nt * 128 + tid] = make_float4(acc[4 * nt], acc[4 * nt + 1], acc[4 * nt + 2], acc[4 * nt + 3]);
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-      if (nt % SPLIT != rank) continue;
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int q = 0; q < SPLIT; q++) { float4 v = cluster_load4(&part[nt * 128 + tid], q); s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w; }
-      acc[4 * nt] = s.x; acc[4 * nt + 1] = s.y; acc[4 * nt + 2] = s.z; acc[4 * nt + 3] = s.w;
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  }
-#pragma unroll
-  for (int nt = 0; nt < NT; nt++) {
-    if (SPLIT > 1 && nt % SPLIT != rank) continue;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int r = m0 + warp * 16 + lane / 4 + h * 8, c = n0 + nt * 8 + (lane % 4) * 2;
-      *(__half2 *)&C[r * N + c] = __floats2half2_rn(acc[4 * nt + 2 * h], acc[4 * nt + 2 * h + 1]);
-    }
-  }
+  finish_tile<BN, SPLIT>(acc, base, rank, m0, n0, C);
 #endif
 }
 
