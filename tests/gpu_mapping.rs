@@ -1219,6 +1219,21 @@ fn a_contractions_reduction_split_over_a_cluster_is_emulated() {
 }
 
 #[test]
+fn a_deeper_pipeline_refills_its_stages_in_order() {
+    // 12 blocks of 64 x 64 whose 16 k tiles do not fit in shared memory
+    // at once (unsplit): six stages, four tiles ahead, refilled as the
+    // tensor cores finish with them; partial tiles along m, n and k.
+    let json = gemm_f16(130, 200, 1000);
+    let mut o = gpu_options(&[64, 64, 64]);
+    o.gpu.as_mut().unwrap().k_split = Some(1);
+    let c = compile(&load_str(&json, "mm.json").unwrap(), &o).unwrap();
+    let src = &c.cuda.as_ref().unwrap().source;
+    assert!(src.contains("wgmma.m64n64k16) (6 stages)"), "{src}");
+    assert!(src.contains("pf_wgmma_wait1();"), "{src}");
+    emulate_ok(&json, &o);
+}
+
+#[test]
 fn few_output_tiles_split_the_reduction_by_default() {
     // 128 x 1024 x 1024 (TC's latency case) has too few output tiles to
     // give each of the H100's multiprocessors a block: the automatic
@@ -1264,6 +1279,19 @@ fn few_output_tiles_split_the_reduction_by_default() {
         "{src}"
     );
     assert_eq!(split_of(&gemm_f16(4096, 4096, 4096)), 1);
+    // One wave of 64 x 64 tiles whose k does not fit (128 x 4096 x 4096):
+    // six stages, four tiles copied ahead; larger tiles and more blocks
+    // keep four.
+    let stages_of = |json: &str| {
+        let c = compile(&load_str(json, "mm.json").unwrap(), &auto_gpu()).unwrap();
+        let src = c.cuda.as_ref().unwrap().source.clone();
+        let at = src.find(" stages) */").expect("a pipeline");
+        let from = src[..at].rfind('(').unwrap() + 1;
+        src[from..at].parse::<i64>().unwrap()
+    };
+    assert_eq!(stages_of(&gemm_f16(128, 4096, 4096)), 6);
+    assert_eq!(stages_of(&gemm_f16(1024, 1024, 1024)), 4);
+    assert_eq!(stages_of(&gemm_f16(4096, 4096, 4096)), 4);
     // Tiles of 64 rows or more, the smallest split that gives 128 blocks:
     // 256 x 1024 takes 64 x 64 tiles split in two (not 32 x 32 unsplit),
     // 1024 x 1024 takes 64 x 128 tiles unsplit.

@@ -576,10 +576,14 @@ pub fn recognise(
         wgmma,
         epilogue,
     };
-    if let Some(stages) = latency_stages(&c, &e) {
-        c.stages = stages;
-        c.compact = true;
-        c.whole_k = true;
+    match latency_stages(&c, &e) {
+        Some(Latency::WholeK(stages)) => {
+            c.stages = stages;
+            c.compact = true;
+            c.whole_k = true;
+        }
+        Some(Latency::Deeper(stages)) => c.stages = stages,
+        None => {}
     }
     Ok(Some(c))
 }
@@ -613,7 +617,10 @@ const MAX_STAGES: i64 = 16;
 /// 20 launches in a CUDA graph): 64 x 32 tiles unsplit (16 stages, 64
 /// blocks) 3.85 us, split 2 4.39 us; 64 x 64 split 2 4.60 us, split 4
 /// 5.00 us; cuBLAS 3.84 us.
-fn latency_stages(c: &Contraction, e: &[Option<i64>]) -> Option<i64> {
+///
+/// Where shared memory cannot hold a block's k tiles, small `wgmma`
+/// tiles get a deeper pipeline instead ([`DEEPER_STAGES`]).
+fn latency_stages(c: &Contraction, e: &[Option<i64>]) -> Option<Latency> {
     let (Some(em), Some(en), Some(ek)) = (e[0], e[1], e[2]) else {
         return None;
     };
@@ -625,8 +632,30 @@ fn latency_stages(c: &Contraction, e: &[Option<i64>]) -> Option<i64> {
     let per_block = ((ek + tk - 1) / tk + c.split - 1) / c.split;
     let stage = crate::codegen::mma::stage_bytes(c) as i64;
     let fit = (SHARED_FOR_STAGES / stage.max(1)).min(MAX_STAGES);
-    (per_block <= fit).then_some(per_block.max(2))
+    if per_block <= fit {
+        return Some(Latency::WholeK(per_block.max(2)));
+    }
+    (c.wgmma && tm * tn <= 64 * 64 && DEEPER_STAGES <= fit && DEEPER_STAGES > c.stages)
+        .then_some(Latency::Deeper(DEEPER_STAGES))
 }
+
+/// What the latency regime changes in a contraction's pipeline.
+enum Latency {
+    /// A stage per k tile of a block ([`Contraction::whole_k`]).
+    WholeK(i64),
+    /// More stages than the default, refilled as usual.
+    Deeper(i64),
+}
+
+/// Stages of a one-wave grid whose blocks cannot hold all of k, on
+/// `wgmma` tiles of 64 x 64 or smaller: four tiles copied ahead instead of
+/// two. Measured on the H100 (f16, 64 x 64 x 64 tiles, `--bench`, one
+/// run each): 128 x 4096 x 4096 (128 blocks, 64 k tiles each) 30.2 us
+/// with four stages, 20.0 with six, 21.2 with eight, 24.2 with twelve
+/// (cuBLAS 15.4); 256 x 1024 x 4096 (split 2) 14.2 -> 13.7; 512 x 512 x
+/// 8192 (split 2) 22.8 -> 21.5. With 64 x 128 tiles (1024^3) six stages
+/// took 10.1 us against 9.6: larger tiles keep four.
+const DEEPER_STAGES: i64 = 6;
 /// The iterator of statement `o` that each of the first `members` members
 /// of `band` is, when each is exactly one iterator (coefficient 1, no
 /// constant, no parameter): `None` otherwise.
