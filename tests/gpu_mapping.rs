@@ -1177,14 +1177,15 @@ fn a_contractions_reduction_split_over_a_cluster_is_emulated() {
         }
     }
     // A long k (79 tiles, 40 a block): more than shared memory holds, so
-    // the unrolled pipeline of four stages, split in two.
+    // the unrolled pipeline, split in two; one wave of 64 x 64 tiles: six
+    // stages, four tiles ahead.
     let long = gemm_f16(130, 200, 5000);
     let mut o = gpu_options(&[64, 64, 64]);
     o.gpu.as_mut().unwrap().k_split = Some(2);
     let c = compile(&load_str(&long, "mm.json").unwrap(), &o).unwrap();
     let src = &c.cuda.as_ref().unwrap().source;
     assert!(
-        src.contains("(4 stages)") && !src.contains("pf_s = 0"),
+        src.contains("(6 stages)") && !src.contains("pf_s = 0"),
         "{src}"
     );
     assert!(src.contains("__cluster_dims__(1, 1, 2)"));
