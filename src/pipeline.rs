@@ -211,11 +211,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     schedule::check_legal(file, &final_schedule, &scop, &deps)?;
     let ast = codegen::build_ast(&scop, &final_schedule)?;
     let kernel_c = codegen::c::kernel(program_k, &scop, &ast);
-    let values: HashMap<String, i64> = program
-        .params
-        .iter()
-        .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
-        .collect();
+    let values = program.known_params();
     let reference_c = if values.len() == program.params.len() {
         // The reference is the original program's, whatever was repaired.
         let boxes = bounding_boxes(&original, &values)?;

@@ -433,11 +433,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         // The CPU kernel takes the same tensors in the same order.
         _ => crate::gpu::kernel_args(&program, &compiled.tensors),
     };
-    let fixed = program
-        .params
-        .iter()
-        .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
-        .collect();
+    let fixed = program.known_params();
     let symbolic = program
         .params
         .iter()

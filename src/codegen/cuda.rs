@@ -1714,12 +1714,7 @@ impl Ctx<'_> {
         }
         // Every tile whole: the extents are known (parameters with values)
         // and multiples of the tile sizes.
-        let values: std::collections::HashMap<String, i64> = self
-            .program
-            .params
-            .iter()
-            .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
-            .collect();
+        let values = self.program.known_params();
         let known = |e: &Expr| crate::gpu::eval(e, &values).ok();
         let full_tiles = c
             .extents

@@ -41,7 +41,7 @@
 use std::fmt::Write;
 
 use crate::frontend::ast::DType;
-use crate::gpu::contraction::{Contraction, Operand, MMA_K, MMA_M, MMA_N};
+use crate::gpu::contraction::{narrow, Contraction, Operand, MMA_K, MMA_M, MMA_N};
 
 /// CUDA helpers for the tensor-core path (sm_80 and later).
 pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_async16(void *dst, const void *src, int bytes) {
@@ -234,10 +234,31 @@ const PAD: i64 = 8;
 
 /// `(rows, pitch)` of one stage of operand `x` with `r` rows in the tile.
 fn layout(c: &Contraction, x: &Operand, r: i64) -> (i64, i64) {
+    padded_layout(x, r, c.tile[2])
+}
+
+/// `(rows, pitch)` of one stage of operand `x` with `r` rows and a k tile
+/// of `tk`, in the padded (`mma.sync`) layout: the larger of a kernel's
+/// two layouts, so its size bounds a stage's shared memory.
+pub fn padded_layout(x: &Operand, r: i64, tk: i64) -> (i64, i64) {
     if x.k_contiguous {
-        (r, c.tile[2] + PAD)
+        (r, tk + PAD)
     } else {
-        (c.tile[2], r + PAD)
+        (tk, r + PAD)
+    }
+}
+
+/// Elements from one line of operand `x`'s shared tile (`rows` rows) to
+/// the next: the padded pitch for `mma.sync` (`wg` false), else the
+/// swizzle's line, 32 elements in the 64-byte swizzle ([`narrow`]) and 64
+/// in the 128-byte one.
+fn line_len(c: &Contraction, x: &Operand, rows: i64, wg: bool) -> i64 {
+    if !wg {
+        layout(c, x, rows).1
+    } else if narrow(x, rows) {
+        32
+    } else {
+        64
     }
 }
 
@@ -712,7 +733,7 @@ impl Region<'_> {
                         // k, the tile's 64-row groups `tk` lines apart.
                         let dst = if x.k_contiguous {
                             format!("{v}_line * 64 + ((({v}_col / 8) ^ ({v}_line % 8)) * 8)")
-                        } else if rows == 32 {
+                        } else if narrow(x, rows) {
                             // The 64-byte swizzle (an MN-major tile 32
                             // wide): a line is 64 bytes, and its chunk `q`
                             // sits at `q ^ ((line / 2) % 4)` (address bits
@@ -805,6 +826,38 @@ impl Region<'_> {
                 }
             }
         };
+        // The fast path's copies of operand `x` (one chunk's addresses
+        // kept, the others a constant number of lines on) into `stage` from
+        // k tile `k0`, as (destination, source) pairs; `None` where the
+        // operand's chunks do not lie in one column (`uniform_lines`).
+        let fast_chunks = |name: &str,
+                           x: &Operand,
+                           rows: i64,
+                           buf: &str,
+                           len: i64,
+                           stage: &str,
+                           k0: &str|
+         -> Option<Vec<(String, String)>> {
+            let (lines, pitch) = layout(c, x, rows);
+            let chunks = lines * (pitch - PAD) / 8;
+            let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
+            let step = uniform_lines(c.wgmma, wg, chunks / lines, threads)?;
+            let line_len = line_len(c, x, rows, wg);
+            let v = format!("pf_{name}0");
+            Some(
+                (0..per_thread)
+                    .map(|j| {
+                        (
+                            format!(
+                                "&{buf}[({stage}) * {len} + {v}_dst + {}]",
+                                j * step * line_len
+                            ),
+                            format!("({v}_src + ({k0}) * {v}_ks + {} * {v}_ls)", j * step),
+                        )
+                    })
+                    .collect(),
+            )
+        };
         let copy = |o: &mut String, d: usize, stage: &str, k0: &str| {
             let mut d = d;
             if emu {
@@ -834,23 +887,10 @@ impl Region<'_> {
                 let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
                 let per_line = chunks / lines;
                 let uniform = uniform_lines(c.wgmma, wg, per_line, threads);
-                // Elements from one line to the next in shared memory.
-                let line_len = if !wg {
-                    pitch
-                } else if !x.k_contiguous && rows == 32 {
-                    32
-                } else {
-                    64
-                };
-                if let Some(step) = uniform {
-                    let v = format!("pf_{name}0");
+                let line_len = line_len(c, x, rows, wg);
+                if let Some(fast) = fast_chunks(name, x, rows, buf, len, stage, k0) {
                     w(o, d, &format!("if (pf_full && pf_{name}_all) {{"));
-                    for j in 0..per_thread {
-                        let dst = format!(
-                            "&{buf}[({stage}) * {len} + {v}_dst + {}]",
-                            j * step * line_len
-                        );
-                        let src = format!("({v}_src + ({k0}) * {v}_ks + {} * {v}_ls)", j * step);
+                    for (dst, src) in fast {
                         if emu {
                             w(o, d + 1, &format!("memcpy({dst}, {src}, 16);"));
                         } else {
@@ -968,25 +1008,9 @@ impl Region<'_> {
         let fast_copies = || -> Option<String> {
             let mut o = String::new();
             for (name, x, rows, buf, len, _, _, _) in operands {
-                let (lines, pitch) = layout(c, x, rows);
-                let chunks = lines * (pitch - PAD) / 8;
-                let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
-                let step = uniform_lines(c.wgmma, wg, chunks / lines, threads)?;
-                let line_len = if !wg {
-                    pitch
-                } else if !x.k_contiguous && rows == 32 {
-                    32
-                } else {
-                    64
-                };
-                let v = format!("pf_{name}0");
-                for j in 0..per_thread {
-                    let _ = writeln!(
-                        o,
-                        "pf_cp_async16_full(&{buf}[(pf_s) * {len} + {v}_dst + {}], ({v}_src + (pf_kb + pf_s * {tk}) * {v}_ks + {} * {v}_ls));",
-                        j * step * line_len,
-                        j * step
-                    );
+                let k0 = format!("pf_kb + pf_s * {tk}");
+                for (dst, src) in fast_chunks(name, x, rows, buf, len, "pf_s", &k0)? {
+                    let _ = writeln!(o, "pf_cp_async16_full({dst}, {src});");
                 }
             }
             Some(o)
@@ -1366,7 +1390,7 @@ impl Region<'_> {
         };
         if let Some(fast) = &hoisted {
             w(&mut o, 1, "if (pf_A_all && pf_B_all) {");
-            if c.compact {
+            if c.whole_k {
                 w(&mut o, 2, "#pragma unroll 1");
             } else {
                 w(&mut o, 2, "#pragma unroll");
@@ -1385,7 +1409,7 @@ impl Region<'_> {
             w(&mut o, 2, "}");
             w(&mut o, 1, "} else {");
         }
-        if c.compact {
+        if c.whole_k {
             // One copy in a loop: the code a block runs once stays small.
             if !emu {
                 w(&mut o, 1, "#pragma unroll 1");
@@ -1417,7 +1441,7 @@ impl Region<'_> {
         }
         // The main loop, unrolled by the number of stages so that every
         // stage index (and so every shared address) is a constant; rolled
-        // in the latency regime (`Contraction::compact`).
+        // when every k tile has its own stage (`Contraction::whole_k`).
         w(
             &mut o,
             1,
@@ -1430,7 +1454,7 @@ impl Region<'_> {
             w(
                 &mut o,
                 2,
-                if c.compact {
+                if c.whole_k {
                     "#pragma unroll 1"
                 } else {
                     "#pragma unroll"

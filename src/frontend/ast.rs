@@ -491,6 +491,13 @@ impl Program {
     pub fn param_value(&self, name: &str) -> Option<i64> {
         self.param(name).and_then(|p| p.value)
     }
+    /// The parameters that have a value, by name.
+    pub fn known_params(&self) -> std::collections::HashMap<String, i64> {
+        self.params
+            .iter()
+            .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
+            .collect()
+    }
     /// `a` with every parameter replaced by its value, when all have one.
     pub fn evaluate(&self, a: &Affine) -> Option<i64> {
         a.substitute(&|n: &str| self.param_value(n)).as_constant()

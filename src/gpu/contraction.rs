@@ -81,15 +81,12 @@ pub struct Contraction {
     pub warps: [i64; 2],
     /// Shared-memory stages of the copy pipeline along `k` (at least 2).
     pub stages: i64,
-    /// The pipeline's loops are not unrolled (the latency regime, see
-    /// `latency_stages`): every k tile of a block has its own stage, and
-    /// a block that runs its code once spends its time fetching
-    /// instructions, not on the address arithmetic unrolling saves.
-    pub compact: bool,
     /// Every k tile of a block has a stage of its own (`stages` is the
     /// block's count of k tiles): all its copies are issued at the start
     /// and no stage is refilled, so the block waits for global memory once
-    /// (see `latency_stages`).
+    /// (see `latency_stages`). The pipeline's loops are then not unrolled:
+    /// a block that runs its code once spends its time fetching
+    /// instructions, not on the address arithmetic unrolling saves.
     pub whole_k: bool,
     /// Blocks the reduction along `k` is split over (1: none). The `S`
     /// blocks of one output tile form a thread-block cluster (grid `z`,
@@ -186,7 +183,7 @@ const WGMMA_TILE_K: i64 = 64;
 
 /// An MN-major operand tile of 32 rows: its lines (one per k) are 64
 /// bytes, laid out in the 64-byte swizzle.
-fn narrow(x: &Operand, rows: i64) -> bool {
+pub fn narrow(x: &Operand, rows: i64) -> bool {
     !x.k_contiguous && rows == 32
 }
 
@@ -518,7 +515,7 @@ pub fn recognise(
                 .map(|i| super::mapping::member_extent(band, i))
                 .collect::<Result<_>>()?;
             let k_extent = super::mapping::member_extent(band, nb)?;
-            match latency_layout(&e, k_extent) {
+            match latency_layout(&e, k_extent, &a, &b) {
                 Some(layout) => {
                     unsplit = true;
                     layout
@@ -571,7 +568,6 @@ pub fn recognise(
         // `codegen::mma`).
         stages: if wgmma { 4 } else { STAGES },
         split,
-        compact: false,
         whole_k: false,
         wgmma,
         epilogue,
@@ -579,7 +575,6 @@ pub fn recognise(
     match latency_stages(&c, &e) {
         Some(Latency::WholeK(stages)) => {
             c.stages = stages;
-            c.compact = true;
             c.whole_k = true;
         }
         Some(Latency::Deeper(stages)) => c.stages = stages,
@@ -745,8 +740,9 @@ const LATENCY_LAYOUTS: [(i64, i64, i64, i64); 3] =
 /// `e` and `k` all known at compile time: among [`LATENCY_LAYOUTS`] whose
 /// tiles are at least three quarters real work along `m` and `n`, whose
 /// grid is one wave ([`ENOUGH_BLOCKS`] blocks or fewer) without a split,
-/// and whose block can hold every k tile of 64 in shared memory at once
-/// (in the padded `mma.sync` layout, the larger), the one with the most
+/// and whose block can hold every k tile of 64 of operands `a` and `b` in
+/// shared memory at once (in the padded `mma.sync` layout, the larger),
+/// the one with the most
 /// blocks; the reduction is then not split (see [`latency_stages`]).
 /// `None` where none qualifies: [`auto_layout`] decides.
 ///
@@ -755,24 +751,33 @@ const LATENCY_LAYOUTS: [(i64, i64, i64, i64); 3] =
 /// 20 launches in a CUDA graph) 64 x 32 tiles unsplit took 3.85 us (64
 /// blocks), split 2 4.39 us (128 blocks); 64 x 64 split 2 4.60 us, split
 /// 4 5.00 us: a cluster's partial sums cost more than the blocks they add.
-fn latency_layout(e: &[Option<i64>], k: Option<i64>) -> Option<([i64; 3], [i64; 2])> {
+fn latency_layout(
+    e: &[Option<i64>],
+    k: Option<i64>,
+    a: &Operand,
+    b: &Operand,
+) -> Option<([i64; 3], [i64; 2])> {
     let (&[Some(em), Some(en)], Some(k)) = (e, k) else {
         return None;
     };
     let k_tiles = (k + WGMMA_TILE_K - 1) / WGMMA_TILE_K;
     let used = |x: i64, t: i64| x as f64 / (((x + t - 1) / t) * t).max(1) as f64;
     let blocks = |tm: i64, tn: i64| ((em + tm - 1) / tm) * ((en + tn - 1) / tn);
-    // Bytes of a stage in the padded layout: each operand `rows x (64 +
-    // 8)` or `64 x (rows + 8)`, whichever is larger.
-    let padded = |rows: i64| (rows * (WGMMA_TILE_K + 8)).max(WGMMA_TILE_K * (rows + 8));
+    let stage_bytes = |tm: i64, tn: i64| {
+        let len = |x: &Operand, rows: i64| {
+            let (lines, pitch) = crate::codegen::mma::padded_layout(x, rows, WGMMA_TILE_K);
+            lines * pitch
+        };
+        2 * (len(a, tm) + len(b, tn))
+    };
     LATENCY_LAYOUTS
         .iter()
         .filter(|(tm, tn, _, _)| {
             used(em, *tm) >= 0.75
                 && used(en, *tn) >= 0.75
                 && blocks(*tm, *tn) <= ENOUGH_BLOCKS
-                && k_tiles.min(MAX_STAGES) == k_tiles
-                && k_tiles * 2 * (padded(*tm) + padded(*tn)) <= SHARED_FOR_STAGES
+                && k_tiles <= MAX_STAGES
+                && k_tiles * stage_bytes(*tm, *tn) <= SHARED_FOR_STAGES
         })
         .fold(None, |best: Option<&(i64, i64, i64, i64)>, l| match best {
             Some(b) if blocks(b.0, b.1) >= blocks(l.0, l.1) => Some(b),

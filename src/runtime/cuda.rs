@@ -227,6 +227,19 @@ pub fn arch_override(value: &str, cc: i32) -> Result<String> {
     }
 }
 
+/// `source` compiled by NVRTC for `arch`: its machine code (CUBIN) where
+/// NVRTC gives one (a real architecture), else its PTX.
+fn module_for(source: &str, arch: String) -> Result<(Ptx, String)> {
+    let out = nvrtc(source, &format!("--gpu-architecture={arch}"))?;
+    match (out.cubin, out.ptx) {
+        (Some(cubin), _) => Ok((Ptx::from_binary(cubin), arch)),
+        (None, Some(ptx)) => Ok((Ptx::from_src(ptx), arch)),
+        (None, None) => Err(Error::Internal(
+            "NVRTC returned neither CUBIN nor PTX".into(),
+        )),
+    }
+}
+
 /// Compiles the program for the device: machine code (CUBIN) when NVRTC
 /// knows the device's architecture, else PTX for the newest architecture
 /// it knows below it, which the driver compiles further.
@@ -234,14 +247,7 @@ fn compile_for(gpu: &Gpu, source: &str) -> Result<(Ptx, String)> {
     require_nvrtc()?;
     if let Some(value) = std::env::var_os(ARCH_VARIABLE) {
         let arch = arch_override(&value.to_string_lossy(), gpu.cc)?;
-        let out = nvrtc(source, &format!("--gpu-architecture={arch}"))?;
-        return match (out.cubin, out.ptx) {
-            (Some(cubin), _) => Ok((Ptx::from_binary(cubin), arch)),
-            (None, Some(ptx)) => Ok((Ptx::from_src(ptx), arch)),
-            (None, None) => Err(Error::Internal(
-                "NVRTC returned neither CUBIN nor PTX".into(),
-            )),
-        };
+        return module_for(source, arch);
     }
     let archs = sys::nvrtc_archs();
     let known = archs.is_empty() || archs.contains(&gpu.cc);
@@ -255,16 +261,7 @@ fn compile_for(gpu: &Gpu, source: &str) -> Result<(Ptx, String)> {
         } else {
             format!("sm_{}", gpu.cc)
         };
-        let out = nvrtc(source, &format!("--gpu-architecture={arch}"))?;
-        if let Some(cubin) = out.cubin {
-            return Ok((Ptx::from_binary(cubin), arch));
-        }
-        if let Some(ptx) = out.ptx {
-            return Ok((Ptx::from_src(ptx), arch));
-        }
-        return Err(Error::Internal(
-            "NVRTC returned neither CUBIN nor PTX".into(),
-        ));
+        return module_for(source, arch);
     }
     let below = archs.iter().copied().filter(|a| *a < gpu.cc).max();
     let Some(a) = below else {
@@ -713,35 +710,28 @@ fn execute(
         } else {
             None
         };
-        let mut times = Vec::with_capacity(opts.bench_runs);
-        if let Some((stream, graph)) = &graph {
-            for _ in 0..WARMUP_RUNS {
-                graph
-                    .launch()
-                    .map_err(|e| driver("replaying the graph", e))?;
-            }
-            for _ in 0..opts.bench_runs {
-                start.record(stream).map_err(|e| driver("timing", e))?;
-                for _ in 0..reps {
-                    graph
-                        .launch()
-                        .map_err(|e| driver("replaying the graph", e))?;
+        // One timed execution, and the stream it runs on.
+        let (stream, once): (&Arc<CudaStream>, Box<dyn Fn() -> Result<()>>) = match &graph {
+            Some((stream, graph)) => {
+                let replay = || graph.launch().map_err(|e| driver("replaying the graph", e));
+                for _ in 0..WARMUP_RUNS {
+                    replay()?;
                 }
-                end.record(stream).map_err(|e| driver("timing", e))?;
-                let ms = start.elapsed_ms(&end).map_err(|e| driver("timing", e))?;
-                times.push(ms as f64 * 1e3 / reps as f64);
+                (stream, Box::new(replay))
             }
-            stream.synchronize().map_err(|e| driver("timing", e))?;
-        }
-        for _ in 0..if graph.is_some() { 0 } else { opts.bench_runs } {
-            start.record(&gpu.stream).map_err(|e| driver("timing", e))?;
+            None => (&gpu.stream, Box::new(run_all)),
+        };
+        let mut times = Vec::with_capacity(opts.bench_runs);
+        for _ in 0..opts.bench_runs {
+            start.record(stream).map_err(|e| driver("timing", e))?;
             for _ in 0..reps {
-                run_all()?;
+                once()?;
             }
-            end.record(&gpu.stream).map_err(|e| driver("timing", e))?;
+            end.record(stream).map_err(|e| driver("timing", e))?;
             let ms = start.elapsed_ms(&end).map_err(|e| driver("timing", e))?;
             times.push(ms as f64 * 1e3 / reps as f64);
         }
+        stream.synchronize().map_err(|e| driver("timing", e))?;
         times.sort_by(|a, b| a.total_cmp(b));
         Some(times[times.len() / 2])
     } else {
