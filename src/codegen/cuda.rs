@@ -173,6 +173,7 @@ pub fn program(
         fixed_selects: Default::default(),
         run_reads: Default::default(),
         fast_exp: false,
+        scaled_reads: Default::default(),
     };
     let args = crate::gpu::kernel_args(program, &scop.tensors);
     // The parameter list, from the argument order every launcher uses.

@@ -61,6 +61,12 @@ pub struct Printer<'a> {
     /// code whose exponentials only feed values rounded to 16 bits
     /// afterwards (`codegen::flash`'s weights).
     pub fast_exp: bool,
+    /// Reads that are a positive constant times another value the printer
+    /// has (access text -> (C text of the value, the constant)): under
+    /// `fast_exp`, `exp(x - b)` of such a read `x = c * y` prints as one
+    /// FFMA of `y` with the folded constant `c log2 e`, so `x` itself need
+    /// not be computed (`codegen::flash`'s scaled scores).
+    pub scaled_reads: std::cell::RefCell<HashMap<String, (String, f64)>>,
 }
 
 /// A thread-private array as the printer addresses it: element `a` of the
@@ -167,6 +173,18 @@ impl Printer<'_> {
         }
     }
 
+    /// The raw value and the constant of a read in `scaled_reads`.
+    fn scaled(&self, e: &Expr) -> Option<(String, f64)> {
+        match &e.kind {
+            ExprKind::Access { tensor, subscripts } => self
+                .scaled_reads
+                .borrow()
+                .get(&crate::model::access_text(tensor, subscripts))
+                .cloned(),
+            _ => None,
+        }
+    }
+
     fn is_single(&self, t: DType) -> bool {
         self.mode == Mode::Native && t == DType::F32
     }
@@ -244,6 +262,14 @@ impl Printer<'_> {
                 // once where `b` is the same for many elements.
                 const LOG2E: &str = "1.4426950408889634f";
                 match &args[0].kind {
+                    ExprKind::Binary(BinOp::Sub, a, b) if self.scaled(a).is_some() => {
+                        let (y, c) = self.scaled(a).expect("checked by the guard");
+                        format!(
+                            "pf_exp2_ftz(fmaf({y}, {:?}f, -({} * {LOG2E})))",
+                            (c * std::f64::consts::LOG2_E) as f32,
+                            self.expr(b, env)
+                        )
+                    }
                     ExprKind::Binary(BinOp::Sub, a, b) => format!(
                         "pf_exp2_ftz(fmaf({}, {LOG2E}, -({} * {LOG2E})))",
                         self.expr(a, env),

@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::frontend::ast::{Affine, DType, Expr, Program, Reducer};
+use crate::frontend::ast::{Affine, BinOp, DType, Expr, ExprKind, Program, Reducer};
 use crate::gpu::attention::{
     input_reads, Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS,
     WARPS, WARP_TILES,
@@ -285,6 +285,14 @@ fn intern(list: &mut Vec<String>, text: String) -> usize {
 /// contraction's in them.
 type Distinct = (Vec<String>, Vec<usize>, Vec<usize>);
 
+/// The access text of `e` where it is a tensor read.
+fn read_text(e: &Expr) -> Option<String> {
+    match &e.kind {
+        ExprKind::Access { tensor, subscripts } => Some(access_text(tensor, subscripts)),
+        _ => None,
+    }
+}
+
 fn reducer_op(r: Reducer) -> i32 {
     match r {
         Reducer::Sum => 0,
@@ -450,6 +458,7 @@ impl Emit<'_> {
             fixed_selects: Default::default(),
             run_reads: Default::default(),
             fast_exp: fast && !self.emu,
+            scaled_reads: Default::default(),
         }
     }
 
@@ -702,19 +711,22 @@ impl Emit<'_> {
         let _ = writeln!(
             self.out,
             "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{{\n\
-             const int pf_wg = pf_w / 4;\n\
+             const int pf_wg = {wg};\n\
              pf_wgmma_fence();\n\
              #pragma unroll\n\
              for (int pf_kk = 0; pf_kk < {steps}; pf_kk++) {{\n\
-             const unsigned long long pf_da = pf_wgmma_desc(&pf_fa_q[pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16], 16, 1024);\n\
-             const unsigned long long pf_db = pf_wgmma_desc(&pf_kcur[(pf_kk / 4) * {ka} + (pf_kk % 4) * 16], 16, 1024);\n\
+             const unsigned long long pf_da = pf_wgmma_desc_at(pf_dk0, pf_shared_bytes(&pf_fa_q[pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16]));\n\
+             const unsigned long long pf_db = pf_wgmma_desc_at(pf_dk0, pf_shared_bytes(&pf_kcur[(pf_kk / 4) * {ka} + (pf_kk % 4) * 16]));\n\
              pf_fa_wgmma_ss_n{n}(pf_s, pf_da, pf_db, pf_kk);\n\
              }}\n\
              pf_wgmma_commit();\n\
              pf_wgmma_wait0();\n\
              pf_fa_keep_n{n}(pf_s);\n\
              }}\n#endif",
-            n = a.warp_keys()
+            n = a.warp_keys(),
+            // One warpgroup: its query tile is the block's (a constant
+            // offset, folded into the descriptors).
+            wg = if groups == 1 { "0" } else { "pf_w / 4" }
         );
     }
 
@@ -758,7 +770,7 @@ impl Emit<'_> {
                 self.out,
                 "#pragma unroll\n\
                  for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{\n\
-                 const unsigned long long pf_db = pf_wgmma_desc(&pf_vcur{k}[pf_kc * 1024], {lbo}, 1024);\n\
+                 const unsigned long long pf_db = pf_wgmma_desc_at(pf_dv0, pf_shared_bytes(&pf_vcur{k}[pf_kc * 1024]));\n\
                  pf_fa_wgmma_rs_n{n}(pf_o{k}, &pf_pa{k}[pf_kc * 4], pf_db);\n\
                  pf_fa_wgmma_rs_n{n}(pf_o{k}, &pf_pl{k}[pf_kc * 4], pf_db);\n\
                  }}",
@@ -836,6 +848,19 @@ impl Emit<'_> {
             vars.push((format!("pf_cf{k}"), "float", SLOTS));
             vars.push((format!("pf_pa{k}"), "uint32_t", frags));
             vars.push((format!("pf_pl{k}"), "uint32_t", frags));
+        }
+        if a.wgmma() && !self.emu {
+            // The operand descriptors' fields other than the start
+            // address, once: each tile's descriptor is one of these moved
+            // by its offset (`pf_wgmma_desc_at`).
+            let _ = writeln!(
+                self.out,
+                "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
+                 const unsigned long long pf_dk0 = pf_wgmma_desc(pf_dynamic_shared, 16, 1024);\n\
+                 const unsigned long long pf_dv0 = pf_wgmma_desc(pf_dynamic_shared, {}, 1024);\n\
+                 #endif",
+                BLOCK_KEYS * 128
+            );
         }
         for (name, ty, len) in vars {
             if self.emu {
@@ -1296,18 +1321,32 @@ impl Emit<'_> {
             let _ = writeln!(c, "{} = {value};", self.at(&format!("pf_x{k}"), "pf_k"));
         }
         let mt = self.at("pf_mt", "pf_r");
+        // A maximum (or minimum) of scaled scores `c * s` (c > 0) is `c`
+        // times the maximum of the scores: rounding is monotone, so
+        // `max_j fl(c s_j) = fl(c max_j s_j)` exactly, and the scaling
+        // moves out of the per-element loop.
+        let scaled = self.scaled_scores();
+        let folded = scaled.filter(|&(k, _)| {
+            matches!(a.reducer, Reducer::Max | Reducer::Min)
+                && read_text(&a.pred_body) == Some(access_text(&a.maps[k].0, &self.elem_subs()))
+        });
+        let body = match folded {
+            Some(_) => self.at("pf_s", "pf_k"),
+            None => printer.expr(&a.pred_body, &env),
+        };
         let _ = writeln!(
             c,
             "if (pf_ok) {mt} = {};\n}}",
-            printer.combine(
-                a.reducer,
-                DType::F32,
-                &mt,
-                &printer.expr(&a.pred_body, &env)
-            )
+            printer.combine(a.reducer, DType::F32, &mt, &body)
         );
         self.threads(&c);
         self.quad("pf_mt", SLOTS, a.reducer);
+        if let Some((_, factor)) = folded {
+            self.threads(&format!(
+                "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {mt} = {mt} * {:?}f;\n",
+                factor as f32
+            ));
+        }
         // New predecessor value, repairs. A sum's repair `H(X; Mp, M)`
         // distributes over the sum (Eq. 5, proven by the rewrite) and is
         // continuous in `X`, so it is `X * H(1; Mp, M)`: one factor per row
@@ -1374,6 +1413,13 @@ impl Emit<'_> {
         let mut tov = ov;
         tov.insert(a.pred_term.clone(), self.at("pf_mn", "pf_r"));
         let printer = self.printer(tov, true);
+        // `exp(c s - m)` of scaled scores as one FFMA of the score.
+        if let Some((k, factor)) = scaled {
+            printer.scaled_reads.borrow_mut().insert(
+                access_text(&a.maps[k].0, &self.elem_subs()),
+                (self.at("pf_s", "pf_k"), factor as f32 as f64),
+            );
+        }
         let u = self.unroll();
         let _ = writeln!(
             c,
@@ -1439,6 +1485,27 @@ impl Emit<'_> {
             self.at("pf_mn", "pf_r")
         );
         self.threads(&c);
+    }
+
+    /// The first map that scales the scores by a positive constant,
+    /// `X(.., i, j) = P(.., i, j) * c` (or `c * P`, or `P / c`): its
+    /// position and `c`.
+    fn scaled_scores(&self) -> Option<(usize, f64)> {
+        let score = access_text(&self.a.score, &self.elem_subs());
+        let is_score = |e: &Expr| read_text(e).as_deref() == Some(score.as_str());
+        let constant = |e: &Expr| match e.kind {
+            ExprKind::Number(v) if v.is_finite() && v > 0.0 => Some(v),
+            _ => None,
+        };
+        self.a.maps.iter().enumerate().find_map(|(k, (_, rhs))| {
+            let c = match &rhs.kind {
+                ExprKind::Binary(BinOp::Mul, x, y) if is_score(x) => constant(y),
+                ExprKind::Binary(BinOp::Mul, x, y) if is_score(y) => constant(x),
+                ExprKind::Binary(BinOp::Div, x, y) if is_score(x) => constant(y).map(|c| 1.0 / c),
+                _ => None,
+            }?;
+            Some((k, c))
+        })
     }
 
     /// The expressions `of_sum` picks of the row sums and `of_con` of the

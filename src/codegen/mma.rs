@@ -111,6 +111,17 @@ static __device__ __forceinline__ unsigned long long pf_wgmma_desc(const void *p
   unsigned a = (unsigned)__cvta_generic_to_shared(p);
   return (unsigned long long)((a >> 4) & 0x3fff) | ((unsigned long long)((lbo >> 4) & 0x3fff) << 16) | ((unsigned long long)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
 }
+/* The descriptor of the tile `bytes` (a multiple of 16) after d's: only
+   the start address (bits 0-13, in 16-byte units) moves, in 32-bit
+   arithmetic; it cannot carry into the leading byte offset while the
+   tile lies in shared memory (under 256 KB). A descriptor computed once
+   and moved this way is one add, where pf_wgmma_desc of each tile's
+   generic address is several 64-bit operations. */
+static __device__ __forceinline__ unsigned long long pf_wgmma_desc_at(unsigned long long d, unsigned bytes) {
+  return ((unsigned long long)(unsigned)(d >> 32) << 32) | (unsigned)((unsigned)d + (bytes >> 4));
+}
+/* Bytes from the start of the dynamic shared memory to p. */
+#define pf_shared_bytes(p) ((unsigned)((const char *)(p) - (const char *)pf_dynamic_shared))
 /* The same in the 64-byte swizzle (bits 62-63 = 2). */
 static __device__ __forceinline__ unsigned long long pf_wgmma_desc_sw64(const void *p, unsigned lbo, unsigned sbo) {
   return (pf_wgmma_desc(p, lbo, sbo) & ~(3ull << 62)) | (2ull << 62);
