@@ -168,6 +168,212 @@ fn two_value_products_a_shifted_mask_and_a_row_output_run_on_tensor_cores() {
 }
 
 /// Whether the kernel has the `wgmma` path (sm_90a) beside `mma.sync`.
+/// `TWO_VALUES` with a second row sum whose term is not the weights (half
+/// of them), and an output over it.
+const TWO_SUMS: &str = r#"{
+  "name": "attention_two_sums",
+  "params": {
+    "B": 1,
+    "H": 3,
+    "S": 90,
+    "D": 64,
+    "E": 64
+  },
+  "inputs": {
+    "Q": {
+      "dtype": "f16",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "D"
+      ]
+    },
+    "K": {
+      "dtype": "f16",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "D"
+      ]
+    },
+    "V": {
+      "dtype": "f16",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "D"
+      ]
+    },
+    "W": {
+      "dtype": "f16",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "E"
+      ]
+    }
+  },
+  "outputs": {
+    "Y": {
+      "dtype": "f16",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "D"
+      ]
+    },
+    "Z": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "E"
+      ]
+    },
+    "LSE": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S"
+      ]
+    },
+    "Y2": {
+      "dtype": "f16",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "D"
+      ]
+    }
+  },
+  "temps": {
+    "P": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "S"
+      ]
+    },
+    "T": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "S"
+      ]
+    },
+    "M": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S"
+      ]
+    },
+    "E2": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "S"
+      ]
+    },
+    "L": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S"
+      ]
+    },
+    "O": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "D"
+      ]
+    },
+    "O2": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S",
+        "E"
+      ]
+    },
+    "L2": {
+      "dtype": "f32",
+      "shape": [
+        "B",
+        "H",
+        "S"
+      ]
+    }
+  },
+  "body": [
+    "P(b, h, i, j) +=! Q(b, h, i, d) * K(b, h, j, d)",
+    "T(b, h, i, j) = P(b, h, i, j) * 0.17 where j <= i + 10",
+    "M(b, h, i) max=! T(b, h, i, j) where j <= i + 10",
+    "E2(b, h, i, j) = exp(T(b, h, i, j) - M(b, h, i)) where j <= i + 10",
+    "L(b, h, i) +=! E2(b, h, i, j) where j <= i + 10",
+    "L2(b, h, i) +=! E2(b, h, i, j) * 0.5 where j <= i + 10",
+    "O(b, h, i, d) +=! E2(b, h, i, j) * V(b, h, j, d) where j <= i + 10",
+    "O2(b, h, i, e) +=! E2(b, h, i, j) * W(b, h, j, e) where j <= i + 10",
+    "Y(b, h, i, d) = O(b, h, i, d) / L(b, h, i)",
+    "Z(b, h, i, e) = O2(b, h, i, e) / L(b, h, i)",
+    "LSE(b, h, i) = M(b, h, i) + log(L(b, h, i))",
+    "Y2(b, h, i, d) = O(b, h, i, d) / L2(b, h, i)"
+  ],
+  "schedule": [
+    {
+      "rolling-update": [
+        "L",
+        "L2",
+        "O",
+        "O2"
+      ]
+    }
+  ]
+}"#;
+
+#[test]
+fn a_row_sum_of_the_weights_is_added_on_the_tensor_cores_and_another_on_the_ordinary_cores() {
+    // `L`'s term is the value products' weight: on the `wgmma` path its
+    // sum is the weights (both split terms) times a tile of ones
+    // (`wgmma.m64n8k16`), in every lane of a row; `L2` keeps the adds per
+    // element and the shuffles of a row's lanes. The emulation runs the
+    // `wgmma` path, so a wrong tile of ones, a sum read from the wrong
+    // accumulator entry or one added twice fails the check (`Y` divides
+    // by `L`, `Y2` by `L2`, `LSE` takes its logarithm).
+    let p = load_str(TWO_SUMS, "two_sums.json").unwrap();
+    let mut c = compiled(&p, true);
+    assert!(on_tensor_cores(&c) && has_wgmma_path(&c));
+    let cuda = &c.cuda.as_ref().unwrap().source;
+    assert!(cuda.contains("pf_fa_wgmma_rs_n8(pf_ts0, &pf_pa0[pf_kc * 4], pf_d1);"));
+    assert!(cuda.contains("pf_fa_wgmma_rs_n8(pf_ts0, &pf_pl0[pf_kc * 4], pf_d1);"));
+    assert!(!cuda.contains("pf_ts1"), "L2 is not the weights' sum");
+    assert!(cuda.contains("pf_st1[pf_r] = pf_st1[pf_r] + pf_v1;"));
+    // The tile of ones is in the block's shared memory.
+    assert!(cuda.contains("pf_fa_one[pf_n] = 0x3c00;"));
+    let err = emulation_check(&mut c, 11);
+    assert!(err < 1e-3, "{err}");
+}
+
 fn has_wgmma_path(c: &Compiled) -> bool {
     let cuda = &c.cuda.as_ref().unwrap().source;
     cuda.contains("pf_fa_wgmma_ss_n64(pf_s, ")
