@@ -43,8 +43,8 @@ use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, BinOp, DType, Expr, ExprKind, Program, Reducer};
 use crate::gpu::attention::{
-    input_reads, Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, ONES_ELEMENTS,
-    SPLIT_ROWS, THREADS, WARPS, WARP_TILES,
+    input_reads, Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS,
+    WARPS, WARP_TILES,
 };
 use crate::model::{access_text, Scop, StmtKind};
 
@@ -155,9 +155,6 @@ fn wgmma_helpers(a: &Attention) -> String {
     };
     let mut widths: Vec<i64> = vec![a.warp_keys()];
     widths.extend(a.contractions.iter().map(|c| c.width));
-    if a.ones_tile() {
-        widths.push(8);
-    }
     widths.sort_unstable();
     widths.dedup();
     let mut o = String::from("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n");
@@ -666,19 +663,6 @@ impl Emit<'_> {
         self.sync();
     }
 
-    /// `code` (which adds row sum `k`'s terms on the ordinary cores) where
-    /// the sum is not added on the tensor cores: always, or on the GPU
-    /// only in the `mma.sync` path (the emulation runs the `wgmma` one).
-    fn unless_by_ones(&self, k: usize, code: &str) -> String {
-        match (self.a.sum_by_ones(k), self.emu) {
-            (None, _) => code.to_string(),
-            (Some(_), true) => String::new(),
-            (Some(_), false) => {
-                format!("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{code}#endif\n")
-            }
-        }
-    }
-
     /// Opens the `mma.sync` path of a kernel with a `wgmma` path (compiled
     /// where the device is not sm_90a); the emulation runs the `wgmma`
     /// path.
@@ -778,39 +762,9 @@ impl Emit<'_> {
                 }
                 self.line("}");
             }
-            for (k, c) in self.ones_sums() {
-                self.threads(&format!(
-                    "for (int pf_i = 0; pf_i < 4; pf_i++) {} = 0.0f;\n",
-                    self.at(&format!("pf_ts{k}"), "pf_i")
-                ));
-                let _ = writeln!(
-                    self.out,
-                    "for (int pf_wg = 0; pf_wg < {}; pf_wg++)\n\
-                     for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{",
-                    a.warps() / 4
-                );
-                for part in ["pa", "pl"] {
-                    let _ = writeln!(
-                        self.out,
-                        "pf_emu_wgmma_ra(&pf_ts{k}[pf_wg * 128][0], 4, &pf_{part}{c}[pf_wg * 128][pf_kc * 4], {frags}, \
-                         pf_dynamic_shared, 2L * (pf_fa_one - pf_dynamic_shared), 1, 128, 8, {bf});"
-                    );
-                }
-                self.line("}");
-                self.threads(&self.add_ones_sum(k));
-            }
             return;
         }
-        self.line("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{");
-        // A row sum's tile sum starts at zero (before the fence, which
-        // orders these writes before the tensor cores' accumulation).
-        for (k, _) in self.ones_sums() {
-            let _ = writeln!(
-                self.out,
-                "for (int pf_i = 0; pf_i < 4; pf_i++) pf_ts{k}[pf_i] = 0.0f;"
-            );
-        }
-        self.line("pf_wgmma_fence();");
+        self.line("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{\npf_wgmma_fence();");
         for (k, x) in a.contractions.iter().enumerate() {
             let _ = writeln!(
                 self.out,
@@ -823,45 +777,11 @@ impl Emit<'_> {
                 n = x.width
             );
         }
-        for (k, c) in self.ones_sums() {
-            let _ = writeln!(
-                self.out,
-                "#pragma unroll\n\
-                 for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{\n\
-                 pf_fa_wgmma_rs_n8(pf_ts{k}, &pf_pa{c}[pf_kc * 4], pf_d1);\n\
-                 pf_fa_wgmma_rs_n8(pf_ts{k}, &pf_pl{c}[pf_kc * 4], pf_d1);\n\
-                 }}"
-            );
-        }
         self.line("pf_wgmma_commit();\npf_wgmma_wait0();");
         for (k, x) in a.contractions.iter().enumerate() {
             let _ = writeln!(self.out, "pf_fa_keep_n{}(pf_o{k});", x.width);
         }
-        for (k, _) in self.ones_sums() {
-            let _ = writeln!(self.out, "pf_fa_keep_n8(pf_ts{k});");
-            let add = self.add_ones_sum(k);
-            self.out.push_str(&add);
-        }
         self.line("}\n#endif");
-    }
-
-    /// The row sums added on the tensor cores, each with the contraction
-    /// whose weights it sums (see [`Attention::sum_by_ones`]).
-    fn ones_sums(&self) -> Vec<(usize, usize)> {
-        (0..self.a.sums.len())
-            .filter_map(|k| self.a.sum_by_ones(k).map(|c| (k, c)))
-            .collect()
-    }
-
-    /// Row sum `k` plus its key tile's sum, which every lane of a row
-    /// holds in its `wgmma.m64n8` accumulators (entry 2 h for the row of
-    /// slot half h).
-    fn add_ones_sum(&self, k: usize) -> String {
-        let s = self.at(&format!("pf_sum{k}"), "pf_r");
-        format!(
-            "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {s} = {s} + {};\n",
-            self.at(&format!("pf_ts{k}"), "2 * (pf_r % 2)")
-        )
     }
 
     fn commit(&self) -> &'static str {
@@ -929,13 +849,6 @@ impl Emit<'_> {
             vars.push((format!("pf_pa{k}"), "uint32_t", frags));
             vars.push((format!("pf_pl{k}"), "uint32_t", frags));
         }
-        for k in 0..a.sums.len() {
-            if a.sum_by_ones(k).is_some() {
-                // The `wgmma.m64n8` accumulators of the sum: rows g (0, 1)
-                // and g + 8 (2, 3), two equal columns each.
-                vars.push((format!("pf_ts{k}"), "float", 4));
-            }
-        }
         if a.wgmma() && !self.emu {
             // The operand descriptors' fields other than the start
             // address, once: each tile's descriptor is one of these moved
@@ -948,13 +861,6 @@ impl Emit<'_> {
                  #endif",
                 BLOCK_KEYS * 128
             );
-            if a.ones_tile() {
-                self.line(
-                    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
-                     const unsigned long long pf_d1 = pf_wgmma_desc(pf_fa_one, 128, 1024);\n\
-                     #endif",
-                );
-            }
         }
         for (name, ty, len) in vars {
             if self.emu {
@@ -1046,18 +952,6 @@ impl Emit<'_> {
             );
         }
         self.declare();
-        if a.ones_tile() {
-            let one = if a.dtype == DType::BF16 {
-                "0x3f80"
-            } else {
-                "0x3c00"
-            };
-            let c = format!(
-                "for (int pf_n = pf_t; pf_n < {ONES_ELEMENTS}; pf_n += {}) pf_fa_one[pf_n] = {one};\n",
-                a.threads()
-            );
-            self.threads(&c);
-        }
         // The block's key tiles.
         let any = self.cond(&a.any_key);
         let lo = self.cond(&a.key_lo);
@@ -1543,8 +1437,7 @@ impl Emit<'_> {
         }
         for (k, v) in sum_value.iter().enumerate() {
             let st = self.at(&format!("pf_st{k}"), "pf_r");
-            let add = format!("{st} = {st} + pf_v{v};\n");
-            c.push_str(&self.unless_by_ones(k, &add));
+            let _ = writeln!(c, "{st} = {st} + pf_v{v};");
         }
         for (k, v) in weight_value.iter().enumerate() {
             let _ = writeln!(
@@ -1577,20 +1470,13 @@ impl Emit<'_> {
         c.push_str("}\n");
         self.threads(&c);
         for k in 0..a.sums.len() {
-            if a.sum_by_ones(k).is_none() {
-                self.quad(&format!("pf_st{k}"), SLOTS, Reducer::Sum);
-            } else if !self.emu {
-                self.line("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)");
-                self.quad(&format!("pf_st{k}"), SLOTS, Reducer::Sum);
-                self.line("#endif");
-            }
+            self.quad(&format!("pf_st{k}"), SLOTS, Reducer::Sum);
         }
         let mut c = String::new();
         let _ = writeln!(c, "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{");
         for k in 0..a.sums.len() {
             let s = self.at(&format!("pf_sum{k}"), "pf_r");
-            let add = format!("{s} = {s} + {};\n", self.at(&format!("pf_st{k}"), "pf_r"));
-            c.push_str(&self.unless_by_ones(k, &add));
+            let _ = writeln!(c, "{s} = {s} + {};", self.at(&format!("pf_st{k}"), "pf_r"));
         }
         let _ = writeln!(
             c,

@@ -73,10 +73,6 @@ pub const BLOCK_ROWS: i64 = 16 * WARPS * WARP_TILES;
 /// and 948).
 pub const WGMMA_GROUPS: i64 = 1;
 
-/// Elements of the tile of ones that row sums on the tensor cores read
-/// (see [`Attention::sum_by_ones`]).
-pub const ONES_ELEMENTS: i64 = 1024;
-
 /// Whether a prefill kernel of this depth and these value products has a
 /// `wgmma` path (see [`Attention::wgmma`]).
 fn wgmma_shape(depth: i64, contractions: &[RowContraction]) -> bool {
@@ -287,26 +283,6 @@ impl Attention {
     pub fn wgmma(&self) -> bool {
         self.split.is_none() && wgmma_shape(self.depth, &self.contractions)
     }
-    /// The contraction whose weight is row sum `k`'s term, where the sum
-    /// is added on the tensor cores: on the `wgmma` path, the weights (the
-    /// same two split terms the value product takes) times a tile of ones,
-    /// `wgmma.m64n8k16`, whose every column is then the rows' sums over
-    /// the key tile, each in every lane of its row. One instruction per
-    /// step and term replaces an add per element and the shuffles that
-    /// combine a row's four lanes.
-    pub fn sum_by_ones(&self, k: usize) -> Option<usize> {
-        if !self.wgmma() {
-            return None;
-        }
-        self.contractions
-            .iter()
-            .position(|c| c.weight == self.sums[k].term)
-    }
-    /// Whether some row sum is added on the tensor cores (the block then
-    /// holds a tile of ones in shared memory).
-    pub fn ones_tile(&self) -> bool {
-        (0..self.sums.len()).any(|k| self.sum_by_ones(k).is_some())
-    }
     /// Warps of a block: [`WARPS`], or with a `wgmma` path
     /// [`WGMMA_GROUPS`] warpgroups of four.
     pub fn warps(&self) -> i64 {
@@ -365,12 +341,6 @@ impl Attention {
                 format!("pf_fa_v{k}"),
                 self.stages() * BLOCK_KEYS * self.pitch(c.width),
             ));
-        }
-        if self.ones_tile() {
-            // The B operand of `wgmma.m64n8k16`, MN-major like the value
-            // tiles: two 8-line groups of one 128-byte swizzle atom (every
-            // element one, so the swizzle moves nothing).
-            v.push(("pf_fa_one".to_string(), ONES_ELEMENTS));
         }
         v
     }
