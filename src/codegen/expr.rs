@@ -233,12 +233,18 @@ impl Printer<'_> {
                 }
             }
             ExprKind::Binary(op, a, b) => {
-                format!(
-                    "({} {} {})",
-                    self.expr(a, env),
-                    op.symbol(),
-                    self.expr(b, env)
-                )
+                let (x, y) = (self.expr(a, env), self.expr(b, env));
+                // `1 * y` and `x * 1` are exactly the other factor (also
+                // for infinities, NaN and signed zeros): a repair factor
+                // printed with its target replaced by one (`codegen::flash`)
+                // then reads the same whichever side the target was on, so
+                // equal factors print alike and are computed once.
+                let unit = |t: &str| t == "1.0f" || t == "1.0";
+                match op {
+                    BinOp::Mul if unit(&x) => y,
+                    BinOp::Mul if unit(&y) => x,
+                    _ => format!("({x} {} {y})", op.symbol()),
+                }
             }
             ExprKind::Select(c, a, b) => {
                 let cond = self.expr(c, env);
