@@ -17,6 +17,12 @@ cd "$ROOT"
     timeout 60 "$b" run bench/programs/gemm_f16_128x1024x1024.json "${args[@]}" --target cuda --check --bench --runs 50 2>&1 | grep -E "check|time" | sed "s|^|$(basename $b): |"
   done
 done 2>&1 | tee "$OUT/gemm.log"
+# the candidate's prefill kernels (the wgmma path) under compute-sanitizer at a small odd size
+[ -n "${SAN:-}" ] && for p in global causal; do for tool in memcheck racecheck; do
+  echo "== $tool attention_$p B=1 H=2 S=1031 (D=64, and D=128 S=333)"
+  timeout 120 compute-sanitizer --tool $tool "$LAST" run bench/programs/attention_${p}_b4h16s4096d64.json --param B=1 --param H=2 --param S=1031 --target cuda --check 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|check:" | head -3
+  timeout 120 compute-sanitizer --tool $tool "$LAST" run bench/programs/attention_${p}_b4h16s4096d64.json --param B=1 --param H=2 --param S=333 --param D=128 --target cuda --check 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|check:" | head -3
+done; done 2>&1 | tee "$OUT/san.log"
 [ -n "${GC_PARTS:-}" ] || exit 0
 # the check's files stay on the machine; its table, peers and log come back in one file
 GPU_CHECK_ONLY="${GC_ONLY:-attention_.*}" GPU_CHECK_PARTS="$GC_PARTS" GPU_CHECK_BUDGET_S=${GC_BUDGET:-220} POLYFUSE=$LAST OUT=/tmp/gc \
