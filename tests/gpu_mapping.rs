@@ -1058,7 +1058,7 @@ fn a_32_wide_mn_major_tile_takes_the_64_byte_swizzle() {
                     "{what}"
                 );
                 assert_eq!(
-                    src.contains("pf_wgmma_desc_sw64(&pf_mma_kernel_0_B["),
+                    src.contains("pf_wgmma_desc_sw64(pf_mma_kernel_0_B, "),
                     narrow,
                     "{what}"
                 );

@@ -321,6 +321,25 @@ pub fn shared_bytes(c: &Contraction) -> usize {
     stages.max(partial)
 }
 
+/// The fields of the `wgmma` descriptors other than the start address:
+/// (A's leading byte offset, B's leading and stride byte offsets, whether
+/// B is narrow). K-major operands: LBO unused (16), 8-row groups 1024
+/// bytes apart; MN-major: 64-row groups `tk` lines of 128 bytes apart; a
+/// narrow B (the 64-byte swizzle, 32 wide): 8-line groups 512 bytes apart.
+fn wgmma_fields(c: &Contraction) -> (i64, i64, i64, bool) {
+    let tk = c.tile[2];
+    let a_lbo = if c.a.k_contiguous { 16 } else { tk * 128 };
+    let narrow = c.narrow_b();
+    let b_lbo = if narrow {
+        tk * 64
+    } else if c.b.k_contiguous {
+        16
+    } else {
+        tk * 128
+    };
+    (a_lbo, b_lbo, if narrow { 512 } else { 1024 }, narrow)
+}
+
 /// The shared buffers' names for kernel `mark`.
 pub fn buffers(mark: &str) -> (String, String) {
     (format!("pf_mma_{mark}_A"), format!("pf_mma_{mark}_B"))
@@ -347,6 +366,25 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
         } else {
             a_sync
         };
+        // The operands' descriptors at their buffers' starts, once: a
+        // step's descriptor is one of these moved by its offset
+        // (`pf_wgmma_desc_at`, one add), not built from its address.
+        let descriptors = if c.wgmma {
+            let (a_lbo, b_lbo, b_sbo, narrow) = wgmma_fields(c);
+            format!(
+                "{pad}#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
+                 {pad}const unsigned long long {na}_desc = pf_wgmma_desc({na}, {a_lbo}, 1024);\n\
+                 {pad}const unsigned long long {nb}_desc = {}({nb}, {b_lbo}, {b_sbo});\n\
+                 {pad}#endif\n",
+                if narrow {
+                    "pf_wgmma_desc_sw64"
+                } else {
+                    "pf_wgmma_desc"
+                }
+            )
+        } else {
+            String::new()
+        };
         format!(
             "{pad}extern __shared__ __align__({align}) unsigned short pf_dynamic_shared[];\n\
              {pad}unsigned short *const {na} = pf_dynamic_shared;\n\
@@ -354,7 +392,7 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
              {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
              {pad}#else\n\
              {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
-             {pad}#endif\n",
+             {pad}#endif\n{descriptors}",
             c.stages * a_wgmma,
             c.stages * a_sync,
             // The swizzle's XOR takes the row from address bits 7-9: the
@@ -1115,7 +1153,17 @@ impl Region<'_> {
                         ),
                     );
                 } else {
-                    w(o, d, "const int pf_wg = pf_tid / 128;");
+                    // One warpgroup (64 rows): its offset is a constant
+                    // the descriptors fold in.
+                    w(
+                        o,
+                        d,
+                        if tm == 64 {
+                            "const int pf_wg = 0;"
+                        } else {
+                            "const int pf_wg = pf_tid / 128;"
+                        },
+                    );
                     w(o, d, "pf_wgmma_fence();");
                     w(o, d, "#pragma unroll");
                     w(
@@ -1127,20 +1175,14 @@ impl Region<'_> {
                         o,
                         d + 1,
                         &format!(
-                            "const unsigned long long pf_da = pf_wgmma_desc(&{ba}[{a_start}], {a_lbo}, 1024);"
+                            "const unsigned long long pf_da = pf_wgmma_desc_at({ba}_desc, 2u * (unsigned)({a_start}));"
                         ),
                     );
                     w(
                         o,
                         d + 1,
                         &format!(
-                            "const unsigned long long pf_db = {}(&{bb}[{b_start}], {b_lbo}, {});",
-                            if narrow {
-                                "pf_wgmma_desc_sw64"
-                            } else {
-                                "pf_wgmma_desc"
-                            },
-                            if narrow { 512 } else { 1024 }
+                            "const unsigned long long pf_db = pf_wgmma_desc_at({bb}_desc, 2u * (unsigned)({b_start}));"
                         ),
                     );
                     w(

@@ -16,17 +16,19 @@ v smem196k '' 196608
 v bounds1 's/__launch_bounds__\(128, 2\)/__launch_bounds__(128, 1)/' 229376
 v unrolled "$UNROLL" 229376
 v expect 's/if \(pf_full && pf_([AB])_all\) \{/if (__builtin_expect(pf_full && pf_$1_all, 1)) {/g; s/if \(pf_inside\[0\] && pf_inside\[1\] && /if (__builtin_expect(pf_inside[0] && pf_inside[1], 1) && /g' 229376
-v nowg 's/pf_wg \* 4096 \+ //g' 229376
-v nowg_unrolled "$UNROLL; s/pf_wg \* 4096 \+ //g" 229376
+#v nowg 's/pf_wg \* 4096 \+ //g' 229376
+#v nowg_unrolled "$UNROLL; s/pf_wg \* 4096 \+ //g" 229376
 # the epilogue's pair test (adjacent and aligned) assumed true: an upper bound on what a test
 # hoisted out of the epilogue would give
 EPI='s/if \(pf_inside\[0\] && pf_inside\[1\] && [^\n]*\) \{/if (1) {/g'
 v epi "$EPI" 229376
-v epi_nowg_unrolled "$EPI; $UNROLL; s/pf_wg \* 4096 \+ //g" 229376
+# the barrier after the main loop dropped (one output tile per block: no later copy reuses the stages)
+v nosync 's/(pf_wgmma_wait0\(\);\n\s*pf_cp_async_wait<0>\(\);\n)(\s*)__syncthreads\(\);/$1$2/' 229376
+v epi_unrolled "$EPI; $UNROLL" 229376
 v all "$UNROLL; s/__launch_bounds__\(128, 2\)/__launch_bounds__(128, 1)/" 196608
 wait
 for rep in 1 2; do
-  for n in base nowg_unrolled epi epi_nowg_unrolled; do [ -x "$W/$n/run" ] && { echo "== $n"; "$W/$n/run" emitted; }; done
+  for n in base unrolled bounds1 nosync epi epi_unrolled; do [ -x "$W/$n/run" ] && { echo "== $n"; "$W/$n/run" emitted; }; done
   "$W/base/run" cpa_64x32_split1; "$W/base/run" cublas
 done
 if [ -n "${NCU:-}" ]; then
