@@ -144,6 +144,62 @@ __global__ void __launch_bounds__(128, 1) tma_gemm(const __grid_constant__ CUten
 }
 
 
+// The TMA block with the A tile multicast over a cluster of CL blocks
+// along n (they share the rows m0): each block issues 64 / CL rows of
+// every A tile to all blocks of the cluster, and its own B tiles; every
+// block's barrier for a k tile expects the whole A tile and its B tile.
+// Cuts the A bytes read from L2 by CL (the question: is this size bound by
+// L2 traffic, 64 blocks each reading its 128 KB A share?).
+static __device__ __forceinline__ void tma_2d_mc(void *dst, const CUtensorMap *map, int x, int y, unsigned long long *b, unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+               :: "r"(smem_addr(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_addr(b)), "h"(mask) : "memory");
+}
+template <int BN, int CL>
+__global__ void __launch_bounds__(128, 1) tmc_gemm(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, unsigned short *__restrict__ C) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int KT = K / 64, NT = BN / 8, RS = 64 / CL;
+  extern __shared__ __align__(1024) unsigned char dyn[];
+  unsigned char *base = (unsigned char *)(((unsigned long long)dyn + 1023) & ~1023ull);
+  unsigned short *As = (unsigned short *)base;
+  unsigned short *Bs = (unsigned short *)(base + KT * 8192);
+  __shared__ unsigned long long bars[KT];
+  const int tid = threadIdx.x;
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const int m0 = blockIdx.y * 64, n0 = blockIdx.x * BN;
+  if (tid == 0) {
+    for (int s = 0; s < KT; s++) bar_init(&bars[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // every block's barriers exist before any block's copies reach them
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  if (tid == 0) {
+    for (int s = 0; s < KT; s++) {
+      bar_expect(&bars[s], 64 * 64 * 2 + 64 * BN * 2);
+      tma_2d_mc(As + s * 4096 + rank * RS * 64, &ta, s * 64, m0 + rank * RS, &bars[s], (unsigned short)((1 << CL) - 1));
+      tma_2d(Bs + s * 64 * BN, &tb, n0, s * 64, &bars[s]);
+    }
+  }
+  float acc[NT * 4];
+  for (int i = 0; i < NT * 4; i++) acc[i] = 0.f;
+  for (int s = 0; s < KT; s++) {
+    bar_wait(&bars[s], 0);
+    pf_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+      const unsigned long long da = pf_wgmma_desc(As + s * 4096 + ks * 16, 16, 1024);
+      const unsigned long long db = desc_sw64(Bs + s * 64 * BN + ks * 16 * BN, 8192, 512);
+      wgmma_n32(acc, da, db);
+    }
+    pf_wgmma_commit();
+  }
+  pf_wgmma_wait0();
+  finish_tile<BN, 1>(acc, base, 0, m0, n0, C);
+  // no block leaves while a peer's copies into it may be in flight
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
 // The same block with cp.async instead of the tensor memory accelerator:
 // every thread copies its 16-byte chunks of every k tile up front (one
 // commit group per tile, the same swizzled destinations), then waits for
@@ -244,6 +300,20 @@ template <int BN, int SPLIT> static std::function<void(cudaStream_t)> cpa_varian
   };
 }
 
+template <int CL> static std::function<void(cudaStream_t)> tmc_variant(const CUtensorMap &ta, const CUtensorMap &tb, unsigned short *C) {
+  constexpr int KT = K / 64;
+  const int smem = KT * (8192 + 64 * 32 * 2) + 1024;
+  CK(cudaFuncSetAttribute(tmc_gemm<32, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  return [=](cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(N / 32, M / 64, 1); cfg.blockDim = dim3(128, 1, 1); cfg.dynamicSmemBytes = smem; cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension; at[0].val.clusterDim.x = CL; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+    cfg.attrs = at; cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, tmc_gemm<32, CL>, ta, tb, C));
+  };
+}
+
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : nullptr;
   cudaDriverEntryPointQueryResult q;
@@ -270,6 +340,9 @@ int main(int argc, char **argv) {
   V.push_back({"tma_64x32_split2", tma_variant<32, 2>(ta, tb32, C)});
   V.push_back({"tma_64x32_split1", tma_variant<32, 1>(ta, tb32, C)});
   V.push_back({"tma_64x32_split4", tma_variant<32, 4>(ta, tb32, C)});
+  const CUtensorMap ta32 = map2d(A, K, M, 64, 32), ta16 = map2d(A, K, M, 64, 16);
+  V.push_back({"tmc_64x32_a_over_2", tmc_variant<2>(ta32, tb32, C)});
+  V.push_back({"tmc_64x32_a_over_4", tmc_variant<4>(ta16, tb32, C)});
   V.push_back({"cpa_64x64_split4", cpa_variant<64, 4>(A, B, C)});
   V.push_back({"cpa_64x64_split2", cpa_variant<64, 2>(A, B, C)});
   V.push_back({"cpa_64x32_split2", cpa_variant<32, 2>(A, B, C)});
