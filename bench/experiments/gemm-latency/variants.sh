@@ -22,13 +22,19 @@ v expect 's/if \(pf_full && pf_([AB])_all\) \{/if (__builtin_expect(pf_full && p
 # hoisted out of the epilogue would give
 EPI='s/if \(pf_inside\[0\] && pf_inside\[1\] && [^\n]*\) \{/if (1) {/g'
 v epi "$EPI" 229376
+# the hoisted loop of the first copies unrolled; the fast copies asking the L2 for 128- or 256-byte lines
+PRO='s/(if \(pf_A_all && pf_B_all\) \{\n\s*)#pragma unroll 1/$1#pragma unroll/'
+v pro_unrolled "$PRO" 229376
+v l2_128 's/cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;/cp.async.cg.shared.global.L2::128B [%0], [%1], 16;/' 229376
+v l2_256 's/cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;/cp.async.cg.shared.global.L2::256B [%0], [%1], 16;/' 229376
+v pro_l2_256 "$PRO; "'s/cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;/cp.async.cg.shared.global.L2::256B [%0], [%1], 16;/' 229376
 # the barrier after the main loop dropped (one output tile per block: no later copy reuses the stages)
 v nosync 's/(pf_wgmma_wait0\(\);\n\s*pf_cp_async_wait<0>\(\);\n)(\s*)__syncthreads\(\);/$1$2/' 229376
 v epi_unrolled "$EPI; $UNROLL" 229376
 v all "$UNROLL; s/__launch_bounds__\(128, 2\)/__launch_bounds__(128, 1)/" 196608
 wait
 for rep in 1 2; do
-  for n in base unrolled bounds1 nosync epi epi_unrolled; do [ -x "$W/$n/run" ] && { echo "== $n"; "$W/$n/run" emitted; }; done
+  for n in ${ONLY:-base unrolled bounds1 nosync epi epi_unrolled pro_unrolled l2_128 l2_256 pro_l2_256}; do [ -x "$W/$n/run" ] && { echo "== $n"; "$W/$n/run" emitted; }; done
   "$W/base/run" cpa_64x32_split1; "$W/base/run" cublas
 done
 if [ -n "${NCU:-}" ]; then
