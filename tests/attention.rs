@@ -168,6 +168,19 @@ fn two_value_products_a_shifted_mask_and_a_row_output_run_on_tensor_cores() {
 }
 
 /// Whether the kernel has the `wgmma` path (sm_90a) beside `mma.sync`.
+#[test]
+fn scores_scaled_by_anything_but_a_positive_constant_keep_the_general_step() {
+    // ALiBi's map adds a bias to the scaled score: the maximum is taken
+    // over the map's values and the exponential reads them, as written.
+    let p = load("examples/attention_alibi.json", &[("S", 75), ("D", 64)]);
+    let c = compiled(&p, true);
+    assert!(on_tensor_cores(&c));
+    let cuda = &c.cuda.as_ref().unwrap().source;
+    assert!(cuda.contains("fmaxf(pf_mt[pf_r], pf_x0[pf_k])"));
+    assert!(cuda.contains("pf_exp2_ftz(fmaf(pf_x0[pf_k], 1.4426950408889634f, "));
+    assert!(!cuda.contains("pf_mt[pf_r] = pf_mt[pf_r] *"));
+}
+
 fn has_wgmma_path(c: &Compiled) -> bool {
     let cuda = &c.cuda.as_ref().unwrap().source;
     cuda.contains("pf_fa_wgmma_ss_n64(pf_s, ")
@@ -198,8 +211,18 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
             "pf_fa_wgmma_rs_n{d}(pf_o0, &pf_pa0[pf_kc * 4], pf_db)"
         )));
         assert!(cuda.contains("__align__(1024)"));
-        // The weights' exponentials: `e^(x - m)` as one FFMA and `ex2`.
-        assert!(cuda.contains("pf_exp2_ftz(fmaf("), "{name}");
+        // The weights' exponentials: `e^(x - m)` as one FFMA and `ex2`;
+        // of scores scaled by 0.25, with the score and 0.25 log2 e, and
+        // the row maximum taken on the scores and scaled once.
+        assert!(
+            cuda.contains("pf_exp2_ftz(fmaf(pf_s[pf_k], 0.36067376f, "),
+            "{name}"
+        );
+        assert!(cuda.contains("fmaxf(pf_mt[pf_r], pf_s[pf_k])"), "{name}");
+        assert!(
+            cuda.contains("pf_mt[pf_r] = pf_mt[pf_r] * 0.25f;"),
+            "{name}"
+        );
         // Warpgroups of 64 rows share each key and value tile.
         assert_eq!(
             c.cuda.as_ref().unwrap().kernels[0].block,

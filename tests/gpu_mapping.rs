@@ -1062,6 +1062,13 @@ fn a_32_wide_mn_major_tile_takes_the_64_byte_swizzle() {
                     narrow,
                     "{what}"
                 );
+                // Each step's descriptors: the buffers' own, computed once,
+                // moved by the step's offset.
+                assert!(
+                    src.contains("pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, ")
+                        && src.contains("pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, "),
+                    "{what}"
+                );
                 assert_eq!(
                     src.contains("((pf_B0_line / 2) % 4)) * 8)"),
                     narrow,

@@ -1323,8 +1323,10 @@ impl Emit<'_> {
         let mt = self.at("pf_mt", "pf_r");
         // A maximum (or minimum) of scaled scores `c * s` (c > 0) is `c`
         // times the maximum of the scores: rounding is monotone, so
-        // `max_j fl(c s_j) = fl(c max_j s_j)` exactly, and the scaling
-        // moves out of the per-element loop.
+        // `max_j fl(c s_j) = fl(c max_j s_j)` exactly (for `s / c`, within
+        // one rounding: the repair needs no exact maximum, only the same
+        // value in the terms and the factors), and the scaling moves out
+        // of the per-element loop.
         let scaled = self.scaled_scores();
         let folded = scaled.filter(|&(k, _)| {
             matches!(a.reducer, Reducer::Max | Reducer::Min)
