@@ -356,6 +356,17 @@ int main(int argc, char **argv) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kernel_0, A, B, C));
   }});
+  // Programmatic dependent launch: the next launch may start while this one
+  // runs; only for a kernel that waits (griddepcontrol.wait) before its
+  // first global access (variants.sh's `pdl` edit).
+  V.push_back({"emitted_pdl", [=](cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(EMITTED_GX, EMITTED_GY, EMITTED_GZ); cfg.blockDim = dim3(128, 1, 1); cfg.dynamicSmemBytes = EMITTED_SMEM; cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at; cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, kernel_0, A, B, C));
+  }});
   V.push_back({"cublas", [=](cudaStream_t st) {
     const float one = 1.f, zero = 0.f; cublasSetStream(h, st);
     // row-major C = A B is column-major C^T = B^T A^T

@@ -25,6 +25,9 @@ v epi "$EPI" 229376
 # the hoisted loop of the first copies unrolled; the fast copies asking the L2 for 128- or 256-byte lines
 PRO='s/(if \(pf_A_all && pf_B_all\) \{\n\s*)#pragma unroll 1/$1#pragma unroll/'
 v pro_unrolled "$PRO" 229376
+# waits for the previous grid before anything else and lets the next one launch at once (run as
+# emitted_pdl: launched with programmatic stream serialization)
+v pdl 's/(kernel_0\([^)]*\) \{)/$1\n  asm volatile("griddepcontrol.wait;" ::: "memory");\n  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");/' 229376
 v l2_128 's/cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;/cp.async.cg.shared.global.L2::128B [%0], [%1], 16;/' 229376
 v l2_256 's/cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;/cp.async.cg.shared.global.L2::256B [%0], [%1], 16;/' 229376
 v pro_l2_256 "$PRO; "'s/cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;/cp.async.cg.shared.global.L2::256B [%0], [%1], 16;/' 229376
@@ -35,6 +38,7 @@ v all "$UNROLL; s/__launch_bounds__\(128, 2\)/__launch_bounds__(128, 1)/" 196608
 wait
 for rep in 1 2; do
   for n in ${ONLY:-base unrolled bounds1 nosync epi epi_unrolled pro_unrolled l2_128 l2_256 pro_l2_256}; do [ -x "$W/$n/run" ] && { echo "== $n"; "$W/$n/run" emitted; }; done
+  [ -x "$W/pdl/run" ] && { echo "== pdl"; "$W/pdl/run" emitted_pdl; }
   "$W/base/run" cpa_64x32_split1; "$W/base/run" cublas
 done
 if [ -n "${NCU:-}" ]; then
