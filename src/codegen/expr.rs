@@ -268,19 +268,20 @@ impl Printer<'_> {
                 // once where `b` is the same for many elements.
                 const LOG2E: &str = "1.4426950408889634f";
                 match &args[0].kind {
-                    ExprKind::Binary(BinOp::Sub, a, b) if self.scaled(a).is_some() => {
-                        let (y, c) = self.scaled(a).expect("checked by the guard");
+                    ExprKind::Binary(BinOp::Sub, a, b) => {
+                        // A read `a = c y` (`scaled_reads`): `c log2 e`
+                        // folded into the product's constant.
+                        let (x, scale) = match self.scaled(a) {
+                            Some((y, c)) => {
+                                (y, format!("{:?}f", (c * std::f64::consts::LOG2_E) as f32))
+                            }
+                            None => (self.expr(a, env), LOG2E.to_string()),
+                        };
                         format!(
-                            "pf_exp2_ftz(fmaf({y}, {:?}f, -({} * {LOG2E})))",
-                            (c * std::f64::consts::LOG2_E) as f32,
+                            "pf_exp2_ftz(fmaf({x}, {scale}, -({} * {LOG2E})))",
                             self.expr(b, env)
                         )
                     }
-                    ExprKind::Binary(BinOp::Sub, a, b) => format!(
-                        "pf_exp2_ftz(fmaf({}, {LOG2E}, -({} * {LOG2E})))",
-                        self.expr(a, env),
-                        self.expr(b, env)
-                    ),
                     _ => format!("pf_exp2_ftz({} * {LOG2E})", self.expr(&args[0], env)),
                 }
             }

@@ -46,9 +46,14 @@ use crate::gpu::attention::{
     input_reads, Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS,
     WARPS, WARP_TILES,
 };
-use crate::model::{access_text, Scop, StmtKind};
+use crate::model::{access_text, read_text, Scop, StmtKind};
 
 use super::expr::{Mode, Printer};
+
+/// The leading byte offset of a value tile's `wgmma` descriptor (MN-major
+/// in the 128-byte swizzle): groups of 64 columns a whole atom apart, the
+/// tile's keys times 128 bytes.
+const VALUE_LBO: i64 = BLOCK_KEYS * 128;
 
 /// Row slots of a thread: two rows (`g`, `g + 8`) of each of its warp's
 /// row tiles; slot `r` is tile `r / 2`, half `r % 2`.
@@ -284,14 +289,6 @@ fn intern(list: &mut Vec<String>, text: String) -> usize {
 /// the distinct texts, and the position of each sum's and each
 /// contraction's in them.
 type Distinct = (Vec<String>, Vec<usize>, Vec<usize>);
-
-/// The access text of `e` where it is a tensor read.
-fn read_text(e: &Expr) -> Option<String> {
-    match &e.kind {
-        ExprKind::Access { tensor, subscripts } => Some(access_text(tensor, subscripts)),
-        _ => None,
-    }
-}
 
 fn reducer_op(r: Reducer) -> i32 {
     match r {
@@ -740,7 +737,7 @@ impl Emit<'_> {
     fn wgmma_values(&mut self) {
         let a = self.a;
         let steps = a.warp_keys() / 16;
-        let lbo = BLOCK_KEYS * 128;
+        let lbo = VALUE_LBO;
         let frags = WARP_TILES * a.warp_keys() / 16 * 4;
         let bf = i32::from(a.dtype == DType::BF16);
         if self.emu {
@@ -859,7 +856,7 @@ impl Emit<'_> {
                  const unsigned long long pf_dk0 = pf_wgmma_desc(pf_dynamic_shared, 16, 1024);\n\
                  const unsigned long long pf_dv0 = pf_wgmma_desc(pf_dynamic_shared, {}, 1024);\n\
                  #endif",
-                BLOCK_KEYS * 128
+                VALUE_LBO
             );
         }
         for (name, ty, len) in vars {

@@ -1108,25 +1108,22 @@ impl Region<'_> {
                 };
                 let a_mn = !c.a.k_contiguous;
                 let b_mn = !c.b.k_contiguous;
-                // (start in elements, LBO in bytes) of operand `mn` at
-                // 64-row group `group` of its stage `base`.
-                let start = |base: String, mn: bool, group: &str| -> (String, i64) {
+                // Start in elements of operand `mn` at 64-row group
+                // `group` of its stage `base`; the other fields of the
+                // descriptors from `wgmma_fields`.
+                let start = |base: String, mn: bool, group: &str| -> String {
                     if mn {
-                        (
-                            format!("{base} + {group} * {} + pf_ks * {}", tk * 64, 16 * 64),
-                            tk * 128,
-                        )
+                        format!("{base} + {group} * {} + pf_ks * {}", tk * 64, 16 * 64)
                     } else {
-                        (format!("{base} + {group} * {} + pf_ks * 16", 64 * 64), 16)
+                        format!("{base} + {group} * {} + pf_ks * 16", 64 * 64)
                     }
                 };
-                let (a_start, a_lbo) = start(format!("pf_stage * {sa}"), a_mn, "pf_wg");
+                let (a_lbo, b_lbo, _, narrow) = wgmma_fields(c);
+                let a_start = start(format!("pf_stage * {sa}"), a_mn, "pf_wg");
                 // A narrow B (the 64-byte swizzle, 32 wide): 16 lines of
-                // 64 bytes per 16 of k, 8-line groups 512 bytes apart, one
-                // group along n (LBO unused).
-                let narrow = c.narrow_b();
-                let (b_start, b_lbo) = if narrow {
-                    (format!("pf_stage * {sb} + pf_ks * {}", 16 * 32), tk * 64)
+                // 64 bytes per 16 of k, one group along n.
+                let b_start = if narrow {
+                    format!("pf_stage * {sb} + pf_ks * {}", 16 * 32)
                 } else {
                     start(format!("pf_stage * {sb}"), b_mn, "0")
                 };

@@ -436,6 +436,14 @@ pub fn access_text(tensor: &str, subs: &[Affine]) -> String {
     format!("{tensor}[{}]", s.join(", "))
 }
 
+/// The access text of `e` where it is a tensor read (see [`access_text`]).
+pub fn read_text(e: &Expr) -> Option<String> {
+    match &e.kind {
+        ExprKind::Access { tensor, subscripts } => Some(access_text(tensor, subscripts)),
+        _ => None,
+    }
+}
+
 /// Every tensor read of an expression, in evaluation order.
 pub fn collect_reads(e: &Expr, out: &mut Vec<(String, Vec<Affine>)>) {
     match &e.kind {
