@@ -164,8 +164,9 @@ pf_status pf_result_kernel_grid(const pf_result *result, size_t kernel, const in
 pf_status pf_result_kernel_shared_memory(const pf_result *result, size_t kernel,
                                          size_t *dynamic_bytes, size_t *static_bytes);
 /* 1 when the kernel is a programmatic dependent of the kernel before it
- * (0 otherwise): its first statement waits (griddepcontrol.wait, sm_90 and
- * later) for that kernel to finish, so it may be launched with
+ * (0 otherwise; every kernel of this version is): its first statement waits
+ * (griddepcontrol.wait, sm_90 and later) for that kernel, whichever it is,
+ * to finish, so it may be launched with
  * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION to overlap that
  * kernel's end, as pf_result_launch does on compute capability 9.0 and
  * later. A plain launch is correct too. */

@@ -462,17 +462,18 @@ fn the_combination_folds_the_slices_across_lanes_and_each_warp_writes_its_column
     // The first kernel keeps two key tiles in flight: three stages.
     assert!(src.contains("% 3)"));
     assert!(src.contains("pf_cp_async_wait<2>();"));
-    // The combination is a programmatic dependent of the first kernel: the
-    // first lets it be launched from its start, and it waits for the first
-    // to finish before its first statement.
+    // The combination is a programmatic dependent of the first kernel, as
+    // every kernel is of the one before it: each waits for its predecessor
+    // before it touches global memory, then lets its own dependent launch.
     let kernels = &c.cuda.as_ref().unwrap().kernels;
-    assert!(!kernels[0].dependent && kernels[1].dependent);
+    assert!(kernels.iter().all(|k| k.dependent));
     let first = &src[src.find("kernel_0(").unwrap()..src.find("kernel_0_combine(").unwrap()];
-    let launch = first.find("griddepcontrol.launch_dependents;").unwrap();
-    assert!(launch < first.find("pf_cp_async").unwrap());
-    let wait = combine.find("griddepcontrol.wait;").unwrap();
-    assert!(wait < combine.find("t_M_local[").unwrap());
-    assert!(!first.contains("griddepcontrol.wait;"));
+    for (body, first_access) in [(first, "pf_cp_async"), (combine, "t_M_local[")] {
+        let wait = body.find("griddepcontrol.wait;").unwrap();
+        let launch = body.find("griddepcontrol.launch_dependents;").unwrap();
+        assert!(wait < launch && launch < body.find(first_access).unwrap());
+        assert_eq!(body.matches("griddepcontrol.wait;").count(), 1);
+    }
 }
 
 /// A decoding program with one query a head (15 padding rows in each

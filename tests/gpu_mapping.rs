@@ -171,6 +171,50 @@ fn softmax_is_four_kernels_and_symbolic_sizes_become_arguments() {
 }
 
 #[test]
+fn every_kernel_waits_for_its_predecessor_before_touching_global_memory() {
+    // Every kernel may be launched as a programmatic dependent of whatever
+    // kernel ran before it on the stream (the runtime and the C ABI do so
+    // on sm_90): its first statements must be the grid dependency's wait
+    // and then the release of its own dependents, before any statement
+    // that could read or write a tensor.
+    // One program of each kind of kernel: a generic one (several kernels),
+    // a contraction on tensor cores, prefill attention, split decoding.
+    let mut seen = 0;
+    for name in [
+        "softmax.json",
+        "gemm_f16.json",
+        "attention_causal.json",
+        "attention_decode_gqa.json",
+    ] {
+        let path = std::path::Path::new("examples").join(name);
+        let p = load_file(&path).unwrap();
+        let c = compile(&p, &gpu_options(&[32])).unwrap();
+        let cuda = c.cuda.as_ref().unwrap();
+        for k in &cuda.kernels {
+            assert!(k.dependent, "{}: {}", path.display(), k.name);
+            let start = cuda.source.find(&format!(" {}(", k.name)).unwrap();
+            let body = &cuda.source[start..];
+            let body = &body[body.find("{\n").unwrap() + 2..];
+            let lines: Vec<&str> = body.lines().take(4).collect();
+            assert_eq!(
+                lines,
+                [
+                    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
+                    "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");",
+                    "asm volatile(\"griddepcontrol.launch_dependents;\");",
+                    "#endif"
+                ],
+                "{}: {}",
+                path.display(),
+                k.name
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 8, "{seen} kernels");
+}
+
+#[test]
 fn emulation_of_the_mapping_matches_the_reference_with_grids_and_blocks_of_any_size() {
     // Blocks smaller than tiles (each thread runs several points) and a
     // grid smaller than the number of tiles (each block several tiles).

@@ -114,18 +114,24 @@ fn index_type(program: &Program, scop: &Scop) -> &'static str {
     }
 }
 
-/// A kernel's first statement where a programmatic dependent follows it
-/// ([`Kernel::dependent`]): the dependent may be launched now. On devices
-/// before sm_90 nothing (the dependent is launched plainly there).
-const GRID_DEPENDENTS_LAUNCH: &str = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\nasm volatile(\"griddepcontrol.launch_dependents;\");\n#endif\n";
-
-/// A programmatic dependent's first statement: wait until the kernel
-/// before it has finished and its writes are visible (at once where it was
-/// launched plainly).
-const GRID_DEPENDENCY_WAIT: &str = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\nasm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
+/// Every kernel's first statements, so that any kernel may be launched as a
+/// programmatic dependent of the one before it on its stream
+/// ([`Kernel::dependent`]): wait until that kernel has finished and its
+/// writes are visible (at once where this one was launched plainly, or
+/// after something other than a kernel), then let the kernel after this
+/// one be launched. The wait comes before any access to global memory, so
+/// the overlap is correct whatever the kernels read and write; what
+/// overlaps is the launch and the blocks' start, not their work. Both
+/// are held only until every block of the grid has executed them, when
+/// all its blocks are resident, so a dependent's blocks never take the
+/// place of this kernel's. On devices before sm_90 nothing (kernels are
+/// launched plainly there).
+const GRID_DEPENDENCY_PROLOGUE: &str = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\nasm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\nasm volatile(\"griddepcontrol.launch_dependents;\");\n#endif\n";
 
 /// A kernel's opening line, with `qualifiers` (launch bounds, cluster)
-/// before its name, and the parameters that have values as constants.
+/// before its name, the grid dependency's prologue
+/// ([`GRID_DEPENDENCY_PROLOGUE`]), and the parameters that have values as
+/// constants.
 fn kernel_head(
     source: &mut String,
     qualifiers: &str,
@@ -138,6 +144,7 @@ fn kernel_head(
         "\nextern \"C\" __global__ void {qualifiers} {name}({}) {{",
         signature.join(", ")
     );
+    source.push_str(GRID_DEPENDENCY_PROLOGUE);
     for p in &program.params {
         if let Some(v) = p.value {
             let _ = writeln!(source, "  const pf_i {} = {v};", param_name(&p.name));
@@ -272,11 +279,6 @@ pub fn program(
             program,
         );
         if let Some(a) = &plan.attention {
-            if a.split.is_some() {
-                // The second kernel may be scheduled from the start (its
-                // blocks wait for this one's end).
-                source.push_str(GRID_DEPENDENTS_LAUNCH);
-            }
             source.push_str(&super::flash::body(a, program, scop, false));
             source.push_str("}\n");
             let _ = writeln!(emulation, "  {{ /* {mark} */");
@@ -288,7 +290,7 @@ pub fn program(
                 block: plan.block,
                 dynamic_shared: a.shared_bytes(),
                 static_shared: 0,
-                dependent: false,
+                dependent: true,
             });
             // A split attention's second kernel: the combination over the
             // slices and the epilogue, a warp per (row, column).
@@ -301,7 +303,6 @@ pub fn program(
                     &signature,
                     program,
                 );
-                source.push_str(GRID_DEPENDENCY_WAIT);
                 source.push_str(&super::flash::combine_body(a, program, scop, false));
                 source.push_str("}\n");
                 let _ = writeln!(emulation, "  {{ /* {name} */");
@@ -401,7 +402,7 @@ pub fn program(
                 .as_ref()
                 .map_or(0, super::mma::shared_bytes),
             static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
-            dependent: false,
+            dependent: true,
         });
     }
     emulation.push_str("}\n");

@@ -179,6 +179,9 @@ pub struct Kernel {
     /// it to finish and its writes to be visible, so the launch and the
     /// blocks' start overlap the previous kernel's tail. Launched plainly,
     /// the wait returns at once and stream order alone makes it correct.
+    /// Every kernel polyfuse emits now waits first, so this holds for all
+    /// of them (the previous kernel may be another program's); artifacts
+    /// from older caches whose kernels do not wait keep `false`.
     pub dependent: bool,
 }
 
