@@ -31,7 +31,12 @@ all).
 Output: one JSON line per (program, peer) on stdout (or --out FILE, written
 as they come):
   {"program", "params", "peer", "median_us", "runs", "bytes", "flops",
-   "gb_per_s", "tflop_per_s", "check": {"ok", "rel_error"}, "tf32": false}
+   "gb_per_s", "tflop_per_s", "check": {"ok", "rel_error", "elementwise"},
+   "tf32": false}
+"rel_error" is the normwise error ||out - ref|| / ||ref|| that decides "ok";
+"elementwise" is the error polyfuse's own --check bounds (src/runtime/data.rs:
+max |out - ref| / max(|ref|, 1e-2 max |ref|)), reported so that a peer's
+accuracy can be read against the bound polyfuse's kernels are held to.
 or {"program", "peer", "error"} where a peer failed. Progress on stderr.
 --dry-run prints the plan (shapes, bytes, flops) without importing torch.
 """
@@ -463,6 +468,17 @@ def rel_error(torch, out, ref):
     return (num / denom if denom > 0 else num), None
 
 
+def elementwise_error(torch, out, ref):
+    """polyfuse's --check metric: max |out - ref| / max(|ref|, 1e-2 max |ref|)."""
+    out = out.double()
+    if out.shape != ref.shape or not bool(torch.isfinite(out).all()):
+        return None
+    floor = 1e-2 * float(ref.abs().max())
+    if floor == 0.0:
+        return float((out - ref).abs().max())
+    return float(((out - ref).abs() / ref.abs().clamp(min=floor)).max())
+
+
 # --------------------------------------------------------------------------
 
 
@@ -612,13 +628,15 @@ def main():
                 sync()
                 err, why = rel_error(torch, out, ref)
                 ok = why is None and err <= tol
+                elementwise = elementwise_error(torch, out, ref)
                 del out
                 us, runs = timed(lambda: fn(tensors))
                 line = {
                     "program": prog.name, "params": prog.params, "peer": label, "device": device_name,
                     "median_us": us, "runs": runs, "bytes": nbytes, "flops": nflops,
                     "gb_per_s": nbytes / us / 1e3, "tflop_per_s": nflops / us / 1e6,
-                    "check": {"ok": ok, "rel_error": err if math.isfinite(err) else None},
+                    "check": {"ok": ok, "rel_error": err if math.isfinite(err) else None,
+                              "elementwise": elementwise},
                     "tf32": False,
                 }
                 if why:
