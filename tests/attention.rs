@@ -168,23 +168,25 @@ fn two_value_products_a_shifted_mask_and_a_row_output_run_on_tensor_cores() {
 }
 
 /// Whether the kernel has the `wgmma` path (sm_90a) beside `mma.sync`.
+fn has_wgmma_path(c: &Compiled) -> bool {
+    let cuda = &c.cuda.as_ref().unwrap().source;
+    cuda.contains("pf_fa_wgmma_ss_n64(pf_s, ")
+        && cuda.contains("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+}
+
 #[test]
 fn scores_scaled_by_anything_but_a_positive_constant_keep_the_general_step() {
     // ALiBi's map adds a bias to the scaled score: the maximum is taken
     // over the map's values and the exponential reads them, as written.
     let p = load("examples/attention_alibi.json", &[("S", 75), ("D", 64)]);
-    let c = compiled(&p, true);
+    let mut c = compiled(&p, true);
     assert!(on_tensor_cores(&c));
     let cuda = &c.cuda.as_ref().unwrap().source;
     assert!(cuda.contains("fmaxf(pf_mt[pf_r], pf_x0[pf_k])"));
     assert!(cuda.contains("pf_exp2_ftz(fmaf(pf_x0[pf_k], 1.4426950408889634f, "));
     assert!(!cuda.contains("pf_mt[pf_r] = pf_mt[pf_r] *"));
-}
-
-fn has_wgmma_path(c: &Compiled) -> bool {
-    let cuda = &c.cuda.as_ref().unwrap().source;
-    cuda.contains("pf_fa_wgmma_ss_n64(pf_s, ")
-        && cuda.contains("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+    let err = emulation_check(&mut c, 9);
+    assert!(err < 1e-3, "{err}");
 }
 
 #[test]

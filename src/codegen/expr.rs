@@ -175,14 +175,8 @@ impl Printer<'_> {
 
     /// The raw value and the constant of a read in `scaled_reads`.
     fn scaled(&self, e: &Expr) -> Option<(String, f64)> {
-        match &e.kind {
-            ExprKind::Access { tensor, subscripts } => self
-                .scaled_reads
-                .borrow()
-                .get(&crate::model::access_text(tensor, subscripts))
-                .cloned(),
-            _ => None,
-        }
+        let read = crate::model::read_text(e)?;
+        self.scaled_reads.borrow().get(&read).cloned()
     }
 
     fn is_single(&self, t: DType) -> bool {

@@ -13,6 +13,7 @@ The reference is float64 from the f16 inputs.
 
 usage: python numerics.py [B H S D ...]   (groups of four; default below)
 """
+import os
 import sys
 
 import torch
@@ -20,16 +21,17 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+# the two metrics as scripts/peers.py computes them for gpu-check
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../scripts"))
+from peers import elementwise_error, rel_error  # noqa: E402
+
 
 def elementwise(y, r):
-    y, r = y.double(), r.double()
-    floor = 1e-2 * r.abs().max()
-    return float(((y - r).abs() / torch.maximum(r.abs(), floor)).max())
+    return elementwise_error(torch, y, r.double())
 
 
 def normwise(y, r):
-    y, r = y.double(), r.double()
-    return float(torch.linalg.vector_norm(y - r) / torch.linalg.vector_norm(r))
+    return rel_error(torch, y, r.double())[0]
 
 
 def reference(q, k, v, scale, causal):
