@@ -258,6 +258,40 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
 }
 
 #[test]
+fn tiles_of_a_tensor_whose_rows_are_whole_tiles_copy_without_row_tests() {
+    // Rows a multiple of 64: every query and key tile the kernel copies is
+    // whole, so no copy tests a row or fills zeros; the emulation runs
+    // those copies (on `wgmma` and `mma.sync` alike) against the reference,
+    // with a window whose first and last key tiles are partial in the
+    // domain though whole in the tensor. Off the grid, the tests stay.
+    for (name, d, s) in [
+        ("attention_global", 64, 128),
+        ("attention_causal", 64, 192),
+        ("attention_window", 64, 192),
+        ("attention_causal", 32, 128),
+        ("attention_global", 16, 64),
+    ] {
+        let mut sizes = vec![("S", s), ("D", d)];
+        if name == "attention_window" {
+            sizes.push(("W", 37));
+        }
+        let p = load(&format!("examples/{name}.json"), &sizes);
+        let mut c = compiled(&p, true);
+        let cuda = c.cuda.as_ref().unwrap().source.clone();
+        assert!(on_tensor_cores(&c), "{name} D={d}");
+        assert!(!cuda.contains("if (pf_gr <"), "{name} D={d} S={s}");
+        assert!(!cuda.contains("pf_cp_async16(pf_dst"), "{name} D={d} S={s}");
+        let err = emulation_check(&mut c, s as u64 + 1);
+        assert!(err < 1e-3, "{name} D={d} S={s}: {err}");
+    }
+    let p = load("examples/attention_causal.json", &[("S", 131), ("D", 64)]);
+    let c = compiled(&p, true);
+    let cuda = &c.cuda.as_ref().unwrap().source;
+    assert!(cuda.contains("if (pf_gr < 131)"));
+    assert!(cuda.contains("pf_cp_async16(pf_dst"));
+}
+
+#[test]
 fn an_epilogue_reading_a_value_product_at_another_column_keeps_the_ordinary_mapping() {
     // `O`'s column is `d`; read at `e` (both 16 wide) it is no element
     // the kernel holds at the epilogue's column: refused, and correct.

@@ -20,9 +20,9 @@ done
 echo "#define EMITTED_REST $(grep -m1 '__global__' "$W/${NAMES[0]}-global.cu" | grep -o 'float \*__restrict__' | sed 's/.*/nullptr/' | paste -sd, -)" > "$W/rest.h"
 v() { # name, program, perl -0 script, source build
   local d="$W/v-$1-$2"; mkdir -p "$d"; perl -0pe "$3" "$W/$4-$2.cu" > "$d/kernel.cu"
-  # the dynamic shared bytes: the last buffer's offset plus its two stages (or a tile of ones)
+  # the dynamic shared bytes: the last buffer's offset plus up to three stages (or a tile of ones)
   (cd "$d" && smem=$(perl -ne 'print "$1 $2\n" if /\*const (pf_fa_\w+) = pf_dynamic_shared \+ (\d+);/' kernel.cu | tail -1 |
-       awk '{ print ($1 == "pf_fa_one") ? ($2 + 1024) * 2 : ($2 + 8192) * 2 }') &&
+       awk '{ print ($1 == "pf_fa_one") ? ($2 + 1024) * 2 : ($1 == "pf_fa_pin") ? ($2 + 256) * 2 : ($2 + 12288) * 2 }') &&
    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas=-v -DEMITTED_SMEM=$smem \
      -DEMITTED_GX=64 -DEMITTED_GY=64 -include "$W/rest.h" -I. -o run "$HERE/harness.cu" > build.log 2>&1 \
      || echo "$1-$2: build failed: $(grep error build.log | head -3)"
