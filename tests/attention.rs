@@ -258,12 +258,13 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
 }
 
 #[test]
-fn tiles_of_a_tensor_whose_rows_are_whole_tiles_copy_without_row_tests() {
+fn whole_tiles_copy_without_row_tests_and_step_without_element_tests() {
     // Rows a multiple of 64: every query and key tile the kernel copies is
     // whole, so no copy tests a row or fills zeros; the emulation runs
     // those copies (on `wgmma` and `mma.sync` alike) against the reference,
     // with a window whose first and last key tiles are partial in the
-    // domain though whole in the tensor. Off the grid, the tests stay.
+    // domain though whole in the tensor, and with the step of global
+    // attention alone. Off the grid, the tests stay.
     for (name, d, s) in [
         ("attention_global", 64, 128),
         ("attention_causal", 64, 192),
@@ -281,6 +282,18 @@ fn tiles_of_a_tensor_whose_rows_are_whole_tiles_copy_without_row_tests() {
         assert!(on_tensor_cores(&c), "{name} D={d}");
         assert!(!cuda.contains("if (pf_gr <"), "{name} D={d} S={s}");
         assert!(!cuda.contains("pf_cp_async16(pf_dst"), "{name} D={d} S={s}");
+        // Global attention visits whole tiles only: its tile test is `1`
+        // and the step with the element test is not there; a mask keeps
+        // both (the test simplified to the tiles the kernel visits).
+        let tests = cuda.matches("const int pf_ok = (").count();
+        let trivial = cuda.matches("const int pf_ok = (1);").count();
+        if name == "attention_global" {
+            assert!(cuda.contains("const int pf_full = 1;"), "{name} D={d}");
+            assert_eq!(tests, trivial, "{name} D={d}");
+        } else {
+            assert!(!cuda.contains("const int pf_full = 1;"), "{name} D={d}");
+            assert!(tests > trivial, "{name} D={d}");
+        }
         let err = emulation_check(&mut c, s as u64 + 1);
         assert!(err < 1e-3, "{name} D={d} S={s}: {err}");
     }

@@ -1085,12 +1085,18 @@ impl Emit<'_> {
         }
         self.either(Self::wgmma_scores, Self::mma_scores);
         // Whole tiles (the test `pf_full`, uniform in the block) skip the
-        // element test: two copies of the step.
-        self.line("if (pf_full) {");
-        self.softmax_step(true);
-        self.line("} else {");
-        self.softmax_step(false);
-        self.line("}");
+        // element test: two copies of the step, or one where every tile
+        // the kernel visits is whole (the test is then `1`: see
+        // `gpu::attention::tile_conditions`).
+        if full == "1" {
+            self.softmax_step(true);
+        } else {
+            self.line("if (pf_full) {");
+            self.softmax_step(true);
+            self.line("} else {");
+            self.softmax_step(false);
+            self.line("}");
+        }
         // The value products.
         self.either(Self::wgmma_values, Self::mma_values);
         if !wg {

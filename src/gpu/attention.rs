@@ -1241,6 +1241,36 @@ pub(super) fn tile_conditions(
         ))?
         .intersect_range(v.copy()?)?
         .project_out(isl_rs::DimType::Out, 0, nb)?;
+    // The tiles a block visits: the aligned key tiles from the one
+    // holding its least key to the one holding its greatest (those of
+    // `pf_j0` with `j0 <= some key` and `j0 >= some key - (N_T - 1)`), at
+    // aligned rows. A tile's test is only evaluated there, so it is
+    // simplified under them: where every visited tile is whole (global
+    // attention over keys a multiple of the tile), it is `1` and the
+    // kernel has no step with the element test (H100, B4 H16 S4096 D64
+    // global prefill, that step edited out of the kernel: 821-826 against
+    // 847-852 us; never run, its code still cost the loop).
+    let nt = BLOCK_KEYS;
+    let toward = |cmp: &str| {
+        isl.map(&format!(
+            "{pre}{{ [{key}] -> [pf_j0] : pf_j0 {cmp} and pf_j0 mod {nt} = 0 }}"
+        ))
+    };
+    let visited = block_keys
+        .copy()?
+        .apply_range(toward(&format!("<= {key}"))?)?
+        .intersect(
+            block_keys
+                .copy()?
+                .apply_range(toward(&format!(">= {key} - {}", nt - 1))?)?,
+        )?
+        .intersect_domain(isl.set(&format!(
+            "{pre}{{ [{}] : pf_i0 mod {block_rows} = 0 }}",
+            block_names.join(", ")
+        ))?)?
+        .wrap()?
+        .flatten()?;
+    let full = full.gist(visited)?;
     let lo = block_keys.copy()?.dim_min(0)?;
     let hi = block_keys.copy()?.dim_max(0)?;
     let some = block_keys.domain()?;
