@@ -9,6 +9,7 @@
 #   loops     two loops against one loop, each also without the partial tiles' step
 #   ncu       stall samples: before, the one-loop build, and it without the partial step
 #   copy1     the kernel before with its copies' whole-tile test removed
+#   nobranch2 the copies' build and overlap + copies, each without the partial tiles' step
 #   final     before, overlap + copies, copies alone; memcheck and racecheck; gpu-check with peers
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd); cd "$ROOT"
@@ -28,6 +29,9 @@ for c in "$@"; do case $c in
        bash bench/experiments/attention-overlap/ncu.sh "$OUT" bench-bin/polyfuse-one 's/if \(pf_full\) \{/if (1) {/g' ;;
   copy1) VARIANTS=copy1 VARIANT_copy1='s/if \(\(pf_kt \+ 1\) \* 64 \+ 64 <= 4096\) \{/if (1) {/g' \
            bash $V "$OUT/ab" one=bench-bin/polyfuse-one base=bench-bin/polyfuse ;;
+  nobranch2) for b in polyfuse-copy polyfuse-ovc; do
+           VARIANTS=nobranch VARIANT_nobranch='s/if \(pf_full\) \{/if (1) {/g' \
+           bash $V "$OUT/ab-$b" base=bench-bin/polyfuse $b=bench-bin/$b; done ;;
   final) SAN=1 NO_GEMM=1 GC_PARTS="examples benches peers" GC_BUDGET=330 bash bench/experiments/attention-prefill/call.sh \
            "$OUT" base=bench-bin/polyfuse ovc=bench-bin/polyfuse-ovc copy=bench-bin/polyfuse-copy ;;
   *) echo "unknown call $c"; exit 2 ;;
