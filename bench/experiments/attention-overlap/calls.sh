@@ -10,6 +10,7 @@
 #   ncu       stall samples: before, the one-loop build, and it without the partial step
 #   copy1     the kernel before with its copies' whole-tile test removed
 #   nobranch2 the copies' build and overlap + copies, each without the partial tiles' step
+#   split     19c4389 against whole tiles in a loop of their own (the rest in a second loop)
 #   final     before, overlap + copies, copies alone; memcheck and racecheck; gpu-check with peers
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd); cd "$ROOT"
@@ -32,6 +33,7 @@ for c in "$@"; do case $c in
   nobranch2) for b in polyfuse-copy polyfuse-ovc; do
            VARIANTS=nobranch VARIANT_nobranch='s/if \(pf_full\) \{/if (1) {/g' \
            bash $V "$OUT/ab-$b" base=bench-bin/polyfuse $b=bench-bin/$b; done ;;
+  split) bash $V "$OUT/ab" head=bench-bin/polyfuse-head split=bench-bin/polyfuse-split ;;
   final) SAN=1 NO_GEMM=1 GC_PARTS="examples benches peers" GC_BUDGET=330 bash bench/experiments/attention-prefill/call.sh \
            "$OUT" base=bench-bin/polyfuse ovc=bench-bin/polyfuse-ovc copy=bench-bin/polyfuse-copy ;;
   *) echo "unknown call $c"; exit 2 ;;
