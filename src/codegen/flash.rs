@@ -1086,9 +1086,8 @@ impl Emit<'_> {
         self.either(Self::wgmma_scores, Self::mma_scores);
         // Whole tiles (the test `pf_full`, uniform in the block) skip the
         // element test: two copies of the step, or one where every tile
-        // the kernel visits is whole (the test is then `1`: see
-        // `gpu::attention::tile_conditions`).
-        if full == "1" {
+        // the kernel visits is whole.
+        if a.every_tile_whole() {
             self.softmax_step(true);
         } else {
             self.line("if (pf_full) {");

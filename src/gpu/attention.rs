@@ -273,6 +273,13 @@ impl Attention {
     pub fn batches(&self) -> i64 {
         self.batch.iter().map(|(_, e)| *e).product()
     }
+    /// Whether every tile a block visits is wholly inside the domain: the
+    /// whole-tile test, simplified under the visited tiles
+    /// ([`tile_conditions`]), is the constant 1, so the kernel needs no
+    /// step with element tests.
+    pub fn every_tile_whole(&self) -> bool {
+        matches!(self.full_tile, AstExpr::Int(1))
+    }
     /// Whether the kernel has a `wgmma` path (sm_90a; `mma.sync` on other
     /// devices): prefill (a split kernel's warps share rows, not keys),
     /// the depth and every value width in whole 128-byte swizzle atoms (64
