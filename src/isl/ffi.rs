@@ -27,6 +27,8 @@ extern "C" {
     fn isl_pw_aff_to_str(x: uintptr_t) -> *mut c_char;
     fn isl_multi_union_pw_aff_to_str(x: uintptr_t) -> *mut c_char;
     fn isl_val_to_str(x: uintptr_t) -> *mut c_char;
+
+    fn isl_version() -> *const c_char;
 }
 
 /// Takes ownership of a string isl allocated and frees it.
@@ -41,6 +43,15 @@ fn take_isl_string(p: *mut c_char) -> String {
         libc::free(p as *mut libc::c_void);
         s
     }
+}
+
+/// isl's version string, which names its integer type (for example
+/// `isl-0.26-IMath-32`): polyfuse is built with IMath's 32-bit small
+/// integers (see `scripts/isl-config.site`).
+pub fn version() -> String {
+    // SAFETY: isl_version returns a pointer to a static NUL-terminated
+    // string, never freed.
+    unsafe { CStr::from_ptr(isl_version()).to_string_lossy().into_owned() }
 }
 
 /// isl's text form of an object, without leaking it.

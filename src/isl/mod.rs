@@ -11,7 +11,7 @@ mod ffi;
 
 pub use ffi::{
     ast_build_expr_from_pw_aff, ast_build_expr_from_set, ast_build_node_from_schedule,
-    ast_node_type, IslPrint,
+    ast_node_type, version, IslPrint,
 };
 pub use isl_rs::{
     ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType, Context, DimType, Map,
