@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use polyfuse::runtime::cpu::{self, RunOptions};
 use polyfuse::runtime::RunReport;
 use polyfuse::schedule::Strategy;
-use polyfuse::{compile, frontend, Error, Options};
+use polyfuse::{frontend, Error, Options};
 
 /// polyfuse: a polyhedral optimizer for machine-learning kernels.
 ///
@@ -324,70 +324,18 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
     }
 }
 
-/// After this long a compilation says it is still running.
-const COMPILE_NOTICE: std::time::Duration = std::time::Duration::from_secs(10);
-/// After this long (seconds; `POLYFUSE_SCHEDULE_TIMEOUT` overrides it) a
-/// compilation with another strategy than minimal fusion is abandoned for
-/// one with minimal fusion.
-const COMPILE_FALLBACK_S: u64 = 60;
-
-/// `compile`, watched: isl's scheduler can spend minutes, or fail to end,
-/// in the integer programs of some fusion problems (a split-k update whose
-/// factor does not divide the row, `attention_decode_gqa` at KV = 300 split
-/// 37: its lexicographic minimum never finished, while minimal fusion took
-/// 3.5 s). The compilation runs on a thread of its own; after
-/// [`COMPILE_NOTICE`] a line on stderr says so, and after
-/// [`COMPILE_FALLBACK_S`] polyfuse compiles again with minimal fusion
-/// (`--strategy min`, said on stderr; `options` then holds it) and leaves
-/// the first compilation behind (its thread ends with the process). Every
-/// check runs on the result as on any other.
+/// `compile` watched for time (see `polyfuse::pipeline::watch`): after
+/// 10 s a line on stderr says it is still compiling, and after 60 s
+/// (`POLYFUSE_SCHEDULE_TIMEOUT`) it compiles again with minimal fusion and
+/// says so; `options` then holds that strategy.
 fn compile_watched(
     program: &polyfuse::frontend::ast::Program,
     options: &mut Options,
 ) -> Result<polyfuse::Compiled, Error> {
-    use std::sync::mpsc;
-    const VAR: &str = "POLYFUSE_SCHEDULE_TIMEOUT";
-    let fallback = match std::env::var(VAR) {
-        Ok(v) => v.trim().parse().map_err(|_| Error::Input {
-            file: VAR.into(),
-            message: format!("expected whole seconds, got `{v}`"),
-        })?,
-        Err(_) => COMPILE_FALLBACK_S,
-    };
-    let fallback = std::time::Duration::from_secs(fallback);
-    let (tx, rx) = mpsc::channel();
-    let (p, o) = (program.clone(), options.clone());
-    std::thread::spawn(move || {
-        let _ = tx.send(compile(&p, &o));
-    });
-    let source = &program.source;
-    // The thread drops its sender without sending only if `compile`
-    // panicked.
-    let lost = || Error::Internal("the compilation thread ended without a result".into());
-    let notice = COMPILE_NOTICE.min(fallback);
-    match rx.recv_timeout(notice) {
-        Ok(r) => return r,
-        Err(mpsc::RecvTimeoutError::Disconnected) => return Err(lost()),
-        Err(mpsc::RecvTimeoutError::Timeout) => eprintln!(
-            "polyfuse: {source}: still compiling after {} s (isl's scheduler)",
-            notice.as_secs()
-        ),
-    }
-    if options.strategy == Strategy::Min {
-        return rx.recv().unwrap_or_else(|_| Err(lost()));
-    }
-    match rx.recv_timeout(fallback - notice) {
-        Ok(r) => r,
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(lost()),
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            eprintln!(
-                "polyfuse: {source}: isl's scheduler did not finish in {} s; compiling with minimal fusion (--strategy min) instead",
-                fallback.as_secs()
-            );
-            options.strategy = Strategy::Min;
-            compile(program, options)
-        }
-    }
+    let watch = polyfuse::pipeline::Watch::from_env()?;
+    polyfuse::pipeline::compile_watched(program, options, watch, |e| {
+        eprintln!("{}", e.message(&program.source))
+    })
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {

@@ -4,6 +4,9 @@
 
 use std::collections::HashMap;
 
+mod watch;
+pub use watch::{compile_watched, Watch, WatchEvent, TIMEOUT_VAR};
+
 use crate::codegen::{self, c::Boxes};
 use crate::deps;
 use crate::error::{Error, Result};

@@ -728,3 +728,46 @@ fn header_drift_check_fails_on_a_mismatch() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(Path::new(&format!("{ROOT}/src/capi/mod.rs")).exists());
 }
+
+/// The tree of the GQA decoding example at KV = 300 in 37 split-k slices
+/// (isl's scheduler does not finish it with fusion), compiled through the
+/// C ABI with a strategy or a schedule timeout.
+fn gqa_split_37_tree(strategy: Option<&str>, timeout: Option<u32>) -> String {
+    let ctx = context("attention_decode_gqa.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_param(ctx, c("KV=300").as_ptr()), PF_OK);
+        let directives = c(r#"[{"split-k": ["L", "O"], "factor": 37}]"#);
+        assert_eq!(pf_context_set_directives(ctx, directives.as_ptr()), PF_OK);
+        assert_eq!(pf_context_set_cache(ctx, null()), PF_OK);
+        if let Some(s) = strategy {
+            assert_eq!(pf_context_set_strategy(ctx, c(s).as_ptr()), PF_OK);
+        }
+        if let Some(t) = timeout {
+            assert_eq!(pf_context_set_schedule_timeout(ctx, t), PF_OK);
+        }
+        let r = compile_ok(ctx);
+        let tree = string_of(r, pf_result_schedule_tree);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+        tree
+    }
+}
+
+#[test]
+fn a_schedule_isl_does_not_finish_is_replaced_by_minimal_fusion() {
+    // Without the timeout pf_compile would not return (isl's integer
+    // lexicographic minimum runs for over 20 minutes); after 3 s the
+    // compilation is redone with minimal fusion, as the command line does.
+    let started = std::time::Instant::now();
+    let tree = gqa_split_37_tree(None, Some(3));
+    assert!(started.elapsed() >= std::time::Duration::from_secs(3));
+    assert!(tree.starts_with("domain: "), "{tree}");
+    assert_eq!(tree, gqa_split_37_tree(Some("min"), None));
+    // A null context is refused as by every setter.
+    // SAFETY: any pointer value is accepted.
+    assert_eq!(
+        unsafe { pf_context_set_schedule_timeout(null_mut(), 3) },
+        PF_ERR_INVALID_HANDLE
+    );
+}

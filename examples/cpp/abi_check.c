@@ -50,6 +50,7 @@ int main(int argc, char **argv) {
     CHECK(message_has(pf_last_error_message(), "null"));
     CHECK(pf_result_num_kernels(NULL, &n) == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_set_sink((pf_context *)&n, 1) == PF_ERR_INVALID_HANDLE);
+    CHECK(pf_context_set_schedule_timeout(NULL, 5) == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_create(NULL) == PF_ERR_INVALID_ARGUMENT);
 
     CHECK(pf_context_create(&ctx) == PF_OK);
@@ -67,6 +68,7 @@ int main(int argc, char **argv) {
     CHECK(pf_context_load_file(ctx, argv[1]) == PF_OK);
     CHECK(pf_context_set_param(ctx, "M=37") == PF_OK);
     CHECK(pf_context_set_tile(ctx, tile, 1) == PF_OK);
+    CHECK(pf_context_set_schedule_timeout(ctx, 120) == PF_OK); /* watched compile */
     CHECK(pf_compile(ctx, &res) == PF_OK);
     CHECK(pf_context_error_message(ctx) == NULL);
     CHECK(pf_result_num_kernels(res, &n) == PF_OK && n == 0);

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::frontend::{self, ast::DType, ast::Program};
 use crate::gpu::{GpuOptions, KernelArg};
-use crate::pipeline::{compile, Compiled, Options};
+use crate::pipeline::{compile_watched, Compiled, Options, Watch};
 use crate::schedule::Strategy;
 use crate::Error;
 
@@ -119,6 +119,10 @@ pub(crate) struct ContextState {
     /// The compilation cache: None, the default location (see
     /// `tune::cache::location`); Some(None), disabled; Some(Some(p)), p.
     cache: Option<Option<std::path::PathBuf>>,
+    /// Seconds after which a compilation isl's scheduler has not finished
+    /// is replaced by one with minimal fusion; None:
+    /// `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
+    schedule_timeout: Option<u64>,
 }
 
 /// The state behind a `pf_result`.
@@ -421,7 +425,20 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
     }
     let (compiled, from_cache) = match tuned(state, &program)? {
         Some(hit) => hit,
-        None => (compile(&program, &options)?, 0),
+        None => {
+            // Watched as on the command line: a schedule isl does not
+            // finish in the context's timeout (pf_context_set_schedule_timeout,
+            // else POLYFUSE_SCHEDULE_TIMEOUT, else 60 s) is replaced by
+            // minimal fusion, said on stderr.
+            let mut watch = Watch::from_env()?;
+            if let Some(t) = state.schedule_timeout {
+                watch.fallback = std::time::Duration::from_secs(t);
+            }
+            let compiled = compile_watched(&program, &mut options, watch, |e| {
+                eprintln!("{}", e.message(&program.source))
+            })?;
+            (compiled, 0)
+        }
     };
     let args = match (&compiled.cuda, state.target) {
         (Some(c), Target::Cuda) => c.args.clone(),
@@ -603,6 +620,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
             options_set: false,
             tile_set: false,
             cache: None,
+            schedule_timeout: None,
         };
         let id = handles::insert(Object::Context(Arc::new(Mutex::new(state))));
         // SAFETY: `out` is non-null and writable by the caller's contract.
@@ -845,6 +863,25 @@ pub unsafe extern "C" fn pf_context_set_cache(
             // SAFETY: the header's contract for `path`.
             Some(std::path::PathBuf::from(unsafe { text(path, "path") }?))
         });
+        Ok(())
+    })
+}
+
+/// Seconds after which a compilation whose schedule isl has not finished
+/// is replaced by one with minimal fusion (said on stderr, as the command
+/// line does). isl's scheduler can run for minutes, or not end, on some
+/// fusion problems; the abandoned compilation's thread runs on until it
+/// ends. Default: `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
+///
+/// # Safety
+/// Any pointer value is accepted for `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_schedule_timeout(
+    ctx: *mut pf_context,
+    seconds: u32,
+) -> pf_status {
+    with_context(ctx, |s| {
+        s.schedule_timeout = Some(u64::from(seconds));
         Ok(())
     })
 }
