@@ -136,8 +136,7 @@ pf_status pf_context_set_cache(pf_context *ctx, const char *path);
 /* Seconds after which a compilation whose schedule isl has not finished is
  * replaced by one with minimal fusion (said on stderr). isl's scheduler can
  * run for minutes, or not end, on some fusion problems; the abandoned
- * compilation's thread runs on until it ends. Default:
- * POLYFUSE_SCHEDULE_TIMEOUT, else 60. */
+ * compilation is stopped. Default: POLYFUSE_SCHEDULE_TIMEOUT, else 60. */
 pf_status pf_context_set_schedule_timeout(pf_context *ctx, uint32_t seconds);
 /* Compiles the loaded program under the context's options. */
 pf_status pf_compile(pf_context *ctx, pf_result **out);

@@ -738,3 +738,63 @@ fn checked_run_with_tuned_options(file: &str, cache: &Path) -> Output {
     );
     o
 }
+
+#[test]
+fn a_candidate_isl_does_not_schedule_in_time_fails_to_compile() {
+    // The GQA decoding example at KV = 300 in 37 split-k slices: isl's
+    // scheduler does not finish it with fusion (over 20 minutes). Each
+    // such candidate is given the schedule timeout and recorded as failed
+    // to compile, and the search ends.
+    let dir = scratch("timeout");
+    let text = std::fs::read_to_string(format!("{ROOT}/examples/attention_decode_gqa.json"))
+        .unwrap()
+        .replace("\"factor\": 4", "\"factor\": 37")
+        .replace("\"KV\": 64", "\"KV\": 300");
+    assert!(text.contains("\"factor\": 37") && text.contains("\"KV\": 300"));
+    let file = write(&dir, "gqa37.json", &text);
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .args([
+            "tune",
+            file.to_str().unwrap(),
+            "--target",
+            "cpu",
+            "--runs",
+            "1",
+        ])
+        .args(["--json", "--max-candidates", "4", "--budget", "10m"])
+        .env("POLYFUSE_CACHE", "off")
+        .env("POLYFUSE_SCHEDULE_TIMEOUT", "3")
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(300),
+        "{}",
+        stderr(&out)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let errors: Vec<&str> = v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["error"].as_str())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("isl's scheduler did not finish in 3 s")),
+        "{v}"
+    );
+    // Without a candidate that compiled and passed, tune says so (exit 2);
+    // with one, it succeeds.
+    match out.status.code() {
+        Some(0) => assert!(v["best"].is_object(), "{v}"),
+        Some(2) => assert!(
+            stderr(&out).contains("no candidate compiled and passed its check"),
+            "{}",
+            stderr(&out)
+        ),
+        c => panic!("exit {c:?}: {}", stderr(&out)),
+    }
+}

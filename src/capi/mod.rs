@@ -870,8 +870,8 @@ pub unsafe extern "C" fn pf_context_set_cache(
 /// Seconds after which a compilation whose schedule isl has not finished
 /// is replaced by one with minimal fusion (said on stderr, as the command
 /// line does). isl's scheduler can run for minutes, or not end, on some
-/// fusion problems; the abandoned compilation's thread runs on until it
-/// ends. Default: `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
+/// fusion problems; the abandoned compilation is stopped (see
+/// `pipeline::watch`). Default: `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
 ///
 /// # Safety
 /// Any pointer value is accepted for `ctx`.

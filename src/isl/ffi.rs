@@ -5,10 +5,13 @@
 //!   AST for codegen.
 //! * `isl_*_to_str` with the returned string freed: isl-rs's `to_str`
 //!   returns a borrowed view of a string it never frees.
+//! * isl's operation quota lowered from another thread ([`Abort`]).
 
 use isl_rs::{ASTExpr, ASTNode, PwAff, Schedule, Set};
 use libc::{c_char, uintptr_t};
+use std::cell::RefCell;
 use std::ffi::CStr;
+use std::sync::{Arc, Mutex};
 
 extern "C" {
     fn isl_ast_build_from_context(set: uintptr_t) -> uintptr_t;
@@ -29,6 +32,103 @@ extern "C" {
     fn isl_val_to_str(x: uintptr_t) -> *mut c_char;
 
     fn isl_version() -> *const c_char;
+    fn isl_ctx_set_max_operations(ctx: uintptr_t, max_operations: libc::c_ulong);
+}
+
+thread_local! {
+    /// The abort handle of the compilation running on this thread.
+    static CURRENT_ABORT: RefCell<Option<Arc<Abort>>> = const { RefCell::new(None) };
+}
+
+/// Stops the isl work of one compilation from another thread.
+///
+/// isl cannot be interrupted from outside except through what its context
+/// checks at every simplex pivot and allocation: the abort flag and the
+/// operation quota (see [`stop`]). A
+/// compilation's thread installs an `Abort` ([`Abort::install`]); every
+/// [`Isl`] context that thread creates registers with it and leaves it when
+/// dropped. [`Abort::abort`] raises the flag of each live context and of
+/// every context created afterwards, so the compilation ends with an isl
+/// error soon after (used when isl's scheduler does not finish in time:
+/// see `pipeline::watch`).
+#[derive(Default)]
+pub struct Abort {
+    state: Mutex<AbortState>,
+}
+
+#[derive(Default)]
+struct AbortState {
+    aborted: bool,
+    /// The live contexts, by address.
+    contexts: Vec<uintptr_t>,
+}
+
+impl Abort {
+    /// Makes this handle apply to the contexts the current thread creates
+    /// from now on.
+    pub fn install(self: &Arc<Abort>) {
+        CURRENT_ABORT.with(|a| *a.borrow_mut() = Some(Arc::clone(self)));
+    }
+
+    /// Stops every context registered now or later.
+    pub fn abort(&self) {
+        let mut s = self.lock();
+        s.aborted = true;
+        for &ctx in &s.contexts {
+            // SAFETY: a registered context is live: its owner unregisters
+            // it, under this lock, before freeing it.
+            unsafe { stop(ctx) };
+        }
+    }
+
+    /// Whether [`Abort::abort`] was called.
+    pub fn aborted(&self) -> bool {
+        self.lock().aborted
+    }
+
+    fn register(&self, ctx: uintptr_t) {
+        let mut s = self.lock();
+        if s.aborted {
+            // SAFETY: `ctx` was just allocated by the calling thread.
+            unsafe { stop(ctx) };
+        }
+        s.contexts.push(ctx);
+    }
+
+    pub(super) fn unregister(&self, ctx: uintptr_t) {
+        self.lock().contexts.retain(|&c| c != ctx);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AbortState> {
+        // A panic while holding the lock leaves a consistent list.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Makes the next operation of the context at `ctx` fail: its operation
+/// quota becomes 1, which every context has passed, so isl's next simplex
+/// pivot or allocation fails with `isl_error_quota` and the message
+/// "maximal number of operations exceeded". (`isl_ctx_abort` is the
+/// natural call, but its error has no message, and isl-rs then reads a
+/// null message and crashes.) isl stores one `unsigned long`, which the
+/// owner's thread reads at its next operation.
+///
+/// # Safety
+/// `ctx` is a live context.
+unsafe fn stop(ctx: uintptr_t) {
+    // SAFETY: the caller's contract.
+    unsafe { isl_ctx_set_max_operations(ctx, 1) }
+}
+
+/// Registers the context at `ctx`, just created by this thread, with the
+/// abort handle this thread installed, and returns that handle (the
+/// context's owner unregisters it before freeing it).
+pub(super) fn register_with_current_abort(ctx: uintptr_t) -> Option<Arc<Abort>> {
+    let abort = CURRENT_ABORT.with(|a| a.borrow().clone());
+    if let Some(a) = &abort {
+        a.register(ctx);
+    }
+    abort
 }
 
 /// Takes ownership of a string isl allocated and frees it.

@@ -11,7 +11,7 @@ mod ffi;
 
 pub use ffi::{
     ast_build_expr_from_pw_aff, ast_build_expr_from_set, ast_build_node_from_schedule,
-    ast_node_type, version, IslPrint,
+    ast_node_type, version, Abort, IslPrint,
 };
 pub use isl_rs::{
     ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType, Context, DimType, Map,
@@ -20,11 +20,15 @@ pub use isl_rs::{
 };
 
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 /// One isl context with polyfuse's options. Dropped last: see the module
 /// comment.
 pub struct Isl {
     pub ctx: Context,
+    /// The abort handle the creating thread had installed, if any; the
+    /// context is registered with it for its whole life.
+    abort: Option<Arc<Abort>>,
 }
 
 impl Isl {
@@ -33,7 +37,8 @@ impl Isl {
         // ISL_ON_ERROR_CONTINUE: errors come back as values, never abort,
         // and are reported by polyfuse, not printed by isl.
         let _ = isl_rs::Options::set_on_error(&ctx, 1);
-        Isl { ctx }
+        let abort = ffi::register_with_current_abort(ctx.ptr);
+        Isl { ctx, abort }
     }
 
     pub fn set(&self, text: &str) -> Result<Set> {
@@ -50,6 +55,16 @@ impl Isl {
     }
     pub fn schedule(&self, text: &str) -> Result<Schedule> {
         Schedule::read_from_str(&self.ctx, text).map_err(|e| parse_error("schedule", text, e))
+    }
+}
+
+impl Drop for Isl {
+    fn drop(&mut self) {
+        // Before the context is freed (fields drop after this), so that an
+        // abort never reaches a freed context.
+        if let Some(a) = &self.abort {
+            a.unregister(self.ctx.ptr);
+        }
     }
 }
 

@@ -3,22 +3,23 @@
 //! isl's scheduler can spend minutes, or fail to end, in the integer
 //! programs of some fusion problems: `attention_decode_gqa` at KV = 300
 //! split 37 stays in `isl_tab_basic_set_non_trivial_lexmin`, pivoting on
-//! ever larger integers, while minimal fusion takes under a second. isl's
-//! operation quota is not checked in that loop, so the compilation cannot be
-//! stopped from outside. [`compile_watched`] runs it on a thread of its own:
-//! after [`Watch::notice`] it reports that it is still compiling, and after
-//! [`Watch::fallback`] it compiles again with minimal fusion
-//! ([`Strategy::Min`]) and leaves the first compilation behind. That thread
-//! keeps running until it ends or the process does; its isl context is its
-//! own, so nothing is shared with the compilation that replaces it. Every
-//! check (dependences, legality, repair proofs) runs on the result as on
-//! any other.
+//! ever larger integers, while minimal fusion takes under a second. A
+//! fixed operation quota does not tell the two apart (each pivot on those
+//! integers is slower than the last, so a quota that stops it in
+//! reasonable time also stops ordinary compilations). Time does:
+//! [`compile_watched`] runs the compilation on a thread of its own; after
+//! [`Watch::notice`] it reports that it is still compiling, and after
+//! [`Watch::fallback`] it stops it (the quota lowered to 1 from this
+//! thread, which isl's next pivot obeys: [`Abort`]) and compiles again with
+//! minimal fusion ([`Strategy::Min`]). Every check (dependences, legality, repair
+//! proofs) runs on the result as on any other.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
+use crate::isl::Abort;
 use crate::schedule::Strategy;
 
 use super::{compile, Compiled, Options};
@@ -86,6 +87,70 @@ impl WatchEvent {
     }
 }
 
+/// A compilation on a thread of its own, which can be stopped.
+struct Running {
+    /// The thread drops its sender without sending only if `compile`
+    /// panicked.
+    result: mpsc::Receiver<Result<Compiled>>,
+    abort: Arc<Abort>,
+}
+
+/// How long a stopped compilation is given to end (isl checks its operation
+/// quota at every simplex pivot, so it ends within a pivot).
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+impl Running {
+    /// [`compile`] on a thread of its own; `None` where no thread could be
+    /// started.
+    fn start(program: &Program, options: &Options) -> Option<Running> {
+        let (tx, result) = mpsc::channel();
+        let abort = Arc::new(Abort::default());
+        let (p, o, a) = (program.clone(), options.clone(), Arc::clone(&abort));
+        std::thread::Builder::new()
+            .name("polyfuse-compile".into())
+            .spawn(move || {
+                a.install();
+                let _ = tx.send(compile(&p, &o));
+            })
+            .ok()?;
+        Some(Running { result, abort })
+    }
+
+    /// Aborts the compilation's isl work and waits up to [`STOP_WAIT`] for
+    /// its thread to end; its result, an isl error, is dropped. A thread
+    /// that has not ended by then is left to end on its own.
+    fn stop(self) {
+        self.abort.abort();
+        let _ = self.result.recv_timeout(STOP_WAIT);
+    }
+}
+
+fn lost() -> Error {
+    Error::Internal("the compilation thread ended without a result".into())
+}
+
+/// [`compile`] given at most `limit`: `Ok(None)` where it has not finished
+/// by then (it is stopped, as [`compile_watched`] stops it). For searches
+/// that try many options: a candidate isl does not schedule in time is
+/// dropped, not replaced.
+pub fn compile_within(
+    program: &Program,
+    options: &Options,
+    limit: Duration,
+) -> Result<Option<Compiled>> {
+    let Some(running) = Running::start(program, options) else {
+        return compile(program, options).map(Some);
+    };
+    match running.result.recv_timeout(limit) {
+        Ok(r) => r.map(Some),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(lost()),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            running.stop();
+            Ok(None)
+        }
+    }
+}
+
 /// [`compile`] under `watch`, reporting to `report`. After a fallback
 /// `options.strategy` is [`Strategy::Min`], so the caller can say which
 /// strategy its result has.
@@ -95,22 +160,12 @@ pub fn compile_watched(
     watch: Watch,
     mut report: impl FnMut(WatchEvent),
 ) -> Result<Compiled> {
-    let (tx, rx) = mpsc::channel();
-    let (p, o) = (program.clone(), options.clone());
-    let spawned = std::thread::Builder::new()
-        .name("polyfuse-compile".into())
-        .spawn(move || {
-            let _ = tx.send(compile(&p, &o));
-        });
-    if spawned.is_err() {
+    let Some(running) = Running::start(program, options) else {
         // No thread to watch from: compile here, unwatched.
         return compile(program, options);
-    }
-    // The thread drops its sender without sending only if `compile`
-    // panicked.
-    let lost = || Error::Internal("the compilation thread ended without a result".into());
+    };
     let notice = watch.notice.min(watch.fallback);
-    match rx.recv_timeout(notice) {
+    match running.result.recv_timeout(notice) {
         Ok(r) => return r,
         Err(mpsc::RecvTimeoutError::Disconnected) => return Err(lost()),
         Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -120,13 +175,14 @@ pub fn compile_watched(
         }
     }
     if options.strategy == Strategy::Min {
-        return rx.recv().unwrap_or_else(|_| Err(lost()));
+        return running.result.recv().unwrap_or_else(|_| Err(lost()));
     }
-    match rx.recv_timeout(watch.fallback - notice) {
+    match running.result.recv_timeout(watch.fallback - notice) {
         Ok(r) => r,
         Err(mpsc::RecvTimeoutError::Disconnected) => Err(lost()),
         Err(mpsc::RecvTimeoutError::Timeout) => {
             report(WatchEvent::FellBack(watch.fallback));
+            running.stop();
             options.strategy = Strategy::Min;
             compile(program, options)
         }

@@ -17,7 +17,7 @@ use super::traffic::{self, Traffic};
 use super::{measure_with, MeasureTarget, Variant};
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
-use crate::pipeline::{compile, Compiled};
+use crate::pipeline::{compile_within, Compiled, Options, Watch};
 
 /// One row of the comparison.
 #[derive(Debug, Clone)]
@@ -122,6 +122,9 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
         })
         .collect::<Result<Vec<_>>>()?;
     let values: HashMap<String, i64> = params.iter().cloned().collect();
+    // A variant isl's scheduler does not finish in the schedule timeout
+    // (POLYFUSE_SCHEDULE_TIMEOUT, else 60 s) is a row with that error.
+    let limit = Watch::from_env()?.fallback;
     let mut rows = Vec::new();
     let mut device = None;
     // On a GPU the f64 reference is computed once for all variants.
@@ -144,6 +147,7 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
         match fill(
             program,
             request,
+            limit,
             &values,
             &mut row,
             &mut device,
@@ -169,16 +173,23 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
 fn fill(
     program: &Program,
     request: &Request,
+    limit: std::time::Duration,
     values: &HashMap<String, i64>,
     row: &mut Row,
     device: &mut Option<String>,
     reference: &mut Option<Vec<(String, crate::frontend::ast::DType, Vec<f64>)>>,
 ) -> Result<()> {
-    let compiled = match compile(program, &row.variant.options(true)) {
+    let compile = |options: &Options| {
+        compile_within(program, options, limit)?.ok_or_else(|| Error::Input {
+            file: program.source.clone(),
+            message: format!("isl's scheduler did not finish in {} s", limit.as_secs()),
+        })
+    };
+    let compiled = match compile(&row.variant.options(true)) {
         Ok(c) => c,
         Err(e) if request.target == Some(MeasureTarget::Cpu) => {
             row.note = Some(format!("no GPU mapping: {e}"));
-            compile(program, &row.variant.options(false))?
+            compile(&row.variant.options(false))?
         }
         Err(e) => return Err(e),
     };

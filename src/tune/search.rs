@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::{measure_with, MeasureTarget, Variant};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{ExprKind, Program};
-use crate::pipeline::{compile, Compiled};
+use crate::pipeline::{compile_watched, compile_within, Compiled, Watch};
 
 /// A small, seedable generator (splitmix64): the search must not depend on
 /// a library's stream staying the same across versions.
@@ -455,7 +455,10 @@ pub fn tune(
     {
         let t0 = Instant::now();
         let checked = settings.check_program.as_ref().unwrap_or(program);
-        let c = compile(checked, &Variant::default().options(gpu))?;
+        // Any schedule gives the same reference: one isl does not finish
+        // is replaced by minimal fusion.
+        let mut options = Variant::default().options(gpu);
+        let c = compile_watched(checked, &mut options, Watch::from_env()?, |_| ())?;
         let r = crate::runtime::cpu::reference_outputs(&c, settings.seed)?;
         reference_seconds = Some(t0.elapsed().as_secs_f64());
         Some(r)
@@ -693,6 +696,17 @@ fn evaluate(
     best_us: Option<f64>,
 ) -> Result<Vec<Option<Evaluated>>> {
     let jobs = settings.jobs.max(1).min(variants.len().max(1));
+    // A candidate isl's scheduler does not finish in the schedule timeout
+    // (POLYFUSE_SCHEDULE_TIMEOUT, else 60 s) fails to compile.
+    let limit = Watch::from_env()?.fallback;
+    let compile = |p: &Program, options: &crate::Options| match compile_within(p, options, limit) {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(format!(
+            "isl's scheduler did not finish in {} s",
+            limit.as_secs()
+        )),
+        Err(e) => Err(e.to_string()),
+    };
     type Both = std::result::Result<(Compiled, Option<Compiled>), String>;
     let mut compiled: Vec<Option<Both>> = (0..variants.len()).map(|_| None).collect();
     std::thread::scope(|s| {
@@ -705,14 +719,14 @@ fn evaluate(
                     for (k, slot) in slots.iter_mut().enumerate() {
                         let v = &variants[c * per + k];
                         let options = v.options(gpu);
-                        let both = compile(program, &options)
-                            .map_err(|e| e.to_string())
-                            .and_then(|full| match &settings.check_program {
+                        let both = compile(program, &options).and_then(|full| {
+                            match &settings.check_program {
                                 None => Ok((full, None)),
                                 Some(p) => compile(p, &options)
                                     .map(|small| (full, Some(small)))
                                     .map_err(|e| format!("at the check sizes: {e}")),
-                            });
+                            }
+                        });
                         *slot = Some(both);
                     }
                 })
