@@ -44,13 +44,12 @@ thread_local! {
 ///
 /// isl cannot be interrupted from outside except through what its context
 /// checks at every simplex pivot and allocation: the abort flag and the
-/// operation quota (see [`stop`]). A
-/// compilation's thread installs an `Abort` ([`Abort::install`]); every
-/// [`Isl`] context that thread creates registers with it and leaves it when
-/// dropped. [`Abort::abort`] raises the flag of each live context and of
-/// every context created afterwards, so the compilation ends with an isl
-/// error soon after (used when isl's scheduler does not finish in time:
-/// see `pipeline::watch`).
+/// operation quota (see `stop`). A compilation's thread installs an
+/// `Abort` ([`Abort::install`]); every `Isl` context that thread creates
+/// registers with it and leaves it when dropped. [`Abort::abort`] stops
+/// each live context and every context created afterwards, so the
+/// compilation ends with an isl error soon after (used when isl's scheduler
+/// does not finish in time: see `pipeline::watch`).
 #[derive(Default)]
 pub struct Abort {
     state: Mutex<AbortState>,
@@ -79,11 +78,6 @@ impl Abort {
             // it, under this lock, before freeing it.
             unsafe { stop(ctx) };
         }
-    }
-
-    /// Whether [`Abort::abort`] was called.
-    pub fn aborted(&self) -> bool {
-        self.lock().aborted
     }
 
     fn register(&self, ctx: uintptr_t) {
