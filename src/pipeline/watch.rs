@@ -89,8 +89,7 @@ impl WatchEvent {
 
 /// A compilation on a thread of its own, which can be stopped.
 struct Running {
-    /// The thread drops its sender without sending only if `compile`
-    /// panicked.
+    /// The compilation's result (a panic as an internal error).
     result: mpsc::Receiver<Result<Compiled>>,
     abort: Arc<Abort>,
 }
@@ -110,7 +109,21 @@ impl Running {
             .name("polyfuse-compile".into())
             .spawn(move || {
                 a.install();
-                let _ = tx.send(compile(&p, &o));
+                // A panic (a bug) comes back as an internal error with its
+                // message, as it would from a compilation on the caller's
+                // thread under the C ABI's guard.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile(&p, &o)))
+                    .unwrap_or_else(|payload| {
+                        let message = payload
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| payload.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic".into());
+                        Err(Error::Internal(format!(
+                            "the compilation panicked: {message}"
+                        )))
+                    });
+                let _ = tx.send(r);
             })
             .ok()?;
         Some(Running { result, abort })
@@ -125,6 +138,8 @@ impl Running {
     }
 }
 
+/// The thread ended without sending (it cannot, short of an abort of the
+/// process).
 fn lost() -> Error {
     Error::Internal("the compilation thread ended without a result".into())
 }
