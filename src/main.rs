@@ -21,6 +21,13 @@ use polyfuse::{frontend, Error, Options};
 ///
 /// Exit status: 0 success, 1 a --check found a mismatch, 2 bad input or an
 /// illegal transformation, 3 an environment fault, 4 an internal error.
+///
+/// Environment: POLYFUSE_SCHEDULE_TIMEOUT (seconds, default 60): a
+/// compilation whose schedule isl has not finished by then is stopped and
+/// done again with minimal fusion, said on stderr (tune and compare record
+/// it as failed). POLYFUSE_CACHE: the compilation cache's file, or `off`.
+/// POLYFUSE_CUDA_ARCH: the GPU architecture to compile for instead of the
+/// device's (e.g. sm_90 for the paths without wgmma).
 #[derive(Parser)]
 // The version names the build's source fingerprint (the compilation
 // cache's key), so a results table says which build it timed.

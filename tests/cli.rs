@@ -193,3 +193,21 @@ fn a_schedule_that_does_not_finish_falls_back_to_minimal_fusion() {
     );
     assert!(bad.stdout.is_empty());
 }
+
+#[test]
+fn help_names_the_exit_statuses_and_the_environment() {
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "2 bad input or an illegal transformation",
+        "POLYFUSE_SCHEDULE_TIMEOUT (seconds, default 60)",
+        "POLYFUSE_CACHE",
+        "POLYFUSE_CUDA_ARCH",
+    ] {
+        assert!(help.contains(needle), "--help lacks `{needle}`:\n{help}");
+    }
+}
