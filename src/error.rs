@@ -52,3 +52,28 @@ impl From<isl_rs::LibISLError> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The message of a caught panic (`panic!` with a literal or a formatted
+/// string); `None` for any other payload.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_text;
+
+    #[test]
+    fn panic_text_reads_literal_and_formatted_messages_only() {
+        let text = |f: fn()| panic_text(&*std::panic::catch_unwind(f).unwrap_err());
+        assert_eq!(text(|| panic!("a literal")), Some("a literal".into()));
+        assert_eq!(
+            text(|| panic!("formatted {}", 7)),
+            Some("formatted 7".into())
+        );
+        assert_eq!(text(|| std::panic::panic_any(7_u8)), None);
+    }
+}

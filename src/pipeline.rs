@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 mod watch;
-pub use watch::{compile_watched, compile_within, Watch, WatchEvent, TIMEOUT_VAR};
+pub use watch::{compile_watched, compile_within, unfinished, Watch, WatchEvent};
 
 use crate::codegen::{self, c::Boxes};
 use crate::deps;

@@ -797,4 +797,28 @@ fn a_candidate_isl_does_not_schedule_in_time_fails_to_compile() {
         ),
         c => panic!("exit {c:?}: {}", stderr(&out)),
     }
+    // `compare`: the row isl does not finish has that error, the row with
+    // minimal fusion its schedule.
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .args(["compare", file.to_str().unwrap(), "--json"])
+        .args(["--strategies", "isl,min"])
+        .env("POLYFUSE_CACHE", "off")
+        .env("POLYFUSE_SCHEDULE_TIMEOUT", "3")
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
+    let rows = v["variants"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert!(
+        rows[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("isl's scheduler did not finish in 3 s")),
+        "{v}"
+    );
+    assert!(rows[1].get("error").is_none(), "{v}");
+    assert!(rows[1]["schedule_tree"]
+        .as_str()
+        .unwrap()
+        .starts_with("domain:"));
 }

@@ -17,7 +17,7 @@
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{panic_text, Error, Result};
 use crate::frontend::ast::Program;
 use crate::isl::Abort;
 use crate::schedule::Strategy;
@@ -25,7 +25,7 @@ use crate::schedule::Strategy;
 use super::{compile, Compiled, Options};
 
 /// The environment variable that sets [`Watch::fallback`], in seconds.
-pub const TIMEOUT_VAR: &str = "POLYFUSE_SCHEDULE_TIMEOUT";
+const TIMEOUT_VAR: &str = "POLYFUSE_SCHEDULE_TIMEOUT";
 
 /// When a watched compilation is reported and when it is replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,11 +80,17 @@ impl WatchEvent {
                 t.as_secs()
             ),
             WatchEvent::FellBack(t) => format!(
-                "polyfuse: {source}: isl's scheduler did not finish in {} s; compiling with minimal fusion (--strategy min) instead",
-                t.as_secs()
+                "polyfuse: {source}: {}; compiling with minimal fusion (--strategy min) instead",
+                unfinished(*t)
             ),
         }
     }
+}
+
+/// Why a compilation given `limit` has no result (a search's candidate,
+/// or the line of a fallback).
+pub fn unfinished(limit: Duration) -> String {
+    format!("isl's scheduler did not finish in {} s", limit.as_secs())
 }
 
 /// A compilation on a thread of its own, which can be stopped.
@@ -114,11 +120,7 @@ impl Running {
                 // thread under the C ABI's guard.
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile(&p, &o)))
                     .unwrap_or_else(|payload| {
-                        let message = payload
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| payload.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "a panic".into());
+                        let message = panic_text(&*payload).unwrap_or_else(|| "a panic".into());
                         Err(Error::Internal(format!(
                             "the compilation panicked: {message}"
                         )))

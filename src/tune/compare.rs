@@ -17,7 +17,7 @@ use super::traffic::{self, Traffic};
 use super::{measure_with, MeasureTarget, Variant};
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
-use crate::pipeline::{compile_within, Compiled, Options, Watch};
+use crate::pipeline::{compile_within, unfinished, Compiled, Options, Watch};
 
 /// One row of the comparison.
 #[derive(Debug, Clone)]
@@ -182,7 +182,7 @@ fn fill(
     let compile = |options: &Options| {
         compile_within(program, options, limit)?.ok_or_else(|| Error::Input {
             file: program.source.clone(),
-            message: format!("isl's scheduler did not finish in {} s", limit.as_secs()),
+            message: unfinished(limit),
         })
     };
     let compiled = match compile(&row.variant.options(true)) {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::{measure_with, MeasureTarget, Variant};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{ExprKind, Program};
-use crate::pipeline::{compile_watched, compile_within, Compiled, Watch};
+use crate::pipeline::{compile_watched, compile_within, unfinished, Compiled, Watch};
 
 /// A small, seedable generator (splitmix64): the search must not depend on
 /// a library's stream staying the same across versions.
@@ -701,10 +701,7 @@ fn evaluate(
     let limit = Watch::from_env()?.fallback;
     let compile = |p: &Program, options: &crate::Options| match compile_within(p, options, limit) {
         Ok(Some(c)) => Ok(c),
-        Ok(None) => Err(format!(
-            "isl's scheduler did not finish in {} s",
-            limit.as_secs()
-        )),
+        Ok(None) => Err(unfinished(limit)),
         Err(e) => Err(e.to_string()),
     };
     type Both = std::result::Result<(Compiled, Option<Compiled>), String>;

@@ -239,15 +239,9 @@ pub fn context(ordinal: usize) -> std::result::Result<Arc<CudaContext>, String> 
     Ok(ctx)
 }
 
-/// The text of a caught panic.
+/// The text of a panic caught around a cudarc call.
 pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else {
-        "a panic inside cudarc".to_string()
-    }
+    crate::error::panic_text(p).unwrap_or_else(|| "a panic inside cudarc".to_string())
 }
 
 /// A driver error as `CUDA_ERROR_NAME: description`.
