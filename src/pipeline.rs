@@ -113,6 +113,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
     let isl = Isl::new();
     let original = model::build(&isl, program)?;
+    model::check_reads_written(program, &original)?;
     // Repair (rolling / split-k update) from the `schedule` key, or chosen
     // automatically; the repaired program comes with its defining order.
     let steps = repair::steps_for(&isl, program, &original, options.repair)?;

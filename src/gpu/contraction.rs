@@ -363,7 +363,6 @@ pub fn recognise(
         },
     };
     // The domain is a box from 0.
-    let names: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
     let mut bounds = Vec::new();
     let mut his = Vec::new();
     let mut extents = Vec::new();
@@ -388,8 +387,8 @@ pub fn recognise(
         ));
     }
     let text = format!(
-        "[{}] -> {{ {}[{}] : {} }}",
-        names.join(", "),
+        "{}{{ {}[{}] : {} }}",
+        scop.param_prefix,
         s.name,
         s.iterators.join(", "),
         bounds.join(" and ")
@@ -470,8 +469,8 @@ pub fn recognise(
             })
             .collect();
         let text = format!(
-            "[{}] -> {{ {}[{}] : {} }}",
-            names.join(", "),
+            "{}{{ {}[{}] : {} }}",
+            scop.param_prefix,
             o.name,
             o.iterators.join(", "),
             bounds.join(" and ")

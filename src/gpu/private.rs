@@ -265,7 +265,7 @@ fn promote(search: &mut Search, node: &ScheduleNode, mark: &str) -> Result<Priva
         let boxed = Map::from_multi_aff(offset_ma.copy()?)?
             .sum(deltas)?
             .intersect_domain(f.copy()?.domain()?)?
-            .intersect_range(super::registers::tensor_elements(isl, program, scop, &t)?)?
+            .intersect_range(super::registers::tensor_elements(isl, scop, &t)?)?
             .intersect_params(scop.context.copy()?)?;
         let f_in_context = f.copy()?.intersect_params(scop.context.copy()?)?;
         if !boxed.is_subset(&f_in_context)? {

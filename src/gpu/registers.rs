@@ -290,7 +290,7 @@ fn hoistable_init(
     let AssignOp::Reduce { op, init: true } = program.statements[init.source].op else {
         return Ok(None);
     };
-    let all = tensor_elements(isl, program, scop, t)?;
+    let all = tensor_elements(isl, scop, t)?;
     let written = init
         .write
         .copy()?
@@ -323,11 +323,10 @@ pub fn carries_cross_thread_dependences(
 
 /// `{ t[e] : 0 <= e < shape(t) }` in the program's context: every element
 /// of tensor `t`.
-pub fn tensor_elements(isl: &Isl, program: &Program, scop: &Scop, t: &str) -> Result<isl_rs::Set> {
+pub fn tensor_elements(isl: &Isl, scop: &Scop, t: &str) -> Result<isl_rs::Set> {
     let tensor = scop
         .tensor(t)
         .ok_or_else(|| crate::error::Error::Internal(format!("unknown tensor {t}")))?;
-    let params: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
     let dims: Vec<String> = (0..tensor.shape.len()).map(|d| format!("e{d}")).collect();
     let bounds: Vec<String> = tensor
         .shape
@@ -336,8 +335,8 @@ pub fn tensor_elements(isl: &Isl, program: &Program, scop: &Scop, t: &str) -> Re
         .map(|(extent, d)| format!("0 <= {d} < {extent}"))
         .collect();
     let text = format!(
-        "[{}] -> {{ {t}[{}] : {} }}",
-        params.join(", "),
+        "{}{{ {t}[{}] : {} }}",
+        scop.param_prefix,
         dims.join(", "),
         if bounds.is_empty() {
             "true".to_string()

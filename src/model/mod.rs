@@ -177,15 +177,28 @@ impl Scop {
     }
     /// All writes as one relation from instances to tensor elements.
     pub fn writes(&self) -> Result<UnionMap> {
-        union_of(self.statements.iter().map(|s| s.write.copy()))
+        self.union_of(self.statements.iter().map(|s| s.write.copy()))
     }
     /// All reads as one relation from instances to tensor elements.
     pub fn reads(&self) -> Result<UnionMap> {
-        union_of(
+        self.union_of(
             self.statements
                 .iter()
                 .flat_map(|s| s.reads.iter().map(|r| r.copy())),
         )
+    }
+    /// The union of `maps`; the empty relation in the program's parameter
+    /// space when there are none (a program whose statements read no
+    /// tensor, such as `O(i, j) = 3`, has no reads).
+    fn union_of(
+        &self,
+        maps: impl Iterator<Item = std::result::Result<Map, isl_rs::LibISLError>>,
+    ) -> Result<UnionMap> {
+        let mut u = UnionMap::empty(self.context.get_space()?)?;
+        for m in maps {
+            u = u.union(UnionMap::from_map(m?)?)?;
+        }
+        Ok(u)
     }
     /// The plain-text model, for `--emit json` and messages.
     pub fn describe(&self) -> serde_json::Value {
@@ -207,25 +220,17 @@ impl Scop {
     }
 }
 
-fn union_of(
-    maps: impl Iterator<Item = std::result::Result<Map, isl_rs::LibISLError>>,
-) -> Result<UnionMap> {
-    let mut u: Option<UnionMap> = None;
-    for m in maps {
-        let m = UnionMap::from_map(m?)?;
-        u = Some(match u {
-            None => m,
-            Some(a) => a.union(m)?,
-        });
-    }
-    u.ok_or_else(|| Error::Internal("no accesses".into()))
-}
-
 /// Builds the model of `program`. Parameters with a value are pinned in the
 /// context; the others stay symbolic.
 pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
     let names: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
-    let param_prefix = format!("[{}] -> ", names.join(", "));
+    // isl reads `[] -> { .. }` as a set but not inside a schedule's
+    // filters: a program without parameters gets no prefix at all.
+    let param_prefix = if names.is_empty() {
+        String::new()
+    } else {
+        format!("[{}] -> ", names.join(", "))
+    };
     let mut tensors: Vec<ModelTensor> = Vec::new();
     for t in &program.tensors {
         if let Some(shape) = &t.shape {
@@ -522,6 +527,68 @@ fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
                 });
             }
         }
+    }
+    Ok(())
+}
+
+/// The spec's read-before-write rule: every element of a temp or output
+/// that a statement reads was written by an earlier statement (program
+/// order; a reduction's initialisation comes before its update). For
+/// statement `S` with domain `D_S` and read `R`, and the writes `W_T` of
+/// the statements before it,
+///
+/// `(D_S . R) \ ⋃_{T < S} (D_T . W_T) = ∅`.
+///
+/// An update's read of its own accumulator is included, so `X(i) += e`
+/// with nothing written into `X(i)` before is refused too. Without this a
+/// read of an element only a later statement writes would silently see
+/// zeros (and the f64 reference would agree).
+///
+/// It applies to the user's program, whose statement list is its program
+/// order; a repaired program's order is its own schedule tree, and the
+/// repair is proven against the dependences instead.
+pub fn check_reads_written(program: &Program, scop: &Scop) -> Result<()> {
+    let mut written: Option<UnionSet> = None;
+    for s in &scop.statements {
+        let st = &program.statements[s.source];
+        for r in &s.reads {
+            let tname = r.get_tuple_name(isl_rs::DimType::Out)?.to_string();
+            if scop
+                .tensor(&tname)
+                .is_none_or(|t| t.role == TensorRole::Input)
+            {
+                continue;
+            }
+            let read = UnionSet::from_set(s.domain.copy()?.apply(r.copy()?)?)?;
+            let unwritten = match &written {
+                Some(w) => read.subtract(w.copy()?)?,
+                None => read,
+            }
+            .intersect_params(scop.context.copy()?)?;
+            if !unwritten.is_empty()? {
+                let p = unwritten.sample_point()?;
+                let element = (0..r.dim(isl_rs::DimType::Out)?)
+                    .map(|d| {
+                        let v = p.get_coordinate_val(isl_rs::DimType::Set, d)?;
+                        crate::isl::val_to_i64(&v).map(|v| v.to_string())
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                return Err(Error::Statement {
+                    file: program.source.clone(),
+                    position: st.position + 1,
+                    text: st.text.clone(),
+                    message: format!(
+                        "reads {tname}({}) before any statement writes it (a read of a temp or output must follow a write of the same element in program order)",
+                        element.join(", ")
+                    ),
+                });
+            }
+        }
+        let w = UnionSet::from_set(s.domain.copy()?.apply(s.write.copy()?)?)?;
+        written = Some(match written {
+            Some(a) => a.union(w)?,
+            None => w,
+        });
     }
     Ok(())
 }

@@ -1,0 +1,138 @@
+//! Issue 30's classes of failure on programs written to the spec by
+//! someone else: each one a program that failed before its fix (an
+//! internal error, a silent change of meaning, a race) and what it must
+//! give now.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn scratch(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("polyfuse-soundness-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(name);
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn polyfuse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `file` with `--check` on the CPU and in the emulation of the GPU
+/// mapping under every strategy; each run must check.
+fn checks_everywhere(file: &PathBuf) {
+    let f = file.to_str().unwrap();
+    for strategy in ["isl", "min", "max"] {
+        for target in ["cpu", "emulate"] {
+            let out = polyfuse(&[
+                "run",
+                f,
+                "--check",
+                "--target",
+                target,
+                "--strategy",
+                strategy,
+            ]);
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(0), "{target} {strategy}: {t}");
+            assert!(t.contains("check: ok"), "{target} {strategy}: {t}");
+        }
+    }
+}
+
+/// Class 4: `"params": {}` made isl's schedule text `[] -> { S0[i] }`,
+/// which isl cannot read back (exit 4 before the fix).
+#[test]
+fn a_program_without_parameters_runs() {
+    let file = scratch(
+        "no_params.json",
+        r#"{"name": "no_params", "params": {},
+            "inputs": {"A": {"dtype": "f32", "shape": [37, 5]}},
+            "outputs": {"B": {"dtype": "f32", "shape": [37]}},
+            "body": ["B(i) +=! A(i, k) * 2"]}"#,
+    );
+    checks_everywhere(&file);
+    let out = polyfuse(&["schedule", file.to_str().unwrap(), "--emit", "cuda"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// Class 5: a statement that reads no tensor left the model without any
+/// read, and the union of no reads was an internal error ("no accesses").
+#[test]
+fn a_statement_that_reads_no_tensor_runs() {
+    let file = scratch(
+        "constant.json",
+        r#"{"name": "constant", "params": {"N": 7, "M": 45},
+            "inputs": {},
+            "outputs": {"O": {"dtype": "f32", "shape": ["N", "M"]}},
+            "body": ["O(i, j) = 3 where i in 0:N, j in 0:M"]}"#,
+    );
+    checks_everywhere(&file);
+    let out = polyfuse(&["schedule", file.to_str().unwrap(), "--emit", "deps"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// Class 3: a read of a temp element that only a later statement writes
+/// ran on zeros (and the reference agreed); the spec makes it an error
+/// naming the statement, the tensor and one element.
+#[test]
+fn a_read_before_any_write_is_an_error() {
+    let file = scratch(
+        "recurrence_by_role.json",
+        r#"{"name": "by_role", "params": {"T": 8, "N": 4},
+            "inputs": {"X": {"dtype": "f32", "shape": ["T", "N"]}},
+            "outputs": {"H": {"dtype": "f32", "shape": ["T", "N"]}},
+            "temps": {"G": {"dtype": "f32", "shape": ["T", "N"]}},
+            "body": ["G(t, i) = X(t, i) + H(t, i)", "H(t, i) = tanh(G(t, i))"]}"#,
+    );
+    let out = polyfuse(&["run", file.to_str().unwrap(), "--check", "--target", "cpu"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("statement 1"), "{t}");
+    assert!(
+        t.contains("reads H(0, 0) before any statement writes it"),
+        "{t}"
+    );
+
+    // A reduction without `!` into elements nothing wrote.
+    let file = scratch(
+        "accumulate_unwritten.json",
+        r#"{"name": "acc", "params": {"N": 4},
+            "inputs": {"X": {"dtype": "f32", "shape": ["N", "N"]}},
+            "outputs": {"H": {"dtype": "f32", "shape": ["N"]}},
+            "body": ["H(i) = X(i, 0) where i in 0:2", "H(i) += X(i, k)"]}"#,
+    );
+    let out = polyfuse(&["schedule", file.to_str().unwrap()]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("statement 2"), "{t}");
+    assert!(
+        t.contains("reads H(2) before any statement writes it"),
+        "{t}"
+    );
+
+    // Written first, then read: fine, also where the write covers exactly
+    // the elements read.
+    let file = scratch(
+        "written_then_read.json",
+        r#"{"name": "ok", "params": {"N": 37},
+            "inputs": {"X": {"dtype": "f32", "shape": ["N", "N"]}},
+            "outputs": {"H": {"dtype": "f32", "shape": ["N"]}},
+            "temps": {"G": {"dtype": "f32", "shape": ["N"]}},
+            "body": ["G(i) = X(i, 0) where i in 1:N", "H(i) = 0 where i in 0:1",
+                     "H(i) = G(i) * 2 where i in 1:N", "H(i) += X(i, k)"]}"#,
+    );
+    checks_everywhere(&file);
+}
