@@ -3,7 +3,7 @@
 //! internal error, a silent change of meaning, a race) and what it must
 //! give now.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn scratch(name: &str, text: &str) -> PathBuf {
@@ -32,7 +32,7 @@ fn text(out: &Output) -> String {
 
 /// Runs `file` with `--check` on the CPU and in the emulation of the GPU
 /// mapping under every strategy; each run must check.
-fn checks_everywhere(file: &PathBuf) {
+fn checks_everywhere(file: &Path) {
     let f = file.to_str().unwrap();
     for strategy in ["isl", "min", "max"] {
         for target in ["cpu", "emulate"] {
