@@ -331,6 +331,7 @@ fn map_to_gpu(
     )?;
     schedule::check_legal(&program.source, &mapped, scop, deps)?;
     gpu::mapping::check_parallel(program, &mapped, scop, deps)?;
+    gpu::race::prove(program, scop, &mapped, &plans)?;
     let tree = ScheduleTree::from_isl(&mapped.get_root()?)?;
     let ast = codegen::build_ast(scop, &mapped)?;
     let (cuda, emulation) = codegen::cuda::program(program, scop, &ast, &plans)?;

@@ -136,3 +136,92 @@ fn a_read_before_any_write_is_an_error() {
     );
     checks_everywhere(&file);
 }
+
+/// A mapping built by hand: each step `t` of a sequential loop runs its
+/// rows on `threadIdx.x`, and step `t` reads the row that step `t - 1`
+/// wrote at the mirrored column. The loop runs under a `nosync` mark, so
+/// the printer would put no barrier between its steps: the thread that
+/// reads `Z(t - 1, N - 1 - i)` is not the one that wrote it. The
+/// dependences alone (`check_parallel`) see nothing wrong: no two
+/// instances of one step depend on each other. The race proof refuses it,
+/// and accepts the same tree with the barrier.
+#[test]
+fn the_race_proof_refuses_steps_without_a_barrier() {
+    use polyfuse::frontend::load_str;
+    use polyfuse::isl::{Isl, IslPrint};
+    use polyfuse::{deps, gpu, model, schedule, Error};
+
+    let program = load_str(
+        r#"{"name": "mirror", "params": {"T": 5, "N": 37},
+            "inputs": {"X": {"dtype": "f32", "shape": ["T", "N"]}},
+            "outputs": {"Y": {"dtype": "f32", "shape": ["T", "N"]}},
+            "temps": {"Z": {"dtype": "f32", "shape": ["T", "N"]}},
+            "body": ["Z(t, i) = X(t, i) * 2",
+                     "Y(t, i) = X(t, i) where t in 0:1, i in 0:N",
+                     "Y(t, i) = Z(t - 1, N - 1 - i) + 1 where t in 1:T, i in 0:N"]}"#,
+        "mirror.json",
+    )
+    .unwrap();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &program).unwrap();
+    // The tree, with `open` and `close` around the step band.
+    let tree = |open: &str, close: &str| {
+        let domain = scop.domain().unwrap().text();
+        let pre = "[T, N] -> ";
+        let text = format!(
+            "{{ domain: \"{domain}\", child: {{ mark: \"kernel_0\", child: {open}{{ \
+             schedule: \"{pre}[{{ S0[t, i] -> [(t)]; S1[t, i] -> [(t)]; S2[t, i] -> [(t)] }}]\", \
+             child: {{ mark: \"thread_x_1\", child: {{ \
+             schedule: \"{pre}[{{ S0[t, i] -> [(i)]; S1[t, i] -> [(i)]; S2[t, i] -> [(i)] }}]\", \
+             child: {{ sequence: [ {{ filter: \"{pre}{{ S0[t, i] }}\" }}, \
+             {{ filter: \"{pre}{{ S1[t, i]; S2[t, i] }}\" }} ] }} }} }} }}{close} }} }}"
+        );
+        isl.schedule(&text).unwrap()
+    };
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let dependences = deps::compute(&scop, &order).unwrap();
+    // A barrier ends each step.
+    let synced = tree("", "");
+    schedule::check_legal("mirror.json", &synced, &scop, &dependences).unwrap();
+    gpu::mapping::check_parallel(&program, &synced, &scop, &dependences).unwrap();
+    gpu::race::prove(&program, &scop, &synced, &[]).unwrap();
+    // No barrier between the steps.
+    let unsynced = tree("{ mark: \"nosync\", child: ", " }");
+    gpu::mapping::check_parallel(&program, &unsynced, &scop, &dependences).unwrap();
+    match gpu::race::prove(&program, &scop, &unsynced, &[]) {
+        Err(Error::Illegal { message, .. }) => {
+            assert!(
+                message.contains("kernel_0: the GPU mapping races"),
+                "{message}"
+            );
+            assert!(message.contains("without a barrier"), "{message}");
+        }
+        other => panic!("expected the proof to refuse the mapping, got {other:?}"),
+    }
+}
+
+/// Class 1: a causal accumulation whose row loop on `threadIdx.y` starts
+/// at a bound that depends on the enclosing sequential loop
+/// (`max(0, c4 - c1)`). The printer started each thread at `start +
+/// threadIdx.y`, so a row changed threads from one step to the next with
+/// no barrier between: on the H100 relative errors of 13 to 20, different
+/// on every run (bench/gpu-logs/2026-11-27-soundness-h100.tsv has the
+/// five runs after the fix). Now a thread runs the rows congruent to its
+/// index whatever the start, which is what the race proof assumes.
+#[test]
+fn a_row_keeps_its_thread_across_the_steps_of_a_triangular_loop() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/causal_accumulate.json");
+    checks_everywhere(&file);
+    let out = polyfuse(&["schedule", file.to_str().unwrap(), "--emit", "cuda"]);
+    let cuda = String::from_utf8_lossy(&out.stdout);
+    let row_loop = cuda
+        .lines()
+        .find(|l| l.contains("for (pf_i c6 ="))
+        .unwrap_or_else(|| panic!("no row loop c6 in\n{cuda}"));
+    assert!(
+        row_loop.contains(
+            "= (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(0,"
+        ),
+        "{row_loop}"
+    );
+}

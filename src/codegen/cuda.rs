@@ -735,6 +735,35 @@ impl Ctx<'_> {
         c_expr(x, &|s| self.rename(s))
     }
 
+    /// The first iteration that index `id` of `count` runs of a mapped
+    /// loop `for (c = init; ..; c += inc)` distributed cyclically.
+    ///
+    /// Which index runs an iteration must depend on the iteration's value
+    /// alone: the race-freedom proof (`gpu::race`) takes two instances with
+    /// equal values of every mapped member to run on one thread. Where the
+    /// loop's start is a constant `c0`, index `id` runs `c0 + (id + k
+    /// count) inc`, a function of the value. Where the start depends on an
+    /// enclosing loop (a triangular domain: `max(0, c4 - c1)`), starting
+    /// at `init + id inc` would hand the value to another thread at each
+    /// step of that loop, with no barrier between (issue 30, class 1).
+    /// Instead index `id` runs the values `v` with `floor(v / inc) ≡ id
+    /// (mod count)`: the first of them at or after `init` is
+    ///
+    /// `init + inc ((id - floor(init / inc)) mod count)`,
+    ///
+    /// which for `inc = 1` is `id - count floor((id - init) / count)`.
+    fn distributed_start(&self, init: &Expr, inc: &Expr, id: &str, count: &str) -> String {
+        let (init_s, inc_s) = (self.e(init), self.e(inc));
+        if let Expr::Int(_) = init {
+            return format!("{init_s} + {id} * {inc_s}");
+        }
+        if inc == &Expr::Int(1) {
+            return format!("{id} - {count} * pf_floord({id} - ({init_s}), {count})");
+        }
+        let first = format!("{id} - pf_floord({init_s}, {inc_s})");
+        format!("({init_s}) + ({inc_s}) * (({first}) - {count} * pf_floord({first}, {count}))")
+    }
+
     /// Prints `n`. `pending`: mappings whose loop has not been met yet;
     /// `in_thread`: inside a thread-mapped loop.
     fn node(&self, n: &Node, depth: usize, pending: &[Pending], in_thread: bool, out: &mut String) {
@@ -834,9 +863,10 @@ impl Ctx<'_> {
                             "{pad}for (pf_i {var} = {}; {var} >= 0; {var}--)",
                             count - 1
                         );
+                        let start = self.distributed_start(n_init, n_inc, &var, &count.to_string());
                         let _ = writeln!(
                             out,
-                            "{pad}for (pf_i {iterator} = {init} + {var} * {inc}; {cond}; {iterator} += {count} * {inc}) {{"
+                            "{pad}for (pf_i {iterator} = {start}; {cond}; {iterator} += {count} * {inc}) {{"
                         );
                         inner_thread |= p.0;
                     }
@@ -847,11 +877,12 @@ impl Ctx<'_> {
                         if !guard.is_empty() {
                             let _ = writeln!(out, "{pad}if ({guard})");
                         }
+                        let id = format!("(pf_i){}", id_of(p));
+                        let count = format!("(pf_i){}", count_of(p));
+                        let start = self.distributed_start(n_init, n_inc, &id, &count);
                         let _ = writeln!(
                             out,
-                            "{pad}for (pf_i {iterator} = {init} + (pf_i){} * {inc}; {cond}; {iterator} += (pf_i){} * {inc}) {{",
-                            id_of(p),
-                            count_of(p)
+                            "{pad}for (pf_i {iterator} = {start}; {cond}; {iterator} += {count} * {inc}) {{"
                         );
                         inner_thread |= p.0;
                     }

@@ -15,6 +15,7 @@ pub mod lanes;
 pub mod mapping;
 pub mod private;
 pub mod promote;
+pub mod race;
 pub mod registers;
 
 use std::collections::HashMap;

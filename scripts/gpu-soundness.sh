@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Soundness on the GPU (issue 30): every example and every program of
+# tests/programs/ (the classes of failure found on programs written
+# elsewhere, and the fuzzer's fixed set where present) run with
+# `--target cuda --check` RUNS times each (default 5): a race is not
+# deterministic, so one passing run proves little. Run on the GPU machine
+# with a polyfuse binary built beforehand:
+#
+#   bash scripts/gpu-soundness.sh        # POLYFUSE=target/release/polyfuse
+#
+# Writes $OUT/soundness.tsv (program, run, status, check line) and a log
+# per failing run under $OUT/soundness-logs/. Exit status 0 when every run
+# checked, 1 otherwise.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+POLYFUSE=${POLYFUSE:-$root/target/release/polyfuse}
+OUT=${OUT:-/tmp/gpu-soundness}
+RUNS=${RUNS:-5}
+mkdir -p "$OUT/soundness-logs"
+table="$OUT/soundness.tsv"
+: >"$table"
+failed=0
+total=0
+programs=(examples/*.json tests/programs/*.json)
+if compgen -G "tests/fuzz/fixed/*.json" >/dev/null; then
+    programs+=(tests/fuzz/fixed/*.json)
+fi
+for f in "${programs[@]}"; do
+    name=$(basename "$f" .json)
+    for r in $(seq 1 "$RUNS"); do
+        total=$((total + 1))
+        log="$OUT/soundness-logs/$name-$r.log"
+        timeout 120 "$POLYFUSE" run "$f" --target cuda --check >"$log" 2>&1
+        status=$?
+        line=$(grep -m1 '^check:' "$log" || true)
+        printf '%s\t%s\t%s\t%s\n' "$name" "$r" "$status" "$line" >>"$table"
+        if [[ $status -eq 0 ]]; then
+            rm -f "$log"
+        else
+            failed=$((failed + 1))
+            echo "FAILED: $name run $r (status $status): $(tail -n 3 "$log" | tr '\n' ' ')"
+        fi
+    done
+done
+echo "gpu-soundness: $((total - failed)) of $total runs checked ($RUNS runs of ${#programs[@]} programs)"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,344 @@
+//! The proof, per kernel, that a mapping is free of data races, in isl, on
+//! the mapped schedule tree before any code is printed.
+//!
+//! The conflicts of a kernel `K` with instances `D_K` are the pairs of
+//! distinct instances that touch one element, at least one of them a
+//! write (memory-based, one statement with itself included, an update
+//! with its own initialisation too):
+//!
+//! `C = (W ∘ W⁻¹ ∪ W ∘ R⁻¹ ∪ R ∘ W⁻¹) ∩ (D_K × D_K) \ id`
+//!
+//! with `W` and `R` the write and read relations. A conflict is harmless
+//! when the two instances run on one thread (that thread runs them in
+//! schedule order), or when a barrier that both threads pass lies
+//! between them. Walking the tree from the kernel's mark, a pair is
+//! decided at the node that separates it:
+//! * a block-mapped member: the two run on different blocks, which never
+//!   synchronise: a race;
+//! * a thread-mapped member: different threads with nothing between them:
+//!   a race (but for the pairs of one reduction that a `reduce_x` loop
+//!   combines across lanes);
+//! * a sequence, or a member of a sequential band, outside every thread
+//!   loop: the printer ends each child and each iteration with
+//!   `__syncthreads()` (a band under a `nosync` mark: without it), so
+//!   the pair is ordered by a barrier, or else must be on one thread;
+//! * a node inside the thread loops: no barrier, so one thread or a race;
+//! * never separated: one thread.
+//!
+//! "One thread" is decided by each instance's thread identity: for each
+//! axis, the value of the member mapped to it (`thread_A_D` marks), or
+//! none where the instance is outside such a loop (the printer then runs it
+//! on index 0 alone; a value and none count as different). The printer
+//! distributes a thread loop so that the index that runs value `v` of an
+//! axis of `B` threads is `v mod B` in every loop of the kernel
+//! (`codegen::cuda`, `distributed_start`), so equal values mean one thread.
+//! Unequal values may still share a thread; counting them as different
+//! only makes the proof stricter.
+//!
+//! Kernels printed from a template (tensor-core contractions, attention,
+//! rows whose reduction the lanes of a warp share) have their own
+//! synchronisation, which this statement-level view does not see; they
+//! are left to the legality checks of their recognisers and to
+//! `mapping::check_parallel`.
+
+use isl_rs::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
+
+use super::mapping::{parse_mapping_mark, project_members, KernelPlan};
+use crate::error::{Error, Result};
+use crate::frontend::ast::Program;
+use crate::isl::IslPrint;
+use crate::model::Scop;
+
+/// Where in the walk a node sits.
+#[derive(Clone, Copy)]
+struct Place {
+    /// Below a thread-mapped member.
+    in_thread: bool,
+    /// The next band runs without a barrier after each iteration.
+    nosync: bool,
+    /// The mapping the next band's (single) member has, from its mark.
+    mapped: Option<Mapped>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mapped {
+    Block,
+    Thread,
+    /// The reduction loop whose lanes a warp combines (`reduce_x_D`).
+    Reduce,
+}
+
+/// What the walk of one kernel needs.
+struct Kernel<'a> {
+    /// Pairs of instances on one thread.
+    same_thread: UnionMap,
+    /// Pairs of steps of one reduction, which a `reduce_x` loop combines.
+    reorderable: &'a UnionMap,
+    /// Whether any loop of the kernel is thread-mapped (without, the
+    /// printer prints no barrier at all, and one thread runs everything).
+    has_threads: bool,
+    mark: &'a str,
+    file: &'a str,
+}
+
+/// Proves every kernel of `schedule` (mapped, with the kernel plans
+/// `plans`) free of races, or says which pair of instances races. A
+/// kernel mark without a plan is proven as a generic kernel.
+pub fn prove(
+    program: &Program,
+    scop: &Scop,
+    schedule: &isl_rs::Schedule,
+    plans: &[KernelPlan],
+) -> Result<()> {
+    let mut reorderable = UnionMap::empty(scop.context.get_space()?)?;
+    for s in &scop.statements {
+        if s.is_reorderable_reduction_step()? {
+            let w = UnionMap::from_map(s.write.copy()?)?;
+            reorderable = reorderable.union(w.copy()?.apply_range(w.reverse()?)?)?;
+        }
+    }
+    let mut kernels = Vec::new();
+    find_kernels(schedule.get_root()?, &mut kernels)?;
+    for node in kernels {
+        let mark = node.mark_get_id()?.get_name()?.to_string();
+        let template = plans.iter().find(|p| p.mark == mark).is_some_and(|p| {
+            p.contraction.is_some() || p.attention.is_some() || p.reduce_x || p.lanes.is_some()
+        });
+        if template {
+            continue;
+        }
+        prove_kernel(program, scop, node, &mark, &reorderable)?;
+    }
+    Ok(())
+}
+
+/// The `kernel_K` marks of the tree.
+fn find_kernels(node: ScheduleNode, out: &mut Vec<ScheduleNode>) -> Result<()> {
+    if node.get_type()? == ScheduleNodeType::Mark
+        && node.mark_get_id()?.get_name()?.starts_with("kernel_")
+    {
+        out.push(node);
+        return Ok(());
+    }
+    for i in 0..node.n_children()? {
+        find_kernels(node.get_child(i)?, out)?;
+    }
+    Ok(())
+}
+
+fn prove_kernel(
+    program: &Program,
+    scop: &Scop,
+    kernel: ScheduleNode,
+    mark: &str,
+    reorderable: &UnionMap,
+) -> Result<()> {
+    let domain = kernel.get_domain()?;
+    let writes = scop.writes()?.intersect_domain(domain.copy()?)?;
+    let reads = scop.reads()?.intersect_domain(domain.copy()?)?;
+    let touch = |a: &UnionMap, b: &UnionMap| -> Result<UnionMap> {
+        Ok(a.copy()?.apply_range(b.copy()?.reverse()?)?)
+    };
+    let conflicts = touch(&writes, &writes)?
+        .union(touch(&writes, &reads)?)?
+        .union(touch(&reads, &writes)?)?
+        .subtract(domain.copy()?.identity()?)?;
+    if conflicts.is_empty()? {
+        return Ok(());
+    }
+    let (identity, has_threads) = thread_identity(&kernel, &domain)?;
+    let k = Kernel {
+        same_thread: identity.copy()?.apply_range(identity.reverse()?)?,
+        reorderable,
+        has_threads,
+        mark,
+        file: &program.source,
+    };
+    let start = Place {
+        in_thread: false,
+        nosync: false,
+        mapped: None,
+    };
+    walk(&k, kernel.get_child(0)?, conflicts, start)
+}
+
+/// Each instance of the kernel's `domain` mapped to its thread identity
+/// `[f_x, v_x, f_y, v_y, f_z, v_z]` (`f` 1 and the member's value where a
+/// thread loop of the axis runs it, `0, 0` where none does), and whether
+/// the kernel has thread loops at all.
+fn thread_identity(kernel: &ScheduleNode, domain: &UnionSet) -> Result<(UnionMap, bool)> {
+    let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
+    collect_thread_values(kernel.copy()?, &mut per_axis)?;
+    let has_threads = per_axis.iter().any(Option::is_some);
+    let ctx = domain.get_ctx();
+    let tag = UnionMap::read_from_str(&ctx, "{ [v] -> [1, v] }")?;
+    let none = UnionSet::read_from_str(&ctx, "{ [0, 0] }")?;
+    let mut identity: Option<UnionMap> = None;
+    for values in per_axis {
+        let axis = match values {
+            Some(v) => {
+                let mapped = v.copy()?.domain()?;
+                v.apply_range(tag.copy()?)?
+                    .union(UnionMap::from_domain_and_range(
+                        domain.copy()?.subtract(mapped)?,
+                        none.copy()?,
+                    )?)?
+            }
+            None => UnionMap::from_domain_and_range(domain.copy()?, none.copy()?)?,
+        };
+        identity = Some(match identity {
+            None => axis,
+            Some(i) => i.range_product(axis)?,
+        });
+    }
+    let identity = identity.ok_or_else(|| Error::Internal("no thread axes".into()))?;
+    Ok((identity, has_threads))
+}
+
+/// Adds, for every `thread_A_D` mark below `node`, the value of the member
+/// below it for each instance it runs to `per_axis[A]`.
+fn collect_thread_values(node: ScheduleNode, per_axis: &mut [Option<UnionMap>]) -> Result<()> {
+    if node.get_type()? == ScheduleNodeType::Mark {
+        let name = node.mark_get_id()?.get_name()?.to_string();
+        if let Some((true, axis, _)) = parse_mapping_mark(&name) {
+            let band = node.get_child(0)?;
+            let values = band
+                .band_get_partial_schedule_union_map()?
+                .intersect_domain(band.get_domain()?)?;
+            let a = (axis as u8).saturating_sub(b'x') as usize;
+            let slot = &mut per_axis[a.min(2)];
+            *slot = Some(match slot.take() {
+                None => values,
+                Some(v) => v.union(values)?,
+            });
+        }
+    }
+    for i in 0..node.n_children()? {
+        collect_thread_values(node.get_child(i)?, per_axis)?;
+    }
+    Ok(())
+}
+
+/// Decides the pairs of `pending` (both instances below `node`, not yet
+/// separated) that `node` and the nodes below it separate.
+fn walk(k: &Kernel, node: ScheduleNode, pending: UnionMap, place: Place) -> Result<()> {
+    if pending.is_empty()? {
+        return Ok(());
+    }
+    match node.get_type()? {
+        ScheduleNodeType::Mark => {
+            let name = node.mark_get_id()?.get_name()?.to_string();
+            let mut inner = place;
+            match parse_mapping_mark(&name) {
+                Some((true, _, _)) => inner.mapped = Some(Mapped::Thread),
+                Some((false, _, _)) => inner.mapped = Some(Mapped::Block),
+                None if name.starts_with("reduce_x_") => inner.mapped = Some(Mapped::Reduce),
+                None if name == "nosync" => inner.nosync = true,
+                None => {}
+            }
+            walk(k, node.get_child(0)?, pending, inner)
+        }
+        ScheduleNodeType::Band => {
+            let n = node.band_n_member()? as usize;
+            let partial = node
+                .band_get_partial_schedule_union_map()?
+                .intersect_domain(node.get_domain()?)?;
+            let mut pending = pending;
+            for m in 0..n {
+                let member = project_members(&partial, m, m + 1, n)?;
+                let same = member.copy()?.apply_range(member.reverse()?)?;
+                let separated = pending.copy()?.subtract(same.copy()?)?;
+                pending = pending.intersect(same)?;
+                decide(k, separated, place, Separator::Member)?;
+            }
+            let inner = Place {
+                in_thread: place.in_thread || place.mapped == Some(Mapped::Thread),
+                nosync: false,
+                mapped: None,
+            };
+            walk(k, node.get_child(0)?, pending, inner)
+        }
+        ScheduleNodeType::Sequence | ScheduleNodeType::Set => {
+            let mut together = UnionMap::empty(pending.get_space()?)?;
+            let mut parts = Vec::new();
+            for i in 0..node.n_children()? {
+                let child = node.get_child(i)?;
+                let filter = child.filter_get_filter()?;
+                let part = pending
+                    .copy()?
+                    .intersect_domain(filter.copy()?)?
+                    .intersect_range(filter)?;
+                together = together.union(part.copy()?)?;
+                parts.push((child, part));
+            }
+            let separated = pending.subtract(together)?;
+            decide(k, separated, place, Separator::Sequence)?;
+            let inner = Place {
+                mapped: None,
+                nosync: false,
+                ..place
+            };
+            for (child, part) in parts {
+                walk(k, child, part, inner)?;
+            }
+            Ok(())
+        }
+        _ => {
+            if node.n_children()? == 0 {
+                // Never separated: both run on the thread the marks
+                // above give them, one after the other.
+                return Ok(());
+            }
+            walk(k, node.get_child(0)?, pending, place)
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Separator {
+    Member,
+    Sequence,
+}
+
+/// Decides the pairs `separated` by a node at `place`: the ones on
+/// different threads need a barrier there.
+fn decide(k: &Kernel, separated: UnionMap, place: Place, by: Separator) -> Result<()> {
+    if separated.is_empty()? {
+        return Ok(());
+    }
+    let mut racing = match (by, place.mapped) {
+        // Different blocks never synchronise.
+        (Separator::Member, Some(Mapped::Block)) => separated,
+        // Different threads, nothing between them.
+        (Separator::Member, Some(Mapped::Thread)) => separated,
+        (Separator::Member, Some(Mapped::Reduce)) => separated.subtract(k.reorderable.copy()?)?,
+        _ => {
+            let barrier =
+                k.has_threads && !place.in_thread && (by == Separator::Sequence || !place.nosync);
+            if barrier {
+                return Ok(());
+            }
+            separated
+        }
+    };
+    racing = racing.subtract(k.same_thread.copy()?)?;
+    if racing.is_empty()? {
+        return Ok(());
+    }
+    let what = match (by, place.mapped) {
+        (Separator::Member, Some(Mapped::Block)) => "run on different blocks",
+        (Separator::Member, Some(Mapped::Thread | Mapped::Reduce)) => {
+            "run on different threads at once"
+        }
+        _ if place.in_thread => "run on different threads with no barrier between them",
+        _ => "run on different threads, in steps of a loop without a barrier between them",
+    };
+    let example = isl_rs::Map::from_basic_map(racing.sample()?)?.text();
+    Err(Error::Illegal {
+        file: k.file.to_string(),
+        message: format!(
+            "{}: the GPU mapping races: two instances that touch one element (one of them a write) {what}: {example}",
+            k.mark
+        ),
+    })
+}
