@@ -735,33 +735,48 @@ impl Ctx<'_> {
         c_expr(x, &|s| self.rename(s))
     }
 
-    /// The first iteration that index `id` of `count` runs of a mapped
-    /// loop `for (c = init; ..; c += inc)` distributed cyclically.
+    /// The head `for (..) {` of a mapped loop `for (c = init; cond; c +=
+    /// inc)` distributed cyclically over index `id` of `count`.
     ///
-    /// Which index runs an iteration must depend on the iteration's value
-    /// alone: the race-freedom proof (`gpu::race`) takes two instances with
-    /// equal values of every mapped member to run on one thread. Where the
-    /// loop's start is a constant `c0`, index `id` runs `c0 + (id + k
-    /// count) inc`, a function of the value. Where the start depends on an
-    /// enclosing loop (a triangular domain: `max(0, c4 - c1)`), starting
-    /// at `init + id inc` would hand the value to another thread at each
-    /// step of that loop, with no barrier between (issue 30, class 1).
-    /// Instead index `id` runs the values `v` with `floor(v / inc) ≡ id
-    /// (mod count)`: the first of them at or after `init` is
+    /// Which thread runs an iteration must depend on the iteration's
+    /// value alone, and the same way in every thread loop of a kernel: the
+    /// race-freedom proof (`gpu::race`) takes two instances with equal
+    /// values of the members mapped to each axis to run on one thread.
+    /// Here thread `id` runs exactly the values `v ≡ id (mod count)`.
+    /// Starting at `init + id` instead, where `init` depends on an
+    /// enclosing loop (a triangular domain: `max(0, c4 - c1)`), handed a
+    /// value to another thread at each step of that loop with no barrier
+    /// between (issue 30, class 1). For `inc = 1` the first such value at
+    /// or after `init` is
     ///
-    /// `init + inc ((id - floor(init / inc)) mod count)`,
+    /// `id - count floor((id - init) / count)`
     ///
-    /// which for `inc = 1` is `id - count floor((id - init) / count)`.
-    fn distributed_start(&self, init: &Expr, inc: &Expr, id: &str, count: &str) -> String {
+    /// (`0 + id` when `init = 0`); a loop of another step tests each of
+    /// its values. Blocks never share data within a kernel, so a block
+    /// loop keeps `init + id inc`: equal values of the block members
+    /// above (all of them) give one start.
+    fn distributed_head(
+        &self,
+        iterator: &str,
+        (init, cond, inc): (&Expr, &str, &Expr),
+        (id, count): (&str, &str),
+        thread: bool,
+    ) -> String {
         let (init_s, inc_s) = (self.e(init), self.e(inc));
-        if let Expr::Int(_) = init {
-            return format!("{init_s} + {id} * {inc_s}");
+        let one = inc == &Expr::Int(1);
+        if !thread || (init == &Expr::Int(0) && one) {
+            return format!(
+                "for (pf_i {iterator} = {init_s} + {id} * {inc_s}; {cond}; {iterator} += {count} * {inc_s}) {{"
+            );
         }
-        if inc == &Expr::Int(1) {
-            return format!("{id} - {count} * pf_floord({id} - ({init_s}), {count})");
+        if one {
+            return format!(
+                "for (pf_i {iterator} = {id} - {count} * pf_floord({id} - ({init_s}), {count}); {cond}; {iterator} += {count}) {{"
+            );
         }
-        let first = format!("{id} - pf_floord({init_s}, {inc_s})");
-        format!("({init_s}) + ({inc_s}) * (({first}) - {count} * pf_floord({first}, {count}))")
+        format!(
+            "for (pf_i {iterator} = {init_s}; {cond}; {iterator} += {inc_s}) if ({iterator} - {count} * pf_floord({iterator}, {count}) == {id}) {{"
+        )
     }
 
     /// Prints `n`. `pending`: mappings whose loop has not been met yet;
@@ -863,11 +878,13 @@ impl Ctx<'_> {
                             "{pad}for (pf_i {var} = {}; {var} >= 0; {var}--)",
                             count - 1
                         );
-                        let start = self.distributed_start(n_init, n_inc, &var, &count.to_string());
-                        let _ = writeln!(
-                            out,
-                            "{pad}for (pf_i {iterator} = {start}; {cond}; {iterator} += {count} * {inc}) {{"
+                        let head = self.distributed_head(
+                            iterator,
+                            (n_init, &cond, n_inc),
+                            (&var, &count.to_string()),
+                            p.0,
                         );
+                        let _ = writeln!(out, "{pad}{head}");
                         inner_thread |= p.0;
                     }
                     Some(k) => {
@@ -879,11 +896,13 @@ impl Ctx<'_> {
                         }
                         let id = format!("(pf_i){}", id_of(p));
                         let count = format!("(pf_i){}", count_of(p));
-                        let start = self.distributed_start(n_init, n_inc, &id, &count);
-                        let _ = writeln!(
-                            out,
-                            "{pad}for (pf_i {iterator} = {start}; {cond}; {iterator} += {count} * {inc}) {{"
+                        let head = self.distributed_head(
+                            iterator,
+                            (n_init, &cond, n_inc),
+                            (&id, &count),
+                            p.0,
                         );
+                        let _ = writeln!(out, "{pad}{head}");
                         inner_thread |= p.0;
                     }
                     None => {

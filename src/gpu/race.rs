@@ -31,7 +31,9 @@
 //! on index 0 alone; a value and none count as different). The printer
 //! distributes a thread loop so that the index that runs value `v` of an
 //! axis of `B` threads is `v mod B` in every loop of the kernel
-//! (`codegen::cuda`, `distributed_start`), so equal values mean one thread.
+//! (`codegen::cuda`, `distributed_head`), so equal values mean one thread;
+//! a register region with grouped slots distributes its own way, so its
+//! values are only compared with each other.
 //! Unequal values may still share a thread; counting them as different
 //! only makes the proof stricter.
 //!
@@ -107,7 +109,14 @@ pub fn prove(
         if template {
             continue;
         }
-        prove_kernel(program, scop, node, &mark, &reorderable)?;
+        // Register tiles in groups give a thread its values in groups
+        // (`registers::RegisterTile::group`), not one value in `count`.
+        let grouped = plans
+            .iter()
+            .find(|p| p.mark == mark)
+            .and_then(|p| p.registers.as_ref())
+            .is_some_and(|r| r.vector > 1);
+        prove_kernel(program, scop, node, &mark, &reorderable, grouped)?;
     }
     Ok(())
 }
@@ -132,6 +141,7 @@ fn prove_kernel(
     kernel: ScheduleNode,
     mark: &str,
     reorderable: &UnionMap,
+    grouped: bool,
 ) -> Result<()> {
     let domain = kernel.get_domain()?;
     let writes = scop.writes()?.intersect_domain(domain.copy()?)?;
@@ -146,7 +156,7 @@ fn prove_kernel(
     if conflicts.is_empty()? {
         return Ok(());
     }
-    let (identity, has_threads) = thread_identity(&kernel, &domain)?;
+    let (identity, has_threads) = thread_identity(&kernel, &domain, grouped)?;
     let k = Kernel {
         same_thread: identity.copy()?.apply_range(identity.reverse()?)?,
         reorderable,
@@ -163,26 +173,31 @@ fn prove_kernel(
 }
 
 /// Each instance of the kernel's `domain` mapped to its thread identity
-/// `[f_x, v_x, f_y, v_y, f_z, v_z]` (`f` 1 and the member's value where a
-/// thread loop of the axis runs it, `0, 0` where none does), and whether
-/// the kernel has thread loops at all.
-fn thread_identity(kernel: &ScheduleNode, domain: &UnionSet) -> Result<(UnionMap, bool)> {
+/// `[f_x, v_x, f_y, v_y, f_z, v_z]`, and whether the kernel has thread
+/// loops at all. Along each axis, `v` is the value of the member mapped to
+/// it and `f` says how the printer distributes that loop: 1 for one value
+/// in `count` per thread (`codegen::cuda`'s `distributed_head`), 2 inside
+/// a register region whose slots come in groups (`grouped`), `0, 0` where
+/// no loop of the axis runs the instance (index 0 runs it). Equal
+/// identities run on one thread.
+fn thread_identity(
+    kernel: &ScheduleNode,
+    domain: &UnionSet,
+    grouped: bool,
+) -> Result<(UnionMap, bool)> {
     let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
-    collect_thread_values(kernel.copy()?, &mut per_axis)?;
+    collect_thread_values(kernel.copy()?, &mut per_axis, grouped, false)?;
     let has_threads = per_axis.iter().any(Option::is_some);
-    let ctx = domain.get_ctx();
-    let tag = UnionMap::read_from_str(&ctx, "{ [v] -> [1, v] }")?;
-    let none = UnionSet::read_from_str(&ctx, "{ [0, 0] }")?;
+    let none = UnionSet::read_from_str(&domain.get_ctx(), "{ [0, 0] }")?;
     let mut identity: Option<UnionMap> = None;
     for values in per_axis {
         let axis = match values {
             Some(v) => {
                 let mapped = v.copy()?.domain()?;
-                v.apply_range(tag.copy()?)?
-                    .union(UnionMap::from_domain_and_range(
-                        domain.copy()?.subtract(mapped)?,
-                        none.copy()?,
-                    )?)?
+                v.union(UnionMap::from_domain_and_range(
+                    domain.copy()?.subtract(mapped)?,
+                    none.copy()?,
+                )?)?
             }
             None => UnionMap::from_domain_and_range(domain.copy()?, none.copy()?)?,
         };
@@ -195,16 +210,28 @@ fn thread_identity(kernel: &ScheduleNode, domain: &UnionSet) -> Result<(UnionMap
     Ok((identity, has_threads))
 }
 
-/// Adds, for every `thread_A_D` mark below `node`, the value of the member
-/// below it for each instance it runs to `per_axis[A]`.
-fn collect_thread_values(node: ScheduleNode, per_axis: &mut [Option<UnionMap>]) -> Result<()> {
+/// Adds, for every `thread_A_D` mark below `node`, the tagged value `[f,
+/// v]` (see [`thread_identity`]) of the member below it for each instance
+/// it runs to `per_axis[A]`.
+fn collect_thread_values(
+    node: ScheduleNode,
+    per_axis: &mut [Option<UnionMap>],
+    grouped: bool,
+    in_registers: bool,
+) -> Result<()> {
+    let mut in_registers = in_registers;
     if node.get_type()? == ScheduleNodeType::Mark {
         let name = node.mark_get_id()?.get_name()?.to_string();
+        in_registers |= name == "registers";
         if let Some((true, axis, _)) = parse_mapping_mark(&name) {
             let band = node.get_child(0)?;
+            let form = if grouped && in_registers { 2 } else { 1 };
+            let tag =
+                UnionMap::read_from_str(&node.get_ctx(), &format!("{{ [v] -> [{form}, v] }}"))?;
             let values = band
                 .band_get_partial_schedule_union_map()?
-                .intersect_domain(band.get_domain()?)?;
+                .intersect_domain(band.get_domain()?)?
+                .apply_range(tag)?;
             let a = (axis as u8).saturating_sub(b'x') as usize;
             let slot = &mut per_axis[a.min(2)];
             *slot = Some(match slot.take() {
@@ -214,7 +241,7 @@ fn collect_thread_values(node: ScheduleNode, per_axis: &mut [Option<UnionMap>]) 
         }
     }
     for i in 0..node.n_children()? {
-        collect_thread_values(node.get_child(i)?, per_axis)?;
+        collect_thread_values(node.get_child(i)?, per_axis, grouped, in_registers)?;
     }
     Ok(())
 }
