@@ -507,6 +507,15 @@ fn print_report(name: &str, target: Target, options: &Options, report: &RunRepor
 
 /// `run --json`: one object with the same facts as [`print_report`].
 fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Error> {
+    // JSON has no infinity: a NaN where the reference has a number (an
+    // element never written) is reported as null.
+    let finite = |e: f64| {
+        if e.is_finite() {
+            serde_json::json!(e)
+        } else {
+            serde_json::Value::Null
+        }
+    };
     let check = report.check.as_ref().map(|c| {
         let (tensor, index) = match &c.worst {
             Some((t, i)) => (serde_json::json!(t), serde_json::json!(i)),
@@ -514,11 +523,19 @@ fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Erro
         };
         serde_json::json!({
             "ok": c.ok,
-            // JSON has no infinity: a NaN where the reference has a number
-            // (an element never written) is reported as null.
-            "max_rel_error": if c.max_rel_err.is_finite() { serde_json::json!(c.max_rel_err) } else { serde_json::Value::Null },
+            "max_rel_error": finite(c.max_rel_err),
+            // The declared-precision run's error, which sets the bound
+            // where twice it exceeds the dtype's.
+            "declared_rel_error": finite(c.declared_rel_err),
             "tensor": tensor,
             "index": index,
+            "outputs": c.per_output.iter().map(|o| serde_json::json!({
+                "name": o.name,
+                "dtype": o.dtype.to_string(),
+                "max_rel_error": finite(o.error),
+                "declared_rel_error": finite(o.declared),
+                "bound": o.bound,
+            })).collect::<Vec<_>>(),
         })
     });
     let value = serde_json::json!({

@@ -357,13 +357,15 @@ fn reference_outputs_match_the_cpu_run_inputs() {
     let c = scale_program(300, SCALE);
     let r = cpu::reference_outputs(&c, 7).unwrap();
     assert_eq!(r.len(), 1);
-    assert_eq!(r[0].0, "Y");
+    assert_eq!(r[0].name, "Y");
     let x = polyfuse::runtime::data::to_f64(
         polyfuse::frontend::ast::DType::F32,
         &polyfuse::runtime::data::random_bytes(polyfuse::frontend::ast::DType::F32, 300, 7),
     );
     let want: Vec<f64> = x.iter().map(|v| 2.0 * v).collect();
-    assert_eq!(r[0].2, want);
+    assert_eq!(r[0].reference, want);
+    // Doubling an f32 is exact: the declared-precision run agrees.
+    assert_eq!(r[0].declared, want);
 }
 
 /// Runs on the GPU, or `None` with a note where no device is usable.

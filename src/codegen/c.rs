@@ -3,7 +3,11 @@
 //!   (tiled) schedule, each statement instance in its compute types;
 //! * the reference `pf_reference`, straight from the program in body order
 //!   with plain loops over each statement's iteration domain, every float in
-//!   `double`: the unoptimised program the checks compare with.
+//!   `double`: the unoptimised program the checks compare with;
+//! * next to it `pf_declared`, the same loops with every stored value
+//!   rounded to its tensor's dtype (`Mode::Declared`): the declared-precision
+//!   run whose error sets how far the checks let a program's own dtypes
+//!   carry it from the reference.
 //!
 //! Both take `(const long *params, void **tensors)`, tensors in the
 //! program's order (inputs, outputs, temps), parameters in file order.
@@ -12,9 +16,9 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::ast::{c_expr, Node};
-use super::expr::{param_name, tensor_name, Mode, Printer};
+use super::expr::{accumulator_dtype, param_name, round_to_dtype, tensor_name, Mode, Printer};
 use crate::frontend::ast::{DType, Program, WhereClause};
-use crate::model::Scop;
+use crate::model::{Scop, StmtKind};
 
 /// Helpers every generated C file starts with.
 pub const PRELUDE: &str = r#"#include <math.h>
@@ -71,7 +75,7 @@ pub(crate) fn header(program: &Program, scop: &Scop, fname: &str, mode: Mode, ou
         }
     }
     for (i, t) in scop.tensors.iter().enumerate() {
-        let ty = if mode == Mode::Reference {
+        let ty = if mode.is_reference() {
             "double"
         } else {
             storage_type(t.dtype)
@@ -148,16 +152,7 @@ pub fn kernel(program: &Program, scop: &Scop, ast: &Node) -> String {
         let Some(t) = scop.tensor(name) else {
             continue;
         };
-        let len: Vec<String> = t
-            .shape
-            .iter()
-            .map(|e| printer.affine(e, &std::collections::HashMap::new()))
-            .collect();
-        let len = if len.is_empty() {
-            "1".to_string()
-        } else {
-            len.join(" * ")
-        };
+        let len = element_count(&printer, t);
         let (to, from) = if t.dtype == DType::F16 {
             ("pf_h2f", "pf_f2h")
         } else {
@@ -192,6 +187,20 @@ pub fn kernel(program: &Program, scop: &Scop, ast: &Node) -> String {
     out.push_str(&restore);
     out.push_str("}\n");
     out
+}
+
+/// C text of the number of elements of `t`.
+fn element_count(printer: &Printer, t: &crate::model::ModelTensor) -> String {
+    let len: Vec<String> = t
+        .shape
+        .iter()
+        .map(|e| printer.affine(e, &HashMap::new()))
+        .collect();
+    if len.is_empty() {
+        "1".to_string()
+    } else {
+        len.join(" * ")
+    }
 }
 
 fn rename_isl(params: &[String]) -> impl Fn(&str) -> String + '_ {
@@ -275,14 +284,35 @@ fn print_node(
 /// reference loops (all parameters known).
 pub type Boxes = HashMap<String, Vec<(i64, i64)>>;
 
-/// The reference: for each statement in body order, plain loops over the
-/// bounding box of its domain with its `where` constraints as a guard.
+/// The reference `pf_reference` and the declared-precision run
+/// `pf_declared` (both on `double` tensors, see the module comment).
 pub fn reference(program: &Program, scop: &Scop, boxes: &Boxes) -> String {
+    let mut out = reference_function(program, scop, boxes, Mode::Reference, "pf_reference");
+    out.push('\n');
+    out.push_str(&reference_function(
+        program,
+        scop,
+        boxes,
+        Mode::Declared,
+        "pf_declared",
+    ));
+    out
+}
+
+/// For each statement in body order, plain loops over the bounding box of
+/// its domain with its `where` constraints as a guard, printed in `mode`.
+fn reference_function(
+    program: &Program,
+    scop: &Scop,
+    boxes: &Boxes,
+    mode: Mode,
+    fname: &str,
+) -> String {
     let params: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
     let printer = Printer {
         tensors: &scop.tensors,
         params: &params,
-        mode: Mode::Reference,
+        mode,
         overrides: Default::default(),
         privates: Default::default(),
         fixed_selects: Default::default(),
@@ -291,7 +321,7 @@ pub fn reference(program: &Program, scop: &Scop, boxes: &Boxes) -> String {
         scaled_reads: Default::default(),
     };
     let mut out = String::new();
-    header(program, scop, "pf_reference", Mode::Reference, &mut out);
+    header(program, scop, fname, mode, &mut out);
     for s in &scop.statements {
         let Some(bx) = boxes.get(&s.name) else {
             continue; // empty domain
@@ -345,6 +375,22 @@ pub fn reference(program: &Program, scop: &Scop, boxes: &Boxes) -> String {
         }
         for d in (1..depth).rev() {
             let _ = writeln!(out, "{}}}", "  ".repeat(d));
+        }
+        // A reduction into an f16 or bf16 tensor has held its running values
+        // in f32 (`expr::accumulator_dtype`); the statement done, they are
+        // stored values and round to the dtype. Rounding the whole tensor
+        // is the same: every other element already holds a rounded value.
+        let lhs = scop.tensor(&st.lhs_tensor);
+        if let (Mode::Declared, StmtKind::Update, Some(t)) = (mode, s.kind, lhs) {
+            if accumulator_dtype(t.dtype) != t.dtype {
+                let len = element_count(&printer, t);
+                let el = format!("{}[pf_e]", tensor_name(&t.name));
+                let _ = writeln!(
+                    out,
+                    "  for (long pf_e = 0; pf_e < {len}; pf_e++) {el} = {};",
+                    round_to_dtype(t.dtype, &el)
+                );
+            }
         }
     }
     out.push_str("}\n");

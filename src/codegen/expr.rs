@@ -2,10 +2,12 @@
 //! row-major linearised subscripts, the right-hand side in its compute type,
 //! and the reducer's combine or identity.
 //!
-//! Two arithmetic modes share this printer: [`Mode::Native`] computes in each
-//! expression's compute type (f16 and bf16 stored narrow, computed in f32),
-//! [`Mode::Reference`] computes every float in `double` from `double`
-//! tensors: the unoptimised f64 program the checks compare against.
+//! Three arithmetic modes share this printer: [`Mode::Native`] computes in
+//! each expression's compute type (f16 and bf16 stored narrow, computed in
+//! f32), [`Mode::Reference`] computes every float in `double` from `double`
+//! tensors: the unoptimised f64 program the checks compare against, and
+//! [`Mode::Declared`] is the same with every stored value (and every cast)
+//! rounded to its dtype: the declared-precision run of the check.
 
 use std::collections::HashMap;
 
@@ -18,6 +20,48 @@ use crate::model::{ModelTensor, StmtKind};
 pub enum Mode {
     Native,
     Reference,
+    /// The reference with the program's declared numerics: arithmetic
+    /// inside a statement in `double`, every value stored into a tensor
+    /// rounded to the tensor's dtype ([`round_to_dtype`]), a reduction's
+    /// running value into an f16 or bf16 tensor kept in f32 until the
+    /// statement ends (the spec's "at least f32" inside a statement; the
+    /// reference printer rounds those tensors once after the statement's
+    /// loops). Its error against [`Mode::Reference`] is what the program's
+    /// own choice of dtypes costs, which the check allows twice over.
+    Declared,
+}
+
+impl Mode {
+    /// Whether tensors are `double` arrays (the two reference modes).
+    pub fn is_reference(self) -> bool {
+        matches!(self, Mode::Reference | Mode::Declared)
+    }
+}
+
+/// C text of the `double` value `v` rounded to dtype `t`, as a `double`:
+/// how the declared-precision run stores into a tensor of dtype `t` (and
+/// casts to it). f16 rounds from `double` directly (`_Float16`); bf16 goes
+/// through f32 like the kernels' own `pf_f2b`, whose double rounding may
+/// differ from a direct one by one unit in the last place on rare ties,
+/// nothing an error estimate notices; integers are exact.
+pub fn round_to_dtype(t: DType, v: &str) -> String {
+    match t {
+        DType::F64 | DType::I32 => format!("((double)({v}))"),
+        DType::F32 => format!("((double)(float)({v}))"),
+        DType::F16 => format!("((double)(_Float16)({v}))"),
+        DType::BF16 => format!("((double)pf_b2f(pf_f2b((float)({v}))))"),
+    }
+}
+
+/// The dtype a reduction's running value is held in while its statement
+/// runs in the declared-precision run: f16 and bf16 accumulate in f32 (as
+/// every kernel does, see `codegen::c::wide_accumulators`), the rest in
+/// their own dtype.
+pub fn accumulator_dtype(t: DType) -> DType {
+    match t {
+        DType::F16 | DType::BF16 => DType::F32,
+        t => t,
+    }
 }
 
 /// C name of a tensor pointer.
@@ -157,7 +201,7 @@ impl Printer<'_> {
         match (self.mode, self.tensor(tensor).dtype) {
             (Mode::Native, DType::F16) => format!("pf_h2f({el})"),
             (Mode::Native, DType::BF16) => format!("pf_b2f({el})"),
-            (Mode::Reference, DType::I32) => format!("((long long){el})"),
+            (m, DType::I32) if m.is_reference() => format!("((long long){el})"),
             _ => el,
         }
     }
@@ -165,8 +209,8 @@ impl Printer<'_> {
     /// The C type arithmetic of compute type `t` is carried out in.
     pub fn ctype(&self, t: DType) -> &'static str {
         match (self.mode, t) {
-            (Mode::Reference, DType::I32) => "long long",
-            (Mode::Reference, _) => "double",
+            (m, DType::I32) if m.is_reference() => "long long",
+            (m, _) if m.is_reference() => "double",
             (_, DType::F64) => "double",
             (_, DType::I32) => "int",
             _ => "float",
@@ -286,8 +330,9 @@ impl Printer<'_> {
             ExprKind::Cast(to, a) => {
                 let inner = self.expr(a, env);
                 match (self.mode, to) {
-                    (Mode::Reference, DType::I32) => format!("((long long)({inner}))"),
+                    (m, DType::I32) if m.is_reference() => format!("((long long)({inner}))"),
                     (Mode::Reference, _) => format!("((double)({inner}))"),
+                    (Mode::Declared, t) => round_to_dtype(*t, &inner),
                     (_, DType::F16) => format!("pf_h2f(pf_f2h((float)({inner})))"),
                     (_, DType::BF16) => format!("pf_b2f(pf_f2b((float)({inner})))"),
                     (_, t) => format!("(({})({inner}))", self.ctype(*t)),
@@ -377,12 +422,23 @@ impl Printer<'_> {
         let t = lhs.dtype.compute();
         let acc = self.load(&st.lhs_tensor, &subs, env);
         let value = self.combine(op, t, &acc, v);
-        match (self.mode, lhs.dtype) {
-            _ if is_wide_register(&el) => format!("{el} = {value};"),
+        self.store(&el, lhs.dtype, true, &value)
+    }
+
+    /// `el = value;` into an element of dtype `t`, `value` in the compute
+    /// type; `running` for a reduction's update, whose value the
+    /// declared-precision run holds in [`accumulator_dtype`].
+    fn store(&self, el: &str, t: DType, running: bool, value: &str) -> String {
+        match (self.mode, t) {
+            _ if is_wide_register(el) => format!("{el} = {value};"),
             (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
             (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
+            (Mode::Native, _) => format!("{el} = {value};"),
             (Mode::Reference, _) => format!("{el} = (double)({value});"),
-            _ => format!("{el} = {value};"),
+            (Mode::Declared, t) => {
+                let t = if running { accumulator_dtype(t) } else { t };
+                format!("{el} = {};", round_to_dtype(t, value))
+            }
         }
     }
 
@@ -406,12 +462,6 @@ impl Printer<'_> {
             }
             _ => self.expr(&st.rhs, env),
         };
-        match (self.mode, lhs.dtype) {
-            _ if is_wide_register(&el) => format!("{el} = {value};"),
-            (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
-            (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
-            (Mode::Reference, _) => format!("{el} = (double)({value});"),
-            _ => format!("{el} = {value};"),
-        }
+        self.store(&el, lhs.dtype, kind == StmtKind::Update, &value)
     }
 }

@@ -1,7 +1,7 @@
 //! The CPU target: the emitted C (kernel and f64 reference) with a small
 //! `main` is compiled by the system C compiler (`$CC`, else `cc`) and run in
-//! a scratch directory. Inputs go in, outputs and reference outputs come
-//! back as files; timing uses `CLOCK_MONOTONIC`, median of the runs after
+//! a scratch directory. Inputs go in, outputs and, for a check, the outputs
+//! of the reference and of the declared-precision run come back as files; timing uses `CLOCK_MONOTONIC`, median of the runs after
 //! one warm-up.
 
 use std::fmt::Write;
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::data::{self, CheckResult};
+use super::data::{self, CheckResult, ReferenceOutput};
 use super::RunReport;
 use crate::codegen::c::PRELUDE;
 use crate::error::{Error, Result};
@@ -63,8 +63,9 @@ pub fn tensor_counts(compiled: &Compiled) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// The C program that runs `kernel_c` (which defines `pf_kernel`) and the
-/// reference on one set of inputs.
+/// The C program that runs `kernel_c` (which defines `pf_kernel`) and, for
+/// a check, the reference and the declared-precision run (`pf_reference`,
+/// `pf_declared`) on one set of inputs.
 fn harness(compiled: &Compiled, counts: &[usize], kernel_c: &str) -> Result<String> {
     let values = compiled.param_values()?;
     let reference = compiled.reference_c.as_ref().ok_or_else(|| {
@@ -94,7 +95,7 @@ static double pf_get(int dtype, const void *p, long i) {{
   }}
 }}
 int main(int argc, char **argv) {{
-  if (argc != 6) return 64;
+  if (argc != 7) return 64;
   long params[] = {{ {params} }};
   long counts[{nt}] = {{ {counts} }};
   int sizes[{nt}] = {{ {sizes} }};
@@ -123,15 +124,19 @@ int main(int argc, char **argv) {{
     printf("median_us %.3f\n", times[runs / 2]);
   }}
   if (atoi(argv[5])) {{
-    for (int i = 0; i < {nt}; i++) {{
-      r[i] = calloc(counts[i] ? counts[i] : 1, sizeof(double));
-      if (!r[i]) return 66;
-      if (roles[i] == 0) for (long k = 0; k < counts[i]; k++) r[i][k] = pf_get(dtypes[i], t[i], k);
+    for (int run = 0; run < 2; run++) {{
+      for (int i = 0; i < {nt}; i++) {{
+        if (run) free(r[i]);
+        r[i] = calloc(counts[i] ? counts[i] : 1, sizeof(double));
+        if (!r[i]) return 66;
+        if (roles[i] == 0) for (long k = 0; k < counts[i]; k++) r[i][k] = pf_get(dtypes[i], t[i], k);
+      }}
+      if (run) pf_declared(params, (void **)r); else pf_reference(params, (void **)r);
+      FILE *ref = fopen(argv[run ? 6 : 3], "wb");
+      if (!ref) return 68;
+      for (int i = 0; i < {nt}; i++) if (roles[i] == 1) fwrite(r[i], sizeof(double), counts[i], ref);
+      fclose(ref);
     }}
-    pf_reference(params, (void **)r);
-    FILE *ref = fopen(argv[3], "wb");
-    for (int i = 0; i < {nt}; i++) if (roles[i] == 1) fwrite(r[i], sizeof(double), counts[i], ref);
-    fclose(ref);
   }}
   return 0;
 }}
@@ -219,12 +224,7 @@ pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
         .find_map(|l| l.strip_prefix("median_us "))
         .and_then(|v| v.trim().parse::<f64>().ok());
     let check = if opts.check {
-        Some(check_outputs(
-            compiled,
-            &counts,
-            &dir.0.join("out.bin"),
-            &dir.0.join("ref.bin"),
-        )?)
+        Some(check_outputs(compiled, &counts, &dir)?)
     } else {
         None
     };
@@ -244,11 +244,11 @@ pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
 const NO_KERNEL: &str =
     "void pf_kernel(const long *pf_params, void **pf_tensors) { (void)pf_params; (void)pf_tensors; }\n";
 
-/// Runs only the f64 reference on the CPU, on the inputs every target makes
-/// from `seed` (input `i` from `seed + i`, as in [`run`]), and returns each
-/// output's reference values in tensor order: what another target (CUDA)
-/// compares its outputs with.
-pub fn reference_outputs(compiled: &Compiled, seed: u64) -> Result<Vec<(String, DType, Vec<f64>)>> {
+/// Runs only the f64 reference and the declared-precision run on the CPU,
+/// on the inputs every target makes from `seed` (input `i` from
+/// `seed + i`, as in [`run`]), and returns each output's values in tensor
+/// order: what another target (CUDA) compares its outputs with.
+pub fn reference_outputs(compiled: &Compiled, seed: u64) -> Result<Vec<ReferenceOutput>> {
     let counts = tensor_counts(compiled)?;
     let opts = RunOptions {
         check: true,
@@ -256,9 +256,21 @@ pub fn reference_outputs(compiled: &Compiled, seed: u64) -> Result<Vec<(String, 
         seed,
     };
     let (dir, _) = execute(compiled, NO_KERNEL, &counts, &opts)?;
-    let fref = dir.0.join("ref.bin");
-    let want =
-        std::fs::read(&fref).map_err(|e| Error::Internal(format!("{}: {e}", fref.display())))?;
+    read_references(compiled, &counts, &dir)
+}
+
+/// The outputs of the reference (`ref.bin`) and of the declared-precision
+/// run (`decl.bin`) an execution with a check left in `dir`.
+fn read_references(
+    compiled: &Compiled,
+    counts: &[usize],
+    dir: &Scratch,
+) -> Result<Vec<ReferenceOutput>> {
+    let read = |name: &str| {
+        let p = dir.0.join(name);
+        std::fs::read(&p).map_err(|e| Error::Internal(format!("{}: {e}", p.display())))
+    };
+    let (want, declared) = (read("ref.bin")?, read("decl.bin")?);
     let mut at = 0usize;
     let mut outputs = Vec::new();
     for (i, t) in compiled.tensors.iter().enumerate() {
@@ -266,10 +278,18 @@ pub fn reference_outputs(compiled: &Compiled, seed: u64) -> Result<Vec<(String, 
             continue;
         }
         let end = at + counts[i] * 8;
-        let bytes = want.get(at..end).ok_or_else(|| {
-            Error::Internal(format!("{}: short reference output", fref.display()))
-        })?;
-        outputs.push((t.name.clone(), t.dtype, data::to_f64(DType::F64, bytes)));
+        let (Some(r), Some(d)) = (want.get(at..end), declared.get(at..end)) else {
+            return Err(Error::Internal(format!(
+                "{}: short reference output",
+                t.name
+            )));
+        };
+        outputs.push(ReferenceOutput {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            reference: data::to_f64(DType::F64, r),
+            declared: data::to_f64(DType::F64, d),
+        });
         at = end;
     }
     Ok(outputs)
@@ -277,7 +297,7 @@ pub fn reference_outputs(compiled: &Compiled, seed: u64) -> Result<Vec<(String, 
 
 /// Compiles the harness around `kernel_c`, runs it once on the inputs of
 /// `opts.seed`, and returns the scratch directory (with `out.bin` and, for
-/// a check, `ref.bin`) and what the program printed.
+/// a check, `ref.bin` and `decl.bin`) and what the program printed.
 fn execute(
     compiled: &Compiled,
     kernel_c: &str,
@@ -300,10 +320,11 @@ fn execute(
             ));
         }
     }
-    let (fin, fout, fref) = (
+    let (fin, fout, fref, fdecl) = (
         dir.0.join("in.bin"),
         dir.0.join("out.bin"),
         dir.0.join("ref.bin"),
+        dir.0.join("decl.bin"),
     );
     std::fs::write(&fin, &input).map_err(|e| Error::Environment(e.to_string()))?;
     let out = Command::new(&bin)
@@ -312,6 +333,7 @@ fn execute(
         .arg(&fref)
         .arg(opts.bench_runs.to_string())
         .arg(if opts.check { "1" } else { "0" })
+        .arg(&fdecl)
         .output()
         .map_err(|e| Error::Environment(format!("cannot run the compiled program: {e}")))?;
     if !out.status.success() {
@@ -325,29 +347,29 @@ fn execute(
     Ok((dir, stdout))
 }
 
-fn check_outputs(
-    compiled: &Compiled,
-    counts: &[usize],
-    fout: &Path,
-    fref: &Path,
-) -> Result<CheckResult> {
-    let read =
-        |p: &Path| std::fs::read(p).map_err(|e| Error::Internal(format!("{}: {e}", p.display())));
-    let got = read(fout)?;
-    let want = read(fref)?;
-    let (mut go, mut wo) = (0usize, 0usize);
-    let mut outputs = Vec::new();
+/// Compares the kernel's outputs in `dir` with the reference outputs.
+fn check_outputs(compiled: &Compiled, counts: &[usize], dir: &Scratch) -> Result<CheckResult> {
+    let fout = dir.0.join("out.bin");
+    let got =
+        std::fs::read(&fout).map_err(|e| Error::Internal(format!("{}: {e}", fout.display())))?;
+    let references = read_references(compiled, counts, dir)?;
+    let mut at = 0usize;
+    let mut values = Vec::new();
     for (i, t) in compiled.tensors.iter().enumerate() {
         if t.role != TensorRole::Output {
             continue;
         }
-        let gb = counts[i] * t.dtype.size();
-        let wb = counts[i] * 8;
-        let y = data::to_f64(t.dtype, &got[go..go + gb]);
-        let r = data::to_f64(DType::F64, &want[wo..wo + wb]);
-        go += gb;
-        wo += wb;
-        outputs.push((t.name.clone(), t.dtype, y, r));
+        let end = at + counts[i] * t.dtype.size();
+        let bytes = got
+            .get(at..end)
+            .ok_or_else(|| Error::Internal(format!("{}: short output", fout.display())))?;
+        values.push(data::to_f64(t.dtype, bytes));
+        at = end;
     }
+    let outputs: Vec<(&ReferenceOutput, &[f64])> = references
+        .iter()
+        .zip(&values)
+        .map(|(r, y)| (r, &y[..]))
+        .collect();
     Ok(data::compare(&outputs))
 }

@@ -506,8 +506,9 @@ pub fn run_on(compiled: &Compiled, opts: &RunOptions, device: usize) -> Result<R
     run_checked(compiled, opts, device, None)
 }
 
-/// The f64 reference outputs of [`cpu::reference_outputs`].
-pub type Reference = [(String, crate::frontend::ast::DType, Vec<f64>)];
+/// The reference and declared-precision outputs of
+/// [`cpu::reference_outputs`].
+pub type Reference = [data::ReferenceOutput];
 
 /// [`run_on`], checking against `reference` when given (computed once by a
 /// caller that runs many schedules of one program on the same inputs, as
@@ -650,11 +651,12 @@ fn execute(
             let y = data::to_f64(t.dtype, &got[..n.min(got.len())]);
             let r = reference
                 .iter()
-                .find(|(name, _, _)| name == &t.name)
-                .map(|(_, _, r)| r.clone())
+                .find(|r| r.name == t.name)
                 .ok_or_else(|| Error::Internal(format!("no reference for {}", t.name)))?;
-            outputs.push((t.name.clone(), t.dtype, y, r));
+            outputs.push((r, y));
         }
+        let outputs: Vec<(&data::ReferenceOutput, &[f64])> =
+            outputs.iter().map(|(r, y)| (*r, &y[..])).collect();
         Some(data::compare(&outputs))
     } else {
         None

@@ -38,6 +38,8 @@ pub struct Row {
     pub time_us: Option<f64>,
     pub check_ok: Option<bool>,
     pub max_rel_error: Option<f64>,
+    /// The declared-precision run's error (see `runtime::data::bound`).
+    pub declared_rel_error: Option<f64>,
 }
 
 /// One kernel of a row.
@@ -143,6 +145,7 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
             time_us: None,
             check_ok: None,
             max_rel_error: None,
+            declared_rel_error: None,
         };
         match fill(
             program,
@@ -177,7 +180,7 @@ fn fill(
     values: &HashMap<String, i64>,
     row: &mut Row,
     device: &mut Option<String>,
-    reference: &mut Option<Vec<(String, crate::frontend::ast::DType, Vec<f64>)>>,
+    reference: &mut Option<Vec<crate::runtime::data::ReferenceOutput>>,
 ) -> Result<()> {
     let compile = |options: &Options| {
         compile_within(program, options, limit)?.ok_or_else(|| Error::Input {
@@ -214,6 +217,7 @@ fn fill(
         if let Some(c) = &report.check {
             row.check_ok = Some(c.ok);
             row.max_rel_error = c.max_rel_err.is_finite().then_some(c.max_rel_err);
+            row.declared_rel_error = c.declared_rel_err.is_finite().then_some(c.declared_rel_err);
             if c.ok {
                 row.time_us = report.median_us;
             }
@@ -478,7 +482,13 @@ impl Comparison {
                     m.insert(
                         "check".into(),
                         r.check_ok
-                            .map(|ok| serde_json::json!({"ok": ok, "max_rel_error": r.max_rel_error}))
+                            .map(|ok| {
+                                serde_json::json!({
+                                    "ok": ok,
+                                    "max_rel_error": r.max_rel_error,
+                                    "declared_rel_error": r.declared_rel_error,
+                                })
+                            })
                             .into(),
                     );
                     m.insert("time_us".into(), r.time_us.into());
