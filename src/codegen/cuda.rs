@@ -2,8 +2,10 @@
 //! mapped AST (see `gpu::mapping`).
 //!
 //! * A loop under a `block_A` (`thread_A`) mark is distributed cyclically
-//!   over `blockIdx.A` (`threadIdx.A`): `for (c = init + id * inc; cond;
-//!   c += count * inc)`, which is right for every grid and block size.
+//!   over `blockIdx.A` (`threadIdx.A`), which is right for every grid and
+//!   block size: a block loop as `for (c = init + id * inc; cond; c +=
+//!   count * inc)`, a thread loop so that thread `id` runs the values
+//!   `c ≡ id (mod count)` whatever `init` (see `Ctx::distributed_head`).
 //!   A mapped member that isl left without a loop (a single iteration) is
 //!   run by index 0 only.
 //! * Code outside the thread-mapped loops runs on every thread of a block in
