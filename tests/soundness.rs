@@ -198,6 +198,22 @@ fn the_race_proof_refuses_steps_without_a_barrier() {
         }
         other => panic!("expected the proof to refuse the mapping, got {other:?}"),
     }
+    // The pipeline's fallback: the barriers back in, proven.
+    let fixed = gpu::race::with_barriers(&isl, &unsynced).unwrap().unwrap();
+    let text = fixed
+        .get_root()
+        .unwrap()
+        .get_schedule()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("barrier_for_race_freedom") && !text.contains("nosync"),
+        "{text}"
+    );
+    gpu::race::prove(&program, &scop, &fixed, &[]).unwrap();
+    assert!(gpu::race::with_barriers(&isl, &synced).unwrap().is_none());
 }
 
 /// Class 1: a causal accumulation whose row loop on `threadIdx.y` starts

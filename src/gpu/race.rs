@@ -369,3 +369,33 @@ fn decide(k: &Kernel, separated: UnionMap, place: Place, by: Separator) -> Resul
         ),
     })
 }
+
+/// `schedule` with every `nosync` mark (a step loop whose barrier the
+/// mapping found unneeded) replaced by a `barrier_for_race_freedom` mark,
+/// so that each step ends with a barrier again: the fallback where the
+/// proof refuses a mapping. `None` when there is no such mark.
+pub fn with_barriers(
+    isl: &crate::isl::Isl,
+    schedule: &isl_rs::Schedule,
+) -> Result<Option<isl_rs::Schedule>> {
+    fn find(node: ScheduleNode) -> Result<Option<ScheduleNode>> {
+        if node.get_type()? == ScheduleNodeType::Mark && node.mark_get_id()?.get_name()? == "nosync"
+        {
+            return Ok(Some(node));
+        }
+        for i in 0..node.n_children()? {
+            if let Some(found) = find(node.get_child(i)?)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+    let mut current = schedule.copy()?;
+    let mut changed = false;
+    while let Some(node) = find(current.get_root()?)? {
+        let id = isl_rs::Id::read_from_str(&isl.ctx, "barrier_for_race_freedom")?;
+        current = node.delete()?.insert_mark(id)?.get_schedule()?;
+        changed = true;
+    }
+    Ok(changed.then_some(current))
+}
