@@ -37,11 +37,14 @@
 //! Unequal values may still share a thread; counting them as different
 //! only makes the proof stricter.
 //!
-//! Kernels printed from a template (tensor-core contractions, attention,
-//! rows whose reduction the lanes of a warp share) have their own
+//! Rows whose loops the lanes of a warp share (`reduce_x` and `lanes_K`
+//! marks; the rows on y and z) are proven with the lanes abstracted: a
+//! row's lanes count as one thread, whose loops `mapping::check_parallel`
+//! has shown to carry no dependence but the reduction chains that the
+//! lanes' combination reassembles. Kernels printed whole from a template
+//! (tensor-core contractions, attention on tensor cores) have their own
 //! synchronisation, which this statement-level view does not see; they
-//! are left to the legality checks of their recognisers and to
-//! `mapping::check_parallel`.
+//! are left to the legality checks of their recognisers.
 
 use isl_rs::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
 
@@ -103,9 +106,10 @@ pub fn prove(
     find_kernels(schedule.get_root()?, &mut kernels)?;
     for node in kernels {
         let mark = node.mark_get_id()?.get_name()?.to_string();
-        let template = plans.iter().find(|p| p.mark == mark).is_some_and(|p| {
-            p.contraction.is_some() || p.attention.is_some() || p.reduce_x || p.lanes.is_some()
-        });
+        let template = plans
+            .iter()
+            .find(|p| p.mark == mark)
+            .is_some_and(|p| p.contraction.is_some() || p.attention.is_some());
         if template {
             continue;
         }
