@@ -191,26 +191,74 @@ fn count(set: Set, budget: &mut u64) -> Result<u64> {
         .min_by_key(|(_, b)| extent(*b))
         .ok_or_else(|| Error::Internal("a set without dimensions".into()))?;
     let slices = extent((lo, hi));
-    if slices > *budget {
-        return Err(Error::Internal(format!(
-            "the domain needs more than {SLICE_BUDGET} slices to count exactly"
-        )));
-    }
-    *budget -= slices;
-    let mut total: u64 = 0;
-    for v in lo..=hi {
-        let slice = set
+    let slice_at = |v: i64| -> Result<Set> {
+        Ok(set
             .copy()?
             .fix_val(
                 DimType::Set,
                 pos as u32,
                 Val::int_from_si(&set.get_ctx(), v)?,
             )?
-            .project_out(DimType::Set, pos as u32, 1)?;
-        total = total.saturating_add(count(slice, budget)?);
+            .project_out(DimType::Set, pos as u32, 1)?)
+    };
+    if slices > *budget {
+        return estimate(lo, hi, slice_at, budget);
+    }
+    *budget -= slices;
+    let mut total: u64 = 0;
+    for v in lo..=hi {
+        total = total.saturating_add(count(slice_at(v)?, budget)?);
     }
     Ok(total)
 }
+
+/// Slices counted where the budget cannot count every one: beyond it
+/// (three or more mutually constrained dimensions of thousands of values,
+/// such as `k <= j <= i`), a count that stopped the compilation helped no
+/// one. The slices `lo..=hi` are counted at [`SAMPLED_SLICES`] evenly
+/// spaced values, each with an equal share of what is left of the budget,
+/// and the total is the trapezoid rule over them: exact where the slice
+/// counts are affine in the slice's value (a triangle's rows), within a
+/// fraction of a percent of a tetrahedron's `N (N + 1) (N + 2) / 6` at
+/// `N = 4096` (see the tests). The count is only used for reports (flops,
+/// bytes), never for code.
+fn estimate(
+    lo: i64,
+    hi: i64,
+    slice_at: impl Fn(i64) -> Result<Set>,
+    budget: &mut u64,
+) -> Result<u64> {
+    let n = SAMPLED_SLICES.min(hi - lo + 1).max(2);
+    let share = (*budget / n as u64).max(1);
+    let at: Vec<i64> = (0..n)
+        .map(|k| lo + ((hi - lo) as i128 * k as i128 / (n - 1) as i128) as i64)
+        .collect();
+    let mut counts = Vec::with_capacity(at.len());
+    for v in &at {
+        let mut b = share;
+        counts.push(count(slice_at(*v)?, &mut b)? as f64);
+    }
+    *budget = 0;
+    // Each sample stands for the values up to half way to its neighbours.
+    let mut total = 0.0f64;
+    for k in 0..at.len() {
+        let left = if k == 0 {
+            at[0] as f64 - 0.5
+        } else {
+            (at[k - 1] + at[k]) as f64 / 2.0
+        };
+        let right = if k + 1 == at.len() {
+            at[k] as f64 + 0.5
+        } else {
+            (at[k] + at[k + 1]) as f64 / 2.0
+        };
+        total += counts[k] * (right - left);
+    }
+    Ok(total.round() as u64)
+}
+
+/// Slices an estimate counts (see [`estimate`]).
+const SAMPLED_SLICES: i64 = 257;
 
 /// `set` with dimension `pos` restricted to `lo..=hi`.
 fn bound_dim(set: Set, pos: u32, lo: i64, hi: i64) -> Result<Set> {
@@ -264,6 +312,20 @@ mod tests {
             points("{ S[i, j] : 0 <= i < 4 and 0 <= j < 2; S[i, j] : 0 <= i < 2 and 0 <= j < 4 }"),
             12
         );
+    }
+
+    #[test]
+    fn three_coupled_dimensions_are_estimated_closely_past_the_budget() {
+        // Syrk-like `k <= j <= i`: at 4096, 8.4 million slices of slices
+        // are past the budget (it once stopped the compilation); here
+        // at 1024 with the budget cut to match, to keep the test short.
+        let n: u64 = 1024;
+        let isl = Isl::new();
+        let set = isl.set("{ S[i, j, k] : 0 <= k <= j <= i < 1024 }").unwrap();
+        let got = count(set, &mut (SLICE_BUDGET / 16)).unwrap();
+        let exact = n * (n + 1) * (n + 2) / 6;
+        let error = (got as f64 - exact as f64).abs() / exact as f64;
+        assert!(error < 1e-3, "{got} against {exact}: {error}");
     }
 
     #[test]
