@@ -349,6 +349,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Schedule { common, emit, arch } => {
             let (program, mut options) = load(&common)?;
+            if matches!(emit, Emit::Deps) {
+                // The dependences need no schedule: none is computed.
+                print!("{}", polyfuse::pipeline::dependences(&program, &options)?);
+                return Ok(ExitCode::SUCCESS);
+            }
             let gpu = matches!(emit, Emit::Cuda | Emit::Ptx | Emit::GpuTree);
             if gpu {
                 options.gpu = Some(gpu_options(&common));

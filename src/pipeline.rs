@@ -108,34 +108,92 @@ impl Compiled {
     }
 }
 
+/// What every compilation computes before scheduling: the model of the
+/// user's program, the repair, and the dependences of the program that is
+/// scheduled (the repaired one where there is one).
+struct Analysis {
+    original: model::Scop,
+    repaired: Option<repair::Repaired>,
+    /// The options with the repair's tile sizes, where it chose some.
+    options: Options,
+    scop: model::Scop,
+    /// The defining order the dependences were computed under.
+    order: isl_rs::Schedule,
+    deps: deps::Dependences,
+}
+
+impl Analysis {
+    fn new(isl: &Isl, program: &Program, options: &Options) -> Result<Analysis> {
+        let original = model::build(isl, program)?;
+        model::check_reads_written(program, &original)?;
+        // Repair (rolling / split-k update) from the `schedule` key, or
+        // chosen automatically; the repaired program comes with its
+        // defining order.
+        let steps = repair::steps_for(isl, program, &original, options.repair)?;
+        let repaired = repair::apply(isl, program, &original, &steps, repair::Fault::None)?;
+        let mut options = options.clone();
+        if let Some(t) = repair::tile_sizes(&steps) {
+            options.tile = t;
+        }
+        let scop = match &repaired {
+            Some(r) => model::build(isl, &r.program)?,
+            None => model::build(isl, program)?,
+        };
+        let order = match repaired.as_ref().and_then(|r| r.order.as_ref()) {
+            Some(tree) => isl.schedule(&tree.to_isl_text())?,
+            None => schedule::canonical(isl, &scop)?,
+        };
+        let deps = deps::compute(&scop, &order)?;
+        Ok(Analysis {
+            original,
+            repaired,
+            options,
+            scop,
+            order,
+            deps,
+        })
+    }
+
+    /// `flow:`, `anti:`, `output:` lines, after the repair's report.
+    fn deps_text(&self) -> String {
+        match &self.repaired {
+            Some(r) => format!(
+                "{}dependences of the repaired program:\n{}",
+                r.report,
+                self.deps.describe()
+            ),
+            None => self.deps.describe(),
+        }
+    }
+}
+
+/// The dependences of `program` under `options` as `--emit deps` prints
+/// them, without scheduling (which can take long, and they do not depend
+/// on it).
+pub fn dependences(program: &Program, options: &Options) -> Result<String> {
+    let isl = Isl::new();
+    Ok(Analysis::new(&isl, program, options)?.deps_text())
+}
+
 /// Compiles `program` under `options`.
 pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
     let isl = Isl::new();
-    let original = model::build(&isl, program)?;
-    model::check_reads_written(program, &original)?;
-    // Repair (rolling / split-k update) from the `schedule` key, or chosen
-    // automatically; the repaired program comes with its defining order.
-    let steps = repair::steps_for(&isl, program, &original, options.repair)?;
-    let repaired = repair::apply(&isl, program, &original, &steps, repair::Fault::None)?;
-    let mut options = options.clone();
-    if let Some(t) = repair::tile_sizes(&steps) {
-        options.tile = t;
-    }
+    let analysis = Analysis::new(&isl, program, options)?;
+    let deps_text = analysis.deps_text();
+    let Analysis {
+        original,
+        repaired,
+        options,
+        scop,
+        order,
+        deps,
+    } = analysis;
     let options = &options;
-    let (program_k, scop, repair_report) = match &repaired {
-        Some(r) => (
-            &r.program,
-            model::build(&isl, &r.program)?,
-            Some(r.report.clone()),
-        ),
-        None => (program, model::build(&isl, program)?, None),
+    let program_k = match &repaired {
+        Some(r) => &r.program,
+        None => program,
     };
-    let order = match repaired.as_ref().and_then(|r| r.order.as_ref()) {
-        Some(tree) => isl.schedule(&tree.to_isl_text())?,
-        None => schedule::canonical(&isl, &scop)?,
-    };
-    let deps = deps::compute(&scop, &order)?;
     // A rolling update fuses a chain of reductions into one pass over each
     // row; isl's scheduler would then split the row's consumers (a
     // softmax's output, attention's division) into a kernel of their own,
@@ -228,13 +286,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         tensors: scop.tensors.clone(),
         tree,
         untiled_tree,
-        deps_text: match &repair_report {
-            Some(r) => format!(
-                "{r}dependences of the repaired program:\n{}",
-                deps.describe()
-            ),
-            None => deps.describe(),
-        },
+        deps_text,
         deps_json: deps.to_json(),
         model_json: scop.describe(),
         kernel_c,

@@ -241,3 +241,32 @@ fn a_row_keeps_its_thread_across_the_steps_of_a_triangular_loop() {
         "{row_loop}"
     );
 }
+
+/// `--emit deps` computes no schedule (issue 34): a program whose
+/// schedule isl does not finish in the timeout still prints its
+/// dependences at once, repaired program included.
+#[test]
+fn dependences_are_printed_without_scheduling() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let program = std::fs::read_to_string(root.join("examples/attention_decode_gqa.json"))
+        .unwrap()
+        .replace("\"factor\": 4", "\"factor\": 37")
+        .replace("\"KV\": 64", "\"KV\": 300");
+    assert!(program.contains("\"factor\": 37"));
+    let file = scratch("gqa37.json", &program);
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .args(["schedule", file.to_str().unwrap(), "--emit", "deps"])
+        .env("POLYFUSE_SCHEDULE_TIMEOUT", "5")
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("dependences of the repaired program:"), "{t}");
+    assert!(
+        t.contains("flow:") && t.contains("anti:") && t.contains("output:"),
+        "{t}"
+    );
+    assert!(!t.contains("did not finish"), "{t}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{t}");
+}
