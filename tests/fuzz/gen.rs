@@ -1070,8 +1070,8 @@ impl Builder<'_> {
                 bound: 1.0,
             },
             11 => E {
-                text: format!("log(1 + abs({}))", a.text),
-                bound: (1.0 + a.bound).ln(),
+                text: format!("log(2 + abs({}))", a.text),
+                bound: (2.0 + a.bound).ln(),
             },
             12 => {
                 if a.bound < 30.0 {
@@ -1135,6 +1135,10 @@ impl Builder<'_> {
     /// precision, so the check never meets a flipped branch).
     fn condition(&mut self) -> String {
         let n = self.vars.len();
+        if n == 0 {
+            let p = &self.g.p.params[self.g.rng.below(self.g.p.params.len())];
+            return format!("{} > {}", p.name, self.g.rng.range(1, 20));
+        }
         let x = self.vars[self.g.rng.below(n)].name.clone();
         match self.g.rng.below(3) {
             0 if n >= 2 => {
