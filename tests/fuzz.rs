@@ -289,6 +289,12 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         "reject",
         Some("exit 4: isl: spaces don't match (a temp of inferred shape read with the wrong number of subscripts is not reported as an input error)"),
     ),
+    (
+        "emulate_reads_row_before_reduction_done.json",
+        &["--target", "emulate", "--check", "--strategy", "isl"],
+        "ok",
+        Some("check FAILED 5.4: with the isl or max strategy the GPU mapping fuses `Z(i, j) = Y(1, j)` with the reduction that makes Y and reads row 1 before it is complete (cpu and --strategy min pass)"),
+    ),
 ];
 
 #[test]
