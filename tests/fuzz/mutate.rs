@@ -277,7 +277,7 @@ fn apply(p: &Program, kind: &'static str, rng: &mut Rng) -> Option<Mutant> {
             let c = *rng.pick(&['#', '$', '@', '.', ';', '[', '{', '\'', '%', '\\']);
             let i = rng.below(s.len() + 1);
             let mut t = s.clone();
-            while !t.is_char_boundary(i) {
+            if !t.is_char_boundary(i) {
                 return None;
             }
             t.insert(i, c);
