@@ -165,6 +165,12 @@ impl Fuzz {
             let what = if *sym { "schedule-symbolic" } else { "valid" };
             self.tally.count(what, r);
         }
+        if runs.iter().any(|(r, _)| r.outcome == Outcome::Timeout) {
+            // Not a failure; kept to look at.
+            if let Some(dir) = &self.out {
+                save(&dir.join("timeouts"), &id, &json, &all);
+            }
+        }
         if let Some((r, _)) = runs.iter().find(|(r, sym)| valid_run_fails(r, *sym)) {
             // A check that fails on some targets only points at a
             // transformation; on all alike, more likely at the program's
