@@ -25,6 +25,12 @@ pub enum Error {
     #[error("{file}: {message}")]
     Illegal { file: String, message: String },
 
+    /// A GPU mapping that `gpu::race` could not prove free of data races
+    /// (never printed; the pipeline tries a mapping with fewer fused
+    /// statements before it gives up).
+    #[error("{file}: {message}")]
+    Race { file: String, message: String },
+
     /// The environment lacks something (C compiler, GPU, driver).
     #[error("{0}")]
     Environment(String),
@@ -38,7 +44,10 @@ impl Error {
     /// Exit status of the command line for this error (see the spec).
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Input { .. } | Error::Statement { .. } | Error::Illegal { .. } => 2,
+            Error::Input { .. }
+            | Error::Statement { .. }
+            | Error::Illegal { .. }
+            | Error::Race { .. } => 2,
             Error::Environment(_) => 3,
             Error::Internal(_) => 4,
         }

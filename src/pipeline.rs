@@ -252,15 +252,31 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     let gpu = match &options.gpu {
-        Some(g) => Some(map_to_gpu(
-            &isl,
-            program_k,
-            &scop,
-            &deps,
-            sched.copy()?,
-            options,
-            g,
-        )?),
+        Some(g) => {
+            let map = |s: isl_rs::Schedule| map_to_gpu(&isl, program_k, &scop, &deps, s, options, g);
+            Some(match map(sched.copy()?) {
+                // A fused mapping that cannot be proven race-free: the
+                // statements in kernels of their own (minimal fusion),
+                // marked so in the mapped tree, or the refusal.
+                Err(race @ Error::Race { .. }) if strategy != Strategy::Min => {
+                    let min = schedule::compute(&isl, &scop, &deps, Strategy::Min)?;
+                    schedule::check_legal(file, &min, &scop, &deps)?;
+                    let root = min.get_root()?;
+                    let marked = match root.n_children()? {
+                        0 => min,
+                        _ => root
+                            .child(0)?
+                            .insert_mark(isl_rs::Id::read_from_str(
+                                &isl.ctx,
+                                "minimal_fusion_for_race_freedom",
+                            )?)?
+                            .get_schedule()?,
+                    };
+                    map(marked).map_err(|_| race)?
+                }
+                other => other?,
+            })
+        }
         None => None,
     };
     let tiled = schedule::tile(&isl, sched, &options.tile)?;

@@ -160,9 +160,15 @@ fn prove_kernel(
     if conflicts.is_empty()? {
         return Ok(());
     }
-    let (identity, has_threads) = thread_identity(&kernel, &domain, grouped)?;
+    let (identity, has_threads, unknown) = thread_identity(&kernel, &domain, grouped)?;
+    let all = domain.copy()?.universe()?;
+    let either_unknown = UnionMap::from_domain_and_range(unknown.copy()?, all.copy()?)?
+        .union(UnionMap::from_domain_and_range(all, unknown)?)?;
     let k = Kernel {
-        same_thread: identity.copy()?.apply_range(identity.reverse()?)?,
+        same_thread: identity
+            .copy()?
+            .apply_range(identity.reverse()?)?
+            .subtract(either_unknown)?,
         reorderable,
         has_threads,
         mark,
@@ -188,9 +194,10 @@ fn thread_identity(
     kernel: &ScheduleNode,
     domain: &UnionSet,
     grouped: bool,
-) -> Result<(UnionMap, bool)> {
+) -> Result<(UnionMap, bool, UnionSet)> {
     let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
-    collect_thread_values(kernel.copy()?, &mut per_axis, grouped, false)?;
+    let mut unknown = UnionSet::empty(domain.get_space()?)?;
+    collect_thread_values(kernel.copy()?, &mut per_axis, &mut unknown, grouped, false)?;
     let has_threads = per_axis.iter().any(Option::is_some);
     let none = UnionSet::read_from_str(&domain.get_ctx(), "{ [0, 0] }")?;
     let mut identity: Option<UnionMap> = None;
@@ -211,15 +218,23 @@ fn thread_identity(
         });
     }
     let identity = identity.ok_or_else(|| Error::Internal("no thread axes".into()))?;
-    Ok((identity, has_threads))
+    Ok((identity, has_threads, unknown))
 }
 
 /// Adds, for every `thread_A_D` mark below `node`, the tagged value `[f,
 /// v]` (see [`thread_identity`]) of the member below it for each instance
 /// it runs to `per_axis[A]`.
+///
+/// A statement whose member value is fixed by the loops above it may get no
+/// loop of its own from isl's AST generator, and the printer runs a
+/// mapped member without a loop on index 0 (`codegen::cuda`'s `guard`),
+/// not on `v mod B`. Its instances whose value is not 0 (where the two
+/// readings differ) are added to `unknown`: they count as on one thread
+/// with no other instance.
 fn collect_thread_values(
     node: ScheduleNode,
     per_axis: &mut [Option<UnionMap>],
+    unknown: &mut UnionSet,
     grouped: bool,
     in_registers: bool,
 ) -> Result<()> {
@@ -236,6 +251,7 @@ fn collect_thread_values(
                 .band_get_partial_schedule_union_map()?
                 .intersect_domain(band.get_domain()?)?
                 .apply_range(tag)?;
+            *unknown = unknown.copy()?.union(loopless_nonzero(&band)?)?;
             let a = (axis as u8).saturating_sub(b'x') as usize;
             let slot = &mut per_axis[a.min(2)];
             *slot = Some(match slot.take() {
@@ -245,9 +261,34 @@ fn collect_thread_values(
         }
     }
     for i in 0..node.n_children()? {
-        collect_thread_values(node.get_child(i)?, per_axis, grouped, in_registers)?;
+        collect_thread_values(node.get_child(i)?, per_axis, unknown, grouped, in_registers)?;
     }
     Ok(())
+}
+
+/// The instances below the single-member `band` of statements whose value
+/// of the member is a function of the schedule above it (so that isl may
+/// print no loop for them) and is not 0.
+fn loopless_nonzero(band: &ScheduleNode) -> Result<UnionSet> {
+    let domain = band.get_domain()?;
+    let prefix = band
+        .get_prefix_schedule_union_map()?
+        .intersect_domain(domain.copy()?)?;
+    let member = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(domain.copy()?)?;
+    let zero = UnionSet::read_from_str(&band.get_ctx(), "{ [0] }")?;
+    let mut out = UnionSet::empty(domain.get_space()?)?;
+    let sets = domain.get_set_list()?;
+    for k in 0..sets.size()? {
+        let own = UnionSet::from_set(sets.get_at(k)?)?;
+        let m = member.copy()?.intersect_domain(own.copy()?)?;
+        let p = prefix.copy()?.intersect_domain(own)?;
+        if p.reverse()?.apply_range(m.copy()?)?.is_single_valued()? {
+            out = out.union(m.subtract_range(zero.copy()?)?.domain()?)?;
+        }
+    }
+    Ok(out)
 }
 
 /// Decides the pairs of `pending` (both instances below `node`, not yet
@@ -365,7 +406,7 @@ fn decide(k: &Kernel, separated: UnionMap, place: Place, by: Separator) -> Resul
         _ => "run on different threads, in steps of a loop without a barrier between them",
     };
     let example = isl_rs::Map::from_basic_map(racing.sample()?)?.text();
-    Err(Error::Illegal {
+    Err(Error::Race {
         file: k.file.to_string(),
         message: format!(
             "{}: the GPU mapping races: two instances that touch one element (one of them a write) {what}: {example}",
