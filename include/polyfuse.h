@@ -143,6 +143,16 @@ pf_status pf_compile(pf_context *ctx, pf_result **out);
 
 /* ---- results ---------------------------------------------------------- */
 
+/* Destroys a result. A result that launched kernels unloads its CUDA
+ * modules here, each with its context current. When that context is the
+ * device's primary context (cuDevicePrimaryCtxRetain, or the CUDA runtime's
+ * context), the result holds a reference of its own on it from its first
+ * launch there until the module is unloaded, so the caller may release the
+ * primary context (cuDevicePrimaryCtxRelease, cudaDeviceReset) before or
+ * after destroying the result. A context made with cuCtxCreate cannot be
+ * retained: destroy the results that launched in it before cuCtxDestroy.
+ * The handle is destroyed in every case; PF_ERR_ENVIRONMENT says that the
+ * driver refused to unload a module (the message says why). */
 pf_status pf_result_destroy(pf_result *result);
 /* "cpu" or "cuda". */
 pf_status pf_result_target(const pf_result *result, char **out);
@@ -205,7 +215,9 @@ pf_status pf_result_c_source(const pf_result *result, char **out);
  * thread's current CUDA context) with the caller's device buffers:
  * device_ptrs holds one device pointer per tensor argument, in argument
  * order, each at least pf_result_arg_bytes large. Compiles with NVRTC on
- * first use in a CUDA context. Returns once the launch is queued.
+ * first use in a CUDA context, where the module stays loaded until
+ * pf_result_destroy (which says what that means for the context's life).
+ * Returns once the launch is queued.
  * PF_ERR_ENVIRONMENT when there is no CUDA driver, NVRTC or context. */
 pf_status pf_result_launch(const pf_result *result, size_t kernel, const int64_t *params,
                            void **device_ptrs, CUstream stream);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # CI for the C ABI: builds libpolyfuse (cdylib and staticlib), checks that
 # include/polyfuse.h agrees with the exports (scripts/check-abi.sh), builds
-# the C99 check (shared and static) and the C++17 gemm example with gcc and
-# g++, runs them, and runs both under valgrind, failing on any memory error
-# or definite leak. (The registries of live handles are static hash tables,
+# the C99 check (shared and static), the C99 context-order check and the
+# C++17 gemm example with gcc and g++, runs them, and runs them under
+# valgrind, failing on any memory error or definite leak. (The registries of live handles are static hash tables,
 # which valgrind may count as "possibly lost" at exit; those are not leaks.)
 #
 # usage: scripts/abi-test.sh     (run by scripts/test.sh after cargo test)
@@ -42,7 +42,10 @@ echo "== gemm"
 head -n 4 "$bin/gemm.out"
 tail -n 1 "$bin/gemm.out"
 
-for prog in abi_check gemm; do
+echo "== context_order"
+"$bin/context_order" examples/gemm.json
+
+for prog in abi_check gemm context_order; do
     echo "== valgrind $prog"
     log="$bin/$prog.valgrind"
     if ! valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite \

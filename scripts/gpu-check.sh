@@ -13,7 +13,11 @@
 #   polyfuse run F --target cuda --check --bench --json  (gemm_4096 is checked
 #                     at about 1024^3 instead: its f64 reference runs on the CPU)
 # then the PyTorch peers of all of them and the device-to-device copy
-# (scripts/peers.py, one process), and a table: $OUT/RESULTS.md, printed last.
+# (scripts/peers.py, one process), the C ABI's context order (program
+# capi_context_order: examples/cpp/context_order.c launches gemm in the
+# primary context and releases it *before* pf_result_destroy; run plainly
+# and under compute-sanitizer, it fails on any CUDA error, issue 30), and a
+# table: $OUT/RESULTS.md, printed last.
 #
 # One failing program does not stop the others; its row says what happened
 # and the log under $OUT/logs/ says why. Every step has a time limit, and
@@ -22,6 +26,12 @@
 #
 # Exit status: 0 when every step passed, 1 when any failed (the table is
 # written either way), 3 when there is no polyfuse binary.
+#
+# The C ABI step needs libpolyfuse.so next to the binary (cargo build
+# --release makes both; carry target/release/libpolyfuse.so too, or set
+# POLYFUSE_LIB) and a C compiler (cc), or a context_order built beforehand
+# against that library (CAPI_CONTEXT_ORDER; `make -C examples/cpp
+# PROFILE=release` makes target/cpp-examples/context_order).
 #
 # Environment: POLYFUSE (binary), OUT (default /tmp/gpu-check),
 # GPU_CHECK_BUDGET_S, PYTHON (default python3), GPU_CHECK_COMMIT (the
@@ -47,7 +57,7 @@ start=$SECONDS
 
 MERGE=${GPU_CHECK_MERGE:-}
 # Which parts run: examples, benches, peers, sanitizers (default all).
-PARTS=" ${GPU_CHECK_PARTS:-examples benches peers sanitizers} "
+PARTS=" ${GPU_CHECK_PARTS:-examples benches peers sanitizers capi} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 ONLY=${GPU_CHECK_ONLY:-.*}
 SKIP=${GPU_CHECK_SKIP:-}
@@ -365,7 +375,45 @@ for name in "${san_run[@]}"; do
     done
 done
 
-# 5. The table: $OUT/RESULTS.md (and results.json), the short form printed.
+# 5. The C ABI: a result must outlive the caller's release of its CUDA
+# context (examples/cpp/context_order.c; issue 30). Built here with cc
+# against libpolyfuse.so unless CAPI_CONTEXT_ORDER names a built one; run
+# plainly (it checks the context's state and pf_result_destroy's status)
+# and under compute-sanitizer, where a CUDA API error polyfuse swallowed
+# (cuModuleUnload's CUDA_ERROR_INVALID_HANDLE) counts as an error.
+if [[ -z "$MERGE" ]] && part capi && selected capi_context_order; then
+    lib=${POLYFUSE_LIB:-$(dirname "$POLYFUSE")/libpolyfuse.so}
+    order=${CAPI_CONTEXT_ORDER:-}
+    if [[ -z "$order" ]]; then
+        if [[ ! -f "$lib" ]]; then
+            printf '%s\t%s\t%s\t%s\t%s\t%s\n' capi_context_order capi "not built" 0 "" "no $lib (set POLYFUSE_LIB)" >>"$steps"
+        elif ! command -v cc >/dev/null 2>&1; then
+            printf '%s\t%s\t%s\t%s\t%s\t%s\n' capi_context_order capi "not built" 0 "" "no cc (set CAPI_CONTEXT_ORDER)" >>"$steps"
+        else
+            libdir=$(cd "$(dirname "$lib")" && pwd)
+            order=$OUT/context_order
+            step capi_context_order build 60 "$L/capi_context_order.build.log" \
+                cc -std=c99 -O1 -I"$root/include" -o "$order" examples/cpp/context_order.c \
+                "$lib" -Wl,-rpath,"$libdir" -ldl
+            [[ -x "$order" ]] || order=""
+        fi
+    fi
+    if [[ -n "$order" ]]; then
+        step capi_context_order capi 120 "$L/capi_context_order.log" "$order" examples/gemm.json
+        if [[ -n "$sanitizer" ]]; then
+            # A failed CUDA API call is reported and counted as an error
+            # (--report-api-errors explicit, the default); memcheck also
+            # checks the launches.
+            step capi_context_order memcheck 120 "$L/capi_context_order.memcheck.log" \
+                "$sanitizer" --tool memcheck --error-exitcode 1 \
+                "$order" examples/gemm.json
+        else
+            printf '%s\t%s\t%s\t%s\t%s\t%s\n' capi_context_order memcheck "no sanitizer" 0 "" "compute-sanitizer not found" >>"$steps"
+        fi
+    fi
+fi
+
+# 6. The table: $OUT/RESULTS.md (and results.json), the short form printed.
 table_status=0
 "$PYTHON" - "$OUT" "$root" "${all_examples[@]}" -- "${all_benches[@]}" <<'PY' || table_status=$?
 import json, os, sys

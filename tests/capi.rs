@@ -228,6 +228,36 @@ fn cuda_result_describes_kernels_and_launch() {
 }
 
 #[test]
+fn destroying_a_result_after_a_failed_launch_touches_no_driver() {
+    // pf_result_destroy unloads the modules a result loaded, each in its
+    // context, and releases the primary contexts it retained (issue 30;
+    // the order is tested against a fake driver in capi::launch). A
+    // result whose launches all failed (no driver here) loaded nothing:
+    // destroying it succeeds once and never calls the driver.
+    let ctx = context("gemm.json");
+    // SAFETY: valid handles and output places; each handle destroyed once
+    // (the second destroy is refused, not performed).
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        let Some(r) = compile_unless_environment(ctx) else {
+            return;
+        };
+        if polyfuse::runtime::cuda::probe_driver().is_err() {
+            let mut ptrs = [null_mut(); 3];
+            for _ in 0..2 {
+                assert_eq!(
+                    pf_result_launch(r, 0, null(), ptrs.as_mut_ptr(), null_mut()),
+                    PF_ERR_ENVIRONMENT
+                );
+            }
+        }
+        assert_eq!(pf_result_destroy(r), PF_OK, "{}", last_error());
+        assert_eq!(pf_result_destroy(r), PF_ERR_INVALID_HANDLE);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
 fn attention_asked_for_without_tiles_is_one_kernel_on_tensor_cores() {
     // SAFETY: valid handles and output places throughout.
     unsafe {

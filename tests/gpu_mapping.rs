@@ -1516,6 +1516,37 @@ fn private_copies_run_on_the_threads_that_run_their_statements() {
     emulation_checks(c, "one row");
 }
 
+#[test]
+fn private_copies_are_stored_only_by_the_iterations_that_compute_them() {
+    // Maximal fusion makes one kernel of `H = 2 X` and `Y(i, k) +=! H(i, j)
+    // W(j, k) where j < k`: a thread per row, whose iterations run over
+    // the 32-wide tiles of j (D = 45: two). Y's reduction reads j < k <= 28,
+    // the first tile only, so Y's row is private to the iteration over the
+    // first tile; the iteration over the second computes only H, yet it
+    // stored its copy of Y, never written, over the row (issue 30, class
+    // 2: relative error 7.0e1 in the emulation before). The copies are
+    // made only by the iterations that touch the array.
+    let json = r#"{ "name": "lower", "params": { "N": 70, "D": 45, "M": 29 },
+        "inputs": { "X": {"dtype": "f32", "shape": ["N", "D"]},
+                    "W": {"dtype": "f32", "shape": ["D", "M"]} },
+        "outputs": { "Y": {"dtype": "f32", "shape": ["N", "M"]} },
+        "temps": { "H": {"dtype": "f32", "shape": ["N", "D"]} },
+        "body": [ "H(i, j) = X(i, j) * 2",
+                  "Y(i, k) +=! H(i, j) * W(j, k) where j < k" ] }"#;
+    let p = load_str(json, "lower.json").unwrap();
+    let options = Options {
+        strategy: schedule::Strategy::Max,
+        ..auto_gpu()
+    };
+    let src = emulated_cuda(&p, &options);
+    assert_eq!(src.matches("__global__").count(), 1, "{src}");
+    let store = src
+        .lines()
+        .find(|l| l.contains("t_Y[") && l.contains("= pf_priv_kernel_0_Y["))
+        .unwrap_or_else(|| panic!("Y is no longer private:\n{src}"));
+    assert!(store.contains("c2 == 0"), "{store}");
+}
+
 /// Untiled split-k softmax: isl splits the loop over a slice's elements
 /// into pieces, and the piece holding only the initialisation of a slice's
 /// maximum has no loop for the iterator the shared copy of `X` is offset

@@ -7,6 +7,17 @@
 //! CUDA source is compiled with NVRTC once per compute capability and
 //! loaded once per context; the modules live as long as the result.
 //!
+//! A module can only be unloaded while its context lives, and callers
+//! release their context in any order relative to `pf_result_destroy` (the
+//! C++ example releases the primary context first). So when the context is
+//! its device's primary context, the result takes a reference of its own
+//! on it (`cuDevicePrimaryCtxRetain`) when it loads the module, and drops
+//! it (`cuDevicePrimaryCtxRelease`) only after the module is unloaded with
+//! that context current ([`unload`]). A context made with `cuCtxCreate`
+//! has no reference count: the header asks callers to destroy the results
+//! that launched in it first. The calls that order this go through
+//! [`ContextCalls`], so the order is tested without a GPU.
+//!
 //! cudarc's dynamic loading panics when `libcuda` or `libnvrtc` is missing,
 //! so both are probed first (by `runtime::cuda`, whose NVRTC compile is used
 //! here too) and reported as `PF_ERR_ENVIRONMENT`; any panic that still
@@ -45,6 +56,120 @@ struct Loaded {
     /// Compute capability 9.0 or later: kernels marked
     /// [`Kernel::dependent`] are launched as programmatic dependents.
     hopper: bool,
+    /// The device whose primary context `ctx` is, when the result holds a
+    /// reference on it (see the module comment); released after unloading.
+    retained: Option<sys::CUdevice>,
+}
+
+/// The driver calls that tie a loaded module to its context's life. The
+/// real ones are [`Driver`]'s; the tests below count references with a
+/// fake.
+pub(crate) trait ContextCalls {
+    /// Whether the primary context of `dev` is active (exists).
+    fn primary_active(&self, dev: sys::CUdevice) -> Result<bool, String>;
+    /// `cuDevicePrimaryCtxRetain`: a new reference on `dev`'s primary
+    /// context, created when it is not active.
+    fn retain_primary(&self, dev: sys::CUdevice) -> Result<sys::CUcontext, String>;
+    /// `cuDevicePrimaryCtxRelease`: drops one reference.
+    fn release_primary(&self, dev: sys::CUdevice) -> Result<(), String>;
+    fn push(&self, ctx: sys::CUcontext) -> Result<(), String>;
+    fn pop(&self) -> Result<(), String>;
+    fn unload(&self, module: sys::CUmodule) -> Result<(), String>;
+}
+
+/// The CUDA driver (cudarc's bindings; the library is loaded already by
+/// whoever made a [`Loaded`]).
+struct Driver;
+
+fn named(what: &str) -> impl Fn(drv::DriverError) -> String + '_ {
+    move |e| {
+        format!(
+            "{what}: {}",
+            crate::runtime::cuda::describe_driver_error(&e)
+        )
+    }
+}
+
+impl ContextCalls for Driver {
+    fn primary_active(&self, dev: sys::CUdevice) -> Result<bool, String> {
+        let (mut flags, mut active): (c_uint, std::ffi::c_int) = (0, 0);
+        // SAFETY: `dev` came from the driver; both outputs are live locals.
+        unsafe { sys::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) }
+            .result()
+            .map_err(named("cuDevicePrimaryCtxGetState"))?;
+        Ok(active != 0)
+    }
+    fn retain_primary(&self, dev: sys::CUdevice) -> Result<sys::CUcontext, String> {
+        // SAFETY: `dev` came from the driver (cuCtxGetDevice).
+        unsafe { drv::primary_ctx::retain(dev) }.map_err(named("cuDevicePrimaryCtxRetain"))
+    }
+    fn release_primary(&self, dev: sys::CUdevice) -> Result<(), String> {
+        // SAFETY: as for `retain_primary`; called once per retain.
+        unsafe { drv::primary_ctx::release(dev) }.map_err(named("cuDevicePrimaryCtxRelease"))
+    }
+    fn push(&self, ctx: sys::CUcontext) -> Result<(), String> {
+        // SAFETY: `ctx` is a context a module was loaded in; the result
+        // holds a reference on it, or the caller keeps it alive (header).
+        unsafe { sys::cuCtxPushCurrent_v2(ctx) }
+            .result()
+            .map_err(named("cuCtxPushCurrent"))
+    }
+    fn pop(&self) -> Result<(), String> {
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: pops what `push` pushed; `popped` is a live local.
+        unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }
+            .result()
+            .map_err(named("cuCtxPopCurrent"))
+    }
+    fn unload(&self, module: sys::CUmodule) -> Result<(), String> {
+        // SAFETY: `module` was loaded and not unloaded yet; its context is
+        // current.
+        unsafe { drv::module::unload(module) }.map_err(named("cuModuleUnload"))
+    }
+}
+
+/// Takes a reference on `ctx`, the current context, when it is the primary
+/// context of its device `dev`; returns `dev` then (to release after the
+/// module is unloaded), `None` for a context made with `cuCtxCreate`. An
+/// inactive primary context is not `ctx` (which lives): it is not retained,
+/// which would create it.
+fn retain_context(
+    d: &impl ContextCalls,
+    ctx: sys::CUcontext,
+    dev: sys::CUdevice,
+) -> Result<Option<sys::CUdevice>, String> {
+    if !d.primary_active(dev)? {
+        return Ok(None);
+    }
+    let primary = d.retain_primary(dev)?;
+    if primary == ctx {
+        Ok(Some(dev))
+    } else {
+        d.release_primary(dev)?;
+        Ok(None)
+    }
+}
+
+/// Unloads `l`'s module with its context current, then releases the
+/// reference the result held on that context. The first error is returned;
+/// the release happens in any case. A context the result holds no
+/// reference on that cannot be made current was destroyed by the caller,
+/// and its modules with it: that is no error here (the header asks callers
+/// not to do it).
+fn unload(d: &impl ContextCalls, l: &Loaded) -> Result<(), String> {
+    let mut outcome = match d.push(l.ctx) {
+        Ok(()) => {
+            let unloaded = d.unload(l.module);
+            unloaded.and(d.pop())
+        }
+        Err(e) if l.retained.is_some() => Err(e),
+        Err(_) => Ok(()),
+    };
+    if let Some(dev) = l.retained {
+        let released = d.release_primary(dev);
+        outcome = outcome.and(released);
+    }
+    outcome
 }
 
 /// The compiled and loaded forms of one result's CUDA program.
@@ -252,28 +377,196 @@ impl Modules {
                 }
             }
         }
+        let retained = match retain_context(&Driver, ctx, dev) {
+            Ok(r) => r,
+            Err(e) => {
+                // SAFETY: `module` is loaded in the current context.
+                let _ = unsafe { drv::module::unload(module) };
+                return Err(Failure::environment(format!("CUDA driver: {e}")));
+            }
+        };
         Ok(Loaded {
             ctx,
             module,
             functions,
             hopper: cc.0 >= 9,
+            retained,
         })
+    }
+
+    /// Unloads every module, each in its context, and releases the
+    /// contexts the result retained (see the module comment); the first
+    /// error, with every module attempted.
+    pub(crate) fn unload_all(&mut self) -> Result<(), String> {
+        let mut outcome = Ok(());
+        for (_, l) in self.loaded.drain() {
+            let done = unload(&Driver, &l);
+            outcome = outcome.and(done);
+        }
+        outcome
     }
 }
 
 impl Drop for Modules {
     fn drop(&mut self) {
-        for (_, l) in self.loaded.drain() {
-            // SAFETY: each module was loaded in `l.ctx`; it is made current
-            // for the unload and popped again. A context the caller already
-            // destroyed makes the push fail, and its modules went with it.
-            unsafe {
-                if sys::cuCtxPushCurrent_v2(l.ctx).result().is_ok() {
-                    let _ = drv::module::unload(l.module);
-                    let mut popped: sys::CUcontext = std::ptr::null_mut();
-                    let _ = sys::cuCtxPopCurrent_v2(&mut popped);
-                }
+        // `pf_result_destroy` unloads and reports; this is for a result
+        // dropped otherwise (a launch on another thread held it last).
+        let _ = self.unload_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The order of the context calls, against a fake driver that counts
+    //! the references on one device's primary context: a module unloaded
+    //! in a context with no reference left fails as the real driver does
+    //! (`CUDA_ERROR_INVALID_HANDLE`, issue 30).
+    use std::cell::RefCell;
+
+    use super::*;
+
+    const DEV: sys::CUdevice = 0;
+
+    struct Fake {
+        primary: sys::CUcontext,
+        refs: RefCell<u32>,
+        current: RefCell<Vec<sys::CUcontext>>,
+        log: RefCell<Vec<String>>,
+    }
+
+    impl Fake {
+        fn new() -> Fake {
+            Fake {
+                primary: std::ptr::without_provenance_mut(0x1000),
+                refs: RefCell::new(0),
+                current: RefCell::new(Vec::new()),
+                log: RefCell::new(Vec::new()),
             }
         }
+        fn note(&self, s: &str) {
+            self.log.borrow_mut().push(s.to_string());
+        }
+        fn alive(&self, ctx: sys::CUcontext) -> bool {
+            ctx != self.primary || *self.refs.borrow() > 0
+        }
+    }
+
+    impl ContextCalls for Fake {
+        fn primary_active(&self, _: sys::CUdevice) -> Result<bool, String> {
+            Ok(*self.refs.borrow() > 0)
+        }
+        fn retain_primary(&self, _: sys::CUdevice) -> Result<sys::CUcontext, String> {
+            *self.refs.borrow_mut() += 1;
+            self.note("retain");
+            Ok(self.primary)
+        }
+        fn release_primary(&self, _: sys::CUdevice) -> Result<(), String> {
+            let mut r = self.refs.borrow_mut();
+            if *r == 0 {
+                return Err("cuDevicePrimaryCtxRelease: CUDA_ERROR_INVALID_CONTEXT".into());
+            }
+            *r -= 1;
+            drop(r);
+            self.note("release");
+            Ok(())
+        }
+        fn push(&self, ctx: sys::CUcontext) -> Result<(), String> {
+            // The primary context's handle stays valid when it is reset:
+            // the push succeeds, the unload then fails.
+            self.current.borrow_mut().push(ctx);
+            self.note("push");
+            Ok(())
+        }
+        fn pop(&self) -> Result<(), String> {
+            self.current.borrow_mut().pop();
+            self.note("pop");
+            Ok(())
+        }
+        fn unload(&self, _: sys::CUmodule) -> Result<(), String> {
+            let ctx = self.current.borrow().last().copied();
+            match ctx {
+                Some(c) if self.alive(c) => {
+                    self.note("unload");
+                    Ok(())
+                }
+                _ => Err("cuModuleUnload: CUDA_ERROR_INVALID_HANDLE".into()),
+            }
+        }
+    }
+
+    fn loaded(ctx: sys::CUcontext, retained: Option<sys::CUdevice>) -> Loaded {
+        Loaded {
+            ctx,
+            module: std::ptr::without_provenance_mut(0x2000),
+            functions: Vec::new(),
+            hopper: false,
+            retained,
+        }
+    }
+
+    #[test]
+    fn a_result_keeps_the_primary_context_until_its_module_is_unloaded() {
+        let d = Fake::new();
+        // The caller: cuDevicePrimaryCtxRetain, made current.
+        let ctx = d.retain_primary(DEV).unwrap();
+        // The result's first launch loads its module there and retains it.
+        let retained = retain_context(&d, ctx, DEV).unwrap();
+        assert_eq!(retained, Some(DEV));
+        assert_eq!(*d.refs.borrow(), 2);
+        // The caller releases its context before destroying the result
+        // (examples/cpp/gemm.cpp): the context lives on.
+        d.release_primary(DEV).unwrap();
+        assert_eq!(unload(&d, &loaded(ctx, retained)), Ok(()));
+        assert_eq!(*d.refs.borrow(), 0, "the result's reference is released");
+        assert!(
+            d.current.borrow().is_empty(),
+            "the current context is restored"
+        );
+        assert_eq!(
+            d.log.borrow()[3..],
+            ["push", "unload", "pop", "release"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn without_the_reference_the_unload_fails_as_in_issue_30() {
+        // What happened before: no reference of the result's own, the
+        // caller's release destroys the context, and the unload fails.
+        let d = Fake::new();
+        let ctx = d.retain_primary(DEV).unwrap();
+        d.release_primary(DEV).unwrap();
+        let e = unload(&d, &loaded(ctx, None)).unwrap_err();
+        assert!(e.contains("CUDA_ERROR_INVALID_HANDLE"), "{e}");
+    }
+
+    #[test]
+    fn either_order_of_destruction_releases_every_reference() {
+        // The result destroyed first, the caller's release after.
+        let d = Fake::new();
+        let ctx = d.retain_primary(DEV).unwrap();
+        let retained = retain_context(&d, ctx, DEV).unwrap();
+        assert_eq!(unload(&d, &loaded(ctx, retained)), Ok(()));
+        assert_eq!(*d.refs.borrow(), 1);
+        d.release_primary(DEV).unwrap();
+        assert_eq!(*d.refs.borrow(), 0);
+    }
+
+    #[test]
+    fn a_created_context_is_not_retained() {
+        // cuCtxCreate's context while the primary context is active: the
+        // reference taken to compare is given back at once.
+        let d = Fake::new();
+        let primary = d.retain_primary(DEV).unwrap();
+        let created: sys::CUcontext = std::ptr::without_provenance_mut(0x3000);
+        assert_eq!(retain_context(&d, created, DEV), Ok(None));
+        assert_eq!(*d.refs.borrow(), 1);
+        d.release_primary(DEV).unwrap();
+        let _ = primary;
+        // With the primary context inactive, nothing is retained (which
+        // would create it).
+        let d = Fake::new();
+        assert_eq!(retain_context(&d, created, DEV), Ok(None));
+        assert!(d.log.borrow().is_empty(), "{:?}", d.log.borrow());
+        assert_eq!(unload(&d, &loaded(created, None)), Ok(()));
     }
 }

@@ -932,16 +932,27 @@ pub unsafe extern "C" fn pf_compile(ctx: *mut pf_context, out: *mut *mut pf_resu
 // Results
 // ---------------------------------------------------------------------------
 
-/// Destroys a result (and the CUDA modules it loaded for launches).
+/// Destroys a result and unloads the CUDA modules it loaded for launches,
+/// each with its context current; then releases the primary contexts the
+/// result retained for them (see `launch`), so the caller may release its
+/// context before or after this call. The handle is gone in every case;
+/// `PF_ERR_ENVIRONMENT` says the driver refused to unload a module.
 ///
 /// # Safety
 /// Any pointer value is accepted; handles are never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn pf_result_destroy(result: *mut pf_result) -> pf_status {
     guard(|| {
-        handles::remove(result.addr() as u64, |o| matches!(o, Object::Result(_)))
-            .map(drop)
-            .ok_or_else(|| invalid_handle("the pf_result"))
+        let Some(Object::Result(r)) =
+            handles::remove(result.addr() as u64, |o| matches!(o, Object::Result(_)))
+        else {
+            return Err(invalid_handle("the pf_result"));
+        };
+        // Unloaded here, not when the last reference drops, so that a
+        // failure is reported (a launch on another thread that still holds
+        // the result has finished once the lock is ours).
+        let unloaded = lock(&r.modules).unload_all();
+        unloaded.map_err(|e| Failure::environment(format!("CUDA driver: {e}")))
     })
 }
 

@@ -2096,6 +2096,15 @@ impl Ctx<'_> {
                     let _ = writeln!(out, "{}}}", "  ".repeat(inner));
                 }
             };
+        // An array's copies are made only in the iterations that own its
+        // box (the plan's condition).
+        let owned = |guard: &str, a: &crate::gpu::private::PrivateArray| -> String {
+            match &a.owned {
+                None => guard.to_string(),
+                Some(c) if guard.is_empty() => format!("({})", self.e(c)),
+                Some(c) => format!("{guard} && ({})", self.e(c)),
+            }
+        };
         for (k, a) in region.arrays.iter().enumerate() {
             if a.load || repeated {
                 let convert = match (wide(a), a.dtype) {
@@ -2103,7 +2112,7 @@ impl Ctx<'_> {
                     (true, _) => "pf_b2f",
                     (false, _) => "",
                 };
-                each(out, k, &load_guard, &|p, g| {
+                each(out, k, &owned(&load_guard, a), &|p, g| {
                     format!("{p} = {convert}({g});")
                 });
             }
@@ -2126,7 +2135,9 @@ impl Ctx<'_> {
         *self.printer.privates.borrow_mut() = outer;
         for (k, a) in region.arrays.iter().enumerate() {
             if a.store || repeated {
-                each(out, k, &store_guard, &|p, g| format!("{g} = {p};"));
+                each(out, k, &owned(&store_guard, a), &|p, g| {
+                    format!("{g} = {p};")
+                });
             }
         }
         let _ = writeln!(out, "{pad}}}");

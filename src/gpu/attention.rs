@@ -44,7 +44,7 @@
 //! left out where a whole tile is inside; both conditions are computed
 //! from the domain in isl.
 
-use crate::codegen::ast::{self, Expr as AstExpr};
+use crate::codegen::ast::Expr as AstExpr;
 use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{
@@ -1286,23 +1286,8 @@ pub(super) fn tile_conditions(
     elem_names.push("pf_ej".into());
     let key_lo = super::promote::expr_in(isl, lo, &block_names)?;
     let key_hi = super::promote::expr_in(isl, hi, &block_names)?;
-    let any_key = set_expr(isl, scop, some, &block_names)?;
-    let full_tile = set_expr(isl, scop, full, &tile_names)?;
-    let element = set_expr(isl, scop, v, &elem_names)?;
+    let any_key = super::promote::set_expr(isl, scop, some, &block_names)?;
+    let full_tile = super::promote::set_expr(isl, scop, full, &tile_names)?;
+    let element = super::promote::set_expr(isl, scop, v, &elem_names)?;
     Ok([key_lo, key_hi, any_key, full_tile, element])
-}
-
-/// The boolean expression of `set` with its dimensions named `names`,
-/// under the program's parameter context.
-fn set_expr(isl: &Isl, scop: &Scop, set: isl_rs::Set, names: &[String]) -> Result<AstExpr> {
-    let set = set.coalesce()?;
-    let space = set.get_space()?;
-    let bound = set.bind(super::promote::ids(isl, space, names)?)?;
-    let context = isl_rs::Set::universe(bound.get_space()?)?.intersect(scop.context.copy()?)?;
-    let bound = bound.gist(context.copy()?)?.from_params()?;
-    let context = context.from_params()?;
-    let e = crate::isl::ast_build_expr_from_set(context, bound).ok_or_else(|| {
-        crate::error::Error::Internal("isl could not print an attention condition".into())
-    })?;
-    ast::expr_from_isl(&e)
 }

@@ -19,7 +19,11 @@
 //! by `a - o(p)`: it is loaded at the start of the iteration when `T`
 //! holds a value from outside the kernel (an input, or a tensor written by
 //! another kernel) and stored at the end when a value leaves the kernel (an
-//! output, or a tensor read by another kernel). A reduction's running
+//! output, or a tensor read by another kernel). Both happen only in the
+//! iterations that touch `T` (the domain of `F`): in another one the box
+//! at `o(p)` is not its own (the iteration over the second tile of a
+//! reduction loop whose output's reduction stops in the first would
+//! store a copy nothing wrote over the output). A reduction's running
 //! state (the rolling maximum, sum and output row of an online softmax),
 //! a row a thread reads over and over (a query row), and per-iteration
 //! temporaries (the previous maximum) then live in registers instead of
@@ -59,6 +63,12 @@ pub struct PrivateArray {
     pub load: bool,
     /// Stored to global memory after the body (a value that leaves).
     pub store: bool,
+    /// The prefix iterations that hold a copy, in the prefix iterators and
+    /// the parameters, where not all of the region's do (`None`): those
+    /// that touch the tensor. Elsewhere the iteration's box (its offset is
+    /// defined for every iteration) is elements it neither computes nor
+    /// owns, so nothing is loaded or stored there.
+    pub owned: Option<Expr>,
 }
 
 impl PrivateArray {
@@ -305,6 +315,16 @@ fn promote(search: &mut Search, node: &ScheduleNode, mark: &str) -> Result<Priva
             let pa = isl_rs::PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
             offset.push(super::promote::expr_in(isl, pa, &names)?);
         }
+        // The iterations that touch `t`, where not all of the region's do.
+        let iterations = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?
+            .intersect_params(scop.context.copy()?)?;
+        let touching = f_in_context.domain()?;
+        let owned = if iterations.is_subset(&touching)? {
+            None
+        } else {
+            let condition = touching.gist(iterations)?;
+            Some(super::promote::set_expr(isl, scop, condition, &names)?)
+        };
         search.registers += words;
         search.candidates.retain(|c| c != &t);
         region.arrays.push(PrivateArray {
@@ -315,6 +335,7 @@ fn promote(search: &mut Search, node: &ScheduleNode, mark: &str) -> Result<Priva
             offset,
             load,
             store,
+            owned,
         });
     }
     if !region.arrays.is_empty() {

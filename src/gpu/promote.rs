@@ -134,6 +134,25 @@ pub fn expr_in(isl: &Isl, pa: PwAff, names: &[String]) -> Result<Expr> {
     ast::expr_from_isl(&e)
 }
 
+/// The boolean expression of `set` with its dimensions named `names`,
+/// under the program's parameter context.
+pub(super) fn set_expr(
+    isl: &Isl,
+    scop: &crate::model::Scop,
+    set: isl_rs::Set,
+    names: &[String],
+) -> Result<Expr> {
+    let set = set.coalesce()?;
+    let space = set.get_space()?;
+    let bound = set.bind(ids(isl, space, names)?)?;
+    let context = isl_rs::Set::universe(bound.get_space()?)?.intersect(scop.context.copy()?)?;
+    let bound = bound.gist(context.copy()?)?.from_params()?;
+    let context = context.from_params()?;
+    let e = crate::isl::ast_build_expr_from_set(context, bound)
+        .ok_or_else(|| Error::Internal("isl could not print a condition".into()))?;
+    ast::expr_from_isl(&e)
+}
+
 /// `pa` as one affine expression, when it is one on its whole domain.
 pub fn single_aff(pa: &PwAff) -> Result<Option<isl_rs::Aff>> {
     let domain = pa.copy()?.domain()?;

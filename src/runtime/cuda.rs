@@ -63,6 +63,12 @@ pub fn probe_driver() -> Result<()> {
     }
 }
 
+/// A CUDA driver error as `CUDA_ERROR_NAME: description` (for the C ABI's
+/// launches, which call the driver directly).
+pub fn describe_driver_error(e: &cudarc::driver::DriverError) -> String {
+    sys::describe(e)
+}
+
 /// Loads NVRTC or says where it looked.
 fn require_nvrtc() -> Result<&'static str> {
     match sys::load_nvrtc(&nvrtc_dirs()) {
