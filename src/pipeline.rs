@@ -253,7 +253,8 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     let gpu = match &options.gpu {
         Some(g) => {
-            let map = |s: isl_rs::Schedule| map_to_gpu(&isl, program_k, &scop, &deps, s, options, g);
+            let map =
+                |s: isl_rs::Schedule| map_to_gpu(&isl, program_k, &scop, &deps, s, options, g);
             Some(match map(sched.copy()?) {
                 // A fused mapping that cannot be proven race-free: the
                 // statements in kernels of their own (minimal fusion),

@@ -310,25 +310,25 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         "emulate_reads_row_before_reduction_done.json",
         &["--target", "emulate", "--check", "--strategy", "isl"],
         "ok",
-        Some("check FAILED 5.4: with the isl or max strategy the GPU mapping fuses `Z(i, j) = Y(1, j)` with the reduction that makes Y and reads row 1 before it is complete (cpu and --strategy min pass)"),
+        None,
     ),
     (
         "emulate_shifted_temp_read.json",
         &["--target", "emulate", "--check", "--strategy", "isl"],
         "ok",
-        Some("check FAILED 82.8: `Y(i) max=! T(i + 1, i)` after `T(i, j) = X(i, j)` is wrong in the GPU mapping with the isl or max strategy (cpu and --strategy min pass)"),
+        None,
     ),
     (
         "emulate_update_then_read.json",
         &["--target", "emulate", "--check", "--strategy", "isl"],
         "ok",
-        Some("check FAILED 13.2 on Y1: a `+=!` then a `*=` update of Y1 (`where j <= i`) then reads of Y1; wrong in the GPU mapping with the isl or max strategy (cpu and --strategy min pass)"),
+        None,
     ),
     (
         "update_after_assign_wrong_result.json",
         &["--target", "cpu", "--check", "--strategy", "isl"],
         "ok",
-        Some("check FAILED 1.0 on the CPU: `Y(i, j) = X(i + 2, 0, i + 1)` then `Y(i, j) += X(j, k, i)` (k over an extent of 1) with the isl or max strategy; min passes; --tile 4 passes, --no-tile fails"),
+        None,
     ),
 ];
 
