@@ -292,7 +292,7 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         "isl_unable_to_carry_dependences.json",
         &["--target", "cpu", "--check"],
         "ok",
-        Some("exit 4: isl: unable to carry dependences (a reduction over two indices with `k <= i`, the left side longer than the reads)"),
+        None,
     ),
     (
         "f16_reduction_gpu_rounds_partial_sums.json",
@@ -304,7 +304,7 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         "inferred_temp_wrong_rank.json",
         &["--target", "cpu", "--check"],
         "reject",
-        Some("exit 4: isl: spaces don't match (a temp of inferred shape read with the wrong number of subscripts is not reported as an input error)"),
+        None,
     ),
     (
         "emulate_reads_row_before_reduction_done.json",

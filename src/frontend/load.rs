@@ -213,7 +213,44 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
             });
         }
         program.tensors.extend(new_temp);
+        check_inferred_ranks(&program, &st).map_err(stmt_err)?;
         program.statements.push(st);
     }
     Ok(program)
+}
+
+/// Every access of a tensor whose shape is inferred (a temp without
+/// `shape`) has as many subscripts as the left side of the first statement
+/// that writes it (declared shapes are checked as the statement is
+/// resolved). `st` is the statement being added; the earlier ones are in
+/// `program`.
+fn check_inferred_ranks(
+    program: &Program,
+    st: &super::ast::Statement,
+) -> std::result::Result<(), String> {
+    let rank_of = |tensor: &str| -> Option<usize> {
+        if program.tensor(tensor)?.shape.is_some() {
+            return None;
+        }
+        program
+            .statements
+            .iter()
+            .chain(std::iter::once(st))
+            .find(|s| s.lhs_tensor == tensor)
+            .map(|s| s.lhs_indices.len())
+    };
+    let mut accesses = vec![(st.lhs_tensor.clone(), st.lhs_indices.len(), "written")];
+    let mut reads = Vec::new();
+    crate::model::collect_reads(&st.rhs, &mut reads);
+    accesses.extend(reads.into_iter().map(|(t, subs)| (t, subs.len(), "read")));
+    for (tensor, n, how) in accesses {
+        if let Some(rank) = rank_of(&tensor) {
+            if rank != n {
+                return Err(format!(
+                    "tensor `{tensor}` has {rank} dimensions (as its first statement writes it) but is {how} with {n}"
+                ));
+            }
+        }
+    }
+    Ok(())
 }

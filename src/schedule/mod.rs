@@ -96,7 +96,19 @@ pub fn compute(isl: &Isl, scop: &Scop, deps: &Dependences, strategy: Strategy) -
         let s = canonical(isl, scop)?;
         return annotate_bands(isl, s, deps, &scop.param_prefix);
     }
-    Ok(constraints(isl, scop, deps, strategy)?.compute_schedule()?)
+    match constraints(isl, scop, deps, strategy)?.compute_schedule() {
+        Ok(s) => Ok(s),
+        // isl's scheduler gives up on some programs ("unable to carry
+        // dependences": a reduction over two indices bounded by a third,
+        // `Y(i) +=! X(j, k) where k <= i` with `i` longer than `k`, under
+        // the bounded constant shifts). The program order is always a
+        // legal schedule: it is used instead, its bands annotated.
+        Err(e) if e.to_string().contains("unable to carry dependences") => {
+            let s = canonical(isl, scop)?;
+            annotate_bands(isl, s, deps, &scop.param_prefix)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// isl's options for `strategy` set on the context, and the schedule
