@@ -1271,8 +1271,12 @@ impl Ctx<'_> {
         if it != iterator {
             return false;
         }
-        // The loop body: guards and one update statement.
-        let mut guards = Vec::new();
+        // The loop body: guards and sequential loops (the reduction's
+        // other members, which each lane runs whole for its share of this
+        // loop, as `mapping::reduction_site` plans), around one update
+        // statement.
+        let mut around = Vec::new();
+        let mut inner_iterators = Vec::new();
         let mut n = &**loop_body;
         let (statement, args) = loop {
             match n {
@@ -1281,8 +1285,24 @@ impl Ctx<'_> {
                     then,
                     otherwise: None,
                 } => {
-                    guards.push(self.e(cond));
+                    around.push(format!("if ({})", self.e(cond)));
                     n = then;
+                }
+                Node::For {
+                    iterator: it,
+                    init,
+                    cond,
+                    inc,
+                    body,
+                } => {
+                    around.push(format!(
+                        "for (pf_i {it} = {}; {}; {it} += {})",
+                        self.e(init),
+                        self.e(cond),
+                        self.e(inc)
+                    ));
+                    inner_iterators.push(it.as_str());
+                    n = body;
                 }
                 Node::Block(v) if v.len() == 1 => n = &v[0],
                 Node::User { statement, args } => break (statement, args),
@@ -1298,10 +1318,11 @@ impl Ctx<'_> {
             return false;
         };
         let fold = self.printer.fold_into_lhs(st, &env, "pf_red");
-        // The accumulator's address must not depend on the reduction loop.
+        // The accumulator's address must not depend on the reduction's
+        // loops.
         if fold
             .split(|c: char| !c.is_alphanumeric() && c != '_')
-            .any(|tok| tok == iterator)
+            .any(|tok| tok == iterator || inner_iterators.contains(&tok))
         {
             return false;
         }
@@ -1322,11 +1343,12 @@ impl Ctx<'_> {
         };
         let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
         let step = self.printer.combine(op, t, "pf_red", &rhs);
-        let guarded = if guards.is_empty() {
-            format!("pf_red = {step};")
-        } else {
-            format!("if ({}) pf_red = {step};", guards.join(" && "))
-        };
+        let guarded = around
+            .iter()
+            .rev()
+            .fold(format!("pf_red = {step};"), |body, head| {
+                format!("{head} {body}")
+            });
         // One lane's share, `lane` naming the lane: iterations `lane, lane +
         // 32, ...` folded into `pf_red`, four at a time into four chains
         // while the fourth is still inside the loop. The CPU emulation runs
