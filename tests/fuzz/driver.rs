@@ -110,50 +110,21 @@ pub fn run(bin: &Path, args: &[String], timeout: Duration) -> Run {
     }
 }
 
-/// Known-open failure classes (being fixed elsewhere, issue 30): a failing
-/// run that matches one is counted under its reason, not as a new failure.
-/// Remove an entry when its fix is merged. (`"params": {}` with loops, exit
-/// 4, is open too; the generator always declares a parameter.)
-pub const KNOWN_OPEN: &[(&str, &str)] = &[
-    (
-        "internal error: no accesses",
-        "a statement that reads no tensor: internal error 'no accesses'",
-    ),
-    (
-        "read before write",
-        "a read of a temp or output element that only a later statement writes is not yet an error (the mutant runs on unwritten memory)",
-    ),
-];
-
-/// The known-open class a failing run of a program (`kind`: `valid` or
-/// the mutation) belongs to, if any.
-pub fn known_class(kind: &str, r: &Run) -> Option<&'static str> {
-    let reorders = kind.contains("swap-statements") || kind.contains("drop-statement");
-    if r.outcome == Outcome::Internal && r.stderr.contains("no accesses") {
-        Some(KNOWN_OPEN[0].1)
-    } else if reorders && r.outcome == Outcome::CheckFailed {
-        Some(KNOWN_OPEN[1].1)
-    } else {
-        None
-    }
+/// The open class a failing run (`kind`: `valid` or the mutation)
+/// belongs to, if any: none is open now (issue 30's classes and every
+/// class the fuzzer found are fixed, their reproducers in
+/// `tests/fuzz/found/`). Add a match here, with its reason, for a class
+/// found and not yet fixed, so that CI counts it apart; remove it with
+/// the fix.
+pub fn known_class(_kind: &str, _r: &Run) -> Option<&'static str> {
+    None
 }
 
 /// The reproducer in `tests/fuzz/found/` (listed open in `FOUND`) whose
-/// class a failing run seems to belong to. `kind` is the run's label
-/// (`valid (check fails on emulate)`, `mutant extra-subscript`, ...).
-pub fn found_class(kind: &str, r: &Run) -> Option<&'static str> {
-    // A check that fails under some strategies or targets but not on the
-    // CPU with minimal fusion: the open wrong-result classes.
-    let partial = kind.contains("check fails on ") && !kind.contains("cpu min");
-    if r.outcome == Outcome::Internal && r.stderr.contains("unable to carry dependences") {
-        Some("isl_unable_to_carry_dependences.json")
-    } else if r.outcome == Outcome::Internal && r.stderr.contains("spaces don't match") {
-        Some("inferred_temp_wrong_rank.json")
-    } else if partial {
-        Some("a wrong result of fusion or the GPU mapping (f16_reduction_gpu_rounds_partial_sums, emulate_reads_row_before_reduction_done, emulate_shifted_temp_read, emulate_update_then_read, update_after_assign_wrong_result)")
-    } else {
-        None
-    }
+/// class a failing run seems to belong to: none is open now (see
+/// [`known_class`]).
+pub fn found_class(_kind: &str, _r: &Run) -> Option<&'static str> {
+    None
 }
 
 /// A short signature of a failure, for grouping: the outcome and the first
