@@ -29,6 +29,11 @@ out=${out:-target/fuzz-failures/$seed}
 mkdir -p "$out"
 
 cargo build --release
+# The run keeps a copy of the binary: rebuilding the tree meanwhile does not
+# change what is fuzzed.
+mkdir -p "$out/bin"
+cp target/release/polyfuse "$out/bin/polyfuse"
+POLYFUSE_FUZZ_BIN="$(cd "$out/bin" && pwd)/polyfuse" \
 POLYFUSE_FUZZ_SECONDS=$(awk "BEGIN { print int($minutes * 60) }") \
 POLYFUSE_FUZZ_SEED="$seed" \
 POLYFUSE_FUZZ_OUT="$(cd "$out" && pwd)" \

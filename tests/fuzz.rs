@@ -30,8 +30,13 @@ use std::time::{Duration, Instant};
 
 use driver::{known_class, run, save, signature, Outcome, Run, Tally};
 
+/// The polyfuse binary under test: `POLYFUSE_FUZZ_BIN` where set (a copy,
+/// so that a long run keeps one binary while the tree is rebuilt), else
+/// this build's.
 fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_polyfuse"))
+    std::env::var_os("POLYFUSE_FUZZ_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_polyfuse")))
 }
 
 fn strs(a: &[&str]) -> Vec<String> {
