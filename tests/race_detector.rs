@@ -138,3 +138,39 @@ fn the_emulation_catches_blocks_sharing_an_element() {
         other => panic!("expected the race detector to fail the run, got {other:?}"),
     }
 }
+
+/// The shared-memory copies: a promoted gemm's copy-in ends with a barrier
+/// on the GPU; the same emulation without its barriers has the threads
+/// read the copies other threads wrote in the same epoch.
+#[test]
+fn the_emulation_catches_shared_copies_read_before_the_barrier() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gemm.json");
+    let program = polyfuse::frontend::load_file(&path).unwrap();
+    let options = Options {
+        gpu: Some(GpuOptions::default()),
+        ..Options::default()
+    };
+    let mut compiled = polyfuse::compile(&program, &options).unwrap();
+    let emulation = compiled.emulation_c.clone().unwrap();
+    assert!(emulation.contains("pf_race_shared("), "{emulation}");
+    assert!(emulation.contains("pf_race_barrier();"), "{emulation}");
+    compiled.kernel_c = emulation.clone();
+    assert!(
+        cpu::run(&compiled, &run_options())
+            .unwrap()
+            .check
+            .unwrap()
+            .ok
+    );
+    compiled.kernel_c = emulation.replace("pf_race_barrier();", ";");
+    match cpu::run(&compiled, &run_options()) {
+        Err(e @ Error::Illegal { .. }) => {
+            let message = e.to_string();
+            eprintln!("{message}");
+            assert!(message.contains("race in kernel_0: "), "{message}");
+            assert!(message.contains("(shared copy of "), "{message}");
+            assert!(message.contains("with no barrier between"), "{message}");
+        }
+        other => panic!("expected the race detector to fail the run, got {other:?}"),
+    }
+}

@@ -243,7 +243,13 @@ pub fn program(
         emulation.push_str(super::flash::EMULATION_HELPERS);
     }
     let names: Vec<String> = scop.tensors.iter().map(|t| t.name.clone()).collect();
-    emulation.push_str(&super::race::helpers(&names, EMULATED_BLOCKS));
+    let shared = plans
+        .iter()
+        .filter_map(|p| p.scope.as_ref())
+        .map(|s| s.arrays.len())
+        .max()
+        .unwrap_or(0);
+    emulation.push_str(&super::race::helpers(&names, shared, EMULATED_BLOCKS));
     super::c::header(program, scop, "pf_kernel", Mode::Native, &mut emulation);
     emulation.push_str("  typedef long pf_i;\n");
     // The element count of each tensor, for the race detector's shadows.
@@ -409,6 +415,21 @@ pub fn program(
         if race {
             let [x, y, z] = plan.block;
             let _ = writeln!(emulation, "    pf_race_begin(\"{mark}\", {x}, {y}, {z});");
+            for (k, a) in scope
+                .map(|s| s.arrays.as_slice())
+                .unwrap_or(&[])
+                .iter()
+                .enumerate()
+            {
+                let _ = writeln!(
+                    emulation,
+                    "    pf_race_shared({}, \"{} (shared copy of {})\", {});",
+                    scop.tensors.len() + k,
+                    a.buffer,
+                    a.tensor,
+                    a.len * stages
+                );
+            }
         }
         for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
             let _ = writeln!(
@@ -2286,7 +2307,13 @@ impl Ctx<'_> {
                 } else {
                     String::new()
                 };
-                o.insert(key.clone(), format!("{}[{stage}{idx}]", a.buffer));
+                let el = if self.race() {
+                    let slot = self.scop.tensors.len() + k;
+                    format!("{}[pf_race_r({slot}, {stage}{idx})]", a.buffer)
+                } else {
+                    format!("{}[{stage}{idx}]", a.buffer)
+                };
+                o.insert(key.clone(), el);
             }
         }
         if let (true, Some(regs)) = (self.in_regs, self.regs) {
@@ -2670,11 +2697,13 @@ impl Ctx<'_> {
             });
         } else {
             let el = self.global_element(&a.tensor, &global, Some(false));
-            let _ = writeln!(
-                out,
-                "{inner}if ({cond}) {}[{base}{local}] = {el};",
-                a.buffer
-            );
+            let dst = if self.race() {
+                let slot = self.scop.tensors.len() + k;
+                format!("pf_race_w({slot}, {base}{local})")
+            } else {
+                format!("{base}{local}")
+            };
+            let _ = writeln!(out, "{inner}if ({cond}) {}[{dst}] = {el};", a.buffer);
         }
         let _ = writeln!(out, "{pad}}}");
         if self.race() {

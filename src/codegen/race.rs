@@ -22,9 +22,15 @@
 //! on the GPU) and by the cooperative shared-memory copy (the thread that
 //! copies each element on the GPU).
 //!
+//! Shared memory: the promoted copies of a kernel (`copy_in`, and the
+//! statements' reads of them) take the slots after the tensors, registered
+//! at each kernel start (`pf_race_shared`); a copy belongs to one block, so
+//! only threads of one block conflict there (the emulation reuses one array
+//! for every block: another block's entries are stale).
+//!
 //! Kernels printed by templates (tensor-core contractions, attention and
 //! decoding, rows across lanes) are not instrumented: their accesses are
-//! printed by their own code. Shared memory is not instrumented either.
+//! printed by their own code.
 
 /// The exit status of an emulation that found a race.
 pub const EXIT_STATUS: i32 = 86;
@@ -40,15 +46,18 @@ pub fn axis_code(thread: bool, axis: char) -> usize {
 }
 
 /// The detector's C code, placed before `pf_kernel`, for `names` (the
-/// tensors in argument order) and `blocks` emulated blocks per axis.
-pub fn helpers(names: &[String], blocks: u32) -> String {
-    let n = names.len().max(1);
+/// tensors in argument order), at most `shared` shared arrays per kernel
+/// and `blocks` emulated blocks per axis.
+pub fn helpers(names: &[String], shared: usize, blocks: u32) -> String {
+    let tensors = names.len();
+    let n = (tensors + shared).max(1);
     let quoted: Vec<String> = names.iter().map(|s| format!("\"{s}\"")).collect();
     let names = if quoted.is_empty() {
         "\"\"".to_string()
     } else {
         quoted.join(", ")
     };
+    let names = format!("{names}{}", ", \"\"".repeat(shared));
     let per_axis = blocks;
     let all_blocks = blocks * blocks * blocks;
     format!(
@@ -59,6 +68,7 @@ pub fn helpers(names: &[String], blocks: u32) -> String {
 typedef struct {{ unsigned gen_w, w, ep_w, gen_r, r, ep_r, r2, ep_r2; }} pf_race_cell;
 #define PF_RACE_NONE 0xffffffffu
 static const char *pf_race_names[{n}] = {{ {names} }};
+#define PF_RACE_TENSORS {tensors}
 static pf_race_cell *pf_race_shadow[{n}];
 static long pf_race_len[{n}];
 static unsigned pf_race_gen;
@@ -67,7 +77,7 @@ static long pf_race_dims[3] = {{1, 1, 1}};
 static long pf_race_id[6];
 static unsigned pf_race_epoch[{all_blocks}];
 static void pf_race_setup(const long *counts) {{
-  for (int t = 0; t < {n}; t++) pf_race_len[t] = counts[t];
+  for (int t = 0; t < PF_RACE_TENSORS; t++) pf_race_len[t] = counts[t];
 }}
 static void pf_race_begin(const char *kernel, long x, long y, long z) {{
   pf_race_gen++;
@@ -80,6 +90,16 @@ static void pf_race_begin(const char *kernel, long x, long y, long z) {{
       pf_race_shadow[t] = (pf_race_cell *)calloc(pf_race_len[t], sizeof(pf_race_cell));
       if (!pf_race_shadow[t]) {{ fprintf(stderr, "race detector: out of memory\n"); exit(66); }}
     }}
+  }}
+}}
+/* Slot `t` (after the tensors) holds the kernel's shared array `name` of `len` elements. */
+static void pf_race_shared(int t, const char *name, long len) {{
+  pf_race_names[t] = name;
+  if (len > pf_race_len[t]) {{
+    free(pf_race_shadow[t]);
+    pf_race_shadow[t] = (pf_race_cell *)calloc(len, sizeof(pf_race_cell));
+    if (!pf_race_shadow[t]) {{ fprintf(stderr, "race detector: out of memory\n"); exit(66); }}
+    pf_race_len[t] = len;
   }}
 }}
 static inline int pf_race_in(int axis, long v, int in) {{
@@ -119,15 +139,18 @@ static void pf_race_report(int t, long i, unsigned other, const char *did, unsig
     blocks ? "(two blocks of one kernel)" : "with no barrier between");
   exit({status});
 }}
-/* Whether an access by `me` (block b, epoch ep) conflicts with one by `who` at epoch `at`. */
-static inline int pf_race_clash(unsigned who, unsigned at, unsigned me, unsigned b, unsigned ep) {{
-  return who != PF_RACE_NONE && who != me && (who / pf_race_threads() != b || at == ep);
+/* Whether an access by `me` (block b, epoch ep) to slot t conflicts with
+   one by `who` at epoch `at` (in shared memory, only within a block). */
+static inline int pf_race_clash(int t, unsigned who, unsigned at, unsigned me, unsigned b, unsigned ep) {{
+  if (who == PF_RACE_NONE || who == me) return 0;
+  if (who / pf_race_threads() != b) return t < PF_RACE_TENSORS;
+  return at == ep;
 }}
 static inline long pf_race_r(int t, long i) {{
   if (i < 0 || i >= pf_race_len[t] || !pf_race_shadow[t]) return i;
   pf_race_cell *c = &pf_race_shadow[t][i];
   unsigned me = pf_race_me(), b = me / pf_race_threads(), ep = pf_race_epoch[b];
-  if (c->gen_w == pf_race_gen && pf_race_clash(c->w, c->ep_w, me, b, ep))
+  if (c->gen_w == pf_race_gen && pf_race_clash(t, c->w, c->ep_w, me, b, ep))
     pf_race_report(t, i, c->w, "written", me, "read");
   if (c->gen_r != pf_race_gen) {{
     c->gen_r = pf_race_gen; c->r = me; c->ep_r = ep; c->r2 = PF_RACE_NONE;
@@ -142,11 +165,11 @@ static inline long pf_race_w(int t, long i) {{
   if (i < 0 || i >= pf_race_len[t] || !pf_race_shadow[t]) return i;
   pf_race_cell *c = &pf_race_shadow[t][i];
   unsigned me = pf_race_me(), b = me / pf_race_threads(), ep = pf_race_epoch[b];
-  if (c->gen_w == pf_race_gen && pf_race_clash(c->w, c->ep_w, me, b, ep))
+  if (c->gen_w == pf_race_gen && pf_race_clash(t, c->w, c->ep_w, me, b, ep))
     pf_race_report(t, i, c->w, "written", me, "written");
   if (c->gen_r == pf_race_gen) {{
-    if (pf_race_clash(c->r, c->ep_r, me, b, ep)) pf_race_report(t, i, c->r, "read", me, "written");
-    if (pf_race_clash(c->r2, c->ep_r2, me, b, ep)) pf_race_report(t, i, c->r2, "read", me, "written");
+    if (pf_race_clash(t, c->r, c->ep_r, me, b, ep)) pf_race_report(t, i, c->r, "read", me, "written");
+    if (pf_race_clash(t, c->r2, c->ep_r2, me, b, ep)) pf_race_report(t, i, c->r2, "read", me, "written");
   }}
   c->gen_w = pf_race_gen; c->w = me; c->ep_w = ep;
   return i;
