@@ -1505,7 +1505,13 @@ impl Ctx<'_> {
         if self.emulate.is_some() {
             let all = self.printer.combine(op, t, "pf_red_all", "pf_red");
             let _ = writeln!(out, "{pad}  {ty} pf_red_all = {ident};");
-            let test = self.emulated_test("pf_lane", 32, true, true, 'x');
+            // Lane `l` is thread `l` along x for the race detector (a
+            // warp along x, as the GPU code assumes).
+            let test = if self.block[0] == 32 {
+                self.emulated_test("pf_lane", 32, true, true, 'x')
+            } else {
+                "pf_lane >= 0".to_string()
+            };
             let _ = writeln!(out, "{pad}  for (pf_i pf_lane = 31; {test}; pf_lane--) {{");
             per_lane(out, &format!("{pad}    "), "pf_lane");
             let _ = writeln!(out, "{pad}    pf_red_all = {all};");

@@ -76,6 +76,13 @@ static const char *pf_race_kernel = "";
 static long pf_race_dims[3] = {{1, 1, 1}};
 static long pf_race_id[6];
 static unsigned pf_race_epoch[{all_blocks}];
+/* The current thread (block * threads + thread), its block, the threads per block. */
+static unsigned pf_race_cur, pf_race_cur_b, pf_race_T = 1;
+static inline void pf_race_update(void) {{
+  pf_race_cur_b = (unsigned)(pf_race_id[3] + {per_axis} * (pf_race_id[4] + {per_axis} * pf_race_id[5]));
+  pf_race_cur = pf_race_cur_b * pf_race_T
+    + (unsigned)(pf_race_id[0] + pf_race_dims[0] * (pf_race_id[1] + pf_race_dims[1] * pf_race_id[2]));
+}}
 static void pf_race_setup(const long *counts) {{
   for (int t = 0; t < PF_RACE_TENSORS; t++) pf_race_len[t] = counts[t];
 }}
@@ -85,6 +92,8 @@ static void pf_race_begin(const char *kernel, long x, long y, long z) {{
   pf_race_dims[0] = x; pf_race_dims[1] = y; pf_race_dims[2] = z;
   memset(pf_race_id, 0, sizeof pf_race_id);
   memset(pf_race_epoch, 0, sizeof pf_race_epoch);
+  pf_race_T = (unsigned)(x * y * z);
+  pf_race_update();
   for (int t = 0; t < {n}; t++) {{
     if (!pf_race_shadow[t] && pf_race_len[t] > 0) {{
       pf_race_shadow[t] = (pf_race_cell *)calloc(pf_race_len[t], sizeof(pf_race_cell));
@@ -104,24 +113,17 @@ static void pf_race_shared(int t, const char *name, long len) {{
 }}
 static inline int pf_race_in(int axis, long v, int in) {{
   pf_race_id[axis] = in ? v : 0;
+  pf_race_update();
   return in;
 }}
 static inline void pf_race_thread_linear(long l) {{
   pf_race_id[0] = l % pf_race_dims[0];
   pf_race_id[1] = (l / pf_race_dims[0]) % pf_race_dims[1];
   pf_race_id[2] = l / (pf_race_dims[0] * pf_race_dims[1]);
+  pf_race_update();
 }}
-static inline unsigned pf_race_threads(void) {{
-  return (unsigned)(pf_race_dims[0] * pf_race_dims[1] * pf_race_dims[2]);
-}}
-static inline unsigned pf_race_block(void) {{
-  return (unsigned)(pf_race_id[3] + {per_axis} * (pf_race_id[4] + {per_axis} * pf_race_id[5]));
-}}
-static inline unsigned pf_race_me(void) {{
-  return pf_race_block() * pf_race_threads()
-    + (unsigned)(pf_race_id[0] + pf_race_dims[0] * (pf_race_id[1] + pf_race_dims[1] * pf_race_id[2]));
-}}
-static void pf_race_barrier(void) {{ pf_race_epoch[pf_race_block()]++; }}
+static inline unsigned pf_race_threads(void) {{ return pf_race_T; }}
+static void pf_race_barrier(void) {{ pf_race_epoch[pf_race_cur_b]++; }}
 static void pf_race_who(unsigned id, char *s, size_t n) {{
   unsigned t = id % pf_race_threads(), b = id / pf_race_threads();
   snprintf(s, n, "block (%u, %u, %u) thread (%u, %u, %u)",
@@ -149,7 +151,7 @@ static inline int pf_race_clash(int t, unsigned who, unsigned at, unsigned me, u
 static inline long pf_race_r(int t, long i) {{
   if (i < 0 || i >= pf_race_len[t] || !pf_race_shadow[t]) return i;
   pf_race_cell *c = &pf_race_shadow[t][i];
-  unsigned me = pf_race_me(), b = me / pf_race_threads(), ep = pf_race_epoch[b];
+  unsigned me = pf_race_cur, b = pf_race_cur_b, ep = pf_race_epoch[b];
   if (c->gen_w == pf_race_gen && pf_race_clash(t, c->w, c->ep_w, me, b, ep))
     pf_race_report(t, i, c->w, "written", me, "read");
   if (c->gen_r != pf_race_gen) {{
@@ -164,7 +166,7 @@ static inline long pf_race_r(int t, long i) {{
 static inline long pf_race_w(int t, long i) {{
   if (i < 0 || i >= pf_race_len[t] || !pf_race_shadow[t]) return i;
   pf_race_cell *c = &pf_race_shadow[t][i];
-  unsigned me = pf_race_me(), b = me / pf_race_threads(), ep = pf_race_epoch[b];
+  unsigned me = pf_race_cur, b = pf_race_cur_b, ep = pf_race_epoch[b];
   if (c->gen_w == pf_race_gen && pf_race_clash(t, c->w, c->ep_w, me, b, ep))
     pf_race_report(t, i, c->w, "written", me, "written");
   if (c->gen_r == pf_race_gen) {{
