@@ -189,7 +189,7 @@ fn the_race_proof_refuses_steps_without_a_barrier() {
     let unsynced = tree("{ mark: \"nosync\", child: ", " }");
     gpu::mapping::check_parallel(&program, &unsynced, &scop, &dependences).unwrap();
     match gpu::race::prove(&program, &scop, &unsynced, &[]) {
-        Err(Error::Illegal { message, .. }) => {
+        Err(Error::Race { message, .. }) => {
             assert!(
                 message.contains("kernel_0: the GPU mapping races"),
                 "{message}"

@@ -183,6 +183,7 @@ pub fn program(
         run_reads: Default::default(),
         fast_exp: false,
         scaled_reads: Default::default(),
+        race: Default::default(),
     };
     let args = crate::gpu::kernel_args(program, &scop.tensors);
     // The parameter list, from the argument order every launcher uses.
@@ -243,8 +244,37 @@ pub fn program(
     if attention {
         emulation.push_str(super::flash::EMULATION_HELPERS);
     }
+    let names: Vec<String> = scop.tensors.iter().map(|t| t.name.clone()).collect();
+    let shared = plans
+        .iter()
+        .filter_map(|p| p.scope.as_ref())
+        .map(|s| s.arrays.len())
+        .max()
+        .unwrap_or(0);
+    emulation.push_str(&super::race::helpers(&names, shared, EMULATED_BLOCKS));
     super::c::header(program, scop, "pf_kernel", Mode::Native, &mut emulation);
     emulation.push_str("  typedef long pf_i;\n");
+    // The element count of each tensor, for the race detector's shadows.
+    let counts: Vec<String> = scop
+        .tensors
+        .iter()
+        .map(|t| {
+            let mut c = "1L".to_string();
+            for e in &t.shape {
+                c = format!("{c} * {}", printer.affine(e, &Default::default()));
+            }
+            c
+        })
+        .collect();
+    let _ = writeln!(
+        emulation,
+        "  {{ const long pf_race_counts[] = {{ {} }}; pf_race_setup(pf_race_counts); }}",
+        if counts.is_empty() {
+            "0".to_string()
+        } else {
+            counts.join(", ")
+        }
+    );
     let mut kernels = Vec::new();
     for (mark, body) in &bodies {
         let repeated = repeated_marks(body, "private_");
@@ -381,6 +411,28 @@ pub fn program(
             ..ctx
         };
         let _ = writeln!(emulation, "  {{ /* {mark} */");
+        // The race detector watches the kernels printed here statement by
+        // statement; templates print their own accesses (`codegen::race`).
+        let race = plan.contraction.is_none() && plan.lanes.is_none();
+        if race {
+            let [x, y, z] = plan.block;
+            let _ = writeln!(emulation, "    pf_race_begin(\"{mark}\", {x}, {y}, {z});");
+            for (k, a) in scope
+                .map(|s| s.arrays.as_slice())
+                .unwrap_or(&[])
+                .iter()
+                .enumerate()
+            {
+                let _ = writeln!(
+                    emulation,
+                    "    pf_race_shared({}, \"{} (shared copy of {})\", {});",
+                    scop.tensors.len() + k,
+                    a.buffer,
+                    a.tensor,
+                    a.len * stages
+                );
+            }
+        }
         for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
             let _ = writeln!(
                 emulation,
@@ -393,7 +445,9 @@ pub fn program(
         if let Some(c) = &plan.contraction {
             emulation.push_str(&super::mma::declare(c, mark, true, "    "));
         }
+        printer.race.set(race);
         emu.node(body, 2, &[], false, &mut emulation);
+        printer.race.set(false);
         let _ = writeln!(emulation, "  }}");
         kernels.push(Kernel {
             name: mark.clone(),
@@ -416,6 +470,39 @@ pub fn program(
         },
         emulation,
     ))
+}
+
+/// The CPU emulation (with its race detector) of `mapped`, a schedule tree
+/// already mapped to the GPU (kernel, block and thread marks) whose kernels
+/// have no plan: each kernel runs `block` threads per block, with nothing
+/// promoted. For tests that print a hand-built mapping the pipeline would
+/// refuse (`gpu::race`), to see that the emulation catches its races.
+pub fn emulate_mapped(
+    program: &Program,
+    scop: &Scop,
+    mapped: &crate::isl::Schedule,
+    block: [u32; 3],
+) -> Result<String> {
+    let ast = super::build_ast(scop, mapped)?;
+    let mut bodies = Vec::new();
+    collect_kernels(&ast, &mut Vec::new(), &mut bodies)?;
+    let one = || Expr::Int(1);
+    let plans: Vec<KernelPlan> = bodies
+        .into_iter()
+        .map(|(mark, _)| KernelPlan {
+            mark,
+            grid: [one(), one(), one()],
+            block,
+            scope: None,
+            reduce_x: false,
+            registers: None,
+            contraction: None,
+            private: Vec::new(),
+            lanes: None,
+            attention: None,
+        })
+        .collect();
+    Ok(self::program(program, scop, &ast, &plans)?.1)
 }
 
 /// The kernel marks of the AST in order, each body under the conditions
@@ -725,6 +812,54 @@ fn has_work(n: &Node) -> bool {
 }
 
 impl Ctx<'_> {
+    /// Printing an emulation the race detector watches (`codegen::race`).
+    fn race(&self) -> bool {
+        self.emulate.is_some() && self.printer.race.get()
+    }
+
+    /// The emulation's barrier: the next epoch of the block for the race
+    /// detector (nothing when it is off).
+    fn race_barrier(&self, pad: &str, out: &mut String) {
+        if self.race() {
+            let _ = writeln!(out, "{pad}pf_race_barrier();");
+        }
+    }
+
+    /// The condition `var >= 0` (`down`) or `var < count` of an emulated
+    /// loop over the blocks or threads of `axis`, which also tells the race
+    /// detector the current index (0 once the loop ends).
+    fn emulated_test(&self, var: &str, count: u32, down: bool, thread: bool, axis: char) -> String {
+        let test = if down {
+            format!("{var} >= 0")
+        } else {
+            format!("{var} < {count}")
+        };
+        if self.race() {
+            let a = super::race::axis_code(thread, axis);
+            format!("pf_race_in({a}, {var}, {test})")
+        } else {
+            test
+        }
+    }
+
+    /// `t_X[global]`, for a read (`Some(false)`) or a write (`Some(true)`)
+    /// through the race detector when it is on.
+    fn global_element(&self, tensor: &str, global: &str, write: Option<bool>) -> String {
+        match write {
+            Some(w) if self.race() => {
+                let k = self
+                    .scop
+                    .tensors
+                    .iter()
+                    .position(|t| t.name == tensor)
+                    .unwrap_or(0);
+                let f = if w { "pf_race_w" } else { "pf_race_r" };
+                format!("{}[{f}({k}, {global})]", tensor_name(tensor))
+            }
+            _ => format!("{}[{global}]", tensor_name(tensor)),
+        }
+    }
+
     fn rename(&self, s: &str) -> String {
         if self.params.iter().any(|p| p == s) {
             param_name(s)
@@ -838,8 +973,8 @@ impl Ctx<'_> {
                         }
                         let tid = if self.emulate.is_some() {
                             let t = format!("pf_thread_{}", p.1);
-                            let _ =
-                                writeln!(out, "{pad}for (pf_i {t} = {}; {t} >= 0; {t}--)", b - 1);
+                            let test = self.emulated_test(&t, b, true, true, p.1);
+                            let _ = writeln!(out, "{pad}for (pf_i {t} = {}; {test}; {t}--)", b - 1);
                             t
                         } else {
                             let _ = writeln!(out, "{pad}#pragma unroll");
@@ -875,9 +1010,10 @@ impl Ctx<'_> {
                         } else {
                             (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
                         };
+                        let test = self.emulated_test(&var, count, true, p.0, p.1);
                         let _ = writeln!(
                             out,
-                            "{pad}for (pf_i {var} = {}; {var} >= 0; {var}--)",
+                            "{pad}for (pf_i {var} = {}; {test}; {var}--)",
                             count - 1
                         );
                         let head = self.distributed_head(
@@ -969,11 +1105,8 @@ impl Ctx<'_> {
                 bound.push(iterator.clone());
                 // Each step ends with a barrier on the GPU when a thread's
                 // next step may read what another thread wrote.
-                let step_barrier = self.emulate.is_none()
-                    && !self.nosync
-                    && !inner_thread
-                    && self.has_threads
-                    && has_work(body);
+                let synced = !self.nosync && !inner_thread && self.has_threads && has_work(body);
+                let step_barrier = self.emulate.is_none() && synced;
                 // A promotion point right below this loop may be double
                 // buffered along it when the steps are ordered by that
                 // barrier (in the emulation, by running one after another).
@@ -998,6 +1131,8 @@ impl Ctx<'_> {
                 }
                 if step_barrier {
                     let _ = writeln!(out, "{pad}  __syncthreads();");
+                } else if synced {
+                    self.race_barrier(&format!("{pad}  "), out);
                 }
                 let _ = writeln!(out, "{pad}}}");
                 self.drop_run_reads(run_reads);
@@ -1029,6 +1164,8 @@ impl Ctx<'_> {
                 for (i, c) in v.iter().enumerate() {
                     if i > 0 && !in_thread && self.has_threads && self.emulate.is_none() {
                         barrier(out);
+                    } else if i > 0 && !in_thread && self.has_threads {
+                        self.race_barrier(&pad, out);
                     } else if i > 0 && row_parts {
                         let _ = writeln!(out, "{pad}{};", lanes_print::barrier(self.block));
                     }
@@ -1392,10 +1529,14 @@ impl Ctx<'_> {
         if self.emulate.is_some() {
             let all = self.printer.combine(op, t, "pf_red_all", "pf_red");
             let _ = writeln!(out, "{pad}  {ty} pf_red_all = {ident};");
-            let _ = writeln!(
-                out,
-                "{pad}  for (pf_i pf_lane = 31; pf_lane >= 0; pf_lane--) {{"
-            );
+            // Lane `l` is thread `l` along x for the race detector (a
+            // warp along x, as the GPU code assumes).
+            let test = if self.block[0] == 32 {
+                self.emulated_test("pf_lane", 32, true, true, 'x')
+            } else {
+                "pf_lane >= 0".to_string()
+            };
+            let _ = writeln!(out, "{pad}  for (pf_i pf_lane = 31; {test}; pf_lane--) {{");
             per_lane(out, &format!("{pad}    "), "pf_lane");
             let _ = writeln!(out, "{pad}    pf_red_all = {all};");
             let _ = writeln!(out, "{pad}  }}");
@@ -1575,49 +1716,50 @@ impl Ctx<'_> {
         );
         // The loops over the thread's elements, with the element's
         // subscripts and the test that it lies inside the tensor.
-        let each = |out: &mut String, statement: &dyn Fn(&str, &str) -> String| {
-            let open = |out: &mut String, depth: usize, text: String| {
-                let _ = writeln!(out, "{}{text}", "  ".repeat(depth));
-            };
-            let (mut depth, mut conds) = self.open_slots(regs, &axes, &axes, depth + 1, out);
-            let mut global = String::new();
-            for (d, e) in regs.element.iter().enumerate() {
-                let extent = self
-                    .printer
-                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
-                open(out, depth, format!("const pf_i pf_g{d} = {};", self.e(e)));
-                conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
-                global = if d == 0 {
-                    format!("pf_g{d}")
-                } else {
-                    format!("({global}) * {extent} + pf_g{d}")
+        let each =
+            |out: &mut String, write: Option<bool>, statement: &dyn Fn(&str, &str) -> String| {
+                let open = |out: &mut String, depth: usize, text: String| {
+                    let _ = writeln!(out, "{}{text}", "  ".repeat(depth));
                 };
-            }
-            if global.is_empty() {
-                global = "0".into();
-            }
-            if let Some(g) = &regs.guard {
-                conds.push(format!("({})", self.e(g)));
-            }
-            let cond = if conds.is_empty() {
-                "1".to_string()
-            } else {
-                conds.join(" && ")
+                let (mut depth, mut conds) = self.open_slots(regs, &axes, &axes, depth + 1, out);
+                let mut global = String::new();
+                for (d, e) in regs.element.iter().enumerate() {
+                    let extent = self
+                        .printer
+                        .affine(&tensor.shape[d], &std::collections::HashMap::new());
+                    open(out, depth, format!("const pf_i pf_g{d} = {};", self.e(e)));
+                    conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
+                    global = if d == 0 {
+                        format!("pf_g{d}")
+                    } else {
+                        format!("({global}) * {extent} + pf_g{d}")
+                    };
+                }
+                if global.is_empty() {
+                    global = "0".into();
+                }
+                if let Some(g) = &regs.guard {
+                    conds.push(format!("({})", self.e(g)));
+                }
+                let cond = if conds.is_empty() {
+                    "1".to_string()
+                } else {
+                    conds.join(" && ")
+                };
+                let el = self.global_element(&regs.tensor, &global, write);
+                open(
+                    out,
+                    depth,
+                    format!(
+                        "if ({cond}) {}",
+                        statement(&self.register_element(regs), &el)
+                    ),
+                );
+                for _ in &axes {
+                    depth -= 1;
+                    open(out, depth, "}".into());
+                }
             };
-            let el = format!("{}[{global}]", tensor_name(&regs.tensor));
-            open(
-                out,
-                depth,
-                format!(
-                    "if ({cond}) {}",
-                    statement(&self.register_element(regs), &el)
-                ),
-            );
-            for _ in &axes {
-                depth -= 1;
-                open(out, depth, "}".into());
-            }
-        };
         // A thread axis whose loop isl did not generate (a single point)
         // is register 0 of thread 0; counted loops shadow these.
         for a in &axes {
@@ -1642,9 +1784,11 @@ impl Ctx<'_> {
             Some(init) => {
                 let t = regs.dtype.compute();
                 let value = self.printer.identity(init.reducer, t);
-                each(out, &|reg, _| format!("{reg} = {value};"));
+                each(out, None, &|reg, _| format!("{reg} = {value};"));
             }
-            None => each(out, &|reg, el| format!("{reg} = {widen}({el});")),
+            None => each(out, Some(false), &|reg, el| {
+                format!("{reg} = {widen}({el});")
+            }),
         }
         let inner = Ctx {
             in_regs: true,
@@ -1667,7 +1811,9 @@ impl Ctx<'_> {
             }
             None => inner.node(body, depth + 1, pending, in_thread, out),
         }
-        each(out, &|reg, el| format!("{el} = {narrow_to}({reg});"));
+        each(out, Some(true), &|reg, el| {
+            format!("{el} = {narrow_to}({reg});")
+        });
         let _ = writeln!(out, "{pad}}}");
     }
 
@@ -1894,10 +2040,11 @@ impl Ctx<'_> {
         };
         for a in axes.iter().filter(|a| emulate && looped.contains(a)) {
             let b = threads(*a);
+            let test = self.emulated_test(&format!("pf_thread_{a}"), b, false, true, *a);
             line(
                 out,
                 depth,
-                format!("for (pf_i pf_thread_{a} = 0; pf_thread_{a} < {b}; pf_thread_{a}++)"),
+                format!("for (pf_i pf_thread_{a} = 0; {test}; pf_thread_{a}++)"),
             );
         }
         for (j, a) in axes.iter().enumerate() {
@@ -2049,75 +2196,78 @@ impl Ctx<'_> {
         };
         // One loop nest over the box of array `k`, `statement(private,
         // global)` at each element inside the tensor.
-        let each =
-            |out: &mut String, k: usize, guard: &str, statement: &dyn Fn(&str, &str) -> String| {
-                let a = &region.arrays[k];
-                let tensor = self
-                    .scop
-                    .tensor(&a.tensor)
-                    .expect("private arrays come from the model");
-                let mut inner = depth + 1;
-                let mut conds = Vec::new();
-                let mut global = String::new();
-                let mut local = String::new();
-                for (d, size) in a.sizes.iter().enumerate() {
-                    let g = if *size == 1 {
-                        format!("pf_p{k}_{d}")
-                    } else {
-                        if !emulate {
-                            let _ = writeln!(out, "{}#pragma unroll", "  ".repeat(inner));
-                        }
-                        let _ = writeln!(
-                            out,
-                            "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
-                            "  ".repeat(inner)
-                        );
-                        inner += 1;
-                        local = if local.is_empty() {
-                            format!("pf_l{d}")
-                        } else {
-                            format!("({local}) * {size} + pf_l{d}")
-                        };
-                        format!("(pf_p{k}_{d} + pf_l{d})")
-                    };
-                    let extent = self
-                        .printer
-                        .affine(&tensor.shape[d], &std::collections::HashMap::new());
-                    conds.push(format!("{g} >= 0 && {g} < {extent}"));
-                    global = if d == 0 {
-                        g
-                    } else {
-                        format!("({global}) * {extent} + {g}")
-                    };
-                }
-                if global.is_empty() {
-                    global = "0".into();
-                }
-                let private = if local.is_empty() {
-                    buffers[k].clone()
+        let each = |out: &mut String,
+                    k: usize,
+                    guard: &str,
+                    write: bool,
+                    statement: &dyn Fn(&str, &str) -> String| {
+            let a = &region.arrays[k];
+            let tensor = self
+                .scop
+                .tensor(&a.tensor)
+                .expect("private arrays come from the model");
+            let mut inner = depth + 1;
+            let mut conds = Vec::new();
+            let mut global = String::new();
+            let mut local = String::new();
+            for (d, size) in a.sizes.iter().enumerate() {
+                let g = if *size == 1 {
+                    format!("pf_p{k}_{d}")
                 } else {
-                    format!("{}[{local}]", buffers[k])
+                    if !emulate {
+                        let _ = writeln!(out, "{}#pragma unroll", "  ".repeat(inner));
+                    }
+                    let _ = writeln!(
+                        out,
+                        "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
+                        "  ".repeat(inner)
+                    );
+                    inner += 1;
+                    local = if local.is_empty() {
+                        format!("pf_l{d}")
+                    } else {
+                        format!("({local}) * {size} + pf_l{d}")
+                    };
+                    format!("(pf_p{k}_{d} + pf_l{d})")
                 };
-                if !guard.is_empty() {
-                    conds.push(guard.to_string());
-                }
-                let cond = if conds.is_empty() {
-                    "1".to_string()
+                let extent = self
+                    .printer
+                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
+                conds.push(format!("{g} >= 0 && {g} < {extent}"));
+                global = if d == 0 {
+                    g
                 } else {
-                    conds.join(" && ")
+                    format!("({global}) * {extent} + {g}")
                 };
-                let el = format!("{}[{global}]", tensor_name(&a.tensor));
-                let _ = writeln!(
-                    out,
-                    "{}if ({cond}) {}",
-                    "  ".repeat(inner),
-                    statement(&private, &el)
-                );
-                for _ in a.sizes.iter().filter(|s| **s != 1) {
-                    inner -= 1;
-                    let _ = writeln!(out, "{}}}", "  ".repeat(inner));
-                }
+            }
+            if global.is_empty() {
+                global = "0".into();
+            }
+            let private = if local.is_empty() {
+                buffers[k].clone()
+            } else {
+                format!("{}[{local}]", buffers[k])
             };
+            if !guard.is_empty() {
+                conds.push(guard.to_string());
+            }
+            let cond = if conds.is_empty() {
+                "1".to_string()
+            } else {
+                conds.join(" && ")
+            };
+            let el = self.global_element(&a.tensor, &global, Some(write));
+            let _ = writeln!(
+                out,
+                "{}if ({cond}) {}",
+                "  ".repeat(inner),
+                statement(&private, &el)
+            );
+            for _ in a.sizes.iter().filter(|s| **s != 1) {
+                inner -= 1;
+                let _ = writeln!(out, "{}}}", "  ".repeat(inner));
+            }
+        };
         // An array's copies are made only in the iterations that own its
         // box (the plan's condition).
         let owned = |guard: &str, a: &crate::gpu::private::PrivateArray| -> String {
@@ -2134,7 +2284,7 @@ impl Ctx<'_> {
                     (true, _) => "pf_b2f",
                     (false, _) => "",
                 };
-                each(out, k, &owned(&load_guard, a), &|p, g| {
+                each(out, k, &owned(&load_guard, a), false, &|p, g| {
                     format!("{p} = {convert}({g});")
                 });
             }
@@ -2157,7 +2307,7 @@ impl Ctx<'_> {
         *self.printer.privates.borrow_mut() = outer;
         for (k, a) in region.arrays.iter().enumerate() {
             if a.store || repeated {
-                each(out, k, &owned(&store_guard, a), &|p, g| {
+                each(out, k, &owned(&store_guard, a), true, &|p, g| {
                     format!("{g} = {p};")
                 });
             }
@@ -2198,7 +2348,13 @@ impl Ctx<'_> {
                 } else {
                     String::new()
                 };
-                o.insert(key.clone(), format!("{}[{stage}{idx}]", a.buffer));
+                let el = if self.race() {
+                    let slot = self.scop.tensors.len() + k;
+                    format!("{}[pf_race_r({slot}, {stage}{idx})]", a.buffer)
+                } else {
+                    format!("{}[{stage}{idx}]", a.buffer)
+                };
+                o.insert(key.clone(), el);
             }
         }
         if let (true, Some(regs)) = (self.in_regs, self.regs) {
@@ -2307,6 +2463,8 @@ impl Ctx<'_> {
         self.copy_loops("pf_o", "", depth, out);
         if self.emulate.is_none() {
             let _ = writeln!(out, "{pad}__syncthreads();");
+        } else {
+            self.race_barrier(&pad, out);
         }
     }
 
@@ -2342,6 +2500,8 @@ impl Ctx<'_> {
         self.copy_loops("pf_o", "", depth + 1, out);
         if self.emulate.is_none() {
             let _ = writeln!(out, "{pad}  __syncthreads();");
+        } else {
+            self.race_barrier(&format!("{pad}  "), out);
         }
         let _ = writeln!(out, "{pad}}}");
         let _ = writeln!(
@@ -2553,6 +2713,16 @@ impl Ctx<'_> {
         let width = self.copy_width(a);
         if self.emulate.is_some() {
             let _ = writeln!(out, "{pad}for (pf_i pf_e = 0; pf_e < {box_len}; pf_e++) {{");
+            if self.race() {
+                // The thread that copies this element on the GPU (groups
+                // of four where the GPU moves four at once).
+                let group = if a.vector4 { 4 } else { 1 };
+                let threads: u32 = self.block.iter().product();
+                let _ = writeln!(
+                    out,
+                    "{pad}  pf_race_thread_linear((pf_e / {group}) % {threads});"
+                );
+            }
         } else {
             let _ = writeln!(
                 out,
@@ -2567,14 +2737,19 @@ impl Ctx<'_> {
                 format!("{}[{}]", a.buffer, Self::group_index(a, base, &local, j))
             });
         } else {
-            let t = tensor_name(&a.tensor);
-            let _ = writeln!(
-                out,
-                "{inner}if ({cond}) {}[{base}{local}] = {t}[{global}];",
-                a.buffer
-            );
+            let el = self.global_element(&a.tensor, &global, Some(false));
+            let dst = if self.race() {
+                let slot = self.scop.tensors.len() + k;
+                format!("pf_race_w({slot}, {base}{local})")
+            } else {
+                format!("{base}{local}")
+            };
+            let _ = writeln!(out, "{inner}if ({cond}) {}[{dst}] = {el};", a.buffer);
         }
         let _ = writeln!(out, "{pad}}}");
+        if self.race() {
+            let _ = writeln!(out, "{pad}pf_race_thread_linear(0);");
+        }
     }
 
     /// Four consecutive elements of `a`'s tensor from `global` (where

@@ -111,6 +111,10 @@ pub struct Printer<'a> {
     /// FFMA of `y` with the folded constant `c log2 e`, so `x` itself need
     /// not be computed (`codegen::flash`'s scaled scores).
     pub scaled_reads: std::cell::RefCell<HashMap<String, (String, f64)>>,
+    /// Route the global accesses of statements through the race detector
+    /// of the CPU emulation (`codegen::race`): `t_X[pf_race_r(k, i)]` for
+    /// a read of tensor `k`, `pf_race_w` for a write.
+    pub race: std::cell::Cell<bool>,
 }
 
 /// A thread-private array as the printer addresses it: element `a` of the
@@ -150,6 +154,19 @@ impl Printer<'_> {
 
     /// `t_X[((s0) * E1 + s1) * E2 + s2]`.
     pub fn element(&self, tensor: &str, subs: &[Affine], env: &HashMap<String, String>) -> String {
+        self.element_access(tensor, subs, env, None)
+    }
+
+    /// [`Self::element`] for a read (`Some(false)`) or a write
+    /// (`Some(true)`): with [`Self::race`] on, a global element's index goes
+    /// through the race detector.
+    pub fn element_access(
+        &self,
+        tensor: &str,
+        subs: &[Affine],
+        env: &HashMap<String, String>,
+        write: Option<bool>,
+    ) -> String {
         if let Some(e) = self
             .overrides
             .borrow()
@@ -190,11 +207,20 @@ impl Printer<'_> {
         if idx.is_empty() {
             idx = "0".into();
         }
+        if let (Some(write), true) = (write, self.race.get()) {
+            let k = self
+                .tensors
+                .iter()
+                .position(|t| t.name == tensor)
+                .unwrap_or(0);
+            let f = if write { "pf_race_w" } else { "pf_race_r" };
+            idx = format!("{f}({k}, {idx})");
+        }
         format!("{}[{idx}]", tensor_name(tensor))
     }
 
     fn load(&self, tensor: &str, subs: &[Affine], env: &HashMap<String, String>) -> String {
-        let el = self.element(tensor, subs, env);
+        let el = self.element_access(tensor, subs, env, Some(false));
         if is_wide_register(&el) {
             return el;
         }
@@ -418,7 +444,7 @@ impl Printer<'_> {
         };
         let lhs = self.tensor(&st.lhs_tensor);
         let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-        let el = self.element(&st.lhs_tensor, &subs, env);
+        let el = self.element_access(&st.lhs_tensor, &subs, env, Some(true));
         let t = lhs.dtype.compute();
         let acc = self.load(&st.lhs_tensor, &subs, env);
         let value = self.combine(op, t, &acc, v);
@@ -452,7 +478,7 @@ impl Printer<'_> {
     ) -> String {
         let lhs = self.tensor(&st.lhs_tensor);
         let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-        let el = self.element(&st.lhs_tensor, &subs, env);
+        let el = self.element_access(&st.lhs_tensor, &subs, env, Some(true));
         let t = lhs.dtype.compute();
         let value = match (kind, st.op) {
             (StmtKind::Init, AssignOp::Reduce { op, .. }) => self.identity(op, t),

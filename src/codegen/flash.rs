@@ -456,6 +456,7 @@ impl Emit<'_> {
             run_reads: Default::default(),
             fast_exp: fast && !self.emu,
             scaled_reads: Default::default(),
+            race: Default::default(),
         }
     }
 

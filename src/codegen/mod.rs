@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod expr;
 pub mod flash;
 pub mod mma;
+pub mod race;
 
 use crate::error::{Error, Result};
 use crate::isl::{ast_build_node_from_schedule, Schedule};

@@ -357,6 +357,18 @@ fn execute(
         .arg(&fdecl)
         .output()
         .map_err(|e| Error::Environment(format!("cannot run the compiled program: {e}")))?;
+    // The emulation's race detector (`codegen::race`) found two threads
+    // or blocks touching one element: the mapping is wrong, not polyfuse's
+    // runtime.
+    if out.status.code() == Some(crate::codegen::race::EXIT_STATUS) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if let Some(line) = stderr.lines().find(|l| l.starts_with("race in ")) {
+            return Err(Error::Illegal {
+                file: compiled.program.source.clone(),
+                message: format!("the emulation of the GPU mapping found a {line}"),
+            });
+        }
+    }
     if !out.status.success() {
         return Err(Error::Internal(format!(
             "the compiled program failed ({}): {}",
