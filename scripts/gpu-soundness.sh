@@ -22,10 +22,12 @@ table="$OUT/soundness.tsv"
 : >"$table"
 failed=0
 total=0
-programs=(examples/*.json tests/programs/*.json)
-if compgen -G "tests/fuzz/fixed/*.json" >/dev/null; then
-    programs+=(tests/fuzz/fixed/*.json)
-fi
+# The fuzzer's fixed set and its finds (those a user may run: a find that
+# must be refused, exit 2 from `schedule`, is left out).
+programs=(examples/*.json tests/programs/*.json tests/fuzz/fixed/*.json)
+for f in tests/fuzz/found/*.json; do
+    "$POLYFUSE" schedule "$f" >/dev/null 2>&1 && programs+=("$f")
+done
 for f in "${programs[@]}"; do
     name=$(basename "$f" .json)
     for r in $(seq 1 "$RUNS"); do
