@@ -199,9 +199,13 @@ fn require_driver() -> Outcome {
 
 /// NUL-terminated PTX of `cuda` for compute capability `cc`, through the
 /// CUDA runtime's NVRTC compile (which finds NVRTC and the CUDA headers the
-/// same way `polyfuse run --target cuda` does).
+/// same way `polyfuse run --target cuda` does), for the architecture the
+/// command line would choose (`runtime::cuda::target_arch`: `sm_90a` for
+/// kernels with a `wgmma` path on an H100, `POLYFUSE_CUDA_ARCH` honoured).
 fn compile_ptx(cuda: &CudaProgram, cc: (i32, i32)) -> Outcome<Vec<u8>> {
-    let arch = format!("sm_{}{}", cc.0, cc.1);
+    let requested = crate::runtime::cuda::requested_arch();
+    let arch =
+        crate::runtime::cuda::target_arch(&cuda.source, cc.0 * 10 + cc.1, requested.as_deref())?;
     let mut bytes = crate::runtime::cuda::compile_ptx(&cuda.source, &arch)?.into_bytes();
     bytes.push(0);
     Ok(bytes)

@@ -233,6 +233,32 @@ pub fn arch_override(value: &str, cc: i32) -> Result<String> {
     }
 }
 
+/// The architecture `source` is compiled for on a device of compute
+/// capability `cc` (90 for 9.0) that NVRTC knows: `requested` (the value
+/// of [`ARCH_VARIABLE`]) where given and runnable there; else `sm_90a`
+/// on an sm_90 device for kernels with a Hopper-only path (`wgmma`, under
+/// `__CUDA_ARCH_FEAT_SM90_ALL`: compiled for plain `sm_90` that path is
+/// left out, and an f16 gemm ran 3.3 times slower through the C ABI), the
+/// code then running on that architecture only, which is the device's;
+/// else the device's own. The command line and the C ABI both choose here.
+pub fn target_arch(source: &str, cc: i32, requested: Option<&str>) -> Result<String> {
+    if let Some(value) = requested {
+        return arch_override(value, cc);
+    }
+    Ok(
+        if cc == 90 && source.contains("__CUDA_ARCH_FEAT_SM90_ALL") {
+            "sm_90a".to_string()
+        } else {
+            format!("sm_{cc}")
+        },
+    )
+}
+
+/// The value of [`ARCH_VARIABLE`], if set.
+pub fn requested_arch() -> Option<String> {
+    std::env::var_os(ARCH_VARIABLE).map(|v| v.to_string_lossy().into_owned())
+}
+
 /// `source` compiled by NVRTC for `arch`: its machine code (CUBIN) where
 /// NVRTC gives one (a real architecture), else its PTX.
 fn module_for(source: &str, arch: String) -> Result<(Ptx, String)> {
@@ -251,22 +277,11 @@ fn module_for(source: &str, arch: String) -> Result<(Ptx, String)> {
 /// it knows below it, which the driver compiles further.
 fn compile_for(gpu: &Gpu, source: &str) -> Result<(Ptx, String)> {
     require_nvrtc()?;
-    if let Some(value) = std::env::var_os(ARCH_VARIABLE) {
-        let arch = arch_override(&value.to_string_lossy(), gpu.cc)?;
-        return module_for(source, arch);
-    }
+    let requested = requested_arch();
     let archs = sys::nvrtc_archs();
     let known = archs.is_empty() || archs.contains(&gpu.cc);
-    if known {
-        // Kernels with a Hopper-only path (wgmma, under
-        // __CUDA_ARCH_FEAT_SM90_ALL) are built for sm_90a on an sm_90
-        // device; the code then runs on that architecture only, which is
-        // the device's.
-        let arch = if gpu.cc == 90 && source.contains("__CUDA_ARCH_FEAT_SM90_ALL") {
-            "sm_90a".to_string()
-        } else {
-            format!("sm_{}", gpu.cc)
-        };
+    if known || requested.is_some() {
+        let arch = target_arch(source, gpu.cc, requested.as_deref())?;
         return module_for(source, arch);
     }
     let below = archs.iter().copied().filter(|a| *a < gpu.cc).max();
@@ -931,6 +946,20 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_hopper_path_is_compiled_for_sm_90a_unless_another_is_asked() {
+        let wgmma = "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#endif";
+        assert_eq!(target_arch(wgmma, 90, None).unwrap(), "sm_90a");
+        assert_eq!(target_arch("plain", 90, None).unwrap(), "sm_90");
+        assert_eq!(target_arch(wgmma, 89, None).unwrap(), "sm_89");
+        assert_eq!(target_arch(wgmma, 90, Some("sm_90")).unwrap(), "sm_90");
+        assert_eq!(target_arch(wgmma, 90, Some("sm_80")).unwrap(), "compute_80");
+        assert!(target_arch(wgmma, 90, Some("sm_100")).is_err());
+        // The C ABI compiles PTX: the architecture's virtual form keeps
+        // the Hopper-only path.
+        assert_eq!(virtual_arch("sm_90a").unwrap(), "compute_90a");
     }
 
     #[test]
