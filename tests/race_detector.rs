@@ -2,6 +2,9 @@
 //! whose threads race fails `--target emulate`, naming the kernel, the
 //! array, the element and the two threads; race-free mappings still check.
 
+#[path = "common/mirror.rs"]
+mod mirror;
+
 use polyfuse::frontend::load_str;
 use polyfuse::gpu::GpuOptions;
 use polyfuse::isl::{Isl, IslPrint};
@@ -11,13 +14,6 @@ use polyfuse::{model, Error, Options};
 /// A step loop over `t` whose step `t` reads `Z(t - 1, N - 1 - i)`, which
 /// another thread wrote the step before (as in tests/soundness.rs,
 /// `the_race_proof_refuses_steps_without_a_barrier`).
-const MIRROR: &str = r#"{"name": "mirror", "params": {"T": 5, "N": 37},
-    "inputs": {"X": {"dtype": "f32", "shape": ["T", "N"]}},
-    "outputs": {"Y": {"dtype": "f32", "shape": ["T", "N"]}},
-    "temps": {"Z": {"dtype": "f32", "shape": ["T", "N"]}},
-    "body": ["Z(t, i) = X(t, i) * 2",
-             "Y(t, i) = X(t, i) where t in 0:1, i in 0:N",
-             "Y(t, i) = Z(t - 1, N - 1 - i) + 1 where t in 1:T, i in 0:N"]}"#;
 
 fn run_options() -> RunOptions {
     RunOptions {
@@ -29,7 +25,7 @@ fn run_options() -> RunOptions {
 
 #[test]
 fn the_emulation_catches_steps_without_a_barrier() {
-    let program = load_str(MIRROR, "mirror.json").unwrap();
+    let program = load_str(mirror::PROGRAM, "mirror.json").unwrap();
     // The pipeline's own mapping: instrumented, and race-free.
     let options = Options {
         gpu: Some(GpuOptions::default()),
@@ -47,29 +43,16 @@ fn the_emulation_catches_steps_without_a_barrier() {
     // loop, with (`synced`) or without (`nosync`) a barrier after each step.
     let isl = Isl::new();
     let scop = model::build(&isl, &program).unwrap();
-    let tree = |open: &str, close: &str| {
-        let domain = scop.domain().unwrap().text();
-        let pre = "[T, N] -> ";
-        let text = format!(
-            "{{ domain: \"{domain}\", child: {{ mark: \"kernel_0\", child: {open}{{ \
-             schedule: \"{pre}[{{ S0[t, i] -> [(t)]; S1[t, i] -> [(t)]; S2[t, i] -> [(t)] }}]\", \
-             child: {{ mark: \"thread_x_1\", child: {{ \
-             schedule: \"{pre}[{{ S0[t, i] -> [(i)]; S1[t, i] -> [(i)]; S2[t, i] -> [(i)] }}]\", \
-             child: {{ sequence: [ {{ filter: \"{pre}{{ S0[t, i] }}\" }}, \
-             {{ filter: \"{pre}{{ S1[t, i]; S2[t, i] }}\" }} ] }} }} }} }}{close} }} }}"
-        );
-        isl.schedule(&text).unwrap()
-    };
     let block = [32, 1, 1];
 
-    let synced = tree("", "");
+    let synced = mirror::tree(&isl, &scop, true);
     let text = polyfuse::codegen::cuda::emulate_mapped(&program, &scop, &synced, block).unwrap();
     assert!(text.contains("pf_race_barrier();"), "{text}");
     compiled.kernel_c = text;
     let report = cpu::run(&compiled, &run_options()).unwrap();
     assert!(report.check.unwrap().ok);
 
-    let unsynced = tree("{ mark: \"nosync\", child: ", " }");
+    let unsynced = mirror::tree(&isl, &scop, false);
     let text = polyfuse::codegen::cuda::emulate_mapped(&program, &scop, &unsynced, block).unwrap();
     assert!(!text.contains("pf_race_barrier();"), "{text}");
     compiled.kernel_c = text;
@@ -101,7 +84,7 @@ fn the_emulation_catches_steps_without_a_barrier() {
 /// element, one of them writing, race whatever the barriers.
 #[test]
 fn the_emulation_catches_blocks_sharing_an_element() {
-    let program = load_str(MIRROR, "mirror.json").unwrap();
+    let program = load_str(mirror::PROGRAM, "mirror.json").unwrap();
     let options = Options {
         gpu: Some(GpuOptions::default()),
         ..Options::default()

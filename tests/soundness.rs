@@ -3,6 +3,9 @@
 //! internal error, a silent change of meaning, a race) and what it must
 //! give now.
 
+#[path = "common/mirror.rs"]
+mod mirror;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -148,45 +151,21 @@ fn a_read_before_any_write_is_an_error() {
 #[test]
 fn the_race_proof_refuses_steps_without_a_barrier() {
     use polyfuse::frontend::load_str;
-    use polyfuse::isl::{Isl, IslPrint};
+    use polyfuse::isl::Isl;
     use polyfuse::{deps, gpu, model, schedule, Error};
 
-    let program = load_str(
-        r#"{"name": "mirror", "params": {"T": 5, "N": 37},
-            "inputs": {"X": {"dtype": "f32", "shape": ["T", "N"]}},
-            "outputs": {"Y": {"dtype": "f32", "shape": ["T", "N"]}},
-            "temps": {"Z": {"dtype": "f32", "shape": ["T", "N"]}},
-            "body": ["Z(t, i) = X(t, i) * 2",
-                     "Y(t, i) = X(t, i) where t in 0:1, i in 0:N",
-                     "Y(t, i) = Z(t - 1, N - 1 - i) + 1 where t in 1:T, i in 0:N"]}"#,
-        "mirror.json",
-    )
-    .unwrap();
+    let program = load_str(mirror::PROGRAM, "mirror.json").unwrap();
     let isl = Isl::new();
     let scop = model::build(&isl, &program).unwrap();
-    // The tree, with `open` and `close` around the step band.
-    let tree = |open: &str, close: &str| {
-        let domain = scop.domain().unwrap().text();
-        let pre = "[T, N] -> ";
-        let text = format!(
-            "{{ domain: \"{domain}\", child: {{ mark: \"kernel_0\", child: {open}{{ \
-             schedule: \"{pre}[{{ S0[t, i] -> [(t)]; S1[t, i] -> [(t)]; S2[t, i] -> [(t)] }}]\", \
-             child: {{ mark: \"thread_x_1\", child: {{ \
-             schedule: \"{pre}[{{ S0[t, i] -> [(i)]; S1[t, i] -> [(i)]; S2[t, i] -> [(i)] }}]\", \
-             child: {{ sequence: [ {{ filter: \"{pre}{{ S0[t, i] }}\" }}, \
-             {{ filter: \"{pre}{{ S1[t, i]; S2[t, i] }}\" }} ] }} }} }} }}{close} }} }}"
-        );
-        isl.schedule(&text).unwrap()
-    };
     let order = schedule::canonical(&isl, &scop).unwrap();
     let dependences = deps::compute(&scop, &order).unwrap();
     // A barrier ends each step.
-    let synced = tree("", "");
+    let synced = mirror::tree(&isl, &scop, true);
     schedule::check_legal("mirror.json", &synced, &scop, &dependences).unwrap();
     gpu::mapping::check_parallel(&program, &synced, &scop, &dependences).unwrap();
     gpu::race::prove(&program, &scop, &synced, &[]).unwrap();
     // No barrier between the steps.
-    let unsynced = tree("{ mark: \"nosync\", child: ", " }");
+    let unsynced = mirror::tree(&isl, &scop, false);
     gpu::mapping::check_parallel(&program, &unsynced, &scop, &dependences).unwrap();
     match gpu::race::prove(&program, &scop, &unsynced, &[]) {
         Err(Error::Race { message, .. }) => {

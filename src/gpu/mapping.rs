@@ -745,16 +745,8 @@ pub fn check_parallel(
     deps: &crate::deps::Dependences,
 ) -> Result<()> {
     let all = deps.all()?;
-    // Pairs of instances of one update statement (whose right side does
-    // not read its accumulator) that accumulate into the same element: a
-    // loop mapped as a reduction may reorder exactly these.
-    let mut reorderable = UnionMap::empty(all.get_space()?)?;
-    for s in &scop.statements {
-        if s.is_reorderable_reduction_step()? {
-            let w = UnionMap::from_map(s.write.copy()?)?;
-            reorderable = reorderable.union(w.copy()?.apply_range(w.reverse()?)?)?;
-        }
-    }
+    // A loop mapped as a reduction may reorder exactly these.
+    let reorderable = scop.reorderable_pairs()?;
     fn rec(
         node: ScheduleNode,
         all: &UnionMap,
@@ -861,6 +853,19 @@ fn lane_loop_violations(
         states = states.union(touch.copy()?.apply_range(touch.reverse()?)?)?;
     }
     Ok(violated.subtract(states)?)
+}
+
+/// The prefix schedule of `band` (the loops above it) and its partial
+/// schedule, both on the instances that reach it.
+pub fn prefix_and_member(band: &ScheduleNode) -> Result<(UnionMap, UnionMap)> {
+    let domain = band.get_domain()?;
+    let prefix = band
+        .get_prefix_schedule_union_map()?
+        .intersect_domain(domain.copy()?)?;
+    let member = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(domain)?;
+    Ok((prefix, member))
 }
 
 /// `blockIdx.x` for a mark `block_x_D`, `threadIdx.y` for `thread_y_D`.
@@ -1520,13 +1525,7 @@ pub fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
 /// the prefix schedule and `b` the band's partial schedule. Mapping the
 /// band to parallel hardware runs exactly these pairs at the same time.
 pub fn differ_only_from(band: &ScheduleNode) -> Result<UnionMap> {
-    let domain = band.get_domain()?;
-    let prefix = band
-        .get_prefix_schedule_union_map()?
-        .intersect_domain(domain.copy()?)?;
-    let member = band
-        .band_get_partial_schedule_union_map()?
-        .intersect_domain(domain)?;
+    let (prefix, member) = prefix_and_member(band)?;
     let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
     let same_member = member.copy()?.apply_range(member.reverse()?)?;
     Ok(same_prefix.subtract(same_member)?)

@@ -95,13 +95,7 @@ pub fn prove(
     schedule: &isl_rs::Schedule,
     plans: &[KernelPlan],
 ) -> Result<()> {
-    let mut reorderable = UnionMap::empty(scop.context.get_space()?)?;
-    for s in &scop.statements {
-        if s.is_reorderable_reduction_step()? {
-            let w = UnionMap::from_map(s.write.copy()?)?;
-            reorderable = reorderable.union(w.copy()?.apply_range(w.reverse()?)?)?;
-        }
-    }
+    let reorderable = scop.reorderable_pairs()?;
     let mut kernels = Vec::new();
     find_kernels(schedule.get_root()?, &mut kernels)?;
     for node in kernels {
@@ -271,12 +265,7 @@ fn collect_thread_values(
 /// print no loop for them) and is not 0.
 fn loopless_nonzero(band: &ScheduleNode) -> Result<UnionSet> {
     let domain = band.get_domain()?;
-    let prefix = band
-        .get_prefix_schedule_union_map()?
-        .intersect_domain(domain.copy()?)?;
-    let member = band
-        .band_get_partial_schedule_union_map()?
-        .intersect_domain(domain.copy()?)?;
+    let (prefix, member) = super::mapping::prefix_and_member(band)?;
     let zero = UnionSet::read_from_str(&band.get_ctx(), "{ [0] }")?;
     let mut out = UnionSet::empty(domain.get_space()?)?;
     let sets = domain.get_set_list()?;

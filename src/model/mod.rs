@@ -187,6 +187,20 @@ impl Scop {
                 .flat_map(|s| s.reads.iter().map(|r| r.copy())),
         )
     }
+    /// The pairs of instances of one update statement (whose right side
+    /// does not read its accumulator) that accumulate into one element:
+    /// the pairs a mapping may run in any order, or at once, and combine
+    /// (`{ a -> b : W(a) = W(b) }` over those statements).
+    pub fn reorderable_pairs(&self) -> Result<UnionMap> {
+        let mut pairs = UnionMap::empty(self.context.get_space()?)?;
+        for s in &self.statements {
+            if s.is_reorderable_reduction_step()? {
+                let w = UnionMap::from_map(s.write.copy()?)?;
+                pairs = pairs.union(w.copy()?.apply_range(w.reverse()?)?)?;
+            }
+        }
+        Ok(pairs)
+    }
     /// The union of `maps`; the empty relation in the program's parameter
     /// space when there are none (a program whose statements read no
     /// tensor, such as `O(i, j) = 3`, has no reads).
