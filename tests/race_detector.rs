@@ -11,10 +11,6 @@ use polyfuse::isl::{Isl, IslPrint};
 use polyfuse::runtime::cpu::{self, RunOptions};
 use polyfuse::{model, Error, Options};
 
-/// A step loop over `t` whose step `t` reads `Z(t - 1, N - 1 - i)`, which
-/// another thread wrote the step before (as in tests/soundness.rs,
-/// `the_race_proof_refuses_steps_without_a_barrier`).
-
 fn run_options() -> RunOptions {
     RunOptions {
         check: true,
