@@ -138,6 +138,12 @@ pf_status pf_context_set_cache(pf_context *ctx, const char *path);
  * run for minutes, or not end, on some fusion problems; the abandoned
  * compilation is stopped. Default: POLYFUSE_SCHEDULE_TIMEOUT, else 60. */
 pf_status pf_context_set_schedule_timeout(pf_context *ctx, uint32_t seconds);
+/* The GPU architecture launches compile for: "sm_NN" or "sm_NNa" ("sm_90"
+ * runs the portable paths of kernels that also have a Hopper-only one);
+ * NULL: the device's choice, "sm_90a" where a kernel has a wgmma path on an
+ * sm_90 device, unless POLYFUSE_CUDA_ARCH names one. A malformed name is
+ * refused here (PF_ERR_INPUT); one the device cannot run fails the launch. */
+pf_status pf_context_set_arch(pf_context *ctx, const char *arch);
 /* Compiles the loaded program under the context's options. */
 pf_status pf_compile(pf_context *ctx, pf_result **out);
 

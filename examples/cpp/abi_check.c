@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
     CHECK(pf_result_num_kernels(NULL, &n) == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_set_sink((pf_context *)&n, 1) == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_set_schedule_timeout(NULL, 5) == PF_ERR_INVALID_HANDLE);
+    CHECK(pf_context_set_arch(NULL, "sm_90") == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_create(NULL) == PF_ERR_INVALID_ARGUMENT);
 
     CHECK(pf_context_create(&ctx) == PF_OK);
@@ -61,6 +62,10 @@ int main(int argc, char **argv) {
     CHECK(message_has(pf_context_error_message(ctx), "unknown strategy"));
     CHECK(pf_context_set_tile(ctx, tile, 2) == PF_ERR_INPUT);
     CHECK(pf_context_set_param(ctx, "K") == PF_ERR_INPUT);
+    CHECK(pf_context_set_arch(ctx, "compute_90") == PF_ERR_INPUT);
+    CHECK(message_has(pf_context_error_message(ctx), "is not a GPU architecture"));
+    CHECK(pf_context_set_arch(ctx, "sm_90a") == PF_OK);
+    CHECK(pf_context_set_arch(ctx, NULL) == PF_OK);
     CHECK(pf_compile(ctx, &res) == PF_ERR_INPUT);
     CHECK(res == NULL);
 

@@ -175,6 +175,9 @@ fn unload(d: &impl ContextCalls, l: &Loaded) -> Result<(), String> {
 /// The compiled and loaded forms of one result's CUDA program.
 #[derive(Default)]
 pub(crate) struct Modules {
+    /// The architecture `pf_context_set_arch` asked for (else
+    /// `POLYFUSE_CUDA_ARCH`, else the device's choice).
+    pub(crate) arch: Option<String>,
     /// NUL-terminated PTX per compute capability.
     ptx: HashMap<(i32, i32), Vec<u8>>,
     /// Loaded modules per CUDA context (by address).
@@ -202,8 +205,10 @@ fn require_driver() -> Outcome {
 /// same way `polyfuse run --target cuda` does), for the architecture the
 /// command line would choose (`runtime::cuda::target_arch`: `sm_90a` for
 /// kernels with a `wgmma` path on an H100, `POLYFUSE_CUDA_ARCH` honoured).
-fn compile_ptx(cuda: &CudaProgram, cc: (i32, i32)) -> Outcome<Vec<u8>> {
-    let requested = crate::runtime::cuda::requested_arch();
+fn compile_ptx(cuda: &CudaProgram, cc: (i32, i32), arch: Option<&str>) -> Outcome<Vec<u8>> {
+    let requested = arch
+        .map(str::to_string)
+        .or_else(crate::runtime::cuda::requested_arch);
     let arch =
         crate::runtime::cuda::target_arch(&cuda.source, cc.0 * 10 + cc.1, requested.as_deref())?;
     let mut bytes = crate::runtime::cuda::compile_ptx(&cuda.source, &arch)?.into_bytes();
@@ -212,6 +217,13 @@ fn compile_ptx(cuda: &CudaProgram, cc: (i32, i32)) -> Outcome<Vec<u8>> {
 }
 
 impl Modules {
+    /// No module yet; launches compile for `arch` (see the field).
+    pub(crate) fn for_arch(arch: Option<String>) -> Modules {
+        let mut m = Modules::default();
+        m.arch = arch;
+        m
+    }
+
     /// Launches kernel `index` of `cuda`; see `pf_result_launch`.
     ///
     /// # Safety
@@ -362,7 +374,7 @@ impl Modules {
         };
         let ptx = match self.ptx.entry(cc) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => v.insert(compile_ptx(cuda, cc)?),
+            Entry::Vacant(v) => v.insert(compile_ptx(cuda, cc, self.arch.as_deref())?),
         };
         // SAFETY: the PTX is NUL-terminated text, as cuModuleLoadData wants.
         let module = unsafe { drv::module::load_data(ptx.as_ptr().cast()) }

@@ -123,6 +123,9 @@ pub(crate) struct ContextState {
     /// is replaced by one with minimal fusion; None:
     /// `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
     schedule_timeout: Option<u64>,
+    /// The GPU architecture launches compile for (`pf_context_set_arch`);
+    /// None: `POLYFUSE_CUDA_ARCH`, else the device's choice.
+    arch: Option<String>,
 }
 
 /// The state behind a `pf_result`.
@@ -460,7 +463,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         fixed,
         symbolic,
         last_error: Mutex::new(None),
-        modules: Mutex::new(launch::Modules::default()),
+        modules: Mutex::new(launch::Modules::for_arch(state.arch.clone())),
         from_cache,
     })
 }
@@ -617,6 +620,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
             tile_set: false,
             cache: None,
             schedule_timeout: None,
+            arch: None,
         };
         let id = handles::insert(Object::Context(Arc::new(Mutex::new(state))));
         // SAFETY: `out` is non-null and writable by the caller's contract.
@@ -878,6 +882,40 @@ pub unsafe extern "C" fn pf_context_set_schedule_timeout(
 ) -> pf_status {
     with_context(ctx, |s| {
         s.schedule_timeout = Some(u64::from(seconds));
+        Ok(())
+    })
+}
+
+/// The GPU architecture the result's launches compile for, `sm_NN` or
+/// `sm_NNa` (`sm_90` runs the portable paths of kernels that also have a
+/// Hopper-only one); null: the device's choice, as the command line makes
+/// it (`sm_90a` where a kernel has a `wgmma` path on an sm_90 device),
+/// unless `POLYFUSE_CUDA_ARCH` names one. An architecture the device cannot
+/// run fails the launch with `PF_ERR_INPUT`.
+///
+/// # Safety
+/// `arch` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_arch(
+    ctx: *mut pf_context,
+    arch: *const c_char,
+) -> pf_status {
+    with_context(ctx, |s| {
+        s.arch = if arch.is_null() {
+            None
+        } else {
+            // SAFETY: `arch` is NUL-terminated by the caller's contract.
+            let a = unsafe { text(arch, "arch") }?;
+            // The device's own capability decides at the launch; here only
+            // the form is checked (any device of that architecture).
+            let cc = a
+                .strip_prefix("sm_")
+                .map(|r| r.trim_end_matches('a'))
+                .and_then(|d| d.parse::<i32>().ok())
+                .unwrap_or(0);
+            crate::runtime::cuda::arch_override(a, cc).map_err(Failure::from)?;
+            Some(a.to_string())
+        };
         Ok(())
     })
 }
