@@ -249,3 +249,71 @@ fn dependences_are_printed_without_scheduling() {
     assert!(!t.contains("did not finish"), "{t}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "{t}");
 }
+
+/// Class 2's proof: a private array that is not loaded must be written, in
+/// each run of its region, before it is read. A region holding only the
+/// steps of `Y(i) += X(i, k)` reads `Y(i)`, which the statement before the
+/// region wrote: without a load its first step would read a register that
+/// nothing wrote (as the `--strategy max` mapping once did, 4e29 in the
+/// emulation). The proof refuses the plan without the load and accepts it
+/// with the load.
+#[test]
+fn a_private_array_read_before_it_is_written_must_be_loaded() {
+    use polyfuse::codegen::ast::Expr;
+    use polyfuse::frontend::ast::DType;
+    use polyfuse::frontend::load_str;
+    use polyfuse::gpu::private::{PrivateArray, PrivateRegion};
+    use polyfuse::isl::{Isl, IslPrint};
+    use polyfuse::{gpu, model, Error};
+
+    let program = load_str(
+        r#"{"name": "acc", "params": {"N": 37, "K": 5},
+            "inputs": {"X": {"dtype": "f32", "shape": ["N", "K"]}},
+            "outputs": {"Y": {"dtype": "f32", "shape": ["N"]}},
+            "body": ["Y(i) = X(i, 0)", "Y(i) += X(i, k)"]}"#,
+        "acc.json",
+    )
+    .unwrap();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &program).unwrap();
+    let pre = "[N, K] -> ";
+    let domain = scop.domain().unwrap().text();
+    let tree = isl
+        .schedule(&format!(
+            "{{ domain: \"{domain}\", child: {{ mark: \"kernel_0\", child: {{ mark: \"thread_x_0\", \
+             child: {{ schedule: \"{pre}[{{ S0[i] -> [(i)]; S1[i, k] -> [(i)] }}]\", child: {{ \
+             sequence: [ {{ filter: \"{pre}{{ S0[i] }}\" }}, {{ filter: \"{pre}{{ S1[i, k] }}\", \
+             child: {{ mark: \"private_0\", child: {{ \
+             schedule: \"{pre}[{{ S1[i, k] -> [(k)] }}]\" }} }} }} ] }} }} }} }} }}"
+        ))
+        .unwrap();
+    let kernel = tree.get_root().unwrap().get_child(0).unwrap();
+    let region = |load: bool| PrivateRegion {
+        mark: "private_0".into(),
+        prefix_values: Vec::new(),
+        arrays: vec![PrivateArray {
+            tensor: "Y".into(),
+            dtype: DType::F32,
+            buffer: "pf_priv_Y".into(),
+            sizes: vec![1],
+            offset: vec![Expr::Id("c0".into())],
+            load,
+            store: true,
+            owned: None,
+        }],
+    };
+    match gpu::race::prove_private_reads(&program, &scop, &kernel, &region(false)) {
+        Err(Error::Race { message, .. }) => {
+            assert!(
+                message.contains("private copy of Y would be read before it is written"),
+                "{message}"
+            );
+            assert!(
+                message.contains("S1[i, k = 0]") || message.contains("k = 0"),
+                "{message}"
+            );
+        }
+        other => panic!("expected the proof to refuse the region, got {other:?}"),
+    }
+    gpu::race::prove_private_reads(&program, &scop, &kernel, &region(true)).unwrap();
+}

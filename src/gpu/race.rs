@@ -114,6 +114,11 @@ pub fn prove(
             .find(|p| p.mark == mark)
             .and_then(|p| p.registers.as_ref())
             .is_some_and(|r| r.vector > 1);
+        if let Some(plan) = plans.iter().find(|p| p.mark == mark) {
+            for region in &plan.private {
+                prove_private_reads(program, scop, &node, region)?;
+            }
+        }
         prove_kernel(program, scop, node, &mark, &reorderable, grouped)?;
     }
     Ok(())
@@ -432,4 +437,88 @@ pub fn with_barriers(
         changed = true;
     }
     Ok(changed.then_some(current))
+}
+
+/// A private array that is not loaded from memory (`load` false) must be
+/// written before it is read: in each iteration of the loops above its
+/// region (which run the region once per thread, so on one thread), every
+/// element a statement of the region reads of its tensor was written by an
+/// earlier instance of the region. With `R` and `W` the region's reads and
+/// writes of the tensor, `P` the prefix schedule of the region's mark and
+/// `S` the schedule below it, the elements read uncovered are
+///
+/// `dom R \ ran ((W ∘ R⁻¹) ∩ (P⁻¹ ∘ P) ∩ (S <_lex S))`,
+///
+/// which must be empty (issue 30, class 2: the other elements of a private
+/// array read without anything writing them). An uncovered read is a
+/// [`Error::Race`]: the pipeline maps the program again with less fusion.
+pub fn prove_private_reads(
+    program: &Program,
+    scop: &Scop,
+    kernel: &ScheduleNode,
+    region: &super::private::PrivateRegion,
+) -> Result<()> {
+    let mut marks = Vec::new();
+    find_marks(kernel.copy()?, &region.mark, &mut marks)?;
+    for node in marks {
+        let domain = node.get_domain()?;
+        let prefix = node
+            .get_prefix_schedule_union_map()?
+            .intersect_domain(domain.copy()?)?;
+        let below = node
+            .get_subtree_schedule_union_map()?
+            .intersect_domain(domain.copy()?)?;
+        let same_iteration = prefix.copy()?.apply_range(prefix.reverse()?)?;
+        let earlier = below.copy()?.lex_lt_union_map(below)?;
+        for array in region.arrays.iter().filter(|a| !a.load) {
+            let (reads, writes) = accesses_of(scop, &array.tensor, &domain)?;
+            let covering = writes
+                .apply_range(reads.copy()?.reverse()?)?
+                .intersect(same_iteration.copy()?)?
+                .intersect(earlier.copy()?)?;
+            let uncovered = reads.domain()?.subtract(covering.range()?)?;
+            if !uncovered.is_empty()? {
+                let example = isl_rs::Set::from_basic_set(uncovered.sample()?)?.text();
+                return Err(Error::Race {
+                    file: program.source.clone(),
+                    message: format!(
+                        "{}: a thread's private copy of {} would be read before it is written: {example}",
+                        region.mark, array.tensor
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The reads and writes of `tensor` by the instances in `domain`.
+fn accesses_of(scop: &Scop, tensor: &str, domain: &UnionSet) -> Result<(UnionMap, UnionMap)> {
+    let space = scop.context.get_space()?;
+    let (mut reads, mut writes) = (UnionMap::empty(space.copy()?)?, UnionMap::empty(space)?);
+    for s in &scop.statements {
+        if s.write.get_tuple_name(isl_rs::DimType::Out)? == tensor {
+            writes = writes.union(UnionMap::from_map(s.write.copy()?)?)?;
+        }
+        for r in &s.reads {
+            if r.get_tuple_name(isl_rs::DimType::Out)? == tensor {
+                reads = reads.union(UnionMap::from_map(r.copy()?)?)?;
+            }
+        }
+    }
+    Ok((
+        reads.intersect_domain(domain.copy()?)?,
+        writes.intersect_domain(domain.copy()?)?,
+    ))
+}
+
+/// The mark nodes named `name` below `node`.
+fn find_marks(node: ScheduleNode, name: &str, out: &mut Vec<ScheduleNode>) -> Result<()> {
+    if node.get_type()? == ScheduleNodeType::Mark && node.mark_get_id()?.get_name()? == name {
+        out.push(node.copy()?);
+    }
+    for i in 0..node.n_children()? {
+        find_marks(node.get_child(i)?, name, out)?;
+    }
+    Ok(())
 }
