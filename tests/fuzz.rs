@@ -336,6 +336,24 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         None,
     ),
     (
+        "race_param_dependent_single_row.json",
+        &["--target", "emulate", "--check", "--param", "N=12", "--param", "M=14"],
+        "ok",
+        None,
+    ),
+    (
+        "f16_private_accumulator_rounded_per_step.json",
+        &["--target", "emulate", "--check"],
+        "ok",
+        None,
+    ),
+    (
+        "f16_private_accumulator_symbolic.json",
+        &["--target", "emulate", "--check", "--param", "N=3", "--param", "M=54", "--param", "K=21"],
+        "ok",
+        None,
+    ),
+    (
         "f16_product_reduction_rounded_per_step.json",
         &["--target", "emulate", "--check", "--strategy", "isl"],
         "ok",

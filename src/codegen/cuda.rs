@@ -2124,16 +2124,21 @@ impl Ctx<'_> {
         // starts with `WIDE_REGISTER_PREFIX`, which the printer reads
         // without conversion. Not in a repeated region: that stores every
         // array back to its tensor, which holds f16 or bf16.
+        //
+        // An f16 or bf16 array the region writes is held in f32 too, and
+        // rounded once when it is stored: a reduction into it accumulates
+        // in f32, as the declared-precision run and every other path do
+        // (held in its storage type, each step rounded the running value:
+        // the fuzzer's f16 private-accumulator find, 1.6e-2 against 1e-2).
         let wide = |a: &crate::gpu::private::PrivateArray| {
-            !emulate
-                && !repeated
+            let read_only_input = !emulate
                 && a.load
                 && !a.store
-                && matches!(a.dtype, DType::F16 | DType::BF16)
                 && self
                     .program
                     .tensor(&a.tensor)
-                    .is_some_and(|t| t.role == crate::frontend::ast::TensorRole::Input)
+                    .is_some_and(|t| t.role == crate::frontend::ast::TensorRole::Input);
+            !repeated && matches!(a.dtype, DType::F16 | DType::BF16) && (read_only_input || a.store)
         };
         let buffers: Vec<String> = region
             .arrays
@@ -2148,10 +2153,10 @@ impl Ctx<'_> {
             })
             .collect();
         for (k, a) in region.arrays.iter().enumerate() {
-            let storage = if emulate {
-                super::c::storage_type(a.dtype)
-            } else if wide(a) {
+            let storage = if wide(a) {
                 "float"
+            } else if emulate {
+                super::c::storage_type(a.dtype)
             } else {
                 storage_type(a.dtype)
             };
@@ -2307,9 +2312,21 @@ impl Ctx<'_> {
         *self.printer.privates.borrow_mut() = outer;
         for (k, a) in region.arrays.iter().enumerate() {
             if a.store || repeated {
-                each(out, k, &owned(&store_guard, a), true, &|p, g| {
-                    format!("{g} = {p};")
-                });
+                let convert = match (wide(a), a.dtype) {
+                    (true, DType::F16) => Some("pf_f2h"),
+                    (true, _) => Some("pf_f2b"),
+                    (false, _) => None,
+                };
+                each(
+                    out,
+                    k,
+                    &owned(&store_guard, a),
+                    true,
+                    &|p, g| match convert {
+                        Some(f) => format!("{g} = {f}({p});"),
+                        None => format!("{g} = {p};"),
+                    },
+                );
             }
         }
         let _ = writeln!(out, "{pad}}}");

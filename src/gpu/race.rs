@@ -265,9 +265,10 @@ fn collect_thread_values(
     Ok(())
 }
 
-/// The instances below the single-member `band` of statements whose value
-/// of the member is a function of the schedule above it (so that isl may
-/// print no loop for them) and is not 0.
+/// The instances below the single-member `band` whose value of the member
+/// is the only one at their value of the schedule above it, for their
+/// statement (so that isl may print no loop for them: with symbolic sizes,
+/// at some sizes only), and is not 0.
 fn loopless_nonzero(band: &ScheduleNode) -> Result<UnionSet> {
     let domain = band.get_domain()?;
     let (prefix, member) = super::mapping::prefix_and_member(band)?;
@@ -278,9 +279,24 @@ fn loopless_nonzero(band: &ScheduleNode) -> Result<UnionSet> {
         let own = UnionSet::from_set(sets.get_at(k)?)?;
         let m = member.copy()?.intersect_domain(own.copy()?)?;
         let p = prefix.copy()?.intersect_domain(own)?;
-        if p.reverse()?.apply_range(m.copy()?)?.is_single_valued()? {
-            out = out.union(m.subtract_range(zero.copy()?)?.domain()?)?;
-        }
+        // The member's values at each value of the prefix (parameters
+        // included: with symbolic sizes a loop may have one iteration at
+        // some sizes only), and the prefix values where it has two or more.
+        let values = p.copy()?.reverse()?.apply_range(m.copy()?)?;
+        let ctx = band.get_ctx();
+        let less = UnionMap::read_from_str(&ctx, "{ [a] -> [b] : a < b }")?;
+        let several = values
+            .copy()?
+            .apply_range(less)?
+            .intersect(values)?
+            .domain()?;
+        // Instances at a prefix value with one member value, not 0.
+        let single = p.subtract_range(several)?.domain()?;
+        out = out.union(
+            m.intersect_domain(single)?
+                .subtract_range(zero.copy()?)?
+                .domain()?,
+        )?;
     }
     Ok(out)
 }
