@@ -497,9 +497,12 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
             Ok(Some((compiled, if used.hit { 2 } else { 1 })))
         }
         Ok(None) => Ok(None),
-        Err(e @ (Error::Input { .. } | Error::Statement { .. } | Error::Illegal { .. })) => {
-            Err(e.into())
-        }
+        Err(
+            e @ (Error::Input { .. }
+            | Error::Statement { .. }
+            | Error::Illegal { .. }
+            | Error::Race { .. }),
+        ) => Err(e.into()),
         Err(e) => {
             eprintln!("polyfuse: cache not used: {e}");
             Ok(None)
