@@ -273,7 +273,33 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
                             )?)?
                             .get_schedule()?,
                     };
-                    map(marked).map_err(|_| race)?
+                    match map(marked) {
+                        Err(Error::Race { .. }) => {
+                            // Last, blocks of one thread, which no mapping
+                            // of the threads can make race.
+                            let one = GpuOptions {
+                                block: vec![1, 1, 1],
+                                ..g.clone()
+                            };
+                            let root = sched.get_root()?.child(0)?.insert_mark(
+                                isl_rs::Id::read_from_str(
+                                    &isl.ctx,
+                                    "single_thread_for_race_freedom",
+                                )?,
+                            )?;
+                            map_to_gpu(
+                                &isl,
+                                program_k,
+                                &scop,
+                                &deps,
+                                root.get_schedule()?,
+                                options,
+                                &one,
+                            )
+                            .map_err(|_| race)?
+                        }
+                        other => other?,
+                    }
                 }
                 other => other?,
             })

@@ -119,7 +119,20 @@ pub fn prove(
                 prove_private_reads(program, scop, &node, region)?;
             }
         }
-        prove_kernel(program, scop, node, &mark, &reorderable, grouped)?;
+        // Blocks of one thread: every instance of a block runs on it.
+        let single_thread = plans
+            .iter()
+            .find(|p| p.mark == mark)
+            .is_some_and(|p| p.block == [1, 1, 1]);
+        prove_kernel(
+            program,
+            scop,
+            node,
+            &mark,
+            &reorderable,
+            grouped,
+            single_thread,
+        )?;
     }
     Ok(())
 }
@@ -145,6 +158,7 @@ fn prove_kernel(
     mark: &str,
     reorderable: &UnionMap,
     grouped: bool,
+    single_thread: bool,
 ) -> Result<()> {
     let domain = kernel.get_domain()?;
     let writes = scop.writes()?.intersect_domain(domain.copy()?)?;
@@ -163,11 +177,17 @@ fn prove_kernel(
     let all = domain.copy()?.universe()?;
     let either_unknown = UnionMap::from_domain_and_range(unknown.copy()?, all.copy()?)?
         .union(UnionMap::from_domain_and_range(all, unknown)?)?;
-    let k = Kernel {
-        same_thread: identity
+    let same_thread = if single_thread {
+        let all = domain.copy()?.universe()?;
+        UnionMap::from_domain_and_range(all.copy()?, all)?
+    } else {
+        identity
             .copy()?
             .apply_range(identity.reverse()?)?
-            .subtract(either_unknown)?,
+            .subtract(either_unknown)?
+    };
+    let k = Kernel {
+        same_thread,
         reorderable,
         has_threads,
         mark,
@@ -196,7 +216,8 @@ fn thread_identity(
 ) -> Result<(UnionMap, bool, UnionSet)> {
     let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
     let mut unknown = UnionSet::empty(domain.get_space()?)?;
-    collect_thread_values(kernel.copy()?, &mut per_axis, &mut unknown, grouped, false)?;
+    let form = Distribution { grouped };
+    collect_thread_values(kernel.copy()?, &mut per_axis, &mut unknown, form, false)?;
     let has_threads = per_axis.iter().any(Option::is_some);
     let none = UnionSet::read_from_str(&domain.get_ctx(), "{ [0, 0] }")?;
     let mut identity: Option<UnionMap> = None;
@@ -234,7 +255,7 @@ fn collect_thread_values(
     node: ScheduleNode,
     per_axis: &mut [Option<UnionMap>],
     unknown: &mut UnionSet,
-    grouped: bool,
+    form: Distribution,
     in_registers: bool,
 ) -> Result<()> {
     let mut in_registers = in_registers;
@@ -243,9 +264,9 @@ fn collect_thread_values(
         in_registers |= name == "registers";
         if let Some((true, axis, _)) = parse_mapping_mark(&name) {
             let band = node.get_child(0)?;
-            let form = if grouped && in_registers { 2 } else { 1 };
+            let tag = if form.grouped && in_registers { 2 } else { 1 };
             let tag =
-                UnionMap::read_from_str(&node.get_ctx(), &format!("{{ [v] -> [{form}, v] }}"))?;
+                UnionMap::read_from_str(&node.get_ctx(), &format!("{{ [v] -> [{tag}, v] }}"))?;
             let values = band
                 .band_get_partial_schedule_union_map()?
                 .intersect_domain(band.get_domain()?)?
@@ -260,15 +281,28 @@ fn collect_thread_values(
         }
     }
     for i in 0..node.n_children()? {
-        collect_thread_values(node.get_child(i)?, per_axis, unknown, grouped, in_registers)?;
+        collect_thread_values(node.get_child(i)?, per_axis, unknown, form, in_registers)?;
     }
     Ok(())
 }
 
-/// The instances below the single-member `band` whose value of the member
-/// is the only one at their value of the schedule above it, for their
-/// statement (so that isl may print no loop for them: with symbolic sizes,
-/// at some sizes only), and is not 0.
+/// How the printer distributes the thread loops of a kernel, as far as
+/// the identity of the thread that runs an instance goes.
+#[derive(Clone, Copy)]
+struct Distribution {
+    /// Register tiles in groups (see [`thread_identity`]).
+    grouped: bool,
+}
+
+/// The instances below the single-member `band` that isl may print
+/// without a loop (the printer then runs them on index 0) and whose member
+/// value is not 0 (where index 0 and `v mod B` may differ): every instance
+/// whose value is the only one at its value of the schedule above (and of
+/// the sizes). isl's AST generator may also split a statement's domain into
+/// pieces (a diagonal `i = j` apart from `i > j`) and leave a piece without
+/// a loop where the statement as a whole has one; this counts every
+/// instance that could be alone in its loop at its prefix, which covers
+/// the pieces the fuzzer found (`race_param_dependent_single_row.json`).
 fn loopless_nonzero(band: &ScheduleNode) -> Result<UnionSet> {
     let domain = band.get_domain()?;
     let (prefix, member) = super::mapping::prefix_and_member(band)?;
@@ -389,8 +423,11 @@ fn decide(k: &Kernel, separated: UnionMap, place: Place, by: Separator) -> Resul
         return Ok(());
     }
     let mut racing = match (by, place.mapped) {
-        // Different blocks never synchronise.
-        (Separator::Member, Some(Mapped::Block)) => separated,
+        // Different blocks never synchronise (and the thread identity
+        // says nothing across blocks).
+        (Separator::Member, Some(Mapped::Block)) => {
+            return report(k, separated, "run on different blocks");
+        }
         // Different threads, nothing between them.
         (Separator::Member, Some(Mapped::Thread)) => separated,
         (Separator::Member, Some(Mapped::Reduce)) => separated.subtract(k.reorderable.copy()?)?,
@@ -404,17 +441,19 @@ fn decide(k: &Kernel, separated: UnionMap, place: Place, by: Separator) -> Resul
         }
     };
     racing = racing.subtract(k.same_thread.copy()?)?;
-    if racing.is_empty()? {
-        return Ok(());
-    }
     let what = match (by, place.mapped) {
-        (Separator::Member, Some(Mapped::Block)) => "run on different blocks",
-        (Separator::Member, Some(Mapped::Thread | Mapped::Reduce)) => {
-            "run on different threads at once"
-        }
+        (Separator::Member, Some(_)) => "run on different threads at once",
         _ if place.in_thread => "run on different threads with no barrier between them",
         _ => "run on different threads, in steps of a loop without a barrier between them",
     };
+    report(k, racing, what)
+}
+
+/// Fails with one pair of `racing`, which `what`, unless it is empty.
+fn report(k: &Kernel, racing: UnionMap, what: &str) -> Result<()> {
+    if racing.is_empty()? {
+        return Ok(());
+    }
     let example = isl_rs::Map::from_basic_map(racing.sample()?)?.text();
     Err(Error::Race {
         file: k.file.to_string(),
