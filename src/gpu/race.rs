@@ -35,7 +35,19 @@
 //! a register region with grouped slots distributes its own way, so its
 //! values are only compared with each other.
 //! Unequal values may still share a thread; counting them as different
-//! only makes the proof stricter.
+//! only makes the proof stricter. A loop isl leaves out (one iteration)
+//! runs on index 0, not `v mod B`: an instance that could be alone in its
+//! loop, at a value other than 0, counts as on a thread of its own
+//! ([`loopless_nonzero`]). Blocks of one thread (`block` 1 x 1 x 1) run
+//! every instance of a block on it.
+//!
+//! A thread's private copy of a tensor that is not loaded from memory must
+//! be written before it is read, in each run of its region
+//! ([`prove_private_reads`]).
+//!
+//! A refusal is an [`Error::Race`]; the pipeline then maps again with the
+//! barriers back in ([`with_barriers`]), with minimal fusion, or with
+//! blocks of one thread, before it gives up.
 //!
 //! Rows whose loops the lanes of a warp share (`reduce_x` and `lanes_K`
 //! marks; the rows on y and z) are proven with the lanes abstracted: a
