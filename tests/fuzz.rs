@@ -354,6 +354,12 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         None,
     ),
     (
+        "f16_scalar_reduction_rounded_per_step.json",
+        &["--target", "emulate", "--check", "--param", "K=9"],
+        "ok",
+        None,
+    ),
+    (
         "f16_product_reduction_rounded_per_step.json",
         &["--target", "emulate", "--check", "--strategy", "isl"],
         "ok",

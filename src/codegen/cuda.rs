@@ -932,6 +932,15 @@ impl Ctx<'_> {
                 body,
             } => {
                 let (n_init, n_cond, n_inc) = (init, cond, inc);
+                let unmapped = pending.iter().all(|p| &p.2 != iterator);
+                if unmapped
+                    && (in_thread || !self.has_threads)
+                    && !self.in_regs
+                    && self.lanes.is_none()
+                    && self.narrow_fold_loop(n, depth, pending, in_thread, out)
+                {
+                    return;
+                }
                 // An unrolled step loop's test beyond its constant bound
                 // is open around the body.
                 let mut step_guard = false;
@@ -1363,6 +1372,125 @@ impl Ctx<'_> {
         }
     }
 
+    /// The body of a reduction loop: the guards and sequential loops
+    /// (printed heads) around one statement instance, with the loops'
+    /// iterators, the statement and its arguments; `None` for any other
+    /// shape.
+    #[allow(clippy::type_complexity)]
+    fn reduction_body<'n>(
+        &self,
+        body: &'n Node,
+    ) -> Option<(Vec<String>, Vec<&'n str>, &'n String, &'n Vec<Expr>)> {
+        let mut around = Vec::new();
+        let mut iterators = Vec::new();
+        let mut n = body;
+        loop {
+            match n {
+                Node::If {
+                    cond,
+                    then,
+                    otherwise: None,
+                } => {
+                    around.push(format!("if ({})", self.e(cond)));
+                    n = then;
+                }
+                Node::For {
+                    iterator: it,
+                    init,
+                    cond,
+                    inc,
+                    body,
+                } => {
+                    around.push(format!(
+                        "for (pf_i {it} = {}; {}; {it} += {})",
+                        self.e(init),
+                        self.e(cond),
+                        self.e(inc)
+                    ));
+                    iterators.push(it.as_str());
+                    n = body;
+                }
+                Node::Block(v) if v.len() == 1 => n = &v[0],
+                Node::User { statement, args } => {
+                    return Some((around, iterators, statement, args))
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A sequential loop whose body is the steps of one reduction into an
+    /// f16 or bf16 element that the loop does not move (the element's
+    /// address names none of the loop's iterators): the steps accumulate in
+    /// a register of the compute type, from the reducer's identity, and
+    /// the element takes the total once, one rounding, as the
+    /// declared-precision run does (a store per step rounded the running
+    /// value to 11 bits each time: the fuzzer's `f16_scalar_reduction`
+    /// find). Returns whether it printed the loop.
+    fn narrow_fold_loop(
+        &self,
+        n: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) -> bool {
+        let Node::For { iterator, .. } = n else {
+            return false;
+        };
+        let Some((around, iterators, statement, args)) = self.reduction_body(n) else {
+            return false;
+        };
+        let Some(s) = self.scop.statement(statement) else {
+            return false;
+        };
+        let st = &self.program.statements[s.source];
+        let narrow = self
+            .scop
+            .tensor(&st.lhs_tensor)
+            .is_some_and(|t| matches!(t.dtype, DType::F16 | DType::BF16));
+        if s.kind != crate::model::StmtKind::Update || !narrow {
+            return false;
+        }
+        let env = self.statement_env(&s.iterators, args);
+        let Some((op, t, rhs)) = self.printer.reduction(st, &env) else {
+            return false;
+        };
+        let fold = self.printer.fold_into_lhs(st, &env, "pf_red");
+        if fold
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|tok| tok == iterator || iterators.contains(&tok))
+        {
+            return false;
+        }
+        let pad = "  ".repeat(depth);
+        let step = self.printer.combine(op, t, "pf_red", &rhs);
+        let steps = around
+            .iter()
+            .rev()
+            .fold(format!("pf_red = {step};"), |body, head| {
+                format!("{head} {body}")
+            });
+        // The threads that run the statement run the whole loop.
+        let guard = self.statement_guard(pending, in_thread);
+        let open = if guard.is_empty() {
+            "{".to_string()
+        } else {
+            format!("if ({guard}) {{")
+        };
+        let _ = writeln!(out, "{pad}{open}");
+        let _ = writeln!(
+            out,
+            "{pad}  {} pf_red = {};",
+            self.printer.ctype(t),
+            self.printer.identity(op, t)
+        );
+        let _ = writeln!(out, "{pad}  {steps}");
+        let _ = writeln!(out, "{pad}  {fold}");
+        let _ = writeln!(out, "{pad}}}");
+        true
+    }
+
     /// Prints the reduction loop `iterator` in `body` across the lanes of a
     /// warp: each lane folds its share of the loop (lane `l` takes
     /// iterations `l, l + 32, ...`) into a private partial result, the
@@ -1412,39 +1540,9 @@ impl Ctx<'_> {
         // other members, which each lane runs whole for its share of this
         // loop, as `mapping::reduction_site` plans), around one update
         // statement.
-        let mut around = Vec::new();
-        let mut inner_iterators = Vec::new();
-        let mut n = &**loop_body;
-        let (statement, args) = loop {
-            match n {
-                Node::If {
-                    cond,
-                    then,
-                    otherwise: None,
-                } => {
-                    around.push(format!("if ({})", self.e(cond)));
-                    n = then;
-                }
-                Node::For {
-                    iterator: it,
-                    init,
-                    cond,
-                    inc,
-                    body,
-                } => {
-                    around.push(format!(
-                        "for (pf_i {it} = {}; {}; {it} += {})",
-                        self.e(init),
-                        self.e(cond),
-                        self.e(inc)
-                    ));
-                    inner_iterators.push(it.as_str());
-                    n = body;
-                }
-                Node::Block(v) if v.len() == 1 => n = &v[0],
-                Node::User { statement, args } => break (statement, args),
-                _ => return false,
-            }
+        let Some((around, inner_iterators, statement, args)) = self.reduction_body(loop_body)
+        else {
+            return false;
         };
         let Some(s) = self.scop.statement(statement) else {
             return false;
