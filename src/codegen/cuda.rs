@@ -611,6 +611,18 @@ struct Ctx<'a> {
     store_in_fours: bool,
 }
 
+/// One reduction's steps folded into a register (see `Ctx::folded`).
+struct Folded<'n> {
+    model: &'n crate::model::ModelStmt,
+    op: crate::frontend::ast::Reducer,
+    /// The compute type of the register.
+    t: DType,
+    /// The steps, `pf_red = pf_red op rhs;` inside the guards and loops.
+    steps: String,
+    /// `pf_red` folded into the element, one store.
+    fold: String,
+}
+
 /// Blocks per mapped dimension in the CPU emulation: more than one, so the
 /// cyclic distribution is exercised, and few, so that a tile is often
 /// revisited by the same block.
@@ -1372,19 +1384,18 @@ impl Ctx<'_> {
         }
     }
 
-    /// The body of a reduction loop: the guards and sequential loops
-    /// (printed heads) around one statement instance, with the loops'
-    /// iterators, the statement and its arguments; `None` for any other
-    /// shape.
-    #[allow(clippy::type_complexity)]
-    fn reduction_body<'n>(
-        &self,
-        body: &'n Node,
-    ) -> Option<(Vec<String>, Vec<&'n str>, &'n String, &'n Vec<Expr>)> {
+    /// The steps of one reduction folded into a register `pf_red`: `body`
+    /// is guards and sequential loops around one update statement whose
+    /// element names none of those loops' iterators nor `outer` (the loop
+    /// around `body`, if any). Gives the statement, the reducer, its compute
+    /// type, the steps as C (the guards and loop heads around `pf_red =
+    /// pf_red op rhs;`) and the fold of `pf_red` into the element; `None`
+    /// for any other shape.
+    fn folded(&self, body: &Node, outer: Option<&str>) -> Option<Folded<'_>> {
         let mut around = Vec::new();
-        let mut iterators = Vec::new();
+        let mut iterators: Vec<&str> = outer.into_iter().collect();
         let mut n = body;
-        loop {
+        let (statement, args) = loop {
             match n {
                 Node::If {
                     cond,
@@ -1411,12 +1422,37 @@ impl Ctx<'_> {
                     n = body;
                 }
                 Node::Block(v) if v.len() == 1 => n = &v[0],
-                Node::User { statement, args } => {
-                    return Some((around, iterators, statement, args))
-                }
+                Node::User { statement, args } => break (statement, args),
                 _ => return None,
             }
+        };
+        let model = self.scop.statement(statement)?;
+        let st = &self.program.statements[model.source];
+        let env = self.statement_env(&model.iterators, args);
+        let (op, t, rhs) = self.printer.reduction(st, &env)?;
+        let fold = self.printer.fold_into_lhs(st, &env, "pf_red");
+        // The accumulator's address must not depend on the reduction's
+        // loops.
+        if fold
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|tok| iterators.contains(&tok))
+        {
+            return None;
         }
+        let step = self.printer.combine(op, t, "pf_red", &rhs);
+        let steps = around
+            .iter()
+            .rev()
+            .fold(format!("pf_red = {step};"), |body, head| {
+                format!("{head} {body}")
+            });
+        Some(Folded {
+            model,
+            op,
+            t,
+            steps,
+            fold,
+        })
     }
 
     /// A sequential loop whose body is the steps of one reduction into an
@@ -1435,42 +1471,18 @@ impl Ctx<'_> {
         in_thread: bool,
         out: &mut String,
     ) -> bool {
-        let Node::For { iterator, .. } = n else {
+        let Some(f) = self.folded(n, None) else {
             return false;
         };
-        let Some((around, iterators, statement, args)) = self.reduction_body(n) else {
-            return false;
-        };
-        let Some(s) = self.scop.statement(statement) else {
-            return false;
-        };
-        let st = &self.program.statements[s.source];
+        let st = &self.program.statements[f.model.source];
         let narrow = self
             .scop
             .tensor(&st.lhs_tensor)
             .is_some_and(|t| matches!(t.dtype, DType::F16 | DType::BF16));
-        if s.kind != crate::model::StmtKind::Update || !narrow {
-            return false;
-        }
-        let env = self.statement_env(&s.iterators, args);
-        let Some((op, t, rhs)) = self.printer.reduction(st, &env) else {
-            return false;
-        };
-        let fold = self.printer.fold_into_lhs(st, &env, "pf_red");
-        if fold
-            .split(|c: char| !c.is_alphanumeric() && c != '_')
-            .any(|tok| tok == iterator || iterators.contains(&tok))
-        {
+        if f.model.kind != crate::model::StmtKind::Update || !narrow {
             return false;
         }
         let pad = "  ".repeat(depth);
-        let step = self.printer.combine(op, t, "pf_red", &rhs);
-        let steps = around
-            .iter()
-            .rev()
-            .fold(format!("pf_red = {step};"), |body, head| {
-                format!("{head} {body}")
-            });
         // The threads that run the statement run the whole loop.
         let guard = self.statement_guard(pending, in_thread);
         let open = if guard.is_empty() {
@@ -1482,11 +1494,11 @@ impl Ctx<'_> {
         let _ = writeln!(
             out,
             "{pad}  {} pf_red = {};",
-            self.printer.ctype(t),
-            self.printer.identity(op, t)
+            self.printer.ctype(f.t),
+            self.printer.identity(f.op, f.t)
         );
-        let _ = writeln!(out, "{pad}  {steps}");
-        let _ = writeln!(out, "{pad}  {fold}");
+        let _ = writeln!(out, "{pad}  {}", f.steps);
+        let _ = writeln!(out, "{pad}  {}", f.fold);
         let _ = writeln!(out, "{pad}}}");
         true
     }
@@ -1540,27 +1552,16 @@ impl Ctx<'_> {
         // other members, which each lane runs whole for its share of this
         // loop, as `mapping::reduction_site` plans), around one update
         // statement.
-        let Some((around, inner_iterators, statement, args)) = self.reduction_body(loop_body)
+        let Some(Folded {
+            op,
+            t,
+            steps: guarded,
+            fold,
+            ..
+        }) = self.folded(loop_body, Some(iterator))
         else {
             return false;
         };
-        let Some(s) = self.scop.statement(statement) else {
-            return false;
-        };
-        let st = &self.program.statements[s.source];
-        let env = self.statement_env(&s.iterators, args);
-        let Some((op, t, rhs)) = self.printer.reduction(st, &env) else {
-            return false;
-        };
-        let fold = self.printer.fold_into_lhs(st, &env, "pf_red");
-        // The accumulator's address must not depend on the reduction's
-        // loops.
-        if fold
-            .split(|c: char| !c.is_alphanumeric() && c != '_')
-            .any(|tok| tok == iterator || inner_iterators.contains(&tok))
-        {
-            return false;
-        }
         let pad = "  ".repeat(depth);
         let ty = self.printer.ctype(t);
         let ident = self.printer.identity(op, t);
@@ -1577,13 +1578,6 @@ impl Ctx<'_> {
             _ => 1,
         };
         let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
-        let step = self.printer.combine(op, t, "pf_red", &rhs);
-        let guarded = around
-            .iter()
-            .rev()
-            .fold(format!("pf_red = {step};"), |body, head| {
-                format!("{head} {body}")
-            });
         // One lane's share, `lane` naming the lane: iterations `lane, lane +
         // 32, ...` folded into `pf_red`, four at a time into four chains
         // while the fourth is still inside the loop. The CPU emulation runs
