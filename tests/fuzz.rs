@@ -360,6 +360,12 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         None,
     ),
     (
+        "emulate_f32_wrong_result_open.json",
+        &["--target", "emulate", "--check", "--strategy", "isl"],
+        "ok",
+        Some("check FAILED 1.58e-1 on an f32 output in the emulation under isl and max (cpu and min pass): found by the last run at the session's end, not investigated yet"),
+    ),
+    (
         "f16_product_reduction_rounded_per_step.json",
         &["--target", "emulate", "--check", "--strategy", "isl"],
         "ok",
