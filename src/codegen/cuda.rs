@@ -486,20 +486,11 @@ pub fn emulate_mapped(
     let ast = super::build_ast(scop, mapped)?;
     let mut bodies = Vec::new();
     collect_kernels(&ast, &mut Vec::new(), &mut bodies)?;
-    let one = || Expr::Int(1);
     let plans: Vec<KernelPlan> = bodies
         .into_iter()
         .map(|(mark, _)| KernelPlan {
-            mark,
-            grid: [one(), one(), one()],
             block,
-            scope: None,
-            reduce_x: false,
-            registers: None,
-            contraction: None,
-            private: Vec::new(),
-            lanes: None,
-            attention: None,
+            ..KernelPlan::one_thread(mark)
         })
         .collect();
     Ok(self::program(program, scop, &ast, &plans)?.1)

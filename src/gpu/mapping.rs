@@ -80,7 +80,7 @@ pub struct KernelPlan {
 impl KernelPlan {
     /// The plan of kernel `mark` before its mapping: one block of one
     /// thread, nothing promoted.
-    fn one_thread(mark: String) -> KernelPlan {
+    pub fn one_thread(mark: String) -> KernelPlan {
         let one = || Expr::Int(1);
         KernelPlan {
             mark,
