@@ -317,3 +317,28 @@ fn a_private_array_read_before_it_is_written_must_be_loaded() {
     }
     gpu::race::prove_private_reads(&program, &scop, &kernel, &region(true)).unwrap();
 }
+
+/// The last fallback of a mapping the race proof refuses: blocks of one
+/// thread. Causal attention off tensor cores at S = 37 reaches it today
+/// (the proof counts a row that could be alone in its loop as on a thread
+/// of its own, which its fused mappings cannot rule out): the tree says
+/// so, and the program still checks in the emulation.
+#[test]
+fn the_last_fallback_is_blocks_of_one_thread_and_it_checks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let f = root.join("examples/attention_causal.json");
+    let f = f.to_str().unwrap();
+    let args = ["--param", "S=37", "--no-tensor-cores"];
+    let mut tree_args = vec!["schedule", f, "--emit", "gpu-tree"];
+    tree_args.extend(args);
+    let out = polyfuse(&tree_args);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("single_thread_for_race_freedom"), "{t}");
+    let mut run_args = vec!["run", f, "--target", "emulate", "--check"];
+    run_args.extend(args);
+    let out = polyfuse(&run_args);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("check: ok"), "{t}");
+}
