@@ -750,43 +750,6 @@ fn shift(e: &Expr, name: &str, by: i64) -> Expr {
     }
 }
 
-/// Whether every thread-mapped loop in `n` starts at 0 and steps by 1 (the
-/// point loops of a tiling do), so that a thread's iterations are
-/// `t, t + B, ...` and can be numbered by register.
-fn counted_loops_fit(n: &Node) -> bool {
-    fn walk(n: &Node, mapped: &[String]) -> bool {
-        match n {
-            Node::For {
-                iterator,
-                init,
-                inc,
-                body,
-                ..
-            } => {
-                if mapped.iter().any(|m| m == iterator)
-                    && (init != &Expr::Int(0) || inc != &Expr::Int(1))
-                {
-                    return false;
-                }
-                walk(body, mapped)
-            }
-            Node::Mark { name, body } => {
-                let mut m = mapped.to_vec();
-                if let Some((true, _, it)) = parse_mapping_mark(name) {
-                    m.push(it);
-                }
-                walk(body, &m)
-            }
-            Node::If {
-                then, otherwise, ..
-            } => walk(then, mapped) && otherwise.as_deref().is_none_or(|e| walk(e, mapped)),
-            Node::Block(v) => v.iter().all(|c| walk(c, mapped)),
-            Node::User { .. } => true,
-        }
-    }
-    walk(n, &[])
-}
-
 /// The marks starting with `prefix` that occur more than once in `n`.
 fn repeated_marks(n: &Node, prefix: &str) -> Vec<String> {
     fn walk(n: &Node, prefix: &str, seen: &mut Vec<String>) {
@@ -979,7 +942,20 @@ impl Ctx<'_> {
                         let count = regs.counts(self.block)[nt - 1 - axis.min(nt - 1)];
                         let b = self.block[axis.min(2)];
                         let r = format!("pf_r{}", p.1);
-                        let guard = self.guard(&pending[..k]);
+                        // Thread mappings of the tile above this one that
+                        // lost their loop stay pending for the statements
+                        // below: each runs on the thread and slot that own
+                        // its element (`owned_statement`), not on index 0
+                        // (the same where the tile has one point there).
+                        let spread = |a: char| {
+                            (0..nt).any(|j| {
+                                ['x', 'y', 'z'][nt - 1 - j] == a
+                                    && regs.thread_tiles.get(j).is_some_and(|t| *t > 1)
+                            })
+                        };
+                        let (lost, others): (Vec<Pending>, Vec<Pending>) =
+                            pending[..k].iter().cloned().partition(|q| q.0 && spread(q.1));
+                        let guard = self.guard(&others);
                         if !guard.is_empty() {
                             let _ = writeln!(out, "{pad}if ({guard})");
                         }
@@ -996,17 +972,33 @@ impl Ctx<'_> {
                         let w = regs.group(self.block, nt - 1 - axis.min(nt - 1));
                         let point = slot_point(&tid, &r, i64::from(b), w);
                         let _ = writeln!(out, "{pad}  const pf_i {iterator} = {point};");
-                        let guard = if self.full_tile {
+                        // The slots enumerate the tile's points; the
+                        // loop's own iterations are those from its start,
+                        // on its stride, within its condition (the last
+                        // holds for the whole tile under `full_tile`).
+                        let mut tests = Vec::new();
+                        if n_init != &Expr::Int(0) {
+                            tests.push(format!("{iterator} >= {init}"));
+                        }
+                        if n_inc != &Expr::Int(1) {
+                            tests.push(format!(
+                                "({iterator} - ({init})) - ({inc}) * pf_floord({iterator} - ({init}), {inc}) == 0"
+                            ));
+                        }
+                        if !self.full_tile {
+                            tests.push(cond.clone());
+                        }
+                        let guard = if tests.is_empty() {
                             "1".to_string()
                         } else {
-                            cond.clone()
+                            tests.join(" && ")
                         };
                         let _ = writeln!(out, "{pad}  if ({guard}) {{");
                         let inner = Ctx {
                             nosync: false,
                             ..*self
                         };
-                        inner.node(body, depth + 2, &[], true, out);
+                        inner.node(body, depth + 2, &lost, true, out);
                         let _ = writeln!(out, "{pad}  }}");
                         let _ = writeln!(out, "{pad}}}");
                         return;
@@ -1242,7 +1234,7 @@ impl Ctx<'_> {
             Node::Mark { name, body } if name == "registers" => {
                 match self
                     .regs
-                    .filter(|r| counted_loops_fit(body) && !self.names_unbound(&r.prefix_values))
+                    .filter(|r| !self.names_unbound(&r.prefix_values))
                 {
                     Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
                     None => self.node(body, depth, pending, in_thread, out),
