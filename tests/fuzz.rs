@@ -337,7 +337,9 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
     ),
     (
         "race_param_dependent_single_row.json",
-        &["--target", "emulate", "--check", "--param", "N=12", "--param", "M=14"],
+        &[
+            "--target", "emulate", "--check", "--param", "N=12", "--param", "M=14",
+        ],
         "ok",
         None,
     ),
@@ -349,7 +351,10 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
     ),
     (
         "f16_private_accumulator_symbolic.json",
-        &["--target", "emulate", "--check", "--param", "N=3", "--param", "M=54", "--param", "K=21"],
+        &[
+            "--target", "emulate", "--check", "--param", "N=3", "--param", "M=54", "--param",
+            "K=21",
+        ],
         "ok",
         None,
     ),

@@ -953,8 +953,10 @@ impl Ctx<'_> {
                                     && regs.thread_tiles.get(j).is_some_and(|t| *t > 1)
                             })
                         };
-                        let (lost, others): (Vec<Pending>, Vec<Pending>) =
-                            pending[..k].iter().cloned().partition(|q| q.0 && spread(q.1));
+                        let (lost, others): (Vec<Pending>, Vec<Pending>) = pending[..k]
+                            .iter()
+                            .cloned()
+                            .partition(|q| q.0 && spread(q.1));
                         let guard = self.guard(&others);
                         if !guard.is_empty() {
                             let _ = writeln!(out, "{pad}if ({guard})");
@@ -1232,10 +1234,7 @@ impl Ctx<'_> {
                 }
             }
             Node::Mark { name, body } if name == "registers" => {
-                match self
-                    .regs
-                    .filter(|r| !self.names_unbound(&r.prefix_values))
-                {
+                match self.regs.filter(|r| !self.names_unbound(&r.prefix_values)) {
                     Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
                     None => self.node(body, depth, pending, in_thread, out),
                 }
