@@ -172,6 +172,14 @@ struct Common {
     /// inner tile loops).
     #[arg(long)]
     no_sink: bool,
+    /// GPU, default strategy: keep isl's grouping of the statements. By
+    /// default polyfuse also maps the program with minimal fusion and takes
+    /// that where its cost model expects it to run in at most half the
+    /// time (a matrix product fused with what follows it into a kernel
+    /// without tiles); `--emit gpu-tree` then shows the mark
+    /// `minimal_fusion_by_cost`.
+    #[arg(long)]
+    no_fusion_by_cost: bool,
     /// Algebraic repair of reduction chains (softmax, attention): program
     /// (the file's "schedule" key, or polyfuse's choice without one: rolling
     /// update for long reductions with many rows, split-k for few rows),
@@ -205,6 +213,7 @@ impl Common {
             || self.pipeline
             || self.k_split.is_some()
             || self.no_sink
+            || self.no_fusion_by_cost
             || self.repair.is_some()
             || self.split.is_some()
     }
@@ -327,6 +336,7 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
         unroll: common.unroll,
         pipeline: common.pipeline,
         k_split: common.k_split,
+        fusion_by_cost: !common.no_fusion_by_cost,
         ..Default::default()
     }
 }

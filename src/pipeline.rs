@@ -217,8 +217,9 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         }
         _ => None,
     };
+    let rows_fused = fused_rows.is_some();
     let strategy = match options.strategy {
-        Strategy::Isl if program_k.rolling.is_some() || fused_rows.is_some() => Strategy::Max,
+        Strategy::Isl if program_k.rolling.is_some() || rows_fused => Strategy::Max,
         s => s,
     };
     let sched = if options.strategy == Strategy::Canonical {
@@ -253,56 +254,17 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     let gpu = match &options.gpu {
         Some(g) => {
-            let map =
-                |s: isl_rs::Schedule| map_to_gpu(&isl, program_k, &scop, &deps, s, options, g);
-            Some(match map(sched.copy()?) {
-                // A fused mapping that cannot be proven race-free: the
-                // statements in kernels of their own (minimal fusion),
-                // marked so in the mapped tree, or the refusal.
-                Err(race @ Error::Race { .. }) if strategy != Strategy::Min => {
-                    let min = schedule::compute(&isl, &scop, &deps, Strategy::Min)?;
-                    schedule::check_legal(file, &min, &scop, &deps)?;
-                    let root = min.get_root()?;
-                    let marked = match root.n_children()? {
-                        0 => min,
-                        _ => root
-                            .child(0)?
-                            .insert_mark(isl_rs::Id::read_from_str(
-                                &isl.ctx,
-                                "minimal_fusion_for_race_freedom",
-                            )?)?
-                            .get_schedule()?,
-                    };
-                    match map(marked) {
-                        Err(Error::Race { .. }) => {
-                            // Last, blocks of one thread, which no mapping
-                            // of the threads can make race.
-                            let one = GpuOptions {
-                                block: vec![1, 1, 1],
-                                ..g.clone()
-                            };
-                            let root = sched.get_root()?.child(0)?.insert_mark(
-                                isl_rs::Id::read_from_str(
-                                    &isl.ctx,
-                                    "single_thread_for_race_freedom",
-                                )?,
-                            )?;
-                            map_to_gpu(
-                                &isl,
-                                program_k,
-                                &scop,
-                                &deps,
-                                root.get_schedule()?,
-                                options,
-                                &one,
-                            )
-                            .map_err(|_| race)?
-                        }
-                        other => other?,
-                    }
+            let mapped =
+                map_for_race_freedom(&isl, program_k, &scop, &deps, &sched, strategy, options, g)?;
+            // The grouping by cost (issue 32): under the default strategy,
+            // minimal fusion where the model expects it to be faster.
+            let mapped = match (options.strategy, &repaired) {
+                (Strategy::Isl, None) if g.fusion_by_cost => {
+                    choose_by_cost(&isl, program_k, &scop, &deps, mapped, options, g)?
                 }
-                other => other?,
-            })
+                _ => mapped,
+            };
+            Some(print_gpu(program_k, &scop, mapped)?)
         }
         None => None,
     };
@@ -400,9 +362,18 @@ fn schedule_symbolic(
     schedule::compute(isl, &scop, &deps, strategy).ok()
 }
 
-/// The GPU side of a compilation: the mapped tree (checked against every
-/// dependence like the CPU schedule), its CUDA, and its C emulation.
-fn map_to_gpu(
+/// A mapping the gpu stage made and proved: the mapped schedule (checked
+/// against every dependence like the CPU schedule, and race-free) and one
+/// plan per kernel.
+struct Mapped {
+    schedule: isl_rs::Schedule,
+    plans: Vec<gpu::mapping::KernelPlan>,
+}
+
+/// Maps `schedule` and proves the mapping: legal, parallel where it says
+/// so, and race-free (with the barriers it left out of step loops back in
+/// where that makes the proof go through).
+fn map_proven(
     isl: &Isl,
     program: &Program,
     scop: &model::Scop,
@@ -410,7 +381,7 @@ fn map_to_gpu(
     schedule: isl_rs::Schedule,
     options: &Options,
     gpu_options: &GpuOptions,
-) -> Result<(ScheduleTree, CudaProgram, String)> {
+) -> Result<Mapped> {
     gpu_options.validate().map_err(|message| Error::Input {
         file: program.source.clone(),
         message,
@@ -435,10 +406,137 @@ fn map_to_gpu(
             _ => return Err(refused),
         },
     };
-    let tree = ScheduleTree::from_isl(&mapped.get_root()?)?;
-    let ast = codegen::build_ast(scop, &mapped)?;
-    let (cuda, emulation) = codegen::cuda::program(program, scop, &ast, &plans)?;
+    Ok(Mapped {
+        schedule: mapped,
+        plans,
+    })
+}
+
+/// The GPU side of a compilation from its proven mapping: the mapped tree,
+/// its CUDA, and its C emulation.
+fn print_gpu(
+    program: &Program,
+    scop: &model::Scop,
+    mapped: Mapped,
+) -> Result<(ScheduleTree, CudaProgram, String)> {
+    let tree = ScheduleTree::from_isl(&mapped.schedule.get_root()?)?;
+    let ast = codegen::build_ast(scop, &mapped.schedule)?;
+    let (cuda, emulation) = codegen::cuda::program(program, scop, &ast, &mapped.plans)?;
     Ok((tree, cuda, emulation))
+}
+
+/// `sched` mapped and proven; where the race proof refuses it, the
+/// statements in kernels of their own (minimal fusion), then blocks of one
+/// thread, each marked so in the mapped tree; else the refusal.
+#[allow(clippy::too_many_arguments)]
+fn map_for_race_freedom(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    sched: &isl_rs::Schedule,
+    strategy: Strategy,
+    options: &Options,
+    g: &GpuOptions,
+) -> Result<Mapped> {
+    let file = program.source.as_str();
+    let map = |s: isl_rs::Schedule| map_proven(isl, program, scop, deps, s, options, g);
+    match map(sched.copy()?) {
+        Err(race @ Error::Race { .. }) if strategy != Strategy::Min => {
+            let min = schedule::compute(isl, scop, deps, Strategy::Min)?;
+            schedule::check_legal(file, &min, scop, deps)?;
+            match map(marked(isl, min, "minimal_fusion_for_race_freedom")?) {
+                Err(Error::Race { .. }) => {
+                    // Last, blocks of one thread, which no mapping of the
+                    // threads can make race.
+                    let one = GpuOptions {
+                        block: vec![1, 1, 1],
+                        ..g.clone()
+                    };
+                    let root =
+                        sched
+                            .get_root()?
+                            .child(0)?
+                            .insert_mark(isl_rs::Id::read_from_str(
+                                &isl.ctx,
+                                "single_thread_for_race_freedom",
+                            )?)?;
+                    map_proven(
+                        isl,
+                        program,
+                        scop,
+                        deps,
+                        root.get_schedule()?,
+                        options,
+                        &one,
+                    )
+                    .map_err(|_| race)
+                }
+                other => other,
+            }
+        }
+        other => other,
+    }
+}
+
+/// `schedule` with mark `name` below its root (above everything), so that
+/// `--emit gpu-tree` says why the schedule is what it is.
+fn marked(isl: &Isl, schedule: isl_rs::Schedule, name: &str) -> Result<isl_rs::Schedule> {
+    let root = schedule.get_root()?;
+    Ok(match root.n_children()? {
+        0 => schedule,
+        _ => root
+            .child(0)?
+            .insert_mark(isl_rs::Id::read_from_str(&isl.ctx, name)?)?
+            .get_schedule()?,
+    })
+}
+
+/// How much faster (by the cost model) minimal fusion must be expected to
+/// run before it replaces the default grouping: the model ranks by
+/// orders of magnitude, not by percent.
+const COST_MARGIN: f64 = 0.5;
+
+/// The default mapping, or minimal fusion's where the cost model
+/// (`gpu::cost`) expects it to take less than [`COST_MARGIN`] of the
+/// default's time: a product fused with its consumers into a kernel that
+/// loses its tiles (issue 32). The choice is marked
+/// `minimal_fusion_by_cost` in the mapped tree. Where either cannot be
+/// estimated (symbolic sizes) or minimal fusion cannot be mapped, the
+/// default stays.
+fn choose_by_cost(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    default: Mapped,
+    options: &Options,
+    g: &GpuOptions,
+) -> Result<Mapped> {
+    let machine = gpu::cost::Machine::H100;
+    let Some(base) =
+        gpu::cost::estimate(scop, program, &default.schedule, &default.plans, &machine)?
+    else {
+        return Ok(default);
+    };
+    // Nothing to gain where the default already runs one kernel per
+    // statement group that minimal fusion would make.
+    let Ok(min) = schedule::compute(isl, scop, deps, Strategy::Min) else {
+        return Ok(default);
+    };
+    schedule::check_legal(&program.source, &min, scop, deps)?;
+    let min = marked(isl, min, "minimal_fusion_by_cost")?;
+    let Ok(alt) = map_proven(isl, program, scop, deps, min, options, g) else {
+        return Ok(default);
+    };
+    if alt.plans.len() == default.plans.len() {
+        return Ok(default);
+    }
+    let est = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)?;
+    match est {
+        Some(e) if e.seconds() < COST_MARGIN * base.seconds() => Ok(alt),
+        _ => Ok(default),
+    }
 }
 
 /// The maximal-fusion schedule of `program`, when it maps to fewer GPU

@@ -10,6 +10,7 @@
 
 pub mod attention;
 pub mod contraction;
+pub mod cost;
 pub mod decoding;
 pub mod lanes;
 pub mod mapping;
@@ -17,6 +18,7 @@ pub mod private;
 pub mod promote;
 pub mod race;
 pub mod registers;
+pub mod traffic;
 
 use std::collections::HashMap;
 
@@ -78,6 +80,11 @@ pub struct GpuOptions {
     /// the GPU (see `contraction::Contraction::split`). Kernels with a
     /// batch on z, or not on tensor cores, keep one block per tile.
     pub k_split: Option<u32>,
+    /// Under the default strategy, replace a fused grouping by minimal
+    /// fusion where the cost model (`gpu::cost`) expects that to take at
+    /// most half the time (a product fused with its consumers into a
+    /// kernel that loses its tiles). Off: the strategy's grouping as is.
+    pub fusion_by_cost: bool,
 }
 
 impl Default for GpuOptions {
@@ -95,6 +102,7 @@ impl Default for GpuOptions {
             unroll: false,
             pipeline: false,
             k_split: None,
+            fusion_by_cost: true,
         }
     }
 }

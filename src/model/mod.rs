@@ -11,6 +11,7 @@
 //! Built here too: TC's checks on the model. Every access stays inside its
 //! tensor (`(D.A) \ T = ∅`) and every output element is written.
 
+pub mod count;
 mod ranges;
 
 use crate::error::{Error, Result};

@@ -437,7 +437,7 @@ fn chain_groups(
                 .copy()?
                 .intersect_params(scop.context.copy()?)?
                 .project_out_all_params()?;
-            Ok(crate::runtime::work::count_points(&d).ok())
+            Ok(crate::model::count::count_points(&d).ok())
         };
         let (Some(total), Some(outer)) = (count(upd)?, count(init)?) else {
             continue;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The suite beyond the examples (issue 32) on the GPU machine, one call:
+# each program checked at sizes off the tile grid, then timed at its
+# file's sizes under polyfuse's default and with --no-fusion-by-cost
+# (the grouping isl's scheduler gives, the default before the cost model),
+# then its PyTorch peers (bench/suite/peers.py) in the same call.
+#
+#   bash bench/suite/run.sh        # POLYFUSE=target/release/polyfuse, OUT=/tmp/suite
+#
+# Writes $OUT/suite.jsonl (polyfuse runs) and $OUT/peers.jsonl.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+POLYFUSE=${POLYFUSE:-$root/target/release/polyfuse}
+OUT=${OUT:-/tmp/suite}
+mkdir -p "$OUT"
+: >"$OUT/suite.jsonl"
+# Sizes for the check: off every tile grid, small enough for the f64
+# reference on the CPU.
+small() {
+    case $1 in
+        product_bias_tanh_f16|layernorm_product_f16) echo "--param M=300 --param N=333 --param K=257" ;;
+        mlp3_f32) echo "--param B=300 --param D=257" ;;
+        syrk) echo "--param N=300 --param M=257" ;;
+        covariance) echo "--param N=301 --param M=257" ;;
+        column_logsumexp) echo "--param R=1001 --param C=333" ;;
+        grouped_conv) echo "--param B=2 --param G=4 --param H=19 --param W=23" ;;
+    esac
+}
+for f in bench/suite/*.json; do
+    name=$(basename "$f" .json)
+    # shellcheck disable=SC2046
+    line=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --check $(small "$name") 2>&1 | grep '^check:')
+    echo "{\"program\": \"$name\", \"what\": \"check\", \"line\": \"$line\"}" >>"$OUT/suite.jsonl"
+    for variant in default no-fusion-by-cost; do
+        extra=""
+        [[ $variant == no-fusion-by-cost ]] && extra="--no-fusion-by-cost"
+        # shellcheck disable=SC2086
+        json=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --bench --json --runs 10 $extra 2>"$OUT/$name-$variant.err")
+        echo "{\"program\": \"$name\", \"what\": \"$variant\", \"result\": ${json:-null}}" >>"$OUT/suite.jsonl"
+    done
+    echo "suite: $name done" >&2
+done
+python3 bench/suite/peers.py --out "$OUT/peers.jsonl"
