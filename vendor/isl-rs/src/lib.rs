@@ -1,0 +1,2 @@
+mod bindings;
+pub use bindings::*;
