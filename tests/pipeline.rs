@@ -43,11 +43,9 @@ fn run_ok(json: &str, options: &Options) {
     assert!(check.ok, "{}", check.line());
 }
 
-/// isl is built with IMath's 32-bit small integers (`imath-32`, chosen by
-/// `scripts/isl-config.site` through `.cargo/config.toml`), not plain IMath:
-/// the attention examples compile 2 to 4.5 times faster with it. A build
-/// directory whose isl predates the site file fails here: rebuild isl with
-/// `cargo clean -p isl-rs`.
+/// isl is built with IMath's 32-bit small integers (`imath-32`, set by the
+/// checked-in `vendor/isl-rs/isl/isl_config.h`), not plain IMath: the
+/// attention examples compile 2 to 4.5 times faster with it.
 #[test]
 fn isl_uses_small_integers() {
     let v = polyfuse::isl::version();

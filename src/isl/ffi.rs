@@ -140,8 +140,8 @@ fn take_isl_string(p: *mut c_char) -> String {
 }
 
 /// isl's version string, which names its integer type (for example
-/// `isl-0.26-IMath-32`): polyfuse is built with IMath's 32-bit small
-/// integers (see `scripts/isl-config.site`).
+/// `isl-0.27-IMath-32`): polyfuse is built with IMath's 32-bit small
+/// integers (see `vendor/isl-rs/build.rs`).
 pub fn version() -> String {
     // SAFETY: isl_version returns a pointer to a static NUL-terminated
     // string, never freed.
