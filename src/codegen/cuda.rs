@@ -946,11 +946,17 @@ impl Ctx<'_> {
                         // lost their loop stay pending for the statements
                         // below: each runs on the thread and slot that own
                         // its element (`owned_statement`), not on index 0
-                        // (the same where the tile has one point there).
+                        // (the same where the element does not move
+                        // along that axis: its point there is fixed, the
+                        // one index 0 runs, as in decoding's row maximum).
                         let spread = |a: char| {
                             (0..nt).any(|j| {
                                 ['x', 'y', 'z'][nt - 1 - j] == a
                                     && regs.thread_tiles.get(j).is_some_and(|t| *t > 1)
+                                    && regs
+                                        .element
+                                        .iter()
+                                        .any(|e| mentions(e, &format!("pf_t{j}")))
                             })
                         };
                         let (lost, others): (Vec<Pending>, Vec<Pending>) = pending[..k]
