@@ -7,7 +7,9 @@
 #
 #   bash bench/suite/run.sh        # POLYFUSE=target/release/polyfuse, OUT=/tmp/suite
 #
-# Writes $OUT/suite.jsonl (polyfuse runs) and $OUT/peers.jsonl.
+# Writes $OUT/suite.jsonl (polyfuse runs), $OUT/peers.jsonl and
+# $OUT/errors.log (polyfuse's stderr). NAMES="syrk covariance" runs those
+# programs alone.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -27,8 +29,10 @@ small() {
         grouped_conv) echo "--param B=2 --param G=4 --param H=19 --param W=23" ;;
     esac
 }
-for f in bench/suite/*.json; do
-    name=$(basename "$f" .json)
+: >"$OUT/errors.log"
+names=${NAMES:-$(for f in bench/suite/*.json; do basename "$f" .json; done)}
+for name in $names; do
+    f=bench/suite/$name.json
     # shellcheck disable=SC2046
     line=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --check $(small "$name") 2>&1 | grep '^check:')
     echo "{\"program\": \"$name\", \"what\": \"check\", \"line\": \"$line\"}" >>"$OUT/suite.jsonl"
@@ -36,9 +40,10 @@ for f in bench/suite/*.json; do
         extra=""
         [[ $variant == no-fusion-by-cost ]] && extra="--no-fusion-by-cost"
         # shellcheck disable=SC2086
-        json=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --bench --json --runs 10 $extra 2>"$OUT/$name-$variant.err")
+        json=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --bench --json --runs 10 $extra 2>>"$OUT/errors.log")
         echo "{\"program\": \"$name\", \"what\": \"$variant\", \"result\": ${json:-null}}" >>"$OUT/suite.jsonl"
     done
     echo "suite: $name done" >&2
 done
-python3 bench/suite/peers.py --out "$OUT/peers.jsonl"
+# shellcheck disable=SC2086
+python3 bench/suite/peers.py ${NAMES:-} --out "$OUT/peers.jsonl"

@@ -237,119 +237,257 @@ pub fn promote(
     }
     let mut budget = opts.shared_limit;
     for t in tensors {
-        let tensor = scop
-            .tensor(&t)
-            .ok_or_else(|| Error::Internal(format!("unknown tensor {t}")))?;
-        let mut reads = UnionMap::empty(prefix.get_space()?)?;
-        let mut all_coalesced = true;
-        for s in &in_kernel {
-            for a in s.accesses(program) {
-                if !a.write && a.tensor == t {
-                    reads = reads.union(UnionMap::from_map(a.relation.copy()?)?)?;
-                    let x = x_iterator.get(&s.name).copied().flatten();
-                    all_coalesced &= coalesced(a.relation, x)?;
-                }
-            }
-        }
-        let reads = reads.intersect_domain(domain.copy()?)?;
-        let reused = !prefix
-            .copy()?
-            .range_product(reads.copy()?)?
-            .is_injective()?;
-        if !reused && all_coalesced {
-            continue;
-        }
-        let footprint = Map::from_union_map(prefix.copy()?.reverse()?.apply_range(reads)?)?;
-        let hull = footprint.get_range_simple_fixed_box_hull()?;
-        if !hull.is_valid()? {
-            continue;
-        }
-        let size = hull.get_size()?;
-        let rank = tensor.shape.len();
-        let mut sizes = Vec::new();
-        for d in 0..rank {
-            sizes.push(val_to_i64(&size.get_at(d as i32)?)?);
-        }
-        let (inner, pad) = match layout {
-            Layout::RowMajor => (rank.saturating_sub(1), 1),
-            Layout::Grouped { inner, width } => {
-                let indexed = |it: &HashMap<String, Option<usize>>| {
-                    indexed_dimension(program, &in_kernel, &t, it)
-                };
-                let mut found = None;
-                for it in inner {
-                    if let Some(d) = indexed(it)? {
-                        found = Some(d);
-                        break;
-                    }
-                }
-                (found.unwrap_or(rank.saturating_sub(1)), *width)
-            }
-        };
-        // Dimensions from the outermost to the innermost of the layout.
-        let order: Vec<usize> = (0..rank)
-            .filter(|d| *d != inner)
-            .chain((rank > 0).then_some(inner))
-            .collect();
-        let mut pitch = vec![1i64; rank];
-        let mut len = 1i64;
-        for (k, &d) in order.iter().enumerate().rev() {
-            pitch[d] = len;
-            let mut extent = sizes[d];
-            if k + 1 == rank && rank > 1 && extent % 32 == 0 {
-                extent += pad;
-            }
-            len = len.saturating_mul(extent);
-        }
-        let bytes = len as usize * tensor.dtype.size();
-        if len <= 0 || bytes > budget {
-            continue;
-        }
-        budget -= bytes;
-        let offset_ma = hull.get_offset()?;
-        let mut offset = Vec::new();
-        for d in 0..rank {
-            let pa = PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
-            offset.push(expr_in(isl, pa, &names)?);
-        }
-        let vector4 = rank >= 1
-            && tensor.dtype == DType::F32
-            && sizes[rank - 1] % 4 == 0
-            && matches!(program.evaluate(&tensor.shape[rank - 1]), Some(v) if v % 4 == 0)
-            && {
-                let last = PwAff::from_aff(offset_ma.get_at(rank as i32 - 1)?)?;
-                let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
-                last.mod_val(isl_rs::Val::int_from_si(&isl.ctx, 4)?)?
-                    .non_zero_set()?
-                    .intersect(image)?
-                    .is_empty()?
+        let groups = reference_groups(program, &in_kernel, &t, &prefix, &domain)?;
+        let several = groups.len() > 1;
+        for (g, group) in groups.iter().enumerate() {
+            let in_group =
+                |stmt: &str, text: &str| group.iter().any(|(s, a)| s == stmt && a == text);
+            let buffer = if several {
+                format!("pf_shared_{}_{}_{}", kernel, t, g)
+            } else {
+                format!("pf_shared_{}_{}", kernel, t)
             };
-        let index = scope.arrays.len();
-        scope.arrays.push(Promotion {
-            tensor: t.clone(),
-            buffer: format!("pf_shared_{}_{}", kernel, t),
-            dtype: tensor.dtype,
-            sizes,
-            pitch,
-            offset,
-            len,
-            vector4,
-        });
-        // Every read of `t`: the shared element is `R(s) - o(P(s))`, the
-        // global subscripts minus the offset, which the copy computed for
-        // the current prefix (`pf_o<array>_<dim>` in the generated code).
-        for s in &in_kernel {
-            for a in s.accesses(program) {
-                if !a.write && a.tensor == t {
-                    let key = (s.name.clone(), a.text());
-                    scope.accesses.insert(key, (index, a.subscripts));
-                }
-            }
+            promote_group(
+                isl,
+                program,
+                scop,
+                &in_kernel,
+                &t,
+                &in_group,
+                buffer,
+                &prefix,
+                &domain,
+                &names,
+                x_iterator,
+                layout,
+                &mut budget,
+                &mut scope,
+            )?;
         }
     }
     scope.double_buffered =
         opts.pipeline && !scope.arrays.is_empty() && 2 * scope.bytes() <= opts.shared_limit;
     Ok(scope)
+}
+
+/// Promotes one group of reads of tensor `t` (those `in_group` accepts):
+/// its box, when it is reused or read uncoalesced and fits what is left of
+/// `budget`, becomes array `buffer` of `scope`.
+#[allow(clippy::too_many_arguments)]
+fn promote_group(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    in_kernel: &[&crate::model::ModelStmt],
+    t: &str,
+    in_group: &dyn Fn(&str, &str) -> bool,
+    buffer: String,
+    prefix: &UnionMap,
+    domain: &isl_rs::UnionSet,
+    names: &[String],
+    x_iterator: &HashMap<String, Option<usize>>,
+    layout: &Layout,
+    budget: &mut usize,
+    scope: &mut Scope,
+) -> Result<()> {
+    let tensor = scop
+        .tensor(t)
+        .ok_or_else(|| Error::Internal(format!("unknown tensor {t}")))?;
+    let mut reads = UnionMap::empty(prefix.get_space()?)?;
+    let mut all_coalesced = true;
+    for s in in_kernel {
+        for a in s.accesses(program) {
+            if !a.write && a.tensor == t && in_group(&s.name, &a.text()) {
+                reads = reads.union(UnionMap::from_map(a.relation.copy()?)?)?;
+                let x = x_iterator.get(&s.name).copied().flatten();
+                all_coalesced &= coalesced(a.relation, x)?;
+            }
+        }
+    }
+    let reads = reads.intersect_domain(domain.copy()?)?;
+    let reused = !prefix
+        .copy()?
+        .range_product(reads.copy()?)?
+        .is_injective()?;
+    if !reused && all_coalesced {
+        return Ok(());
+    }
+    let footprint = Map::from_union_map(prefix.copy()?.reverse()?.apply_range(reads)?)?;
+    let hull = footprint.get_range_simple_fixed_box_hull()?;
+    if !hull.is_valid()? {
+        return Ok(());
+    }
+    let size = hull.get_size()?;
+    let rank = tensor.shape.len();
+    let mut sizes = Vec::new();
+    for d in 0..rank {
+        sizes.push(val_to_i64(&size.get_at(d as i32)?)?);
+    }
+    let (inner, pad) = match layout {
+        Layout::RowMajor => (rank.saturating_sub(1), 1),
+        Layout::Grouped { inner, width } => {
+            let indexed = |it: &HashMap<String, Option<usize>>| {
+                indexed_dimension(program, in_kernel, t, in_group, it)
+            };
+            let mut found = None;
+            for it in inner {
+                if let Some(d) = indexed(it)? {
+                    found = Some(d);
+                    break;
+                }
+            }
+            (found.unwrap_or(rank.saturating_sub(1)), *width)
+        }
+    };
+    let column_walk = matches!(
+        indexed_dimension(program, in_kernel, t, in_group, x_iterator)?,
+        Some(d) if d != inner
+    );
+    // Dimensions from the outermost to the innermost of the layout.
+    let order: Vec<usize> = (0..rank)
+        .filter(|d| *d != inner)
+        .chain((rank > 0).then_some(inner))
+        .collect();
+    let mut pitch = vec![1i64; rank];
+    let mut len = 1i64;
+    for (k, &d) in order.iter().enumerate().rev() {
+        pitch[d] = len;
+        let mut extent = sizes[d];
+        // A column walk over rows of pitch p meets gcd(p, 32) threads per
+        // bank: rows a multiple of 32 long are padded by the layout's
+        // width, and even rows that `threadIdx.x` walks down (it indexes
+        // an outer dimension of the box) by one: syrk's `A(j, k)` tile,
+        // 16 long, read down `j`, had 8-way conflicts (H100: syrk 2048
+        // 9.6 -> 2.9 ms, tbmm 358 -> 207 us; gemm's `A(i, k)`, which
+        // `threadIdx.x` does not index, keeps its rows: padded, 4% slower).
+        if k + 1 == rank
+            && rank > 1
+            && (extent % 32 == 0 || (pad == 1 && extent % 2 == 0 && column_walk))
+        {
+            extent += pad;
+        }
+        len = len.saturating_mul(extent);
+    }
+    let bytes = len as usize * tensor.dtype.size();
+    if len <= 0 || bytes > *budget {
+        return Ok(());
+    }
+    *budget -= bytes;
+    let offset_ma = hull.get_offset()?;
+    let mut offset = Vec::new();
+    for d in 0..rank {
+        let pa = PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
+        offset.push(expr_in(isl, pa, names)?);
+    }
+    let vector4 = rank >= 1
+        && tensor.dtype == DType::F32
+        && sizes[rank - 1] % 4 == 0
+        && matches!(program.evaluate(&tensor.shape[rank - 1]), Some(v) if v % 4 == 0)
+        && {
+            let last = PwAff::from_aff(offset_ma.get_at(rank as i32 - 1)?)?;
+            let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
+            last.mod_val(isl_rs::Val::int_from_si(&isl.ctx, 4)?)?
+                .non_zero_set()?
+                .intersect(image)?
+                .is_empty()?
+        };
+    let index = scope.arrays.len();
+    scope.arrays.push(Promotion {
+        tensor: t.to_string(),
+        buffer,
+        dtype: tensor.dtype,
+        sizes,
+        pitch,
+        offset,
+        len,
+        vector4,
+    });
+    // Every read of `t`: the shared element is `R(s) - o(P(s))`, the
+    // global subscripts minus the offset, which the copy computed for
+    // the current prefix (`pf_o<array>_<dim>` in the generated code).
+    for s in in_kernel {
+        for a in s.accesses(program) {
+            if !a.write && a.tensor == t && in_group(&s.name, &a.text()) {
+                let key = (s.name.clone(), a.text());
+                scope.accesses.insert(key, (index, a.subscripts));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The reads of tensor `t` in the kernel's statements `in_kernel`, in
+/// groups that share one shared array, each read as `(statement, access
+/// text)`. Reads start in groups of their own (one per distinct access)
+/// and two groups merge where the box of their union is no larger than
+/// their two boxes together: `A(i, k)` and `A(i, k + 1)` share a box,
+/// while syrk's `A(i, k)` and `A(j, k)` (row tiles of different blocks
+/// of rows) keep two, which is what fits, where their union's box spans
+/// every row between the two tiles. The tensor is only read in the
+/// kernel, so two copies of one element are never out of step.
+fn reference_groups(
+    program: &Program,
+    in_kernel: &[&crate::model::ModelStmt],
+    t: &str,
+    prefix: &UnionMap,
+    domain: &isl_rs::UnionSet,
+) -> Result<Vec<Vec<(String, String)>>> {
+    let mut groups: Vec<(Vec<(String, String)>, UnionMap)> = Vec::new();
+    for s in in_kernel {
+        for a in s.accesses(program) {
+            if a.write || a.tensor != t {
+                continue;
+            }
+            let key = (s.name.clone(), a.text());
+            if groups.iter().any(|(g, _)| g.contains(&key)) {
+                continue;
+            }
+            let rel = UnionMap::from_map(a.relation.copy()?)?.intersect_domain(domain.copy()?)?;
+            groups.push((vec![key], rel));
+        }
+    }
+    let box_size = |reads: &UnionMap| -> Result<Option<i64>> {
+        let f = prefix.copy()?.reverse()?.apply_range(reads.copy()?)?;
+        if f.is_empty()? {
+            return Ok(Some(0));
+        }
+        let hull = Map::from_union_map(f)?.get_range_simple_fixed_box_hull()?;
+        if !hull.is_valid()? {
+            return Ok(None);
+        }
+        let size = hull.get_size()?;
+        let mut n = 1i64;
+        for d in 0..size.size()? {
+            n = n.saturating_mul(val_to_i64(&size.get_at(d)?)?);
+        }
+        Ok(Some(n))
+    };
+    // Greedy: merge the first pair whose union costs nothing, until none.
+    'merge: loop {
+        for i in 0..groups.len() {
+            for j in i + 1..groups.len() {
+                let union = groups[i].1.copy()?.union(groups[j].1.copy()?)?;
+                let merged = match (
+                    box_size(&union)?,
+                    box_size(&groups[i].1)?,
+                    box_size(&groups[j].1)?,
+                ) {
+                    (Some(u), Some(a), Some(b)) => u <= a.saturating_add(b),
+                    // Without a box for a part, keep the tensor whole, as
+                    // before groups (its union may still have one).
+                    _ => true,
+                };
+                if merged {
+                    let (keys, _) = groups.remove(j);
+                    groups[i].0.extend(keys);
+                    groups[i].1 = union;
+                    continue 'merge;
+                }
+            }
+        }
+        break;
+    }
+    Ok(groups.into_iter().map(|(g, _)| g).collect())
 }
 
 /// The dimension of tensor `t` that the iterator `it` (a position per
@@ -361,12 +499,13 @@ fn indexed_dimension(
     program: &Program,
     stmts: &[&crate::model::ModelStmt],
     t: &str,
+    in_group: &dyn Fn(&str, &str) -> bool,
     it: &HashMap<String, Option<usize>>,
 ) -> Result<Option<usize>> {
     let mut found: Option<usize> = None;
     for s in stmts {
         for a in s.accesses(program) {
-            if a.write || a.tensor != t {
+            if a.write || a.tensor != t || !in_group(&s.name, &a.text()) {
                 continue;
             }
             let Some(pos) = it.get(&s.name).copied().flatten() else {

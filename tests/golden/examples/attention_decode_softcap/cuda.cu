@@ -33,7 +33,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_KV = 64;
   const pf_i p_D = 16;
   __shared__ unsigned short pf_shared_kernel_0_Q[64];
-  __shared__ unsigned short pf_shared_kernel_0_K[2048];
+  __shared__ unsigned short pf_shared_kernel_0_K[2176];
   if (blockIdx.y == 0)
   for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 63); c1 += (pf_i)gridDim.x * 32) {
     {
@@ -84,7 +84,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_g1 = pf_o1_1 + pf_a1;
             const pf_i pf_g2 = pf_o1_2 + pf_a2;
             const pf_i pf_g3 = pf_o1_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && pf_g3 >= 0 && pf_g3 < (p_D)) pf_shared_kernel_0_K[pf_a0 * 2048 + pf_a1 * 512 + pf_a2 * 16 + pf_a3 * 1] = t_K[(((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2) * (p_D) + pf_g3];
+            if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && pf_g3 >= 0 && pf_g3 < (p_D)) pf_shared_kernel_0_K[pf_a0 * 2176 + pf_a1 * 544 + pf_a2 * 17 + pf_a3 * 1] = t_K[(((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2) * (p_D) + pf_g3];
           }
           __syncthreads();
           for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {
@@ -98,7 +98,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                   if (1) {
                     if ((c3 == 0)) {
                     }
-                    pf_reg_kernel_0_P[pf_ry][pf_rx] = pf_reg_kernel_0_P[pf_ry][pf_rx] + (pf_h2f(pf_shared_kernel_0_Q[(((0)) - pf_o0_0) * 64 + (((c4)) - pf_o0_1) * 16 + (((c3)) - pf_o0_2) * 1]) * pf_h2f(pf_shared_kernel_0_K[(((0)) - pf_o1_0) * 2048 + (((c4)) - pf_o1_1) * 512 + ((((c1 + c5))) - pf_o1_2) * 16 + (((c3)) - pf_o1_3) * 1]));
+                    pf_reg_kernel_0_P[pf_ry][pf_rx] = pf_reg_kernel_0_P[pf_ry][pf_rx] + (pf_h2f(pf_shared_kernel_0_Q[(((0)) - pf_o0_0) * 64 + (((c4)) - pf_o0_1) * 16 + (((c3)) - pf_o0_2) * 1]) * pf_h2f(pf_shared_kernel_0_K[(((0)) - pf_o1_0) * 2176 + (((c4)) - pf_o1_1) * 544 + ((((c1 + c5))) - pf_o1_2) * 17 + (((c3)) - pf_o1_3) * 1]));
                     if ((c3 == 15)) {
                       t_T[((((0)) * (p_H) + ((c4))) * (p_KV) + (((c1 + c5))))] = (tanhf(((pf_reg_kernel_0_P[pf_ry][pf_rx] * 0.25f) / 20.0f)) * 20.0f);
                     }
@@ -137,7 +137,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_g1 = pf_o1_1 + pf_a1;
             const pf_i pf_g2 = pf_o1_2 + pf_a2;
             const pf_i pf_g3 = pf_o1_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && pf_g3 >= 0 && pf_g3 < (p_D)) pf_shared_kernel_0_K[pf_a0 * 2048 + pf_a1 * 512 + pf_a2 * 16 + pf_a3 * 1] = t_K[(((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2) * (p_D) + pf_g3];
+            if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && pf_g3 >= 0 && pf_g3 < (p_D)) pf_shared_kernel_0_K[pf_a0 * 2176 + pf_a1 * 544 + pf_a2 * 17 + pf_a3 * 1] = t_K[(((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2) * (p_D) + pf_g3];
           }
           __syncthreads();
           for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {
@@ -151,7 +151,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                   if ((c5 <= 31)) {
                     if ((c3 == 0)) {
                     }
-                    pf_reg_kernel_0_P[pf_ry][pf_rx] = pf_reg_kernel_0_P[pf_ry][pf_rx] + (pf_h2f(pf_shared_kernel_0_Q[(((0)) - pf_o0_0) * 64 + (((c4)) - pf_o0_1) * 16 + (((c3)) - pf_o0_2) * 1]) * pf_h2f(pf_shared_kernel_0_K[(((0)) - pf_o1_0) * 2048 + (((c4)) - pf_o1_1) * 512 + ((((c1 + c5))) - pf_o1_2) * 16 + (((c3)) - pf_o1_3) * 1]));
+                    pf_reg_kernel_0_P[pf_ry][pf_rx] = pf_reg_kernel_0_P[pf_ry][pf_rx] + (pf_h2f(pf_shared_kernel_0_Q[(((0)) - pf_o0_0) * 64 + (((c4)) - pf_o0_1) * 16 + (((c3)) - pf_o0_2) * 1]) * pf_h2f(pf_shared_kernel_0_K[(((0)) - pf_o1_0) * 2176 + (((c4)) - pf_o1_1) * 544 + ((((c1 + c5))) - pf_o1_2) * 17 + (((c3)) - pf_o1_3) * 1]));
                     if ((c3 == 15)) {
                       t_T[((((0)) * (p_H) + ((c4))) * (p_KV) + (((c1 + c5))))] = (tanhf(((pf_reg_kernel_0_P[pf_ry][pf_rx] * 0.25f) / 20.0f)) * 20.0f);
                     }
@@ -571,8 +571,8 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 4;
   const pf_i p_KV = 64;
   const pf_i p_D = 16;
-  __shared__ __align__(16) float pf_shared_kernel_3_M_local[16];
-  __shared__ __align__(16) float pf_shared_kernel_3_L_local[16];
+  __shared__ __align__(16) float pf_shared_kernel_3_M_local[20];
+  __shared__ __align__(16) float pf_shared_kernel_3_L_local[20];
   {
     float pf_reg_kernel_3_M[1];
     const int pf_rx = 0; (void)pf_rx;
@@ -605,15 +605,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (4)) {
             if ((((unsigned long long)t_M_local) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
             }
           }
         }
@@ -627,15 +627,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (4)) {
             if ((((unsigned long long)t_L_local) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
             }
           }
         }
@@ -650,13 +650,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_reg_kernel_3_M[pf_rx] = (-INFINITY);
               }
               if ((c2 <= 3)) {
-                pf_reg_kernel_3_M[pf_rx] = fmaxf(pf_reg_kernel_3_M[pf_rx], pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 16 + (((c3)) - pf_o0_1) * 4 + (((c2)) - pf_o0_2) * 1]);
+                pf_reg_kernel_3_M[pf_rx] = fmaxf(pf_reg_kernel_3_M[pf_rx], pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 20 + (((c3)) - pf_o0_1) * 5 + (((c2)) - pf_o0_2) * 1]);
                 if ((c2 == 3)) {
                   t_L[(((0)) * (p_H) + ((c3)))] = 0.0f;
                 }
               }
               if ((c2 >= 3)) {
-                t_L[(((0)) * (p_H) + ((c3)))] = t_L[(((0)) * (p_H) + ((c3)))] + ((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 16 + (((c3)) - pf_o0_1) * 4 + ((((c2 - 3))) - pf_o0_2) * 1] == pf_reg_kernel_3_M[pf_rx]) ? pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 16 + (((c3)) - pf_o1_1) * 4 + ((((c2 - 3))) - pf_o1_2) * 1] : (pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 16 + (((c3)) - pf_o1_1) * 4 + ((((c2 - 3))) - pf_o1_2) * 1] * expf((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 16 + (((c3)) - pf_o0_1) * 4 + ((((c2 - 3))) - pf_o0_2) * 1] + (-pf_reg_kernel_3_M[pf_rx])))));
+                t_L[(((0)) * (p_H) + ((c3)))] = t_L[(((0)) * (p_H) + ((c3)))] + ((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 20 + (((c3)) - pf_o0_1) * 5 + ((((c2 - 3))) - pf_o0_2) * 1] == pf_reg_kernel_3_M[pf_rx]) ? pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 20 + (((c3)) - pf_o1_1) * 5 + ((((c2 - 3))) - pf_o1_2) * 1] : (pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 20 + (((c3)) - pf_o1_1) * 5 + ((((c2 - 3))) - pf_o1_2) * 1] * expf((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 20 + (((c3)) - pf_o0_1) * 5 + ((((c2 - 3))) - pf_o0_2) * 1] + (-pf_reg_kernel_3_M[pf_rx])))));
               }
             }
           }
@@ -682,15 +682,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (4)) {
             if ((((unsigned long long)t_M_local) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
-              pf_shared_kernel_3_M_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
+              pf_shared_kernel_3_M_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
             }
           }
         }
@@ -704,15 +704,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (4)) {
             if ((((unsigned long long)t_L_local) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 0] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 1] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 2] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
-              pf_shared_kernel_3_L_local[pf_a0 * 16 + pf_a1 * 4 + pf_a2 * 1 + 3] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 0] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 0];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 1] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 1];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 2] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 2];
+              pf_shared_kernel_3_L_local[pf_a0 * 20 + pf_a1 * 5 + pf_a2 * 1 + 3] = t_L_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2 + 3];
             }
           }
         }
@@ -727,13 +727,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_reg_kernel_3_M[pf_rx] = (-INFINITY);
               }
               if ((c2 <= 3)) {
-                pf_reg_kernel_3_M[pf_rx] = fmaxf(pf_reg_kernel_3_M[pf_rx], pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 16 + (((c3)) - pf_o0_1) * 4 + (((c2)) - pf_o0_2) * 1]);
+                pf_reg_kernel_3_M[pf_rx] = fmaxf(pf_reg_kernel_3_M[pf_rx], pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 20 + (((c3)) - pf_o0_1) * 5 + (((c2)) - pf_o0_2) * 1]);
                 if ((c2 == 3)) {
                   t_L[(((0)) * (p_H) + ((c3)))] = 0.0f;
                 }
               }
               if ((c2 >= 3)) {
-                t_L[(((0)) * (p_H) + ((c3)))] = t_L[(((0)) * (p_H) + ((c3)))] + ((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 16 + (((c3)) - pf_o0_1) * 4 + ((((c2 - 3))) - pf_o0_2) * 1] == pf_reg_kernel_3_M[pf_rx]) ? pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 16 + (((c3)) - pf_o1_1) * 4 + ((((c2 - 3))) - pf_o1_2) * 1] : (pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 16 + (((c3)) - pf_o1_1) * 4 + ((((c2 - 3))) - pf_o1_2) * 1] * expf((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 16 + (((c3)) - pf_o0_1) * 4 + ((((c2 - 3))) - pf_o0_2) * 1] + (-pf_reg_kernel_3_M[pf_rx])))));
+                t_L[(((0)) * (p_H) + ((c3)))] = t_L[(((0)) * (p_H) + ((c3)))] + ((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 20 + (((c3)) - pf_o0_1) * 5 + ((((c2 - 3))) - pf_o0_2) * 1] == pf_reg_kernel_3_M[pf_rx]) ? pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 20 + (((c3)) - pf_o1_1) * 5 + ((((c2 - 3))) - pf_o1_2) * 1] : (pf_shared_kernel_3_L_local[(((0)) - pf_o1_0) * 20 + (((c3)) - pf_o1_1) * 5 + ((((c2 - 3))) - pf_o1_2) * 1] * expf((pf_shared_kernel_3_M_local[(((0)) - pf_o0_0) * 20 + (((c3)) - pf_o0_1) * 5 + ((((c2 - 3))) - pf_o0_2) * 1] + (-pf_reg_kernel_3_M[pf_rx])))));
               }
             }
           }
@@ -762,7 +762,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_D = 16;
   __shared__ __align__(16) float pf_shared_kernel_4_M_local[16];
   __shared__ __align__(16) float pf_shared_kernel_4_M[4];
-  __shared__ __align__(16) float pf_shared_kernel_4_O_local[256];
+  __shared__ __align__(16) float pf_shared_kernel_4_O_local[320];
   __shared__ __align__(16) float pf_shared_kernel_4_L[4];
   {
     float pf_reg_kernel_4_O[2][2];
@@ -854,15 +854,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_D) && pf_g3 >= 0 && pf_g3 < (4)) {
             if ((((unsigned long long)t_O_local) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 0] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 0];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 1] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 1];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 2] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 2];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 3] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 3];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 0] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 0];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 1] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 1];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 2] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 2];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 3] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 3];
             }
           }
         }
@@ -899,7 +899,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if (1) {
                   if ((c3 == 0)) {
                   }
-                  pf_reg_kernel_4_O[pf_ry][pf_rx] = pf_reg_kernel_4_O[pf_ry][pf_rx] + ((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] == pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]) ? pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 256 + (((c4)) - pf_o2_1) * 64 + (((c5)) - pf_o2_2) * 4 + (((c3)) - pf_o2_3) * 1] : (expf((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] + (-pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]))) * pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 256 + (((c4)) - pf_o2_1) * 64 + (((c5)) - pf_o2_2) * 4 + (((c3)) - pf_o2_3) * 1]));
+                  pf_reg_kernel_4_O[pf_ry][pf_rx] = pf_reg_kernel_4_O[pf_ry][pf_rx] + ((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] == pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]) ? pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1] : (expf((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] + (-pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]))) * pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1]));
                   if ((c3 == 3)) {
                     t_Y[((((0)) * (p_H) + ((c4))) * (p_D) + ((c5)))] = pf_f2h((pf_reg_kernel_4_O[pf_ry][pf_rx] / pf_shared_kernel_4_L[(((0)) - pf_o3_0) * 4 + (((c4)) - pf_o3_1) * 1]));
                   }
@@ -979,15 +979,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_D) && pf_g3 >= 0 && pf_g3 < (4)) {
             if ((((unsigned long long)t_O_local) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 0] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 0];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 1] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 1];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 2] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 2];
-              pf_shared_kernel_4_O_local[pf_a0 * 256 + pf_a1 * 64 + pf_a2 * 4 + pf_a3 * 1 + 3] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 3];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 0] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 0];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 1] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 1];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 2] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 2];
+              pf_shared_kernel_4_O_local[pf_a0 * 320 + pf_a1 * 80 + pf_a2 * 5 + pf_a3 * 1 + 3] = t_O_local[(((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2) * (4) + pf_g3 + 3];
             }
           }
         }
@@ -1024,7 +1024,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if ((c5 <= 15)) {
                   if ((c3 == 0)) {
                   }
-                  pf_reg_kernel_4_O[pf_ry][pf_rx] = pf_reg_kernel_4_O[pf_ry][pf_rx] + ((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] == pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]) ? pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 256 + (((c4)) - pf_o2_1) * 64 + (((c5)) - pf_o2_2) * 4 + (((c3)) - pf_o2_3) * 1] : (expf((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] + (-pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]))) * pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 256 + (((c4)) - pf_o2_1) * 64 + (((c5)) - pf_o2_2) * 4 + (((c3)) - pf_o2_3) * 1]));
+                  pf_reg_kernel_4_O[pf_ry][pf_rx] = pf_reg_kernel_4_O[pf_ry][pf_rx] + ((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] == pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]) ? pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1] : (expf((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] + (-pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]))) * pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1]));
                   if ((c3 == 3)) {
                     t_Y[((((0)) * (p_H) + ((c4))) * (p_D) + ((c5)))] = pf_f2h((pf_reg_kernel_4_O[pf_ry][pf_rx] / pf_shared_kernel_4_L[(((0)) - pf_o3_0) * 4 + (((c4)) - pf_o3_1) * 1]));
                   }

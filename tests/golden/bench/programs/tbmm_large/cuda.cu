@@ -30,7 +30,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_M = 512;
   const pf_i p_K = 256;
   __shared__ __align__(16) float pf_shared_kernel_0_X[2048];
-  __shared__ __align__(16) float pf_shared_kernel_0_Y[2048];
+  __shared__ __align__(16) float pf_shared_kernel_0_Y[2176];
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 31); c0 += (pf_i)gridDim.z * 1) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.y * 128; (c1 <= 511); c1 += (pf_i)gridDim.y * 128) {
       for (pf_i c2 = 0 + (pf_i)blockIdx.x * 128; (c2 <= 511); c2 += (pf_i)gridDim.x * 128) {
@@ -99,15 +99,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                   if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
                     if ((((unsigned long long)t_Y) & 15) == 0) {
                       const float4 pf_v = *(const float4 *)&t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 3] = pf_v.w;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 3] = pf_v.w;
                     } else {
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
                     }
                   }
                 }
@@ -124,7 +124,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                         if (1) {
                           if (((c3 == 0) && (c4 == 0))) {
                           }
-                          pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[(((c0)) - pf_o0_0) * 2048 + ((((c1 + c6))) - pf_o0_1) * 16 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[(((c0)) - pf_o1_0) * 2048 + ((((c2 + c7))) - pf_o1_1) * 16 + ((((c3 + c4))) - pf_o1_2) * 1]);
+                          pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[(((c0)) - pf_o0_0) * 2048 + ((((c1 + c6))) - pf_o0_1) * 16 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[(((c0)) - pf_o1_0) * 2176 + ((((c2 + c7))) - pf_o1_1) * 17 + ((((c3 + c4))) - pf_o1_2) * 1]);
                         }
                       }
                     }
@@ -174,15 +174,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                   if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
                     if ((((unsigned long long)t_Y) & 15) == 0) {
                       const float4 pf_v = *(const float4 *)&t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 3] = pf_v.w;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 3] = pf_v.w;
                     } else {
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
-                      pf_shared_kernel_0_Y[pf_a0 * 2048 + pf_a1 * 16 + pf_a2 * 1 + 3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
+                      pf_shared_kernel_0_Y[pf_a0 * 2176 + pf_a1 * 17 + pf_a2 * 1 + 3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
                     }
                   }
                 }
@@ -199,7 +199,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                         if ((c7 <= 127)) {
                           if (((c3 == 0) && (c4 == 0))) {
                           }
-                          pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[(((c0)) - pf_o0_0) * 2048 + ((((c1 + c6))) - pf_o0_1) * 16 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[(((c0)) - pf_o1_0) * 2048 + ((((c2 + c7))) - pf_o1_1) * 16 + ((((c3 + c4))) - pf_o1_2) * 1]);
+                          pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[(((c0)) - pf_o0_0) * 2048 + ((((c1 + c6))) - pf_o0_1) * 16 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[(((c0)) - pf_o1_0) * 2176 + ((((c2 + c7))) - pf_o1_1) * 17 + ((((c3 + c4))) - pf_o1_2) * 1]);
                         }
                       }
                     }
