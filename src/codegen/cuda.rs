@@ -282,6 +282,18 @@ pub fn program(
             .iter()
             .find(|p| &p.mark == mark)
             .ok_or_else(|| Error::Internal(format!("no mapping recorded for {mark}")))?;
+        // isl may print the register region in several pieces (one where
+        // the reduction runs, one for a later reader of the tile): only a
+        // region that runs the initialisation may start from the identity;
+        // with pieces, every piece loads the tile and the initialisation
+        // runs where isl put it (seed-140: the reader's piece started from
+        // zeros and stored them over the reduction's result).
+        let regs_of_kernel = plan.registers.clone().map(|mut r| {
+            if !repeated_marks(body, "registers").is_empty() {
+                r.init = None;
+            }
+            r
+        });
         let threads: u32 = plan.block.iter().product();
         // Contractions: ask for the blocks per multiprocessor the fragment
         // tiling is meant for (registers are the limit).
@@ -386,7 +398,7 @@ pub fn program(
             scope,
             in_scope: false,
             reduce_x: plan.reduce_x,
-            regs: plan.registers.as_ref(),
+            regs: regs_of_kernel.as_ref(),
             in_regs: false,
             block: plan.block,
             full_tile: false,
@@ -945,24 +957,14 @@ impl Ctx<'_> {
                         // Thread mappings of the tile above this one that
                         // lost their loop stay pending for the statements
                         // below: each runs on the thread and slot that own
-                        // its element (`owned_statement`), not on index 0
-                        // (the same where the element does not move
-                        // along that axis: its point there is fixed, the
-                        // one index 0 runs, as in decoding's row maximum).
-                        let spread = |a: char| {
-                            (0..nt).any(|j| {
-                                ['x', 'y', 'z'][nt - 1 - j] == a
-                                    && regs.thread_tiles.get(j).is_some_and(|t| *t > 1)
-                                    && regs
-                                        .element
-                                        .iter()
-                                        .any(|e| mentions(e, &format!("pf_t{j}")))
-                            })
-                        };
+                        // its element (`owned_statement`), not on index 0,
+                        // along the axes where the element moves
+                        // (`RegisterTile::owned_axes`).
+                        let owned_axes = regs.owned_axes();
                         let (lost, others): (Vec<Pending>, Vec<Pending>) = pending[..k]
                             .iter()
                             .cloned()
-                            .partition(|q| q.0 && spread(q.1));
+                            .partition(|q| q.0 && owned_axes.contains(&q.1));
                         let guard = self.guard(&others);
                         if !guard.is_empty() {
                             let _ = writeln!(out, "{pad}if ({guard})");
@@ -1316,9 +1318,10 @@ impl Ctx<'_> {
                         let nt = regs.thread_dims;
                         let axes: Vec<char> =
                             (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
+                        let owned_axes = regs.owned_axes();
                         let lost: Vec<char> = pending
                             .iter()
-                            .filter(|p| p.0 && axes.contains(&p.1))
+                            .filter(|p| p.0 && owned_axes.contains(&p.1))
                             .map(|p| p.1)
                             .collect();
                         (!lost.is_empty()).then_some((regs, axes, lost))

@@ -78,6 +78,24 @@ pub struct HoistedInit {
 }
 
 impl RegisterTile {
+    /// The thread axes (`x`, `y`, `z`) along which the tile's element
+    /// moves: the tile has several points there and an element subscript
+    /// names the thread point `pf_t<j>`. Where isl leaves such a member
+    /// without a loop, a statement on the tile runs on the thread and slot
+    /// that own its element (`codegen::cuda`'s `owned_statement`), which is
+    /// the thread `v mod B` of the member's value `v` for slots one block
+    /// apart; along another axis its point is fixed and index 0 runs it.
+    pub fn owned_axes(&self) -> Vec<char> {
+        let nt = self.thread_dims;
+        (0..nt)
+            .filter(|&j| {
+                self.thread_tiles.get(j).is_some_and(|t| *t > 1)
+                    && self.element.iter().any(|e| names(e, &format!("pf_t{j}")))
+            })
+            .map(|j| ['x', 'y', 'z'][nt - 1 - j])
+            .collect()
+    }
+
     /// How a thread's points are spread along thread member `j` (outer
     /// first) with `block`: in groups of `w` consecutive points, `w` the
     /// requested width when it divides the thread's register count `R`
@@ -345,4 +363,13 @@ pub fn tensor_elements(isl: &Isl, scop: &Scop, t: &str) -> Result<isl_rs::Set> {
         }
     );
     Ok(isl.set(&text)?.intersect_params(scop.context.copy()?)?)
+}
+
+/// Whether `e` names the identifier `id`.
+fn names(e: &Expr, id: &str) -> bool {
+    match e {
+        Expr::Id(s) => s == id,
+        Expr::Op(_, a) => a.iter().any(|x| names(x, id)),
+        Expr::Int(_) => false,
+    }
 }
