@@ -68,6 +68,9 @@ pub struct Compiled {
     pub gpu_tree: Option<ScheduleTree>,
     /// The GPU program, when [`Options::gpu`] asked for it.
     pub cuda: Option<crate::gpu::CudaProgram>,
+    /// The cost model's estimate of the GPU program (`gpu::cost`), when
+    /// `GpuOptions::estimate` asked for it and every size is known.
+    pub gpu_estimate: Option<crate::gpu::cost::Estimate>,
     /// The mapped and promoted tree as C for the CPU (`pf_kernel`, blocks
     /// and threads as loops), when [`Options::gpu`] asked for it.
     pub emulation_c: Option<String>,
@@ -264,7 +267,18 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
                 }
                 _ => mapped,
             };
-            Some(print_gpu(program_k, &scop, mapped)?)
+            let estimate = if g.estimate {
+                gpu::cost::estimate(
+                    &scop,
+                    program_k,
+                    &mapped.schedule,
+                    &mapped.plans,
+                    &gpu::cost::Machine::H100,
+                )?
+            } else {
+                None
+            };
+            Some((print_gpu(program_k, &scop, mapped)?, estimate))
         }
         None => None,
     };
@@ -296,9 +310,10 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         model_json: scop.describe(),
         kernel_c,
         reference_c,
-        gpu_tree: gpu.as_ref().map(|g| g.0.clone()),
-        cuda: gpu.as_ref().map(|g| g.1.clone()),
-        emulation_c: gpu.map(|g| g.2),
+        gpu_tree: gpu.as_ref().map(|g| g.0 .0.clone()),
+        cuda: gpu.as_ref().map(|g| g.0 .1.clone()),
+        gpu_estimate: gpu.as_ref().and_then(|g| g.1.clone()),
+        emulation_c: gpu.map(|g| g.0 .2),
     })
 }
 

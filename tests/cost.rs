@@ -109,3 +109,35 @@ fn symbolic_sizes_keep_the_default_grouping() {
     assert!(!tree.contains("by_cost"), "{tree}");
     assert_eq!(kernels(&tree), 1, "{tree}");
 }
+
+/// `compare` shows the model's estimate beside each variant (issue 32:
+/// so the model can be checked against measured times): a gemm's estimate
+/// is at least its arithmetic at the model's fastest SIMT rate, and
+/// isl's one kernel is estimated below minimal fusion's two (the
+/// initialisation in a kernel of its own, its output written twice).
+#[test]
+fn compare_shows_the_model_estimate() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gemm.json");
+    let out = stdout(&polyfuse(&[
+        "compare",
+        f.to_str().unwrap(),
+        "--strategies",
+        "isl,min",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["variants"].as_array().unwrap();
+    let model: Vec<f64> = rows
+        .iter()
+        .map(|r| r["model_us"].as_f64().unwrap_or_else(|| panic!("{r}")))
+        .collect();
+    let flops = rows[0]["flops"].as_f64().unwrap();
+    let tiled = polyfuse::gpu::cost::Machine::H100.tiled_rate;
+    assert!(model[0] * 1e-6 >= flops / tiled, "{model:?} {flops}");
+    assert!(model[0] < model[1], "{model:?}");
+    let table = stdout(&polyfuse(&["compare", f.to_str().unwrap(), "--no-trees"]));
+    assert!(
+        table.lines().nth(1).unwrap().ends_with("model us"),
+        "{table}"
+    );
+}

@@ -102,6 +102,7 @@ fn compare_table_without_a_target_has_no_measured_columns() {
         "read MB",
         "write MB",
         "flop/B",
+        "model us",
     ] {
         assert!(head.contains(col), "{col} in {head}");
     }
@@ -116,7 +117,10 @@ fn compare_table_without_a_target_has_no_measured_columns() {
     assert_eq!(rows[2][1], "strategy=min");
     assert_eq!(rows[3][1], "strategy=max");
     for r in &rows {
-        assert_eq!(r.len(), 12, "{r:?}");
+        // "model us" is two words of the head, one cell of a row.
+        assert_eq!(r.len(), 13, "{r:?}");
+        let model_us: f64 = r[12].parse().unwrap();
+        assert!(model_us > 0.0, "{r:?}");
         let kernels: usize = r[2].parse().unwrap();
         assert!(kernels >= 1);
         let read_mb: f64 = r[9].parse().unwrap();

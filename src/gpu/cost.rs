@@ -12,10 +12,12 @@
 //! ```text
 //! t_k = max(W_k / R_k, Q_k / BW) / u_k + launch,
 //! u_k = min(1, threads_k / (SMs x resident threads per SM))
+//!       (tensor cores: min(1, blocks_k / SMs))
 //! ```
 //!
 //! `u_k` charges a kernel that cannot fill the machine (a grid of a few
-//! blocks, a block of one thread) for the idle part. The engines:
+//! blocks, a block of one thread) for the idle part; a tensor-core kernel
+//! fills an SM with one block of few threads. The engines:
 //! tensor cores (a contraction or attention plan), SIMT with a register
 //! tile (each loaded operand reused across a thread's tile) and plain SIMT.
 //! The rates are the H100's orders of magnitude, not calibrated figures:
@@ -50,6 +52,9 @@ pub struct Machine {
     pub simt_rate: f64,
     /// Threads the machine keeps resident at once.
     pub resident_threads: f64,
+    /// Multiprocessors: a tensor-core kernel's blocks are few and heavy,
+    /// so its fill is counted in blocks.
+    pub sms: f64,
     /// Cost of one launch, seconds.
     pub launch: f64,
 }
@@ -64,6 +69,7 @@ impl Machine {
         tiled_rate: 3.0e13,
         simt_rate: 8.0e12,
         resident_threads: 132.0 * 1024.0,
+        sms: 132.0,
         launch: 4.0e-6,
     };
 }
@@ -160,7 +166,11 @@ pub fn estimate(
         let threads = (blocks.max(1) as u64).saturating_mul(per_block.max(1) as u64);
         let q = bytes.get(&plan.mark).copied().unwrap_or(0);
         let busy = (flops as f64 / engine.rate(machine)).max(q as f64 / machine.bandwidth);
-        let used = (threads as f64 / machine.resident_threads).min(1.0);
+        let used = match engine {
+            Engine::TensorCores => blocks.max(1) as f64 / machine.sms,
+            _ => threads as f64 / machine.resident_threads,
+        }
+        .min(1.0);
         kernels.push(KernelCost {
             mark: plan.mark.clone(),
             engine,

@@ -85,6 +85,11 @@ pub struct GpuOptions {
     /// most half the time (a product fused with its consumers into a
     /// kernel that loses its tiles). Off: the strategy's grouping as is.
     pub fusion_by_cost: bool,
+    /// Keep the cost model's estimate of the final mapping in
+    /// `Compiled::gpu_estimate` (`compare` shows it beside the measured
+    /// time, so the model can be checked); off by default, as it costs a
+    /// traffic count per compilation.
+    pub estimate: bool,
 }
 
 impl Default for GpuOptions {
@@ -103,6 +108,7 @@ impl Default for GpuOptions {
             pipeline: false,
             k_split: None,
             fusion_by_cost: true,
+            estimate: false,
         }
     }
 }

@@ -55,6 +55,7 @@ pub fn from_json(program: &Program, v: &Value) -> Result<Compiled> {
         model_json: v["model_json"].clone(),
         kernel_c: string(&v["kernel_c"])?,
         reference_c: opt_string(&v["reference_c"])?,
+        gpu_estimate: None,
         gpu_tree: match &v["gpu_tree"] {
             Value::Null => None,
             t => Some(tree_from(t)?),

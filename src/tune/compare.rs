@@ -36,6 +36,9 @@ pub struct Row {
     /// From ptxas, per kernel (absent without ptxas).
     pub resources: Option<Vec<KernelResources>>,
     pub time_us: Option<f64>,
+    /// The cost model's estimate of the GPU program (`gpu::cost`), in us:
+    /// shown beside the measured time so the model can be checked.
+    pub model_us: Option<f64>,
     pub check_ok: Option<bool>,
     pub max_rel_error: Option<f64>,
     /// The declared-precision run's error (see `runtime::data::bound`).
@@ -143,6 +146,7 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
             flops: None,
             resources: None,
             time_us: None,
+            model_us: None,
             check_ok: None,
             max_rel_error: None,
             declared_rel_error: None,
@@ -188,7 +192,11 @@ fn fill(
             message: unfinished(limit),
         })
     };
-    let compiled = match compile(&row.variant.options(true)) {
+    let mut gpu_options = row.variant.options(true);
+    if let Some(g) = gpu_options.gpu.as_mut() {
+        g.estimate = true;
+    }
+    let compiled = match compile(&gpu_options) {
         Ok(c) => c,
         Err(e) if request.target == Some(MeasureTarget::Cpu) => {
             row.note = Some(format!("no GPU mapping: {e}"));
@@ -253,6 +261,7 @@ fn describe(
             }
         }
     }
+    row.model_us = compiled.gpu_estimate.as_ref().map(|e| e.seconds() * 1e6);
     row.traffic = Some(traffic::measure(compiled)?);
     row.flops = Some(crate::runtime::work::measure(compiled)?.flops);
     Ok(())
@@ -278,6 +287,7 @@ impl Comparison {
             "read MB",
             "write MB",
             "flop/B",
+            "model us",
         ];
         if self.measured() {
             head.extend(["check", "time us"]);
@@ -335,6 +345,7 @@ impl Comparison {
                     .as_ref()
                     .map(|t| format!("{}{}", mb(t.write_bytes), if t.exact { "" } else { "*" }))),
                 opt(r.intensity().map(|x| format!("{x:.2}"))),
+                opt(r.model_us.map(|t| format!("{t:.1}"))),
             ]);
             if self.measured() {
                 cells.push(opt(r
@@ -478,6 +489,7 @@ impl Comparison {
                 }
                 m.insert("flops".into(), r.flops.into());
                 m.insert("arithmetic_intensity".into(), r.intensity().into());
+                m.insert("model_us".into(), r.model_us.into());
                 if self.measured() {
                     m.insert(
                         "check".into(),
