@@ -101,8 +101,14 @@ char *pf_result_error_message(const pf_result *result);
 pf_status pf_context_create(pf_context **out);
 /* Results compiled from ctx stay valid. */
 pf_status pf_context_destroy(pf_context *ctx);
-/* Loads a program from JSON text, replacing any program loaded before. */
+/* Loads a program from JSON text, replacing any program loaded before.
+ * The text ends at its first NUL byte; to pass text whose length you know
+ * (a buffer that is not NUL-terminated, or to have a NUL inside refused
+ * rather than the prefix before it compiled), use pf_context_load_json_n. */
 pf_status pf_context_load_json(pf_context *ctx, const char *json);
+/* Loads a program from the `len` bytes at `json` (UTF-8, no terminator
+ * needed). A NUL byte among them is an input error naming its offset. */
+pf_status pf_context_load_json_n(pf_context *ctx, const char *json, size_t len);
 /* Loads a program file. */
 pf_status pf_context_load_file(pf_context *ctx, const char *path);
 /* "cpu" or "cuda". */

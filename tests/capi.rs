@@ -418,6 +418,39 @@ fn bad_json_and_bad_programs_are_input_errors() {
             PF_ERR_INVALID_ARGUMENT
         );
         assert_eq!(pf_context_load_json(ctx, null()), PF_ERR_INVALID_ARGUMENT);
+        // Text with a length (issue 33, item 9): a NUL inside is an input
+        // error naming its offset, where the NUL-terminated call compiled
+        // the prefix; text without a terminator loads.
+        let good = r#"{ "name": "t", "params": {}, "inputs": { "X": { "dtype": "f32", "shape": [4] } },
+            "outputs": { "Y": { "dtype": "f32", "shape": [4] } }, "body": [ "Y(i) = X(i)" ] }"#;
+        let mut bytes = good.as_bytes().to_vec();
+        let cut = bytes.len();
+        bytes.extend_from_slice(b"\0 trailing garbage");
+        assert_eq!(
+            pf_context_load_json_n(ctx, bytes.as_ptr().cast(), bytes.len()),
+            PF_ERR_INPUT
+        );
+        assert!(
+            ctx_error(ctx).contains(&format!("NUL byte at offset {cut}")),
+            "{}",
+            ctx_error(ctx)
+        );
+        let unterminated = good.as_bytes().to_vec();
+        assert_eq!(
+            pf_context_load_json_n(ctx, unterminated.as_ptr().cast(), unterminated.len()),
+            PF_OK
+        );
+        let mut r = null_mut();
+        assert_eq!(pf_compile(ctx, &mut r), PF_OK);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(
+            pf_context_load_json_n(ctx, latin1.as_ptr().cast(), 1),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            pf_context_load_json_n(ctx, null(), 3),
+            PF_ERR_INVALID_ARGUMENT
+        );
         assert_eq!(pf_context_destroy(ctx), PF_OK);
     }
 }

@@ -58,6 +58,13 @@ int main(int argc, char **argv) {
     /* Bad JSON and bad options. */
     CHECK(pf_context_load_json(ctx, "{\"name\": ") == PF_ERR_INPUT);
     CHECK(message_has(pf_context_error_message(ctx), "not valid JSON"));
+    /* Text with its length: a NUL inside is refused, not cut at. */
+    {
+        static const char with_nul[] = "{\"name\": \"t\"}\0garbage";
+        CHECK(pf_context_load_json_n(ctx, with_nul, sizeof with_nul - 1) == PF_ERR_INPUT);
+        CHECK(message_has(pf_context_error_message(ctx), "NUL byte at offset 13"));
+        CHECK(pf_context_load_json_n(ctx, NULL, 4) == PF_ERR_INVALID_ARGUMENT);
+    }
     CHECK(pf_context_set_strategy(ctx, "fastest") == PF_ERR_INPUT);
     CHECK(message_has(pf_context_error_message(ctx), "unknown strategy"));
     CHECK(pf_context_set_tile(ctx, tile, 2) == PF_ERR_INPUT);

@@ -662,6 +662,36 @@ pub unsafe extern "C" fn pf_context_load_json(
     })
 }
 
+/// Loads a program from the `len` bytes at `json` (issue 33, item 9: a
+/// NUL inside the text is refused instead of compiling the prefix before
+/// it, and the text needs no terminator). Messages name it `<json>`.
+///
+/// # Safety
+/// `json` is null or points to `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_load_json_n(
+    ctx: *mut pf_context,
+    json: *const c_char,
+    len: usize,
+) -> pf_status {
+    with_context(ctx, |s| {
+        if json.is_null() && len > 0 {
+            return Err(Failure::argument("json is null".to_string()));
+        }
+        // SAFETY: the header's contract for `json` and `len`.
+        let bytes = unsafe { array(json.cast::<u8>(), len, "json") }?;
+        if let Some(at) = bytes.iter().position(|b| *b == 0) {
+            return Err(Failure::input(format!(
+                "the program text has a NUL byte at offset {at} of {len}"
+            )));
+        }
+        let json = std::str::from_utf8(bytes)
+            .map_err(|e| Failure::argument(format!("json is not UTF-8: {e}")))?;
+        s.program = Some(frontend::load_str(json, "<json>")?);
+        Ok(())
+    })
+}
+
 /// Loads a program file; replaces any program loaded before.
 ///
 /// # Safety
