@@ -248,7 +248,8 @@ impl Common {
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    Strategy::parse(s).ok_or_else(|| format!("unknown strategy `{s}` (isl, min, max, canonical)"))
+    Strategy::parse(s)
+        .ok_or_else(|| format!("unknown strategy `{s}` (isl, min, max, canonical, feautrier)"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]

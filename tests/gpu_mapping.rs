@@ -1261,10 +1261,22 @@ fn a_contractions_reduction_split_over_a_cluster_is_emulated() {
     let mut o = gpu_options(&[64, 64, 64]);
     o.gpu.as_mut().unwrap().k_split = Some(3);
     // Fused with the update, the first statement would have to set the
-    // accumulators' start: that kernel stays off the tensor cores.
+    // accumulators' start: that kernel stays off the tensor cores (isl's
+    // grouping, kept with the cost model's choice off) ...
+    o.gpu.as_mut().unwrap().fusion_by_cost = false;
     let c = compile(&p, &o).unwrap();
     assert!(!c.cuda.as_ref().unwrap().source.contains("tensor cores"));
     emulate_ok(json, &o);
+    // ... which the default's cost model splits (issue 32).
+    o.gpu.as_mut().unwrap().fusion_by_cost = true;
+    let c = compile(&p, &o).unwrap();
+    assert!(c
+        .gpu_tree
+        .as_ref()
+        .unwrap()
+        .to_string()
+        .contains("minimal_fusion_by_cost"));
+    assert!(c.cuda.as_ref().unwrap().source.contains("tensor cores"));
     // In kernels of their own, the update starts from C.
     o.strategy = Strategy::Min;
     let c = compile(&p, &o).unwrap();

@@ -346,3 +346,50 @@ fn inferred_ranges_keep_reads_in_bounds() {
     let msg = compile(&p, &Options::default()).unwrap_err().to_string();
     assert!(msg.contains("Y[a0 = 9]") || msg.contains("Y[9]"), "{msg}");
 }
+
+/// Issue 34: where isl's default scheduler does not finish (a 15-statement
+/// program the fuzzer found: over 60 s), the watch's fallback on the GPU
+/// tries Feautrier's algorithm, which fuses it into fewer kernels than
+/// minimal fusion (3 against 7 here), and keeps it only because it maps to
+/// no more kernels; the result checks in the emulation.
+#[test]
+fn a_stuck_schedule_falls_back_to_feautrier_where_it_fuses_more() {
+    use polyfuse::pipeline::{compile_watched, Watch};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz/found/slow_isl_schedule.json");
+    let program = polyfuse::frontend::load_file(&path).unwrap();
+    let gpu = |strategy| Options {
+        strategy,
+        gpu: Some(polyfuse::gpu::GpuOptions::default()),
+        ..Options::default()
+    };
+    let mut options = gpu(Strategy::Isl);
+    let watch = Watch {
+        notice: std::time::Duration::from_secs(1),
+        fallback: std::time::Duration::from_secs(4),
+    };
+    let c = compile_watched(&program, &mut options, watch, |_| {}).unwrap();
+    assert_eq!(options.strategy, Strategy::Feautrier);
+    let min = compile(&program, &gpu(Strategy::Min)).unwrap();
+    let kernels = |c: &polyfuse::Compiled| c.cuda.as_ref().unwrap().kernels.len();
+    assert!(
+        kernels(&c) < kernels(&min),
+        "{} {}",
+        kernels(&c),
+        kernels(&min)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .args([
+            "run",
+            path.to_str().unwrap(),
+            "--target",
+            "emulate",
+            "--check",
+            "--strategy",
+            "feautrier",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("check: ok"), "{text}");
+}
