@@ -248,8 +248,7 @@ impl Common {
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    Strategy::parse(s)
-        .ok_or_else(|| format!("unknown strategy `{s}` (isl, min, max, canonical, feautrier)"))
+    Strategy::parse(s).ok_or_else(|| format!("unknown strategy `{s}` (isl, min, max, canonical)"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]

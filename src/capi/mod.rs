@@ -749,7 +749,7 @@ pub unsafe extern "C" fn pf_context_set_strategy(
         s.options_set = true;
         s.options.strategy = Strategy::parse(name).ok_or_else(|| {
             Failure::input(format!(
-                "unknown strategy `{name}` (isl, min, max, canonical, feautrier)"
+                "unknown strategy `{name}` (isl, min, max, canonical)"
             ))
         })?;
         Ok(())

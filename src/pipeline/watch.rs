@@ -11,9 +11,7 @@
 //! [`Watch::notice`] it reports that it is still compiling, and after
 //! [`Watch::fallback`] it stops it (the quota lowered to 1 from this
 //! thread, which isl's next pivot obeys: [`Abort`]) and compiles again with
-//! Feautrier's algorithm ([`Strategy::Feautrier`], given a quarter of that
-//! time) where it finishes with no more kernels than minimal fusion, else
-//! with minimal fusion ([`Strategy::Min`]). Every check (dependences, legality, repair
+//! minimal fusion ([`Strategy::Min`]). Every check (dependences, legality, repair
 //! proofs) runs on the result as on any other.
 
 use std::sync::{mpsc, Arc};
@@ -69,8 +67,7 @@ impl Watch {
 pub enum WatchEvent {
     /// Still compiling after this long.
     StillCompiling(Duration),
-    /// Not finished after this long: compiling again with Feautrier's
-    /// algorithm or minimal fusion, whichever gives fewer kernels.
+    /// Not finished after this long: compiling again with minimal fusion.
     FellBack(Duration),
 }
 
@@ -83,7 +80,7 @@ impl WatchEvent {
                 t.as_secs()
             ),
             WatchEvent::FellBack(t) => format!(
-                "polyfuse: {source}: {}; compiling with minimal fusion (--strategy min) instead, or on the GPU with Feautrier's algorithm (--strategy feautrier) where that maps to no more kernels",
+                "polyfuse: {source}: {}; compiling with minimal fusion (--strategy min) instead",
                 unfinished(*t)
             ),
         }
@@ -203,43 +200,8 @@ pub fn compile_watched(
         Err(mpsc::RecvTimeoutError::Timeout) => {
             report(WatchEvent::FellBack(watch.fallback));
             running.stop();
-            fall_back(program, options, watch.fallback / 4)
-        }
-    }
-}
-
-/// The schedule after the default one did not finish: on the GPU, isl's
-/// scheduler with Feautrier's algorithm, given `limit`, where it finishes
-/// and maps to no more kernels than minimal fusion (it fused a stuck 15-statement
-/// program into 3 kernels where minimal fusion gives 7), else minimal
-/// fusion, which is cheap and always found. `options.strategy` says which.
-fn fall_back(program: &Program, options: &mut Options, limit: Duration) -> Result<Compiled> {
-    // Kernels are what the two are weighed by: without a GPU mapping,
-    // minimal fusion as before.
-    let tried = match options.gpu {
-        Some(_) => {
-            let feautrier = Options {
-                strategy: Strategy::Feautrier,
-                ..options.clone()
-            };
-            compile_within(program, &feautrier, limit).ok().flatten()
-        }
-        None => None,
-    };
-    let min_options = Options {
-        strategy: Strategy::Min,
-        ..options.clone()
-    };
-    let min = compile(program, &min_options)?;
-    let kernels = |c: &Compiled| c.cuda.as_ref().map(|k| k.kernels.len());
-    match tried {
-        Some(c) if kernels(&c) <= kernels(&min) => {
-            options.strategy = Strategy::Feautrier;
-            Ok(c)
-        }
-        _ => {
             options.strategy = Strategy::Min;
-            Ok(min)
+            compile(program, options)
         }
     }
 }

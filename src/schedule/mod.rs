@@ -30,11 +30,6 @@ pub enum Strategy {
     Max,
     /// Program order, one loop nest per statement, no scheduler.
     Canonical,
-    /// isl's scheduler with Feautrier's algorithm (one dependence carried
-    /// as far out as possible, level by level) instead of the Pluto-style
-    /// integer programs, which on some programs do not finish: the
-    /// compilation watch tries it before minimal fusion (issue 34).
-    Feautrier,
 }
 
 impl Strategy {
@@ -44,7 +39,6 @@ impl Strategy {
             "min" => Strategy::Min,
             "max" => Strategy::Max,
             "canonical" => Strategy::Canonical,
-            "feautrier" => Strategy::Feautrier,
             _ => return None,
         })
     }
@@ -54,7 +48,6 @@ impl Strategy {
             Strategy::Min => "min",
             Strategy::Max => "max",
             Strategy::Canonical => "canonical",
-            Strategy::Feautrier => "feautrier",
         }
     }
 }
@@ -136,8 +129,6 @@ fn constraints(
         Strategy::Max => (0, 0),
         _ => (0, 1),
     };
-    // isl_schedule_algorithm: 0 Pluto-style (isl's default), 1 Feautrier.
-    Options::set_schedule_algorithm(ctx, i32::from(strategy == Strategy::Feautrier))?;
     Options::set_schedule_serialize_sccs(ctx, serialize)?;
     Options::set_schedule_whole_component(ctx, 0)?;
     Options::set_schedule_maximize_coincidence(ctx, maximize_coincidence)?;

@@ -116,7 +116,7 @@ impl Variant {
             match key.trim() {
                 "strategy" => {
                     v.strategy = Strategy::parse(value).ok_or_else(|| {
-                        format!("unknown strategy `{value}` (isl, min, max, canonical, feautrier)")
+                        format!("unknown strategy `{value}` (isl, min, max, canonical)")
                     })?
                 }
                 "tile" => {
