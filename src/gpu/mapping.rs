@@ -379,7 +379,13 @@ fn map_kernel(
             isl, program, scop, &trial, &point, nb, nb, tiles, &plan.mark,
         )
     };
-    let registers = if opts.registers && reduction.is_none() && nb < n && lc >= nb {
+    // A reduction into an f16 or bf16 element is kept in an f32 register
+    // across the steps of the loops that carry it even with registers off
+    // (`GpuOptions::registers`): in memory it would be rounded at every
+    // step of a sequential tile loop (tbmm_bf16 with `registers=off`
+    // failed its check at 6.4e-1).
+    let registers_on = opts.registers || narrow_reduction(scop, &kernel_domain)?;
+    let registers = if registers_on && reduction.is_none() && nb < n && lc >= nb {
         register_tile(&node, &member_tile)?
     } else {
         None
@@ -559,7 +565,7 @@ fn map_kernel(
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
             }
-            if opts.registers && reduction.is_none() && plan.registers.is_none() {
+            if registers_on && reduction.is_none() && plan.registers.is_none() {
                 // Below the thread loops: what one thread owns stays in
                 // its registers.
                 let exclude: std::collections::HashSet<String> = plan
@@ -1529,4 +1535,23 @@ pub fn differ_only_from(band: &ScheduleNode) -> Result<UnionMap> {
     let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
     let same_member = member.copy()?.apply_range(member.reverse()?)?;
     Ok(same_prefix.subtract(same_member)?)
+}
+
+/// Whether a statement of `domain` reduces into an f16 or bf16 tensor.
+fn narrow_reduction(scop: &Scop, domain: &isl_rs::UnionSet) -> Result<bool> {
+    for s in scop.statements_in(domain)? {
+        if s.kind != crate::model::StmtKind::Update {
+            continue;
+        }
+        let t = s.written_tensor()?;
+        if scop.tensor(&t).is_some_and(|t| {
+            matches!(
+                t.dtype,
+                crate::frontend::ast::DType::F16 | crate::frontend::ast::DType::BF16
+            )
+        }) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
