@@ -38,10 +38,7 @@
 //! only makes the proof stricter. A loop isl leaves out (one iteration)
 //! runs on index 0, not `v mod B`: an instance that could be alone in its
 //! loop, at a value other than 0, counts as on a thread of its own
-//! ([`loopless_nonzero`]), except a statement of a register tile (slots
-//! one block apart) along an axis where its element moves: the printer
-//! runs it on the thread that owns the element, `v mod B`
-//! (`RegisterTile::owned_axes`). Blocks of one thread (`block` 1 x 1 x 1) run
+//! ([`loopless_nonzero`]). Blocks of one thread (`block` 1 x 1 x 1) run
 //! every instance of a block on it.
 //!
 //! A thread's private copy of a tensor that is not loaded from memory must
@@ -129,18 +126,6 @@ pub fn prove(
             .find(|p| p.mark == mark)
             .and_then(|p| p.registers.as_ref())
             .is_some_and(|r| r.vector > 1);
-        // Statements on a register tile in slots one block apart run, where
-        // isl left a member of an axis along which their element moves
-        // without a loop, on the thread that owns the element: `v mod B`.
-        let owned = plans
-            .iter()
-            .find(|p| p.mark == mark)
-            .and_then(|p| p.registers.as_ref())
-            .filter(|r| r.vector <= 1)
-            .map(|r| Owned {
-                statements: r.accesses.iter().map(|(s, _)| s.clone()).collect(),
-                axes: r.owned_axes(),
-            });
         if let Some(plan) = plans.iter().find(|p| p.mark == mark) {
             for region in &plan.private {
                 prove_private_reads(program, scop, &node, region)?;
@@ -157,21 +142,11 @@ pub fn prove(
             node,
             &mark,
             &reorderable,
-            Distribution {
-                grouped,
-                owned: owned.as_ref(),
-            },
+            grouped,
             single_thread,
         )?;
     }
     Ok(())
-}
-
-/// A register tile's statements and the axes along which they run on the
-/// owner of their element (`RegisterTile::owned_axes`).
-struct Owned {
-    statements: std::collections::HashSet<String>,
-    axes: Vec<char>,
 }
 
 /// The `kernel_K` marks of the tree.
@@ -194,7 +169,7 @@ fn prove_kernel(
     kernel: ScheduleNode,
     mark: &str,
     reorderable: &UnionMap,
-    form: Distribution,
+    grouped: bool,
     single_thread: bool,
 ) -> Result<()> {
     let domain = kernel.get_domain()?;
@@ -210,7 +185,7 @@ fn prove_kernel(
     if conflicts.is_empty()? {
         return Ok(());
     }
-    let (identity, has_threads, unknown) = thread_identity(&kernel, &domain, form)?;
+    let (identity, has_threads, unknown) = thread_identity(&kernel, &domain, grouped)?;
     let all = domain.copy()?.universe()?;
     let either_unknown = UnionMap::from_domain_and_range(unknown.copy()?, all.copy()?)?
         .union(UnionMap::from_domain_and_range(all, unknown)?)?;
@@ -249,10 +224,11 @@ fn prove_kernel(
 fn thread_identity(
     kernel: &ScheduleNode,
     domain: &UnionSet,
-    form: Distribution,
+    grouped: bool,
 ) -> Result<(UnionMap, bool, UnionSet)> {
     let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
     let mut unknown = UnionSet::empty(domain.get_space()?)?;
+    let form = Distribution { grouped };
     collect_thread_values(kernel.copy()?, &mut per_axis, &mut unknown, form, false)?;
     let has_threads = per_axis.iter().any(Option::is_some);
     let none = UnionSet::read_from_str(&domain.get_ctx(), "{ [0, 0] }")?;
@@ -307,14 +283,7 @@ fn collect_thread_values(
                 .band_get_partial_schedule_union_map()?
                 .intersect_domain(band.get_domain()?)?
                 .apply_range(tag)?;
-            let mut alone = loopless_nonzero(&band)?;
-            if let Some(o) = form
-                .owned
-                .filter(|o| in_registers && o.axes.contains(&axis))
-            {
-                alone = alone.subtract(instances_of(&band.get_domain()?, &o.statements)?)?;
-            }
-            *unknown = unknown.copy()?.union(alone)?;
+            *unknown = unknown.copy()?.union(loopless_nonzero(&band)?)?;
             let a = (axis as u8).saturating_sub(b'x') as usize;
             let slot = &mut per_axis[a.min(2)];
             *slot = Some(match slot.take() {
@@ -332,24 +301,9 @@ fn collect_thread_values(
 /// How the printer distributes the thread loops of a kernel, as far as
 /// the identity of the thread that runs an instance goes.
 #[derive(Clone, Copy)]
-struct Distribution<'a> {
+struct Distribution {
     /// Register tiles in groups (see [`thread_identity`]).
     grouped: bool,
-    /// A register tile whose statements run on their element's owner.
-    owned: Option<&'a Owned>,
-}
-
-/// The instances of `domain` of the statements named in `names`.
-fn instances_of(domain: &UnionSet, names: &std::collections::HashSet<String>) -> Result<UnionSet> {
-    let mut out = UnionSet::empty(domain.get_space()?)?;
-    let sets = domain.get_set_list()?;
-    for k in 0..sets.size()? {
-        let set = sets.get_at(k)?;
-        if names.contains(&set.get_tuple_name()?.to_string()) {
-            out = out.union(UnionSet::from_set(set)?)?;
-        }
-    }
-    Ok(out)
 }
 
 /// The instances below the single-member `band` that isl may print

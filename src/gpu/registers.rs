@@ -82,9 +82,11 @@ impl RegisterTile {
     /// moves: the tile has several points there and an element subscript
     /// names the thread point `pf_t<j>`. Where isl leaves such a member
     /// without a loop, a statement on the tile runs on the thread and slot
-    /// that own its element (`codegen::cuda`'s `owned_statement`), which is
-    /// the thread `v mod B` of the member's value `v` for slots one block
-    /// apart; along another axis its point is fixed and index 0 runs it.
+    /// that own its element (`codegen::cuda`'s `owned_statement`); along
+    /// another axis its point is fixed and index 0 runs it. The race proof
+    /// does not rely on this (`gpu::race`'s `loopless_nonzero` counts such
+    /// an instance as on a thread of its own): a piece of the region that
+    /// the printer prints without its registers runs it on index 0.
     pub fn owned_axes(&self) -> Vec<char> {
         let nt = self.thread_dims;
         (0..nt)
