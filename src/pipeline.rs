@@ -261,22 +261,21 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
                 map_for_race_freedom(&isl, program_k, &scop, &deps, &sched, strategy, options, g)?;
             // The grouping by cost (issue 32): under the default strategy,
             // minimal fusion where the model expects it to be faster.
-            let mapped = match (options.strategy, &repaired) {
+            let (mapped, estimate) = match (options.strategy, &repaired) {
                 (Strategy::Isl, None) if g.fusion_by_cost => {
                     choose_by_cost(&isl, program_k, &scop, &deps, mapped, options, g)?
                 }
-                _ => mapped,
+                _ => (mapped, None),
             };
-            let estimate = if g.estimate {
-                gpu::cost::estimate(
+            let estimate = match estimate {
+                None if g.estimate => gpu::cost::estimate(
                     &scop,
                     program_k,
                     &mapped.schedule,
                     &mapped.plans,
                     &gpu::cost::Machine::H100,
-                )?
-            } else {
-                None
+                )?,
+                e => e.filter(|_| g.estimate),
             };
             Some((print_gpu(program_k, &scop, mapped)?, estimate))
         }
@@ -468,24 +467,8 @@ fn map_for_race_freedom(
                         block: vec![1, 1, 1],
                         ..g.clone()
                     };
-                    let root =
-                        sched
-                            .get_root()?
-                            .child(0)?
-                            .insert_mark(isl_rs::Id::read_from_str(
-                                &isl.ctx,
-                                "single_thread_for_race_freedom",
-                            )?)?;
-                    map_proven(
-                        isl,
-                        program,
-                        scop,
-                        deps,
-                        root.get_schedule()?,
-                        options,
-                        &one,
-                    )
-                    .map_err(|_| race)
+                    let single = marked(isl, sched.copy()?, "single_thread_for_race_freedom")?;
+                    map_proven(isl, program, scop, deps, single, options, &one).map_err(|_| race)
                 }
                 other => other,
             }
@@ -518,7 +501,8 @@ const COST_MARGIN: f64 = 0.5;
 /// loses its tiles (issue 32). The choice is marked
 /// `minimal_fusion_by_cost` in the mapped tree. Where either cannot be
 /// estimated (symbolic sizes) or minimal fusion cannot be mapped, the
-/// default stays.
+/// default stays. Gives the chosen mapping with its estimate, when one was
+/// made.
 fn choose_by_cost(
     isl: &Isl,
     program: &Program,
@@ -527,30 +511,28 @@ fn choose_by_cost(
     default: Mapped,
     options: &Options,
     g: &GpuOptions,
-) -> Result<Mapped> {
+) -> Result<(Mapped, Option<gpu::cost::Estimate>)> {
     let machine = gpu::cost::Machine::H100;
     let Some(base) =
         gpu::cost::estimate(scop, program, &default.schedule, &default.plans, &machine)?
     else {
-        return Ok(default);
+        return Ok((default, None));
     };
-    // Nothing to gain where the default already runs one kernel per
-    // statement group that minimal fusion would make.
     let Ok(min) = schedule::compute(isl, scop, deps, Strategy::Min) else {
-        return Ok(default);
+        return Ok((default, Some(base)));
     };
     schedule::check_legal(&program.source, &min, scop, deps)?;
     let min = marked(isl, min, "minimal_fusion_by_cost")?;
     let Ok(alt) = map_proven(isl, program, scop, deps, min, options, g) else {
-        return Ok(default);
+        return Ok((default, Some(base)));
     };
+    // As many kernels: the same grouping, nothing to weigh.
     if alt.plans.len() == default.plans.len() {
-        return Ok(default);
+        return Ok((default, Some(base)));
     }
-    let est = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)?;
-    match est {
-        Some(e) if e.seconds() < COST_MARGIN * base.seconds() => Ok(alt),
-        _ => Ok(default),
+    match gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
+        Some(e) if e.seconds() < COST_MARGIN * base.seconds() => Ok((alt, Some(e))),
+        _ => Ok((default, Some(base))),
     }
 }
 
