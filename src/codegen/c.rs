@@ -17,7 +17,7 @@ use std::fmt::Write;
 
 use super::ast::{c_expr, Node};
 use super::expr::{accumulator_dtype, param_name, round_to_dtype, tensor_name, Mode, Printer};
-use crate::frontend::ast::{DType, Program, WhereClause};
+use crate::frontend::ast::{DType, Program};
 use crate::model::{Scop, StmtKind};
 
 /// Helpers every generated C file starts with.
@@ -346,27 +346,12 @@ fn reference_function(
         let guards: Vec<String> = st
             .wheres
             .iter()
-            .filter_map(|w| match w {
-                WhereClause::Constraint { lhs, rel, rhs } => {
-                    let names_ok = lhs
-                        .names()
-                        .chain(rhs.names())
-                        .all(|n| program.is_param(n) || s.iterators.iter().any(|i| i == n));
-                    names_ok.then(|| {
-                        let op = if rel.symbol() == "=" {
-                            "=="
-                        } else {
-                            rel.symbol()
-                        };
-                        format!(
-                            "{} {op} {}",
-                            printer.affine(lhs, &env),
-                            printer.affine(rhs, &env)
-                        )
-                    })
-                }
-                WhereClause::Range { .. } => None,
+            .filter(|w| {
+                w.names()
+                    .iter()
+                    .all(|n| program.is_param(n) || s.iterators.iter().any(|i| i == n))
             })
+            .filter_map(|w| w.condition_text(false, &|a| printer.affine(a, &env)))
             .collect();
         let pad = "  ".repeat(depth);
         let body = printer.statement(st, s.kind, &env);

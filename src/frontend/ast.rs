@@ -373,6 +373,103 @@ pub enum WhereClause {
     },
     /// `lhs REL rhs`, an affine constraint on the iteration domain.
     Constraint { lhs: Affine, rel: Rel, rhs: Affine },
+    /// `(c1 && c2) || c3 || ...`: the domain is restricted to the union of
+    /// the conjunctions (at least two; a single conjunction is written as
+    /// separate [`WhereClause::Constraint`]s). A reduction over such a
+    /// domain is still one reduction: every instance of the union adds
+    /// into its element once, whichever conjunctions it satisfies.
+    Union(Vec<Vec<Comparison>>),
+}
+
+/// One affine comparison `lhs REL rhs` of a [`WhereClause::Union`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub lhs: Affine,
+    pub rel: Rel,
+    pub rhs: Affine,
+}
+
+impl WhereClause {
+    /// True for the clauses that constrain the domain (comparisons and
+    /// unions of them), false for ranges.
+    pub fn is_condition(&self) -> bool {
+        !matches!(self, WhereClause::Range { .. })
+    }
+    /// The names (index variables and parameters) a condition mentions;
+    /// a range's index and bounds.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            WhereClause::Range { index, lo, hi } => std::iter::once(index.as_str())
+                .chain(lo.names())
+                .chain(hi.names())
+                .collect(),
+            WhereClause::Constraint { lhs, rhs, .. } => lhs.names().chain(rhs.names()).collect(),
+            WhereClause::Union(conj) => conj
+                .iter()
+                .flatten()
+                .flat_map(|c| c.lhs.names().chain(c.rhs.names()))
+                .collect(),
+        }
+    }
+    /// The clause with every affine form replaced by `f` of it.
+    pub fn map_affines(&self, f: &dyn Fn(&Affine) -> Affine) -> WhereClause {
+        match self {
+            WhereClause::Range { index, lo, hi } => WhereClause::Range {
+                index: index.clone(),
+                lo: f(lo),
+                hi: f(hi),
+            },
+            WhereClause::Constraint { lhs, rel, rhs } => WhereClause::Constraint {
+                lhs: f(lhs),
+                rel: *rel,
+                rhs: f(rhs),
+            },
+            WhereClause::Union(conj) => WhereClause::Union(
+                conj.iter()
+                    .map(|c| {
+                        c.iter()
+                            .map(|x| Comparison {
+                                lhs: f(&x.lhs),
+                                rel: x.rel,
+                                rhs: f(&x.rhs),
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            ),
+        }
+    }
+    /// A condition as text, each side printed by `affine`, with `and`/`or`
+    /// and `=` for isl (`isl` true) or `&&`/`||` and `==` for C and TC;
+    /// `None` for a range.
+    pub fn condition_text(&self, isl: bool, affine: &dyn Fn(&Affine) -> String) -> Option<String> {
+        let cmp = |lhs: &Affine, rel: Rel, rhs: &Affine| {
+            let op = match (rel, isl) {
+                (Rel::Eq, false) => "==",
+                (r, _) => r.symbol(),
+            };
+            format!("{} {op} {}", affine(lhs), affine(rhs))
+        };
+        let (and, or) = if isl {
+            (" and ", " or ")
+        } else {
+            (" && ", " || ")
+        };
+        match self {
+            WhereClause::Range { .. } => None,
+            WhereClause::Constraint { lhs, rel, rhs } => Some(cmp(lhs, *rel, rhs)),
+            WhereClause::Union(conj) => Some(
+                conj.iter()
+                    .map(|c| {
+                        let parts: Vec<String> =
+                            c.iter().map(|x| cmp(&x.lhs, x.rel, &x.rhs)).collect();
+                        format!("({})", parts.join(and))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(or),
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,8 +12,8 @@
 //! cast.
 
 use super::ast::{
-    Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Func, Program, Reducer, Statement,
-    UnOp, WhereClause,
+    Affine, AssignOp, BinOp, Comparison, DType, Expr, ExprKind, ExprType, Func, Program, Reducer,
+    Statement, UnOp, WhereClause,
 };
 use super::syntax::{parse_statement, Raw, RawClause};
 
@@ -332,11 +332,31 @@ pub fn statement(
                     hi: cx.affine(hi)?,
                 }
             }
-            RawClause::Constraint(a, rel, b) => WhereClause::Constraint {
-                lhs: cx.affine(a)?,
-                rel: *rel,
-                rhs: cx.affine(b)?,
-            },
+            RawClause::Condition(union) if union.len() == 1 => {
+                for (a, rel, b) in &union[0] {
+                    wheres.push(WhereClause::Constraint {
+                        lhs: cx.affine(a)?,
+                        rel: *rel,
+                        rhs: cx.affine(b)?,
+                    });
+                }
+                continue;
+            }
+            RawClause::Condition(union) => {
+                let mut conj = Vec::new();
+                for c in union {
+                    let mut cmps = Vec::new();
+                    for (a, rel, b) in c {
+                        cmps.push(Comparison {
+                            lhs: cx.affine(a)?,
+                            rel: *rel,
+                            rhs: cx.affine(b)?,
+                        });
+                    }
+                    conj.push(cmps);
+                }
+                WhereClause::Union(conj)
+            }
         });
     }
     let reduction_indices: Vec<String> = cx

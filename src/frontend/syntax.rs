@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! stmt   := access op expr [ "where" clause { "," clause } ]
+//! clause := IDX "in" add ":" add | conj { "||" conj }
+//! conj   := cmps | "(" cmps ")"     cmps := add REL add { "&&" add REL add }
 //! expr   := or [ "?" expr ":" expr ]
 //! or     := and { "||" and }        and := cmp { "&&" cmp }
 //! cmp    := add [ ("<"|"<="|">"|">="|"=="|"!=") add ]
@@ -100,8 +102,13 @@ pub enum Raw {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RawClause {
     Range(String, Raw, Raw),
-    Constraint(Raw, Rel, Raw),
+    /// A union of conjunctions of comparisons: `(a && b) || c` is
+    /// `[[a, b], [c]]`; a plain comparison is `[[a]]`.
+    Condition(Vec<Vec<RawComparison>>),
 }
+
+/// `lhs REL rhs` in a `where` condition, before resolution.
+pub type RawComparison = (Raw, Rel, Raw);
 
 /// A statement before resolution.
 #[derive(Debug, Clone, PartialEq)]
@@ -289,6 +296,36 @@ impl P {
                 return Ok(RawClause::Range(name, lo, hi));
             }
         }
+        let mut union = vec![self.conjunction()?];
+        while self.eat("||") {
+            union.push(self.conjunction()?);
+        }
+        Ok(RawClause::Condition(union))
+    }
+    /// `cmp { && cmp }` or `( cmp { && cmp } )`. A parenthesis that does
+    /// not close a conjunction belongs to the comparison's left side, as
+    /// in `(i + 1) <= j`.
+    fn conjunction(&mut self) -> Result<Vec<RawComparison>, String> {
+        if self.is("(") {
+            let start = self.i;
+            self.i += 1;
+            if let Ok(c) = self.comparisons() {
+                if self.eat(")") && matches!(self.peek(), None | Some(Tok::Sym("," | "||"))) {
+                    return Ok(c);
+                }
+            }
+            self.i = start;
+        }
+        self.comparisons()
+    }
+    fn comparisons(&mut self) -> Result<Vec<RawComparison>, String> {
+        let mut out = vec![self.comparison()?];
+        while self.eat("&&") {
+            out.push(self.comparison()?);
+        }
+        Ok(out)
+    }
+    fn comparison(&mut self) -> Result<RawComparison, String> {
         let a = self.add()?;
         let rel = [
             ("<=", Rel::Le),
@@ -301,13 +338,13 @@ impl P {
         .find(|(s, _)| self.is(s));
         let Some((s, rel)) = rel else {
             return Err(format!(
-                "a where clause is `IDX in lo:hi` or a comparison such as `j <= i`; found {} after the left side",
+                "a where clause is `IDX in lo:hi` or a comparison such as `j <= i` (several joined by `&&` in parentheses, and alternatives by `||`); found {} after the left side",
                 show(self.peek())
             ));
         };
         self.expect(s)?;
         let b = self.add()?;
-        Ok(RawClause::Constraint(a, rel, b))
+        Ok((a, rel, b))
     }
 }
 
@@ -444,8 +481,30 @@ mod tests {
         let s = parse_statement("P(b, i) max=! X(b, 2*i + u) where u in 0:2, u <= i").unwrap();
         assert_eq!(s.wheres.len(), 2);
         assert!(matches!(&s.wheres[0], RawClause::Range(n, _, _) if n == "u"));
-        assert!(matches!(&s.wheres[1], RawClause::Constraint(_, Rel::Le, _)));
+        assert!(
+            matches!(&s.wheres[1], RawClause::Condition(u) if u.len() == 1 && u[0].len() == 1 && u[0][0].1 == Rel::Le)
+        );
         assert!(parse_statement("P(i) = X(i) where i").is_err());
+    }
+
+    #[test]
+    fn disjunctive_where_clauses() {
+        let s =
+            parse_statement("O(i) +=! A(i, j) where (j >= i - W && j <= i + W) || j < G, j < N")
+                .unwrap();
+        assert_eq!(s.wheres.len(), 2);
+        let RawClause::Condition(u) = &s.wheres[0] else {
+            panic!("{:?}", s.wheres[0]);
+        };
+        assert_eq!(u.iter().map(|c| c.len()).collect::<Vec<_>>(), vec![2, 1]);
+        // A parenthesised left side is not a conjunction.
+        let s = parse_statement("O(i) +=! A(i, j) where (i + 1) <= j").unwrap();
+        assert!(matches!(&s.wheres[0], RawClause::Condition(u) if u.len() == 1 && u[0].len() == 1));
+        // `&&` binds tighter than `||` without parentheses too.
+        let s = parse_statement("O(i) +=! A(i, j) where j < 2 && i < 2 || j > 5").unwrap();
+        assert!(matches!(&s.wheres[0], RawClause::Condition(u) if u.len() == 2 && u[0].len() == 2));
+        assert!(parse_statement("O(i) +=! A(i, j) where (j < 2 || j > 5").is_err());
+        assert!(parse_statement("O(i) +=! A(i, j) where j < 2 ||").is_err());
         assert!(parse_statement("P(i) = X(i) extra")
             .unwrap_err()
             .contains("extra"));

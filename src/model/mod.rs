@@ -441,9 +441,9 @@ fn lhs_only_wheres(st: &Statement) -> Vec<WhereClause> {
         .iter()
         .filter(|w| match w {
             WhereClause::Range { index, .. } => st.lhs_indices.contains(index),
-            WhereClause::Constraint { lhs, rhs, .. } => lhs
+            cond => cond
                 .names()
-                .chain(rhs.names())
+                .iter()
                 .all(|n| !st.reduction_indices.iter().any(|r| r == n)),
         })
         .cloned()

@@ -174,11 +174,8 @@ pub(super) fn domain_of(
         dom = dom.intersect(ranges[v].copy()?.apply(lift)?)?;
     }
     for w in wheres {
-        if let WhereClause::Constraint { lhs, rel, rhs } = w {
-            let c = ctx.isl.set(&format!(
-                "{p}{{ {name}[{tuple}] : {lhs} {} {rhs} }}",
-                rel.symbol()
-            ))?;
+        if let Some(cond) = w.condition_text(true, &|a| a.to_string()) {
+            let c = ctx.isl.set(&format!("{p}{{ {name}[{tuple}] : {cond} }}"))?;
             dom = dom.intersect(c)?;
         }
     }

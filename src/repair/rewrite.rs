@@ -167,9 +167,9 @@ pub fn statement_text(st: &Statement) -> String {
         .iter()
         .map(|w| match w {
             WhereClause::Range { index, lo, hi } => format!("{index} in {lo}:{hi}"),
-            WhereClause::Constraint { lhs, rel, rhs } => {
-                format!("{lhs} {} {rhs}", rel.symbol())
-            }
+            cond => cond
+                .condition_text(false, &|a| a.to_string())
+                .unwrap_or_default(),
         })
         .collect();
     if !clauses.is_empty() {

@@ -244,15 +244,12 @@ pub fn rewrite(
     let constraints = |st: &Statement, only_lhs: bool| -> Vec<WhereClause> {
         st.wheres
             .iter()
-            .filter(|w| match w {
-                WhereClause::Constraint { lhs, rhs, .. } => {
-                    !only_lhs
-                        || lhs
-                            .names()
-                            .chain(rhs.names())
-                            .all(|n| !st.reduction_indices.iter().any(|r| r == n))
-                }
-                WhereClause::Range { .. } => false,
+            .filter(|w| {
+                w.is_condition()
+                    && (!only_lhs
+                        || w.names()
+                            .iter()
+                            .all(|n| !st.reduction_indices.iter().any(|r| r == n)))
             })
             .cloned()
             .collect()

@@ -245,14 +245,8 @@ fn privatize(
         rel: crate::frontend::ast::Rel::Lt,
         rhs: hi.clone(),
     });
-    for w in &st.wheres {
-        if let WhereClause::Constraint { lhs, rel, rhs } = w {
-            wl.push(WhereClause::Constraint {
-                lhs: subst_affine(lhs, j, &by),
-                rel: *rel,
-                rhs: subst_affine(rhs, j, &by),
-            });
-        }
+    for w in st.wheres.iter().filter(|w| w.is_condition()) {
+        wl.push(w.map_affines(&|a| subst_affine(a, j, &by)));
     }
     let x = &st.lhs_tensor;
     let xl = local_name(x);

@@ -154,14 +154,9 @@ fn statement(s: &Statement, global: &HashMap<&str, String>) -> String {
                     affine(hi, &names)
                 );
             }
-            WhereClause::Constraint { lhs, rel, rhs } => {
-                let _ = write!(
-                    out,
-                    "{} {} {}",
-                    affine(lhs, &names),
-                    rel.symbol(),
-                    affine(rhs, &names)
-                );
+            cond => {
+                let text = cond.condition_text(false, &|a| affine(a, &names));
+                out.push_str(&text.unwrap_or_default());
             }
         }
     }

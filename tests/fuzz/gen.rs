@@ -244,6 +244,36 @@ struct Constraint {
     b: Aff,
 }
 
+/// A `where` condition: a union of conjunctions of comparisons (a
+/// single comparison is written plainly, several alternatives as
+/// `(a && b) || c`, the spec's disjunctive `where`).
+#[derive(Clone, Debug)]
+struct Cond(Vec<Vec<Constraint>>);
+
+impl Cond {
+    fn one(c: Constraint) -> Cond {
+        Cond(vec![vec![c]])
+    }
+    fn holds(&self, pt: &[i64]) -> bool {
+        self.0.iter().any(|conj| conj.iter().all(|c| c.holds(pt)))
+    }
+    fn text(&self) -> String {
+        if let [conj] = self.0.as_slice() {
+            let parts: Vec<String> = conj.iter().map(|c| c.text()).collect();
+            return parts.join(", ");
+        }
+        let alts: Vec<String> = self
+            .0
+            .iter()
+            .map(|conj| {
+                let parts: Vec<String> = conj.iter().map(|c| c.text()).collect();
+                format!("({})", parts.join(" && "))
+            })
+            .collect();
+        alts.join(" || ")
+    }
+}
+
 impl Constraint {
     fn holds(&self, pt: &[i64]) -> bool {
         let (x, y) = (self.a.eval(pt), self.b.eval(pt));
@@ -299,7 +329,7 @@ struct Stmt {
     bound: f64,
     lowp: bool,
     reads: Vec<Read>,
-    constraints: Vec<Constraint>,
+    constraints: Vec<Cond>,
 }
 
 const VAR_NAMES: [&str; 10] = ["i", "j", "k", "l", "m", "n", "p", "q", "r", "s"];
@@ -552,7 +582,7 @@ impl Gen {
                 // `=` only: a `!` reduction's box would be the square.
                 for k in [k.clone(), k.negated()] {
                     let mut s = self.stmt(t, vars.clone(), Op::Assign, true)?;
-                    s.constraints.push(k);
+                    s.constraints.push(Cond::one(k));
                     stmts.push(s);
                 }
             } else if rank >= 1 && vals[0] >= 2 {
@@ -616,11 +646,11 @@ impl Gen {
             return false;
         };
         if self.rng.chance(0.2) && s.nlhs >= 2 {
-            s.constraints.push(Constraint {
+            s.constraints.push(Cond::one(Constraint {
                 a: Aff::var(1, "j"),
                 rel: Rel::Le,
                 b: Aff::var(0, "i"),
-            });
+            }));
         }
         self.commit(s).is_some()
     }
@@ -1405,9 +1435,35 @@ impl Builder<'_> {
         (Aff::cst(k), Ext::lit(k + 1 + slack))
     }
 
-    /// Extra `where` constraints between a reduction index and a left-side
-    /// index (triangular: `k <= i`), sometimes.
-    fn constraints(&mut self) -> Vec<Constraint> {
+    /// Extra `where` conditions between a reduction index and a left-side
+    /// index (triangular: `k <= i`), sometimes; sometimes a union of two
+    /// such (a band with a global column: `(i - k < 2 && k <= i) || k < 1`).
+    fn constraints(&mut self) -> Vec<Cond> {
+        let out = self.comparisons();
+        if !out.is_empty() && self.g.rng.chance(0.35) {
+            let mut other = self.comparisons();
+            if other.is_empty() {
+                let r = self.nlhs + self.g.rng.below(self.nred());
+                other.push(Constraint {
+                    a: Aff::var(r, &self.vars[r].name.clone()),
+                    rel: Rel::Lt,
+                    b: Aff::cst(self.g.rng.range(1, 3)),
+                });
+            }
+            let band = if self.g.rng.chance(0.5) {
+                let again = self.comparisons();
+                out.into_iter().chain(again).collect()
+            } else {
+                out
+            };
+            return vec![Cond(vec![band, other])];
+        }
+        out.into_iter().map(Cond::one).collect()
+    }
+
+    /// A comparison between a reduction index and a left-side index,
+    /// sometimes.
+    fn comparisons(&mut self) -> Vec<Constraint> {
         let mut out = vec![];
         if self.nred() > 0 && self.nlhs > 0 && self.g.rng.chance(0.3) {
             let r = self.nlhs + self.g.rng.below(self.nred());
