@@ -482,7 +482,7 @@ fn decoding_with_query_rows_runs_on_tensor_cores_off_the_tile_and_slice_grids() 
         assert_eq!(cuda.kernels[1].block, [128, 1, 1]);
         assert_eq!(
             cuda.kernels[1].grid[2],
-            polyfuse::codegen::ast::Expr::Int((d + 3) / 4),
+            polyfuse::isl::ast::Expr::Int((d + 3) / 4),
             "{name}"
         );
         let err = emulation_check(&mut c, sizes.len() as u64 + split.unwrap_or(0) as u64);

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use polyfuse::codegen::ast::{Expr, Op};
 use polyfuse::frontend::load_str;
 use polyfuse::gpu::{CudaProgram, Kernel, KernelArg};
+use polyfuse::isl::ast::{Expr, Op};
 use polyfuse::runtime::cpu::{self, RunOptions};
 use polyfuse::runtime::{cuda, work};
 use polyfuse::{compile, Error, Options};

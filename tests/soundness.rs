@@ -266,10 +266,10 @@ fn dependences_are_printed_without_scheduling() {
 /// with the load.
 #[test]
 fn a_private_array_read_before_it_is_written_must_be_loaded() {
-    use polyfuse::codegen::ast::Expr;
     use polyfuse::frontend::ast::DType;
     use polyfuse::frontend::load_str;
     use polyfuse::gpu::private::{PrivateArray, PrivateRegion};
+    use polyfuse::isl::ast::Expr;
     use polyfuse::isl::{Isl, IslPrint};
     use polyfuse::{gpu, model, Error};
 

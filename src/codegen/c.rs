@@ -15,9 +15,9 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::ast::{c_expr, Node};
 use super::expr::{accumulator_dtype, param_name, round_to_dtype, tensor_name, Mode, Printer};
 use crate::frontend::ast::{DType, Program};
+use crate::isl::ast::{c_expr, Node};
 use crate::model::{Scop, StmtKind};
 
 /// Helpers every generated C file starts with.

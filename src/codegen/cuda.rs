@@ -21,16 +21,11 @@
 
 use std::fmt::Write;
 
-#[path = "chains.rs"]
 mod chains;
-#[path = "lanes.rs"]
-mod lanes_print;
-#[path = "rowcopy.rs"]
+mod lanes;
 mod rowcopy;
-#[path = "unswitch.rs"]
 mod unswitch;
 
-use super::ast::{c_expr, Expr, Node, Op};
 use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program};
@@ -41,6 +36,7 @@ use crate::gpu::private::PrivateRegion;
 use crate::gpu::promote::{Promotion, Scope};
 use crate::gpu::registers::RegisterTile;
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
+use crate::isl::ast::{c_expr, Expr, Node, Op};
 use crate::model::Scop;
 
 /// Storage type of a tensor element in CUDA.
@@ -465,10 +461,7 @@ pub fn program(
             name: mark.clone(),
             grid: plan.grid.clone(),
             block: plan.block,
-            dynamic_shared: plan
-                .contraction
-                .as_ref()
-                .map_or(0, super::mma::shared_bytes),
+            dynamic_shared: plan.contraction.as_ref().map_or(0, |c| c.shared_bytes()),
             static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
             dependent: true,
         });
@@ -605,7 +598,7 @@ struct Ctx<'a> {
     /// Inside a loop the lanes share: every lane runs its statements.
     in_lanes: bool,
     /// Input rows the lanes keep in registers across the row's loops.
-    row_caches: &'a [lanes_print::RowCache],
+    row_caches: &'a [lanes::RowCache],
     /// The lane loop being printed, if any (its reads of cached rows use
     /// the registers).
     lane_loop: Option<usize>,
@@ -1181,7 +1174,7 @@ impl Ctx<'_> {
                     } else if i > 0 && !in_thread && self.has_threads {
                         self.race_barrier(&pad, out);
                     } else if i > 0 && row_parts {
-                        let _ = writeln!(out, "{pad}{};", lanes_print::barrier(self.block));
+                        let _ = writeln!(out, "{pad}{};", lanes::barrier(self.block));
                     }
                     self.node(c, depth, pending, in_thread, out);
                 }
@@ -2380,7 +2373,7 @@ impl Ctx<'_> {
         let outer = self.printer.privates.borrow().clone();
         self.printer.privates.borrow_mut().extend(views);
         // Rows of inputs the lanes read in several loops of the row stay
-        // in registers (see `lanes_print::RowCache`).
+        // in registers (see `lanes::RowCache`).
         let caches = if self.lanes.is_some() && in_thread {
             self.row_caches(body)
         } else {

@@ -73,11 +73,7 @@ pub fn param_name(p: &str) -> String {
     format!("p_{p}")
 }
 
-/// Overrides whose text starts with this name registers that hold an f16
-/// or bf16 element in f32 (a register tile's accumulator): they are read
-/// and written without conversion, so a reduction rounds once, when the
-/// register is stored.
-pub const WIDE_REGISTER_PREFIX: &str = "pf_reg_";
+pub use crate::gpu::registers::WIDE_REGISTER_PREFIX;
 
 fn is_wide_register(el: &str) -> bool {
     el.starts_with(WIDE_REGISTER_PREFIX)

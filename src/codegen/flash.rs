@@ -489,9 +489,9 @@ impl Emit<'_> {
 
     /// C text of a condition or bound from the domain: parameters by
     /// their C names, batch iterators by the block's.
-    fn cond(&self, e: &crate::codegen::ast::Expr) -> String {
+    fn cond(&self, e: &crate::isl::ast::Expr) -> String {
         let rename = self.rename();
-        super::ast::c_expr(e, &|n: &str| {
+        crate::isl::ast::c_expr(e, &|n: &str| {
             if self.program.is_param(n) {
                 super::expr::param_name(n)
             } else {

@@ -41,7 +41,7 @@
 use std::fmt::Write;
 
 use crate::frontend::ast::DType;
-use crate::gpu::contraction::{narrow, Contraction, Operand, MMA_K, MMA_M, MMA_N};
+use crate::gpu::contraction::{narrow, Contraction, Operand, MMA_K, MMA_M, MMA_N, SHARED_ROW_PAD};
 
 /// CUDA helpers for the tensor-core path (sm_80 and later).
 pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_async16(void *dst, const void *src, int bytes) {
@@ -240,48 +240,18 @@ static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int
 }
 "#;
 
-/// Padding of each shared row, in elements (16 bytes).
-const PAD: i64 = 8;
-
-/// `(rows, pitch)` of one stage of operand `x` with `r` rows in the tile.
-fn layout(c: &Contraction, x: &Operand, r: i64) -> (i64, i64) {
-    padded_layout(x, r, c.tile[2])
-}
-
-/// `(rows, pitch)` of one stage of operand `x` with `r` rows and a k tile
-/// of `tk`, in the padded (`mma.sync`) layout: the larger of a kernel's
-/// two layouts, so its size bounds a stage's shared memory.
-pub fn padded_layout(x: &Operand, r: i64, tk: i64) -> (i64, i64) {
-    if x.k_contiguous {
-        (r, tk + PAD)
-    } else {
-        (tk, r + PAD)
-    }
-}
-
 /// Elements from one line of operand `x`'s shared tile (`rows` rows) to
 /// the next: the padded pitch for `mma.sync` (`wg` false), else the
 /// swizzle's line, 32 elements in the 64-byte swizzle ([`narrow`]) and 64
 /// in the 128-byte one.
 fn line_len(c: &Contraction, x: &Operand, rows: i64, wg: bool) -> i64 {
     if !wg {
-        layout(c, x, rows).1
+        c.layout(x, rows).1
     } else if narrow(x, rows) {
         32
     } else {
         64
     }
-}
-
-/// Elements of one stage of A and of B: padded rows for `ldmatrix`, or
-/// (`wgmma`) the tile in the 128-byte swizzle, without padding.
-fn stage_len(c: &Contraction, wgmma: bool) -> (i64, i64) {
-    if wgmma {
-        return (c.tile[0] * c.tile[2], c.tile[1] * c.tile[2]);
-    }
-    let (ra, pa) = layout(c, &c.a, c.tile[0]);
-    let (rb, pb) = layout(c, &c.b, c.tile[1]);
-    (ra * pa, rb * pb)
 }
 
 /// For kernels with a `wgmma` path (`wgmma_kernel`, both of their
@@ -297,28 +267,6 @@ fn uniform_lines(wgmma_kernel: bool, wg: bool, per_line: i64, threads: u32) -> O
     let threads = i64::from(threads);
     let lines = threads / per_line;
     (wgmma_kernel && threads % per_line == 0 && (!wg || lines % 8 == 0)).then_some(lines)
-}
-
-/// Bytes of one stage (both operands; of the larger engine where the
-/// kernel has two).
-pub fn stage_bytes(c: &Contraction) -> usize {
-    let (a, b) = stage_len(c, false);
-    let (wa, wb) = if c.wgmma { stage_len(c, true) } else { (0, 0) };
-    ((a + b).max(wa + wb) * 2) as usize
-}
-
-/// Shared memory of the region in bytes (dynamic shared memory on the
-/// GPU: more than the 48 KB a static array may take): the larger of the
-/// two layouts when the kernel has both.
-pub fn shared_bytes(c: &Contraction) -> usize {
-    let stages = c.stages as usize * stage_bytes(c);
-    // A split reduction's partial tile (f32) reuses the stages.
-    let partial = if c.split > 1 {
-        (c.tile[0] * c.tile[1] * 4) as usize
-    } else {
-        0
-    };
-    stages.max(partial)
 }
 
 /// The fields of the `wgmma` descriptors other than the start address:
@@ -350,7 +298,7 @@ pub fn buffers(mark: &str) -> (String, String) {
 pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String {
     let (na, nb) = buffers(mark);
     if emulate {
-        let (a, b) = stage_len(c, c.wgmma);
+        let (a, b) = c.stage_len(c.wgmma);
         format!(
             "{pad}static uint16_t {na}[{}];\n{pad}static uint16_t {nb}[{}];\n",
             c.stages * a,
@@ -360,12 +308,8 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
         // B follows A's stages, whose length depends on the engine (padded
         // rows for mma.sync, the swizzled tile for wgmma): each engine's B
         // starts after its own A.
-        let a_sync = stage_len(c, false).0;
-        let a_wgmma = if c.wgmma {
-            stage_len(c, true).0
-        } else {
-            a_sync
-        };
+        let a_sync = c.stage_len(false).0;
+        let a_wgmma = if c.wgmma { c.stage_len(true).0 } else { a_sync };
         // The operands' descriptors at their buffers' starts, once: a
         // step's descriptor is one of these moved by its offset
         // (`pf_wgmma_desc_at`, one add), not built from its address.
@@ -558,7 +502,7 @@ impl Region<'_> {
         // turn.
         let part_index = format!("((pf_mt * {nt} + pf_nt) * 4 + pf_r) * {threads} + pf_tid");
         let owner = format!("((pf_mt * {nt} + pf_nt) * 2 + pf_r / 2) % pf_ranks == pf_rank");
-        let (sa, sb) = stage_len(c, wg);
+        let (sa, sb) = c.stage_len(wg);
         let (ba, bb) = buffers(self.mark);
         if emu {
             w(
@@ -755,8 +699,8 @@ impl Region<'_> {
         };
         let setup = |o: &mut String, d: usize| {
             for (name, x, rows, _, _, address, ext, origin) in operands {
-                let (lines, pitch) = layout(c, x, rows);
-                let per_line = (pitch - PAD) / 8;
+                let (lines, pitch) = c.layout(x, rows);
+                let per_line = (pitch - SHARED_ROW_PAD) / 8;
                 let chunks = lines * per_line;
                 let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
                 let uniform = uniform_lines(c.wgmma, wg, per_line, threads);
@@ -887,8 +831,8 @@ impl Region<'_> {
                            stage: &str,
                            k0: &str|
          -> Option<Vec<(String, String)>> {
-            let (lines, pitch) = layout(c, x, rows);
-            let chunks = lines * (pitch - PAD) / 8;
+            let (lines, pitch) = c.layout(x, rows);
+            let chunks = lines * (pitch - SHARED_ROW_PAD) / 8;
             let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
             let step = uniform_lines(c.wgmma, wg, chunks / lines, threads)?;
             let line_len = line_len(c, x, rows, wg);
@@ -931,8 +875,8 @@ impl Region<'_> {
                 );
             }
             for (name, x, rows, buf, len, _, ext, _) in operands {
-                let (lines, pitch) = layout(c, x, rows);
-                let chunks = lines * (pitch - PAD) / 8;
+                let (lines, pitch) = c.layout(x, rows);
+                let chunks = lines * (pitch - SHARED_ROW_PAD) / 8;
                 let per_thread = (chunks + i64::from(threads) - 1) / i64::from(threads);
                 let per_line = chunks / lines;
                 let uniform = uniform_lines(c.wgmma, wg, per_line, threads);
@@ -1073,7 +1017,7 @@ impl Region<'_> {
         // ldmatrix, for an A fragment at warp rows `r0` and k `kk`, and for
         // a pair of B fragments at warp columns `c0`.
         let a_lane = |lane: &str| -> String {
-            let (_, pitch) = layout(c, &c.a, tm);
+            let (_, pitch) = c.layout(&c.a, tm);
             if c.a.k_contiguous {
                 format!("(pf_ar + ({lane}) % 8 + (({lane}) / 8) % 2 * 8) * {pitch} + pf_kk + ({lane}) / 16 * 8")
             } else {
@@ -1081,7 +1025,7 @@ impl Region<'_> {
             }
         };
         let b_lane = |lane: &str| -> String {
-            let (_, pitch) = layout(c, &c.b, tn);
+            let (_, pitch) = c.layout(&c.b, tn);
             if c.b.k_contiguous {
                 format!("(pf_bc + (({lane}) / 8) / 2 * 8 + ({lane}) % 8) * {pitch} + pf_kk + (({lane}) / 8) % 2 * 8")
             } else {

@@ -1,8 +1,7 @@
 //! Code generation: isl's AST builder turns the final schedule tree into
-//! loops ([`ast`]), and printers turn the loops and the statements'
+//! loops ([`crate::isl::ast`]), and printers turn the loops and the statements'
 //! computations ([`expr`]) into source ([`c`]).
 
-pub mod ast;
 pub mod c;
 pub mod cuda;
 pub mod expr;
@@ -15,8 +14,8 @@ use crate::isl::{ast_build_node_from_schedule, Schedule};
 use crate::model::Scop;
 
 /// The loops of `schedule`, as plain data.
-pub fn build_ast(scop: &Scop, schedule: &Schedule) -> Result<ast::Node> {
+pub fn build_ast(scop: &Scop, schedule: &Schedule) -> Result<crate::isl::ast::Node> {
     let node = ast_build_node_from_schedule(scop.context.copy()?, schedule.copy()?)
         .ok_or_else(|| Error::Internal("isl could not build an AST for the schedule".into()))?;
-    ast::from_isl(&node)
+    crate::isl::ast::from_isl(&node)
 }

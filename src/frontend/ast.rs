@@ -600,3 +600,22 @@ impl Program {
         a.substitute(&|n: &str| self.param_value(n)).as_constant()
     }
 }
+
+/// Every tensor read of an expression, in evaluation order.
+pub fn collect_reads(e: &Expr, out: &mut Vec<(String, Vec<Affine>)>) {
+    match &e.kind {
+        ExprKind::Access { tensor, subscripts } => out.push((tensor.clone(), subscripts.clone())),
+        ExprKind::Unary(_, a) | ExprKind::Cast(_, a) => collect_reads(a, out),
+        ExprKind::Binary(_, a, b) => {
+            collect_reads(a, out);
+            collect_reads(b, out);
+        }
+        ExprKind::Select(c, a, b) => {
+            collect_reads(c, out);
+            collect_reads(a, out);
+            collect_reads(b, out);
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| collect_reads(a, out)),
+        ExprKind::Number(_) | ExprKind::Inf { .. } | ExprKind::Index(_) | ExprKind::Param(_) => {}
+    }
+}

@@ -241,7 +241,7 @@ fn check_inferred_ranks(
     };
     let mut accesses = vec![(st.lhs_tensor.clone(), st.lhs_indices.len(), "written")];
     let mut reads = Vec::new();
-    crate::model::collect_reads(&st.rhs, &mut reads);
+    super::ast::collect_reads(&st.rhs, &mut reads);
     accesses.extend(reads.into_iter().map(|(t, subs)| (t, subs.len(), "read")));
     for (tensor, n, how) in accesses {
         if let Some(rank) = rank_of(&tensor) {

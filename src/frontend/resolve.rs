@@ -386,7 +386,7 @@ pub fn statement(
     // Reading the left tensor: only the element being written, and only
     // with `=`.
     let mut reads = Vec::new();
-    crate::model::collect_reads(&rhs, &mut reads);
+    super::ast::collect_reads(&rhs, &mut reads);
     let own: Vec<Affine> = lhs_indices.iter().map(|i| Affine::var(i)).collect();
     for (t, subs) in reads.iter().filter(|(t, _)| *t == raw.lhs) {
         if op != AssignOp::Assign {

@@ -44,12 +44,12 @@
 //! left out where a whole tile is inside; both conditions are computed
 //! from the domain in isl.
 
-use crate::codegen::ast::Expr as AstExpr;
 use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, Statement, TensorRole,
 };
+use crate::isl::ast::Expr as AstExpr;
 use crate::isl::Isl;
 use crate::model::{access_text, collect_reads, ModelStmt, Scop};
 

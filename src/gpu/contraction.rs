@@ -33,10 +33,10 @@
 
 use isl_rs::{PwMultiAff, ScheduleNode};
 
-use crate::codegen::ast::{self, Expr};
 use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{Affine, AssignOp, DType, ExprKind, Program, Reducer};
+use crate::isl::ast::{self, Expr};
 use crate::isl::{ast_build_expr_from_pw_aff, DimType, Isl};
 use crate::model::{Scop, StmtKind};
 
@@ -119,6 +119,65 @@ pub struct Epilogue {
     pub statement: String,
     /// Its iterators playing the batch members, `m` and `n`, in band order.
     pub iterators: Vec<String>,
+}
+
+/// Padding of each shared row, in elements (16 bytes).
+pub const SHARED_ROW_PAD: i64 = 8;
+
+/// `(rows, pitch)` of one stage of operand `x` with `r` rows and a k tile
+/// of `tk`, in the padded (`mma.sync`) layout: the larger of a kernel's
+/// two layouts, so its size bounds a stage's shared memory.
+pub fn padded_layout(x: &Operand, r: i64, tk: i64) -> (i64, i64) {
+    if x.k_contiguous {
+        (r, tk + SHARED_ROW_PAD)
+    } else {
+        (tk, r + SHARED_ROW_PAD)
+    }
+}
+
+impl Contraction {
+    /// `(rows, pitch)` of one stage of operand `x` with `r` rows in the
+    /// tile, in the padded (`mma.sync`) layout.
+    pub fn layout(&self, x: &Operand, r: i64) -> (i64, i64) {
+        padded_layout(x, r, self.tile[2])
+    }
+
+    /// Elements of one stage of A and of B: padded rows for `ldmatrix`, or
+    /// (`wgmma`) the tile in the 128-byte swizzle, without padding.
+    pub fn stage_len(&self, wgmma: bool) -> (i64, i64) {
+        if wgmma {
+            return (self.tile[0] * self.tile[2], self.tile[1] * self.tile[2]);
+        }
+        let (ra, pa) = self.layout(&self.a, self.tile[0]);
+        let (rb, pb) = self.layout(&self.b, self.tile[1]);
+        (ra * pa, rb * pb)
+    }
+
+    /// Bytes of one stage (both operands; of the larger engine where the
+    /// kernel has two).
+    pub fn stage_bytes(&self) -> usize {
+        let (a, b) = self.stage_len(false);
+        let (wa, wb) = if self.wgmma {
+            self.stage_len(true)
+        } else {
+            (0, 0)
+        };
+        ((a + b).max(wa + wb) * 2) as usize
+    }
+
+    /// Shared memory of the region in bytes (dynamic shared memory on the
+    /// GPU: more than the 48 KB a static array may take): the larger of the
+    /// two layouts when the kernel has both.
+    pub fn shared_bytes(&self) -> usize {
+        let stages = self.stages as usize * self.stage_bytes();
+        // A split reduction's partial tile (f32) reuses the stages.
+        let partial = if self.split > 1 {
+            (self.tile[0] * self.tile[1] * 4) as usize
+        } else {
+            0
+        };
+        stages.max(partial)
+    }
 }
 
 impl Contraction {
@@ -624,7 +683,7 @@ fn latency_stages(c: &Contraction, e: &[Option<i64>]) -> Option<Latency> {
         return None;
     }
     let per_block = ((ek + tk - 1) / tk + c.split - 1) / c.split;
-    let stage = crate::codegen::mma::stage_bytes(c) as i64;
+    let stage = c.stage_bytes() as i64;
     let fit = (SHARED_FOR_STAGES / stage.max(1)).min(MAX_STAGES);
     if per_block <= fit {
         return Some(Latency::WholeK(per_block.max(2)));
@@ -764,7 +823,7 @@ fn latency_layout(
     let blocks = |tm: i64, tn: i64| ((em + tm - 1) / tm) * ((en + tn - 1) / tn);
     let stage_bytes = |tm: i64, tn: i64| {
         let len = |x: &Operand, rows: i64| {
-            let (lines, pitch) = crate::codegen::mma::padded_layout(x, rows, WGMMA_TILE_K);
+            let (lines, pitch) = padded_layout(x, rows, WGMMA_TILE_K);
             lines * pitch
         };
         2 * (len(a, tm) + len(b, tn))

@@ -31,10 +31,10 @@
 use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, UnionMap, Val};
 
 use super::GpuOptions;
-use crate::codegen::ast::{self, Expr, Op};
 use crate::deps::Dependences;
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
+use crate::isl::ast::{self, Expr, Op};
 use crate::isl::val_to_i64;
 use crate::isl::{ast_build_expr_from_pw_aff, Isl};
 use crate::model::{Scop, StmtKind};

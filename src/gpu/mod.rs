@@ -22,9 +22,9 @@ pub mod traffic;
 
 use std::collections::HashMap;
 
-use crate::codegen::ast::Expr;
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
+use crate::isl::ast::Expr;
 use crate::model::ModelTensor;
 
 /// Options of the GPU mapping, independent of the tile sizes (as in PPCG):
@@ -250,7 +250,7 @@ impl Kernel {
 
 /// Evaluates an isl AST expression in the parameters.
 pub fn eval(e: &Expr, params: &HashMap<String, i64>) -> Result<i64> {
-    use crate::codegen::ast::Op;
+    use crate::isl::ast::Op;
     Ok(match e {
         Expr::Int(v) => *v,
         Expr::Id(s) => *params

@@ -37,9 +37,9 @@ use std::collections::HashSet;
 
 use isl_rs::{DimType, Map, ScheduleNode, UnionMap, UnionSet};
 
-use crate::codegen::ast::Expr;
 use crate::error::Result;
 use crate::frontend::ast::{DType, Program, TensorRole};
+use crate::isl::ast::Expr;
 use crate::isl::{val_to_i64, Isl};
 use crate::model::Scop;
 

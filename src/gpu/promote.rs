@@ -29,9 +29,9 @@ use std::collections::HashMap;
 use isl_rs::{DimType, Id, IdList, Map, MultiId, PwAff, PwMultiAff, ScheduleNode, UnionMap};
 
 use super::GpuOptions;
-use crate::codegen::ast::{self, Expr};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program};
+use crate::isl::ast::{self, Expr};
 use crate::isl::{ast_build_expr_from_pw_aff, val_to_i64, Isl};
 use crate::model::Scop;
 

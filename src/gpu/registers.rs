@@ -18,12 +18,18 @@ use std::collections::HashSet;
 
 use isl_rs::{PwMultiAff, ScheduleNode, UnionMap};
 
-use crate::codegen::ast::Expr;
 use crate::error::Result;
 use crate::frontend::ast::{AssignOp, DType, Program, Reducer};
+use crate::isl::ast::Expr;
 use crate::isl::Isl;
 use crate::model::Scop;
 use crate::model::StmtKind;
+
+/// Overrides whose text starts with this name are registers that hold an
+/// f16 or bf16 element in f32 (a register tile's accumulator): the printer
+/// reads and writes them without conversion, so a reduction rounds once,
+/// when the register is stored. The gpu stage names the registers.
+pub const WIDE_REGISTER_PREFIX: &str = "pf_reg_";
 
 /// One register-tiled tensor of a kernel.
 #[derive(Debug, Clone)]
@@ -202,7 +208,7 @@ pub fn candidate(
             init,
             tensor: t.clone(),
             dtype: tensor.dtype,
-            buffer: format!("{}{kernel}_{t}", crate::codegen::expr::WIDE_REGISTER_PREFIX),
+            buffer: format!("{}{kernel}_{t}", WIDE_REGISTER_PREFIX),
             element,
             guard,
             block_iterators: Vec::new(),
@@ -259,7 +265,7 @@ fn domain_guard(
     let e = crate::isl::ast_build_expr_from_set(context, bound).ok_or_else(|| {
         crate::error::Error::Internal("isl could not print a register guard".into())
     })?;
-    Ok(Some(crate::codegen::ast::expr_from_isl(&e)?))
+    Ok(Some(crate::isl::ast::expr_from_isl(&e)?))
 }
 
 /// The initialisation of tensor `t` that may run first in its register

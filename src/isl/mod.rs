@@ -5,8 +5,10 @@
 //! isl-rs wraps each object as an owned value that frees itself on drop; the
 //! only rule left to us is that no object outlives its [`Isl`] context.
 //! polyfuse keeps that rule by running each compilation inside one function
-//! that creates the context and returns only plain Rust data.
+//! that creates the context and returns only plain Rust data ([`ast`]: isl's
+//! AST as such data, which the gpu stage's plans and every printer share).
 
+pub mod ast;
 mod ffi;
 
 pub use ffi::{

@@ -20,6 +20,10 @@ use crate::frontend::ast::{
 };
 use crate::isl::{Isl, IslPrint, Map, Set, UnionMap, UnionSet};
 
+/// Re-exported for the stages after the model, which have always found
+/// it here; it belongs to the typed AST.
+pub use crate::frontend::ast::collect_reads;
+
 /// What an isl statement does with its source statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StmtKind {
@@ -461,25 +465,6 @@ pub fn read_text(e: &Expr) -> Option<String> {
     match &e.kind {
         ExprKind::Access { tensor, subscripts } => Some(access_text(tensor, subscripts)),
         _ => None,
-    }
-}
-
-/// Every tensor read of an expression, in evaluation order.
-pub fn collect_reads(e: &Expr, out: &mut Vec<(String, Vec<Affine>)>) {
-    match &e.kind {
-        ExprKind::Access { tensor, subscripts } => out.push((tensor.clone(), subscripts.clone())),
-        ExprKind::Unary(_, a) | ExprKind::Cast(_, a) => collect_reads(a, out),
-        ExprKind::Binary(_, a, b) => {
-            collect_reads(a, out);
-            collect_reads(b, out);
-        }
-        ExprKind::Select(c, a, b) => {
-            collect_reads(c, out);
-            collect_reads(a, out);
-            collect_reads(b, out);
-        }
-        ExprKind::Call(_, args) => args.iter().for_each(|a| collect_reads(a, out)),
-        ExprKind::Number(_) | ExprKind::Inf { .. } | ExprKind::Index(_) | ExprKind::Param(_) => {}
     }
 }
 

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::codegen::ast::{Expr, Op};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program, TensorRole};
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
+use crate::isl::ast::{Expr, Op};
 use crate::model::ModelTensor;
 use crate::pipeline::Compiled;
 use crate::schedule::tree::{Band, ScheduleTree, Tree};

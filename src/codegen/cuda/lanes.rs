@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::{storage_type, Ctx, Pending};
-use crate::codegen::ast::Node;
 use crate::frontend::ast::{DType, TensorRole};
 use crate::gpu::lanes::{LaneLoop, State};
+use crate::isl::ast::Node;
 use crate::model::ModelStmt;
 
 /// One state of a split loop as printed: its private scalar and C type.

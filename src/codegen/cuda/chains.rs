@@ -20,7 +20,7 @@
 use std::fmt::Write;
 
 use super::{CountedLoop, Ctx};
-use crate::codegen::ast::Node;
+use crate::isl::ast::Node;
 
 /// Independent partial results.
 const CHAINS: i64 = 4;

@@ -17,8 +17,8 @@
 //! evaluated once instead of at every `d` with the same value).
 
 use super::Ctx;
-use crate::codegen::ast::{Expr as AstExpr, Node};
 use crate::frontend::ast::{Expr, ExprKind};
+use crate::isl::ast::{Expr as AstExpr, Node};
 
 impl Ctx<'_> {
     /// The printed condition of a select in the statements of `body` (an

@@ -25,8 +25,8 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::{storage_type, CountedLoop, Ctx};
-use crate::codegen::ast::{Expr as AstExpr, Node};
 use crate::frontend::ast::{DType, TensorRole};
+use crate::isl::ast::{Expr as AstExpr, Node};
 
 /// At most this many elements in one run (registers per thread).
 const MAX_RUN: i64 = 128;

@@ -1,11 +1,10 @@
 //! A plain copy of isl's AST (the loops isl's AST builder generated from the
-//! final schedule tree). Printers for C, and later CUDA, work on this copy
-//! and never call isl.
+//! final schedule tree, and expressions isl built from quasi-affine
+//! functions). The gpu stage keeps its bounds and guards in this form, and
+//! the printers for C and CUDA work on it and never call isl.
 
+use super::{ast_node_type, val_to_i64, ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType};
 use crate::error::{Error, Result};
-use crate::isl::{
-    ast_node_type, val_to_i64, ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType,
-};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
