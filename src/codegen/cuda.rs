@@ -603,7 +603,7 @@ struct Ctx<'a> {
     /// the registers).
     lane_loop: Option<usize>,
     /// Inside a map loop whose lanes store their slots four at a time
-    /// (`codegen::lanes`): the statement's element goes to `pf_vs[pf_r]`.
+    /// (`codegen::cuda::lanes`): the statement's element goes to `pf_vs[pf_r]`.
     store_in_fours: bool,
 }
 

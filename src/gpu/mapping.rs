@@ -515,7 +515,7 @@ fn map_kernel(
             _ => super::promote::Layout::RowMajor,
         };
         // Rows side by side (see [`block_row_groups`]) read their inputs
-        // into the lanes' registers (`codegen::lanes` row caches) or
+        // into the lanes' registers (`codegen::cuda::lanes` row caches) or
         // straight from memory: a shared copy of the block tile would only
         // be paid for (layer norm's rows, one at a time, keep it: they
         // lost 211 -> 233 us without it on the H100).
@@ -1401,7 +1401,7 @@ const BLOCK_ROWS_PER_TILE: i64 = 2;
 /// one group each, for rows whose loops split a rolling update
 /// (`rolling`), where the block stays at 512 threads or fewer and the user
 /// chose no block (`--block` with x > 32 runs the rows one after the
-/// other). A group's barriers are its own (`codegen::lanes::barrier`:
+/// other). A group's barriers are its own (`codegen::cuda::lanes::barrier`:
 /// `bar.sync` on barrier `1 + threadIdx.y` for `lane_width` threads), so
 /// a group whose row is past the tensor's rows (the last tile) leaves the
 /// loop without stalling the other.
