@@ -68,6 +68,16 @@ enum {
     PF_ARG_PARAM = 1   /* a parameter value, passed as a 64-bit long */
 };
 
+/* Where the library's notices go (pf_context_set_log): called on the thread
+ * that called pf_compile, with the user pointer given, a level and a
+ * message valid for the call only. It must not throw into polyfuse. */
+typedef void (*pf_log_fn)(void *user, int32_t level, const char *message);
+enum {
+    PF_LOG_INFO = 0,   /* something to know (a tuned configuration from the cache was used) */
+    PF_LOG_WARNING = 1 /* polyfuse did other than asked and says what (a schedule isl did
+                          not finish replaced by minimal fusion; a cache it could not read) */
+};
+
 typedef struct pf_context pf_context;
 typedef struct pf_result pf_result;
 
@@ -135,12 +145,15 @@ pf_status pf_context_set_shared(pf_context *ctx, int enabled);
  * pf_compile fail with PF_ERR_INPUT or PF_ERR_ILLEGAL. */
 pf_status pf_context_set_directives(pf_context *ctx, const char *json);
 /* The compilation cache pf_compile consults when no schedule option was set
- * on the context (tuned options from `polyfuse tune`; said on stderr): path
- * to its SQLite file, or NULL to disable it. Default: POLYFUSE_CACHE, else
- * the user's cache folder. */
+ * on the context (tuned options from `polyfuse tune`; said to the log): path
+ * to its SQLite file, or NULL for none. Default: none (the library reads and
+ * writes no file of the user's unless asked). */
 pf_status pf_context_set_cache(pf_context *ctx, const char *path);
+/* Sends the library's notices to callback (see pf_log_fn); NULL: nowhere,
+ * the default. The library never writes to stderr. */
+pf_status pf_context_set_log(pf_context *ctx, pf_log_fn callback, void *user);
 /* Seconds after which a compilation whose schedule isl has not finished is
- * replaced by one with minimal fusion (said on stderr). isl's scheduler can
+ * replaced by one with minimal fusion (said to the log as a warning). isl's scheduler can
  * run for minutes, or not end, on some fusion problems; the abandoned
  * compilation is stopped. Default: POLYFUSE_SCHEDULE_TIMEOUT, else 60. */
 pf_status pf_context_set_schedule_timeout(pf_context *ctx, uint32_t seconds);

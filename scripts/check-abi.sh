@@ -48,6 +48,12 @@ C_BASE = {"char": "c_char", "void": "c_void", "int": "c_int", "int32_t": "i32",
           "int64_t": "i64", "uint32_t": "u32", "uint64_t": "u64", "size_t": "usize",
           "double": "f64", "float": "f32"}
 
+# Function-pointer typedefs (`typedef void (*pf_log_fn)(...);`) are compared
+# by name: the Rust side declares `pub type pf_log_fn = ... fn(...)` and
+# takes `Option<pf_log_fn>`.
+fn_typedefs = set(re.findall(r"typedef\s+[\w\s\*]+\(\s*\*\s*(\w+)\s*\)\s*\([^()]*\)\s*;", text))
+text = re.sub(r"typedef\s+[\w\s\*]+\(\s*\*\s*\w+\s*\)\s*\([^()]*\)\s*;", " ", text)
+
 c_typedefs = {}
 for m in re.finditer(r"typedef\s+([^;{}]+?)\s*;", text):
     decl = m.group(1).strip()
@@ -71,6 +77,8 @@ def c_type(tokens):
     return t
 
 def resolve_c(name):
+    if name in fn_typedefs:
+        return "fn " + name
     if name in c_typedefs and c_typedefs[name] not in ("struct " + name,):
         inner = c_typedefs[name]
         if inner.startswith("struct ") and "*" not in inner:
@@ -115,6 +123,9 @@ for m in re.finditer(r"pub\s+type\s+(\w+)\s*=\s*([^;]+);", rust):
 
 def rust_type(s):
     s = re.sub(r"\b(?:std|core|libc)::(?:ffi::|os::raw::)?", "", s)
+    s = re.sub(r"Option\s*<\s*(\w+)\s*>", r"\1", s)
+    if s.strip() in rust_types and "fn(" in rust_types[s.strip()].replace(" ", ""):
+        return "fn " + s.strip()
     toks = re.findall(r"\*|\w+", s)
     out, i = [], 0
     while i < len(toks):

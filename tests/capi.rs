@@ -796,13 +796,21 @@ fn header_drift_check_fails_on_a_mismatch() {
 /// (isl's scheduler does not finish it with fusion), compiled through the
 /// C ABI with a strategy or a schedule timeout.
 fn gqa_split_37_tree(strategy: Option<&str>, timeout: Option<u32>) -> String {
+    gqa_split_37(strategy, timeout).0
+}
+
+/// The tree, and the notices the context's log received.
+fn gqa_split_37(strategy: Option<&str>, timeout: Option<u32>) -> (String, Vec<(i32, String)>) {
     let ctx = context("attention_decode_gqa.json");
+    let mut notices: Vec<(i32, String)> = Vec::new();
     // SAFETY: valid handles and output places throughout.
     unsafe {
         assert_eq!(pf_context_set_param(ctx, c("KV=300").as_ptr()), PF_OK);
         let directives = c(r#"[{"split-k": ["L", "O"], "factor": 37}]"#);
         assert_eq!(pf_context_set_directives(ctx, directives.as_ptr()), PF_OK);
         assert_eq!(pf_context_set_cache(ctx, null()), PF_OK);
+        let user = (&mut notices as *mut Vec<(i32, String)>).cast();
+        assert_eq!(pf_context_set_log(ctx, Some(collect_notice), user), PF_OK);
         if let Some(s) = strategy {
             assert_eq!(pf_context_set_strategy(ctx, c(s).as_ptr()), PF_OK);
         }
@@ -813,8 +821,134 @@ fn gqa_split_37_tree(strategy: Option<&str>, timeout: Option<u32>) -> String {
         let tree = string_of(r, pf_result_schedule_tree);
         assert_eq!(pf_result_destroy(r), PF_OK);
         assert_eq!(pf_context_destroy(ctx), PF_OK);
-        tree
+        (tree, notices)
     }
+}
+
+/// A `pf_log_fn` that appends to the `Vec<(i32, String)>` at `user`.
+unsafe extern "C" fn collect_notice(
+    user: *mut std::ffi::c_void,
+    level: i32,
+    message: *const c_char,
+) {
+    // SAFETY: the tests pass a live Vec as `user`, and polyfuse a C string
+    // valid for the call.
+    unsafe {
+        let notices = &mut *user.cast::<Vec<(i32, String)>>();
+        notices.push((
+            level,
+            CStr::from_ptr(message).to_string_lossy().into_owned(),
+        ));
+    }
+}
+
+/// The library's notices go to the context's log, and only there: a
+/// fallback is a warning there; a compilation with nothing to say says
+/// nothing; a cache named on the context that cannot be read is a warning
+/// and the compilation goes on; without a cache named, none is read.
+#[test]
+fn notices_go_to_the_log_callback_and_nowhere_else() {
+    let (_, notices) = gqa_split_37(None, Some(2));
+    assert!(
+        notices
+            .iter()
+            .any(|(level, m)| *level == PF_LOG_WARNING && m.contains("minimal fusion")),
+        "{notices:?}"
+    );
+    let (_, quiet) = gqa_split_37(Some("min"), None);
+    assert!(quiet.is_empty(), "{quiet:?}");
+
+    let bogus =
+        std::env::temp_dir().join(format!("polyfuse-bogus-cache-{}.db", std::process::id()));
+    std::fs::write(&bogus, "not a database, not even close: ".repeat(64)).unwrap();
+    for named in [true, false] {
+        let ctx = context("gemm.json");
+        let mut notices: Vec<(i32, String)> = Vec::new();
+        // SAFETY: valid handles; `notices` outlives the context.
+        unsafe {
+            if named {
+                let path = c(bogus.to_str().unwrap());
+                assert_eq!(pf_context_set_cache(ctx, path.as_ptr()), PF_OK);
+            }
+            let user = (&mut notices as *mut Vec<(i32, String)>).cast();
+            assert_eq!(pf_context_set_log(ctx, Some(collect_notice), user), PF_OK);
+            let r = compile_ok(ctx);
+            let mut from_cache = -1;
+            assert_eq!(pf_result_from_cache(r, &mut from_cache), PF_OK);
+            assert_eq!(from_cache, 0);
+            assert_eq!(pf_result_destroy(r), PF_OK);
+            assert_eq!(pf_context_destroy(ctx), PF_OK);
+        }
+        if named {
+            assert!(
+                notices
+                    .iter()
+                    .any(|(level, m)| *level == PF_LOG_WARNING && m.contains("cache not used")),
+                "{notices:?}"
+            );
+        } else {
+            assert!(notices.is_empty(), "{notices:?}");
+        }
+    }
+    let _ = std::fs::remove_file(&bogus);
+    // SAFETY: any pointer value is accepted.
+    assert_eq!(
+        unsafe { pf_context_set_log(null_mut(), None, null_mut()) },
+        PF_ERR_INVALID_HANDLE
+    );
+}
+
+/// The library writes nothing to stderr or stdout (a framework's process
+/// is not ours to write to): only the command-line program prints. Test
+/// code and the one debugging aid the user turns on by name
+/// (`POLYFUSE_KEEP_SCRATCH`) are exempt.
+#[test]
+fn the_library_does_not_print() {
+    let mut offenders = Vec::new();
+    let mut stack = vec![Path::new(ROOT).join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = path.file_name().unwrap().to_str().unwrap();
+            if !name.ends_with(".rs") || ["main.rs", "cli_tune.rs", "sys.rs"].contains(&name) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            for (k, line) in code.lines().enumerate() {
+                let printing = [
+                    "eprintln!",
+                    "eprint!",
+                    "println!",
+                    "print!",
+                    "stderr()",
+                    "stdout()",
+                ]
+                .iter()
+                .any(|p| {
+                    line.match_indices(p).any(|(at, _)| {
+                        !line[..at]
+                            .chars()
+                            .last()
+                            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    })
+                });
+                let exempt = line.trim_start().starts_with("//")
+                    || code
+                        .lines()
+                        .nth(k.saturating_sub(1))
+                        .is_some_and(|l| l.contains("POLYFUSE_KEEP_SCRATCH"));
+                if printing && !exempt {
+                    offenders.push(format!("{}:{}: {}", path.display(), k + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }
 
 #[test]

@@ -31,6 +31,11 @@ static int message_has(char *s, const char *needle) {
     return found;
 }
 
+/* A pf_log_fn counting the warnings it receives in the int at `user`. */
+static void count_warnings(void *user, int32_t level, const char *message) {
+    if (level == PF_LOG_WARNING && message != NULL && message[0] != '\0') (*(int *)user)++;
+}
+
 int main(int argc, char **argv) {
     pf_context *ctx = NULL;
     pf_result *res = NULL;
@@ -127,6 +132,25 @@ int main(int argc, char **argv) {
         CHECK(message_has(pf_context_error_message(ctx), "CUDA"));
     }
     CHECK(pf_context_destroy(ctx) == PF_OK);
+
+    /* Notices go to the log callback: a cache file that is no cache (the
+     * program itself) is a warning there, and the compilation goes on. */
+    {
+        int warnings = 0;
+        CHECK(pf_context_set_log(NULL, count_warnings, &warnings) == PF_ERR_INVALID_HANDLE);
+        CHECK(pf_context_create(&ctx) == PF_OK);
+        CHECK(pf_context_load_file(ctx, argv[1]) == PF_OK);
+        CHECK(pf_context_set_cache(ctx, argv[1]) == PF_OK);
+        CHECK(pf_context_set_log(ctx, count_warnings, &warnings) == PF_OK);
+        CHECK(pf_compile(ctx, &res) == PF_OK);
+        CHECK(warnings == 1);
+        CHECK(pf_result_destroy(res) == PF_OK);
+        CHECK(pf_context_set_log(ctx, NULL, NULL) == PF_OK);
+        CHECK(pf_compile(ctx, &res) == PF_OK);
+        CHECK(warnings == 1);
+        CHECK(pf_result_destroy(res) == PF_OK);
+        CHECK(pf_context_destroy(ctx) == PF_OK);
+    }
 
     if (failures == 0) printf("abi_check: ok\n");
     return failures == 0 ? 0 : 1;

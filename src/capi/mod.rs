@@ -116,9 +116,12 @@ pub(crate) struct ContextState {
     /// target chooses its tiles per kernel, as the command line does
     /// without `--tile`.
     tile_set: bool,
-    /// The compilation cache: None, the default location (see
-    /// `tune::cache::location`); Some(None), disabled; Some(Some(p)), p.
-    cache: Option<Option<std::path::PathBuf>>,
+    /// The compilation cache (`pf_context_set_cache`); None: no cache. A
+    /// library reads and writes no file of the user's unless asked.
+    cache: Option<std::path::PathBuf>,
+    /// Where the library's notices go (`pf_context_set_log`); None: nowhere
+    /// (the library never writes to stderr).
+    log: Option<LogSink>,
     /// Seconds after which a compilation isl's scheduler has not finished
     /// is replaced by one with minimal fusion; None:
     /// `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
@@ -404,6 +407,52 @@ impl ResultState {
     }
 }
 
+/// A caller's log callback and its user pointer (kept as an address: the
+/// library never dereferences it, only hands it back).
+#[derive(Clone, Copy)]
+pub(crate) struct LogSink {
+    callback: pf_log_fn,
+    user: usize,
+}
+
+/// `pf_log_fn`: the caller's function that receives the library's notices.
+pub type pf_log_fn = unsafe extern "C" fn(user: *mut c_void, level: i32, message: *const c_char);
+
+/// A notice: something the caller may want to know, nothing went wrong (a
+/// tuned configuration from the cache was used).
+pub const PF_LOG_INFO: i32 = 0;
+/// A warning: polyfuse did something other than asked, and says what (a
+/// schedule isl did not finish replaced by minimal fusion; a cache that
+/// could not be read).
+pub const PF_LOG_WARNING: i32 = 1;
+
+impl LogSink {
+    /// Hands `message` to the callback, on the calling thread. A message
+    /// with a NUL inside is cut there.
+    fn send(self, level: i32, message: &str) {
+        let text = message.split('\0').next().unwrap_or_default();
+        let Ok(c) = std::ffi::CString::new(text) else {
+            return;
+        };
+        // SAFETY: the callback's contract (pf_context_set_log): it may be
+        // called with its user pointer and a string valid for the call.
+        unsafe {
+            (self.callback)(
+                std::ptr::with_exposed_provenance_mut(self.user),
+                level,
+                c.as_ptr(),
+            )
+        }
+    }
+}
+
+/// Sends a notice where the context says, or nowhere.
+fn log(state: &ContextState, level: i32, message: &str) {
+    if let Some(sink) = state.log {
+        sink.send(level, message);
+    }
+}
+
 /// Builds a result from a context's program and options.
 fn compile_context(state: &ContextState) -> Outcome<ResultState> {
     let mut program = state.program.clone().ok_or_else(|| {
@@ -428,13 +477,17 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
             // Watched as on the command line: a schedule isl does not
             // finish in the context's timeout (pf_context_set_schedule_timeout,
             // else POLYFUSE_SCHEDULE_TIMEOUT, else 60 s) is replaced by
-            // minimal fusion, said on stderr.
+            // minimal fusion, said to the context's log.
             let mut watch = Watch::from_env()?;
             if let Some(t) = state.schedule_timeout {
                 watch.fallback = std::time::Duration::from_secs(t);
             }
             let compiled = compile_watched(&program, &mut options, watch, |e| {
-                eprintln!("{}", e.message(&program.source))
+                let level = match e {
+                    crate::pipeline::WatchEvent::StillCompiling(_) => PF_LOG_INFO,
+                    crate::pipeline::WatchEvent::FellBack(_) => PF_LOG_WARNING,
+                };
+                log(state, level, &e.message(&program.source))
             })?;
             (compiled, 0)
         }
@@ -468,20 +521,16 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
     })
 }
 
-/// The compilation under the options `tune` stored in the cache, when no
-/// option was set on the context and the cache has some (said on stderr,
-/// as the command line does). The CUDA target looks up the architecture of
+/// The compilation under the options `tune` stored in the cache, when the
+/// context names a cache, no option was set on it and the cache has some
+/// (said to the context's log, as the command line says it on stderr). The CUDA target looks up the architecture of
 /// device 0 and skips the cache where no driver is found. A cache that
 /// cannot be read is skipped.
 fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i32)>> {
     if state.options_set {
         return Ok(None);
     }
-    let path = match &state.cache {
-        None => crate::tune::cache::location(None, false),
-        Some(p) => p.clone(),
-    };
-    let Some(path) = path.filter(|p| p.is_file()) else {
+    let Some(path) = state.cache.clone().filter(|p| p.is_file()) else {
         return Ok(None);
     };
     let arch = match state.target {
@@ -493,7 +542,7 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
     };
     match crate::tune::compile_tuned(program, &arch, state.target == Target::Cuda, &path) {
         Ok(Some((compiled, used))) => {
-            eprintln!("{}", used.message(&arch));
+            log(state, PF_LOG_INFO, &used.message(&arch));
             Ok(Some((compiled, if used.hit { 2 } else { 1 })))
         }
         Ok(None) => Ok(None),
@@ -504,7 +553,11 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
             | Error::Race { .. }),
         ) => Err(e.into()),
         Err(e) => {
-            eprintln!("polyfuse: cache not used: {e}");
+            log(
+                state,
+                PF_LOG_WARNING,
+                &format!("polyfuse: cache not used: {e}"),
+            );
             Ok(None)
         }
     }
@@ -622,6 +675,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
             options_set: false,
             tile_set: false,
             cache: None,
+            log: None,
             schedule_timeout: None,
             arch: None,
         };
@@ -879,8 +933,8 @@ pub unsafe extern "C" fn pf_context_set_shared(ctx: *mut pf_context, enabled: c_
 
 /// The compilation cache `pf_compile` consults when no schedule option
 /// was set on the context: `path` (a SQLite file, created by
-/// `polyfuse tune`), or null to disable it. Without this call: the
-/// default location (`POLYFUSE_CACHE`, else the user's cache folder).
+/// `polyfuse tune`), or null for none. Without this call there is none:
+/// the library reads no file of the user's unless asked.
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
@@ -890,18 +944,42 @@ pub unsafe extern "C" fn pf_context_set_cache(
     path: *const c_char,
 ) -> pf_status {
     with_context(ctx, |s| {
-        s.cache = Some(if path.is_null() {
+        s.cache = if path.is_null() {
             None
         } else {
             // SAFETY: the header's contract for `path`.
             Some(std::path::PathBuf::from(unsafe { text(path, "path") }?))
+        };
+        Ok(())
+    })
+}
+
+/// Where the library's notices go: `callback(user, level, message)` on
+/// the thread that called `pf_compile`, `level` `PF_LOG_INFO` or
+/// `PF_LOG_WARNING`, `message` valid for the call only; null: nowhere (the
+/// default). The library never writes to stderr.
+///
+/// # Safety
+/// `callback` is null or a function that may be called with `user` and a
+/// string for as long as the context and its compilations live; it must
+/// not unwind (throw) into polyfuse.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_log(
+    ctx: *mut pf_context,
+    callback: Option<pf_log_fn>,
+    user: *mut c_void,
+) -> pf_status {
+    with_context(ctx, |s| {
+        s.log = callback.map(|callback| LogSink {
+            callback,
+            user: user.expose_provenance(),
         });
         Ok(())
     })
 }
 
 /// Seconds after which a compilation whose schedule isl has not finished
-/// is replaced by one with minimal fusion (said on stderr, as the command
+/// is replaced by one with minimal fusion (said to the context's log, as the command
 /// line does). isl's scheduler can run for minutes, or not end, on some
 /// fusion problems; the abandoned compilation is stopped (see
 /// `pipeline::watch`). Default: `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
