@@ -522,18 +522,36 @@ fn choose_by_cost(
         return Ok((default, Some(base)));
     };
     schedule::check_legal(&program.source, &min, scop, deps)?;
-    let min = marked(isl, min, "minimal_fusion_by_cost")?;
-    let Ok(alt) = map_proven(isl, program, scop, deps, min, options, g) else {
-        return Ok((default, Some(base)));
-    };
-    // As many kernels: the same grouping, nothing to weigh.
-    if alt.plans.len() == default.plans.len() {
-        return Ok((default, Some(base)));
+    // Minimal fusion, and minimal fusion with each contraction's
+    // pointwise consumers in its band (`schedule::epilogue`: the gpu stage
+    // runs them as the epilogue of one tensor-core kernel).
+    let mut candidates = Vec::new();
+    if let Some(fused) = schedule::epilogue::contraction_epilogues(isl, program, scop, deps, &min)?
+    {
+        schedule::check_legal(&program.source, &fused, scop, deps)?;
+        candidates.push((marked(isl, fused, "contraction_epilogues_by_cost")?, false));
     }
-    match gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
-        Some(e) if e.seconds() < COST_MARGIN * base.seconds() => Ok((alt, Some(e))),
-        _ => Ok((default, Some(base))),
+    // Minimal fusion in as many kernels as the default is the same
+    // grouping: nothing to weigh.
+    candidates.push((marked(isl, min, "minimal_fusion_by_cost")?, true));
+    let mut best: (Mapped, gpu::cost::Estimate) = (default, base.clone());
+    let mut chosen = false;
+    for (candidate, grouping_only) in candidates {
+        let Ok(alt) = map_proven(isl, program, scop, deps, candidate, options, g) else {
+            continue;
+        };
+        if grouping_only && alt.plans.len() == best.0.plans.len() && !chosen {
+            continue;
+        }
+        if let Some(e) = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
+            let bar = if chosen { 1.0 } else { COST_MARGIN };
+            if e.seconds() < bar * best.1.seconds() {
+                best = (alt, e);
+                chosen = true;
+            }
+        }
     }
+    Ok((best.0, Some(best.1)))
 }
 
 /// The maximal-fusion schedule of `program`, when it maps to fewer GPU

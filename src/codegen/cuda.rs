@@ -1977,39 +1977,66 @@ impl Ctx<'_> {
         };
         let a_address = address(&c.a, &c.m);
         let b_address = address(&c.b, &c.n);
-        // The epilogue: each statement on the element's value `pf_cv`.
+        // The epilogue: each statement on the element's value `pf_cv`;
+        // one that moves it into another tensor sets `pf_dv`.
         let mut epilogue = String::new();
         let nb = regs.block_iterators.len();
+        let epilogue_env = |iterators: &[String], lm: &str, ln: &str| {
+            iterators
+                .iter()
+                .enumerate()
+                .map(|(j, it)| {
+                    let v = match (nb - j) as i64 {
+                        2 => format!("pf_m0 + {lm}"),
+                        1 => format!("pf_n0 + {ln}"),
+                        _ => regs.block_iterators[j].clone(),
+                    };
+                    (it.clone(), v)
+                })
+                .collect::<std::collections::HashMap<String, String>>()
+        };
+        let mut moved_to: Option<(String, Vec<crate::frontend::ast::Affine>, Vec<String>)> = None;
         for e in &c.epilogue {
             let Some(s) = self.scop.statement(&e.statement) else {
                 continue;
             };
             let st = &self.program.statements[s.source];
-            let env: std::collections::HashMap<String, String> = e
-                .iterators
-                .iter()
-                .enumerate()
-                .map(|(j, it)| {
-                    let v = match (nb - j) as i64 {
-                        2 => "pf_m0 + pf_lm".to_string(),
-                        1 => "pf_n0 + pf_ln".to_string(),
-                        _ => regs.block_iterators[j].clone(),
-                    };
-                    (it.clone(), v)
-                })
-                .collect();
+            let env = epilogue_env(&e.iterators, "pf_lm", "pf_ln");
             let lhs: Vec<crate::frontend::ast::Affine> = st
                 .lhs_indices
                 .iter()
                 .map(|i| crate::frontend::ast::Affine::var(i))
                 .collect();
+            let element: Vec<crate::frontend::ast::Affine> = e
+                .element
+                .iter()
+                .map(|i| crate::frontend::ast::Affine::var(i))
+                .collect();
             self.printer.overrides.borrow_mut().insert(
-                crate::model::access_text(&st.lhs_tensor, &lhs),
+                crate::model::access_text(&regs.tensor, &element),
                 "pf_cv".to_string(),
             );
+            if st.lhs_tensor != regs.tensor {
+                self.printer.overrides.borrow_mut().insert(
+                    crate::model::access_text(&st.lhs_tensor, &lhs),
+                    "pf_dv".to_string(),
+                );
+                moved_to = Some((st.lhs_tensor.clone(), lhs, e.iterators.clone()));
+            }
             let _ = writeln!(epilogue, "{}", self.printer.statement(st, s.kind, &env));
             self.printer.overrides.borrow_mut().clear();
         }
+        let moved_element = |lm: &str, ln: &str| -> String {
+            let Some((tensor, lhs, iterators)) = &moved_to else {
+                return String::new();
+            };
+            let env = epilogue_env(iterators, lm, ln);
+            self.printer.element(tensor, lhs, &env)
+        };
+        let moved_dtype = moved_to
+            .as_ref()
+            .and_then(|(t, _, _)| self.scop.tensor(t))
+            .map(|t| t.dtype);
         // Every tile whole: the extents are known (parameters with values)
         // and multiples of the tile sizes.
         let values = self.program.known_params();
@@ -2036,6 +2063,7 @@ impl Ctx<'_> {
             b_address: &b_address,
             c_element: &c_element,
             c_dtype: regs.dtype,
+            moved: moved_dtype.map(|t| (&moved_element as &super::mma::ElementAt, t)),
             zero_init: regs.init.is_some(),
             epilogue,
             full_tiles,

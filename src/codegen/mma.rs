@@ -346,6 +346,9 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
     }
 }
 
+/// A tensor's element at a tile's local `(m, n)`, as C text.
+pub type ElementAt<'a> = dyn Fn(&str, &str) -> String + 'a;
+
 /// What the region needs from the kernel around it, as C expressions.
 pub struct Region<'a> {
     pub c: &'a Contraction,
@@ -363,6 +366,11 @@ pub struct Region<'a> {
     /// The output element at local `(m, n)` of the block's tile: `t_C[...]`.
     pub c_element: &'a dyn Fn(&str, &str) -> String,
     pub c_dtype: DType,
+    /// Where the epilogue moves the element's value into another tensor
+    /// (`Contraction::stored`): that tensor's element at local `(m, n)`
+    /// and its type. The epilogue's last statement sets `pf_dv`, which is
+    /// what is stored; the accumulator's own tensor is not.
+    pub moved: Option<(&'a ElementAt<'a>, DType)>,
     /// The accumulators start at zero (a hoisted `+=!`); otherwise they
     /// start from the output.
     pub zero_init: bool,
@@ -1617,19 +1625,30 @@ impl Region<'_> {
             String::new()
         };
         let d = each_thread_open(&mut o, 1);
-        let storage = match (self.c_dtype, emu) {
+        let storage_of = |t: DType| match (t, emu) {
             (DType::F16 | DType::BF16, false) => "unsigned short",
             (DType::F16 | DType::BF16, true) => "uint16_t",
             (DType::F64, _) => "double",
             (DType::I32, _) => "int",
             _ => "float",
         };
+        let storage = storage_of(self.c_dtype);
+        // The value stored and where: `pf_cv` into the update's tensor, or
+        // `pf_dv` into the tensor the epilogue moves it to.
+        let (value, stored_dtype, declare): (&str, DType, String) = match self.moved {
+            Some((_, t)) => ("pf_dv", t, format!("{} pf_dv;", storage_of(t))),
+            None => ("pf_cv", self.c_dtype, String::new()),
+        };
+        let target = |lm: &str, ln: &str| match self.moved {
+            Some((element, _)) => element(lm, ln),
+            None => (self.c_element)(lm, ln),
+        };
         // Two neighbours along n are stored as one access (4 bytes for
         // 16-bit outputs, 8 for f32) where both are inside, adjacent in
         // memory and the first is aligned to the pair; otherwise one at a
         // time. Measured on the H100 (f16 4096^3, wgmma): single 2-byte
         // stores took 17 us more.
-        let pair = match self.c_dtype {
+        let pair = match stored_dtype {
             DType::F16 | DType::BF16 => Some(if emu { "uint32_t" } else { "unsigned int" }),
             DType::F32 => Some(if emu { "uint64_t" } else { "float2" }),
             _ => None,
@@ -1638,19 +1657,26 @@ impl Region<'_> {
             let Some(pair_type) = pair else {
                 w(o, d, &format!("if (pf_in{owned}) {{"));
                 w(o, d + 1, &format!("{storage} pf_cv = {store_c};"));
+                if !declare.is_empty() {
+                    w(o, d + 1, &declare);
+                }
                 for line in self.epilogue.lines() {
                     w(o, d + 1, line);
                 }
                 w(
                     o,
                     d + 1,
-                    &format!("{} = pf_cv;", (self.c_element)("pf_lm", "pf_ln")),
+                    &format!("{} = {value};", target("pf_lm", "pf_ln")),
                 );
                 w(o, d, "}");
                 return;
             };
             let align = if emu { "" } else { "__align__(8) " };
-            w(o, d, &format!("{align}{storage} pf_two[2];"));
+            w(
+                o,
+                d,
+                &format!("{align}{} pf_two[2];", storage_of(stored_dtype)),
+            );
             w(o, d, "int pf_inside[2];");
             if !emu {
                 w(o, d, "#pragma unroll");
@@ -1672,14 +1698,17 @@ impl Region<'_> {
                 "const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;",
             );
             w(o, d + 2, &format!("{storage} pf_cv = {store_c};"));
+            if !declare.is_empty() {
+                w(o, d + 2, &declare);
+            }
             for line in self.epilogue.lines() {
                 w(o, d + 2, line);
             }
-            w(o, d + 2, "pf_two[pf_c] = pf_cv;");
+            w(o, d + 2, &format!("pf_two[pf_c] = {value};"));
             w(o, d + 1, "}");
             w(o, d, "}");
-            let first = (self.c_element)("pf_lm", "pf_ln");
-            let second = (self.c_element)("pf_lm", "pf_ln + 1");
+            let first = target("pf_lm", "pf_ln");
+            let second = target("pf_lm", "pf_ln + 1");
             w(
                 o,
                 d,

@@ -111,6 +111,13 @@ pub struct Contraction {
     /// order, on the accumulator before the store (bias, activation,
     /// scale, cast).
     pub epilogue: Vec<Epilogue>,
+    /// The tensor the region stores: the update's own, or, where the
+    /// epilogue ends by writing the element's value into another tensor
+    /// and the update's tensor is a temp that nothing else reads (`acc
+    /// +=! f32(A) * f32(B); D = f16(tanh(acc + bias))`), that tensor: the
+    /// accumulator then never reaches memory, and keeps the precision its
+    /// temp declares until the last statement converts it.
+    pub stored: String,
 }
 
 /// One epilogue statement: `C[e] = f(C[e], inputs)` over the element space.
@@ -119,6 +126,9 @@ pub struct Epilogue {
     pub statement: String,
     /// Its iterators playing the batch members, `m` and `n`, in band order.
     pub iterators: Vec<String>,
+    /// The update's element in its iterators: the subscripts at which it
+    /// reads (and, in place, writes) the accumulator.
+    pub element: Vec<String>,
 }
 
 /// Padding of each shared row, in elements (16 bytes).
@@ -484,6 +494,7 @@ pub fn recognise(
         .filter_map(|i| roles.iter().position(|r| r == i))
         .collect();
     let mut epilogue = Vec::new();
+    let mut stored = st.lhs_tensor.clone();
     for o in &others {
         // A statement before the update (`C = D; C += A B`) sets the
         // values the accumulators start from; the region has no form for
@@ -495,25 +506,48 @@ pub fn recognise(
         let Some(e_roles) = member_iterators(band, o, nb)? else {
             return Ok(None);
         };
-        if o.iterators.len() != nb || est.lhs_tensor != st.lhs_tensor {
+        // In place on the update's tensor; or, last, into another tensor
+        // (see `Contraction::stored`), which it must not read.
+        if o.iterators.len() != nb || stored != st.lhs_tensor {
             return Ok(None);
         }
-        let mine: Vec<usize> = est
+        if est.lhs_tensor != st.lhs_tensor {
+            if !moves_out(program, scop, s, &others, o)? {
+                return Ok(None);
+            }
+            stored = est.lhs_tensor.clone();
+        }
+        let mut mine: Vec<usize> = est
             .lhs_indices
             .iter()
             .filter_map(|i| e_roles.iter().position(|r| r == i))
             .collect();
-        if mine != s_roles || mine.len() != est.lhs_indices.len() {
+        if mine.len() != est.lhs_indices.len() {
             return Ok(None);
         }
-        // Reads of C only at the element written; no other tensor the
-        // kernel writes.
-        let lhs: Vec<Affine> = est.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+        // In place: C's own element. Moved: any order of the element's
+        // iterators (a transposed output), all of them.
+        if est.lhs_tensor != st.lhs_tensor {
+            mine.sort_unstable();
+        }
+        let mut own = s_roles.clone();
+        if est.lhs_tensor != st.lhs_tensor {
+            own.sort_unstable();
+        }
+        if mine != own {
+            return Ok(None);
+        }
+        // Reads of C only at the element (C's subscripts in this
+        // statement's iterators); no other tensor the kernel writes.
+        let lhs: Vec<Affine> = s_roles.iter().map(|&r| Affine::var(&e_roles[r])).collect();
         for a in o.accesses(program) {
             if a.write {
                 continue;
             }
             if a.tensor == st.lhs_tensor && a.subscripts != lhs {
+                return Ok(None);
+            }
+            if a.tensor == est.lhs_tensor && est.lhs_tensor != st.lhs_tensor {
                 return Ok(None);
             }
         }
@@ -541,6 +575,7 @@ pub fn recognise(
         }
         epilogue.push(Epilogue {
             statement: o.name.clone(),
+            element: s_roles.iter().map(|&r| e_roles[r].clone()).collect(),
             iterators: e_roles,
         });
     }
@@ -629,6 +664,7 @@ pub fn recognise(
         whole_k: false,
         wgmma,
         epilogue,
+        stored,
     };
     match latency_stages(&c, &e) {
         Some(Latency::WholeK(stages)) => {
@@ -711,6 +747,41 @@ enum Latency {
 const DEEPER_STAGES: i64 = 6;
 /// The iterator of statement `o` that each of the first `members` members
 /// of `band` is, when each is exactly one iterator (coefficient 1, no
+/// Whether epilogue statement `o`, writing a tensor other than the
+/// update's, may take the update's value out of the region: the update's
+/// tensor is a temp, an element type that is floating point, and no
+/// statement but the update, its initialisation and the region's other
+/// epilogue statements (`others`) reads it, so it need never be stored.
+fn moves_out(
+    program: &Program,
+    scop: &Scop,
+    update: &crate::model::ModelStmt,
+    others: &[&crate::model::ModelStmt],
+    o: &crate::model::ModelStmt,
+) -> Result<bool> {
+    let st = &program.statements[update.source];
+    let Some(acc) = scop.tensor(&st.lhs_tensor) else {
+        return Ok(false);
+    };
+    let Some(out) = scop.tensor(&program.statements[o.source].lhs_tensor) else {
+        return Ok(false);
+    };
+    if acc.role != crate::frontend::ast::TensorRole::Temp || !out.dtype.is_float() {
+        return Ok(false);
+    }
+    let inside = |name: &str| others.iter().any(|x| x.name == name);
+    for s in &scop.statements {
+        if s.source == update.source || inside(&s.name) {
+            continue;
+        }
+        let reads = s.accesses(program);
+        if reads.iter().any(|a| !a.write && a.tensor == st.lhs_tensor) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// constant, no parameter): `None` otherwise.
 fn member_iterators(
     band: &ScheduleNode,

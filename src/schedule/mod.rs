@@ -6,6 +6,7 @@
 //! pair is ordered, `∀ (a -> b) ∈ D : σ(a) ≺ σ(b)`. The violated part is
 //! `D ∩ { a -> b : σ(a) ⪰ σ(b) }`, computed in isl; it must be empty.
 
+pub mod epilogue;
 pub mod fuse;
 pub mod tree;
 
