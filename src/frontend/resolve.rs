@@ -355,6 +355,12 @@ pub fn statement(
     }
     let t = lt.compute();
     if let Some(n) = natural {
+        if n != t && lt == t {
+            // The operand that has the wrong type, named with its dtype
+            // (where the left side's dtype is its compute type; otherwise
+            // the message below names both).
+            cx.num(&raw.rhs, t)?;
+        }
         if n != t {
             let computed = if lt.compute() != lt {
                 format!(" (computed in {})", lt.compute())

@@ -260,7 +260,7 @@ impl CheckResult {
                 if o.bound_from_declared() {
                     format!("{n} ({t}): {e:.3e} <= {b:.3e} = 2 x declared")
                 } else {
-                    format!("{n} ({t}): {e:.3e} <= {b:.0e}")
+                    format!("{n} ({t}): {e:.3e} <= {b:e}")
                 }
             })
             .collect();
