@@ -1904,8 +1904,7 @@ impl Ctx<'_> {
             // `registers::hoistable_init`); the initialisation statement is
             // skipped inside the loops.
             Some(init) => {
-                let t = regs.dtype.compute();
-                let value = self.printer.identity(init.reducer, t);
+                let value = self.printer.stored_identity(init.reducer, regs.dtype);
                 each(out, None, &|reg, _| format!("{reg} = {value};"));
             }
             None => each(out, Some(false), &|reg, el| {
