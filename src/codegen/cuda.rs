@@ -17,7 +17,8 @@
 //!   The barriers sit only in block-uniform control flow: every condition
 //!   and bound there depends on block indices and parameters alone.
 //! * f16 and bf16 are stored as 16-bit integers and computed in f32 through
-//!   `cuda_fp16.h` and `cuda_bf16.h`.
+//!   `cuda_fp16.h` and `cuda_bf16.h`; the 8-bit floats as bytes through
+//!   `cuda_fp8.h` (see [`storage_type`] and `dtype_helpers`).
 
 use std::fmt::Write;
 
