@@ -59,7 +59,12 @@ enum {
     PF_DTYPE_F16 = 1, /* stored as 16-bit IEEE half */
     PF_DTYPE_BF16 = 2, /* stored as 16-bit bfloat16 */
     PF_DTYPE_F64 = 3,
-    PF_DTYPE_I32 = 4
+    PF_DTYPE_I32 = 4,
+    PF_DTYPE_I64 = 5,
+    PF_DTYPE_U8 = 6,
+    PF_DTYPE_BOOL = 7,   /* one byte, 0 or 1 */
+    PF_DTYPE_F8E4M3 = 8, /* one byte: 8-bit float, 4 exponent bits (no infinity, max 448) */
+    PF_DTYPE_F8E5M2 = 9  /* one byte: 8-bit float, 5 exponent bits (max 57344) */
 };
 
 typedef int32_t pf_arg_kind;

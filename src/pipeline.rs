@@ -96,7 +96,7 @@ impl Compiled {
 
     /// The complete C source: prelude and kernel.
     pub fn c_source(&self) -> String {
-        format!("{}\n{}", codegen::c::PRELUDE, self.kernel_c)
+        format!("{}\n{}", codegen::c::prelude(&self.program), self.kernel_c)
     }
 
     pub fn to_json(&self) -> serde_json::Value {

@@ -968,3 +968,47 @@ fn a_schedule_isl_does_not_finish_is_replaced_by_minimal_fusion() {
         PF_ERR_INVALID_HANDLE
     );
 }
+
+/// The dtypes after the first five keep their own numbers (5 to 9, after
+/// the first five's 0 to 4) and their sizes in bytes.
+#[test]
+fn new_dtypes_have_their_codes_and_sizes() {
+    let ctx = context("quant_fp8.json");
+    let r = compile_ok(ctx);
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        let want = [
+            ("A", PF_DTYPE_F8E4M3, 64 * 128),
+            ("B", PF_DTYPE_F8E4M3, 128 * 96),
+            ("Sa", PF_DTYPE_F32, 64 * 4),
+            ("Sb", PF_DTYPE_F32, 96 * 4),
+            ("Img", PF_DTYPE_U8, 64 * 96),
+            ("Y", PF_DTYPE_F32, 64 * 96 * 4),
+            ("Q", PF_DTYPE_F8E4M3, 64 * 96),
+            ("Pos", PF_DTYPE_BOOL, 64 * 96),
+        ];
+        for (i, (name, dtype, bytes)) in want.into_iter().enumerate() {
+            let mut n = null_mut();
+            assert_eq!(pf_result_arg_name(r, i, &mut n), PF_OK);
+            assert_eq!(take(n), name);
+            let mut t = -1;
+            assert_eq!(pf_result_arg_dtype(r, i, &mut t), PF_OK);
+            assert_eq!(t, dtype, "{name}");
+            let mut b = 0;
+            assert_eq!(pf_result_arg_bytes(r, i, null(), 0, &mut b), PF_OK);
+            assert_eq!(b, bytes, "{name}");
+        }
+        assert_eq!(
+            [
+                PF_DTYPE_I64,
+                PF_DTYPE_U8,
+                PF_DTYPE_BOOL,
+                PF_DTYPE_F8E4M3,
+                PF_DTYPE_F8E5M2
+            ],
+            [5, 6, 7, 8, 9]
+        );
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}

@@ -271,6 +271,11 @@ fn attention_decode_softcap() {
 }
 
 #[test]
+fn quant_fp8() {
+    check_example("quant_fp8", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
 fn every_example_is_tested() {
     let tested = [
         "attention_alibi",
@@ -294,6 +299,7 @@ fn every_example_is_tested() {
         "layernorm",
         "matvec",
         "maxpool2x2",
+        "quant_fp8",
         "softmax",
         "softmax_fused",
         "tbmm",

@@ -2,7 +2,8 @@
 //!
 //! `fuzz/gen.rs` draws random valid programs (statements with affine
 //! subscripts, every reduction operator, `where` ranges and triangular
-//! constraints, temps declared and inferred, f32 and f16, literal and
+//! constraints, temps declared and inferred, f32 and f16 (inputs also in
+//! the 8-bit floats and bool), literal and
 //! symbolic parameters); each runs under `polyfuse run --target cpu
 //! --check` with every strategy and under `--target emulate --check`, and
 //! a program with symbolic parameters also through `polyfuse schedule`

@@ -77,6 +77,11 @@ const char *dtype_name(pf_dtype t) {
     case PF_DTYPE_BF16: return "bf16";
     case PF_DTYPE_F64: return "f64";
     case PF_DTYPE_I32: return "i32";
+    case PF_DTYPE_I64: return "i64";
+    case PF_DTYPE_U8: return "u8";
+    case PF_DTYPE_BOOL: return "bool";
+    case PF_DTYPE_F8E4M3: return "f8e4m3";
+    case PF_DTYPE_F8E5M2: return "f8e5m2";
     default: return "?";
     }
 }

@@ -60,6 +60,11 @@ pub const PF_DTYPE_F16: pf_dtype = 1;
 pub const PF_DTYPE_BF16: pf_dtype = 2;
 pub const PF_DTYPE_F64: pf_dtype = 3;
 pub const PF_DTYPE_I32: pf_dtype = 4;
+pub const PF_DTYPE_I64: pf_dtype = 5;
+pub const PF_DTYPE_U8: pf_dtype = 6;
+pub const PF_DTYPE_BOOL: pf_dtype = 7;
+pub const PF_DTYPE_F8E4M3: pf_dtype = 8;
+pub const PF_DTYPE_F8E5M2: pf_dtype = 9;
 
 /// What an argument of the kernels is.
 pub type pf_arg_kind = i32;
@@ -315,15 +320,16 @@ fn dtype_code(t: DType) -> pf_dtype {
         DType::BF16 => PF_DTYPE_BF16,
         DType::F64 => PF_DTYPE_F64,
         DType::I32 => PF_DTYPE_I32,
+        DType::I64 => PF_DTYPE_I64,
+        DType::U8 => PF_DTYPE_U8,
+        DType::Bool => PF_DTYPE_BOOL,
+        DType::F8E4M3 => PF_DTYPE_F8E4M3,
+        DType::F8E5M2 => PF_DTYPE_F8E5M2,
     }
 }
 
 fn dtype_bytes(t: DType) -> u64 {
-    match t {
-        DType::F16 | DType::BF16 => 2,
-        DType::F32 | DType::I32 => 4,
-        DType::F64 => 8,
-    }
+    t.size() as u64
 }
 
 impl ResultState {

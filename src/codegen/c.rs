@@ -41,13 +41,71 @@ static inline uint16_t pf_f2b(float f) {
 }
 "#;
 
-/// C storage type of a tensor element.
+/// Helpers of the dtypes added after the first five, printed after
+/// [`PRELUDE`] for programs that use them ([`prelude`]), and always in the
+/// runtime's harness:
+///
+/// * `pf_f2e4m3`, `pf_f2e5m2`: a `double` (an f32 converts exactly) to the
+///   8-bit float's byte as CUDA's `__nv_cvt_float_to_fp8(x, __NV_SATFINITE,
+///   ..)` converts it (`__nv_fp8_e4m3(float)`, and `cvt.rn.satfinite` on
+///   sm_89 and later): round to nearest even; a magnitude that rounds above
+///   the largest finite value (448, 57344), infinities included, gives that
+///   value with its sign; NaN gives 0x7f. The rounding is done with `rint`
+///   on the value scaled by a power of two (exact), under C's default
+///   rounding mode (to nearest even).
+/// * `pf_e4m3_2f`, `pf_e5m2_2f`: the byte's value as an f32 (e4m3's 0x7f
+///   and 0xff are NaN; e5m2 has infinities and NaNs as IEEE formats do).
+/// * `pf_f2i`: a float truncated toward zero to an `int`, saturating at
+///   the `int` range, NaN to 0: the first step of `u8(x)` of a float, the
+///   same on every target (C leaves an out-of-range conversion undefined).
+pub const DTYPE_HELPERS: &str = r#"static inline int pf_f2i(double x) { return x != x ? 0 : x >= 2147483647.0 ? INT_MAX : x <= -2147483648.0 ? INT_MIN : (int)x; }
+static inline uint8_t pf_f2fp8(double x, int mant, int bias, double maxnorm) {
+  if (x != x) return 0x7f;
+  uint8_t sign = signbit(x) ? 0x80 : 0;
+  double a = fabs(x);
+  if (a == 0.0) return sign;
+  int e; frexp(a, &e); e -= 1;                    /* a in [2^e, 2^(e+1)) */
+  if (e < 1 - bias) e = 1 - bias;                 /* subnormals share the least exponent */
+  double r = ldexp(rint(ldexp(a, mant - e)), e - mant); /* nearest even at that spacing */
+  if (r > maxnorm) r = maxnorm;                   /* satfinite */
+  if (r == 0.0) return sign;
+  int re; frexp(r, &re); re -= 1;
+  if (re < 1 - bias) return (uint8_t)(sign | (int)ldexp(r, bias - 1 + mant));
+  return (uint8_t)(sign | ((re + bias) << mant) | ((int)ldexp(r, mant - re) - (1 << mant)));
+}
+static inline uint8_t pf_f2e4m3(double x) { return pf_f2fp8(x, 3, 7, 448.0); }
+static inline uint8_t pf_f2e5m2(double x) { return pf_f2fp8(x, 2, 15, 57344.0); }
+static inline float pf_e4m3_2f(uint8_t b) {
+  int e = (b >> 3) & 15, m = b & 7;
+  float v = e == 15 && m == 7 ? NAN : e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
+  return b & 0x80 ? -v : v;
+}
+static inline float pf_e5m2_2f(uint8_t b) {
+  int e = (b >> 2) & 31, m = b & 3;
+  float v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexpf((float)m, -16) : ldexpf((float)(4 + m), e - 17);
+  return b & 0x80 ? -v : v;
+}
+"#;
+
+/// The C prelude of `program`: [`PRELUDE`], with [`DTYPE_HELPERS`] where
+/// the program uses one of their dtypes.
+pub fn prelude(program: &Program) -> String {
+    if program.uses_extra_dtypes() {
+        format!("{PRELUDE}{DTYPE_HELPERS}")
+    } else {
+        PRELUDE.to_string()
+    }
+}
+
+/// C storage type of a tensor element. bool is a byte holding 0 or 1.
 pub fn storage_type(t: DType) -> &'static str {
     match t {
         DType::F32 => "float",
         DType::F64 => "double",
         DType::F16 | DType::BF16 => "uint16_t",
         DType::I32 => "int",
+        DType::I64 => "long long",
+        DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => "uint8_t",
     }
 }
 
@@ -94,7 +152,7 @@ pub(crate) fn header(program: &Program, scop: &Scop, fname: &str, mode: Mode, ou
     }
 }
 
-/// The f16 and bf16 tensors a reduction accumulates into. On the CPU they
+/// The f16 and bf16 tensors (and 8-bit floats) a reduction accumulates into. On the CPU they
 /// are kept in f32 while the kernel runs and rounded once at its end, as a
 /// GPU keeps its accumulators in f32 registers (and cuBLAS or PyTorch
 /// accumulate a half-precision product): rounding every step of a long
@@ -106,9 +164,7 @@ pub fn wide_accumulators(program: &Program, scop: &Scop) -> Vec<String> {
             continue;
         }
         let t = &program.statements[s.source].lhs_tensor;
-        let narrow = scop
-            .tensor(t)
-            .is_some_and(|x| matches!(x.dtype, DType::F16 | DType::BF16));
+        let narrow = scop.tensor(t).is_some_and(|x| x.dtype.is_narrow_float());
         if narrow && !out.contains(t) {
             out.push(t.clone());
         }
@@ -154,13 +210,9 @@ pub fn kernel(program: &Program, scop: &Scop, ast: &Node) -> String {
             continue;
         };
         let len = element_count(&printer, t);
-        let (to, from) = if t.dtype == DType::F16 {
-            ("pf_h2f", "pf_f2h")
-        } else {
-            ("pf_b2f", "pf_f2b")
-        };
+        let (to, from) = t.dtype.narrow_conversions().expect("a narrow float");
         let v = tensor_name(name);
-        let _ = writeln!(out, "  uint16_t *pf_narrow_{name} = {v};");
+        let _ = writeln!(out, "  {} *pf_narrow_{name} = {v};", storage_type(t.dtype));
         let _ = writeln!(out, "  const long pf_len_{name} = {len};");
         let _ = writeln!(
             out,

@@ -43,13 +43,20 @@ impl Mode {
 /// casts to it). f16 rounds from `double` directly (`_Float16`); bf16 goes
 /// through f32 like the kernels' own `pf_f2b`, whose double rounding may
 /// differ from a direct one by one unit in the last place on rare ties,
-/// nothing an error estimate notices; integers are exact.
+/// nothing an error estimate notices; integers are exact. The 8-bit floats
+/// round from `double` directly (`pf_f2e4m3`, `pf_f2e5m2` take a double);
+/// u8 and bool convert as every target stores them (modulo 256; nonzero to
+/// 1), which the reference does too: that is their meaning, not a rounding.
 pub fn round_to_dtype(t: DType, v: &str) -> String {
     match t {
-        DType::F64 | DType::I32 => format!("((double)({v}))"),
+        DType::F64 | DType::I32 | DType::I64 => format!("((double)({v}))"),
         DType::F32 => format!("((double)(float)({v}))"),
         DType::F16 => format!("((double)(_Float16)({v}))"),
         DType::BF16 => format!("((double)pf_b2f(pf_f2b((float)({v}))))"),
+        DType::F8E4M3 => format!("((double)pf_e4m3_2f(pf_f2e4m3({v})))"),
+        DType::F8E5M2 => format!("((double)pf_e5m2_2f(pf_f2e5m2({v})))"),
+        DType::U8 => format!("((double)(unsigned char)(long long)({v}))"),
+        DType::Bool => format!("((double)(({v}) != 0))"),
     }
 }
 
@@ -58,9 +65,10 @@ pub fn round_to_dtype(t: DType, v: &str) -> String {
 /// every kernel does, see `codegen::c::wide_accumulators`), the rest in
 /// their own dtype.
 pub fn accumulator_dtype(t: DType) -> DType {
-    match t {
-        DType::F16 | DType::BF16 => DType::F32,
-        t => t,
+    if t.is_narrow_float() {
+        DType::F32
+    } else {
+        t
     }
 }
 
@@ -223,7 +231,13 @@ impl Printer<'_> {
         match (self.mode, self.tensor(tensor).dtype) {
             (Mode::Native, DType::F16) => format!("pf_h2f({el})"),
             (Mode::Native, DType::BF16) => format!("pf_b2f({el})"),
-            (m, DType::I32) if m.is_reference() => format!("((long long){el})"),
+            (Mode::Native, t) if t.is_narrow_float() => {
+                let (widen, _) = t.narrow_conversions().expect("a narrow float");
+                format!("{widen}({el})")
+            }
+            (m, DType::I32 | DType::I64 | DType::U8) if m.is_reference() => {
+                format!("((long long){el})")
+            }
             _ => el,
         }
     }
@@ -231,6 +245,7 @@ impl Printer<'_> {
     /// The C type arithmetic of compute type `t` is carried out in.
     pub fn ctype(&self, t: DType) -> &'static str {
         match (self.mode, t) {
+            (_, DType::I64) => "long long",
             (m, DType::I32) if m.is_reference() => "long long",
             (m, _) if m.is_reference() => "double",
             (_, DType::F64) => "double",
@@ -252,6 +267,9 @@ impl Printer<'_> {
     fn literal(&self, v: f64, t: DType) -> String {
         if t == DType::I32 {
             return format!("{}", v as i64);
+        }
+        if t == DType::I64 {
+            return format!("{}LL", v as i64);
         }
         let s = format!("{v:?}");
         if self.is_single(t) {
@@ -278,12 +296,18 @@ impl Printer<'_> {
                             "INT_MAX".into()
                         }
                     }
+                    DType::I64 => if *negative { "LLONG_MIN" } else { "LLONG_MAX" }.into(),
                     t if self.is_single(t) => format!("({s}INFINITY)"),
                     _ => format!("({s}(double)INFINITY)"),
                 }
             }
             ExprKind::Index(name) => format!("(({})({}))", self.ctype(num), env[name]),
             ExprKind::Param(name) => format!("(({})({}))", self.ctype(num), param_name(name)),
+            // A bool reads as 0 or 1 in the type it meets.
+            ExprKind::Access { tensor, subscripts } if self.tensor(tensor).dtype == DType::Bool => {
+                let el = self.element_access(tensor, subscripts, env, Some(false));
+                format!("(({})({el} != 0))", self.ctype(num))
+            }
             ExprKind::Access { tensor, subscripts } => self.load(tensor, subscripts, env),
             ExprKind::Unary(op, a) => {
                 let a = self.expr(a, env);
@@ -349,6 +373,7 @@ impl Printer<'_> {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x, env)).collect();
                 self.call(*f, &a, num)
             }
+            ExprKind::Cast(to, a) if to.needs_extra_helpers() => self.cast(*to, a, num, env),
             ExprKind::Cast(to, a) => {
                 let inner = self.expr(a, env);
                 match (self.mode, to) {
@@ -363,7 +388,36 @@ impl Printer<'_> {
         }
     }
 
+    /// A cast to one of [`DType::needs_extra_helpers`]'s dtypes, read in
+    /// compute type `num` (the context's type for `bool(..)`).
+    fn cast(&self, to: DType, a: &Expr, num: DType, env: &HashMap<String, String>) -> String {
+        let inner = self.expr(a, env);
+        let float_inner = matches!(a.ty, ExprType::Num(t) if t.is_float());
+        match to {
+            DType::Bool => format!("(({})(({inner}) != 0))", self.ctype(num)),
+            DType::U8 if float_inner => {
+                format!("(({})(unsigned char)pf_f2i({inner}))", self.ctype(num))
+            }
+            DType::U8 => format!("(({})(unsigned char)({inner}))", self.ctype(num)),
+            DType::I64 => format!("((long long)({inner}))"),
+            _ => match self.mode {
+                Mode::Reference => format!("((double)({inner}))"),
+                Mode::Declared => round_to_dtype(to, &inner),
+                Mode::Native => {
+                    let (widen, narrow) = to.narrow_conversions().expect("an 8-bit float");
+                    format!("{widen}({narrow}((float)({inner})))")
+                }
+            },
+        }
+    }
+
     fn call(&self, f: Func, a: &[String], t: DType) -> String {
+        if t == DType::I64 {
+            if f == Func::Abs {
+                return format!("llabs({})", a[0]);
+            }
+            return self.call(f, a, DType::I32);
+        }
         if t == DType::I32 {
             return match f {
                 Func::Abs => format!("pf_iabs({})", a[0]),
@@ -392,6 +446,7 @@ impl Printer<'_> {
     pub fn identity(&self, r: Reducer, t: DType) -> String {
         let inf = |neg: bool| match t {
             DType::I32 => if neg { "INT_MIN" } else { "INT_MAX" }.to_string(),
+            DType::I64 => if neg { "LLONG_MIN" } else { "LLONG_MAX" }.to_string(),
             t if self.is_single(t) => format!("({}INFINITY)", if neg { "-" } else { "" }),
             _ => format!("({}(double)INFINITY)", if neg { "-" } else { "" }),
         };
@@ -403,13 +458,27 @@ impl Printer<'_> {
         }
     }
 
+    /// The identity of a reducer as stored into a tensor of dtype `d`: for
+    /// u8 and bool the range's end (`max=!` starts at 0, not at `INT_MIN`,
+    /// which bool would store as 1), else [`Self::identity`] in the compute
+    /// type.
+    pub fn stored_identity(&self, r: Reducer, d: DType) -> String {
+        let t = d.compute();
+        match (r, d) {
+            (Reducer::Max, DType::U8 | DType::Bool) => self.literal(0.0, t),
+            (Reducer::Min, DType::U8) => self.literal(255.0, t),
+            (Reducer::Min, DType::Bool) => self.literal(1.0, t),
+            _ => self.identity(r, t),
+        }
+    }
+
     pub fn combine(&self, r: Reducer, t: DType, acc: &str, v: &str) -> String {
         let sfx = if self.is_single(t) { "f" } else { "" };
         match (r, t) {
             (Reducer::Sum, _) => format!("{acc} + {v}"),
             (Reducer::Prod, _) => format!("{acc} * {v}"),
-            (Reducer::Max, DType::I32) => format!("pf_max({acc}, {v})"),
-            (Reducer::Min, DType::I32) => format!("pf_min({acc}, {v})"),
+            (Reducer::Max, DType::I32 | DType::I64) => format!("pf_max({acc}, {v})"),
+            (Reducer::Min, DType::I32 | DType::I64) => format!("pf_min({acc}, {v})"),
             (Reducer::Max, _) => format!("fmax{sfx}({acc}, {v})"),
             (Reducer::Min, _) => format!("fmin{sfx}({acc}, {v})"),
         }
@@ -455,7 +524,16 @@ impl Printer<'_> {
             _ if is_wide_register(el) => format!("{el} = {value};"),
             (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
             (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
+            (Mode::Native, t) if t.is_narrow_float() => {
+                let (_, narrow) = t.narrow_conversions().expect("a narrow float");
+                format!("{el} = {narrow}({value});")
+            }
+            (Mode::Native, DType::U8) => format!("{el} = (unsigned char)({value});"),
+            (Mode::Native, DType::Bool) => format!("{el} = (({value}) != 0);"),
             (Mode::Native, _) => format!("{el} = {value};"),
+            (Mode::Reference, t @ (DType::U8 | DType::Bool)) => {
+                format!("{el} = {};", round_to_dtype(t, value))
+            }
             (Mode::Reference, _) => format!("{el} = (double)({value});"),
             (Mode::Declared, t) => {
                 let t = if running { accumulator_dtype(t) } else { t };
@@ -477,7 +555,7 @@ impl Printer<'_> {
         let el = self.element_access(&st.lhs_tensor, &subs, env, Some(true));
         let t = lhs.dtype.compute();
         let value = match (kind, st.op) {
-            (StmtKind::Init, AssignOp::Reduce { op, .. }) => self.identity(op, t),
+            (StmtKind::Init, AssignOp::Reduce { op, .. }) => self.stored_identity(op, lhs.dtype),
             (StmtKind::Update, AssignOp::Reduce { op, .. }) => {
                 let acc = self.load(&st.lhs_tensor, &subs, env);
                 self.combine(op, t, &acc, &self.expr(&st.rhs, env))

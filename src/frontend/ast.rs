@@ -9,6 +9,29 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Element type of a tensor, and the arithmetic type of an expression.
+///
+/// The spec's dtypes (`spec/program-format.md`, "Keys"). What each is
+/// computed in ([`DType::compute`]) and how a value is stored into it:
+///
+/// * `f16`, `bf16`, `f8e4m3`, `f8e5m2` are storage types, computed in f32
+///   and rounded to nearest even when stored. The two 8-bit floats
+///   saturate to their largest finite value (448 and 57344) as CUDA's
+///   `__nv_fp8_e4m3(float)` / `__nv_fp8_e5m2(float)` do (`satfinite`): an
+///   infinity stores as that value too, a NaN as the NaN `0x7f`. e4m3 has
+///   no infinity; e5m2 reads its infinities as such.
+/// * `i32` and `i64` are exact integers computed in their own width.
+/// * `u8` is computed in i32: C's and CUDA's integer promotion, so that
+///   `X(i) - Y(i)` of two u8 tensors is the signed difference and a sum of
+///   many u8 values does not wrap before it is stored. Storing (or `u8(x)`)
+///   converts as C converts an integer to `unsigned char`, modulo 256; a
+///   float is first truncated toward zero to an i32, saturating at the i32
+///   range and NaN to 0 (`pf_f2i`, the same text in C and CUDA), so every
+///   target gives the same byte for every value.
+/// * `bool` is one byte holding 0 or 1: storing (or `bool(x)`) gives 1 for
+///   any nonzero value (NaN too), 0 for zero. A comparison is a bool, and a
+///   bool reads as 0 or 1 in arithmetic of whatever type it meets (it has
+///   no type of its own in `frontend::resolve`); its compute type, where it
+///   needs one (the left side of a statement), is i32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
@@ -16,18 +39,29 @@ pub enum DType {
     BF16,
     F64,
     I32,
+    I64,
+    U8,
+    Bool,
+    F8E4M3,
+    F8E5M2,
 }
 
 impl DType {
+    /// Every dtype, in the spec's order.
+    pub const ALL: [DType; 10] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+        DType::F8E4M3,
+        DType::F8E5M2,
+    ];
     pub fn parse(s: &str) -> Option<DType> {
-        Some(match s {
-            "f32" => DType::F32,
-            "f16" => DType::F16,
-            "bf16" => DType::BF16,
-            "f64" => DType::F64,
-            "i32" => DType::I32,
-            _ => return None,
-        })
+        DType::ALL.into_iter().find(|t| t.name() == s)
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -36,25 +70,66 @@ impl DType {
             DType::BF16 => "bf16",
             DType::F64 => "f64",
             DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::Bool => "bool",
+            DType::F8E4M3 => "f8e4m3",
+            DType::F8E5M2 => "f8e5m2",
         }
     }
     /// The type arithmetic on values of this type is carried out in:
-    /// f16 and bf16 are stored narrow but computed in f32.
+    /// f16, bf16 and the 8-bit floats are stored narrow but computed in
+    /// f32; u8 and bool in i32 (see the type's comment).
     pub fn compute(self) -> DType {
         match self {
-            DType::F16 | DType::BF16 => DType::F32,
+            DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => DType::F32,
+            DType::U8 | DType::Bool => DType::I32,
             t => t,
         }
     }
     pub fn is_float(self) -> bool {
-        !matches!(self, DType::I32)
+        !self.is_integer()
+    }
+    /// i32, i64, u8 and bool: exact values.
+    pub fn is_integer(self) -> bool {
+        matches!(self, DType::I32 | DType::I64 | DType::U8 | DType::Bool)
+    }
+    /// The floats stored narrower than f32 and computed in f32 (f16, bf16,
+    /// f8e4m3, f8e5m2): a reduction into one accumulates in f32 and rounds
+    /// once.
+    pub fn is_narrow_float(self) -> bool {
+        matches!(
+            self,
+            DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2
+        )
+    }
+    /// The C helpers (in both preludes) that widen a stored element of a
+    /// narrow float to f32 and round an f32 to it.
+    pub fn narrow_conversions(self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            DType::F16 => ("pf_h2f", "pf_f2h"),
+            DType::BF16 => ("pf_b2f", "pf_f2b"),
+            DType::F8E4M3 => ("pf_e4m3_2f", "pf_f2e4m3"),
+            DType::F8E5M2 => ("pf_e5m2_2f", "pf_f2e5m2"),
+            _ => return None,
+        })
+    }
+    /// One of the dtypes added after the first five (i64, u8, bool and the
+    /// 8-bit floats): their C and CUDA helpers are printed only for
+    /// programs that use them, so other programs' code stays as it was.
+    pub fn needs_extra_helpers(self) -> bool {
+        matches!(
+            self,
+            DType::I64 | DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2
+        )
     }
     /// Size of one stored element in bytes.
     pub fn size(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::F64 => 8,
+            DType::F64 | DType::I64 => 8,
+            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => 1,
         }
     }
 }
@@ -594,6 +669,26 @@ impl Program {
             .iter()
             .filter_map(|p| p.value.map(|v| (p.name.clone(), v)))
             .collect()
+    }
+    /// Whether a tensor or a cast of the program has one of the dtypes
+    /// whose helpers are printed on demand ([`DType::needs_extra_helpers`]).
+    pub fn uses_extra_dtypes(&self) -> bool {
+        self.uses_dtype(&|t| t.needs_extra_helpers())
+    }
+    /// Whether a tensor or a cast of the program has a dtype `which` holds.
+    pub fn uses_dtype(&self, which: &dyn Fn(DType) -> bool) -> bool {
+        fn casts(e: &Expr, which: &dyn Fn(DType) -> bool) -> bool {
+            match &e.kind {
+                ExprKind::Cast(t, a) => which(*t) || casts(a, which),
+                ExprKind::Unary(_, a) => casts(a, which),
+                ExprKind::Binary(_, a, b) => casts(a, which) || casts(b, which),
+                ExprKind::Select(c, a, b) => casts(c, which) || casts(a, which) || casts(b, which),
+                ExprKind::Call(_, args) => args.iter().any(|a| casts(a, which)),
+                _ => false,
+            }
+        }
+        self.tensors.iter().any(|t| which(t.dtype))
+            || self.statements.iter().any(|s| casts(&s.rhs, which))
     }
     /// `a` with every parameter replaced by its value, when all have one.
     pub fn evaluate(&self, a: &Affine) -> Option<i64> {

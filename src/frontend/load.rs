@@ -122,7 +122,8 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
                 .ok_or_else(|| input(format!("tensor `{n}` needs a dtype")))?;
             let dtype = DType::parse(dt).ok_or_else(|| {
                 input(format!(
-                    "tensor `{n}`: unknown dtype `{dt}` (f32, f16, bf16, f64, i32)"
+                    "tensor `{n}`: unknown dtype `{dt}` ({})",
+                    DType::ALL.map(DType::name).join(", ")
                 ))
             })?;
             let shape = match d.get("shape") {

@@ -167,7 +167,9 @@ mod tests {
         assert!(err(&["Y(i) = Y(0)"]).contains("other elements"));
         assert!(err(&["Y(i) = X"]).contains("without subscripts"));
         assert!(err(&["Y(i) = exp(1, 2)"]).contains("argument"));
-        assert!(err(&["Y(i) = i < 2"]).contains("condition"));
+        // A comparison is a bool, which reads as 0 or 1 (spec, "Keys");
+        // a number is no condition.
+        assert!(err(&["Y(i) = X(i, 0) ? 1 : 0"]).contains("not a condition"));
         let e = err(&["Y(i) = X(i, 0) +"]);
         assert!(e.contains("statement 1") && e.contains("t.json"), "{e}");
     }

@@ -9,7 +9,16 @@
 //! `inf`, index variables and parameters have no type of their own and take
 //! the type of what they are combined with (the left side's by default).
 //! Mixing two typed operands of different types is an error that asks for a
-//! cast.
+//! cast. u8 computes in i32 (it mixes with i32 freely), the 8-bit floats in
+//! f32, i64 in i64.
+//!
+//! Booleans: a comparison (or `&&`, `||`, `!`) is a condition; where a
+//! number is expected it reads as 1 or 0 in the type it meets. A `bool`
+//! tensor read and a `bool(..)` cast read the same way: they have no type
+//! of their own, like a literal, so `X(i) * M(i)` with `M` bool is an f32
+//! product when `X` is f32. A bool read is also a condition
+//! (`M(i) ? X(i) : 0`). A statement into a bool tensor computes its right
+//! side in i32 and stores 1 for any nonzero value.
 
 use super::ast::{
     Affine, AssignOp, BinOp, Comparison, DType, Expr, ExprKind, ExprType, Func, Program, Reducer,
@@ -17,11 +26,15 @@ use super::ast::{
 };
 use super::syntax::{parse_statement, Raw, RawClause};
 
+/// Every dtype name is a cast function.
 fn cast_type(name: &str) -> Option<DType> {
-    match name {
-        "f32" | "f16" | "bf16" | "f64" | "i32" => DType::parse(name),
-        _ => None,
-    }
+    DType::parse(name)
+}
+
+/// Whether `r` is a condition: a comparison, `&&`, `||` or `!`.
+fn is_condition(r: &Raw) -> bool {
+    matches!(r, Raw::Unary(UnOp::Not, _))
+        || matches!(r, Raw::Binary(op, ..) if op.is_comparison() || op.is_logical())
 }
 
 /// Names a program may not use for its own tensors or parameters.
@@ -87,9 +100,10 @@ impl Ctx<'_> {
             Raw::Num(..) | Raw::Name(_) => None,
             Raw::Call(n, args) => {
                 if let Some(t) = (self.dtypes)(n) {
-                    Some(t.compute())
+                    // A bool reads as 0 or 1 in any type.
+                    (t != DType::Bool).then(|| t.compute())
                 } else if let Some(t) = cast_type(n) {
-                    Some(t.compute())
+                    (t != DType::Bool).then(|| t.compute())
                 } else {
                     args.iter().find_map(|a| self.natural(a))
                 }
@@ -124,8 +138,8 @@ impl Ctx<'_> {
         };
         Ok(match r {
             Raw::Num(v, int) => {
-                if t == DType::I32 && !int {
-                    return Err(format!("the fractional literal `{v}` is used as an i32"));
+                if t.is_integer() && !int {
+                    return Err(format!("the fractional literal `{v}` is used as an {t}"));
                 }
                 e(ExprKind::Number(*v))
             }
@@ -149,8 +163,8 @@ impl Ctx<'_> {
             }
             Raw::Call(n, args) => {
                 if let Some(dt) = (self.dtypes)(n) {
-                    if dt.compute() != t {
-                        return Err(mismatch(r, dt.compute(), t));
+                    if dt != DType::Bool && dt.compute() != t {
+                        return Err(mismatch_read(r, dt, t));
                     }
                     let subscripts = args
                         .iter()
@@ -172,6 +186,17 @@ impl Ctx<'_> {
                     if args.len() != 1 {
                         return Err(format!("the cast `{n}` takes one argument"));
                     }
+                    if to == DType::Bool {
+                        // 1 for a true condition or a nonzero number, in
+                        // the type the cast meets.
+                        let inner = if is_condition(&args[0]) {
+                            self.boolean(&args[0])?
+                        } else {
+                            let inner_t = self.natural(&args[0]).unwrap_or(t);
+                            self.num(&args[0], inner_t)?
+                        };
+                        return Ok(e(ExprKind::Cast(to, Box::new(inner))));
+                    }
                     if to.compute() != t {
                         return Err(mismatch(r, to.compute(), t));
                     }
@@ -189,8 +214,10 @@ impl Ctx<'_> {
                             args.len()
                         ));
                     }
-                    if t == DType::I32 && !matches!(f, Func::Abs | Func::Max | Func::Min) {
-                        return Err(format!("`{n}` needs a float argument, not i32"));
+                    if t.is_integer() && !matches!(f, Func::Abs | Func::Max | Func::Min) {
+                        return Err(format!(
+                            "`{n}` needs a float argument, not {t}; cast it, e.g. `{n}(f32(..))`"
+                        ));
                     }
                     let ft = if args.len() == 2 {
                         self.unify(&args[0], &args[1], t)?
@@ -219,10 +246,11 @@ impl Ctx<'_> {
                 e(ExprKind::Select(Box::new(c), Box::new(x), Box::new(y)))
             }
             Raw::Unary(UnOp::Not, _) | Raw::Binary(..) => {
-                return Err(format!(
-                    "`{}` is a condition, not a number; write `c ? 1 : 0`",
-                    show_raw(r)
-                ))
+                // A condition where a number is expected is a bool: 1 or 0.
+                let c = self.boolean(r)?;
+                let one = e(ExprKind::Number(1.0));
+                let zero = e(ExprKind::Number(0.0));
+                e(ExprKind::Select(Box::new(c), Box::new(one), Box::new(zero)))
             }
         })
     }
@@ -251,7 +279,25 @@ impl Ctx<'_> {
                 b(ExprKind::Binary(*op, Box::new(x), Box::new(y)))
             }
             Raw::Unary(UnOp::Not, a) => b(ExprKind::Unary(UnOp::Not, Box::new(self.boolean(a)?))),
-            _ => return Err(format!("`{}` is a number, not a condition", show_raw(r))),
+            // A bool tensor read or a `bool(..)` cast is a condition: `!= 0`.
+            Raw::Call(n, _)
+                if (self.dtypes)(n) == Some(DType::Bool)
+                    || (!self.is_tensor(n) && cast_type(n) == Some(DType::Bool)) =>
+            {
+                let x = self.num(r, DType::I32)?;
+                let zero = Expr {
+                    kind: ExprKind::Number(0.0),
+                    ty: ExprType::Num(DType::I32),
+                };
+                b(ExprKind::Binary(BinOp::Ne, Box::new(x), Box::new(zero)))
+            }
+            _ => {
+                return Err(format!(
+                    "`{}` is a number, not a condition; compare it, e.g. `{} != 0`",
+                    show_raw(r),
+                    show_raw(r)
+                ))
+            }
         })
     }
 }
@@ -309,11 +355,27 @@ pub fn statement(
     }
     let t = lt.compute();
     if let Some(n) = natural {
+        if n != t && lt == t {
+            // The operand that has the wrong type, named with its dtype
+            // (where the left side's dtype is its compute type; otherwise
+            // the message below names both).
+            cx.num(&raw.rhs, t)?;
+        }
         if n != t {
+            let computed = if lt.compute() != lt {
+                format!(" (computed in {})", lt.compute())
+            } else {
+                String::new()
+            };
+            let hint = if lt == DType::Bool {
+                " or a comparison such as `x != 0`".to_string()
+            } else {
+                String::new()
+            };
             return Err(format!(
-                "type mismatch: the right side is {n} but `{}` is {lt}; add a cast such as {}(...)",
+                "type mismatch: the right side is {n} but `{}` is {lt}{computed}; add a cast such as {}(...){hint}",
                 raw.lhs,
-                lt.compute()
+                if lt.needs_extra_helpers() { lt } else { lt.compute() }
             ));
         }
     }
@@ -377,6 +439,17 @@ pub fn statement(
             init,
         },
     };
+    // A reduction into a u8 or bool tensor converts each term to the
+    // dtype before combining (`u8(..)`, `bool(..)`): the values then stay
+    // in the dtype's range and the result does not depend on the order of
+    // the terms (storing `max(acc, 300)` into a u8 step by step would).
+    let rhs = match (op, lt) {
+        (AssignOp::Reduce { .. }, DType::U8 | DType::Bool) => Expr {
+            kind: ExprKind::Cast(lt, Box::new(rhs)),
+            ty: ExprType::Num(t),
+        },
+        _ => rhs,
+    };
     if op == AssignOp::Assign && !reduction_indices.is_empty() {
         return Err(format!(
             "index `{}` appears on the right but not on the left; a reduction over it needs a reduction operator such as `+=!`",
@@ -410,6 +483,18 @@ pub fn statement(
         wheres,
         reduction_indices,
     })
+}
+
+/// A read of a tensor of dtype `dt` where `want` is expected.
+fn mismatch_read(r: &Raw, dt: DType, want: DType) -> String {
+    if dt == dt.compute() {
+        return mismatch(r, dt, want);
+    }
+    format!(
+        "type mismatch: `{}` is {dt} (computed in {}) where {want} is expected; add a cast such as {want}(...)",
+        show_raw(r),
+        dt.compute()
+    )
 }
 
 fn mismatch(r: &Raw, is: DType, want: DType) -> String {

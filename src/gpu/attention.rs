@@ -384,9 +384,14 @@ pub(super) fn reads(e: &Expr) -> Vec<(String, Vec<Affine>)> {
     v
 }
 
+/// `e` without the casts around it that the tensor-core paths may drop (a
+/// widening of their f16 or bf16 operands). A cast to u8, bool, i64 or an
+/// 8-bit float changes the value (`f32(f8e4m3(A(i, k)))` quantises an f16
+/// `A`): it stays, so the operand is not a plain read and the statement
+/// keeps the ordinary path.
 pub(super) fn uncast(e: &Expr) -> &Expr {
     match &e.kind {
-        ExprKind::Cast(_, inner) => uncast(inner),
+        ExprKind::Cast(t, inner) if !t.needs_extra_helpers() => uncast(inner),
         _ => e,
     }
 }

@@ -356,7 +356,12 @@ pub fn recognise(
     let Some(out) = scop.tensor(&st.lhs_tensor) else {
         return Ok(None);
     };
-    if !out.dtype.is_float() {
+    // The fragments' store knows these outputs (an 8-bit float, u8, bool
+    // or integer output keeps the ordinary path).
+    if !matches!(
+        out.dtype,
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16
+    ) {
         return Ok(None);
     }
     // The right side: a product of two reads, casts aside.

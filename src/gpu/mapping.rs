@@ -1537,19 +1537,15 @@ pub fn differ_only_from(band: &ScheduleNode) -> Result<UnionMap> {
     Ok(same_prefix.subtract(same_member)?)
 }
 
-/// Whether a statement of `domain` reduces into an f16 or bf16 tensor.
+/// Whether a statement of `domain` reduces into an f16, bf16 or 8-bit float
+/// tensor.
 fn narrow_reduction(scop: &Scop, domain: &isl_rs::UnionSet) -> Result<bool> {
     for s in scop.statements_in(domain)? {
         if s.kind != crate::model::StmtKind::Update {
             continue;
         }
         let t = s.written_tensor()?;
-        if scop.tensor(&t).is_some_and(|t| {
-            matches!(
-                t.dtype,
-                crate::frontend::ast::DType::F16 | crate::frontend::ast::DType::BF16
-            )
-        }) {
+        if scop.tensor(&t).is_some_and(|t| t.dtype.is_narrow_float()) {
             return Ok(true);
         }
     }

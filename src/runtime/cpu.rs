@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::data::{self, CheckResult, ReferenceOutput};
 use super::RunReport;
-use crate::codegen::c::PRELUDE;
+use crate::codegen::c::{DTYPE_HELPERS, PRELUDE};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, TensorRole};
 use crate::pipeline::Compiled;
@@ -94,6 +94,7 @@ fn harness(compiled: &Compiled, counts: &[usize], kernel_c: &str) -> Result<Stri
     let mut s = String::new();
     s.push_str("#define _POSIX_C_SOURCE 199309L\n");
     s.push_str(PRELUDE);
+    s.push_str(DTYPE_HELPERS);
     s.push_str("#include <stdio.h>\n#include <stdlib.h>\n#include <time.h>\n\n");
     s.push_str(OPAQUE_ENTRY_POINTS);
     s.push_str(kernel_c);
@@ -112,6 +113,11 @@ static double pf_get(int dtype, const void *p, long i) {{
   case 1: return pf_h2f(((const uint16_t *)p)[i]);
   case 2: return pf_b2f(((const uint16_t *)p)[i]);
   case 3: return ((const double *)p)[i];
+  case 5: return (double)((const long long *)p)[i];
+  case 6: return ((const uint8_t *)p)[i];
+  case 7: return ((const uint8_t *)p)[i] != 0;
+  case 8: return pf_e4m3_2f(((const uint8_t *)p)[i]);
+  case 9: return pf_e5m2_2f(((const uint8_t *)p)[i]);
   default: return ((const int *)p)[i];
   }}
 }}
@@ -205,6 +211,11 @@ fn dtype_code(t: DType) -> i32 {
         DType::BF16 => 2,
         DType::F64 => 3,
         DType::I32 => 4,
+        DType::I64 => 5,
+        DType::U8 => 6,
+        DType::Bool => 7,
+        DType::F8E4M3 => 8,
+        DType::F8E5M2 => 9,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Input data and the comparison with the reference.
 //!
-//! Inputs are uniform in [-1, 1) (integers in [-8, 8]) from splitmix64 with
-//! a fixed seed, rounded to the tensor's dtype.
+//! Inputs are uniform in [-1, 1) (i32 and i64 in [-8, 8], u8 in [0, 255],
+//! bool 0 or 1) from splitmix64 with a fixed seed, rounded to the tensor's
+//! dtype (the 8-bit floats to nearest even, [`fp8_from_f64`]).
 //!
 //! The check compares each output element `y` with the f64 reference `r`:
 //!
@@ -23,13 +24,101 @@
 use crate::frontend::ast::DType;
 
 /// The relative error bound a check accepts for outputs of dtype `t`.
+/// Integers and bool are exact. An 8-bit float output is allowed one unit
+/// in the last place (2^-3 for e4m3's 3 mantissa bits, 2^-2 for e5m2's
+/// 2): a kernel that computes in f32 what the reference computes in f64
+/// may round a value near a tie to the neighbour the reference does not.
 pub fn tolerance(t: DType) -> f64 {
     match t {
         DType::F64 => 1e-9,
         DType::F32 => 1e-4,
         DType::F16 => 1e-2,
         DType::BF16 => 6e-2,
-        DType::I32 => 0.0,
+        DType::F8E4M3 => 1.25e-1,
+        DType::F8E5M2 => 2.5e-1,
+        DType::I32 | DType::I64 | DType::U8 | DType::Bool => 0.0,
+    }
+}
+
+/// The two 8-bit float formats: mantissa bits, exponent bias, largest
+/// finite value.
+fn fp8_format(t: DType) -> (i32, i32, f64) {
+    match t {
+        DType::F8E4M3 => (3, 7, 448.0),
+        DType::F8E5M2 => (2, 15, 57344.0),
+        _ => panic!("{t} is not an 8-bit float"),
+    }
+}
+
+/// `x` as the byte of the 8-bit float `t` (`f8e4m3` or `f8e5m2`), as
+/// CUDA's `__nv_cvt_double_to_fp8(x, __NV_SATFINITE, ..)` converts it and
+/// as the generated C does (`codegen::c::DTYPE_HELPERS`): to nearest even;
+/// beyond the largest finite value (infinities too) that value with the
+/// sign; NaN to 0x7f.
+pub fn fp8_from_f64(t: DType, x: f64) -> u8 {
+    let (mant, bias, max) = fp8_format(t);
+    if x.is_nan() {
+        return 0x7f;
+    }
+    let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
+    let a = x.abs().min(f64::MAX);
+    if a == 0.0 {
+        return sign;
+    }
+    // The exponent of a's binade, no less than the least normal one.
+    let e = (a.log2().floor() as i32).max(1 - bias);
+    // log2 may be off by one near a power of two: correct it.
+    let e = if a < 2f64.powi(e) && e > 1 - bias {
+        e - 1
+    } else if a >= 2f64.powi(e + 1) {
+        e + 1
+    } else {
+        e
+    };
+    let step = 2f64.powi(e - mant);
+    let r = ((a / step).round_ties_even() * step).min(max);
+    if r == 0.0 {
+        return sign;
+    }
+    let min_normal = 2f64.powi(1 - bias);
+    if r < min_normal {
+        return sign | (r / 2f64.powi(1 - bias - mant)) as u8;
+    }
+    let re = r.log2().floor() as i32;
+    let re = if r < 2f64.powi(re) {
+        re - 1
+    } else if r >= 2f64.powi(re + 1) {
+        re + 1
+    } else {
+        re
+    };
+    let m = (r / 2f64.powi(re - mant)) as i32 - (1 << mant);
+    sign | (((re + bias) << mant) as u8) | m as u8
+}
+
+/// The value of byte `b` of the 8-bit float `t`.
+pub fn fp8_to_f64(t: DType, b: u8) -> f64 {
+    let (mant, bias, _) = fp8_format(t);
+    let e = ((b & 0x7f) >> mant) as i32;
+    let m = (b & ((1 << mant) - 1)) as i32;
+    let top = (1 << (7 - mant)) - 1;
+    let v = if t == DType::F8E4M3 && e == top && m == (1 << mant) - 1 {
+        f64::NAN
+    } else if t == DType::F8E5M2 && e == top {
+        if m == 0 {
+            f64::INFINITY
+        } else {
+            f64::NAN
+        }
+    } else if e == 0 {
+        m as f64 * 2f64.powi(1 - bias - mant)
+    } else {
+        ((1 << mant) + m) as f64 * 2f64.powi(e - bias - mant)
+    };
+    if b & 0x80 != 0 {
+        -v
+    } else {
+        v
     }
 }
 
@@ -65,6 +154,10 @@ pub fn random_bytes(t: DType, count: usize, seed: u64) -> Vec<u8> {
             DType::F16 => out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
             DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
             DType::I32 => out.extend_from_slice(&((v * 8.0).round() as i32).to_le_bytes()),
+            DType::I64 => out.extend_from_slice(&((v * 8.0).round() as i64).to_le_bytes()),
+            DType::U8 => out.push(((v + 1.0) * 128.0).floor().clamp(0.0, 255.0) as u8),
+            DType::Bool => out.push(u8::from(v >= 0.0)),
+            DType::F8E4M3 | DType::F8E5M2 => out.push(fp8_from_f64(t, v)),
         }
     }
     out
@@ -81,6 +174,12 @@ pub fn to_f64(t: DType, bytes: &[u8]) -> Vec<f64> {
             DType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
             DType::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
             DType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            DType::I64 => {
+                i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64
+            }
+            DType::U8 => c[0] as f64,
+            DType::Bool => f64::from(u8::from(c[0] != 0)),
+            DType::F8E4M3 | DType::F8E5M2 => fp8_to_f64(t, c[0]),
         })
         .collect()
 }
@@ -161,7 +260,7 @@ impl CheckResult {
                 if o.bound_from_declared() {
                     format!("{n} ({t}): {e:.3e} <= {b:.3e} = 2 x declared")
                 } else {
-                    format!("{n} ({t}): {e:.3e} <= {b:.0e}")
+                    format!("{n} ({t}): {e:.3e} <= {b:e}")
                 }
             })
             .collect();
@@ -239,6 +338,94 @@ pub fn compare(outputs: &[(&ReferenceOutput, &[f64])]) -> CheckResult {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fp8_known_values() {
+        let e4 = |x: f64| fp8_from_f64(DType::F8E4M3, x);
+        let e5 = |x: f64| fp8_from_f64(DType::F8E5M2, x);
+        // Largest finite values, and saturation beyond them (satfinite).
+        assert_eq!(e4(448.0), 0x7e);
+        assert_eq!(fp8_to_f64(DType::F8E4M3, 0x7e), 448.0);
+        assert_eq!(e4(463.9), 0x7e);
+        assert_eq!(e4(464.0), 0x7e); // tie to even: 448 (mantissa 110)
+        assert_eq!(e4(1e6), 0x7e);
+        assert_eq!(e4(f64::INFINITY), 0x7e);
+        assert_eq!(e4(f64::NEG_INFINITY), 0xfe);
+        assert_eq!(e5(57344.0), 0x7b);
+        assert_eq!(fp8_to_f64(DType::F8E5M2, 0x7b), 57344.0);
+        assert_eq!(e5(61440.0), 0x7b); // the tie rounds up to 2^16: saturates
+        assert_eq!(e5(f64::INFINITY), 0x7b);
+        assert_eq!(e5(-1e9), 0xfb);
+        // NaN: 0x7f in both (CUDA's canonical NaN of a float input).
+        assert_eq!(e4(f64::NAN), 0x7f);
+        assert_eq!(e5(f64::NAN), 0x7f);
+        assert!(fp8_to_f64(DType::F8E4M3, 0x7f).is_nan());
+        assert!(fp8_to_f64(DType::F8E4M3, 0xff).is_nan());
+        assert!(fp8_to_f64(DType::F8E5M2, 0x7f).is_nan());
+        assert_eq!(fp8_to_f64(DType::F8E5M2, 0x7c), f64::INFINITY);
+        assert_eq!(fp8_to_f64(DType::F8E5M2, 0xfc), f64::NEG_INFINITY);
+        // Ones, signs and zeros.
+        assert_eq!(e4(1.0), 0x38);
+        assert_eq!(e4(-1.0), 0xb8);
+        assert_eq!(e5(1.0), 0x3c);
+        assert_eq!(e4(-0.0), 0x80);
+        assert_eq!(e4(0.0), 0x00);
+        // Ties to even: 1 + 1/16 is halfway between 1 and 1.125 (e4m3).
+        assert_eq!(e4(1.0625), 0x38);
+        assert_eq!(e4(1.1875), 0x3a); // between 1.125 (odd) and 1.25: up
+        assert_eq!(e5(1.125), 0x3c); // between 1 and 1.25 (e5m2): even is 1
+        assert_eq!(e5(1.375), 0x3e); // between 1.25 (odd) and 1.5: up
+                                     // Subnormals: e4m3's least is 2^-9, e5m2's 2^-16.
+        assert_eq!(e4(2f64.powi(-9)), 0x01);
+        assert_eq!(fp8_to_f64(DType::F8E4M3, 0x01), 2f64.powi(-9));
+        assert_eq!(e4(2f64.powi(-10)), 0x00); // a tie with zero: even
+        assert_eq!(e4(1.5 * 2f64.powi(-10)), 0x01);
+        assert_eq!(e4(3.0 * 2f64.powi(-10)), 0x02); // 1.5 units: tie to even 2
+        assert_eq!(e4(7.0 * 2f64.powi(-9)), 0x07);
+        assert_eq!(e4(7.5 * 2f64.powi(-9)), 0x08); // rounds up into the normals
+        assert_eq!(fp8_to_f64(DType::F8E4M3, 0x08), 2f64.powi(-6));
+        assert_eq!(e5(2f64.powi(-16)), 0x01);
+        assert_eq!(e5(3.0 * 2f64.powi(-16)), 0x03);
+        assert_eq!(e5(-2f64.powi(-17)), 0x80);
+    }
+
+    #[test]
+    fn fp8_round_trip_and_monotone() {
+        for t in [DType::F8E4M3, DType::F8E5M2] {
+            let mut last = f64::NEG_INFINITY;
+            // Every finite byte reads back as itself; values increase.
+            for b in (0x80u8..=0xff).rev().chain(0x00..=0x7f) {
+                let v = fp8_to_f64(t, b);
+                if !v.is_finite() {
+                    continue;
+                }
+                if b != 0x80 {
+                    assert!(v > last || (v == 0.0 && last == 0.0), "{t} {b:#x}");
+                }
+                last = v;
+                assert_eq!(fp8_from_f64(t, v), b, "{t} {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn new_dtypes_round_trip_and_ranges() {
+        let u = random_bytes(DType::U8, 1000, 3);
+        assert!(u.iter().any(|&b| b > 200) && u.iter().any(|&b| b < 50));
+        let b = to_f64(DType::Bool, &random_bytes(DType::Bool, 1000, 3));
+        assert!(b.iter().all(|&v| v == 0.0 || v == 1.0) && b.contains(&0.0) && b.contains(&1.0));
+        let i = to_f64(DType::I64, &random_bytes(DType::I64, 100, 3));
+        assert!(i.iter().all(|v| v.fract() == 0.0 && v.abs() <= 8.0));
+        for t in [DType::F8E4M3, DType::F8E5M2] {
+            let v = to_f64(t, &random_bytes(t, 1000, 5));
+            assert!(v.iter().all(|x| x.abs() <= 1.0));
+            // Representable: converting again changes nothing.
+            assert!(v.iter().all(|&x| fp8_to_f64(t, fp8_from_f64(t, x)) == x));
+        }
+        for t in DType::ALL {
+            assert_eq!(DType::parse(t.name()), Some(t));
+        }
+    }
+
     use super::*;
 
     #[test]

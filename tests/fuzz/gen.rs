@@ -1346,8 +1346,14 @@ impl Builder<'_> {
         if n > 60_000 || shape.iter().any(|e| e.eval(&ps) < 1) {
             return None;
         }
+        // Narrow inputs: f16 mostly, an 8-bit float or a bool at times
+        // (read in f32 like f16, a bool as 0 or 1; their values are exact,
+        // so no rounding reaches the check).
         let dtype = if self.g.rng.chance(0.35) {
-            "f16"
+            *self
+                .g
+                .rng
+                .pick(&["f16", "f16", "f16", "f8e4m3", "f8e5m2", "bool"])
         } else {
             "f32"
         };

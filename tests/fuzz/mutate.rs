@@ -186,7 +186,8 @@ fn apply(p: &Program, kind: &'static str, rng: &mut Rng) -> Option<Mutant> {
         }
         "bad-dtype" => {
             let t = rng.below(q.tensors.len());
-            q.tensors[t].dtype = *rng.pick(&["f17", "int8", "i64", "bool", "f8e4m3", "F32", ""]);
+            q.tensors[t].dtype =
+                *rng.pick(&["f17", "int8", "i128", "boolean", "f8e4m4", "F32", ""]);
         }
         "break-json" => {
             let text = q.json();

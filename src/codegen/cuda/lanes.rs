@@ -719,7 +719,7 @@ impl Ctx<'_> {
             let Some(t) = self.scop.tensor(&s.tensor) else {
                 continue;
             };
-            let w = s.slots * if t.dtype == DType::F64 { 2 } else { 1 };
+            let w = s.slots * if t.dtype.size() == 8 { 2 } else { 1 };
             if words + w > ROW_CACHE_WORDS {
                 continue;
             }
