@@ -118,7 +118,8 @@ fn an_epilogue_into_another_tensor_runs_in_the_product_kernel() {
 }
 
 /// The accumulator is an output, or read again after the epilogue: it
-/// must reach memory, so it is not moved; the program still checks.
+/// must reach memory, so it is not moved; an output of a type the region
+/// does not store (f8) is not moved to either. Each program still checks.
 #[test]
 fn an_accumulator_read_elsewhere_is_stored() {
     let cases = [
@@ -141,6 +142,14 @@ fn an_accumulator_read_elsewhere_is_stored() {
                 &["D(m, n) = f16(acc(m, n))"],
             )
             .replace(r#""temps": {"acc": {"dtype": "f32", "shape": ["M", "N"]}},"#, ""),
+        ),
+        (
+            "f8_output",
+            program(
+                "f16",
+                r#""D": {"dtype": "f8e4m3", "shape": ["M", "N"]}"#,
+                &["D(m, n) = f8e4m3(acc(m, n) * 0.01)"],
+            ),
         ),
     ];
     for (name, json) in cases {

@@ -754,7 +754,7 @@ const DEEPER_STAGES: i64 = 6;
 /// of `band` is, when each is exactly one iterator (coefficient 1, no
 /// Whether epilogue statement `o`, writing a tensor other than the
 /// update's, may take the update's value out of the region: the update's
-/// tensor is a temp, an element type that is floating point, and no
+/// tensor is a temp, the other's element type one the region stores, and no
 /// statement but the update, its initialisation and the region's other
 /// epilogue statements (`others`) reads it, so it need never be stored.
 fn moves_out(
@@ -771,7 +771,12 @@ fn moves_out(
     let Some(out) = scop.tensor(&program.statements[o.source].lhs_tensor) else {
         return Ok(false);
     };
-    if acc.role != crate::frontend::ast::TensorRole::Temp || !out.dtype.is_float() {
+    // The region stores 16-bit floats, f32 and f64 (`codegen::mma`).
+    let storable = matches!(
+        out.dtype,
+        DType::F16 | DType::BF16 | DType::F32 | DType::F64
+    );
+    if acc.role != crate::frontend::ast::TensorRole::Temp || !storable {
         return Ok(false);
     }
     let inside = |name: &str| others.iter().any(|x| x.name == name);
