@@ -67,6 +67,28 @@ enum {
     PF_DTYPE_F8E5M2 = 9  /* one byte: 8-bit float, 5 exponent bits (max 57344) */
 };
 
+/* What a tensor argument is to the program (pf_result_arg_role). */
+typedef int32_t pf_role;
+enum {
+    PF_ROLE_INPUT = 0,  /* read by the kernels, never written */
+    PF_ROLE_OUTPUT = 1, /* written by the kernels, every element */
+    PF_ROLE_TEMP = 2    /* an intermediate the program declared or inferred */
+};
+
+/* The most dimensions pf_tensor_info holds. */
+#define PF_MAX_RANK 8
+
+/* One tensor argument, as pf_result_tensors describes it. */
+typedef struct pf_tensor_info {
+    const char *name;             /* valid while the result lives */
+    size_t arg_index;             /* its index among the kernel arguments */
+    pf_role role;
+    int32_t dtype;                /* a pf_dtype */
+    size_t rank;
+    int64_t extents[PF_MAX_RANK]; /* for the given parameters; 0 past rank */
+    size_t bytes;                 /* to allocate: row-major, storage type */
+} pf_tensor_info;
+
 typedef int32_t pf_arg_kind;
 enum {
     PF_ARG_TENSOR = 0, /* a device pointer */
@@ -132,6 +154,8 @@ pf_status pf_context_set_target(pf_context *ctx, const char *target);
 pf_status pf_context_set_strategy(pf_context *ctx, const char *strategy);
 /* "NAME=VALUE" (a positive integer); overrides the file. */
 pf_status pf_context_set_param(pf_context *ctx, const char *assignment);
+/* The same by name and value. */
+pf_status pf_context_set_param_value(pf_context *ctx, const char *name, int64_t value);
 /* Tile sizes per band member (the last repeats); count 0: no tiling.
    Never called: the "cuda" target chooses its tiles per kernel, as the
    command line does without --tile (contractions and attention on
@@ -235,6 +259,16 @@ pf_status pf_result_arg_extent(const pf_result *result, size_t index, size_t dim
 /* Bytes to allocate for the tensor (row-major, storage type). */
 pf_status pf_result_arg_bytes(const pf_result *result, size_t index, const int64_t *params,
                               size_t num_params, size_t *out);
+/* PF_ROLE_INPUT, PF_ROLE_OUTPUT or PF_ROLE_TEMP (tensor arguments only). */
+pf_status pf_result_arg_role(const pf_result *result, size_t index, pf_role *out);
+/* Every tensor argument in one call, for the given parameter values:
+ * *count is set to their number and the first min(capacity, *count) are
+ * written to out (NULL with capacity 0 asks for the count). A tensor of
+ * more than PF_MAX_RANK dimensions is refused (PF_ERR_INVALID_ARGUMENT).
+ * A rank-0 input is a runtime scalar passed like any tensor: a device
+ * pointer to its one element. */
+pf_status pf_result_tensors(const pf_result *result, const int64_t *params, size_t num_params,
+                            pf_tensor_info *out, size_t capacity, size_t *count);
 /* The final schedule tree as text (for cuda, the mapped tree). */
 pf_status pf_result_schedule_tree(const pf_result *result, char **out);
 /* C source: void pf_kernel(const long *pf_params, void **pf_tensors), where

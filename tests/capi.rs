@@ -1012,3 +1012,87 @@ fn new_dtypes_have_their_codes_and_sizes() {
         assert_eq!(pf_context_destroy(ctx), PF_OK);
     }
 }
+
+/// Typed metadata in one call (issue 33, item 3): roles, types, extents
+/// and sizes of every tensor argument as integers for the given
+/// parameters, names valid while the result lives; parameters set by name.
+#[test]
+fn every_tensor_is_described_in_one_call() {
+    let ctx = context("attention_decode_causal.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_param_value(ctx, c("KV").as_ptr(), 77), PF_OK);
+        assert_eq!(
+            pf_context_set_param_value(ctx, c("KV").as_ptr(), 0),
+            PF_ERR_INPUT
+        );
+        let r = compile_ok(ctx);
+        let mut count = 0usize;
+        assert_eq!(
+            pf_result_tensors(r, null(), 0, null_mut(), 0, &mut count),
+            PF_OK
+        );
+        let mut infos = vec![std::mem::zeroed::<pf_tensor_info>(); count];
+        let mut again = 0usize;
+        assert_eq!(
+            pf_result_tensors(r, null(), 0, infos.as_mut_ptr(), count, &mut again),
+            PF_OK
+        );
+        assert_eq!(again, count);
+        let by_name = |n: &str| {
+            infos
+                .iter()
+                .find(|i| CStr::from_ptr(i.name).to_str().unwrap() == n)
+                .unwrap_or_else(|| panic!("no tensor {n}"))
+        };
+        let (q, y, p) = (by_name("Q"), by_name("Y"), by_name("P"));
+        assert_eq!(
+            (q.role, y.role, p.role),
+            (PF_ROLE_INPUT, PF_ROLE_OUTPUT, PF_ROLE_TEMP)
+        );
+        assert_eq!(q.dtype, PF_DTYPE_F16);
+        assert_eq!(p.dtype, PF_DTYPE_F32);
+        // P(b, h, i, j) over B=1, H=4, NQ=2, KV=77 (set by name).
+        assert_eq!(p.rank, 4);
+        assert_eq!(&p.extents[..5], &[1, 4, 2, 77, 0]);
+        assert_eq!(p.bytes, 4 * 4 * 2 * 77);
+        // The same as the one-field calls.
+        for info in &infos {
+            let mut role = -1;
+            assert_eq!(pf_result_arg_role(r, info.arg_index, &mut role), PF_OK);
+            assert_eq!(role, info.role);
+            let mut bytes = 0usize;
+            assert_eq!(
+                pf_result_arg_bytes(r, info.arg_index, null(), 0, &mut bytes),
+                PF_OK
+            );
+            assert_eq!(bytes, info.bytes);
+            assert_eq!(
+                take(pf_result_arg_name_string(r, info.arg_index)),
+                CStr::from_ptr(info.name).to_str().unwrap()
+            );
+        }
+        // A short array gets the first entries and the full count.
+        let mut two = vec![std::mem::zeroed::<pf_tensor_info>(); 2];
+        assert_eq!(
+            pf_result_tensors(r, null(), 0, two.as_mut_ptr(), 2, &mut again),
+            PF_OK
+        );
+        assert_eq!(again, count);
+        assert_eq!(two[1].arg_index, infos[1].arg_index);
+        assert_eq!(
+            pf_result_tensors(r, null(), 0, null_mut(), 2, &mut again),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+/// `pf_result_arg_name` as an owned string pointer (for `take`).
+unsafe fn pf_result_arg_name_string(r: *mut pf_result, index: usize) -> *mut c_char {
+    let mut s = null_mut();
+    // SAFETY: valid handle and output place.
+    assert_eq!(unsafe { pf_result_arg_name(r, index, &mut s) }, PF_OK);
+    s
+}

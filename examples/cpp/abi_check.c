@@ -83,7 +83,8 @@ int main(int argc, char **argv) {
 
     /* A good compile for the cpu target. */
     CHECK(pf_context_load_file(ctx, argv[1]) == PF_OK);
-    CHECK(pf_context_set_param(ctx, "M=37") == PF_OK);
+    CHECK(pf_context_set_param_value(ctx, "M", 0) == PF_ERR_INPUT);
+    CHECK(pf_context_set_param_value(ctx, "M", 37) == PF_OK);
     CHECK(pf_context_set_tile(ctx, tile, 1) == PF_OK);
     CHECK(pf_context_set_schedule_timeout(ctx, 120) == PF_OK); /* watched compile */
     CHECK(pf_compile(ctx, &res) == PF_OK);
@@ -105,6 +106,31 @@ int main(int argc, char **argv) {
         CHECK(pf_result_arg_name(res, i, &s) == PF_OK);
         pf_string_free(s);
         CHECK(pf_result_arg_extent(res, i, 0, NULL, 0, &extent) == PF_OK && extent > 0);
+    }
+
+    /* Every tensor in one call agrees with the one-field calls: the struct's
+     * layout is the library's. */
+    {
+        pf_tensor_info infos[8];
+        size_t count = 0, k;
+        CHECK(pf_result_tensors(res, NULL, 0, NULL, 0, &count) == PF_OK && count == 3);
+        CHECK(pf_result_tensors(res, NULL, 0, infos, 8, &count) == PF_OK && count == 3);
+        for (k = 0; k < count && k < 8; k++) {
+            pf_role role = -1;
+            pf_dtype dtype = -1;
+            size_t bytes = 0, rank = 0;
+            int64_t extent = 0;
+            CHECK(pf_result_arg_role(res, infos[k].arg_index, &role) == PF_OK && role == infos[k].role);
+            CHECK(pf_result_arg_dtype(res, infos[k].arg_index, &dtype) == PF_OK && dtype == infos[k].dtype);
+            CHECK(pf_result_arg_rank(res, infos[k].arg_index, &rank) == PF_OK && rank == infos[k].rank);
+            CHECK(pf_result_arg_bytes(res, infos[k].arg_index, NULL, 0, &bytes) == PF_OK && bytes == infos[k].bytes);
+            CHECK(pf_result_arg_extent(res, infos[k].arg_index, 0, NULL, 0, &extent) == PF_OK &&
+                  extent == infos[k].extents[0]);
+            CHECK(pf_result_arg_name(res, infos[k].arg_index, &s) == PF_OK && strcmp(s, infos[k].name) == 0);
+            pf_string_free(s);
+        }
+        CHECK(infos[0].role == PF_ROLE_INPUT && infos[2].role == PF_ROLE_OUTPUT);
+        CHECK(infos[2].extents[0] == 37); /* M=37 */
     }
 
     /* The result outlives its context; handles die once. */

@@ -30,7 +30,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::frontend::{self, ast::DType, ast::Program};
+use crate::frontend::{self, ast::DType, ast::Program, ast::TensorRole};
 use crate::gpu::{GpuOptions, KernelArg};
 use crate::pipeline::{compile_watched, Compiled, Options, Watch};
 use crate::schedule::Strategy;
@@ -151,6 +151,9 @@ pub(crate) struct ResultState {
     /// 0: compiled under the context's options; 1: under tuned options
     /// from the cache; 2: the compiled program itself came from the cache.
     from_cache: i32,
+    /// Each argument's name as a C string, for `pf_tensor_info::name`
+    /// (valid while the result lives).
+    arg_names: Vec<std::ffi::CString>,
 }
 
 /// A failed call: its status and message.
@@ -332,6 +335,42 @@ fn dtype_bytes(t: DType) -> u64 {
     t.size() as u64
 }
 
+/// `pf_role`: what a tensor argument is to the program.
+pub type pf_role = i32;
+/// Read by the kernels, never written.
+pub const PF_ROLE_INPUT: pf_role = 0;
+/// Written by the kernels: every element, by the program's contract.
+pub const PF_ROLE_OUTPUT: pf_role = 1;
+/// An intermediate the program declared or inferred (or a repair added).
+pub const PF_ROLE_TEMP: pf_role = 2;
+/// The most dimensions `pf_tensor_info` holds.
+pub const PF_MAX_RANK: usize = 8;
+
+/// One tensor argument, as `pf_result_tensors` describes it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pf_tensor_info {
+    /// The tensor's name, valid while the result lives.
+    pub name: *const c_char,
+    /// Its index among the kernel arguments (for `device_ptrs`).
+    pub arg_index: usize,
+    pub role: pf_role,
+    pub dtype: pf_dtype,
+    pub rank: usize,
+    /// Extents for the given parameters; those past `rank` are 0.
+    pub extents: [i64; PF_MAX_RANK],
+    /// Bytes to allocate (row-major, storage type).
+    pub bytes: usize,
+}
+
+fn role_code(r: TensorRole) -> pf_role {
+    match r {
+        TensorRole::Input => PF_ROLE_INPUT,
+        TensorRole::Output => PF_ROLE_OUTPUT,
+        TensorRole::Temp => PF_ROLE_TEMP,
+    }
+}
+
 impl ResultState {
     fn cuda(&self) -> Outcome<&crate::gpu::CudaProgram> {
         self.compiled.cuda.as_ref().ok_or_else(|| {
@@ -378,6 +417,35 @@ impl ResultState {
             map.insert(name.clone(), *v);
         }
         Ok(map)
+    }
+
+    /// The role of tensor argument `i`.
+    fn role(&self, i: usize) -> Outcome<pf_role> {
+        let KernelArg::Tensor { name, .. } = self.arg(i)? else {
+            return Err(Failure::argument(format!(
+                "argument {i} is a parameter, not a tensor"
+            )));
+        };
+        let t = self
+            .compiled
+            .tensors
+            .iter()
+            .find(|t| &t.name == name)
+            .ok_or_else(|| Failure::internal(format!("no tensor {name}")))?;
+        Ok(role_code(t.role))
+    }
+
+    /// Bytes of tensor argument `i` for the given parameter values.
+    fn bytes(&self, i: usize, map: &HashMap<String, i64>) -> Outcome<usize> {
+        let (t, shape) = tensor_arg(self, i)?;
+        let mut bytes = dtype_bytes(t);
+        for d in 0..shape.len() {
+            let e = self.extent(i, d, map)?.max(0) as u64;
+            bytes = bytes
+                .checked_mul(e)
+                .ok_or_else(|| Failure::input("the tensor's size overflows"))?;
+        }
+        usize::try_from(bytes).map_err(|_| Failure::input("the tensor's size overflows"))
     }
 
     /// Extent `d` of tensor argument `i` for the given parameter values.
@@ -508,6 +576,13 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         // The CPU kernel takes the same tensors in the same order.
         _ => crate::gpu::kernel_args(&program, &compiled.tensors),
     };
+    let arg_names = args
+        .iter()
+        .map(|a| {
+            let (KernelArg::Tensor { name, .. } | KernelArg::Param { name }) = a;
+            std::ffi::CString::new(name.as_str()).unwrap_or_default()
+        })
+        .collect();
     let fixed = program.known_params();
     let symbolic = program
         .params
@@ -524,6 +599,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         last_error: Mutex::new(None),
         modules: Mutex::new(launch::Modules::for_arch(state.arch.clone())),
         from_cache,
+        arg_names,
     })
 }
 
@@ -831,6 +907,34 @@ pub unsafe extern "C" fn pf_context_set_param(
         // SAFETY: the header's contract for `assignment`.
         let a = unsafe { text(assignment, "assignment") }?;
         let (name, value) = frontend::parse_param_override(a)?;
+        if let Some(p) = &s.program {
+            frontend::apply_param_overrides(&mut p.clone(), &[(name.clone(), value)])?;
+        }
+        s.params.retain(|(n, _)| n != &name);
+        s.params.push((name, value));
+        Ok(())
+    })
+}
+
+/// Sets parameter `name` to `value` (a positive integer), overriding the
+/// file: `pf_context_set_param` without the text.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_param_value(
+    ctx: *mut pf_context,
+    name: *const c_char,
+    value: i64,
+) -> pf_status {
+    with_context(ctx, |s| {
+        // SAFETY: the header's contract for `name`.
+        let name = unsafe { text(name, "name") }?.to_string();
+        if value < 1 {
+            return Err(Failure::input(format!(
+                "parameter {name} = {value}: parameters are positive integers"
+            )));
+        }
         if let Some(p) = &s.program {
             frontend::apply_param_overrides(&mut p.clone(), &[(name.clone(), value)])?;
         }
@@ -1501,18 +1605,88 @@ pub unsafe extern "C" fn pf_result_arg_bytes(
         // SAFETY: the header's contract for `params`.
         let values = unsafe { array(params, num_params, "params") }?;
         let map = r.param_map(values)?;
-        let (t, shape) = tensor_arg(r, index)?;
-        let mut bytes = dtype_bytes(t);
-        for d in 0..shape.len() {
-            let e = r.extent(index, d, &map)?.max(0) as u64;
-            bytes = bytes
-                .checked_mul(e)
-                .ok_or_else(|| Failure::input("the tensor's size overflows"))?;
-        }
-        let bytes =
-            usize::try_from(bytes).map_err(|_| Failure::input("the tensor's size overflows"))?;
+        let bytes = r.bytes(index, &map)?;
         // SAFETY: the header's contract for `out`.
         unsafe { put(out, bytes, "out") }
+    })
+}
+
+/// The role of tensor argument `index`: `PF_ROLE_INPUT`, `PF_ROLE_OUTPUT`
+/// or `PF_ROLE_TEMP`.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_role(
+    result: *const pf_result,
+    index: usize,
+    out: *mut pf_role,
+) -> pf_status {
+    with_result(result, |r| {
+        let role = r.role(index)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, role, "out") }
+    })
+}
+
+/// Every tensor argument in one call, for the given symbolic parameter
+/// values: `*count` is set to the number of tensor arguments, and the
+/// first `min(capacity, *count)` are written to `out` (which may be null
+/// when `capacity` is 0, to ask for the count). A tensor of more than
+/// `PF_MAX_RANK` dimensions is refused (`PF_ERR_INVALID_ARGUMENT`); its
+/// extents are in `pf_result_arg_extent`.
+///
+/// # Safety
+/// `params` points to `num_params` values; `out` is null or writable for
+/// `capacity` entries; `count` is writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_tensors(
+    result: *const pf_result,
+    params: *const i64,
+    num_params: usize,
+    out: *mut pf_tensor_info,
+    capacity: usize,
+    count: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let map = r.param_map(values)?;
+        let mut infos = Vec::new();
+        for (i, a) in r.args.iter().enumerate() {
+            let KernelArg::Tensor { dtype, shape, .. } = a else {
+                continue;
+            };
+            if shape.len() > PF_MAX_RANK {
+                return Err(Failure::argument(format!(
+                    "tensor argument {i} has {} dimensions, more than PF_MAX_RANK ({PF_MAX_RANK})",
+                    shape.len()
+                )));
+            }
+            let mut extents = [0i64; PF_MAX_RANK];
+            for (d, e) in extents.iter_mut().enumerate().take(shape.len()) {
+                *e = r.extent(i, d, &map)?;
+            }
+            infos.push(pf_tensor_info {
+                name: r.arg_names[i].as_ptr(),
+                arg_index: i,
+                role: r.role(i)?,
+                dtype: dtype_code(*dtype),
+                rank: shape.len(),
+                extents,
+                bytes: r.bytes(i, &map)?,
+            });
+        }
+        if capacity > 0 && out.is_null() {
+            return Err(Failure::argument("out is null but capacity is not 0"));
+        }
+        for (k, info) in infos.iter().take(capacity).enumerate() {
+            // SAFETY: `out` is writable for `capacity` entries by the
+            // header's contract, and k < capacity.
+            unsafe { out.add(k).write(*info) };
+        }
+        // SAFETY: the header's contract for `count`.
+        unsafe { put(count, infos.len(), "count") }
     })
 }
 
