@@ -128,7 +128,7 @@ struct Analysis {
 impl Analysis {
     fn new(isl: &Isl, program: &Program, options: &Options) -> Result<Analysis> {
         let original = model::build(isl, program)?;
-        model::check_reads_written(program, &original)?;
+        model::check_reads_written(isl, program, &original)?;
         // Repair (rolling / split-k update) from the `schedule` key, or
         // chosen automatically; the repaired program comes with its
         // defining order.
