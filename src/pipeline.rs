@@ -157,16 +157,19 @@ impl Analysis {
         })
     }
 
-    /// `flow:`, `anti:`, `output:` lines, after the repair's report.
-    fn deps_text(&self) -> String {
-        match &self.repaired {
+    /// `flow:`, `anti:`, `output:` lines, after the repair's report; for a
+    /// program with loop blocks, then the distances over the blocks'
+    /// indices.
+    fn deps_text(&self, isl: &Isl) -> Result<String> {
+        let text = match &self.repaired {
             Some(r) => format!(
                 "{}dependences of the repaired program:\n{}",
                 r.report,
                 self.deps.describe()
             ),
             None => self.deps.describe(),
-        }
+        };
+        Ok(text + &self.deps.describe_carried(isl, &self.scop)?)
     }
 }
 
@@ -175,7 +178,7 @@ impl Analysis {
 /// on it).
 pub fn dependences(program: &Program, options: &Options) -> Result<String> {
     let isl = Isl::new();
-    Ok(Analysis::new(&isl, program, options)?.deps_text())
+    Analysis::new(&isl, program, options)?.deps_text(&isl)
 }
 
 /// Compiles `program` under `options`.
@@ -183,7 +186,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
     let isl = Isl::new();
     let analysis = Analysis::new(&isl, program, options)?;
-    let deps_text = analysis.deps_text();
+    let deps_text = analysis.deps_text(&isl)?;
     let Analysis {
         original,
         repaired,

@@ -14,8 +14,10 @@
 //! `w -> w'` (output) and `w' -> r` (flow) through transitivity.
 
 use crate::error::Result;
-use crate::isl::{IslPrint, Schedule, UnionAccessInfo, UnionMap};
-use crate::model::Scop;
+use std::fmt::Write;
+
+use crate::isl::{Isl, IslPrint, Schedule, UnionAccessInfo, UnionMap, UnionSet};
+use crate::model::{ModelStmt, Scop};
 
 pub struct Dependences {
     pub flow: UnionMap,
@@ -41,6 +43,69 @@ impl Dependences {
             self.anti.text(),
             self.output.text()
         )
+    }
+
+    /// The dependences between statement instances inside common loop
+    /// blocks, as distance vectors over those blocks' indices, one line
+    /// per kind and pair of statements: `flow   S2 -> S1 over (t):
+    /// { [1] }`. A non-zero distance is carried by the block's loop. Empty
+    /// for a program without loop blocks.
+    pub fn describe_carried(&self, isl: &Isl, scop: &Scop) -> Result<String> {
+        let mut out = String::new();
+        let p = &scop.param_prefix;
+        let tuple = |s: &ModelStmt| format!("{}[{}]", s.name, s.iterators.join(", "));
+        for (kind, rel) in [
+            ("flow", &self.flow),
+            ("anti", &self.anti),
+            ("output", &self.output),
+        ] {
+            for a in &scop.statements {
+                for b in &scop.statements {
+                    let d = a
+                        .blocks
+                        .iter()
+                        .zip(&b.blocks)
+                        .take_while(|(x, y)| x.id == y.id)
+                        .count();
+                    if d == 0 {
+                        continue;
+                    }
+                    let pairs = rel
+                        .copy()?
+                        .intersect_domain(UnionSet::from_set(a.domain.copy()?)?)?
+                        .intersect_range(UnionSet::from_set(b.domain.copy()?)?)?;
+                    if pairs.is_empty()? {
+                        continue;
+                    }
+                    let lead = |s: &ModelStmt| -> Result<UnionMap> {
+                        isl.union_map(&format!(
+                            "{p}{{ {} -> [{}] }}",
+                            tuple(s),
+                            s.iterators[..d].join(", ")
+                        ))
+                    };
+                    let dist = pairs
+                        .apply_domain(lead(a)?)?
+                        .apply_range(lead(b)?)?
+                        .deltas()?
+                        .gist_params(scop.context.copy()?)?
+                        .coalesce()?;
+                    let _ = writeln!(
+                        out,
+                        "{:<7} {} -> {} over ({}): {}",
+                        format!("{kind}:"),
+                        a.name,
+                        b.name,
+                        a.iterators[..d].join(", "),
+                        dist.text()
+                    );
+                }
+            }
+        }
+        if !out.is_empty() {
+            out.insert_str(0, "distances over the loop blocks' indices (non-zero: carried by the block's loop):\n");
+        }
+        Ok(out)
     }
 
     pub fn to_json(&self) -> serde_json::Value {
