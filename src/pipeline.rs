@@ -160,7 +160,7 @@ impl Analysis {
     /// `flow:`, `anti:`, `output:` lines, after the repair's report; for a
     /// program with loop blocks, then the distances over the blocks'
     /// indices.
-    fn deps_text(&self, isl: &Isl) -> Result<String> {
+    fn deps_text(&self, isl: &Isl, program: &Program) -> Result<String> {
         let text = match &self.repaired {
             Some(r) => format!(
                 "{}dependences of the repaired program:\n{}",
@@ -169,7 +169,8 @@ impl Analysis {
             ),
             None => self.deps.describe(),
         };
-        Ok(text + &self.deps.describe_carried(isl, &self.scop)?)
+        let fixed = program.params.iter().all(|p| p.value.is_some());
+        Ok(text + &self.deps.describe_carried(isl, &self.scop, fixed)?)
     }
 }
 
@@ -178,7 +179,7 @@ impl Analysis {
 /// on it).
 pub fn dependences(program: &Program, options: &Options) -> Result<String> {
     let isl = Isl::new();
-    Analysis::new(&isl, program, options)?.deps_text(&isl)
+    Analysis::new(&isl, program, options)?.deps_text(&isl, program)
 }
 
 /// Compiles `program` under `options`.
@@ -186,7 +187,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
     let isl = Isl::new();
     let analysis = Analysis::new(&isl, program, options)?;
-    let deps_text = analysis.deps_text(&isl)?;
+    let deps_text = analysis.deps_text(&isl, program)?;
     let Analysis {
         original,
         repaired,

@@ -50,7 +50,11 @@ impl Dependences {
     /// per kind and pair of statements: `flow   S2 -> S1 over (t):
     /// { [1] }`. A non-zero distance is carried by the block's loop. Empty
     /// for a program without loop blocks.
-    pub fn describe_carried(&self, isl: &Isl, scop: &Scop) -> Result<String> {
+    ///
+    /// With every parameter known (`fixed`), a set of at most 8 distances
+    /// is listed point by point (`{ [0, 1]; [1, 0] }`), otherwise it is
+    /// printed as isl writes it.
+    pub fn describe_carried(&self, isl: &Isl, scop: &Scop, fixed: bool) -> Result<String> {
         let mut out = String::new();
         let p = &scop.param_prefix;
         let tuple = |s: &ModelStmt| format!("{}[{}]", s.name, s.iterators.join(", "));
@@ -88,8 +92,16 @@ impl Dependences {
                         .apply_domain(lead(a)?)?
                         .apply_range(lead(b)?)?
                         .deltas()?
-                        .gist_params(scop.context.copy()?)?
-                        .coalesce()?;
+                        .intersect_params(scop.context.copy()?)?;
+                    let listed = if fixed {
+                        list_points(dist.copy()?, d, 8)?
+                    } else {
+                        None
+                    };
+                    let dist = match listed {
+                        Some(points) => format!("{{ {} }}", points.join("; ")),
+                        None => dist.gist_params(scop.context.copy()?)?.text(),
+                    };
                     let _ = writeln!(
                         out,
                         "{:<7} {} -> {} over ({}): {}",
@@ -97,7 +109,7 @@ impl Dependences {
                         a.name,
                         b.name,
                         a.iterators[..d].join(", "),
-                        dist.text()
+                        dist
                     );
                 }
             }
@@ -115,6 +127,27 @@ impl Dependences {
             "output": self.output.text(),
         })
     }
+}
+
+/// The points of `set` (of `dims` dimensions, no free parameters) as
+/// `[a, b]` texts in lexicographic order, when there are at most `max`.
+fn list_points(mut set: UnionSet, dims: usize, max: usize) -> Result<Option<Vec<String>>> {
+    let mut out = Vec::new();
+    while !set.is_empty()? {
+        if out.len() == max {
+            return Ok(None);
+        }
+        let p = set.copy()?.lexmin()?.sample_point()?;
+        let coords = (0..dims)
+            .map(|k| {
+                let v = p.get_coordinate_val(isl_rs::DimType::Set, k as i32)?;
+                crate::isl::val_to_i64(&v).map(|v| v.to_string())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.push(format!("[{}]", coords.join(", ")));
+        set = set.subtract(UnionSet::from_point(p)?)?;
+    }
+    Ok(Some(out))
 }
 
 /// Computes the dependences of `scop` under its program order `order`.

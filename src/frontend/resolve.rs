@@ -272,6 +272,12 @@ pub fn statement(
 ) -> Result<Statement, String> {
     let is_block_index = |n: &str| blocks.iter().any(|b| b.index == n);
     let raw = parse_statement(text)?;
+    if !blocks.is_empty() && dtypes(&raw.lhs).is_none() && calls(&raw.rhs, &raw.lhs) {
+        return Err(format!(
+            "`{0}` is read by the statement that first writes it (a recurrence): declare `{0}` in `temps` with its dtype and shape",
+            raw.lhs
+        ));
+    }
     let mut cx = Ctx {
         program,
         dtypes,
@@ -457,6 +463,17 @@ pub fn loop_block(
     let lo = bound(&lo)?;
     let hi = bound(&hi)?;
     Ok(LoopBlock { id, index, lo, hi })
+}
+
+/// Whether `r` calls or accesses `name`.
+fn calls(r: &Raw, name: &str) -> bool {
+    match r {
+        Raw::Num(..) | Raw::Name(_) => false,
+        Raw::Call(n, args) => n == name || args.iter().any(|a| calls(a, name)),
+        Raw::Unary(_, a) => calls(a, name),
+        Raw::Binary(_, a, b) => calls(a, name) || calls(b, name),
+        Raw::Select(c, a, b) => calls(c, name) || calls(a, name) || calls(b, name),
+    }
 }
 
 fn mismatch(r: &Raw, is: DType, want: DType) -> String {

@@ -55,6 +55,17 @@ pub fn canonical(program: &Program) -> String {
         );
     }
     for s in &program.statements {
+        // A statement's loop blocks (their indices are its first
+        // indices, `i0` ..), before it; nothing for one outside blocks.
+        for b in &s.blocks {
+            let _ = write!(
+                out,
+                "for b{} in {}:{} ",
+                b.id,
+                affine(&b.lo, &names),
+                affine(&b.hi, &names)
+            );
+        }
         let _ = writeln!(out, "{}", statement(s, &names));
     }
     if let Some(d) = &program.schedule {
