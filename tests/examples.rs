@@ -271,6 +271,18 @@ fn attention_decode_softcap() {
 }
 
 #[test]
+fn rnn() {
+    // A recurrence in a loop block over time.
+    check_example("rnn", &[("T", 13), ("N", 37)]);
+}
+
+#[test]
+fn stacked_rnn() {
+    // Nested loop blocks over layers and time.
+    check_example("stacked_rnn", &[("L", 2), ("T", 11), ("N", 35)]);
+}
+
+#[test]
 fn every_example_is_tested() {
     let tested = [
         "attention_alibi",
@@ -294,8 +306,10 @@ fn every_example_is_tested() {
         "layernorm",
         "matvec",
         "maxpool2x2",
+        "rnn",
         "softmax",
         "softmax_fused",
+        "stacked_rnn",
         "tbmm",
         "tbmm_bf16",
     ];
