@@ -106,6 +106,18 @@ fn elementwise_scan_and_accumulation_check_everywhere() {
 }
 
 #[test]
+fn reductions_that_start_over_in_each_iteration_check_everywhere() {
+    // `Y1(i) min=! X1(j)` in a block: the initialisation runs again after
+    // the updates of the iteration before, so the reduction may not be
+    // spread over a warp's lanes across iterations (found by the fuzzer:
+    // the mapping folded both iterations into one, an illegal schedule).
+    check_everywhere("tests/programs/reinit_in_block.json", &[]);
+    // A softmax applied three times in place, with row reductions (on
+    // the lanes of a warp on the GPU) in every iteration.
+    check_everywhere("tests/programs/softmax_in_block.json", &["N=37", "D=45"]);
+}
+
+#[test]
 fn block_indices_lead_the_domains_and_the_program_order_nests() {
     let json = std::fs::read_to_string(Path::new(ROOT).join("examples/rnn.json")).unwrap();
     let p = load_str(&json, "rnn.json").unwrap();
