@@ -45,7 +45,13 @@ fn check_everywhere(file: &str, params: &[&str]) {
         ],
     ];
     let mut failures = Vec::new();
-    for strategy in [None, Some("isl"), Some("min"), Some("max"), Some("canonical")] {
+    for strategy in [
+        None,
+        Some("isl"),
+        Some("min"),
+        Some("max"),
+        Some("canonical"),
+    ] {
         for target in targets {
             let mut args = vec!["run", file, "--check"];
             if let Some(s) = strategy {
@@ -112,6 +118,10 @@ fn reductions_that_start_over_in_each_iteration_check_everywhere() {
     // spread over a warp's lanes across iterations (found by the fuzzer:
     // the mapping folded both iterations into one, an illegal schedule).
     check_everywhere("tests/programs/reinit_in_block.json", &[]);
+    // The same with a register tile over the block's loop: its
+    // initialisation may not be hoisted out of the loop (found by the
+    // fuzzer: the registers started at 0 once and summed both iterations).
+    check_everywhere("tests/programs/reinit_registers_in_block.json", &[]);
     // A softmax applied three times in place, with row reductions (on
     // the lanes of a warp on the GPU) in every iteration.
     check_everywhere("tests/programs/softmax_in_block.json", &["N=37", "D=45"]);
@@ -129,7 +139,11 @@ fn block_indices_lead_the_domains_and_the_program_order_nests() {
     let expected = isl
         .set("[T, N] -> { S1[t, i, k] : T = 12 and N = 40 and 1 <= t < 12 and 0 <= i < 40 and 0 <= k < 40 }")
         .unwrap();
-    assert!(s1.domain.is_equal(&expected).unwrap(), "{}", s1.domain.text());
+    assert!(
+        s1.domain.is_equal(&expected).unwrap(),
+        "{}",
+        s1.domain.text()
+    );
     // Program order: S0; then for each t: S1_init, S1, S2.
     let order = schedule::canonical(&isl, &scop).unwrap();
     let d = deps::compute(&scop, &order).unwrap();
@@ -166,10 +180,7 @@ fn emit_deps_shows_the_distances_over_the_blocks() {
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let rnn = deps("examples/rnn.json");
-    assert!(
-        rnn.contains("flow:   S2 -> S1 over (t): { [1] }"),
-        "{rnn}"
-    );
+    assert!(rnn.contains("flow:   S2 -> S1 over (t): { [1] }"), "{rnn}");
     assert!(rnn.contains("flow:   S1 -> S2 over (t): { [0] }"), "{rnn}");
     let stacked = deps("examples/stacked_rnn.json");
     // H(l - 1, t, k) and H(l, t - 1, k): distances (1, 0) and (0, 1).
@@ -221,7 +232,12 @@ fn recurrences_never_run_across_cuda_blocks() {
     }
     // An elementwise recurrence has independent chains: those run on the
     // grid, the step loop inside each.
-    let out = polyfuse(&["schedule", "tests/programs/scan_recurrence.json", "--emit", "cuda"]);
+    let out = polyfuse(&[
+        "schedule",
+        "tests/programs/scan_recurrence.json",
+        "--emit",
+        "cuda",
+    ]);
     let cuda = String::from_utf8_lossy(&out.stdout);
     assert!(
         cuda.split("__global__")
@@ -283,12 +299,18 @@ fn model_errors_in_blocks_name_the_statement() {
     let e = refused(&format!(
         r#"{first}, {{"for": "t in 1:T", "body": ["H(t, i) = X(t, i) + H(t + 1, i) where t < T - 1", "H(t, i) = X(t, i) where t >= T - 1"]}}"#
     ));
-    assert!(e.contains("statement 2") && e.contains("before any statement writes it"), "{e}");
+    assert!(
+        e.contains("statement 2") && e.contains("before any statement writes it"),
+        "{e}"
+    );
     // Out of bounds through the block index.
     let e = refused(&format!(
         r#"{first}, {{"for": "t in 1:T+1", "body": ["H(t, i) = H(t - 1, i)"]}}"#
     ));
-    assert!(e.contains("statement 2") && e.contains("out of bounds"), "{e}");
+    assert!(
+        e.contains("statement 2") && e.contains("out of bounds"),
+        "{e}"
+    );
     // A read of elements the statement writes in the same iteration.
     let e = refused(&format!(
         r#"{first}, {{"for": "t in 1:T", "body": ["H(t, i) +=! X(t, k) * H(t, k)"]}}"#

@@ -276,7 +276,8 @@ fn statement(
             None => Ok(natural.unwrap_or(DType::F32)),
         }
     };
-    let st = resolve::statement(&snapshot, pos, text, blocks, &dtypes, &lhs_dtype).map_err(stmt_err)?;
+    let st =
+        resolve::statement(&snapshot, pos, text, blocks, &dtypes, &lhs_dtype).map_err(stmt_err)?;
     if program.tensor(&st.lhs_tensor).is_none() {
         if !is_identifier(&st.lhs_tensor) {
             return Err(stmt_err(format!(

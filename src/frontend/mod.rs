@@ -281,12 +281,17 @@ mod tests {
     fn loop_block_errors_name_the_problem() {
         let stmt = r#""H(t, i) = X(t, i)""#;
         let e = blocks_err(&format!(r#"{{"for": "t in 0:T", "body": []}}"#));
-        assert!(e.contains("body entry 1, the loop block `for t in 0:T`: its `body` is empty"), "{e}");
+        assert!(
+            e.contains("body entry 1, the loop block `for t in 0:T`: its `body` is empty"),
+            "{e}"
+        );
         let e = blocks_err(r#"{"for": "t in 0:T"}"#);
         assert!(e.contains("needs `body`"), "{e}");
         let e = blocks_err(&format!(r#"{{"body": [{stmt}]}}"#));
         assert!(e.contains("needs `for`"), "{e}");
-        let e = blocks_err(&format!(r#"{{"for": "t in 0:T", "body": [{stmt}], "step": 2}}"#));
+        let e = blocks_err(&format!(
+            r#"{{"for": "t in 0:T", "body": [{stmt}], "step": 2}}"#
+        ));
         assert!(e.contains("unknown key `step`"), "{e}");
         let e = blocks_err(&format!(r#"{{"for": "t from 0:T", "body": [{stmt}]}}"#));
         assert!(e.contains("`IDX in lo:hi`"), "{e}");
@@ -306,7 +311,10 @@ mod tests {
             "{e}"
         );
         let e = blocks_err(&format!(r#"{stmt}, 7"#));
-        assert!(e.contains("body entry 2 is neither a statement string nor a loop block"), "{e}");
+        assert!(
+            e.contains("body entry 2 is neither a statement string nor a loop block"),
+            "{e}"
+        );
         // The block index is fixed: a `where` range may not give it another.
         let e = blocks_err(r#"{"for": "t in 0:T", "body": ["H(t, i) = X(t, i) where t in 0:2"]}"#);
         assert!(
@@ -315,9 +323,14 @@ mod tests {
         );
         // Outside blocks, TC's rule stands.
         let e = blocks_err(r#""H(t, i) = X(t, i)", "H(t, i) = H(t - 1, i)""#);
-        assert!(e.contains("statement 2") && e.contains("other elements"), "{e}");
+        assert!(
+            e.contains("statement 2") && e.contains("other elements"),
+            "{e}"
+        );
         // Statements keep their numbers across blocks.
-        let e = blocks_err(&format!(r#"{stmt}, {{"for": "s in 0:T", "body": ["H(s, i) = Q(s, i)"]}}"#));
+        let e = blocks_err(&format!(
+            r#"{stmt}, {{"for": "s in 0:T", "body": ["H(s, i) = Q(s, i)"]}}"#
+        ));
         assert!(e.contains("statement 2 `H(s, i) = Q(s, i)`"), "{e}");
     }
 

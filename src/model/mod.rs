@@ -777,9 +777,8 @@ fn check_recurrences(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
                 let same = (0..d)
                     .map(|k| format!("{} = pf_w{k}", s.iterators[k]))
                     .collect::<Vec<_>>();
-                let wvars: Vec<String> = (0..w.iterators.len())
-                    .map(|k| format!("pf_w{k}"))
-                    .collect();
+                let wvars: Vec<String> =
+                    (0..w.iterators.len()).map(|k| format!("pf_w{k}")).collect();
                 let same_iteration = isl.map(&format!(
                     "{}{{ {}[{}] -> {}[{}] : {} }}",
                     scop.param_prefix,

@@ -194,11 +194,13 @@ fn steps_with_blocks(program: &Program, choice: Choice) -> Result<Vec<Step>> {
         Some(v) => directive::parse(&program.source, v)?,
         None => Vec::new(),
     };
-    let refuse = |what: &str| Error::Input {
+    let refuse = |what: &str| {
+        Error::Input {
         file: program.source.clone(),
         message: format!(
             "{what}: a program with loop blocks cannot be repaired yet (no rolling or split-k update, no privatisation)"
         ),
+    }
     };
     match choice {
         Choice::Program | Choice::Off => {}
