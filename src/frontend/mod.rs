@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn loop_block_errors_name_the_problem() {
         let stmt = r#""H(t, i) = X(t, i)""#;
-        let e = blocks_err(&format!(r#"{{"for": "t in 0:T", "body": []}}"#));
+        let e = blocks_err(r#"{"for": "t in 0:T", "body": []}"#);
         assert!(
             e.contains("body entry 1, the loop block `for t in 0:T`: its `body` is empty"),
             "{e}"
