@@ -8,6 +8,10 @@
 //! * `X(i) op=! e`: an init statement `S<k>_init` over the left indices that
 //!   writes the reducer's identity, then the update `S<k>` over all indices.
 //!
+//! A statement inside loop blocks has the blocks' indices as the first
+//! dimensions of its domains (its init's too), each in its block's range;
+//! the program order nests accordingly ([`program_order`]).
+//!
 //! Built here too: TC's checks on the model. Every access stays inside its
 //! tensor (`(D.A) \ T = ∅`) and every output element is written.
 
@@ -568,7 +572,8 @@ fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
 /// zeros (and the f64 reference would agree).
 ///
 /// It applies to the user's program, whose statement list is its program
-/// order; a repaired program's order is its own schedule tree, and the
+/// order (with loop blocks, the nested order of [`program_order`], instance
+/// by instance); a repaired program's order is its own schedule tree, and the
 /// repair is proven against the dependences instead.
 pub fn check_reads_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
     if scop.statements.iter().any(|s| !s.blocks.is_empty()) {

@@ -270,6 +270,32 @@ mod tests {
     }
 
     #[test]
+    fn loop_blocks_are_part_of_the_form() {
+        // The same statement repeated by a loop block, or not, or over
+        // another range, means something else: the cache must tell them
+        // apart.
+        let flat = GEMM.replace(
+            r#""body": ["C(i, j) +=! A(i, k) * B(k, j)"]"#,
+            r#""body": ["C(i, j) = 0", "C(i, j) += A(i, k) * B(k, j)"]"#,
+        );
+        let block = |range: &str| {
+            GEMM.replace(
+                r#""body": ["C(i, j) +=! A(i, k) * B(k, j)"]"#,
+                &format!(
+                    r#""body": ["C(i, j) = 0", {{"for": "{range}", "body": ["C(i, j) += A(i, k) * B(k, j)"]}}]"#
+                ),
+            )
+        };
+        let a = canonical(&load(&flat));
+        let b = canonical(&load(&block("z in 0:2")));
+        let c = canonical(&load(&block("z in 0:M")));
+        assert!(b.contains("for b0 in 0:2 "), "{b}");
+        assert_ne!(a, b);
+        assert_ne!(b, c);
+        assert_eq!(b, canonical(&load(&block("w in 0:2"))));
+    }
+
+    #[test]
     fn meaning_changes_the_form() {
         let a = load(GEMM);
         let transposed = load(&GEMM.replace("B(k, j)", "B(k, i)").replace(
