@@ -337,3 +337,169 @@ fn model_errors_in_blocks_name_the_statement() {
         text(&out)
     );
 }
+
+/// A small deterministic generator of recurrences (the fuzzer's blocks
+/// repeat statements but never read an earlier iteration): elementwise,
+/// dense and stacked recurrences with a dilation `d` of 1 to 3, sizes
+/// 1 to 40 off any tile grid, f32 or f16 states, the step count literal or
+/// symbolic, and sometimes a reduction over every step after the block.
+/// The weights are scaled by 0.1: with weights in [-1, 1) a deep stacked
+/// tanh recurrence amplifies f32's rounding inside a statement (which the
+/// declared-precision run, in double, does not have) past the check's
+/// bound even in program order (`--strategy canonical`), with no
+/// transformation involved.
+fn recurrence(seed: u64) -> (String, Vec<String>) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let d = 1 + next(3) as i64;
+    let t = d + 1 + next(12) as i64;
+    let n = 1 + next(40) as i64;
+    let layers = 1 + next(3) as i64;
+    let half = next(3) == 0;
+    let symbolic = next(2) == 0;
+    let kind = next(3);
+    let dtype = if half { "f16" } else { "f32" };
+    let cast = |e: &str| {
+        if half {
+            format!("f16({e})")
+        } else {
+            e.to_string()
+        }
+    };
+    let read = |e: &str| {
+        if half {
+            format!("f32({e})")
+        } else {
+            e.to_string()
+        }
+    };
+    let (state_shape, body) = match kind {
+        // H(t, i) = 0.5 H(t - d, i) + X(t, i)
+        0 => (
+            r#"["T", "N"]"#.to_string(),
+            format!(
+                r#""H(t, i) = {} where t in 0:{d}",
+                   {{"for": "t in {d}:T", "body": ["H(t, i) = {}"]}}"#,
+                cast("X(t, i)"),
+                cast(&format!("0.5 * {} + X(t, i)", read("H(t - D, i)")))
+                    .replace('D', &d.to_string())
+            ),
+        ),
+        // G(t, i) = sum_k U(i, k) H(t - d, k) + W(i, k) X(t, k); H = tanh(G)
+        1 => (
+            r#"["T", "N"]"#.to_string(),
+            format!(
+                r#""H(t, i) = {} where t in 0:{d}",
+                   {{"for": "t in {d}:T", "body": [
+                     "G(t, i) +=! 0.1 * U(i, k) * {} + 0.1 * W(i, k) * X(t, k)",
+                     "H(t, i) = {}"]}}"#,
+                cast("X(t, i)"),
+                read(&format!("H(t - {d}, k)")),
+                cast("tanh(G(t, i))")
+            ),
+        ),
+        // Stacked: layer l reads layer l - 1 at t and itself at t - d.
+        _ => (
+            r#"["L+1", "T", "N"]"#.to_string(),
+            format!(
+                r#""H(l, t, i) = {} where l in 0:1",
+                   "H(l, t, i) = {} where l in 1:L+1, t in 0:{d}",
+                   {{"for": "l in 1:L+1", "body": [{{"for": "t in {d}:T", "body": [
+                     "G(l, t, i) +=! 0.1 * U(i, k) * {} + 0.1 * W(i, k) * {}",
+                     "H(l, t, i) = {}"]}}]}}"#,
+                cast("X(t, i)"),
+                cast("X(t, i) * 0.5"),
+                read(&format!("H(l, t - {d}, k)")),
+                read("H(l - 1, t, k)"),
+                cast("tanh(G(l, t, i))")
+            ),
+        ),
+    };
+    let g_shape = if kind == 2 {
+        r#"["L+1", "T", "N"]"#
+    } else {
+        r#"["T", "N"]"#
+    };
+    let (sum, sum_out) = if next(2) == 0 {
+        let h = if kind == 2 { "H(L, t, i)" } else { "H(t, i)" };
+        (
+            format!(r#", "Y(i) +=! {}""#, read(h)),
+            r#", "Y": {"dtype": "f32", "shape": ["N"]}"#,
+        )
+    } else {
+        (String::new(), "")
+    };
+    let json = format!(
+        r#"{{ "name": "rec{seed}",
+             "params": {{ "T": {}, "N": {n}, "L": {layers} }},
+             "inputs": {{ "X": {{ "dtype": "f32", "shape": ["T", "N"] }},
+                          "U": {{ "dtype": "f32", "shape": ["N", "N"] }},
+                          "W": {{ "dtype": "f32", "shape": ["N", "N"] }} }},
+             "outputs": {{ "H": {{ "dtype": "{dtype}", "shape": {state_shape} }}{sum_out} }},
+             "temps": {{ "G": {{ "dtype": "f32", "shape": {g_shape} }} }},
+             "body": [ {body}{sum} ] }}"#,
+        if symbolic {
+            "null".to_string()
+        } else {
+            t.to_string()
+        }
+    );
+    let params = if symbolic {
+        vec![format!("T={t}")]
+    } else {
+        Vec::new()
+    };
+    (json, params)
+}
+
+#[test]
+fn generated_recurrences_check_on_the_cpu_and_in_the_emulation() {
+    let dir = std::env::temp_dir().join(format!("polyfuse-recurrences-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let strategies = ["isl", "min", "max"];
+    let mut failures = Vec::new();
+    // `POLYFUSE_RECURRENCE_SEEDS=N` tries N programs instead of 8.
+    let seeds: u64 = std::env::var("POLYFUSE_RECURRENCE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    for seed in 0..seeds {
+        let (json, params) = recurrence(seed);
+        let file = dir.join(format!("rec{seed}.json"));
+        std::fs::write(&file, &json).unwrap();
+        let file = file.to_str().unwrap().to_string();
+        let strategy = strategies[seed as usize % 3];
+        let targets: [&[&str]; 3] = [
+            &["--target", "cpu"],
+            &["--target", "emulate"],
+            &[
+                "--target", "emulate", "--tile", "16,8,4", "--block", "4,2", "--grid", "2,3",
+            ],
+        ];
+        for target in targets {
+            let mut args = vec!["run", file.as_str(), "--check", "--strategy", strategy];
+            args.extend(target);
+            for p in &params {
+                args.extend(["--param", p.as_str()]);
+            }
+            let out = polyfuse(&args);
+            let ok = out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("check: ok"));
+            if !ok {
+                failures.push(format!(
+                    "polyfuse {}\n{json}\n{}",
+                    args.join(" "),
+                    text(&out)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
