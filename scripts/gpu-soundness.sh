@@ -41,6 +41,7 @@ params_of() {
         race_param_dependent_single_row.json) echo "--param N=12 --param M=14" ;;
         f16_private_accumulator_symbolic.json) echo "--param N=3 --param M=54 --param K=21" ;;
         f16_scalar_reduction_rounded_per_step.json) echo "--param K=9" ;;
+        rnn_symbolic.json) echo "--param T=13" ;;
     esac
 }
 for f in "${programs[@]}"; do

@@ -128,7 +128,7 @@ struct Analysis {
 impl Analysis {
     fn new(isl: &Isl, program: &Program, options: &Options) -> Result<Analysis> {
         let original = model::build(isl, program)?;
-        model::check_reads_written(program, &original)?;
+        model::check_reads_written(isl, program, &original)?;
         // Repair (rolling / split-k update) from the `schedule` key, or
         // chosen automatically; the repaired program comes with its
         // defining order.
@@ -157,16 +157,20 @@ impl Analysis {
         })
     }
 
-    /// `flow:`, `anti:`, `output:` lines, after the repair's report.
-    fn deps_text(&self) -> String {
-        match &self.repaired {
+    /// `flow:`, `anti:`, `output:` lines, after the repair's report; for a
+    /// program with loop blocks, then the distances over the blocks'
+    /// indices.
+    fn deps_text(&self, isl: &Isl, program: &Program) -> Result<String> {
+        let text = match &self.repaired {
             Some(r) => format!(
                 "{}dependences of the repaired program:\n{}",
                 r.report,
                 self.deps.describe()
             ),
             None => self.deps.describe(),
-        }
+        };
+        let fixed = program.params.iter().all(|p| p.value.is_some());
+        Ok(text + &self.deps.describe_carried(isl, &self.scop, fixed)?)
     }
 }
 
@@ -175,7 +179,7 @@ impl Analysis {
 /// on it).
 pub fn dependences(program: &Program, options: &Options) -> Result<String> {
     let isl = Isl::new();
-    Ok(Analysis::new(&isl, program, options)?.deps_text())
+    Analysis::new(&isl, program, options)?.deps_text(&isl, program)
 }
 
 /// Compiles `program` under `options`.
@@ -183,7 +187,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
     let isl = Isl::new();
     let analysis = Analysis::new(&isl, program, options)?;
-    let deps_text = analysis.deps_text();
+    let deps_text = analysis.deps_text(&isl, program)?;
     let Analysis {
         original,
         repaired,
@@ -455,24 +459,38 @@ fn map_for_race_freedom(
 ) -> Result<Mapped> {
     let file = program.source.as_str();
     let map = |s: isl_rs::Schedule| map_proven(isl, program, scop, deps, s, options, g);
+    let blocks = program.statements.iter().any(|s| !s.blocks.is_empty());
+    // Last, blocks of one thread, which no mapping of the threads can make
+    // race. With loop blocks, in program order (the blocks' loops
+    // outermost, no skewing): the fuzzer found a skewed schedule whose
+    // register tile over a block's loop lost elements on blocks of one
+    // thread.
+    let single = |race: Error| -> Result<Mapped> {
+        let one = GpuOptions {
+            block: vec![1, 1, 1],
+            ..g.clone()
+        };
+        let base = if blocks {
+            let order = schedule::canonical(isl, scop)?;
+            schedule::annotate_bands(isl, order, deps, &scop.param_prefix)?
+        } else {
+            sched.copy()?
+        };
+        let single = marked(isl, base, "single_thread_for_race_freedom")?;
+        map_proven(isl, program, scop, deps, single, options, &one).map_err(|_| race)
+    };
     match map(sched.copy()?) {
         Err(race @ Error::Race { .. }) if strategy != Strategy::Min => {
             let min = schedule::compute(isl, scop, deps, Strategy::Min)?;
             schedule::check_legal(file, &min, scop, deps)?;
             match map(marked(isl, min, "minimal_fusion_for_race_freedom")?) {
-                Err(Error::Race { .. }) => {
-                    // Last, blocks of one thread, which no mapping of the
-                    // threads can make race.
-                    let one = GpuOptions {
-                        block: vec![1, 1, 1],
-                        ..g.clone()
-                    };
-                    let single = marked(isl, sched.copy()?, "single_thread_for_race_freedom")?;
-                    map_proven(isl, program, scop, deps, single, options, &one).map_err(|_| race)
-                }
+                Err(Error::Race { .. }) => single(race),
                 other => other,
             }
         }
+        // Under minimal fusion a program with loop blocks goes to blocks
+        // of one thread too, rather than being refused.
+        Err(race @ Error::Race { .. }) if blocks => single(race),
         other => other,
     }
 }

@@ -276,6 +276,18 @@ fn quant_fp8() {
 }
 
 #[test]
+fn rnn() {
+    // A recurrence in a loop block over time.
+    check_example("rnn", &[("T", 13), ("N", 37)]);
+}
+
+#[test]
+fn stacked_rnn() {
+    // Nested loop blocks over layers and time.
+    check_example("stacked_rnn", &[("L", 2), ("T", 11), ("N", 35)]);
+}
+
+#[test]
 fn every_example_is_tested() {
     let tested = [
         "attention_alibi",
@@ -300,8 +312,10 @@ fn every_example_is_tested() {
         "matvec",
         "maxpool2x2",
         "quant_fp8",
+        "rnn",
         "softmax",
         "softmax_fused",
+        "stacked_rnn",
         "tbmm",
         "tbmm_bf16",
     ];

@@ -354,6 +354,8 @@ pub fn reference(program: &Program, scop: &Scop, boxes: &Boxes) -> String {
 
 /// For each statement in body order, plain loops over the bounding box of
 /// its domain with its `where` constraints as a guard, printed in `mode`.
+/// A loop block is a loop over its range around its statements, which
+/// loop over their other iterators.
 fn reference_function(
     program: &Program,
     scop: &Scop,
@@ -376,7 +378,30 @@ fn reference_function(
     };
     let mut out = String::new();
     header(program, scop, fname, mode, &mut out);
+    // The loop blocks open around the statement being printed.
+    let mut open: Vec<usize> = Vec::new();
     for s in &scop.statements {
+        let keep = open
+            .iter()
+            .zip(&s.blocks)
+            .take_while(|(a, b)| **a == b.id)
+            .count();
+        while open.len() > keep {
+            open.pop();
+            let _ = writeln!(out, "{}}}", "  ".repeat(open.len() + 1));
+        }
+        for b in &s.blocks[keep..] {
+            let no_env = HashMap::new();
+            let i = &b.index;
+            let _ = writeln!(
+                out,
+                "{}for (long i_{i} = {}; i_{i} < {}; i_{i}++) {{",
+                "  ".repeat(open.len() + 1),
+                printer.affine(&b.lo, &no_env),
+                printer.affine(&b.hi, &no_env)
+            );
+            open.push(b.id);
+        }
         let Some(bx) = boxes.get(&s.name) else {
             continue; // empty domain
         };
@@ -386,8 +411,9 @@ fn reference_function(
             .iter()
             .map(|i| (i.clone(), format!("i_{i}")))
             .collect();
-        let mut depth = 1;
-        for (i, (lo, hi)) in s.iterators.iter().zip(bx) {
+        let nb = s.blocks.len();
+        let mut depth = 1 + nb;
+        for (i, (lo, hi)) in s.iterators.iter().zip(bx).skip(nb) {
             let pad = "  ".repeat(depth);
             let _ = writeln!(
                 out,
@@ -412,7 +438,7 @@ fn reference_function(
         } else {
             let _ = writeln!(out, "{pad}if ({}) {body}", guards.join(" && "));
         }
-        for d in (1..depth).rev() {
+        for d in (1 + nb..depth).rev() {
             let _ = writeln!(out, "{}}}", "  ".repeat(d));
         }
         // A reduction into an f16 or bf16 tensor has held its running values
@@ -426,11 +452,16 @@ fn reference_function(
                 let el = format!("{}[pf_e]", tensor_name(&t.name));
                 let _ = writeln!(
                     out,
-                    "  for (long pf_e = 0; pf_e < {len}; pf_e++) {el} = {};",
+                    "{}for (long pf_e = 0; pf_e < {len}; pf_e++) {el} = {};",
+                    "  ".repeat(1 + nb),
                     round_to_dtype(t.dtype, &el)
                 );
             }
         }
+    }
+    while !open.is_empty() {
+        open.pop();
+        let _ = writeln!(out, "{}}}", "  ".repeat(open.len() + 1));
     }
     out.push_str("}\n");
     out

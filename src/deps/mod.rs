@@ -14,8 +14,10 @@
 //! `w -> w'` (output) and `w' -> r` (flow) through transitivity.
 
 use crate::error::Result;
-use crate::isl::{IslPrint, Schedule, UnionAccessInfo, UnionMap};
-use crate::model::Scop;
+use std::fmt::Write;
+
+use crate::isl::{Isl, IslPrint, Schedule, UnionAccessInfo, UnionMap, UnionSet};
+use crate::model::{ModelStmt, Scop};
 
 pub struct Dependences {
     pub flow: UnionMap,
@@ -43,6 +45,81 @@ impl Dependences {
         )
     }
 
+    /// The dependences between statement instances inside common loop
+    /// blocks, as distance vectors over those blocks' indices, one line
+    /// per kind and pair of statements: `flow   S2 -> S1 over (t):
+    /// { [1] }`. A non-zero distance is carried by the block's loop. Empty
+    /// for a program without loop blocks.
+    ///
+    /// With every parameter known (`fixed`), a set of at most 8 distances
+    /// is listed point by point (`{ [0, 1]; [1, 0] }`), otherwise it is
+    /// printed as isl writes it.
+    pub fn describe_carried(&self, isl: &Isl, scop: &Scop, fixed: bool) -> Result<String> {
+        let mut out = String::new();
+        let p = &scop.param_prefix;
+        let tuple = |s: &ModelStmt| format!("{}[{}]", s.name, s.iterators.join(", "));
+        for (kind, rel) in [
+            ("flow", &self.flow),
+            ("anti", &self.anti),
+            ("output", &self.output),
+        ] {
+            for a in &scop.statements {
+                for b in &scop.statements {
+                    let d = a
+                        .blocks
+                        .iter()
+                        .zip(&b.blocks)
+                        .take_while(|(x, y)| x.id == y.id)
+                        .count();
+                    if d == 0 {
+                        continue;
+                    }
+                    let pairs = rel
+                        .copy()?
+                        .intersect_domain(UnionSet::from_set(a.domain.copy()?)?)?
+                        .intersect_range(UnionSet::from_set(b.domain.copy()?)?)?;
+                    if pairs.is_empty()? {
+                        continue;
+                    }
+                    let lead = |s: &ModelStmt| -> Result<UnionMap> {
+                        isl.union_map(&format!(
+                            "{p}{{ {} -> [{}] }}",
+                            tuple(s),
+                            s.iterators[..d].join(", ")
+                        ))
+                    };
+                    let dist = pairs
+                        .apply_domain(lead(a)?)?
+                        .apply_range(lead(b)?)?
+                        .deltas()?
+                        .intersect_params(scop.context.copy()?)?;
+                    let listed = if fixed {
+                        list_points(dist.copy()?, d, 8)?
+                    } else {
+                        None
+                    };
+                    let dist = match listed {
+                        Some(points) => format!("{{ {} }}", points.join("; ")),
+                        None => dist.gist_params(scop.context.copy()?)?.text(),
+                    };
+                    let _ = writeln!(
+                        out,
+                        "{:<7} {} -> {} over ({}): {}",
+                        format!("{kind}:"),
+                        a.name,
+                        b.name,
+                        a.iterators[..d].join(", "),
+                        dist
+                    );
+                }
+            }
+        }
+        if !out.is_empty() {
+            out.insert_str(0, "distances over the loop blocks' indices (non-zero: carried by the block's loop):\n");
+        }
+        Ok(out)
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "flow": self.flow.text(),
@@ -50,6 +127,27 @@ impl Dependences {
             "output": self.output.text(),
         })
     }
+}
+
+/// The points of `set` (of `dims` dimensions, no free parameters) as
+/// `[a, b]` texts in lexicographic order, when there are at most `max`.
+fn list_points(mut set: UnionSet, dims: usize, max: usize) -> Result<Option<Vec<String>>> {
+    let mut out = Vec::new();
+    while !set.is_empty()? {
+        if out.len() == max {
+            return Ok(None);
+        }
+        let p = set.copy()?.lexmin()?.sample_point()?;
+        let coords = (0..dims)
+            .map(|k| {
+                let v = p.get_coordinate_val(isl_rs::DimType::Set, k as i32)?;
+                crate::isl::val_to_i64(&v).map(|v| v.to_string())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.push(format!("[{}]", coords.join(", ")));
+        set = set.subtract(UnionSet::from_point(p)?)?;
+    }
+    Ok(Some(out))
 }
 
 /// Computes the dependences of `scop` under its program order `order`.

@@ -582,16 +582,55 @@ pub struct Statement {
     pub rhs: Expr,
     pub wheres: Vec<WhereClause>,
     /// Index variables that appear on the right or in `where` but not on
-    /// the left, in order of first appearance.
+    /// the left, in order of first appearance (never a block index).
     pub reduction_indices: Vec<String>,
+    /// The loop blocks around the statement, outermost first (empty at the
+    /// top level of `body`).
+    pub blocks: Vec<LoopBlock>,
+}
+
+/// A loop block of `body`, `{"for": "t in lo:hi", "body": [...]}`: its
+/// entries run once for each `t` in `[lo, hi)`, in increasing order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopBlock {
+    /// Which block of the program: blocks are numbered from 0 in the order
+    /// their `for` appears in the file, so two statements are in the same
+    /// block when they carry the same `id`.
+    pub id: usize,
+    pub index: String,
+    /// Affine in parameters only.
+    pub lo: Affine,
+    pub hi: Affine,
 }
 
 impl Statement {
-    /// All index variables: left side first, then reduction indices.
+    /// All index variables, the order of the statement's domain: the
+    /// enclosing blocks' indices (outermost first), then the left side's
+    /// other indices, then the reduction indices. Without blocks: the left
+    /// side, then the reduction indices.
     pub fn all_indices(&self) -> Vec<String> {
-        let mut v = self.lhs_indices.clone();
+        let mut v = self.init_indices();
         v.extend(self.reduction_indices.iter().cloned());
         v
+    }
+
+    /// The indices of a reduction's initialisation: the blocks' indices,
+    /// then the left side's other indices (the left side's indices where
+    /// there are no blocks).
+    pub fn init_indices(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.blocks.iter().map(|b| b.index.clone()).collect();
+        v.extend(
+            self.lhs_indices
+                .iter()
+                .filter(|i| !self.is_block_index(i))
+                .cloned(),
+        );
+        v
+    }
+
+    /// Whether `name` is the index of one of the statement's blocks.
+    pub fn is_block_index(&self, name: &str) -> bool {
+        self.blocks.iter().any(|b| b.index == name)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::ast::{DType, Param, Program, Tensor, TensorRole};
+use super::ast::{DType, LoopBlock, Param, Program, Tensor, TensorRole};
 use super::resolve::{self, is_reserved};
 use crate::error::{Error, Result};
 
@@ -169,55 +169,138 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
     if body.is_empty() {
         return Err(input("`body` has no statements".into()));
     }
-    for (pos, s) in body.iter().enumerate() {
-        let text = s
-            .as_str()
-            .ok_or_else(|| input(format!("statement {} is not a string", pos + 1)))?;
-        let stmt_err = |message: String| Error::Statement {
+    let mut walk = Walk {
+        source,
+        blocks: 0,
+        statements: 0,
+    };
+    walk.entries(&mut program, body, &[], "")?;
+    Ok(program)
+}
+
+/// The walk over `body` and its loop blocks, numbering statements (in file
+/// order, from 1 in messages) and blocks (from 0).
+struct Walk<'a> {
+    source: &'a str,
+    blocks: usize,
+    statements: usize,
+}
+
+impl Walk<'_> {
+    /// The entries of one body, inside `blocks`; `path` is the enclosing
+    /// blocks' entry numbers for messages (`2.1.`).
+    fn entries(
+        &mut self,
+        program: &mut Program,
+        body: &[Value],
+        blocks: &[LoopBlock],
+        path: &str,
+    ) -> Result<()> {
+        let source = self.source;
+        let input = |message: String| Error::Input {
             file: source.to_string(),
-            position: pos + 1,
-            text: text.to_string(),
             message,
         };
-        let snapshot = program.clone();
-        let dtypes = |n: &str| snapshot.tensor(n).map(|t| t.dtype);
-        let mut new_temp: Option<Tensor> = None;
-        let lhs_dtype = |n: &str, natural: Option<DType>| -> std::result::Result<DType, String> {
-            match snapshot.tensor(n) {
-                Some(t) if t.role == TensorRole::Input => {
-                    Err(format!("`{n}` is an input; inputs are read-only"))
+        for (n, entry) in body.iter().enumerate() {
+            let here = format!("{path}{}", n + 1);
+            match entry {
+                Value::String(text) => {
+                    let pos = self.statements;
+                    self.statements += 1;
+                    statement(program, source, pos, text, blocks)?;
                 }
-                Some(t) => Ok(t.dtype),
-                None if snapshot.is_param(n) || is_reserved(n) => {
-                    Err(format!("`{n}` cannot be written: it is not a tensor"))
+                Value::Object(o) => {
+                    let block_err = |what: &str, m: String| {
+                        input(format!("body entry {here}, the loop block{what}: {m}"))
+                    };
+                    if let Some(k) = o.keys().find(|k| *k != "for" && *k != "body") {
+                        return Err(block_err(
+                            "",
+                            format!("unknown key `{k}` (a loop block has `for` and `body`)"),
+                        ));
+                    }
+                    let text = o.get("for").and_then(|v| v.as_str()).ok_or_else(|| {
+                        block_err("", "needs `for`, a string `IDX in lo:hi`".into())
+                    })?;
+                    let what = format!(" `for {text}`");
+                    let inner = o.get("body").and_then(|v| v.as_array()).ok_or_else(|| {
+                        block_err(&what, "needs `body`, an array of entries".into())
+                    })?;
+                    if inner.is_empty() {
+                        return Err(block_err(&what, "its `body` is empty".into()));
+                    }
+                    let block = resolve::loop_block(program, text, self.blocks, blocks)
+                        .map_err(|m| block_err(&what, m))?;
+                    self.blocks += 1;
+                    let mut nested = blocks.to_vec();
+                    nested.push(block);
+                    self.entries(program, inner, &nested, &format!("{here}."))?;
                 }
-                None => Ok(natural.unwrap_or(DType::F32)),
+                _ => {
+                    return Err(input(format!(
+                        "body entry {here} is neither a statement string nor a loop block {{\"for\": \"IDX in lo:hi\", \"body\": [...]}}"
+                    )))
+                }
             }
-        };
-        let st = resolve::statement(&snapshot, pos, text, &dtypes, &lhs_dtype).map_err(stmt_err)?;
-        if program.tensor(&st.lhs_tensor).is_none() {
-            if !is_identifier(&st.lhs_tensor) {
-                return Err(stmt_err(format!(
-                    "`{}` is not a valid tensor name",
-                    st.lhs_tensor
-                )));
-            }
-            let natural = match st.rhs.ty {
-                super::ast::ExprType::Num(t) => t,
-                super::ast::ExprType::Bool => DType::F32,
-            };
-            new_temp = Some(Tensor {
-                name: st.lhs_tensor.clone(),
-                dtype: natural,
-                shape: None,
-                role: TensorRole::Temp,
-            });
         }
-        program.tensors.extend(new_temp);
-        check_inferred_ranks(&program, &st).map_err(stmt_err)?;
-        program.statements.push(st);
+        Ok(())
     }
-    Ok(program)
+}
+
+/// Resolves statement `pos` (from 0), `text`, inside `blocks`, and adds it
+/// (and the temp it defines, if any) to `program`.
+fn statement(
+    program: &mut Program,
+    source: &str,
+    pos: usize,
+    text: &str,
+    blocks: &[LoopBlock],
+) -> Result<()> {
+    let stmt_err = |message: String| Error::Statement {
+        file: source.to_string(),
+        position: pos + 1,
+        text: text.to_string(),
+        message,
+    };
+    let snapshot = program.clone();
+    let dtypes = |n: &str| snapshot.tensor(n).map(|t| t.dtype);
+    let mut new_temp: Option<Tensor> = None;
+    let lhs_dtype = |n: &str, natural: Option<DType>| -> std::result::Result<DType, String> {
+        match snapshot.tensor(n) {
+            Some(t) if t.role == TensorRole::Input => {
+                Err(format!("`{n}` is an input; inputs are read-only"))
+            }
+            Some(t) => Ok(t.dtype),
+            None if snapshot.is_param(n) || is_reserved(n) => {
+                Err(format!("`{n}` cannot be written: it is not a tensor"))
+            }
+            None => Ok(natural.unwrap_or(DType::F32)),
+        }
+    };
+    let st =
+        resolve::statement(&snapshot, pos, text, blocks, &dtypes, &lhs_dtype).map_err(stmt_err)?;
+    if program.tensor(&st.lhs_tensor).is_none() {
+        if !is_identifier(&st.lhs_tensor) {
+            return Err(stmt_err(format!(
+                "`{}` is not a valid tensor name",
+                st.lhs_tensor
+            )));
+        }
+        let natural = match st.rhs.ty {
+            super::ast::ExprType::Num(t) => t,
+            super::ast::ExprType::Bool => DType::F32,
+        };
+        new_temp = Some(Tensor {
+            name: st.lhs_tensor.clone(),
+            dtype: natural,
+            shape: None,
+            role: TensorRole::Temp,
+        });
+    }
+    program.tensors.extend(new_temp);
+    check_inferred_ranks(program, &st).map_err(stmt_err)?;
+    program.statements.push(st);
+    Ok(())
 }
 
 /// Every access of a tensor whose shape is inferred (a temp without

@@ -221,6 +221,121 @@ mod tests {
         assert!(t.shape.is_none());
     }
 
+    /// A program with `T` and `N`, an input `X` (T x N) and an output `H`
+    /// (T x N), whose body is `body` (JSON text of the array's entries).
+    fn blocks_prog(body: &str) -> String {
+        format!(
+            r#"{{ "name": "b", "params": {{ "T": 6, "N": 5 }},
+                 "inputs": {{ "X": {{ "dtype": "f32", "shape": ["T", "N"] }} }},
+                 "outputs": {{ "H": {{ "dtype": "f32", "shape": ["T", "N"] }} }},
+                 "body": [ {body} ] }}"#
+        )
+    }
+
+    fn blocks_err(body: &str) -> String {
+        let e = load_str(&blocks_prog(body), "b.json").unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        let e = e.to_string();
+        assert!(e.starts_with("b.json: "), "{e}");
+        e
+    }
+
+    #[test]
+    fn loop_blocks_nest_and_carry_their_indices() {
+        let p = load_str(
+            &blocks_prog(
+                r#""H(t, i) = X(t, i) where t in 0:1",
+                   {"for": "t in 1:T", "body": [
+                       "G(t, i) +=! X(t, k) * H(t - 1, k)",
+                       {"for": "s in 0:N-1", "body": ["Y(s, t) = H(t - 1, s) where s >= t - 1"]},
+                       "H(t, i) = tanh(G(t, i))"]},
+                   "Z(i) = H(0, i)""#,
+            ),
+            "b.json",
+        )
+        .unwrap();
+        let st = &p.statements;
+        assert_eq!(st.len(), 5);
+        assert!(st[0].blocks.is_empty() && st[4].blocks.is_empty());
+        let t = &st[1].blocks;
+        assert_eq!(t.len(), 1);
+        assert_eq!((t[0].id, t[0].index.as_str()), (0, "t"));
+        assert_eq!(t[0].lo, Affine::constant(1));
+        assert_eq!(t[0].hi, Affine::var("T"));
+        // The block index is fixed: never a reduction index, first in the
+        // domain, and the statement may read its own left side elsewhere.
+        assert_eq!(st[1].reduction_indices, vec!["k"]);
+        assert_eq!(st[1].all_indices(), vec!["t", "i", "k"]);
+        assert_eq!(st[1].init_indices(), vec!["t", "i"]);
+        let inner = &st[2].blocks;
+        assert_eq!(inner.len(), 2);
+        assert_eq!((inner[1].id, inner[1].index.as_str()), (1, "s"));
+        assert_eq!(inner[1].hi, Affine::var("N").add(&Affine::constant(-1)));
+        // Y(s, t): the left side's indices as written, the domain's order
+        // blocks first.
+        assert_eq!(st[2].lhs_indices, vec!["s", "t"]);
+        assert_eq!(st[2].all_indices(), vec!["t", "s"]);
+        assert_eq!(st[3].blocks, st[1].blocks);
+        assert_eq!(st[2].position, 2);
+    }
+
+    #[test]
+    fn loop_block_errors_name_the_problem() {
+        let stmt = r#""H(t, i) = X(t, i)""#;
+        let e = blocks_err(r#"{"for": "t in 0:T", "body": []}"#);
+        assert!(
+            e.contains("body entry 1, the loop block `for t in 0:T`: its `body` is empty"),
+            "{e}"
+        );
+        let e = blocks_err(r#"{"for": "t in 0:T"}"#);
+        assert!(e.contains("needs `body`"), "{e}");
+        let e = blocks_err(&format!(r#"{{"body": [{stmt}]}}"#));
+        assert!(e.contains("needs `for`"), "{e}");
+        let e = blocks_err(&format!(
+            r#"{{"for": "t in 0:T", "body": [{stmt}], "step": 2}}"#
+        ));
+        assert!(e.contains("unknown key `step`"), "{e}");
+        let e = blocks_err(&format!(r#"{{"for": "t from 0:T", "body": [{stmt}]}}"#));
+        assert!(e.contains("`IDX in lo:hi`"), "{e}");
+        let e = blocks_err(&format!(r#"{{"for": "t in 0:T*T", "body": [{stmt}]}}"#));
+        assert!(e.contains("affine"), "{e}");
+        let e = blocks_err(&format!(r#"{{"for": "t in 0:i", "body": [{stmt}]}}"#));
+        assert!(e.contains("parameters only, not `i`"), "{e}");
+        let e = blocks_err(&format!(r#"{{"for": "N in 0:T", "body": [{stmt}]}}"#));
+        assert!(e.contains("shadows the parameter `N`"), "{e}");
+        let e = blocks_err(&format!(r#"{{"for": "X in 0:T", "body": [{stmt}]}}"#));
+        assert!(e.contains("tensor, function or keyword"), "{e}");
+        let e = blocks_err(&format!(
+            r#"{{"for": "t in 0:T", "body": [{{"for": "t in 0:2", "body": [{stmt}]}}]}}"#
+        ));
+        assert!(
+            e.contains("body entry 1.1, the loop block `for t in 0:2`: the block index `t` shadows the index of an enclosing block"),
+            "{e}"
+        );
+        let e = blocks_err(&format!(r#"{stmt}, 7"#));
+        assert!(
+            e.contains("body entry 2 is neither a statement string nor a loop block"),
+            "{e}"
+        );
+        // The block index is fixed: a `where` range may not give it another.
+        let e = blocks_err(r#"{"for": "t in 0:T", "body": ["H(t, i) = X(t, i) where t in 0:2"]}"#);
+        assert!(
+            e.contains("statement 1 `H(t, i) = X(t, i) where t in 0:2`: `t` is the index of an enclosing loop block"),
+            "{e}"
+        );
+        // Outside blocks, TC's rule stands.
+        let e = blocks_err(r#""H(t, i) = X(t, i)", "H(t, i) = H(t - 1, i)""#);
+        assert!(
+            e.contains("statement 2") && e.contains("other elements"),
+            "{e}"
+        );
+        // Statements keep their numbers across blocks.
+        let e = blocks_err(&format!(
+            r#"{stmt}, {{"for": "s in 0:T", "body": ["H(s, i) = Q(s, i)"]}}"#
+        ));
+        assert!(e.contains("statement 2 `H(s, i) = Q(s, i)`"), "{e}");
+    }
+
     #[test]
     fn param_overrides() {
         let mut p = ok(&["Y(i) = 1"]);

@@ -21,8 +21,8 @@
 //! side in i32 and stores 1 for any nonzero value.
 
 use super::ast::{
-    Affine, AssignOp, BinOp, Comparison, DType, Expr, ExprKind, ExprType, Func, Program, Reducer,
-    Statement, UnOp, WhereClause,
+    Affine, AssignOp, BinOp, Comparison, DType, Expr, ExprKind, ExprType, Func, LoopBlock, Program,
+    Reducer, Statement, UnOp, WhereClause,
 };
 use super::syntax::{parse_statement, Raw, RawClause};
 
@@ -306,15 +306,24 @@ impl Ctx<'_> {
 /// right side's own type (or refuses the write).
 pub type LhsDtype<'a> = dyn Fn(&str, Option<DType>) -> Result<DType, String> + 'a;
 
-/// Resolves and type-checks statement `position` of `program`.
+/// Resolves and type-checks statement `position` of `program`, inside the
+/// loop blocks `blocks` (outermost first).
 pub fn statement(
     program: &Program,
     position: usize,
     text: &str,
+    blocks: &[LoopBlock],
     dtypes: &dyn Fn(&str) -> Option<DType>,
     lhs_dtype: &LhsDtype,
 ) -> Result<Statement, String> {
+    let is_block_index = |n: &str| blocks.iter().any(|b| b.index == n);
     let raw = parse_statement(text)?;
+    if !blocks.is_empty() && dtypes(&raw.lhs).is_none() && calls(&raw.rhs, &raw.lhs) {
+        return Err(format!(
+            "`{0}` is read by the statement that first writes it (a recurrence): declare `{0}` in `temps` with its dtype and shape",
+            raw.lhs
+        ));
+    }
     let mut cx = Ctx {
         program,
         dtypes,
@@ -387,6 +396,11 @@ pub fn statement(
                 if program.is_param(n) || cx.is_tensor(n) {
                     return Err(format!("`{n}` in a where range is not an index variable"));
                 }
+                if is_block_index(n) {
+                    return Err(format!(
+                        "`{n}` is the index of an enclosing loop block: its range is the block's, fixed, and a `where {n} in ..` cannot give it another (a constraint such as `{n} >= 1` may restrict the statement)"
+                    ));
+                }
                 cx.note_index(n);
                 WhereClause::Range {
                     index: n.clone(),
@@ -424,7 +438,7 @@ pub fn statement(
     let reduction_indices: Vec<String> = cx
         .index_order
         .iter()
-        .filter(|i| !lhs_indices.contains(i))
+        .filter(|i| !lhs_indices.contains(i) && !is_block_index(i))
         .cloned()
         .collect();
     let op = match (raw.op.as_str(), raw.bang) {
@@ -457,11 +471,18 @@ pub fn statement(
         ));
     }
     // Reading the left tensor: only the element being written, and only
-    // with `=`.
+    // with `=` (TC's rule). Inside loop blocks a statement may read what
+    // earlier iterations wrote, its own left side included (a
+    // recurrence); that those reads touch no element the statement writes
+    // in the same iteration is checked on the model
+    // (`model::check_recurrences`).
     let mut reads = Vec::new();
     super::ast::collect_reads(&rhs, &mut reads);
     let own: Vec<Affine> = lhs_indices.iter().map(|i| Affine::var(i)).collect();
-    for (t, subs) in reads.iter().filter(|(t, _)| *t == raw.lhs) {
+    for (t, subs) in reads
+        .iter()
+        .filter(|(t, _)| *t == raw.lhs && blocks.is_empty())
+    {
         if op != AssignOp::Assign {
             return Err(format!(
                 "a reduction into `{t}` may not read `{t}` on its right side"
@@ -482,6 +503,7 @@ pub fn statement(
         rhs,
         wheres,
         reduction_indices,
+        blocks: blocks.to_vec(),
     })
 }
 
@@ -495,6 +517,68 @@ fn mismatch_read(r: &Raw, dt: DType, want: DType) -> String {
         show_raw(r),
         dt.compute()
     )
+}
+
+/// The loop block `{"for": text, ...}` numbered `id`, inside `enclosing`:
+/// `IDX in lo:hi` with `lo` and `hi` affine in parameters, and an index
+/// that names no parameter, tensor, function or enclosing block's index.
+pub fn loop_block(
+    program: &Program,
+    text: &str,
+    id: usize,
+    enclosing: &[LoopBlock],
+) -> Result<LoopBlock, String> {
+    let (index, lo, hi) = super::syntax::parse_for(text)
+        .map_err(|m| format!("a loop block's `for` must be `IDX in lo:hi`: {m}"))?;
+    if program.is_param(&index) {
+        return Err(format!(
+            "the block index `{index}` shadows the parameter `{index}`"
+        ));
+    }
+    if program.tensor(&index).is_some() || is_reserved(&index) {
+        return Err(format!(
+            "the block index `{index}` is a tensor, function or keyword name"
+        ));
+    }
+    if enclosing.iter().any(|b| b.index == index) {
+        return Err(format!(
+            "the block index `{index}` shadows the index of an enclosing block"
+        ));
+    }
+    let none = |_: &str| None;
+    let mut cx = Ctx {
+        program,
+        dtypes: &none,
+        index_order: Vec::new(),
+    };
+    let mut bound = |r: &Raw| -> Result<Affine, String> {
+        let a = cx.affine(r).map_err(|_| {
+            format!(
+                "the bounds of `{text}` must be affine expressions of parameters; `{}` is not",
+                show_raw(r)
+            )
+        })?;
+        if let Some(n) = a.names().find(|n| !program.is_param(n)) {
+            return Err(format!(
+                "the bounds of `{text}` may use parameters only, not `{n}`"
+            ));
+        }
+        Ok(a)
+    };
+    let lo = bound(&lo)?;
+    let hi = bound(&hi)?;
+    Ok(LoopBlock { id, index, lo, hi })
+}
+
+/// Whether `r` calls or accesses `name`.
+fn calls(r: &Raw, name: &str) -> bool {
+    match r {
+        Raw::Num(..) | Raw::Name(_) => false,
+        Raw::Call(n, args) => n == name || args.iter().any(|a| calls(a, name)),
+        Raw::Unary(_, a) => calls(a, name),
+        Raw::Binary(_, a, b) => calls(a, name) || calls(b, name),
+        Raw::Select(c, a, b) => calls(c, name) || calls(a, name) || calls(b, name),
+    }
 }
 
 fn mismatch(r: &Raw, is: DType, want: DType) -> String {

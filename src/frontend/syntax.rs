@@ -409,6 +409,22 @@ pub fn parse_statement(text: &str) -> Result<RawStatement, String> {
     })
 }
 
+/// Parses a loop block's `for` text, `IDX in lo:hi`.
+pub fn parse_for(text: &str) -> Result<(String, Raw, Raw), String> {
+    let mut p = P {
+        t: lex(text)?,
+        i: 0,
+    };
+    let bad = || format!("`{text}` is not `IDX in lo:hi`");
+    let Ok(RawClause::Range(name, lo, hi)) = p.clause() else {
+        return Err(bad());
+    };
+    if p.i < p.t.len() {
+        return Err(format!("unexpected {} in `{text}`", show(p.peek())));
+    }
+    Ok((name, lo, hi))
+}
+
 /// Parses an affine-looking expression (tensor shapes).
 pub fn parse_additive(text: &str) -> Result<Raw, String> {
     let mut p = P {

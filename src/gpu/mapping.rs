@@ -1364,9 +1364,29 @@ fn reduction_candidate(
     let bad = deps
         .all()?
         .intersect_domain(updates.copy()?)?
-        .intersect_range(updates)?
+        .intersect_range(updates.copy()?)?
         .intersect(parallel)?
         .subtract(same_element)?;
+    // Inside a loop block the initialisation can run again after updates
+    // (`Y(i) min=! X(j)` in a block: each iteration starts over). The
+    // lanes would fold the updates of several initialisations into one:
+    // no reduction site where an update precedes its own statement's
+    // initialisation in the same iteration of the loops outside member r.
+    if let Some(init) = scop.statement(&format!("{}_init", update.name)) {
+        let inits = isl_rs::UnionSet::from_set(init.domain.copy()?)?;
+        let partial = band.band_get_partial_schedule_union_map()?;
+        let prefix = band.get_prefix_schedule_union_map()?;
+        let outer = prefix.range_product(project_members(&partial, 0, r, n)?)?;
+        let same_outer = outer.copy()?.apply_range(outer.reverse()?)?;
+        let again = deps
+            .all()?
+            .intersect_domain(updates)?
+            .intersect_range(inits)?
+            .intersect(same_outer)?;
+        if !again.is_empty()? {
+            return Ok(None);
+        }
+    }
     Ok(if bad.is_empty()? {
         Some(update.name.clone())
     } else {

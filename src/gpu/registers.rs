@@ -300,6 +300,13 @@ fn hoistable_init(
         return Ok(None);
     };
     let init: &crate::model::ModelStmt = init;
+    // Inside loop blocks an element may be initialised again after its
+    // updates (`Y(i) +=! ..` in a block starts over in each iteration),
+    // and statements order by the blocks, not by their position: the
+    // initialisation stays in the loops.
+    if touching.iter().any(|s| !s.blocks.is_empty()) {
+        return Ok(None);
+    }
     // Updates of the same statement; later statements (an epilogue such as
     // `C = max(C + bias, 0)`) run after the initialisation of their
     // element, which the dependences order first.

@@ -8,6 +8,10 @@
 //! * `X(i) op=! e`: an init statement `S<k>_init` over the left indices that
 //!   writes the reducer's identity, then the update `S<k>` over all indices.
 //!
+//! A statement inside loop blocks has the blocks' indices as the first
+//! dimensions of its domains (its init's too), each in its block's range;
+//! the program order nests accordingly ([`program_order`]).
+//!
 //! Built here too: TC's checks on the model. Every access stays inside its
 //! tensor (`(D.A) \ T = ∅`) and every output element is written.
 
@@ -16,7 +20,7 @@ mod ranges;
 
 use crate::error::{Error, Result};
 use crate::frontend::ast::{
-    Affine, AssignOp, Expr, ExprKind, Program, Statement, TensorRole, WhereClause,
+    Affine, AssignOp, Expr, ExprKind, LoopBlock, Program, Statement, TensorRole, WhereClause,
 };
 use crate::isl::{Isl, IslPrint, Map, Set, UnionMap, UnionSet};
 
@@ -48,6 +52,9 @@ pub struct ModelStmt {
     pub write: Map,
     /// Every tensor read (for an update, the left side first).
     pub reads: Vec<Map>,
+    /// The source statement's loop blocks, outermost first: their indices
+    /// are the first iterators.
+    pub blocks: Vec<LoopBlock>,
 }
 
 /// One access of a statement: the tensor, its subscripts in the source
@@ -327,7 +334,7 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
             let init_domain = ranges::domain_of(
                 &ctx,
                 &format!("{name}_init"),
-                &st.lhs_indices,
+                &st.init_indices(),
                 &var_ranges,
                 &lhs_only_wheres(st),
             )?;
@@ -396,21 +403,24 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
                     domain,
                     write,
                     reads,
+                    blocks: st.blocks.clone(),
                 });
             }
             AssignOp::Reduce { init, .. } => {
                 if init {
                     let init_name = format!("S{k}_init");
                     let idom = init_domain;
-                    let write = map_of(&init_name, &st.lhs_indices, &lhs_access, &idom)?;
+                    let iters = st.init_indices();
+                    let write = map_of(&init_name, &iters, &lhs_access, &idom)?;
                     statements.push(ModelStmt {
                         name: init_name,
                         source: k,
                         kind: StmtKind::Init,
-                        iterators: st.lhs_indices.clone(),
+                        iterators: iters,
                         domain: idom,
                         write,
                         reads: Vec::new(),
+                        blocks: st.blocks.clone(),
                     });
                 }
                 let write = map_of(&name, &all, &lhs_access, &domain)?;
@@ -423,6 +433,7 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
                     domain,
                     write,
                     reads,
+                    blocks: st.blocks.clone(),
                 });
             }
         }
@@ -435,6 +446,7 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
     };
     check_footprints(isl, program, &scop)?;
     check_outputs_written(isl, program, &scop)?;
+    check_recurrences(isl, program, &scop)?;
     Ok(scop)
 }
 
@@ -545,9 +557,13 @@ fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
 /// zeros (and the f64 reference would agree).
 ///
 /// It applies to the user's program, whose statement list is its program
-/// order; a repaired program's order is its own schedule tree, and the
+/// order (with loop blocks, the nested order of [`program_order`], instance
+/// by instance); a repaired program's order is its own schedule tree, and the
 /// repair is proven against the dependences instead.
-pub fn check_reads_written(program: &Program, scop: &Scop) -> Result<()> {
+pub fn check_reads_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
+    if scop.statements.iter().any(|s| !s.blocks.is_empty()) {
+        return check_reads_written_in_order(isl, program, scop);
+    }
     let mut written: Option<UnionSet> = None;
     for s in &scop.statements {
         let st = &program.statements[s.source];
@@ -589,6 +605,200 @@ pub fn check_reads_written(program: &Program, scop: &Scop) -> Result<()> {
             Some(a) => a.union(w)?,
             None => w,
         });
+    }
+    Ok(())
+}
+
+/// The child positions of each statement in the program-order tree
+/// (`schedule::canonical`): at depth 0 its top-level entry (a loop block is
+/// one entry), then inside each of its blocks its entry in the block, the
+/// last being the statement's own. `stmts[k]` gets `positions[k]`, with
+/// `blocks.len() + 1` entries.
+pub fn order_positions(stmts: &[&ModelStmt]) -> Vec<Vec<usize>> {
+    fn walk(stmts: &[&ModelStmt], depth: usize, prefix: &[usize], out: &mut Vec<Vec<usize>>) {
+        let mut k = 0;
+        let mut child = 0;
+        while k < stmts.len() {
+            let mut here = prefix.to_vec();
+            here.push(child);
+            match stmts[k].blocks.get(depth) {
+                Some(b) => {
+                    let run = stmts[k..]
+                        .iter()
+                        .take_while(|t| t.blocks.get(depth).is_some_and(|c| c.id == b.id))
+                        .count();
+                    walk(&stmts[k..k + run], depth + 1, &here, out);
+                    k += run;
+                }
+                None => {
+                    out.push(here);
+                    k += 1;
+                }
+            }
+            child += 1;
+        }
+    }
+    let mut out = Vec::new();
+    walk(stmts, 0, &[], &mut out);
+    out
+}
+
+/// The program order `θ` as one relation into a common space: a statement
+/// inside blocks `b_1 .. b_d` maps to `[c_0, b_1, c_1, .., b_d, c_d, its
+/// other iterators, 0 ..]`, the `c` being its child positions
+/// ([`order_positions`]), padded with zeros to a common length.
+pub fn program_order(isl: &Isl, scop: &Scop) -> Result<UnionMap> {
+    let stmts: Vec<&ModelStmt> = scop.statements.iter().collect();
+    let positions = order_positions(&stmts);
+    let rows: Vec<Vec<String>> = stmts
+        .iter()
+        .zip(&positions)
+        .map(|(s, pos)| {
+            let d = s.blocks.len();
+            let mut v = Vec::new();
+            for (level, c) in pos.iter().enumerate() {
+                v.push(c.to_string());
+                if level < d {
+                    v.push(s.iterators[level].clone());
+                }
+            }
+            v.extend(s.iterators[d..].iter().cloned());
+            v
+        })
+        .collect();
+    let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut u = UnionMap::empty(scop.context.get_space()?)?;
+    for (s, mut row) in stmts.iter().zip(rows) {
+        row.resize(len, "0".into());
+        let m = isl.map(&format!(
+            "{}{{ {}[{}] -> [{}] }}",
+            scop.param_prefix,
+            s.name,
+            s.iterators.join(", "),
+            row.join(", ")
+        ))?;
+        u = u.union(UnionMap::from_map(m.intersect_domain(s.domain.copy()?)?)?)?;
+    }
+    Ok(u)
+}
+
+/// [`check_reads_written`] for a program with loop blocks, instance by
+/// instance: every element a statement instance `r` reads was written by
+/// an instance `w` before it in program order (`θ(w) ≺ θ(r)`): within a
+/// block, by earlier iterations or earlier statements of the same one.
+fn check_reads_written_in_order(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
+    let theta = program_order(isl, scop)?;
+    let writes = scop.writes()?;
+    for s in &scop.statements {
+        let st = &program.statements[s.source];
+        let mine = theta
+            .copy()?
+            .intersect_domain(UnionSet::from_set(s.domain.copy()?)?)?;
+        // { r -> e : some w before r writes e }
+        let written_before = theta
+            .copy()?
+            .lex_lt_union_map(mine)?
+            .reverse()?
+            .apply_range(writes.copy()?)?;
+        for r in &s.reads {
+            let tname = r.get_tuple_name(isl_rs::DimType::Out)?.to_string();
+            if scop
+                .tensor(&tname)
+                .is_none_or(|t| t.role == TensorRole::Input)
+            {
+                continue;
+            }
+            let read = UnionMap::from_map(r.copy()?.intersect_domain(s.domain.copy()?)?)?;
+            let unwritten = read
+                .subtract(written_before.copy()?)?
+                .intersect_params(scop.context.copy()?)?;
+            if unwritten.is_empty()? {
+                continue;
+            }
+            let elements = unwritten.range()?;
+            let p = elements.sample_point()?;
+            let element = (0..r.dim(isl_rs::DimType::Out)?)
+                .map(|d| {
+                    let v = p.get_coordinate_val(isl_rs::DimType::Set, d)?;
+                    crate::isl::val_to_i64(&v).map(|v| v.to_string())
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Err(Error::Statement {
+                file: program.source.clone(),
+                position: st.position + 1,
+                text: st.text.clone(),
+                message: format!(
+                    "reads {tname}({}) before any statement writes it (a read of a temp or output must follow a write of the same element in program order; loop blocks run in order)",
+                    element.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A statement inside loop blocks may read its own left side at elements
+/// that earlier iterations wrote (a recurrence), never at elements it
+/// writes itself in the same iteration of its blocks (that would make the
+/// result depend on the order of its own, parallel, indices; TC forbids it
+/// outside blocks). A `=` statement's read of the very element it writes
+/// is allowed, as outside blocks.
+fn check_recurrences(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
+    for s in scop.statements.iter().filter(|s| !s.blocks.is_empty()) {
+        if s.kind == StmtKind::Init {
+            continue;
+        }
+        let st = &program.statements[s.source];
+        let own: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+        let writers: Vec<&ModelStmt> = scop
+            .statements
+            .iter()
+            .filter(|w| w.source == s.source)
+            .collect();
+        let accesses = s.accesses(program);
+        // The accumulator read of an update is its own reduction.
+        let skip = if s.kind == StmtKind::Update { 2 } else { 1 };
+        for a in accesses.iter().skip(skip) {
+            if a.tensor != st.lhs_tensor || (s.kind == StmtKind::Assign && a.subscripts == own) {
+                continue;
+            }
+            let d = s.blocks.len();
+            for w in &writers {
+                let same = (0..d)
+                    .map(|k| format!("{} = pf_w{k}", s.iterators[k]))
+                    .collect::<Vec<_>>();
+                let wvars: Vec<String> =
+                    (0..w.iterators.len()).map(|k| format!("pf_w{k}")).collect();
+                let same_iteration = isl.map(&format!(
+                    "{}{{ {}[{}] -> {}[{}] : {} }}",
+                    scop.param_prefix,
+                    s.name,
+                    s.iterators.join(", "),
+                    w.name,
+                    wvars.join(", "),
+                    same.join(" and ")
+                ))?;
+                let clash = a
+                    .relation
+                    .copy()?
+                    .apply_range(w.write.copy()?.reverse()?)?
+                    .intersect(same_iteration)?
+                    .intersect_params(scop.context.copy()?)?;
+                if !clash.is_empty()? {
+                    return Err(Error::Statement {
+                        file: program.source.clone(),
+                        position: st.position + 1,
+                        text: st.text.clone(),
+                        message: format!(
+                            "reads `{}` at `{}`, an element it writes itself in the same iteration of its loop blocks; a statement in a block may read its own left side only at elements earlier iterations wrote (such as `{}` with a block index minus 1)",
+                            st.lhs_tensor,
+                            a.text(),
+                            st.lhs_tensor
+                        ),
+                    });
+                }
+            }
+        }
     }
     Ok(())
 }

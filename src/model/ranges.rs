@@ -56,6 +56,14 @@ pub(super) fn infer(ctx: &Ctx, st: &Statement) -> Result<Ranges, RangeError> {
     let vars = st.all_indices();
     let is_param = |n: &str| ctx.program.is_param(n);
     let mut resolved: Ranges = BTreeMap::new();
+    // A loop block's index is fixed: its range is the block's.
+    for b in &st.blocks {
+        let s = ctx.isl.set(&format!(
+            "{}{{ [x] : {} <= x < {} }}",
+            ctx.param_prefix, b.lo, b.hi
+        ))?;
+        resolved.insert(b.index.clone(), s.intersect_params(ctx.context.copy()?)?);
+    }
     for w in &st.wheres {
         if let WhereClause::Range { index, lo, hi } = w {
             if let Some(n) = lo.names().chain(hi.names()).find(|n| !is_param(n)) {

@@ -132,6 +132,9 @@ pub fn steps(isl: &Isl, program: &Program, scop: &Scop) -> Result<Vec<Step>> {
 /// stay. An override with nothing to repair is an error, not a silent
 /// no-op: the user asked for a fusion the program does not have.
 pub fn steps_for(isl: &Isl, program: &Program, scop: &Scop, choice: Choice) -> Result<Vec<Step>> {
+    if program.statements.iter().any(|s| !s.blocks.is_empty()) {
+        return steps_with_blocks(program, choice);
+    }
     if choice == Choice::Program {
         return steps(isl, program, scop);
     }
@@ -180,6 +183,37 @@ pub fn steps_for(isl: &Isl, program: &Program, scop: &Scop, choice: Choice) -> R
         _ => Step::RollingUpdate(targets),
     };
     kept.insert(0, step);
+    Ok(kept)
+}
+
+/// The steps of a program with loop blocks: no repair (its proofs and
+/// rewrites know nothing of recurrences yet), so none is chosen
+/// automatically and one asked for is refused; `tile` steps stay.
+fn steps_with_blocks(program: &Program, choice: Choice) -> Result<Vec<Step>> {
+    let given = match &program.schedule {
+        Some(v) => directive::parse(&program.source, v)?,
+        None => Vec::new(),
+    };
+    let refuse = |what: &str| {
+        Error::Input {
+        file: program.source.clone(),
+        message: format!(
+            "{what}: a program with loop blocks cannot be repaired yet (no rolling or split-k update, no privatisation)"
+        ),
+    }
+    };
+    match choice {
+        Choice::Program | Choice::Off => {}
+        c => return Err(refuse(&format!("repair {}", c.name()))),
+    }
+    let mut kept = Vec::new();
+    for step in given {
+        match step {
+            Step::Tile(t) => kept.push(Step::Tile(t)),
+            _ if choice == Choice::Off => {}
+            _ => return Err(refuse("`schedule`")),
+        }
+    }
     Ok(kept)
 }
 

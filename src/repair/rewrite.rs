@@ -143,6 +143,7 @@ pub fn assignment(
         rhs,
         wheres,
         reduction_indices: extra.to_vec(),
+        blocks: Vec::new(),
     };
     st.text = statement_text(&st);
     st

@@ -146,6 +146,7 @@ fn reduction(
         rhs,
         wheres,
         reduction_indices: red.to_vec(),
+        blocks: Vec::new(),
     };
     st.text = rewrite::statement_text(&st);
     st

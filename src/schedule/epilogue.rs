@@ -146,6 +146,7 @@ fn group_at(
         || init.source != update.source
         || !is_sum
         || st.reduction_indices.len() != 1
+        || !st.blocks.is_empty()
     {
         return Ok(None);
     }
@@ -229,7 +230,8 @@ fn touches(program: &Program, t: &ModelStmt, c: &str) -> bool {
     st.lhs_tensor == c || reads.iter().any(|(tensor, _)| tensor == c)
 }
 
-/// For a consumer `t` of tensor `c` (rank `rank`): an assignment over as
+/// For a consumer `t` of tensor `c` (rank `rank`), outside loop blocks: an
+/// assignment over as
 /// many iterators as `c` has dimensions, with no `where` of its own, that
 /// reads `c` only at subscripts which are its iterators in some order (in
 /// place, `c(e) = f(c(e))`, at its own element); those subscripts (the
@@ -240,6 +242,7 @@ fn element_of(program: &Program, t: &ModelStmt, c: &str, rank: usize) -> Option<
         || st.op != AssignOp::Assign
         || t.iterators.len() != rank
         || !st.wheres.is_empty()
+        || !st.blocks.is_empty()
     {
         return None;
     }

@@ -55,6 +55,17 @@ pub fn canonical(program: &Program) -> String {
         );
     }
     for s in &program.statements {
+        // A statement's loop blocks (their indices are its first
+        // indices, `i0` ..), before it; nothing for one outside blocks.
+        for b in &s.blocks {
+            let _ = write!(
+                out,
+                "for b{} in {}:{} ",
+                b.id,
+                affine(&b.lo, &names),
+                affine(&b.hi, &names)
+            );
+        }
         let _ = writeln!(out, "{}", statement(s, &names));
     }
     if let Some(d) = &program.schedule {
@@ -251,6 +262,32 @@ mod tests {
         assert_eq!(canonical(&a), canonical(&b));
         assert_eq!(param_values(&a), param_values(&b));
         assert_ne!(spelling(&a), spelling(&b));
+    }
+
+    #[test]
+    fn loop_blocks_are_part_of_the_form() {
+        // The same statement repeated by a loop block, or not, or over
+        // another range, means something else: the cache must tell them
+        // apart.
+        let flat = GEMM.replace(
+            r#""body": ["C(i, j) +=! A(i, k) * B(k, j)"]"#,
+            r#""body": ["C(i, j) = 0", "C(i, j) += A(i, k) * B(k, j)"]"#,
+        );
+        let block = |range: &str| {
+            GEMM.replace(
+                r#""body": ["C(i, j) +=! A(i, k) * B(k, j)"]"#,
+                &format!(
+                    r#""body": ["C(i, j) = 0", {{"for": "{range}", "body": ["C(i, j) += A(i, k) * B(k, j)"]}}]"#
+                ),
+            )
+        };
+        let a = canonical(&load(&flat));
+        let b = canonical(&load(&block("z in 0:2")));
+        let c = canonical(&load(&block("z in 0:M")));
+        assert!(b.contains("for b0 in 0:2 "), "{b}");
+        assert_ne!(a, b);
+        assert_ne!(b, c);
+        assert_eq!(b, canonical(&load(&block("w in 0:2"))));
     }
 
     #[test]

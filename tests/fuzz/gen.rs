@@ -65,6 +65,12 @@ pub struct Program {
     pub params: Vec<Param>,
     pub tensors: Vec<Tensor>,
     pub body: Vec<String>,
+    /// `Some((a, b, r))`: the statements `body[a..b]` are written inside a
+    /// loop block `{"for": "zb in 0:r", ...}`, so they run `r` times in
+    /// order (the index `zb` unused): the same program repeated, which
+    /// exercises loop blocks in every stage. Indices past the end of a
+    /// mutated body are clamped.
+    pub block: Option<(usize, usize, i64)>,
 }
 
 impl Ext {
@@ -166,7 +172,22 @@ impl Program {
             }
             s += &format!("  \"{key}\": {{\n{}\n  }},\n", ts.join(",\n"));
         }
-        let body: Vec<String> = self.body.iter().map(|b| format!("    \"{b}\"")).collect();
+        let quoted = |b: &String| format!("\"{b}\"");
+        let body: Vec<String> = match self.block {
+            Some((a, b, reps)) if a < b.min(self.body.len()) => {
+                let b = b.min(self.body.len());
+                let mut v: Vec<String> = self.body[..a].iter().map(quoted).collect();
+                let inner: Vec<String> = self.body[a..b].iter().map(quoted).collect();
+                v.push(format!(
+                    "{{\"for\": \"zb in 0:{reps}\", \"body\": [{}]}}",
+                    inner.join(", ")
+                ));
+                v.extend(self.body[b..].iter().map(quoted));
+                v
+            }
+            _ => self.body.iter().map(quoted).collect(),
+        };
+        let body: Vec<String> = body.iter().map(|b| format!("    {b}")).collect();
         s += &format!("  \"body\": [\n{}\n  ]\n}}\n", body.join(",\n"));
         s
     }
@@ -354,7 +375,17 @@ pub fn generate(seed: u64) -> Program {
     let mut attempt = 0u64;
     loop {
         let mut g = Gen::new(seed.wrapping_mul(1_000_003).wrapping_add(attempt));
-        if let Some(p) = g.program() {
+        if let Some(mut p) = g.program() {
+            // One program in five has some of its statements in a loop
+            // block, chosen by a generator of its own so that the rest
+            // of the program is what the seed always made.
+            let mut r = Rng::new(seed ^ 0x6c6f_6f70_626c_6b73);
+            if r.chance(0.2) {
+                let n = p.body.len();
+                let a = r.below(n);
+                let b = a + 1 + r.below(n - a);
+                p.block = Some((a, b, r.range(1, 3)));
+            }
             return p;
         }
         attempt += 1;
@@ -370,6 +401,7 @@ impl Gen {
                 params: vec![],
                 tensors: vec![],
                 body: vec![],
+                block: None,
             },
             ninputs: 0,
             ntemps: 0,

@@ -1,0 +1,509 @@
+//! Loop blocks (`{"for": "t in lo:hi", "body": [...]}`, the spec's
+//! "Recurrences: loop blocks"): the model's domains and program order,
+//! exact loop-carried dependences and their distances, the
+//! read-before-write rule instance by instance, the errors, and execution
+//! with `--check` on the CPU under every strategy and in the GPU emulation
+//! (whose race proof and race detector run on every kernel).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use polyfuse::frontend::load_str;
+use polyfuse::isl::{Isl, IslPrint};
+use polyfuse::{deps, model, schedule};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn polyfuse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .current_dir(ROOT)
+        .args(args)
+        .output()
+        .expect("polyfuse starts")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `file` with `--check` on the CPU under every strategy (and the
+/// default), tiled and untiled, and in the GPU emulation with default and
+/// with small blocks and grids; every run must check.
+fn check_everywhere(file: &str, params: &[&str]) {
+    assert!(Path::new(ROOT).join(file).is_file(), "{file}");
+    let targets: [&[&str]; 4] = [
+        &["--target", "cpu"],
+        &["--target", "cpu", "--no-tile"],
+        &["--target", "emulate"],
+        &[
+            "--target", "emulate", "--tile", "16,8,4", "--block", "4,2", "--grid", "2,3",
+        ],
+    ];
+    let mut failures = Vec::new();
+    for strategy in [
+        None,
+        Some("isl"),
+        Some("min"),
+        Some("max"),
+        Some("canonical"),
+    ] {
+        for target in targets {
+            let mut args = vec!["run", file, "--check"];
+            if let Some(s) = strategy {
+                args.extend(["--strategy", s]);
+            }
+            args.extend(target);
+            for p in params {
+                args.extend(["--param", p]);
+            }
+            let out = polyfuse(&args);
+            let ok = out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("check: ok"));
+            if !ok {
+                failures.push(format!("polyfuse {}\n{}", args.join(" "), text(&out)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn rnn_checks_everywhere() {
+    // H(t, i) = tanh(sum_k W(i, k) X(t, k) + U(i, k) H(t - 1, k)), its
+    // first step outside the block.
+    check_everywhere("examples/rnn.json", &["T=13", "N=37"]);
+}
+
+#[test]
+fn stacked_rnn_checks_everywhere() {
+    // Nested blocks (l, t) reading H(l - 1, t, k) and H(l, t - 1, k).
+    check_everywhere("examples/stacked_rnn.json", &["L=2", "T=11", "N=35"]);
+}
+
+#[test]
+fn dilated_rnn_checks_everywhere() {
+    // H(t - 3, k): three independent chains.
+    check_everywhere("tests/programs/dilated_rnn.json", &["T=19", "N=33"]);
+}
+
+#[test]
+fn symbolic_block_range_checks_everywhere() {
+    // `T` is null in the file: the block `t in 1:T` gets it from --param.
+    check_everywhere("tests/programs/rnn_symbolic.json", &["T=13", "N=37"]);
+    let out = polyfuse(&["run", "tests/programs/rnn_symbolic.json", "--check"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn elementwise_scan_and_accumulation_check_everywhere() {
+    // C(t, i) = a C(t - 1, i) + b: every i its own chain (parallel on the
+    // GPU, the t loop inside); S(t, i) +=! U(i, k) S(t - 1, k): a
+    // reduction reading its own left side at the step before.
+    check_everywhere("tests/programs/scan_recurrence.json", &["T=23", "N=45"]);
+    // Y(i) += X(t, i) inside the block: a reduction across iterations.
+    check_everywhere("tests/programs/accumulate_in_block.json", &["T=37", "N=41"]);
+}
+
+#[test]
+fn reductions_that_start_over_in_each_iteration_check_everywhere() {
+    // `Y1(i) min=! X1(j)` in a block: the initialisation runs again after
+    // the updates of the iteration before, so the reduction may not be
+    // spread over a warp's lanes across iterations (found by the fuzzer:
+    // the mapping folded both iterations into one, an illegal schedule).
+    check_everywhere("tests/programs/reinit_in_block.json", &[]);
+    // The same with a register tile over the block's loop: its
+    // initialisation may not be hoisted out of the loop (found by the
+    // fuzzer: the registers started at 0 once and summed both iterations).
+    check_everywhere("tests/programs/reinit_registers_in_block.json", &[]);
+    // A block whose statements isl skews together: the race proof sends
+    // it to blocks of one thread, which now map the program order (found
+    // by the fuzzer: on the skewed schedule a register tile lost elements).
+    check_everywhere("tests/programs/skewed_block_single_thread.json", &[]);
+    // A softmax applied three times in place, with row reductions (on
+    // the lanes of a warp on the GPU) in every iteration.
+    check_everywhere("tests/programs/softmax_in_block.json", &["N=37", "D=45"]);
+}
+
+#[test]
+fn block_indices_lead_the_domains_and_the_program_order_nests() {
+    let json = std::fs::read_to_string(Path::new(ROOT).join("examples/rnn.json")).unwrap();
+    let p = load_str(&json, "rnn.json").unwrap();
+    let isl = Isl::new();
+    let scop = model::build(&isl, &p).unwrap();
+    let s1 = scop.statement("S1").unwrap();
+    assert_eq!(s1.iterators, vec!["t", "i", "k"]);
+    assert_eq!(scop.statement("S1_init").unwrap().iterators, vec!["t", "i"]);
+    let expected = isl
+        .set("[T, N] -> { S1[t, i, k] : T = 12 and N = 40 and 1 <= t < 12 and 0 <= i < 40 and 0 <= k < 40 }")
+        .unwrap();
+    assert!(
+        s1.domain.is_equal(&expected).unwrap(),
+        "{}",
+        s1.domain.text()
+    );
+    // Program order: S0; then for each t: S1_init, S1, S2.
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let d = deps::compute(&scop, &order).unwrap();
+    // The flow from H(t - 1, k) to the next step's product is exact: each
+    // S2[t, k] feeds S1[t + 1, i, k] for every i, and the first step comes
+    // from S0.
+    let expected = isl
+        .union_map(
+            "[T, N] -> { S2[t, k] -> S1[t + 1, i, k] : T = 12 and N = 40 and 1 <= t <= 10 and 0 <= i < 40 and 0 <= k < 40; \
+             S0[0, k] -> S1[1, i, k] : T = 12 and N = 40 and 0 <= i < 40 and 0 <= k < 40 }",
+        )
+        .unwrap();
+    let flow_h = d
+        .flow
+        .copy()
+        .unwrap()
+        .intersect(
+            isl.union_map("{ S2[t, k] -> S1[t', i, k'] ; S0[t, k] -> S1[t', i, k'] }")
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(flow_h.is_equal(&expected).unwrap(), "{}", flow_h.text());
+    // The program order itself is legal, and the read-before-write check
+    // passes.
+    schedule::check_legal("rnn.json", &order, &scop, &d).unwrap();
+    model::check_reads_written(&isl, &p, &scop).unwrap();
+}
+
+#[test]
+fn emit_deps_shows_the_distances_over_the_blocks() {
+    let deps = |file: &str| {
+        let out = polyfuse(&["schedule", file, "--emit", "deps"]);
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let rnn = deps("examples/rnn.json");
+    assert!(rnn.contains("flow:   S2 -> S1 over (t): { [1] }"), "{rnn}");
+    assert!(rnn.contains("flow:   S1 -> S2 over (t): { [0] }"), "{rnn}");
+    let stacked = deps("examples/stacked_rnn.json");
+    // H(l - 1, t, k) and H(l, t - 1, k): distances (1, 0) and (0, 1).
+    assert!(
+        stacked.contains("flow:   S3 -> S2 over (l, t): { [0, 1]; [1, 0] }"),
+        "{stacked}"
+    );
+    let dilated = deps("tests/programs/dilated_rnn.json");
+    assert!(
+        dilated.contains("flow:   S2 -> S1 over (t): { [3] }"),
+        "{dilated}"
+    );
+    // With a symbolic size, the distances as isl writes them.
+    let symbolic = deps("tests/programs/rnn_symbolic.json");
+    assert!(
+        symbolic.contains("flow:   S2 -> S1 over (t): [T, N] -> { [1] : T >= 3 }"),
+        "{symbolic}"
+    );
+    // A program without blocks prints no such section.
+    let gemm = deps("examples/gemm.json");
+    assert!(!gemm.contains("distances"), "{gemm}");
+}
+
+#[test]
+fn recurrences_never_run_across_cuda_blocks() {
+    // The RNN's step reads all of H(t - 1, ..): every schedule of it has
+    // the step loop outermost, carrying the dependence, and the mapping
+    // runs such a kernel on one block (of one thread), never on a grid
+    // whose blocks would need to wait for each other.
+    for strategy in ["isl", "min", "max", "canonical"] {
+        let out = polyfuse(&[
+            "schedule",
+            "examples/rnn.json",
+            "--emit",
+            "cuda",
+            "--strategy",
+            strategy,
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        let cuda = String::from_utf8_lossy(&out.stdout);
+        for kernel in cuda.split("__global__").skip(1) {
+            if kernel.contains("tanhf") {
+                assert!(
+                    !kernel.contains("blockIdx"),
+                    "--strategy {strategy}: a recurrent kernel on a grid:\n{kernel}"
+                );
+            }
+        }
+    }
+    // An elementwise recurrence has independent chains: those run on the
+    // grid, the step loop inside each.
+    let out = polyfuse(&[
+        "schedule",
+        "tests/programs/scan_recurrence.json",
+        "--emit",
+        "cuda",
+    ]);
+    let cuda = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        cuda.split("__global__")
+            .any(|k| k.contains("0.5f") && k.contains("blockIdx.x")),
+        "{cuda}"
+    );
+}
+
+/// `{"T": 6, "N": 5}`, an input `X` and an output `H` (both T x N).
+fn program(body: &str) -> String {
+    format!(
+        r#"{{ "name": "b", "params": {{ "T": 6, "N": 5 }},
+             "inputs": {{ "X": {{ "dtype": "f32", "shape": ["T", "N"] }} }},
+             "outputs": {{ "H": {{ "dtype": "f32", "shape": ["T", "N"] }} }},
+             "body": [ {body} ] }}"#
+    )
+}
+
+/// The message of the exit-2 error that compiling `body` gives.
+fn refused(body: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("polyfuse-loops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    let file = dir.join(format!(
+        "p{}-{}.json",
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        body.len()
+    ));
+    std::fs::write(&file, program(body)).unwrap();
+    let out = polyfuse(&["schedule", file.to_str().unwrap(), "--emit", "deps"]);
+    assert_eq!(out.status.code(), Some(2), "{body}\n{}", text(&out));
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn model_errors_in_blocks_name_the_statement() {
+    let first = r#""H(t, i) = X(t, i) where t in 0:1""#;
+    // No statement writes H(0, ..) before the first step reads it.
+    // H(0, ..) is written, but after the block that reads it: loop blocks
+    // run in program order.
+    let e = refused(
+        r#"{"for": "t in 1:T", "body": ["H(t, i) = X(t, i) + H(t - 1, i)"]}, "H(t, i) = X(t, i) where t in 0:1""#,
+    );
+    assert!(
+        e.contains("statement 1 `H(t, i) = X(t, i) + H(t - 1, i)`: reads H(0, 0) before any statement writes it"),
+        "{e}"
+    );
+    // A recurrence on a temp needs its declaration (its dtype is not the
+    // right side's own when the right side reads it).
+    let e = refused(
+        r#"{"for": "t in 1:T", "body": ["G(t, i) = X(t, i) + G(t - 1, i)"]}, "H(t, i) = X(t, i)""#,
+    );
+    assert!(
+        e.contains("statement 1 `G(t, i) = X(t, i) + G(t - 1, i)`: `G` is read by the statement that first writes it"),
+        "{e}"
+    );
+    // Reading the next step: out of nothing written yet (and at the last
+    // step out of bounds).
+    let e = refused(&format!(
+        r#"{first}, {{"for": "t in 1:T", "body": ["H(t, i) = X(t, i) + H(t + 1, i) where t < T - 1", "H(t, i) = X(t, i) where t >= T - 1"]}}"#
+    ));
+    assert!(
+        e.contains("statement 2") && e.contains("before any statement writes it"),
+        "{e}"
+    );
+    // Out of bounds through the block index.
+    let e = refused(&format!(
+        r#"{first}, {{"for": "t in 1:T+1", "body": ["H(t, i) = H(t - 1, i)"]}}"#
+    ));
+    assert!(
+        e.contains("statement 2") && e.contains("out of bounds"),
+        "{e}"
+    );
+    // A read of elements the statement writes in the same iteration.
+    let e = refused(&format!(
+        r#"{first}, {{"for": "t in 1:T", "body": ["H(t, i) +=! X(t, k) * H(t, k)"]}}"#
+    ));
+    assert!(
+        e.contains("statement 2") && e.contains("same iteration of its loop blocks"),
+        "{e}"
+    );
+    // An element read inside the block before a later statement of the
+    // same iteration writes it.
+    let e = refused(&format!(
+        r#"{first}, {{"for": "t in 1:T", "body": ["H(t, i) = X(t, i) + H(t, 4) where i < 4", "H(t, i) = X(t, i) where i >= 4"]}}"#
+    ));
+    assert!(
+        e.contains("statement 2") && e.contains("reads H(1, 4) before any statement writes it"),
+        "{e}"
+    );
+    // No repair in a program with blocks.
+    let out = polyfuse(&["schedule", "examples/rnn.json", "--repair", "rolling"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("loop blocks cannot be repaired"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A small deterministic generator of recurrences (the fuzzer's blocks
+/// repeat statements but never read an earlier iteration): elementwise,
+/// dense and stacked recurrences with a dilation `d` of 1 to 3, sizes
+/// 1 to 40 off any tile grid, f32 or f16 states, the step count literal or
+/// symbolic, and sometimes a reduction over every step after the block.
+/// The weights are scaled by 0.1: with weights in [-1, 1) a deep stacked
+/// tanh recurrence amplifies f32's rounding inside a statement (which the
+/// declared-precision run, in double, does not have) past the check's
+/// bound even in program order (`--strategy canonical`), with no
+/// transformation involved.
+fn recurrence(seed: u64) -> (String, Vec<String>) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let d = 1 + next(3) as i64;
+    let t = d + 1 + next(12) as i64;
+    let n = 1 + next(40) as i64;
+    let layers = 1 + next(3) as i64;
+    let half = next(3) == 0;
+    let symbolic = next(2) == 0;
+    let kind = next(3);
+    let dtype = if half { "f16" } else { "f32" };
+    let cast = |e: &str| {
+        if half {
+            format!("f16({e})")
+        } else {
+            e.to_string()
+        }
+    };
+    let read = |e: &str| {
+        if half {
+            format!("f32({e})")
+        } else {
+            e.to_string()
+        }
+    };
+    let (state_shape, body) = match kind {
+        // H(t, i) = 0.5 H(t - d, i) + X(t, i)
+        0 => (
+            r#"["T", "N"]"#.to_string(),
+            format!(
+                r#""H(t, i) = {} where t in 0:{d}",
+                   {{"for": "t in {d}:T", "body": ["H(t, i) = {}"]}}"#,
+                cast("X(t, i)"),
+                cast(&format!("0.5 * {} + X(t, i)", read("H(t - D, i)")))
+                    .replace('D', &d.to_string())
+            ),
+        ),
+        // G(t, i) = sum_k U(i, k) H(t - d, k) + W(i, k) X(t, k); H = tanh(G)
+        1 => (
+            r#"["T", "N"]"#.to_string(),
+            format!(
+                r#""H(t, i) = {} where t in 0:{d}",
+                   {{"for": "t in {d}:T", "body": [
+                     "G(t, i) +=! 0.1 * U(i, k) * {} + 0.1 * W(i, k) * X(t, k)",
+                     "H(t, i) = {}"]}}"#,
+                cast("X(t, i)"),
+                read(&format!("H(t - {d}, k)")),
+                cast("tanh(G(t, i))")
+            ),
+        ),
+        // Stacked: layer l reads layer l - 1 at t and itself at t - d.
+        _ => (
+            r#"["L+1", "T", "N"]"#.to_string(),
+            format!(
+                r#""H(l, t, i) = {} where l in 0:1",
+                   "H(l, t, i) = {} where l in 1:L+1, t in 0:{d}",
+                   {{"for": "l in 1:L+1", "body": [{{"for": "t in {d}:T", "body": [
+                     "G(l, t, i) +=! 0.1 * U(i, k) * {} + 0.1 * W(i, k) * {}",
+                     "H(l, t, i) = {}"]}}]}}"#,
+                cast("X(t, i)"),
+                cast("X(t, i) * 0.5"),
+                read(&format!("H(l, t - {d}, k)")),
+                read("H(l - 1, t, k)"),
+                cast("tanh(G(l, t, i))")
+            ),
+        ),
+    };
+    let g_shape = if kind == 2 {
+        r#"["L+1", "T", "N"]"#
+    } else {
+        r#"["T", "N"]"#
+    };
+    let (sum, sum_out) = if next(2) == 0 {
+        let h = if kind == 2 { "H(L, t, i)" } else { "H(t, i)" };
+        (
+            format!(r#", "Y(i) +=! {}""#, read(h)),
+            r#", "Y": {"dtype": "f32", "shape": ["N"]}"#,
+        )
+    } else {
+        (String::new(), "")
+    };
+    let json = format!(
+        r#"{{ "name": "rec{seed}",
+             "params": {{ "T": {}, "N": {n}, "L": {layers} }},
+             "inputs": {{ "X": {{ "dtype": "f32", "shape": ["T", "N"] }},
+                          "U": {{ "dtype": "f32", "shape": ["N", "N"] }},
+                          "W": {{ "dtype": "f32", "shape": ["N", "N"] }} }},
+             "outputs": {{ "H": {{ "dtype": "{dtype}", "shape": {state_shape} }}{sum_out} }},
+             "temps": {{ "G": {{ "dtype": "f32", "shape": {g_shape} }} }},
+             "body": [ {body}{sum} ] }}"#,
+        if symbolic {
+            "null".to_string()
+        } else {
+            t.to_string()
+        }
+    );
+    let params = if symbolic {
+        vec![format!("T={t}")]
+    } else {
+        Vec::new()
+    };
+    (json, params)
+}
+
+#[test]
+fn generated_recurrences_check_on_the_cpu_and_in_the_emulation() {
+    let dir = std::env::temp_dir().join(format!("polyfuse-recurrences-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let strategies = ["isl", "min", "max"];
+    let mut failures = Vec::new();
+    // `POLYFUSE_RECURRENCE_SEEDS=N` tries N programs instead of 8.
+    let seeds: u64 = std::env::var("POLYFUSE_RECURRENCE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    for seed in 0..seeds {
+        let (json, params) = recurrence(seed);
+        let file = dir.join(format!("rec{seed}.json"));
+        std::fs::write(&file, &json).unwrap();
+        let file = file.to_str().unwrap().to_string();
+        let strategy = strategies[seed as usize % 3];
+        let targets: [&[&str]; 3] = [
+            &["--target", "cpu"],
+            &["--target", "emulate"],
+            &[
+                "--target", "emulate", "--tile", "16,8,4", "--block", "4,2", "--grid", "2,3",
+            ],
+        ];
+        for target in targets {
+            let mut args = vec!["run", file.as_str(), "--check", "--strategy", strategy];
+            args.extend(target);
+            for p in &params {
+                args.extend(["--param", p.as_str()]);
+            }
+            let out = polyfuse(&args);
+            let ok = out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("check: ok"));
+            if !ok {
+                failures.push(format!(
+                    "polyfuse {}\n{json}\n{}",
+                    args.join(" "),
+                    text(&out)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
