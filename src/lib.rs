@@ -1,9 +1,13 @@
 //! polyfuse: a polyhedral optimizer for machine-learning kernels.
 //!
 //! The pipeline runs in one direction (see `DESIGN.md` of the project):
-//! frontend -> model -> deps -> schedule -> codegen -> runtime.
-//! [`compile`] drives it for one program and returns plain data; isl objects
-//! never leave it.
+//! frontend -> model -> deps -> repair -> schedule -> gpu -> codegen, which
+//! [`compile`] drives for one program, returning plain data ([`Compiled`];
+//! isl objects never leave it), and runtime, which runs what it returns.
+//! The repair proves its rewrites against the dependences, so `deps`
+//! comes before it. No stage imports a later one (`tests/architecture.rs`);
+//! `isl` (the boundary, and isl's trees as plain data) and `error` serve
+//! them all.
 
 pub mod capi;
 pub mod codegen;

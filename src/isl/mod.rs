@@ -10,6 +10,7 @@
 
 pub mod ast;
 mod ffi;
+pub mod tree;
 
 pub use ffi::{
     ast_build_expr_from_pw_aff, ast_build_expr_from_set, ast_build_node_from_schedule,

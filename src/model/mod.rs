@@ -16,6 +16,7 @@
 //! tensor (`(D.A) \ T = ∅`) and every output element is written.
 
 pub mod count;
+pub mod order;
 mod ranges;
 
 use crate::error::{Error, Result};

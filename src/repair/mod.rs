@@ -29,9 +29,9 @@ use std::fmt::Write;
 
 use crate::error::{Error, Result};
 use crate::frontend::ast::{AssignOp, Program};
+use crate::isl::tree::ScheduleTree;
 use crate::isl::Isl;
 use crate::model::{self, Scop};
-use crate::schedule::ScheduleTree;
 pub use directive::Step;
 pub use solve::Fault;
 

@@ -31,9 +31,9 @@ use crate::frontend::ast::{
     AssignOp, BinOp, Expr, ExprKind, ExprType, Program, Reducer as AstReducer, Statement, Tensor,
     TensorRole, WhereClause,
 };
+use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::isl::IslPrint;
 use crate::model::{self, Scop};
-use crate::schedule::{Band, ScheduleTree, Tree};
 
 /// A statement of a fused group and its coordinates: `outer` are the
 /// statement's iterators that are the group's outer loops (in group order),

@@ -613,7 +613,7 @@ fn dataflow_proof(
     original: &Program,
 ) -> Result<String> {
     let scop = model::build(isl, split)?;
-    let order = crate::schedule::canonical(isl, &scop)?;
+    let order = crate::model::order::program_order(isl, &scop)?;
     let d = crate::deps::compute(&scop, &order)?;
     let stmt_of = |tensor: &str| -> Vec<String> {
         split

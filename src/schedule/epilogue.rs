@@ -28,10 +28,10 @@
 //! checked against every dependence by the caller, and used only where
 //! the cost model prefers it.
 
-use super::tree::{Band, ScheduleTree, Tree};
 use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{collect_reads, AssignOp, Program, Reducer};
+use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::isl::{Isl, Schedule};
 use crate::model::{ModelStmt, Scop, StmtKind};
 

@@ -37,9 +37,9 @@
 //! every dependence again; if that check fails, the schedule is returned
 //! as it was.
 
-use super::tree::{Band, ScheduleTree, Tree};
 use crate::deps::Dependences;
 use crate::error::Result;
+use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::isl::{Isl, IslPrint, Schedule};
 use crate::model::Scop;
 use isl_rs::{MultiUnionPwAff, UnionMap};

@@ -11,9 +11,9 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program, TensorRole};
 use crate::gpu::{CudaProgram, Kernel, KernelArg};
 use crate::isl::ast::{Expr, Op};
+use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::model::ModelTensor;
 use crate::pipeline::Compiled;
-use crate::schedule::tree::{Band, ScheduleTree, Tree};
 
 /// Version of the artifact format; an artifact of another version is a
 /// miss. 2: `reference_c` also defines the declared-precision run

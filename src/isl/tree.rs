@@ -8,8 +8,8 @@
 
 use std::fmt::{self, Write};
 
+use super::{IslPrint, ScheduleNode, ScheduleNodeType};
 use crate::error::{Error, Result};
-use crate::isl::{IslPrint, ScheduleNode, ScheduleNodeType};
 
 /// A band: a partial schedule `[{ S[i] -> [(f(i))] }, ...]` (isl text of a
 /// multi-union-pw-aff) with its member properties.

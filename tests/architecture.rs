@@ -1,0 +1,62 @@
+//! The pipeline's direction (issue 31): no stage of `src/` imports a later
+//! one, so there is no cycle between stages and each folder can be read
+//! knowing only the ones before it. The order is the one `src/lib.rs`
+//! documents.
+
+use std::path::Path;
+
+const ORDER: &[&str] = &[
+    "isl", "error", "frontend", "model", "deps", "repair", "schedule", "gpu", "codegen",
+];
+
+/// Stages (and the crate's top-level orchestrators) a file of `stage` names
+/// with `crate::`.
+fn named(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("crate::") {
+        let rest = &text[at + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        out.push(name);
+    }
+    out
+}
+
+#[test]
+fn no_stage_imports_a_later_one() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    for (rank, stage) in ORDER.iter().enumerate() {
+        let mut stack = vec![src.join(stage), src.join(format!("{stage}.rs"))];
+        while let Some(path) = stack.pop() {
+            if path.is_dir() {
+                for entry in std::fs::read_dir(&path).unwrap() {
+                    stack.push(entry.unwrap().path());
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || !path.exists() {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for name in named(&text) {
+                let later = ORDER
+                    .iter()
+                    .position(|s| *s == name)
+                    .is_some_and(|r| r > rank)
+                    && !(*stage == "isl" && name == "error");
+                // Stages never reach the drivers (pipeline, tune, the C ABI,
+                // the runtime).
+                let driver = ["pipeline", "tune", "capi", "runtime"].contains(&name.as_str());
+                if later || driver {
+                    offenders.push(format!("{}: crate::{name}", path.display()));
+                }
+            }
+        }
+    }
+    offenders.sort();
+    offenders.dedup();
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
