@@ -276,6 +276,33 @@ fn quant_fp8() {
 }
 
 #[test]
+fn attention_bigbird() {
+    // A window, global columns and global rows as one disjunctive `where`.
+    check_example_sampled(
+        "attention_bigbird",
+        &[("S", 37), ("D", 13), ("W", 5), ("G", 3)],
+    );
+}
+
+#[test]
+fn lstm() {
+    // Two products into one gate tensor (`+=!` then `+=`) in a loop block.
+    check_example("lstm", &[("T", 7), ("B", 3), ("I", 19), ("H", 37)]);
+}
+
+#[test]
+fn grid_rnn() {
+    // Nested blocks over a grid's two axes.
+    check_example("grid_rnn", &[("R", 4), ("S", 5), ("N", 37)]);
+}
+
+#[test]
+fn dilated_rnn() {
+    // Layers of dilations 1, 2 and 4 (`H(t - 4, k)`), one block each.
+    check_example("dilated_rnn", &[("T", 13), ("N", 37)]);
+}
+
+#[test]
 fn rnn() {
     // A recurrence in a loop block over time.
     check_example("rnn", &[("T", 13), ("N", 37)]);
@@ -291,6 +318,7 @@ fn stacked_rnn() {
 fn every_example_is_tested() {
     let tested = [
         "attention_alibi",
+        "attention_bigbird",
         "attention_causal",
         "attention_decode_alibi",
         "attention_decode_causal",
@@ -303,12 +331,15 @@ fn every_example_is_tested() {
         "attention_window",
         "conv2d",
         "conv2d_strided",
+        "dilated_rnn",
         "fcrelu",
         "fcrelu_f16",
         "gemm",
         "gemm_chain",
         "gemm_f16",
+        "grid_rnn",
         "layernorm",
+        "lstm",
         "matvec",
         "maxpool2x2",
         "quant_fp8",
