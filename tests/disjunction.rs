@@ -87,16 +87,26 @@ fn an_instance_in_several_alternatives_is_one_instance() {
 }
 
 /// A windowed sum with global columns, at a size no tile divides, under
-/// every strategy, on the CPU and in the emulation of the GPU mapping.
+/// every strategy, on the CPU and in the emulation of the GPU mapping;
+/// also beside another condition on the same statement, which the
+/// reference joins to the union with `&&` (the fuzzer found the union
+/// printed there without its parentheses, `a || b && c`: the reference
+/// itself was wrong, 1.4 on `tests/fuzz/fixed/seed-91090.json`).
 #[test]
 fn a_window_with_global_columns_checks_everywhere() {
-    let file = scratch(
-        "window_global.json",
-        &row_sum("(j >= i - W && j <= i + W) || j < G", 45),
-    );
-    for target in ["cpu", "emulate"] {
-        for strategy in [None, Some("isl"), Some("min"), Some("max")] {
-            checks(&file, target, strategy);
+    for (name, condition) in [
+        ("window_global.json", "(j >= i - W && j <= i + W) || j < G"),
+        (
+            "window_global_lower.json",
+            "(j >= i - W && j <= i + W) || j < G, j <= i",
+        ),
+        ("two_conditions.json", "j >= i || j < 1, j <= i + 5"),
+    ] {
+        let file = scratch(name, &row_sum(condition, 45));
+        for target in ["cpu", "emulate"] {
+            for strategy in [None, Some("isl"), Some("min"), Some("max")] {
+                checks(&file, target, strategy);
+            }
         }
     }
 }

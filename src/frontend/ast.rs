@@ -516,7 +516,9 @@ impl WhereClause {
     }
     /// A condition as text, each side printed by `affine`, with `and`/`or`
     /// and `=` for isl (`isl` true) or `&&`/`||` and `==` for C and TC;
-    /// `None` for a range.
+    /// `None` for a range. A union is parenthesised as a whole, so that it
+    /// can be joined with other conditions by `&&` (which binds tighter
+    /// than `||`).
     pub fn condition_text(&self, isl: bool, affine: &dyn Fn(&Affine) -> String) -> Option<String> {
         let cmp = |lhs: &Affine, rel: Rel, rhs: &Affine| {
             let op = match (rel, isl) {
@@ -533,16 +535,17 @@ impl WhereClause {
         match self {
             WhereClause::Range { .. } => None,
             WhereClause::Constraint { lhs, rel, rhs } => Some(cmp(lhs, *rel, rhs)),
-            WhereClause::Union(conj) => Some(
-                conj.iter()
+            WhereClause::Union(conj) => {
+                let alternatives: Vec<String> = conj
+                    .iter()
                     .map(|c| {
                         let parts: Vec<String> =
                             c.iter().map(|x| cmp(&x.lhs, x.rel, &x.rhs)).collect();
                         format!("({})", parts.join(and))
                     })
-                    .collect::<Vec<_>>()
-                    .join(or),
-            ),
+                    .collect();
+                Some(format!("({})", alternatives.join(or)))
+            }
         }
     }
 }
