@@ -2055,7 +2055,9 @@ impl Ctx<'_> {
                 crate::model::access_text(&regs.tensor, &element),
                 "pf_cv".to_string(),
             );
-            if st.lhs_tensor != regs.tensor {
+            // The statement the gpu stage chose to move the value out
+            // (`Contraction::stored`): the one that writes that tensor.
+            if c.stored != regs.tensor && st.lhs_tensor == c.stored {
                 self.printer.overrides.borrow_mut().insert(
                     crate::model::access_text(&st.lhs_tensor, &lhs),
                     "pf_dv".to_string(),

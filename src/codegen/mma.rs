@@ -1625,12 +1625,12 @@ impl Region<'_> {
             String::new()
         };
         let d = each_thread_open(&mut o, 1);
-        let storage_of = |t: DType| match (t, emu) {
-            (DType::F16 | DType::BF16, false) => "unsigned short",
-            (DType::F16 | DType::BF16, true) => "uint16_t",
-            (DType::F64, _) => "double",
-            (DType::I32, _) => "int",
-            _ => "float",
+        let storage_of = |t: DType| {
+            if emu {
+                super::c::storage_type(t)
+            } else {
+                super::cuda::storage_type(t)
+            }
         };
         let storage = storage_of(self.c_dtype);
         // The value stored and where: `pf_cv` into the update's tensor, or

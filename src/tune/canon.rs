@@ -165,8 +165,19 @@ fn statement(s: &Statement, global: &HashMap<&str, String>) -> String {
                     affine(hi, &names)
                 );
             }
-            cond => {
-                let text = cond.condition_text(false, &|a| affine(a, &names));
+            // As before unions existed (`=` for equality), so that the
+            // keys of entries already in users' caches stay the same.
+            WhereClause::Constraint { lhs, rel, rhs } => {
+                let _ = write!(
+                    out,
+                    "{} {} {}",
+                    affine(lhs, &names),
+                    rel.symbol(),
+                    affine(rhs, &names)
+                );
+            }
+            union @ WhereClause::Union(_) => {
+                let text = union.condition_text(false, &|a| affine(a, &names));
                 out.push_str(&text.unwrap_or_default());
             }
         }
@@ -262,6 +273,23 @@ mod tests {
         assert_eq!(canonical(&a), canonical(&b));
         assert_eq!(param_values(&a), param_values(&b));
         assert_ne!(spelling(&a), spelling(&b));
+    }
+
+    #[test]
+    fn a_union_is_part_of_the_form_and_a_comparison_keeps_its_text() {
+        let with = |cond: &str| {
+            canonical(&load(&GEMM.replace(
+                r#""C(i, j) +=! A(i, k) * B(k, j)""#,
+                &format!(r#""C(i, j) +=! A(i, k) * B(k, j) where {cond}""#),
+            )))
+        };
+        let union = with("k <= i || k >= j");
+        assert!(union.contains(") || ("), "{union}");
+        assert_ne!(union, with("k <= i"));
+        assert_ne!(union, with("k <= i || k > j"));
+        // A single comparison is printed as before unions (`=` for
+        // equality), so cache entries made before keep their keys.
+        assert!(with("k == i").contains(" = "), "{}", with("k == i"));
     }
 
     #[test]
