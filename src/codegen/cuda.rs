@@ -719,15 +719,6 @@ fn counted_loop<'n>(
     })
 }
 
-/// Whether AST expression `e` names `name`.
-fn mentions(e: &Expr, name: &str) -> bool {
-    match e {
-        Expr::Id(s) => s == name,
-        Expr::Op(_, v) => v.iter().any(|x| mentions(x, name)),
-        _ => false,
-    }
-}
-
 /// A loop `for (it = init; cond; it += inc)` with constant `init` and
 /// `inc > 0`, as a loop whose trip count is known when the kernel is
 /// compiled: `(bound, rest, trips)` with `bound` the test `it <= c` (or
@@ -2583,7 +2574,7 @@ impl Ctx<'_> {
                                         .iter()
                                         .position(|i| i == var)
                                         .and_then(|p| args.get(p))
-                                        .is_some_and(|e| mentions(e, name))
+                                        .is_some_and(|e| e.mentions(name))
                                 })
                         })
                     })

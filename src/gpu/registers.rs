@@ -98,7 +98,7 @@ impl RegisterTile {
         (0..nt)
             .filter(|&j| {
                 self.thread_tiles.get(j).is_some_and(|t| *t > 1)
-                    && self.element.iter().any(|e| names(e, &format!("pf_t{j}")))
+                    && self.element.iter().any(|e| e.mentions(&format!("pf_t{j}")))
             })
             .map(|j| ['x', 'y', 'z'][nt - 1 - j])
             .collect()
@@ -378,13 +378,4 @@ pub fn tensor_elements(isl: &Isl, scop: &Scop, t: &str) -> Result<isl_rs::Set> {
         }
     );
     Ok(isl.set(&text)?.intersect_params(scop.context.copy()?)?)
-}
-
-/// Whether `e` names the identifier `id`.
-fn names(e: &Expr, id: &str) -> bool {
-    match e {
-        Expr::Id(s) => s == id,
-        Expr::Op(_, a) => a.iter().any(|x| names(x, id)),
-        Expr::Int(_) => false,
-    }
 }

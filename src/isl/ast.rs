@@ -13,6 +13,17 @@ pub enum Expr {
     Op(Op, Vec<Expr>),
 }
 
+impl Expr {
+    /// Whether the expression names identifier `name` anywhere.
+    pub fn mentions(&self, name: &str) -> bool {
+        match self {
+            Expr::Id(s) => s == name,
+            Expr::Op(_, args) => args.iter().any(|a| a.mentions(name)),
+            Expr::Int(_) => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     And,

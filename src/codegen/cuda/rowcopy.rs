@@ -68,7 +68,7 @@ impl Ctx<'_> {
             // The statement iterator the loop runs: the one argument that
             // is the loop's iterator itself; no other argument names it.
             let named: Vec<usize> = (0..args.len())
-                .filter(|&p| super::mentions(&args[p], iterator))
+                .filter(|&p| args[p].mentions(iterator))
                 .collect();
             let [p] = named[..] else {
                 continue;
