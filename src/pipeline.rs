@@ -508,17 +508,21 @@ fn marked(isl: &Isl, schedule: isl_rs::Schedule, name: &str) -> Result<isl_rs::S
     })
 }
 
-/// How much faster (by the cost model) minimal fusion must be expected to
-/// run before it replaces the default grouping: the model ranks by
-/// orders of magnitude, not by percent.
+/// How much faster (by the cost model) another grouping must be expected
+/// to run before it replaces the default one: the model ranks by orders of
+/// magnitude, not by percent.
 const COST_MARGIN: f64 = 0.5;
 
-/// The default mapping, or minimal fusion's where the cost model
-/// (`gpu::cost`) expects it to take less than [`COST_MARGIN`] of the
-/// default's time: a product fused with its consumers into a kernel that
-/// loses its tiles (issue 32). The choice is marked
-/// `minimal_fusion_by_cost` in the mapped tree. Where either cannot be
-/// estimated (symbolic sizes) or minimal fusion cannot be mapped, the
+/// The default mapping, or the cheapest of two other groupings where the
+/// cost model (`gpu::cost`) expects it to take less than [`COST_MARGIN`]
+/// of the default's time (a product fused with its consumers into a
+/// kernel that loses its tiles, issue 32): minimal fusion, and minimal
+/// fusion with each product's epilogue in its band
+/// (`schedule::epilogue`), marked `minimal_fusion_by_cost` or
+/// `contraction_epilogues_by_cost` in the mapped tree. The second is
+/// verified against the dependences once more here (a group found illegal
+/// is left out inside `contraction_epilogues`). Where the default cannot
+/// be estimated (symbolic sizes) or no other grouping can be mapped, the
 /// default stays. Gives the chosen mapping with its estimate, when one was
 /// made.
 fn choose_by_cost(
