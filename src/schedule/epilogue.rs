@@ -53,9 +53,9 @@ pub fn contraction_epilogues(
         return Ok(None);
     };
     let mut changed = false;
+    let mut single = single_statements(isl, scop, &children)?;
     let mut i = 0;
     while i < children.len() {
-        let single = single_statements(isl, scop, &children)?;
         let Some((taken, merged)) = group_at(program, scop, &single, i)? else {
             i += 1;
             continue;
@@ -75,6 +75,7 @@ pub fn contraction_epilogues(
         let candidate = to_schedule(isl, &tree.domain, next.clone())?;
         if crate::schedule::check_legal(&program.source, &candidate, scop, deps).is_ok() {
             children = next;
+            single = single_statements(isl, scop, &children)?;
             changed = true;
         }
         i += 1;
@@ -317,6 +318,46 @@ mod tests {
         assert!(text.contains("S1[j, i] -> [(55)]"), "{text}");
         let tree = ScheduleTree::from_isl(&fused.get_root().unwrap()).unwrap();
         assert!(matches!(tree.root, Tree::Band(..)), "{text}");
+    }
+
+    /// A consumer that overwrites an operand of the product (`D` read as
+    /// `D(m, k)` by other elements' steps) cannot join the band: the
+    /// dependences refuse the group, and nothing changes.
+    #[test]
+    fn a_group_the_dependences_refuse_is_left_out() {
+        let json = r#"{"name": "p", "params": {"N": 24},
+            "inputs": {"X": {"dtype": "f32", "shape": ["N", "N"]},
+                       "B": {"dtype": "f32", "shape": ["N", "N"]}},
+            "outputs": {"D": {"dtype": "f32", "shape": ["N", "N"]}},
+            "temps": {"acc": {"dtype": "f32", "shape": ["N", "N"]}},
+            "body": ["D(m, n) = X(m, n)",
+                     "acc(m, n) +=! D(m, k) * B(k, n)",
+                     "D(i, j) = acc(i, j) * 2"]}"#;
+        let program = load_str(json, "p.json").unwrap();
+        let isl = Isl::new();
+        let scop = crate::model::build(&isl, &program).unwrap();
+        let order = crate::schedule::canonical(&isl, &scop).unwrap();
+        let deps = crate::deps::compute(&scop, &order).unwrap();
+        let min =
+            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
+        // The group is found (the consumer reads `acc` at its element)...
+        let single = single_statements(&isl, &scop, &{
+            let tree = ScheduleTree::from_isl(&min.get_root().unwrap()).unwrap();
+            match tree.root {
+                Tree::Sequence(c) => c,
+                other => panic!("{other:?}"),
+            }
+        })
+        .unwrap();
+        let at = single
+            .iter()
+            .position(|s| s.is_some_and(|s| s.name == "S1_init"))
+            .unwrap();
+        assert!(group_at(&program, &scop, &single, at).unwrap().is_some());
+        // ...and refused by the dependences.
+        assert!(contraction_epilogues(&isl, &program, &scop, &deps, &min)
+            .unwrap()
+            .is_none());
     }
 
     /// A consumer that reads the accumulator at another element is not an
