@@ -1096,3 +1096,49 @@ unsafe fn pf_result_arg_name_string(r: *mut pf_result, index: usize) -> *mut c_c
     assert_eq!(unsafe { pf_result_arg_name(r, index, &mut s) }, PF_OK);
     s
 }
+
+/// The errors of the one-call metadata: a parameter argument has no role,
+/// and a tensor of more than `PF_MAX_RANK` dimensions does not fit the
+/// struct (its extents stay available one by one).
+#[test]
+fn metadata_refuses_what_it_cannot_describe() {
+    let idx = ["a", "b", "c", "d", "e", "f", "g", "h", "i"].join(", ");
+    let shape = vec!["2"; 9].join(", ");
+    let json = format!(
+        r#"{{"name": "nine", "params": {{"N": null}},
+            "inputs": {{"X": {{"dtype": "f32", "shape": [{shape}]}}, "V": {{"dtype": "f32", "shape": ["N"]}}}},
+            "outputs": {{"Y": {{"dtype": "f32", "shape": [{shape}]}}, "W": {{"dtype": "f32", "shape": ["N"]}}}},
+            "body": ["Y({idx}) = X({idx}) * 2", "W(n) = V(n)"]}}"#
+    );
+    let mut ctx = null_mut();
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_create(&mut ctx), PF_OK);
+        assert_eq!(pf_context_load_json(ctx, c(&json).as_ptr()), PF_OK);
+        let r = compile_ok(ctx);
+        let mut n = 0usize;
+        assert_eq!(pf_result_num_args(r, &mut n), PF_OK);
+        let param = (0..n)
+            .find(|&i| {
+                let mut kind = -1;
+                pf_result_arg_kind(r, i, &mut kind);
+                kind == PF_ARG_PARAM
+            })
+            .expect("N is an argument");
+        let mut role = -1;
+        assert_eq!(
+            pf_result_arg_role(r, param, &mut role),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        let params = [5i64];
+        let mut count = 0usize;
+        assert_eq!(
+            pf_result_tensors(r, params.as_ptr(), 1, null_mut(), 0, &mut count),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        let message = take(pf_result_error_message(r));
+        assert!(message.contains("PF_MAX_RANK"), "{message}");
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
