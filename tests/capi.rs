@@ -1103,7 +1103,7 @@ unsafe fn pf_result_arg_name_string(r: *mut pf_result, index: usize) -> *mut c_c
 #[test]
 fn metadata_refuses_what_it_cannot_describe() {
     let idx = ["a", "b", "c", "d", "e", "f", "g", "h", "i"].join(", ");
-    let shape = vec!["2"; 9].join(", ");
+    let shape = ["2"; 9].join(", ");
     let json = format!(
         r#"{{"name": "nine", "params": {{"N": null}},
             "inputs": {{"X": {{"dtype": "f32", "shape": [{shape}]}}, "V": {{"dtype": "f32", "shape": ["N"]}}}},

@@ -558,7 +558,7 @@ fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
 /// zeros (and the f64 reference would agree).
 ///
 /// It applies to the user's program, whose statement list is its program
-/// order (with loop blocks, the nested order of [`program_order`], instance
+/// order (with loop blocks, the nested order of [`order::program_order`], instance
 /// by instance); a repaired program's order is its own schedule tree, and the
 /// repair is proven against the dependences instead.
 pub fn check_reads_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
@@ -610,85 +610,16 @@ pub fn check_reads_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<
     Ok(())
 }
 
-/// The child positions of each statement in the program-order tree
-/// (`schedule::canonical`): at depth 0 its top-level entry (a loop block is
-/// one entry), then inside each of its blocks its entry in the block, the
-/// last being the statement's own. `stmts[k]` gets `positions[k]`, with
-/// `blocks.len() + 1` entries.
-pub fn order_positions(stmts: &[&ModelStmt]) -> Vec<Vec<usize>> {
-    fn walk(stmts: &[&ModelStmt], depth: usize, prefix: &[usize], out: &mut Vec<Vec<usize>>) {
-        let mut k = 0;
-        let mut child = 0;
-        while k < stmts.len() {
-            let mut here = prefix.to_vec();
-            here.push(child);
-            match stmts[k].blocks.get(depth) {
-                Some(b) => {
-                    let run = stmts[k..]
-                        .iter()
-                        .take_while(|t| t.blocks.get(depth).is_some_and(|c| c.id == b.id))
-                        .count();
-                    walk(&stmts[k..k + run], depth + 1, &here, out);
-                    k += run;
-                }
-                None => {
-                    out.push(here);
-                    k += 1;
-                }
-            }
-            child += 1;
-        }
-    }
-    let mut out = Vec::new();
-    walk(stmts, 0, &[], &mut out);
-    out
-}
-
-/// The program order `θ` as one relation into a common space: a statement
-/// inside blocks `b_1 .. b_d` maps to `[c_0, b_1, c_1, .., b_d, c_d, its
-/// other iterators, 0 ..]`, the `c` being its child positions
-/// ([`order_positions`]), padded with zeros to a common length.
-pub fn program_order(isl: &Isl, scop: &Scop) -> Result<UnionMap> {
-    let stmts: Vec<&ModelStmt> = scop.statements.iter().collect();
-    let positions = order_positions(&stmts);
-    let rows: Vec<Vec<String>> = stmts
-        .iter()
-        .zip(&positions)
-        .map(|(s, pos)| {
-            let d = s.blocks.len();
-            let mut v = Vec::new();
-            for (level, c) in pos.iter().enumerate() {
-                v.push(c.to_string());
-                if level < d {
-                    v.push(s.iterators[level].clone());
-                }
-            }
-            v.extend(s.iterators[d..].iter().cloned());
-            v
-        })
-        .collect();
-    let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let mut u = UnionMap::empty(scop.context.get_space()?)?;
-    for (s, mut row) in stmts.iter().zip(rows) {
-        row.resize(len, "0".into());
-        let m = isl.map(&format!(
-            "{}{{ {}[{}] -> [{}] }}",
-            scop.param_prefix,
-            s.name,
-            s.iterators.join(", "),
-            row.join(", ")
-        ))?;
-        u = u.union(UnionMap::from_map(m.intersect_domain(s.domain.copy()?)?)?)?;
-    }
-    Ok(u)
-}
-
 /// [`check_reads_written`] for a program with loop blocks, instance by
 /// instance: every element a statement instance `r` reads was written by
 /// an instance `w` before it in program order (`θ(w) ≺ θ(r)`): within a
 /// block, by earlier iterations or earlier statements of the same one.
 fn check_reads_written_in_order(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
-    let theta = program_order(isl, scop)?;
+    // θ: the program order's schedule as one relation into a common
+    // (padded) space, each statement restricted to its domain.
+    let theta = order::program_order(isl, scop)?
+        .get_map()?
+        .intersect_domain(scop.domain()?)?;
     let writes = scop.writes()?;
     for s in &scop.statements {
         let st = &program.statements[s.source];
