@@ -138,12 +138,10 @@ fn list_points(mut set: UnionSet, dims: usize, max: usize) -> Result<Option<Vec<
             return Ok(None);
         }
         let p = set.copy()?.lexmin()?.sample_point()?;
-        let coords = (0..dims)
-            .map(|k| {
-                let v = p.get_coordinate_val(isl_rs::DimType::Set, k as i32)?;
-                crate::isl::val_to_i64(&v).map(|v| v.to_string())
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let coords: Vec<String> = crate::isl::coordinates(&p, dims as u32)?
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
         out.push(format!("[{}]", coords.join(", ")));
         set = set.subtract(UnionSet::from_point(p)?)?;
     }

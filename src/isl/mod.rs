@@ -81,6 +81,14 @@ fn parse_error(what: &str, text: &str, e: isl_rs::LibISLError) -> Error {
     Error::Internal(format!("isl could not read {what} `{text}`: {e:?}"))
 }
 
+/// The first `dims` coordinates of an integer point (a sampled element,
+/// a distance), as integers.
+pub fn coordinates(p: &isl_rs::Point, dims: u32) -> Result<Vec<i64>> {
+    (0..dims as i32)
+        .map(|d| val_to_i64(&p.get_coordinate_val(DimType::Set, d)?))
+        .collect()
+}
+
 /// Value of an integer isl value; isl values here are sizes and bounds that
 /// fit in an i64.
 pub fn val_to_i64(v: &Val) -> Result<i64> {

@@ -584,12 +584,10 @@ pub fn check_reads_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<
             .intersect_params(scop.context.copy()?)?;
             if !unwritten.is_empty()? {
                 let p = unwritten.sample_point()?;
-                let element = (0..r.dim(isl_rs::DimType::Out)?)
-                    .map(|d| {
-                        let v = p.get_coordinate_val(isl_rs::DimType::Set, d)?;
-                        crate::isl::val_to_i64(&v).map(|v| v.to_string())
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let element = crate::isl::coordinates(&p, r.dim(isl_rs::DimType::Out)? as u32)?
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>();
                 return Err(Error::Statement {
                     file: program.source.clone(),
                     position: st.position + 1,
@@ -649,12 +647,10 @@ fn check_reads_written_in_order(isl: &Isl, program: &Program, scop: &Scop) -> Re
             }
             let elements = unwritten.range()?;
             let p = elements.sample_point()?;
-            let element = (0..r.dim(isl_rs::DimType::Out)?)
-                .map(|d| {
-                    let v = p.get_coordinate_val(isl_rs::DimType::Set, d)?;
-                    crate::isl::val_to_i64(&v).map(|v| v.to_string())
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let element = crate::isl::coordinates(&p, r.dim(isl_rs::DimType::Out)? as u32)?
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>();
             return Err(Error::Statement {
                 file: program.source.clone(),
                 position: st.position + 1,
