@@ -53,12 +53,21 @@
 //! marks; the rows on y and z) are proven with the lanes abstracted: a
 //! row's lanes count as one thread, whose loops `mapping::check_parallel`
 //! has shown to carry no dependence but the reduction chains that the
-//! lanes' combination reassembles. Kernels printed whole from a template
-//! (tensor-core contractions, attention on tensor cores) have their own
-//! synchronisation, which this statement-level view does not see; they
-//! are left to the legality checks of their recognisers.
+//! lanes' combination reassembles.
+//!
+//! The memories the statements do not name are proven too: the shared
+//! copies of promoted tensors ([`shared`]: no copy overwrites a tile
+//! another step still reads), a register tile ([`registers`]: one element,
+//! one thread of one block), and kernels printed whole from a template
+//! (tensor-core contractions, attention on tensor cores; [`template`]):
+//! their own synchronisation inside a block is the template's, and what
+//! is proven is that no two of their blocks conflict.
 
 use isl_rs::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
+
+mod registers;
+mod shared;
+mod template;
 
 use super::mapping::{parse_mapping_mark, project_members, KernelPlan};
 use crate::error::{Error, Result};
@@ -68,13 +77,22 @@ use crate::model::Scop;
 
 /// Where in the walk a node sits.
 #[derive(Clone, Copy)]
-struct Place {
+pub(super) struct Place {
     /// Below a thread-mapped member.
     in_thread: bool,
     /// The next band runs without a barrier after each iteration.
     nosync: bool,
     /// The mapping the next band's (single) member has, from its mark.
     mapped: Option<Mapped>,
+}
+
+impl Place {
+    /// Right below a kernel's mark.
+    const START: Place = Place {
+        in_thread: false,
+        nosync: false,
+        mapped: None,
+    };
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -86,7 +104,7 @@ enum Mapped {
 }
 
 /// What the walk of one kernel needs.
-struct Kernel<'a> {
+pub(super) struct Kernel<'a> {
     /// Pairs of instances on one thread.
     same_thread: UnionMap,
     /// Pairs of steps of one reduction, which a `reduce_x` loop combines.
@@ -96,6 +114,20 @@ struct Kernel<'a> {
     has_threads: bool,
     mark: &'a str,
     file: &'a str,
+    /// The memory the conflicts are on.
+    memory: Memory<'a>,
+}
+
+/// The memory a walk's conflicts are on.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Memory<'a> {
+    /// Global memory: every block sees every element.
+    Global,
+    /// A block's shared copy of a tensor (`shared::prove_copies`): each
+    /// block has its own, so pairs on different blocks never conflict;
+    /// the copy is made by all threads of the block together, so no pair
+    /// is on one thread.
+    SharedCopy(&'a str),
 }
 
 /// Proves every kernel of `schedule` (mapped, with the kernel plans
@@ -112,41 +144,47 @@ pub fn prove(
     find_kernels(schedule.get_root()?, &mut kernels)?;
     for node in kernels {
         let mark = node.mark_get_id()?.get_name()?.to_string();
-        let template = plans
-            .iter()
-            .find(|p| p.mark == mark)
-            .is_some_and(|p| p.contraction.is_some() || p.attention.is_some());
-        if template {
+        let plan = plans.iter().find(|p| p.mark == mark);
+        if let Some(p) = plan.filter(|p| p.contraction.is_some() || p.attention.is_some()) {
+            template::prove_blocks(program, scop, &node, p)?;
             continue;
         }
         // Register tiles in groups give a thread its values in groups
         // (`registers::RegisterTile::group`), not one value in `count`.
-        let grouped = plans
-            .iter()
-            .find(|p| p.mark == mark)
+        let grouped = plan
             .and_then(|p| p.registers.as_ref())
             .is_some_and(|r| r.vector > 1);
-        if let Some(plan) = plans.iter().find(|p| p.mark == mark) {
+        // Blocks of one thread: every instance of a block runs on it.
+        let single_thread = plan.is_some_and(|p| p.block == [1, 1, 1]);
+        let threads = Threads {
+            grouped,
+            single_thread,
+        };
+        if let Some(plan) = plan {
             for region in &plan.private {
                 prove_private_reads(program, scop, &node, region)?;
             }
         }
-        // Blocks of one thread: every instance of a block runs on it.
-        let single_thread = plans
-            .iter()
-            .find(|p| p.mark == mark)
-            .is_some_and(|p| p.block == [1, 1, 1]);
-        prove_kernel(
-            program,
-            scop,
-            node,
-            &mark,
-            &reorderable,
-            grouped,
-            single_thread,
-        )?;
+        prove_kernel(program, scop, node.copy()?, &mark, &reorderable, threads)?;
+        if let Some(plan) = plan {
+            if let Some(scope) = &plan.scope {
+                shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
+            }
+            if let Some(tile) = &plan.registers {
+                registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
+            }
+        }
     }
     Ok(())
+}
+
+/// How the threads of a kernel run its instances, beyond its tree.
+#[derive(Clone, Copy)]
+pub(super) struct Threads {
+    /// Register tiles in groups (see [`thread_identity`]).
+    grouped: bool,
+    /// Blocks of one thread.
+    single_thread: bool,
 }
 
 /// The `kernel_K` marks of the tree.
@@ -169,48 +207,102 @@ fn prove_kernel(
     kernel: ScheduleNode,
     mark: &str,
     reorderable: &UnionMap,
-    grouped: bool,
-    single_thread: bool,
+    threads: Threads,
 ) -> Result<()> {
-    let domain = kernel.get_domain()?;
-    let writes = scop.writes()?.intersect_domain(domain.copy()?)?;
-    let reads = scop.reads()?.intersect_domain(domain.copy()?)?;
-    let touch = |a: &UnionMap, b: &UnionMap| -> Result<UnionMap> {
-        Ok(a.copy()?.apply_range(b.copy()?.reverse()?)?)
-    };
-    let conflicts = touch(&writes, &writes)?
-        .union(touch(&writes, &reads)?)?
-        .union(touch(&reads, &writes)?)?
-        .subtract(domain.copy()?.identity()?)?;
+    let conflicts = conflicts(scop, &kernel.get_domain()?)?;
     if conflicts.is_empty()? {
         return Ok(());
     }
-    let (identity, has_threads, unknown) = thread_identity(&kernel, &domain, grouped)?;
-    let all = domain.copy()?.universe()?;
-    let either_unknown = UnionMap::from_domain_and_range(unknown.copy()?, all.copy()?)?
-        .union(UnionMap::from_domain_and_range(all, unknown)?)?;
-    let same_thread = if single_thread {
-        let all = domain.copy()?.universe()?;
-        UnionMap::from_domain_and_range(all.copy()?, all)?
-    } else {
-        identity
-            .copy()?
-            .apply_range(identity.reverse()?)?
-            .subtract(either_unknown)?
-    };
+    let (same_thread, has_threads) = same_thread(&kernel, threads, false)?;
     let k = Kernel {
         same_thread,
         reorderable,
         has_threads,
         mark,
         file: &program.source,
+        memory: Memory::Global,
     };
-    let start = Place {
-        in_thread: false,
-        nosync: false,
-        mapped: None,
+    walk(&k, kernel.get_child(0)?, conflicts, Place::START)
+}
+
+/// The conflicts among the instances `domain`: the pairs of distinct
+/// instances that touch one element, one of them writing (`C` above).
+pub(super) fn conflicts(scop: &Scop, domain: &UnionSet) -> Result<UnionMap> {
+    let writes = scop.writes()?.intersect_domain(domain.copy()?)?;
+    let reads = scop.reads()?.intersect_domain(domain.copy()?)?;
+    let touch = |a: &UnionMap, b: &UnionMap| -> Result<UnionMap> {
+        Ok(a.copy()?.apply_range(b.copy()?.reverse()?)?)
     };
-    walk(&k, kernel.get_child(0)?, conflicts, start)
+    Ok(touch(&writes, &writes)?
+        .union(touch(&writes, &reads)?)?
+        .union(touch(&reads, &writes)?)?
+        .subtract(domain.copy()?.identity()?)?)
+}
+
+/// The pairs of instances of `kernel` that run on one thread, and whether
+/// the kernel has thread loops at all. An instance that isl may print
+/// without its thread loop counts as on a thread of its own
+/// ([`loopless_nonzero`]), unless `by_owner`: inside a register region
+/// the printer runs such an instance on the thread that owns its element
+/// (`RegisterTile::owned_axes`), which its thread values name.
+pub(super) fn same_thread(
+    kernel: &ScheduleNode,
+    threads: Threads,
+    by_owner: bool,
+) -> Result<(UnionMap, bool)> {
+    let domain = kernel.get_domain()?;
+    let (identity, has_threads, unknown) = thread_identity(kernel, &domain, threads.grouped)?;
+    let all = domain.copy()?.universe()?;
+    if threads.single_thread {
+        return Ok((
+            UnionMap::from_domain_and_range(all.copy()?, all)?,
+            has_threads,
+        ));
+    }
+    let same = identity.copy()?.apply_range(identity.reverse()?)?;
+    if by_owner {
+        return Ok((same, has_threads));
+    }
+    let either_unknown = UnionMap::from_domain_and_range(unknown.copy()?, all.copy()?)?
+        .union(UnionMap::from_domain_and_range(all, unknown)?)?;
+    Ok((same.subtract(either_unknown)?, has_threads))
+}
+
+/// The pairs of instances of `kernel` that run on one block: equal values
+/// of every block-mapped member (an instance outside the loops of an axis
+/// counts as at value 0 there, as the printer runs it).
+pub(super) fn same_block(kernel: &ScheduleNode) -> Result<UnionMap> {
+    let domain = kernel.get_domain()?;
+    let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
+    collect_block_values(kernel.copy()?, &mut per_axis)?;
+    let identity = axes_identity(&domain, per_axis)?;
+    Ok(identity.copy()?.apply_range(identity.reverse()?)?)
+}
+
+/// Adds, for every `block_A_D` mark below `node`, the value of the member
+/// below it for each instance it runs to `per_axis[A]`.
+fn collect_block_values(node: ScheduleNode, per_axis: &mut [Option<UnionMap>]) -> Result<()> {
+    if node.get_type()? == ScheduleNodeType::Mark {
+        let name = node.mark_get_id()?.get_name()?.to_string();
+        if let Some((false, axis, _)) = parse_mapping_mark(&name) {
+            let band = node.get_child(0)?;
+            let tag = UnionMap::read_from_str(&node.get_ctx(), "{ [v] -> [1, v] }")?;
+            let values = band
+                .band_get_partial_schedule_union_map()?
+                .intersect_domain(band.get_domain()?)?
+                .apply_range(tag)?;
+            let a = (axis as u8).saturating_sub(b'x') as usize;
+            let slot = &mut per_axis[a.min(2)];
+            *slot = Some(match slot.take() {
+                None => values,
+                Some(v) => v.union(values)?,
+            });
+        }
+    }
+    for i in 0..node.n_children()? {
+        collect_block_values(node.get_child(i)?, per_axis)?;
+    }
+    Ok(())
 }
 
 /// Each instance of the kernel's `domain` mapped to its thread identity
@@ -231,6 +323,13 @@ fn thread_identity(
     let form = Distribution { grouped };
     collect_thread_values(kernel.copy()?, &mut per_axis, &mut unknown, form, false)?;
     let has_threads = per_axis.iter().any(Option::is_some);
+    let identity = axes_identity(domain, per_axis)?;
+    Ok((identity, has_threads, unknown))
+}
+
+/// Each instance of `domain` mapped to its values `[f_x, v_x, f_y, v_y,
+/// f_z, v_z]` along the three axes (`[0, 0]` on an axis with no value).
+fn axes_identity(domain: &UnionSet, per_axis: Vec<Option<UnionMap>>) -> Result<UnionMap> {
     let none = UnionSet::read_from_str(&domain.get_ctx(), "{ [0, 0] }")?;
     let mut identity: Option<UnionMap> = None;
     for values in per_axis {
@@ -249,8 +348,7 @@ fn thread_identity(
             Some(i) => i.range_product(axis)?,
         });
     }
-    let identity = identity.ok_or_else(|| Error::Internal("no thread axes".into()))?;
-    Ok((identity, has_threads, unknown))
+    identity.ok_or_else(|| Error::Internal("no thread axes".into()))
 }
 
 /// Adds, for every `thread_A_D` mark below `node`, the tagged value `[f,
@@ -349,7 +447,7 @@ fn loopless_nonzero(band: &ScheduleNode) -> Result<UnionSet> {
 
 /// Decides the pairs of `pending` (both instances below `node`, not yet
 /// separated) that `node` and the nodes below it separate.
-fn walk(k: &Kernel, node: ScheduleNode, pending: UnionMap, place: Place) -> Result<()> {
+pub(super) fn walk(k: &Kernel, node: ScheduleNode, pending: UnionMap, place: Place) -> Result<()> {
     if pending.is_empty()? {
         return Ok(());
     }
@@ -438,6 +536,9 @@ fn decide(k: &Kernel, separated: UnionMap, place: Place, by: Separator) -> Resul
         // Different blocks never synchronise (and the thread identity
         // says nothing across blocks).
         (Separator::Member, Some(Mapped::Block)) => {
+            if k.memory != Memory::Global {
+                return Ok(());
+            }
             return report(k, separated, "run on different blocks");
         }
         // Different threads, nothing between them.
@@ -467,12 +568,19 @@ fn report(k: &Kernel, racing: UnionMap, what: &str) -> Result<()> {
         return Ok(());
     }
     let example = isl_rs::Map::from_basic_map(racing.sample()?)?.text();
-    Err(Error::Race {
-        file: k.file.to_string(),
-        message: format!(
+    let message = match k.memory {
+        Memory::Global => format!(
             "{}: the GPU mapping races: two instances that touch one element (one of them a write) {what}: {example}",
             k.mark
         ),
+        Memory::SharedCopy(tensor) => format!(
+            "{}: the GPU mapping races on the shared copy of {tensor}: the copy made for one of two instances overwrites the one the other reads, and they {what}: {example}",
+            k.mark
+        ),
+    };
+    Err(Error::Race {
+        file: k.file.to_string(),
+        message,
     })
 }
 
@@ -560,7 +668,11 @@ pub fn prove_private_reads(
 }
 
 /// The reads and writes of `tensor` by the instances in `domain`.
-fn accesses_of(scop: &Scop, tensor: &str, domain: &UnionSet) -> Result<(UnionMap, UnionMap)> {
+pub(super) fn accesses_of(
+    scop: &Scop,
+    tensor: &str,
+    domain: &UnionSet,
+) -> Result<(UnionMap, UnionMap)> {
     let space = scop.context.get_space()?;
     let (mut reads, mut writes) = (UnionMap::empty(space.copy()?)?, UnionMap::empty(space)?);
     for s in &scop.statements {
@@ -580,7 +692,11 @@ fn accesses_of(scop: &Scop, tensor: &str, domain: &UnionSet) -> Result<(UnionMap
 }
 
 /// The mark nodes named `name` below `node`.
-fn find_marks(node: ScheduleNode, name: &str, out: &mut Vec<ScheduleNode>) -> Result<()> {
+pub(super) fn find_marks(
+    node: ScheduleNode,
+    name: &str,
+    out: &mut Vec<ScheduleNode>,
+) -> Result<()> {
     if node.get_type()? == ScheduleNodeType::Mark && node.mark_get_id()?.get_name()? == name {
         out.push(node.copy()?);
     }
