@@ -175,12 +175,17 @@ declare -A CHECK_AT=(
     [attention_global_b4h16s4096d64]="B=1 H=2 S=1031"
     [attention_causal_b4h16s4096d64]="B=1 H=2 S=1031"
     [attention_decode_causal_b1h32kv32768d128]="H=4 KV=8191"
+    [attention_global_f16w_b4h16s4096d64]="B=1 H=2 S=1031"
+    [attention_causal_f16w_b4h16s4096d64]="B=1 H=2 S=1031"
+    [attention_decode_causal_f16w_b1h32kv32768d128]="H=4 KV=8191"
 )
 # Timed runs per benchmark program (default 30).
 declare -A BENCH_RUNS=(
     [gemm_4096]=20
     [attention_global_b4h16s4096d64]=10
     [attention_causal_b4h16s4096d64]=10
+    [attention_global_f16w_b4h16s4096d64]=10
+    [attention_causal_f16w_b4h16s4096d64]=10
 )
 
 # to_args "M=1 N=2" sets args=(--param M=1 --param N=2)

@@ -70,6 +70,11 @@ static void pf_split2(float a, float b, uint32_t *hi, uint32_t *lo, int bf16) {
   *hi = (uint32_t)ha | ((uint32_t)hb << 16);
   *lo = (uint32_t)la | ((uint32_t)lb << 16);
 }
+/* A pair of weights rounded once (weights declared f16 or bf16). */
+static void pf_round2(float a, float b, uint32_t *hi, int bf16) {
+  uint16_t ha = bf16 ? pf_f2b(a) : pf_f2h(a), hb = bf16 ? pf_f2b(b) : pf_f2h(b);
+  *hi = (uint32_t)ha | ((uint32_t)hb << 16);
+}
 /* wgmma.m64nNk16 with A in registers: thread 32 w + l holds A's rows
    16 w + l / 4 (+ 8) at columns 2 (l % 4) (+ 1) and 8 on, as the A
    fragment of mma.m16n8k16 (register 0: row g, 1: row g + 8, 2 and 3:
@@ -114,6 +119,17 @@ static void pf_emu_quad(float *v, long stride, int n, int threads, int op) {
     }
 }
 "#;
+
+/// The weight fragments of contraction `x` that multiply the values: the
+/// rounded weights, and their rounded remainders unless the program
+/// declares the weights in the operand type (`RowContraction::rounded_once`).
+fn weight_parts(x: &RowContraction) -> &'static [&'static str] {
+    if x.rounded_once {
+        &["pa"]
+    } else {
+        &["pa", "pl"]
+    }
+}
 
 /// CUDA helpers: a pair of weights split into the rounded pair and the
 /// rounded remainders, each as one packed A-fragment register (one
@@ -763,7 +779,7 @@ impl Emit<'_> {
                      for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{",
                     a.warps() / 4
                 );
-                for part in ["pa", "pl"] {
+                for part in weight_parts(x) {
                     let _ = writeln!(
                         self.out,
                         "pf_emu_wgmma_ra(&pf_o{k}[pf_wg * 128][0], {lo}, &pf_{part}{k}[pf_wg * 128][pf_kc * 4], {frags}, \
@@ -783,9 +799,14 @@ impl Emit<'_> {
                  for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{\n\
                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_dv0, pf_shared_bytes(&pf_vcur{k}[pf_kc * 1024]));\n\
                  pf_fa_wgmma_rs_n{n}(pf_o{k}, &pf_pa{k}[pf_kc * 4], pf_db);\n\
-                 pf_fa_wgmma_rs_n{n}(pf_o{k}, &pf_pl{k}[pf_kc * 4], pf_db);\n\
+                 {remainder}\
                  }}",
-                n = x.width
+                n = x.width,
+                remainder = if x.rounded_once {
+                    String::new()
+                } else {
+                    format!("pf_fa_wgmma_rs_n{}(pf_o{k}, &pf_pl{k}[pf_kc * 4], pf_db);\n", x.width)
+                }
             );
         }
         self.line("pf_wgmma_commit();\npf_wgmma_wait0();");
@@ -858,7 +879,9 @@ impl Emit<'_> {
             vars.push((format!("pf_o{k}"), "float", WARP_TILES * c.width / 8 * 4));
             vars.push((format!("pf_cf{k}"), "float", SLOTS));
             vars.push((format!("pf_pa{k}"), "uint32_t", frags));
-            vars.push((format!("pf_pl{k}"), "uint32_t", frags));
+            if !c.rounded_once {
+                vars.push((format!("pf_pl{k}"), "uint32_t", frags));
+            }
         }
         if a.wgmma() && !self.emu {
             // The operand descriptors' fields other than the start
@@ -1217,8 +1240,9 @@ impl Emit<'_> {
             );
             // The rounded weights, then their rounded remainders (without
             // them, H100: global prefill 1519 against 1947 us, and the
-            // check's element error 2e-2, over f16's bound).
-            for part in ["pa", "pl"] {
+            // check's element error 2e-2, over f16's bound) unless the
+            // program declares the weights f16 or bf16.
+            for part in weight_parts(x) {
                 for half in 0..2 {
                     w.push_str(&self.mma(
                         (
@@ -1478,12 +1502,20 @@ impl Emit<'_> {
             } else {
                 String::new()
             };
-            let _ = writeln!(
-                c,
-                "pf_split2(pf_w0[{k}], pf_w1[{k}], &{}, &{}{bf16});",
-                self.at(&format!("pf_pa{k}"), idx),
-                self.at(&format!("pf_pl{k}"), idx)
-            );
+            if a.contractions[k].rounded_once {
+                let _ = writeln!(
+                    c,
+                    "pf_round2(pf_w0[{k}], pf_w1[{k}], &{}{bf16});",
+                    self.at(&format!("pf_pa{k}"), idx),
+                );
+            } else {
+                let _ = writeln!(
+                    c,
+                    "pf_split2(pf_w0[{k}], pf_w1[{k}], &{}, &{}{bf16});",
+                    self.at(&format!("pf_pa{k}"), idx),
+                    self.at(&format!("pf_pl{k}"), idx)
+                );
+            }
         }
         c.push_str("}\n");
         self.threads(&c);

@@ -151,6 +151,14 @@ pub struct RowContraction {
     /// operand type).
     pub weight: Expr,
     pub value: TileOperand,
+    /// The program declares the weights in the operand type (a temp of
+    /// that dtype, or a cast to it): each weight is rounded once into the
+    /// value product, as the program says (FlashAttention's numerics). A
+    /// weight declared wider is the sum of its rounding and its rounded
+    /// remainder, two products on the tensor cores, so that it keeps the
+    /// precision the program declares (spec, "Numerics": a value may be
+    /// kept wider than declared, never narrower).
+    pub rounded_once: bool,
 }
 
 /// A recognised attention kernel.
@@ -396,6 +404,18 @@ pub(super) fn uncast(e: &Expr) -> &Expr {
     }
 }
 
+/// Whether the weight `w` is declared in `dtype`: a cast to it, or a read
+/// of a tensor of that dtype, under any casts that widen it again (`f32(E)`
+/// of an f16 `E` is still a value of f16's precision).
+pub(super) fn declared_in(program: &Program, w: &Expr, dtype: DType) -> bool {
+    match &w.kind {
+        ExprKind::Cast(t, _) if *t == dtype => true,
+        ExprKind::Cast(DType::F32 | DType::F64, inner) => declared_in(program, inner, dtype),
+        ExprKind::Access { tensor, .. } => program.tensor(tensor).is_some_and(|t| t.dtype == dtype),
+        _ => false,
+    }
+}
+
 fn mentions_index(e: &Expr, name: &str) -> bool {
     match &e.kind {
         ExprKind::Index(n) => n == name,
@@ -628,6 +648,7 @@ impl Roles<'_> {
         let column = lhs[rows].clone();
         let (weight, value) = self.value_product(&term, &column)?;
         let width = self.column_width(&t.tensor, rows)?;
+        let rounded_once = declared_in(self.program, &weight, self.dtype);
         let form = TargetForm::Contraction(RowContraction {
             tensor: t.tensor.clone(),
             column,
@@ -637,6 +658,7 @@ impl Roles<'_> {
             repair_self: access_text(&t.tensor, &var_list(lhs)),
             weight,
             value,
+            rounded_once,
         });
         Some((form, u, n))
     }

@@ -313,6 +313,7 @@ pub fn recognise(
                 init: number(0.0),
                 repair: g.rhs.clone(),
                 repair_self: access_text(local, &lsubs),
+                rounded_once: super::attention::declared_in(program, &weight, roles.dtype),
                 weight,
                 value,
             });
