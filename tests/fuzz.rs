@@ -377,6 +377,12 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         "ok",
         None,
     ),
+    (
+        "register_tile_in_blocks_without_its_tensor.json",
+        &["--target", "emulate", "--check", "--strategy", "isl"],
+        "ok",
+        None,
+    ),
 ];
 
 #[test]

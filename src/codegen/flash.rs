@@ -152,11 +152,17 @@ pub fn gpu_helpers(a: &Attention) -> String {
          \x20 float2 f = {unpack}(h);\n\
          \x20 {t2} l = {pack}(a - f.x, b - f.y);\n\
          \x20 *hi = *(unsigned *)&h; *lo = *(unsigned *)&l;\n\
-         }}\n\
-         static __device__ __forceinline__ void pf_round2(float a, float b, unsigned *hi) {{\n\
-         \x20 {t2} h = {pack}(a, b);\n\
-         \x20 *hi = *(unsigned *)&h;\n\
-         }}\n{}",
+         }}\n{}{}",
+        if a.contractions.iter().any(|c| c.rounded_once) {
+            format!(
+                "static __device__ __forceinline__ void pf_round2(float a, float b, unsigned *hi) {{\n\
+                 \x20 {t2} h = {pack}(a, b);\n\
+                 \x20 *hi = *(unsigned *)&h;\n\
+                 }}\n"
+            )
+        } else {
+            String::new()
+        },
         if a.wgmma() {
             wgmma_helpers(a)
         } else {

@@ -194,7 +194,8 @@ pub fn candidate(
             .map(|j| format!("pf_b{j}"))
             .chain((0..nt).map(|j| format!("pf_t{j}")))
             .collect();
-        let guard = domain_guard(isl, scop, map.copy()?.domain()?, &names, nb, tiles)?;
+        let running = isl_rs::Set::from_union_set(mapped.copy()?.range()?)?;
+        let guard = domain_guard(isl, scop, map.copy()?.domain()?, running, &names, nb, tiles)?;
         let pma = PwMultiAff::from_map(map)?;
         let mut element = Vec::new();
         for d in 0..tensor.shape.len() {
@@ -226,26 +227,35 @@ pub fn candidate(
 /// The condition, in `names` (`pf_b<j>` for the first `nb` dimensions of
 /// `domain`, `pf_t<j>` for the rest), for `(b, t) ∈ domain`, simplified
 /// under what the printed loops already know: the block values `b` range
-/// over the projection of `domain`, each `t_j` lies in its tile
-/// `0 <= t_j < tiles[j]` and the parameters satisfy the context. `None`
-/// when that leaves nothing to test.
+/// over the block values of every instance of the band (`running`, the
+/// points `(b, t)` of all its statements, the tensor's or not: the printed
+/// block loops run over all of them, and the region with them), each `t_j`
+/// lies in its tile `0 <= t_j < tiles[j]` and the parameters satisfy the
+/// context. `None` when that leaves nothing to test.
 ///
-/// `gist(domain, π_b(domain) × box(tiles) ∩ context)` keeps the constraints
+/// `gist(domain, π_b(running) × box(tiles) ∩ context)` keeps the constraints
 /// that tie `t` to `b` or fix `t` (`t_0 = 0` where a member has one value),
 /// and bounds of `b + t` by the tensor's extents, which the printed copy
-/// tests again; only the first kind changes which slots are copied.
+/// tests again; only the first kind changes which slots are copied. Where
+/// other statements of the band run in blocks that touch no element of the
+/// tensor, it also keeps the test of the tensor's blocks: the fuzzer found
+/// a fused kernel whose statements on `Y1` ran in one block along `z` of
+/// five, while the gist against the tensor's own blocks dropped `b_0 = 4`,
+/// so every block started its registers at the identity and stored them
+/// (a race between blocks, and zeros over the result).
 fn domain_guard(
     isl: &Isl,
     scop: &Scop,
     domain: isl_rs::Set,
+    running: isl_rs::Set,
     names: &[String],
     nb: usize,
     tiles: &[i64],
 ) -> Result<Option<Expr>> {
     let nt = names.len() - nb;
     let domain = domain.intersect_params(scop.context.copy()?)?;
-    let mut known = domain
-        .copy()?
+    let mut known = running
+        .intersect_params(scop.context.copy()?)?
         .project_out(isl_rs::DimType::Set, nb as u32, nt as u32)?
         .insert_dims(isl_rs::DimType::Set, nb as u32, nt as u32)?
         .intersect_params(scop.context.copy()?)?;
