@@ -281,6 +281,7 @@ fn cuda_json(c: &CudaProgram) -> Value {
             "dynamic_shared": k.dynamic_shared,
             "dependent": k.dependent,
             "static_shared": k.static_shared,
+            "globals": k.globals,
         })).collect::<Vec<_>>(),
         "args": c.args.iter().map(|a| match a {
             KernelArg::Tensor { name, dtype, shape } =>
@@ -291,6 +292,13 @@ fn cuda_json(c: &CudaProgram) -> Value {
 }
 
 fn cuda_from(v: &Value) -> Result<CudaProgram> {
+    // Entries written before kernels listed the tensors they touch count
+    // every tensor (see `Kernel::globals`).
+    let every_tensor: Vec<String> = arr(&v["args"])?
+        .iter()
+        .filter_map(|a| a.get("tensor").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
     let kernels = arr(&v["kernels"])?
         .iter()
         .map(|k| {
@@ -309,6 +317,10 @@ fn cuda_from(v: &Value) -> Result<CudaProgram> {
                 dynamic_shared: int(&k["dynamic_shared"])? as usize,
                 static_shared: int(&k["static_shared"])? as usize,
                 dependent: k["dependent"].as_bool().unwrap_or(false),
+                globals: match k.get("globals") {
+                    Some(g) => arr(g)?.iter().map(string).collect::<Result<_>>()?,
+                    None => every_tensor.clone(),
+                },
             })
         })
         .collect::<Result<_>>()?;
