@@ -134,6 +134,10 @@ pub(crate) struct ContextState {
     /// The GPU architecture launches compile for (`pf_context_set_arch`);
     /// None: `POLYFUSE_CUDA_ARCH`, else the device's choice.
     arch: Option<String>,
+    /// The device the result is meant for (`pf_context_set_device`), whose
+    /// architecture keys the tuning cache; None: the device of the
+    /// thread's current context, else device 0.
+    device: Option<i32>,
 }
 
 /// The state behind a `pf_result`.
@@ -154,9 +158,23 @@ pub(crate) struct ResultState {
     /// Each argument's name as a C string, for `pf_tensor_info::name`
     /// (valid while the result lives).
     arg_names: Vec<std::ffi::CString>,
+    /// Per kernel, the argument indices of the tensors its code reads or
+    /// writes in global memory (`gpu::Kernel::globals`): a null pointer
+    /// for one of them is refused at launch.
+    kernel_globals: Vec<Vec<usize>>,
+    /// Per argument, whether it is a tensor some kernel touches in global
+    /// memory (every tensor of a cpu result: its C function touches all).
+    /// A temp that is not needs no memory and takes no workspace.
+    in_memory: Vec<bool>,
 }
 
+/// Alignment of each temp in the workspace, and of a caller's workspace:
+/// `cuMemAlloc`'s, so a temp is aligned as if allocated on its own (the
+/// kernels load some tensors 16 bytes at a time).
+pub const PF_WORKSPACE_ALIGN: usize = 256;
+
 /// A failed call: its status and message.
+#[derive(Debug)]
 pub(crate) struct Failure {
     status: pf_status,
     message: String,
@@ -169,7 +187,7 @@ impl Failure {
             message: message.into(),
         }
     }
-    fn argument(message: impl Into<String>) -> Failure {
+    pub(crate) fn argument(message: impl Into<String>) -> Failure {
         Failure::new(PF_ERR_INVALID_ARGUMENT, message)
     }
     fn input(message: impl Into<String>) -> Failure {
@@ -435,6 +453,71 @@ impl ResultState {
         Ok(role_code(t.role))
     }
 
+    /// Where each temp that reaches memory lies in the workspace (a byte
+    /// offset per argument index; `None` for inputs, outputs, parameters
+    /// and temps no kernel touches), and the workspace's size: those
+    /// temps in argument order, each at a multiple of [`PF_WORKSPACE_ALIGN`].
+    fn workspace_layout(&self, map: &HashMap<String, i64>) -> Outcome<(Vec<Option<usize>>, usize)> {
+        let mut offsets = vec![None; self.args.len()];
+        let mut total = 0usize;
+        for (i, place) in offsets.iter_mut().enumerate() {
+            if !self.in_memory[i] || self.role(i).ok() != Some(PF_ROLE_TEMP) {
+                continue;
+            }
+            let overflow = || Failure::input("the workspace's size overflows");
+            let start = total
+                .checked_next_multiple_of(PF_WORKSPACE_ALIGN)
+                .ok_or_else(overflow)?;
+            *place = Some(start);
+            total = start
+                .checked_add(self.bytes(i, map)?)
+                .ok_or_else(overflow)?;
+        }
+        Ok((offsets, total))
+    }
+
+    /// Kernel `k`'s arguments from a pointer per tensor (`tensor_ptrs`, by
+    /// argument order among the tensors; `None` for a temp in the
+    /// workspace at its offset) and the parameter values, refusing a null
+    /// pointer for a tensor the kernel touches; and a device pointer of
+    /// the launch to find the null stream's context from.
+    fn launch_args(
+        &self,
+        k: usize,
+        tensor_ptrs: &[Result<u64, usize>],
+        map: &HashMap<String, i64>,
+    ) -> Outcome<(Vec<launch::Arg>, Option<u64>)> {
+        let mut args = Vec::with_capacity(self.args.len());
+        let mut ptrs = tensor_ptrs.iter();
+        for a in &self.args {
+            args.push(match a {
+                KernelArg::Tensor { .. } => match ptrs.next() {
+                    Some(Ok(p)) => launch::Arg::Pointer(*p),
+                    Some(Err(offset)) => launch::Arg::Workspace(*offset),
+                    None => return Err(Failure::internal("fewer pointers than tensors")),
+                },
+                KernelArg::Param { name } => launch::Arg::Long(map.get(name).copied().unwrap_or(0)),
+            });
+        }
+        for &i in &self.kernel_globals[k] {
+            if args[i] == launch::Arg::Pointer(0) {
+                let name = self.arg_names[i].to_string_lossy();
+                return Err(Failure::argument(format!(
+                    "the pointer for tensor {name} (argument {i}) is null, and kernel {k} reads or writes it"
+                )));
+            }
+        }
+        let probe = self.kernel_globals[k]
+            .iter()
+            .map(|&i| args[i])
+            .chain(args.iter().copied())
+            .find_map(|a| match a {
+                launch::Arg::Pointer(p) if p != 0 => Some(p),
+                _ => None,
+            });
+        Ok((args, probe))
+    }
+
     /// Bytes of tensor argument `i` for the given parameter values.
     fn bytes(&self, i: usize, map: &HashMap<String, i64>) -> Outcome<usize> {
         let (t, shape) = tensor_arg(self, i)?;
@@ -583,6 +666,35 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
             std::ffi::CString::new(name.as_str()).unwrap_or_default()
         })
         .collect();
+    let arg_index: HashMap<&str, usize> = args
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            KernelArg::Tensor { name, .. } => Some((name.as_str(), i)),
+            KernelArg::Param { .. } => None,
+        })
+        .collect();
+    let kernel_globals: Vec<Vec<usize>> = match (&compiled.cuda, state.target) {
+        (Some(c), Target::Cuda) => c
+            .kernels
+            .iter()
+            .map(|k| {
+                k.globals
+                    .iter()
+                    .filter_map(|t| arg_index.get(t.as_str()).copied())
+                    .collect()
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let in_memory = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            matches!(a, KernelArg::Tensor { .. })
+                && (state.target == Target::Cpu || kernel_globals.iter().any(|g| g.contains(&i)))
+        })
+        .collect();
     let fixed = program.known_params();
     let symbolic = program
         .params
@@ -600,14 +712,17 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         modules: Mutex::new(launch::Modules::for_arch(state.arch.clone())),
         from_cache,
         arg_names,
+        kernel_globals,
+        in_memory,
     })
 }
 
 /// The compilation under the options `tune` stored in the cache, when the
 /// context names a cache, no option was set on it and the cache has some
-/// (said to the context's log, as the command line says it on stderr). The CUDA target looks up the architecture of
-/// device 0 and skips the cache where no driver is found. A cache that
-/// cannot be read is skipped.
+/// (said to the context's log, as the command line says it on stderr). The
+/// CUDA target looks options up for the architecture the result is meant
+/// for ([`cache_arch`]) and skips the cache where it cannot be told. A
+/// cache that cannot be read is skipped.
 fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i32)>> {
     if state.options_set {
         return Ok(None);
@@ -617,9 +732,20 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
     };
     let arch = match state.target {
         Target::Cpu => "cpu".to_string(),
-        Target::Cuda => match crate::runtime::cuda::device_arch(0) {
+        Target::Cuda => match cache_arch(state) {
             Ok(a) => a,
-            Err(_) => return Ok(None),
+            Err(e) => {
+                // Without a driver the cache is skipped quietly, as
+                // before; a device the caller named is worth a word.
+                if state.device.is_some() {
+                    log(
+                        state,
+                        PF_LOG_WARNING,
+                        &format!("polyfuse: cache not used: {e}"),
+                    );
+                }
+                return Ok(None);
+            }
         },
     };
     match crate::tune::compile_tuned(program, &arch, state.target == Target::Cuda, &path) {
@@ -643,6 +769,17 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
             Ok(None)
         }
     }
+}
+
+/// The architecture the tuning cache is keyed by for a cuda result
+/// (`sm_90`): that of the device `pf_context_set_device` names, else of
+/// the device of the thread's current context, else of device 0 (issue
+/// 33: always device 0 before, whatever device the result ran on). None
+/// where no driver answers.
+fn cache_arch(state: &ContextState) -> Result<String, String> {
+    catch_unwind(|| launch::device_arch(state.device))
+        .map_err(|p| panic_message(&*p))?
+        .map_err(|f| f.message)
 }
 
 // ---------------------------------------------------------------------------
@@ -760,6 +897,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
             log: None,
             schedule_timeout: None,
             arch: None,
+            device: None,
         };
         let id = handles::insert(Object::Context(Arc::new(Mutex::new(state))));
         // SAFETY: `out` is non-null and writable by the caller's contract.
@@ -1137,6 +1275,29 @@ pub unsafe extern "C" fn pf_context_set_arch(
             crate::runtime::cuda::arch_override(a, cc).map_err(Failure::from)?;
             Some(a.to_string())
         };
+        Ok(())
+    })
+}
+
+/// The CUDA device (an ordinal of the driver's list) a cuda result is
+/// meant for: the tuning cache (`pf_context_set_cache`) is looked up for
+/// its architecture. -1: the device of the thread's current context at
+/// `pf_compile`, else device 0, the default. Launches run on the device of
+/// their stream or tensors whatever this says; an ordinal the driver does
+/// not have is refused at `pf_compile`'s lookup (the cache is then not
+/// used, said to the log).
+///
+/// # Safety
+/// Any handle value is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_device(ctx: *mut pf_context, device: i32) -> pf_status {
+    with_context(ctx, |s| {
+        if device < -1 {
+            return Err(Failure::input(format!(
+                "device {device}: an ordinal (0, 1, ...) or -1 for the current context's"
+            )));
+        }
+        s.device = (device >= 0).then_some(device);
         Ok(())
     })
 }
@@ -1727,10 +1888,12 @@ pub unsafe extern "C" fn pf_result_c_source(
     })
 }
 
-/// Launches kernel `kernel` on `stream` (null: the legacy default stream of
-/// the current context). `params` holds the symbolic parameter values
-/// (`pf_result_num_params` of them; may be null when there are none);
-/// `device_ptrs` one device pointer per tensor argument, in argument order.
+/// Launches kernel `kernel` on `stream` (null: the default stream of the
+/// context the tensors live in; see `launch`). `params` holds the symbolic
+/// parameter values (`pf_result_num_params` of them; may be null when
+/// there are none); `device_ptrs` one device pointer per tensor argument,
+/// in argument order, temps included (null for a temp no kernel touches;
+/// a null pointer for a tensor this kernel touches is refused).
 /// The kernel is compiled with NVRTC for the stream's device on first use
 /// and cached per CUDA context. The call returns once the launch is queued;
 /// kernels of one result must be launched in index order.
@@ -1764,26 +1927,171 @@ pub unsafe extern "C" fn pf_result_launch(
             .count();
         // SAFETY: the header's contract for `device_ptrs`.
         let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
+        let ptrs: Vec<Result<u64, usize>> = ptrs.iter().map(|p| Ok(p.addr() as u64)).collect();
+        let (args, probe) = r.launch_args(kernel, &ptrs, &map)?;
         let grid = k.grid_dims(&map)?;
         if grid.contains(&0) {
             return Ok(());
         }
         let cuda = r.cuda()?;
-        let mut args = launch::Args::default();
-        let mut next_ptr = ptrs.iter();
-        for a in &r.args {
-            match a {
-                KernelArg::Tensor { .. } => {
-                    let p = next_ptr.next().copied().unwrap_or(std::ptr::null_mut());
-                    args.push_pointer(p.addr() as u64);
-                }
-                KernelArg::Param { name } => {
-                    args.push_long(map.get(name).copied().unwrap_or(0));
-                }
-            }
-        }
         let mut modules = lock(&r.modules);
         // SAFETY: the header's contract for `stream` and the buffers.
-        unsafe { modules.launch(cuda, kernel, grid, k, &mut args, stream) }
+        unsafe {
+            modules.launch(
+                cuda,
+                kernel,
+                grid,
+                k,
+                &args,
+                launch::Workspace::Caller(0),
+                probe,
+                stream,
+            )
+        }
+    })
+}
+
+/// Bytes of the workspace the temps need for the given symbolic parameter
+/// values: the temps some kernel reads or writes in global memory
+/// (`gpu::Kernel::globals`; every temp for a cpu result), in argument
+/// order, each at a multiple of `PF_WORKSPACE_ALIGN`. Temps that never reach
+/// memory (attention's row states and `M_prev`, an accumulator its
+/// epilogue consumes in registers) take none: issue 33 measured 3.0 GiB
+/// allocated for temps nothing touched. 0 when no temp reaches memory.
+///
+/// # Safety
+/// `params` points to `num_params` values; `bytes` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_workspace_size(
+    result: *const pf_result,
+    params: *const i64,
+    num_params: usize,
+    bytes: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let (_, total) = r.workspace_layout(&r.param_map(values)?)?;
+        // SAFETY: the header's contract for `bytes`.
+        unsafe { put(bytes, total, "bytes") }
+    })
+}
+
+/// Where temp argument `index` lies in the workspace, for a caller that
+/// launches the kernels itself: its byte offset, or -1 when no kernel
+/// touches it (pass a null pointer for it). Inputs, outputs and
+/// parameters are refused (`PF_ERR_INVALID_ARGUMENT`).
+///
+/// # Safety
+/// `params` points to `num_params` values; `offset` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_workspace_offset(
+    result: *const pf_result,
+    index: usize,
+    params: *const i64,
+    num_params: usize,
+    offset: *mut i64,
+) -> pf_status {
+    with_result(result, |r| {
+        if r.role(index)? != PF_ROLE_TEMP {
+            let name = r.arg_names[index].to_string_lossy();
+            return Err(Failure::argument(format!(
+                "argument {index} ({name}) is not a temp: the caller passes it"
+            )));
+        }
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let (offsets, _) = r.workspace_layout(&r.param_map(values)?)?;
+        let at = match offsets[index] {
+            Some(o) => i64::try_from(o).map_err(|_| Failure::input("the offset overflows"))?,
+            None => -1,
+        };
+        // SAFETY: the header's contract for `offset`.
+        unsafe { put(offset, at, "offset") }
+    })
+}
+
+/// Launches kernel `kernel` with the caller's inputs and outputs only:
+/// `io_ptrs` holds one device pointer per tensor argument whose role is
+/// not `PF_ROLE_TEMP`, in argument order. The temps live in `workspace`
+/// (a device buffer of `workspace_bytes`, at least
+/// `pf_result_workspace_size` and aligned to `PF_WORKSPACE_ALIGN`) or, where
+/// `workspace` is null, in a buffer the result allocates in the launch's
+/// context and keeps (grown when larger sizes need more, after that
+/// context's work is done; freed by `pf_result_destroy`). Contexts and
+/// streams as `pf_result_launch`.
+///
+/// # Safety
+/// `params` points to the symbolic parameters' values, `io_ptrs` to as
+/// many pointers as the result has inputs and outputs; `stream` is null or
+/// a live stream; the buffers are as large as `pf_result_arg_bytes` and
+/// `workspace_bytes` say, in the stream's context.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_launch_workspace(
+    result: *const pf_result,
+    kernel: usize,
+    params: *const i64,
+    io_ptrs: *mut *mut c_void,
+    workspace: *mut c_void,
+    workspace_bytes: usize,
+    stream: CUstream,
+) -> pf_status {
+    with_result(result, |r| {
+        if r.target != Target::Cuda {
+            return Err(Failure::argument(
+                "the result was compiled for the cpu target; compile with target cuda to launch",
+            ));
+        }
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, r.symbolic.len(), "params") }?;
+        let map = r.param_map(values)?;
+        let (offsets, total) = r.workspace_layout(&map)?;
+        let io: Vec<usize> = (0..r.args.len())
+            .filter(|&i| matches!(r.role(i), Ok(role) if role != PF_ROLE_TEMP))
+            .collect();
+        // SAFETY: the header's contract for `io_ptrs`.
+        let given = unsafe { array(io_ptrs.cast_const(), io.len(), "io_ptrs") }?;
+        let mut given = given.iter();
+        let mut ptrs = Vec::new();
+        for (i, (a, offset)) in r.args.iter().zip(&offsets).enumerate() {
+            if !matches!(a, KernelArg::Tensor { .. }) {
+                continue;
+            }
+            ptrs.push(match (io.contains(&i), *offset) {
+                (true, _) => Ok(given.next().map_or(0, |p| p.addr() as u64)),
+                (false, Some(offset)) => Err(offset),
+                (false, None) => Ok(0),
+            });
+        }
+        let place = if workspace.is_null() {
+            launch::Workspace::Own(total)
+        } else {
+            let address = workspace.addr();
+            if workspace_bytes < total {
+                return Err(Failure::argument(format!(
+                    "the workspace has {workspace_bytes} bytes; these sizes need {total} (pf_result_workspace_size)"
+                )));
+            }
+            if !address.is_multiple_of(PF_WORKSPACE_ALIGN) {
+                return Err(Failure::argument(format!(
+                    "the workspace at {address:#x} is not aligned to {PF_WORKSPACE_ALIGN} bytes"
+                )));
+            }
+            launch::Workspace::Caller(address as u64)
+        };
+        let (args, probe) = r.launch_args(kernel, &ptrs, &map)?;
+        let probe = probe.or(match place {
+            launch::Workspace::Caller(a) => Some(a),
+            launch::Workspace::Own(_) => None,
+        });
+        let grid = k.grid_dims(&map)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let cuda = r.cuda()?;
+        let mut modules = lock(&r.modules);
+        // SAFETY: the header's contract for `stream` and the buffers.
+        unsafe { modules.launch(cuda, kernel, grid, k, &args, place, probe, stream) }
     })
 }
