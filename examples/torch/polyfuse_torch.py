@@ -60,7 +60,8 @@ def extension(verbose=False):
                     name="polyfuse_ext",
                     sources=_SOURCES,
                     extra_include_paths=_INCLUDES,
-                    extra_cflags=["-O2", "-std=c++17"],
+                    # torch chooses the C++ standard its headers need.
+                    extra_cflags=["-O2"],
                     extra_ldflags=_LDFLAGS,
                     with_cuda=True,
                     verbose=verbose,
@@ -91,19 +92,26 @@ def _build_without_ninja(build, verbose):
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     target = os.path.join(build, "polyfuse_ext" + suffix)
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
-    cmd = (["g++", "-shared", "-fPIC", "-O2", "-std=c++17",
-            "-DTORCH_EXTENSION_NAME=polyfuse_ext", "-DTORCH_API_INCLUDE_EXTENSION_H",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-           + [f"-I{d}" for d in _INCLUDES + includes + [sysconfig.get_paths()["include"]]]
-           + _SOURCES + ["-o", target]
-           + [f"-L{d}" for d in libdirs] + [f"-Wl,-rpath,{d}" for d in libdirs]
-           + ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10_cuda", "-ltorch_cuda"]
-           + _LDFLAGS)
-    if verbose:
-        print("polyfuse_torch: ninja not found; building with:", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"polyfuse_torch: building the extension failed:\n{p.stderr[-4000:]}")
+    errors = []
+    # Newer torch headers need C++20; older ones build as C++17.
+    for std in ("c++20", "c++17"):
+        cmd = (["g++", "-shared", "-fPIC", "-O2", f"-std={std}",
+                "-DTORCH_EXTENSION_NAME=polyfuse_ext", "-DTORCH_API_INCLUDE_EXTENSION_H",
+                f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+               + [f"-I{d}" for d in _INCLUDES + includes + [sysconfig.get_paths()["include"]]]
+               + _SOURCES + ["-o", target]
+               + [f"-L{d}" for d in libdirs] + [f"-Wl,-rpath,{d}" for d in libdirs]
+               + ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10_cuda",
+                  "-ltorch_cuda"]
+               + _LDFLAGS)
+        if verbose:
+            print("polyfuse_torch: ninja not found; building with:", " ".join(cmd), flush=True)
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode == 0:
+            break
+        errors.append(f"-std={std}:\n{p.stderr[-3000:]}")
+    else:
+        raise RuntimeError("polyfuse_torch: building the extension failed:\n" + "\n".join(errors))
     spec = importlib.util.spec_from_file_location("polyfuse_ext", target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
