@@ -378,4 +378,26 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn kernels_of_older_artifacts_count_every_tensor() {
+        // Artifacts cached before kernels listed the tensors they touch:
+        // every tensor is counted (the C ABI then keeps every temp in the
+        // workspace), never none.
+        let program = crate::frontend::load_file(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/attention_causal.json"
+        )))
+        .unwrap();
+        let c = crate::compile(&program, &Variant::default().options(true)).unwrap();
+        let touched = &c.cuda.as_ref().unwrap().kernels[0].globals;
+        assert_eq!(touched, &["Q", "K", "V", "Y"]);
+        let mut v = to_json(&c);
+        for k in v["cuda"]["kernels"].as_array_mut().unwrap() {
+            k.as_object_mut().unwrap().remove("globals");
+        }
+        let back = from_json(&program, &v).unwrap();
+        let every: Vec<&str> = c.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(back.cuda.unwrap().kernels[0].globals, every);
+    }
 }
