@@ -218,7 +218,8 @@ pf_status pf_result_destroy(pf_result *result);
 /* "cpu" or "cuda". */
 pf_status pf_result_target(const pf_result *result, char **out);
 /* Where the result came from: 0 the context's options, 1 tuned options from
- * the cache (compiled now), 2 a compiled program from the cache. */
+ * the cache (compiled now), 2 a compiled program from the cache, 3 an
+ * artifact (pf_result_load). */
 pf_status pf_result_from_cache(const pf_result *result, int32_t *out);
 /* CUDA kernels, to be launched in index order on one stream; 0 for cpu. */
 pf_status pf_result_num_kernels(const pf_result *result, size_t *out);
@@ -350,6 +351,26 @@ pf_status pf_result_arg_workspace_offset(const pf_result *result, size_t index,
 pf_status pf_result_launch_workspace(const pf_result *result, size_t kernel,
                                      const int64_t *params, void **io_ptrs, void *workspace,
                                      size_t workspace_bytes, CUstream stream);
+
+/* ---- ahead of time ----------------------------------------------------- */
+
+/* The result as an artifact: one JSON document (freed with pf_string_free)
+ * holding the program's text and the values it was compiled with, the
+ * compiled program (trees, C and CUDA source, launch records, tensors),
+ * and PTX for each architecture of `archs` ("sm_90,sm_80": the devices'
+ * architectures, comma-separated; NULL or "" for none), stored under the
+ * architecture a launch on such a device compiles for ("sm_90a" on sm_90
+ * for kernels with a wgmma path). Making PTX needs NVRTC, not a GPU
+ * (PF_ERR_ENVIRONMENT without it). `polyfuse schedule --emit artifact`
+ * writes the same document. */
+pf_status pf_result_save(const pf_result *result, const char *archs, char **out);
+/* A result from an artifact (the `len` bytes at `text`) without compiling:
+ * no isl runs. Launches on a device whose architecture the artifact has
+ * PTX for load that PTX without NVRTC (the driver finishes it); on other
+ * devices they compile the CUDA source with NVRTC as any result does. Not
+ * an artifact, or of another version: PF_ERR_INPUT. Destroy it with
+ * pf_result_destroy. */
+pf_status pf_result_load(const char *text, size_t len, pf_result **out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1406,3 +1406,234 @@ fn the_tuning_cache_is_looked_up_for_the_named_device() {
         "{notices:?}"
     );
 }
+
+/// The artifact of `r` (`pf_result_save` with `archs`), or the status.
+unsafe fn save(r: *const pf_result, archs: Option<&str>) -> Result<String, pf_status> {
+    let archs = archs.map(c);
+    let mut s = null_mut();
+    // SAFETY: valid handle and output place; `archs` outlives the call.
+    let st = unsafe { pf_result_save(r, archs.as_ref().map_or(null(), |a| a.as_ptr()), &mut s) };
+    if st == PF_OK {
+        Ok(take(s))
+    } else {
+        Err(st)
+    }
+}
+
+/// A result loaded from `doc`.
+unsafe fn load(doc: &str) -> *mut pf_result {
+    let mut r = null_mut();
+    // SAFETY: `doc` is `len` readable bytes; valid output place.
+    let st = unsafe { pf_result_load(doc.as_ptr().cast(), doc.len(), &mut r) };
+    assert_eq!(st, PF_OK, "{}", last_error());
+    r
+}
+
+/// Everything a launcher reads from a cuda result, as text.
+unsafe fn launch_description(r: *const pf_result) -> String {
+    // SAFETY: valid handle and output places.
+    unsafe {
+        let mut out = string_of(r, pf_result_cuda_source);
+        let mut n = 0;
+        assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
+        for k in 0..n {
+            let mut name = null_mut();
+            assert_eq!(pf_result_kernel_name(r, k, &mut name), PF_OK);
+            let (mut grid, mut block) = ([0u32; 3], [0u32; 3]);
+            assert_eq!(
+                pf_result_kernel_grid(r, k, null(), 0, grid.as_mut_ptr()),
+                PF_OK
+            );
+            assert_eq!(pf_result_kernel_block(r, k, block.as_mut_ptr()), PF_OK);
+            let (mut dynamic, mut stat, mut dep) = (0, 0, 0);
+            assert_eq!(
+                pf_result_kernel_shared_memory(r, k, &mut dynamic, &mut stat),
+                PF_OK
+            );
+            assert_eq!(pf_result_kernel_dependent(r, k, &mut dep), PF_OK);
+            out += &format!("\n{} {grid:?} {block:?} {dynamic} {stat} {dep}", take(name));
+        }
+        for t in tensors_of(r, &[]) {
+            out += &format!(
+                "\n{} {} {} {} {:?} {}",
+                CStr::from_ptr(t.name).to_str().unwrap(),
+                t.arg_index,
+                t.role,
+                t.dtype,
+                &t.extents[..t.rank],
+                t.bytes
+            );
+        }
+        let (size, temps) = workspace_of(r, &[]);
+        out += &format!("\nworkspace {size} {temps:?}");
+        out += "\n";
+        out += &string_of(r, pf_result_schedule_tree);
+        out
+    }
+}
+
+#[test]
+fn a_saved_result_loads_back_without_compiling() {
+    // issue 33 item 5: the first launch compiled (0.1 to 4 s) and nothing
+    // could be kept. An artifact holds the compiled program; loading it
+    // runs no isl, so it takes a fraction of the compilation.
+    let ctx = context("attention_causal.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        assert_eq!(pf_context_set_param_value(ctx, c("S").as_ptr(), 96), PF_OK);
+        let started = std::time::Instant::now();
+        let Some(r) = compile_unless_environment(ctx) else {
+            return;
+        };
+        let compile_time = started.elapsed();
+        let doc = save(r, None).unwrap();
+        let started = std::time::Instant::now();
+        let back = load(&doc);
+        let load_time = started.elapsed();
+        assert!(
+            load_time * 3 < compile_time,
+            "loading took {load_time:?}, compiling {compile_time:?}"
+        );
+        assert_eq!(launch_description(back), launch_description(r));
+        // The sizes set on the context came along (S = 96).
+        assert!(launch_description(back).contains("[2, 2, 96, 16]"));
+        let mut from_cache = -1;
+        assert_eq!(pf_result_from_cache(back, &mut from_cache), PF_OK);
+        assert_eq!(from_cache, 3);
+        // Saving the loaded result writes the same document.
+        assert_eq!(save(back, None).unwrap(), doc);
+        // PTX needs NVRTC: here either it is found and stored under the
+        // architecture the launch looks up, or the error says it is not.
+        match save(r, Some("sm_90")) {
+            Ok(with_ptx) => {
+                let v: serde_json::Value = serde_json::from_str(&with_ptx).unwrap();
+                let ptx = v["ptx"].as_object().unwrap();
+                assert_eq!(ptx.keys().collect::<Vec<_>>(), ["sm_90a"]);
+                assert!(ptx["sm_90a"].as_str().unwrap().contains(".entry"));
+                let loaded = load(&with_ptx);
+                assert_eq!(launch_description(loaded), launch_description(r));
+                assert_eq!(pf_result_destroy(loaded), PF_OK);
+            }
+            Err(st) => {
+                assert_eq!(st, PF_ERR_ENVIRONMENT);
+                assert!(take(pf_result_error_message(r)).contains("NVRTC"));
+            }
+        }
+        assert_eq!(save(r, Some("compute_90")), Err(PF_ERR_INPUT));
+        // Without a driver the loaded result's launch fails cleanly too.
+        if polyfuse::runtime::cuda::probe_driver().is_err() {
+            let mut ptrs = [std::ptr::without_provenance_mut(0x1000); 4];
+            assert_eq!(
+                pf_result_launch_workspace(
+                    back,
+                    0,
+                    null(),
+                    ptrs.as_mut_ptr(),
+                    null_mut(),
+                    0,
+                    null_mut()
+                ),
+                PF_ERR_ENVIRONMENT
+            );
+        }
+        assert_eq!(pf_result_destroy(back), PF_OK);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn artifacts_keep_symbolic_sizes_and_cpu_results() {
+    let json = r#"{"name": "s", "params": {"N": null},
+        "inputs": {"X": {"dtype": "f32", "shape": ["N"]}},
+        "outputs": {"Y": {"dtype": "f32", "shape": ["N"]}},
+        "temps": {"T": {"dtype": "f32", "shape": ["N"]}},
+        "body": ["T(i) = X(i) * 2.0", "Y(i) = T(i) + 1.0"]}"#;
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        let mut ctx = null_mut();
+        assert_eq!(pf_context_create(&mut ctx), PF_OK);
+        assert_eq!(
+            pf_context_load_json_n(ctx, json.as_ptr().cast(), json.len()),
+            PF_OK
+        );
+        let r = compile_ok(ctx);
+        // A cpu result has no CUDA to make PTX of.
+        assert_eq!(save(r, Some("sm_90")), Err(PF_ERR_INVALID_ARGUMENT));
+        let back = load(&save(r, Some("")).unwrap());
+        assert_eq!(string_of(back, pf_result_target), "cpu");
+        assert_eq!(
+            string_of(back, pf_result_c_source),
+            string_of(r, pf_result_c_source)
+        );
+        let mut n = 0;
+        assert_eq!(pf_result_num_params(back, &mut n), PF_OK);
+        assert_eq!(n, 1);
+        assert_eq!(workspace_of(back, &[1000]).0, 4000);
+        assert_eq!(pf_result_destroy(back), PF_OK);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn what_is_no_artifact_is_refused() {
+    // SAFETY: the texts are readable for their lengths; output places valid.
+    unsafe {
+        let mut r = null_mut();
+        for (doc, why) in [
+            ("{", "not valid JSON"),
+            (r#"{"polyfuse_artifact": 7}"#, "version 7"),
+            (r#"{"name": "gemm"}"#, "no polyfuse_artifact"),
+        ] {
+            assert_eq!(
+                pf_result_load(doc.as_ptr().cast(), doc.len(), &mut r),
+                PF_ERR_INPUT
+            );
+            assert!(last_error().contains(why), "{doc}");
+            assert!(r.is_null());
+        }
+        let doc = "{}";
+        assert_eq!(
+            pf_result_load(doc.as_ptr().cast(), doc.len(), null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_result_load(null(), 4, &mut r), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            pf_result_save(null(), null(), &mut null_mut()),
+            PF_ERR_INVALID_HANDLE
+        );
+    }
+}
+
+#[test]
+fn the_command_line_writes_artifacts_the_abi_loads() {
+    let bin = env!("CARGO_BIN_EXE_polyfuse");
+    let file = format!("{ROOT}/examples/gemm.json");
+    let run = |args: &[&str]| {
+        let out = Command::new(bin).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let common = ["--param", "M=33", "--no-cache"];
+    let doc = run(&[
+        &["schedule", &file, "--emit", "artifact", "--arch", "none"],
+        &common[..],
+    ]
+    .concat());
+    let cuda = run(&[&["schedule", &file, "--emit", "cuda"], &common[..]].concat());
+    // SAFETY: valid handles and output places.
+    unsafe {
+        let r = load(&doc);
+        assert_eq!(string_of(r, pf_result_target), "cuda");
+        assert_eq!(string_of(r, pf_result_cuda_source), cuda);
+        let infos = tensors_of(r, &[]);
+        assert_eq!(infos[0].extents[0], 33);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+    }
+}

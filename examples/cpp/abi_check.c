@@ -178,6 +178,25 @@ int main(int argc, char **argv) {
         }
         /* Two temps, the second at an aligned offset past the first. */
         CHECK((int64_t)bytes == end && end >= PF_WORKSPACE_ALIGN + 5 * 4);
+        /* Ahead of time: the result saved and loaded back describes the
+         * same workspace; a cpu result has no CUDA to make PTX of; what is
+         * no artifact is refused. */
+        {
+            char *doc = NULL;
+            pf_result *back = NULL;
+            size_t again = 0;
+            int32_t origin = -1;
+            CHECK(pf_result_save(res, "sm_90", &doc) == PF_ERR_INVALID_ARGUMENT);
+            CHECK(pf_result_save(res, NULL, &doc) == PF_OK && doc != NULL);
+            CHECK(pf_result_load(doc, strlen(doc), &back) == PF_OK);
+            CHECK(pf_result_workspace_size(back, NULL, 0, &again) == PF_OK && again == bytes);
+            CHECK(pf_result_from_cache(back, &origin) == PF_OK && origin == 3);
+            CHECK(pf_result_destroy(back) == PF_OK);
+            CHECK(pf_string_free(doc) == PF_OK);
+            CHECK(pf_result_load("{}", 2, &back) == PF_ERR_INPUT);
+            CHECK(message_has(pf_last_error_message(), "polyfuse_artifact"));
+            CHECK(pf_result_load("{}", 2, NULL) == PF_ERR_INVALID_ARGUMENT);
+        }
         CHECK(pf_result_destroy(res) == PF_OK);
         CHECK(pf_context_destroy(ctx) == PF_OK);
     }

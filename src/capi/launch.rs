@@ -309,6 +309,8 @@ pub(crate) struct Modules {
     pub(crate) arch: Option<String>,
     /// NUL-terminated PTX per compute capability.
     ptx: HashMap<(i32, i32), Vec<u8>>,
+    /// PTX per architecture (`sm_90a`) that came with a loaded artifact.
+    pub(crate) stored: HashMap<String, String>,
     /// Loaded modules per CUDA context (by address).
     loaded: HashMap<usize, Loaded>,
 }
@@ -373,13 +375,23 @@ pub(crate) fn device_arch(ordinal: Option<i32>) -> Outcome<String> {
 /// same way `polyfuse run --target cuda` does), for the architecture the
 /// command line would choose (`runtime::cuda::target_arch`: `sm_90a` for
 /// kernels with a `wgmma` path on an H100, `POLYFUSE_CUDA_ARCH` honoured).
-fn compile_ptx(cuda: &CudaProgram, cc: (i32, i32), arch: Option<&str>) -> Outcome<Vec<u8>> {
+/// PTX a loaded artifact brought (`pf_result_load`) is used as it is, where
+/// it was made for that architecture: no NVRTC is needed then.
+fn compile_ptx(
+    cuda: &CudaProgram,
+    cc: (i32, i32),
+    arch: Option<&str>,
+    stored: &HashMap<String, String>,
+) -> Outcome<Vec<u8>> {
     let requested = arch
         .map(str::to_string)
         .or_else(crate::runtime::cuda::requested_arch);
     let arch =
         crate::runtime::cuda::target_arch(&cuda.source, cc.0 * 10 + cc.1, requested.as_deref())?;
-    let mut bytes = crate::runtime::cuda::compile_ptx(&cuda.source, &arch)?.into_bytes();
+    let mut bytes = match stored.get(&arch) {
+        Some(ptx) => ptx.clone().into_bytes(),
+        None => crate::runtime::cuda::compile_ptx(&cuda.source, &arch)?.into_bytes(),
+    };
     bytes.push(0);
     Ok(bytes)
 }
@@ -559,7 +571,9 @@ impl Modules {
         };
         let ptx = match self.ptx.entry(cc) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => v.insert(compile_ptx(cuda, cc, self.arch.as_deref())?),
+            Entry::Vacant(v) => {
+                v.insert(compile_ptx(cuda, cc, self.arch.as_deref(), &self.stored)?)
+            }
         };
         // SAFETY: the PTX is NUL-terminated text, as cuModuleLoadData wants.
         let module = unsafe { drv::module::load_data(ptx.as_ptr().cast()) }

@@ -105,6 +105,9 @@ enum Target {
 /// The state behind a `pf_context`.
 pub(crate) struct ContextState {
     program: Option<Program>,
+    /// The loaded program's text and name, for `pf_result_save` (an
+    /// artifact parses the same program back).
+    program_text: Option<(String, String)>,
     target: Target,
     options: Options,
     gpu: GpuOptions,
@@ -153,7 +156,8 @@ pub(crate) struct ResultState {
     last_error: Mutex<Option<String>>,
     modules: Mutex<launch::Modules>,
     /// 0: compiled under the context's options; 1: under tuned options
-    /// from the cache; 2: the compiled program itself came from the cache.
+    /// from the cache; 2: the compiled program itself came from the cache;
+    /// 3: loaded from an artifact (`pf_result_load`).
     from_cache: i32,
     /// Each argument's name as a C string, for `pf_tensor_info::name`
     /// (valid while the result lives).
@@ -166,6 +170,8 @@ pub(crate) struct ResultState {
     /// memory (every tensor of a cpu result: its C function touches all).
     /// A temp that is not needs no memory and takes no workspace.
     in_memory: Vec<bool>,
+    /// What the program was compiled from, for `pf_result_save`.
+    source: crate::pipeline::aot::Source,
 }
 
 /// Alignment of each temp in the workspace, and of a caller's workspace:
@@ -649,7 +655,38 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
             (compiled, 0)
         }
     };
-    let args = match (&compiled.cuda, state.target) {
+    let (text, name) = state
+        .program_text
+        .clone()
+        .ok_or_else(|| Failure::internal("a program without its text"))?;
+    let source = crate::pipeline::aot::Source {
+        text,
+        name,
+        params: state.params.clone(),
+        directives: state.directives.clone(),
+    };
+    result_state(
+        &program,
+        compiled,
+        state.target,
+        from_cache,
+        state.arch.clone(),
+        source,
+    )
+}
+
+/// A result of `compiled` (of `program`, for `target`): its arguments,
+/// parameters, the tensors each kernel touches. Shared by `pf_compile` and
+/// `pf_result_load`.
+fn result_state(
+    program: &Program,
+    compiled: Compiled,
+    target: Target,
+    from_cache: i32,
+    arch: Option<String>,
+    source: crate::pipeline::aot::Source,
+) -> Outcome<ResultState> {
+    let args = match (&compiled.cuda, target) {
         (Some(c), Target::Cuda) => c.args.clone(),
         (None, Target::Cuda) => {
             return Err(Failure::environment(
@@ -657,7 +694,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
             ))
         }
         // The CPU kernel takes the same tensors in the same order.
-        _ => crate::gpu::kernel_args(&program, &compiled.tensors),
+        _ => crate::gpu::kernel_args(program, &compiled.tensors),
     };
     let arg_names = args
         .iter()
@@ -674,7 +711,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
             KernelArg::Param { .. } => None,
         })
         .collect();
-    let kernel_globals: Vec<Vec<usize>> = match (&compiled.cuda, state.target) {
+    let kernel_globals: Vec<Vec<usize>> = match (&compiled.cuda, target) {
         (Some(c), Target::Cuda) => c
             .kernels
             .iter()
@@ -692,7 +729,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         .enumerate()
         .map(|(i, a)| {
             matches!(a, KernelArg::Tensor { .. })
-                && (state.target == Target::Cpu || kernel_globals.iter().any(|g| g.contains(&i)))
+                && (target == Target::Cpu || kernel_globals.iter().any(|g| g.contains(&i)))
         })
         .collect();
     let fixed = program.known_params();
@@ -704,16 +741,17 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         .collect();
     Ok(ResultState {
         compiled,
-        target: state.target,
+        target,
         args,
         fixed,
         symbolic,
         last_error: Mutex::new(None),
-        modules: Mutex::new(launch::Modules::for_arch(state.arch.clone())),
+        modules: Mutex::new(launch::Modules::for_arch(arch)),
         from_cache,
         arg_names,
         kernel_globals,
         in_memory,
+        source,
     })
 }
 
@@ -885,6 +923,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
         }
         let state = ContextState {
             program: None,
+            program_text: None,
             target: Target::Cpu,
             options: Options::default(),
             gpu: GpuOptions::default(),
@@ -932,6 +971,7 @@ pub unsafe extern "C" fn pf_context_load_json(
         // SAFETY: the header's contract for `json`.
         let json = unsafe { text(json, "json") }?;
         s.program = Some(frontend::load_str(json, "<json>")?);
+        s.program_text = Some((json.to_string(), "<json>".to_string()));
         Ok(())
     })
 }
@@ -962,6 +1002,7 @@ pub unsafe extern "C" fn pf_context_load_json_n(
         let json = std::str::from_utf8(bytes)
             .map_err(|e| Failure::argument(format!("json is not UTF-8: {e}")))?;
         s.program = Some(frontend::load_str(json, "<json>")?);
+        s.program_text = Some((json.to_string(), "<json>".to_string()));
         Ok(())
     })
 }
@@ -978,7 +1019,13 @@ pub unsafe extern "C" fn pf_context_load_file(
     with_context(ctx, |s| {
         // SAFETY: the header's contract for `path`.
         let path = unsafe { text(path, "path") }?;
-        s.program = Some(frontend::load_file(Path::new(path))?);
+        let program = frontend::load_file(Path::new(path))?;
+        // The text the program was parsed from, for artifacts; the file
+        // was just read, so reading it again fails only in a race.
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{path}: {e}")))?;
+        s.program_text = Some((text, program.source.clone()));
+        s.program = Some(program);
         Ok(())
     })
 }
@@ -1390,7 +1437,7 @@ unsafe fn put_string(out: *mut *mut c_char, s: &str) -> Outcome {
 
 /// Where the result's options came from: 0 the context's options, 1
 /// tuned options from the cache (compiled now), 2 a compiled program from
-/// the cache.
+/// the cache, 3 an artifact (`pf_result_load`).
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -2093,5 +2140,96 @@ pub unsafe extern "C" fn pf_result_launch_workspace(
         let mut modules = lock(&r.modules);
         // SAFETY: the header's contract for `stream` and the buffers.
         unsafe { modules.launch(cuda, kernel, grid, k, &args, place, probe, stream) }
+    })
+}
+
+/// The result as an artifact (issue 33 item 5): one JSON document with the
+/// program's text and the values it was compiled with, the compiled
+/// program (trees, C, CUDA source, launch records, tensors) and PTX for
+/// each architecture of `archs` (comma-separated device architectures,
+/// `"sm_90,sm_80"`; null or empty for none), each under the architecture a
+/// launch on such a device compiles for (`sm_90a` for kernels with a
+/// `wgmma` path). Making PTX needs NVRTC (`PF_ERR_ENVIRONMENT` without),
+/// not a GPU. `pf_result_load` reads it back without isl, and launches on
+/// those architectures without NVRTC.
+///
+/// # Safety
+/// `archs` is null or a NUL-terminated string; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_save(
+    result: *const pf_result,
+    archs: *const c_char,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let archs: Vec<String> = if archs.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the header's contract for `archs`.
+            unsafe { text(archs, "archs") }?
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        if r.target == Target::Cpu && !archs.is_empty() {
+            return Err(Failure::argument(
+                "the result was compiled for the cpu target: it has no CUDA to make PTX of",
+            ));
+        }
+        let arch = lock(&r.modules).arch.clone();
+        let target = match r.target {
+            Target::Cpu => "cpu",
+            Target::Cuda => "cuda",
+        };
+        let doc =
+            crate::pipeline::aot::save(&r.source, &r.compiled, target, arch.as_deref(), &archs)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, &doc.to_string()) }
+    })
+}
+
+/// A result from an artifact `pf_result_save` wrote (the `len` bytes at
+/// `text`), without compiling: the program is parsed (no isl) and the
+/// compiled program taken from the artifact. Launches on a device whose
+/// architecture the artifact has PTX for load that PTX (no NVRTC); on
+/// others they compile the CUDA source with NVRTC as a compiled result
+/// does. Not an artifact, or of another version: `PF_ERR_INPUT`.
+///
+/// # Safety
+/// `text` points to `len` readable bytes; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_load(
+    text: *const c_char,
+    len: usize,
+    out: *mut *mut pf_result,
+) -> pf_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::argument("the output pointer out is null"));
+        }
+        // SAFETY: the header's contract for `text` and `len`.
+        let bytes = unsafe { array(text.cast::<u8>(), len, "text") }?;
+        let doc = std::str::from_utf8(bytes)
+            .map_err(|e| Failure::argument(format!("the artifact is not UTF-8: {e}")))?;
+        let loaded = crate::pipeline::aot::load(doc)?;
+        let target = if loaded.target == "cuda" {
+            Target::Cuda
+        } else {
+            Target::Cpu
+        };
+        let state = result_state(
+            &loaded.program,
+            loaded.compiled,
+            target,
+            3,
+            loaded.arch,
+            loaded.source,
+        )?;
+        lock(&state.modules).stored = loaded.ptx.into_iter().collect();
+        let id = handles::insert(Object::Result(Arc::new(state)));
+        // SAFETY: `out` is non-null and writable by the caller's contract.
+        unsafe { put(out, std::ptr::without_provenance_mut(id as usize), "out") }
     })
 }
