@@ -7,7 +7,10 @@ median of many runs after a warm-up) beside `polyfuse run --bench` of the
 same program and sizes, and launches it once more from a fresh Python
 thread on the default stream (that thread has no current CUDA context
 until something makes one: polyfuse must find the tensors' context
-itself). Prints a table; writes check.log and results.json to --out.
+itself), and loads the command line's ahead-of-time artifact of it
+(`polyfuse schedule --emit artifact`, PTX for this device) through the
+extension without compiling. Prints a table; writes check.log and
+results.json to --out.
 
 Exit status: 0 every check passed (and gemm within --tolerance of the
 command line's time), 1 otherwise.
@@ -217,6 +220,40 @@ def run_case(torch, polyfuse_torch, ext, case, args, log_dir):
         say(f"  torch-allocated workspace: {'same result' if tw_same else 'DIFFERENT result'}")
         row["torch_workspace_same"] = tw_same
         ok = ok and tw_same
+
+    # Ahead of time: the command line's artifact (with PTX for this
+    # device) loaded by the extension, without compiling; its first call
+    # loads the stored PTX instead of running NVRTC.
+    try:
+        cc = torch.cuda.get_device_capability()
+        path = os.path.join(log_dir, f"{case['name']}.artifact.json")
+        cmd = [args.polyfuse, "schedule", case["program"], "--emit", "artifact", "--arch",
+               f"sm_{cc[0]}{cc[1]}", "--no-cache"]
+        for k, v in case["params"].items():
+            cmd += ["--param", f"{k}={v}"]
+        with open(path, "w") as f:
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"polyfuse schedule --emit artifact: {p.stderr.strip()[-500:]}")
+        t0 = time.perf_counter()
+        aot = polyfuse_torch.compile(path)
+        load_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        aot_out = aot(*case["inputs"])
+        torch.cuda.synchronize()
+        aot_first = time.perf_counter() - t0
+        aot_err = rel_error(torch, aot_out, want)
+        aot_ok = aot_err <= case["tolerance"]
+        row["aot"] = {"load_s": round(load_s, 4), "first_call_s": round(aot_first, 3),
+                      "max_rel_error": aot_err, "ok": aot_ok}
+        say(f"  artifact ({os.path.getsize(path)} bytes): loaded in {load_s * 1e3:.1f} ms, first "
+            f"call {aot_first:.3f} s (compiled: {row['compile_s']} s + {row['first_call_s']} s), "
+            f"max relative error {aot_err:.3e}")
+    except Exception as e:  # noqa: BLE001 - reported and counted
+        aot_ok = False
+        row["aot"] = {"ok": False, "error": str(e)}
+        say(f"  artifact: FAILED: {e}")
+    ok = ok and aot_ok
 
     call = lambda: prog(*case["inputs"], out=preset)  # noqa: E731
     row["ext_us"] = median_us(torch, call, args.warmup, args.runs, 1)

@@ -7,7 +7,8 @@
 # torch, times it (CUDA events, median of 50 runs after 10 warm-ups)
 # beside `polyfuse run --bench` of the same program and sizes and torch's
 # own op, launches it again from a fresh Python thread on the default
-# stream, and prints a table. No Rust is needed there: the library and the
+# stream, loads the command line's ahead-of-time artifact of it without
+# compiling, and prints a table. No Rust is needed there: the library and the
 # command line are built beforehand (cargo build --release) and carried.
 #
 #   bash examples/torch/check.sh [check.py options: --runs N --only gemm,...]

@@ -87,6 +87,31 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "core_check: unexpected error: %s\n", e.what());
         return 1;
     }
+    // An artifact (pf_result_save's text) is loaded, not compiled.
+    {
+        pf_context *ctx = nullptr;
+        pf_result *res = nullptr;
+        char *doc = nullptr;
+        CHECK(pf_context_create(&ctx) == PF_OK);
+        CHECK(pf_context_load_file(ctx, (dir + "/gemm_f16.json").c_str()) == PF_OK);
+        CHECK(pf_context_set_target(ctx, "cuda") == PF_OK);
+        CHECK(pf_context_set_param_value(ctx, "M", 80) == PF_OK);
+        CHECK(pf_compile(ctx, &res) == PF_OK);
+        CHECK(pf_result_save(res, nullptr, &doc) == PF_OK && doc != nullptr);
+        const std::string artifact = doc ? doc : "";
+        pf_string_free(doc);
+        pf_result_destroy(res);
+        pf_context_destroy(ctx);
+        try {
+            polyfuse_ext::Program loaded(artifact, {});
+            CHECK(names(loaded.inputs()) == "A,B" && loaded.num_kernels() >= 1);
+            CHECK(loaded.inputs()[0].extents[0] == 80);
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "core_check: the artifact did not load: %s\n", e.what());
+            failures++;
+        }
+        CHECK(status_of([&] { polyfuse_ext::Program p(artifact, {{"M", 3}}); }) == PF_ERR_INPUT);
+    }
     // Errors come back as polyfuse_ext::Error with the library's status.
     CHECK(status_of([&] { polyfuse_ext::Program p("{\"name\": ", {}); }) == PF_ERR_INPUT);
     CHECK(status_of([&] { polyfuse_ext::Program p(dir + "/gemm_f16.json", {{"Q", 3}}); }) ==

@@ -2,7 +2,9 @@
 // the C++ standard library: no torch, no CUDA header.
 #include "polyfuse_ext_core.hpp"
 
+#include <fstream>
 #include <memory>
+#include <sstream>
 
 namespace polyfuse_ext {
 namespace {
@@ -49,9 +51,35 @@ const char *dtype_name(pf_dtype t) {
     }
 }
 
+namespace {
+
+// The text of `program` (itself when it is JSON text, else its file's).
+std::string text_of(const std::string &program) {
+    if (!program.empty() && program[0] == '{') return program;
+    std::ifstream in(program, std::ios::binary);
+    if (!in) throw Error(PF_ERR_INPUT, "polyfuse: cannot read " + program);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+}  // namespace
+
 Program::Program(const std::string &program,
                  const std::vector<std::pair<std::string, int64_t>> &params,
                  const Options &options) {
+    const std::string text = text_of(program);
+    // An artifact names itself so at its top level (a program's text, which
+    // an artifact holds escaped, cannot contain the quoted key as is).
+    if (text.find("\"polyfuse_artifact\"") != std::string::npos) {
+        if (!params.empty()) {
+            throw Error(PF_ERR_INPUT, "polyfuse: an artifact's sizes are its own; give no parameters");
+        }
+        check(pf_result_load(text.data(), text.size(), &result_),
+              static_cast<pf_context *>(nullptr), "loading the artifact " + program);
+        describe(program);
+        return;
+    }
     pf_context *raw = nullptr;
     check(pf_context_create(&raw), static_cast<pf_context *>(nullptr), "pf_context_create");
     Context ctx(raw);
@@ -75,6 +103,10 @@ Program::Program(const std::string &program,
         check(pf_context_set_cache(ctx.get(), options.cache.c_str()), ctx.get(), "cache");
     }
     check(pf_compile(ctx.get(), &result_), ctx.get(), "pf_compile");
+    describe(program);
+}
+
+void Program::describe(const std::string &program) {
     try {
         size_t symbolic = 0;
         check(pf_result_num_params(result_, &symbolic), result_, "pf_result_num_params");
@@ -87,9 +119,7 @@ Program::Program(const std::string &program,
             }
             throw Error(PF_ERR_INPUT, "polyfuse: give every size a value (missing: " + names + ")");
         }
-        if (options.target == "cuda") {
-            check(pf_result_num_kernels(result_, &kernels_), result_, "pf_result_num_kernels");
-        }
+        check(pf_result_num_kernels(result_, &kernels_), result_, "pf_result_num_kernels");
         check(pf_result_workspace_size(result_, nullptr, 0, &workspace_), result_,
               "pf_result_workspace_size");
         size_t count = 0;

@@ -50,6 +50,9 @@ class Program {
 public:
     // Compiles `program` (a path to a JSON file, or the JSON text itself
     // when it starts with '{') with each parameter of `params` set by name.
+    // An artifact (`polyfuse schedule --emit artifact`, pf_result_save;
+    // its text or its file) is loaded instead, without compiling: its
+    // sizes are its own, and `params` must be empty.
     Program(const std::string &program, const std::vector<std::pair<std::string, int64_t>> &params,
             const Options &options = Options());
     ~Program();
@@ -80,6 +83,10 @@ public:
                 void *stream) const;
 
 private:
+    // Reads what the result says of its tensors, kernels and workspace;
+    // destroys it and throws if it cannot be used with fixed sizes.
+    void describe(const std::string &program);
+
     pf_result *result_ = nullptr;
     std::string name_;
     std::vector<TensorSpec> inputs_, outputs_, io_;

@@ -178,7 +178,8 @@ class Compiled:
 def compile(program, arch="", torch_workspace=False, **params):
     """Compiles `program` (a path to a JSON program, its text, or a dict)
     with every size parameter given by name (e.g. M=4096): the kernels run
-    with constant sizes. `arch` overrides the architecture ("sm_90");
+    with constant sizes. An artifact (`polyfuse schedule --emit artifact`)
+    is loaded instead, without compiling, with its own sizes. `arch` overrides the architecture ("sm_90");
     `torch_workspace` takes the workspace from torch's caching allocator
     instead of polyfuse's own buffer."""
     return Compiled(program, params, arch=arch, torch_workspace=torch_workspace)
