@@ -482,6 +482,36 @@ impl ResultState {
         Ok((offsets, total))
     }
 
+    /// The number of inputs and outputs: the pointers the caller passes to
+    /// `pf_result_launch_workspace`.
+    fn io_count(&self) -> usize {
+        (0..self.args.len())
+            .filter(|&i| matches!(self.role(i), Ok(role) if role != PF_ROLE_TEMP))
+            .count()
+    }
+
+    /// Where each tensor argument is, in argument order among the
+    /// tensors: the caller's pointer for an input or output (`io`, in that
+    /// order), the workspace offset for a temp that takes memory
+    /// (`offsets`, from [`Self::workspace_layout`]), null for a temp that
+    /// takes none.
+    fn tensor_places(&self, io: &[u64], offsets: &[Option<usize>]) -> Vec<Result<u64, usize>> {
+        let mut io = io.iter();
+        let mut places = Vec::new();
+        for (i, (a, offset)) in self.args.iter().zip(offsets).enumerate() {
+            if !matches!(a, KernelArg::Tensor { .. }) {
+                continue;
+            }
+            let temp = self.role(i).ok() == Some(PF_ROLE_TEMP);
+            places.push(match (temp, *offset) {
+                (false, _) => Ok(io.next().copied().unwrap_or(0)),
+                (true, Some(offset)) => Err(offset),
+                (true, None) => Ok(0),
+            });
+        }
+        places
+    }
+
     /// Kernel `k`'s arguments from a pointer per tensor (`tensor_ptrs`, by
     /// argument order among the tensors; `None` for a temp in the
     /// workspace at its offset) and the parameter values, refusing a null
@@ -2094,23 +2124,11 @@ pub unsafe extern "C" fn pf_result_launch_workspace(
         let values = unsafe { array(params, r.symbolic.len(), "params") }?;
         let map = r.param_map(values)?;
         let (offsets, total) = r.workspace_layout(&map)?;
-        let io: Vec<usize> = (0..r.args.len())
-            .filter(|&i| matches!(r.role(i), Ok(role) if role != PF_ROLE_TEMP))
-            .collect();
+        let count = r.io_count();
         // SAFETY: the header's contract for `io_ptrs`.
-        let given = unsafe { array(io_ptrs.cast_const(), io.len(), "io_ptrs") }?;
-        let mut given = given.iter();
-        let mut ptrs = Vec::new();
-        for (i, (a, offset)) in r.args.iter().zip(&offsets).enumerate() {
-            if !matches!(a, KernelArg::Tensor { .. }) {
-                continue;
-            }
-            ptrs.push(match (io.contains(&i), *offset) {
-                (true, _) => Ok(given.next().map_or(0, |p| p.addr() as u64)),
-                (false, Some(offset)) => Err(offset),
-                (false, None) => Ok(0),
-            });
-        }
+        let given = unsafe { array(io_ptrs.cast_const(), count, "io_ptrs") }?;
+        let given: Vec<u64> = given.iter().map(|p| p.addr() as u64).collect();
+        let ptrs = r.tensor_places(&given, &offsets);
         let place = if workspace.is_null() {
             launch::Workspace::Own(total)
         } else {
@@ -2232,4 +2250,93 @@ pub unsafe extern "C" fn pf_result_load(
         // SAFETY: `out` is non-null and writable by the caller's contract.
         unsafe { put(out, std::ptr::without_provenance_mut(id as usize), "out") }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! How a launch with inputs and outputs only places each tensor, on a
+    //! result compiled here (no GPU needed: the arguments are built before
+    //! the driver is called).
+    use super::*;
+
+    fn softmax_result(target: Target) -> ResultState {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/softmax.json");
+        let state = ContextState {
+            program: Some(frontend::load_file(Path::new(path)).unwrap()),
+            program_text: Some((std::fs::read_to_string(path).unwrap(), path.into())),
+            target,
+            options: Options::default(),
+            gpu: GpuOptions::default(),
+            params: vec![("N".into(), 9)],
+            directives: None,
+            last_error: None,
+            options_set: false,
+            tile_set: false,
+            cache: None,
+            log: None,
+            schedule_timeout: None,
+            arch: None,
+            device: None,
+        };
+        compile_context(&state).unwrap_or_else(|f| panic!("{}", f.message))
+    }
+
+    #[test]
+    fn inputs_and_outputs_come_from_the_caller_temps_from_the_workspace() {
+        let r = softmax_result(Target::Cuda);
+        let map = r.param_map(&[]).unwrap();
+        let (offsets, total) = r.workspace_layout(&map).unwrap();
+        // X and Y are the caller's; M, E, S are temps.
+        assert_eq!(r.io_count(), 2);
+        let places = r.tensor_places(&[0xa000, 0xb000], &offsets);
+        let names: Vec<&str> = r
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                KernelArg::Tensor { name, .. } => Some(name.as_str()),
+                KernelArg::Param { .. } => None,
+            })
+            .collect();
+        assert_eq!(names, ["X", "Y", "M", "E", "S"]);
+        assert_eq!(places[..2], [Ok(0xa000), Ok(0xb000)]);
+        let mut end = 0;
+        for (i, place) in places.iter().enumerate().skip(2) {
+            match place {
+                Err(offset) => {
+                    assert_eq!(offset % PF_WORKSPACE_ALIGN, 0);
+                    assert!(*offset >= end, "{} overlaps", names[i]);
+                    end = offset + r.bytes(i, &map).unwrap();
+                }
+                Ok(p) => {
+                    assert_eq!(*p, 0);
+                    assert!(!r.in_memory[i], "{} is touched but got no place", names[i]);
+                }
+            }
+        }
+        assert_eq!(end, total);
+        // Every kernel gets a non-null pointer or a workspace place for
+        // each tensor it touches.
+        for k in 0..r.kernel_globals.len() {
+            let (args, probe) = r.launch_args(k, &places, &map).unwrap();
+            // The null stream's context is found from one of the caller's
+            // pointers.
+            assert!(
+                probe.is_some_and(|p| p == 0xa000 || p == 0xb000),
+                "{probe:?}"
+            );
+            for &i in &r.kernel_globals[k] {
+                assert_ne!(args[i], launch::Arg::Pointer(0), "kernel {k}, {}", names[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_cpu_result_places_every_temp() {
+        let r = softmax_result(Target::Cpu);
+        let map = r.param_map(&[]).unwrap();
+        let (offsets, total) = r.workspace_layout(&map).unwrap();
+        assert_eq!(offsets.iter().filter(|o| o.is_some()).count(), 3);
+        // M and S are 9 floats, E 9 x 256: each temp aligned.
+        assert!(total >= 9 * 4 + 9 * 256 * 4 + 9 * 4);
+    }
 }
