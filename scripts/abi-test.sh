@@ -9,7 +9,8 @@
 # It also compiles the PyTorch extension's ABI-facing part
 # (examples/torch/polyfuse_ext_core.cpp, which includes polyfuse.h and no
 # torch header) with g++ and runs its check (core_check.cpp), so CI builds
-# the extension's C++ against the header where torch is not installed.
+# the extension's C++ against the header where torch is not installed, and
+# tests the Python module's call handling with a fake extension.
 #
 # usage: scripts/abi-test.sh     (run by scripts/test.sh after cargo test)
 # ABI_PROFILE=release uses `cargo build --release` and target/release
@@ -60,6 +61,8 @@ echo "== context_order"
 
 echo "== torch extension core (no torch)"
 target/torch-core/core_check examples
+echo "== polyfuse_torch's calls (no torch: a fake extension)"
+python3 -B examples/torch/test_polyfuse_torch.py
 
 for prog in abi_check gemm context_order; do
     echo "== valgrind $prog"
