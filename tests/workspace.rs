@@ -18,12 +18,20 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// `file` (under examples/) compiled for the GPU as the C ABI's cuda
 /// target compiles it (tiles chosen per kernel), and its temps.
 fn cuda_of(file: &str) -> (CudaProgram, BTreeSet<String>) {
-    let program = load_file(&std::path::Path::new(ROOT).join("examples").join(file)).unwrap();
-    let options = Options {
-        gpu: Some(GpuOptions {
+    cuda_with(
+        file,
+        GpuOptions {
             auto_tile: true,
             ..GpuOptions::default()
-        }),
+        },
+    )
+}
+
+/// `file` compiled for the GPU with `gpu`, and its temps.
+fn cuda_with(file: &str, gpu: GpuOptions) -> (CudaProgram, BTreeSet<String>) {
+    let program = load_file(&std::path::Path::new(ROOT).join("examples").join(file)).unwrap();
+    let options = Options {
+        gpu: Some(gpu),
         ..Options::default()
     };
     let compiled = compile(&program, &options).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -125,4 +133,56 @@ fn a_product_and_its_softmax_touch_their_temps() {
         temps.iter().any(|t| touched.contains(t)),
         "{temps:?} {touched:?}"
     );
+}
+
+#[test]
+fn the_lists_hold_under_the_printer_s_other_paths() {
+    // Double-buffered tiles, vector groups, unrolled steps, a split
+    // reduction, no tensor cores, no promotion, no warp reductions: each
+    // prints its global accesses its own way.
+    let variants = [
+        GpuOptions {
+            pipeline: true,
+            vector: 4,
+            unroll: true,
+            ..GpuOptions::default()
+        },
+        GpuOptions {
+            pipeline: true,
+            ..GpuOptions::default()
+        },
+        GpuOptions {
+            auto_tile: true,
+            k_split: Some(4),
+            ..GpuOptions::default()
+        },
+        GpuOptions {
+            tensor_cores: false,
+            reduce: false,
+            ..GpuOptions::default()
+        },
+        GpuOptions {
+            shared: false,
+            registers: false,
+            ..GpuOptions::default()
+        },
+    ];
+    for file in [
+        "gemm.json",
+        "gemm_f16.json",
+        "fcrelu_f16.json",
+        "conv2d.json",
+        "softmax.json",
+        "layernorm.json",
+        "tbmm_bf16.json",
+        "matvec.json",
+    ] {
+        for (v, gpu) in variants.iter().enumerate() {
+            let (cuda, _) = cuda_with(file, gpu.clone());
+            for ((name, named), k) in named_in_bodies(&cuda).into_iter().zip(&cuda.kernels) {
+                let listed: BTreeSet<String> = k.globals.iter().cloned().collect();
+                assert_eq!(listed, named, "{file}, variant {v}: kernel {name}");
+            }
+        }
+    }
 }
