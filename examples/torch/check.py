@@ -303,7 +303,9 @@ def main():
         return 1
     import polyfuse_torch
 
-    os.environ.setdefault("POLYFUSE_TORCH_BUILD", os.path.join(args.out, "build"))
+    # The build folder stays out of --out: its objects are large, and
+    # $OUT is what comes back from the GPU machine.
+    os.environ.setdefault("POLYFUSE_TORCH_BUILD", "/tmp/polyfuse-torch-build")
     t0 = time.perf_counter()
     try:
         ext = polyfuse_torch.extension(verbose=True)

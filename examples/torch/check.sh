@@ -14,8 +14,9 @@
 #   bash examples/torch/check.sh [check.py options: --runs N --only gemm,...]
 #
 # Logs go to $OUT (default /tmp/polyfuse-torch-check): check.log,
-# results.json, each program's CUDA source (*.cu), the command line's JSON
-# (*.cli.json) and the extension's build folder (build/).
+# results.json, environment.txt, each program's CUDA source (*.cu), the
+# command line's JSON (*.cli.json) and artifacts (*.artifact.json). The
+# extension is built in /tmp/polyfuse-torch-build (POLYFUSE_TORCH_BUILD).
 # Exit status: 0 all checked and gemm within 5% of the command line, 1 not,
 # 2 something missing.
 set -euo pipefail
