@@ -9,7 +9,6 @@
 // Built by polyfuse_torch.py with torch.utils.cpp_extension.load.
 #include <torch/extension.h>
 
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <dlfcn.h>
@@ -95,7 +94,7 @@ public:
         // torch's current stream on the tensors' device; its handle is 0
         // for the default (legacy) stream, which polyfuse resolves to the
         // tensors' context.
-        cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
+        cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
         void *workspace = nullptr;
         size_t bytes = program_->workspace_bytes();
         at::Tensor buffer;
