@@ -192,13 +192,20 @@ pf_status pf_context_set_schedule_timeout(pf_context *ctx, uint32_t seconds);
  * sm_90 device, unless POLYFUSE_CUDA_ARCH names one. A malformed name is
  * refused here (PF_ERR_INPUT); one the device cannot run fails the launch. */
 pf_status pf_context_set_arch(pf_context *ctx, const char *arch);
+/* The CUDA device (driver ordinal) a cuda result is meant for: the tuning
+ * cache (pf_context_set_cache) is looked up for its architecture. -1, the
+ * default: the device of the thread's current CUDA context at pf_compile,
+ * else device 0. Launches run on the device of their stream or tensors
+ * whatever this says. A value below -1 is refused (PF_ERR_INPUT). */
+pf_status pf_context_set_device(pf_context *ctx, int32_t device);
 /* Compiles the loaded program under the context's options. */
 pf_status pf_compile(pf_context *ctx, pf_result **out);
 
 /* ---- results ---------------------------------------------------------- */
 
 /* Destroys a result. A result that launched kernels unloads its CUDA
- * modules here, each with its context current. When that context is the
+ * modules here, and frees the workspaces it allocated, each with its
+ * context current. When that context is the
  * device's primary context (cuDevicePrimaryCtxRetain, or the CUDA runtime's
  * context), the result holds a reference of its own on it from its first
  * launch there until the module is unloaded, so the caller may release the
@@ -211,7 +218,8 @@ pf_status pf_result_destroy(pf_result *result);
 /* "cpu" or "cuda". */
 pf_status pf_result_target(const pf_result *result, char **out);
 /* Where the result came from: 0 the context's options, 1 tuned options from
- * the cache (compiled now), 2 a compiled program from the cache. */
+ * the cache (compiled now), 2 a compiled program from the cache, 3 an
+ * artifact (pf_result_load). */
 pf_status pf_result_from_cache(const pf_result *result, int32_t *out);
 /* CUDA kernels, to be launched in index order on one stream; 0 for cpu. */
 pf_status pf_result_num_kernels(const pf_result *result, size_t *out);
@@ -275,16 +283,94 @@ pf_status pf_result_schedule_tree(const pf_result *result, char **out);
  * pf_params holds every parameter in file order and pf_tensors the tensor
  * arguments in order. Available for both targets. */
 pf_status pf_result_c_source(const pf_result *result, char **out);
-/* Launches kernel `kernel` on `stream` (NULL: the default stream of the
- * thread's current CUDA context) with the caller's device buffers:
- * device_ptrs holds one device pointer per tensor argument, in argument
- * order, each at least pf_result_arg_bytes large. Compiles with NVRTC on
- * first use in a CUDA context, where the module stays loaded until
+/* ---- launching --------------------------------------------------------
+ *
+ * Contexts and streams. A launch runs in the context of its stream
+ * (cuStreamGetCtx). For the null stream (NULL, CU_STREAM_LEGACY or
+ * CU_STREAM_PER_THREAD) it runs in the context the tensors live in: the
+ * context the first tensor pointer the kernel uses was allocated in
+ * (CU_POINTER_ATTRIBUTE_CONTEXT), or for memory the driver names no
+ * context for (virtual memory management, e.g. PyTorch's expandable
+ * segments) the primary context of its device
+ * (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, cuDevicePrimaryCtxRetain). The
+ * thread's current context is used only when the launch has no pointer at
+ * all, and is left as it was. So a fresh thread may launch on the default
+ * stream. A pointer the driver does not know is PF_ERR_INVALID_ARGUMENT.
+ * The CUDA source is compiled with NVRTC once per compute capability and
+ * loaded once per context; the module stays loaded until
  * pf_result_destroy (which says what that means for the context's life).
- * Returns once the launch is queued.
+ *
+ * Temps and the workspace. Inputs and outputs are the caller's. A temp
+ * takes memory only when some kernel's code reads or writes it in global
+ * memory (decided from the kernels' launch records when the result is
+ * compiled; every temp of a cpu result); the others (attention's row
+ * states and M_prev, an accumulator kept in registers) are never touched
+ * and take none. The temps that take memory live in one workspace, in
+ * argument order, each at a multiple of PF_WORKSPACE_ALIGN bytes:
+ * pf_result_workspace_size gives its size, pf_result_arg_workspace_offset
+ * where each temp lies. pf_result_launch_workspace takes the caller's
+ * workspace, or NULL to use one the result allocates and keeps. */
+
+/* Alignment of each temp in the workspace and of a caller's workspace. */
+#define PF_WORKSPACE_ALIGN 256
+
+/* Launches kernel `kernel` on `stream` with the caller's device buffers:
+ * device_ptrs holds one device pointer per tensor argument, temps
+ * included, in argument order, each at least pf_result_arg_bytes large.
+ * A temp no kernel touches (pf_result_arg_workspace_offset -1) may be
+ * NULL; a NULL pointer for a tensor this kernel reads or writes is refused
+ * (PF_ERR_INVALID_ARGUMENT). Returns once the launch is queued.
  * PF_ERR_ENVIRONMENT when there is no CUDA driver, NVRTC or context. */
 pf_status pf_result_launch(const pf_result *result, size_t kernel, const int64_t *params,
                            void **device_ptrs, CUstream stream);
+/* Bytes of the workspace for the given parameter values: the temps that
+ * take memory (see above), each at a multiple of PF_WORKSPACE_ALIGN. 0
+ * when none does. */
+pf_status pf_result_workspace_size(const pf_result *result, const int64_t *params,
+                                   size_t num_params, size_t *bytes);
+/* Where temp argument `index` lies in the workspace: its byte offset, or
+ * -1 when no kernel touches it (pass NULL for it). For callers that launch
+ * the kernels themselves. Not a temp: PF_ERR_INVALID_ARGUMENT. */
+pf_status pf_result_arg_workspace_offset(const pf_result *result, size_t index,
+                                         const int64_t *params, size_t num_params,
+                                         int64_t *offset);
+/* Launches kernel `kernel` with the caller's inputs and outputs only:
+ * io_ptrs holds one device pointer per tensor argument whose role is not
+ * PF_ROLE_TEMP, in argument order (the pf_tensor_info entries that are
+ * inputs or outputs, in order). The temps live in `workspace`, a device
+ * buffer of `workspace_bytes` (at least pf_result_workspace_size, aligned
+ * to PF_WORKSPACE_ALIGN, else PF_ERR_INVALID_ARGUMENT), or, where
+ * workspace is NULL, in a buffer the result allocates in the launch's
+ * context on first need and keeps until pf_result_destroy. That buffer is
+ * grown when larger sizes need more, after the context's queued work is
+ * done (cuCtxSynchronize), and serves one stream at a time: launches that
+ * may overlap on several streams, or run inside a CUDA graph capture
+ * (where allocating is not allowed), pass their own workspace, or launch
+ * once with the largest sizes before. Kernels of one launch sequence use
+ * the same workspace. */
+pf_status pf_result_launch_workspace(const pf_result *result, size_t kernel,
+                                     const int64_t *params, void **io_ptrs, void *workspace,
+                                     size_t workspace_bytes, CUstream stream);
+
+/* ---- ahead of time ----------------------------------------------------- */
+
+/* The result as an artifact: one JSON document (freed with pf_string_free)
+ * holding the program's text and the values it was compiled with, the
+ * compiled program (trees, C and CUDA source, launch records, tensors),
+ * and PTX for each architecture of `archs` ("sm_90,sm_80": the devices'
+ * architectures, comma-separated; NULL or "" for none), stored under the
+ * architecture a launch on such a device compiles for ("sm_90a" on sm_90
+ * for kernels with a wgmma path). Making PTX needs NVRTC, not a GPU
+ * (PF_ERR_ENVIRONMENT without it). `polyfuse schedule --emit artifact`
+ * writes the same document. */
+pf_status pf_result_save(const pf_result *result, const char *archs, char **out);
+/* A result from an artifact (the `len` bytes at `text`) without compiling:
+ * no isl runs. Launches on a device whose architecture the artifact has
+ * PTX for load that PTX without NVRTC (the driver finishes it); on other
+ * devices they compile the CUDA source with NVRTC as any result does. Not
+ * an artifact, or of another version: PF_ERR_INPUT. Destroy it with
+ * pf_result_destroy. */
+pf_status pf_result_load(const char *text, size_t len, pf_result **out);
 
 #ifdef __cplusplus
 } /* extern "C" */

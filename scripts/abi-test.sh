@@ -6,7 +6,15 @@
 # valgrind, failing on any memory error or definite leak. (The registries of live handles are static hash tables,
 # which valgrind may count as "possibly lost" at exit; those are not leaks.)
 #
+# It also compiles the PyTorch extension's ABI-facing part
+# (examples/torch/polyfuse_ext_core.cpp, which includes polyfuse.h and no
+# torch header) with g++ and runs its check (core_check.cpp), so CI builds
+# the extension's C++ against the header where torch is not installed, and
+# tests the Python module's call handling with a fake extension.
+#
 # usage: scripts/abi-test.sh     (run by scripts/test.sh after cargo test)
+# ABI_PROFILE=release uses `cargo build --release` and target/release
+# (default: debug).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,9 +36,15 @@ if ((${#packages[@]} > 0)); then
     "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >&2
 fi
 
-cargo build --lib
-scripts/check-abi.sh --lib target/debug/libpolyfuse.so
-make -s -C examples/cpp CC=gcc CXX=g++ all
+profile=${ABI_PROFILE:-debug}
+case "$profile" in
+    debug) cargo build --lib ;;
+    release) cargo build --release --lib ;;
+    *) echo "abi-test: ABI_PROFILE is debug or release, not $profile" >&2; exit 2 ;;
+esac
+scripts/check-abi.sh --lib "target/$profile/libpolyfuse.so"
+make -s -C examples/cpp CC=gcc CXX=g++ PROFILE="$profile" all
+make -s -C examples/torch -f core.mk CXX=g++ PROFILE="$profile" all
 
 bin=target/cpp-examples
 echo "== abi_check (shared)"
@@ -44,6 +58,11 @@ tail -n 1 "$bin/gemm.out"
 
 echo "== context_order"
 "$bin/context_order" examples/gemm.json
+
+echo "== torch extension core (no torch)"
+target/torch-core/core_check examples
+echo "== polyfuse_torch's calls (no torch: a fake extension)"
+python3 -B examples/torch/test_polyfuse_torch.py
 
 for prog in abi_check gemm context_order; do
     echo "== valgrind $prog"

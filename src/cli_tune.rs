@@ -294,7 +294,22 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
                     devices
                 )));
             }
+            // The cache keys what is measured by the devices'
+            // architecture: times from devices of several would be stored
+            // under one of them (issue 33 item 4).
             let arch = polyfuse::runtime::cuda::device_arch(devices[0])?;
+            for d in &devices[1..] {
+                let other = polyfuse::runtime::cuda::device_arch(*d)?;
+                if other != arch {
+                    return Err(Error::Input {
+                        file: "--devices".into(),
+                        message: format!(
+                            "device {} is {arch} and device {d} is {other}: tune on devices of one architecture (the cache keys its times by it)",
+                            devices[0]
+                        ),
+                    });
+                }
+            }
             (devices.into_iter().map(MeasureTarget::Cuda).collect(), arch)
         }
     };

@@ -52,7 +52,9 @@ enum Command {
         /// What to print.
         #[arg(long, value_enum, default_value = "tree")]
         emit: Emit,
-        /// GPU architecture for --emit ptx (sm_90, sm_80, compute_90, ...).
+        /// GPU architecture for --emit ptx (sm_90, sm_80, compute_90, ...);
+        /// for --emit artifact the devices' architectures to include PTX
+        /// for (comma-separated, or `none` for the CUDA source alone).
         #[arg(long, default_value = "sm_90")]
         arch: String,
     },
@@ -269,6 +271,10 @@ enum Emit {
     Json,
     /// Flow, anti and output dependences.
     Deps,
+    /// The compiled GPU program as an ahead-of-time artifact (JSON: the
+    /// program, launch records, CUDA source and PTX for each --arch), which
+    /// the C ABI loads without compiling (`pf_result_load`).
+    Artifact,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -364,11 +370,20 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 print!("{}", polyfuse::pipeline::dependences(&program, &options)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let gpu = matches!(emit, Emit::Cuda | Emit::Ptx | Emit::GpuTree);
+            let gpu = matches!(
+                emit,
+                Emit::Cuda | Emit::Ptx | Emit::GpuTree | Emit::Artifact
+            );
             if gpu {
                 options.gpu = Some(gpu_options(&common));
             }
-            let cache_arch = if gpu { arch.as_str() } else { "cpu" };
+            let cache_arch = match emit {
+                // An artifact's list of architectures: the first keys the
+                // cache.
+                Emit::Artifact => arch.split(',').next().unwrap_or("sm_90"),
+                _ if gpu => arch.as_str(),
+                _ => "cpu",
+            };
             let compiled = match common.tuned(&program, cache_arch, gpu) {
                 Some((c, _)) => c,
                 None => compile_watched(&program, &mut options)?,
@@ -391,6 +406,29 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     if let Some(c) = &compiled.cuda {
                         print!("{}", c.source);
                     }
+                }
+                Emit::Artifact => {
+                    let source = polyfuse::pipeline::aot::Source {
+                        text: std::fs::read_to_string(&common.file).map_err(|e| Error::Input {
+                            file: program.source.clone(),
+                            message: e.to_string(),
+                        })?,
+                        name: program.source.clone(),
+                        params: common
+                            .params
+                            .iter()
+                            .map(|s| frontend::parse_param_override(s))
+                            .collect::<Result<_, _>>()?,
+                        directives: None,
+                    };
+                    let archs: Vec<String> = if arch == "none" {
+                        Vec::new()
+                    } else {
+                        arch.split(',').map(|a| a.trim().to_string()).collect()
+                    };
+                    let doc =
+                        polyfuse::pipeline::aot::save(&source, &compiled, "cuda", None, &archs)?;
+                    println!("{doc}");
                 }
                 Emit::Ptx => {
                     let c = compiled.cuda.as_ref().ok_or_else(|| {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+pub mod aot;
 mod watch;
 pub use watch::{compile_watched, compile_within, unfinished, Watch, WatchEvent};
 

@@ -212,9 +212,10 @@ fn cuda_result_describes_kernels_and_launch() {
             pf_result_kernel_grid(r, 0, [4i64].as_ptr(), 1, grid.as_mut_ptr()),
             PF_ERR_INVALID_ARGUMENT
         );
-        // Without a driver the launch is an environment error, not a crash.
+        // Without a driver the launch is an environment error, not a crash
+        // (the pointers are never dereferenced; null ones would be refused).
         if polyfuse::runtime::cuda::probe_driver().is_err() {
-            let mut ptrs = [null_mut(); 3];
+            let mut ptrs = [std::ptr::without_provenance_mut(0x1000); 3];
             assert_eq!(
                 pf_result_launch(r, 0, null(), ptrs.as_mut_ptr(), null_mut()),
                 PF_ERR_ENVIRONMENT
@@ -243,7 +244,7 @@ fn destroying_a_result_after_a_failed_launch_touches_no_driver() {
             return;
         };
         if polyfuse::runtime::cuda::probe_driver().is_err() {
-            let mut ptrs = [null_mut(); 3];
+            let mut ptrs = [std::ptr::without_provenance_mut(0x1000); 3];
             for _ in 0..2 {
                 assert_eq!(
                     pf_result_launch(r, 0, null(), ptrs.as_mut_ptr(), null_mut()),
@@ -1140,5 +1141,499 @@ fn metadata_refuses_what_it_cannot_describe() {
         assert!(message.contains("PF_MAX_RANK"), "{message}");
         assert_eq!(pf_result_destroy(r), PF_OK);
         assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+/// Every tensor of `r` for the given parameter values.
+unsafe fn tensors_of(r: *const pf_result, params: &[i64]) -> Vec<pf_tensor_info> {
+    let mut count = 0usize;
+    // SAFETY: valid handle and output places; `infos` has `count` entries.
+    unsafe {
+        assert_eq!(
+            pf_result_tensors(r, params.as_ptr(), params.len(), null_mut(), 0, &mut count),
+            PF_OK
+        );
+        let mut infos = vec![std::mem::zeroed::<pf_tensor_info>(); count];
+        assert_eq!(
+            pf_result_tensors(
+                r,
+                params.as_ptr(),
+                params.len(),
+                infos.as_mut_ptr(),
+                count,
+                &mut count
+            ),
+            PF_OK
+        );
+        infos
+    }
+}
+
+/// The workspace's size, and each temp's offset (-1: no memory), by name.
+unsafe fn workspace_of(r: *const pf_result, params: &[i64]) -> (usize, Vec<(String, i64, usize)>) {
+    // SAFETY: valid handle and output places.
+    unsafe {
+        let mut size = usize::MAX;
+        assert_eq!(
+            pf_result_workspace_size(r, params.as_ptr(), params.len(), &mut size),
+            PF_OK
+        );
+        let mut temps = Vec::new();
+        for t in tensors_of(r, params) {
+            let mut offset = i64::MIN;
+            let st = pf_result_arg_workspace_offset(
+                r,
+                t.arg_index,
+                params.as_ptr(),
+                params.len(),
+                &mut offset,
+            );
+            if t.role == PF_ROLE_TEMP {
+                assert_eq!(st, PF_OK);
+                let name = CStr::from_ptr(t.name).to_str().unwrap().to_string();
+                temps.push((name, offset, t.bytes));
+            } else {
+                assert_eq!(st, PF_ERR_INVALID_ARGUMENT);
+                assert!(take(pf_result_error_message(r)).contains("not a temp"));
+            }
+        }
+        (size, temps)
+    }
+}
+
+#[test]
+fn temps_no_kernel_touches_take_no_workspace() {
+    // issue 33 item 2: causal attention's one kernel keeps every temp in
+    // registers or never computes it (M_prev): the caller allocated 3.0 GiB
+    // for them at B4 H16 S2048 D64. Now the workspace is empty.
+    let ctx = context("attention_causal.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        let Some(r) = compile_unless_environment(ctx) else {
+            return;
+        };
+        let (size, temps) = workspace_of(r, &[]);
+        assert_eq!(size, 0);
+        assert!(temps.iter().any(|t| t.0 == "M_prev"), "{temps:?}");
+        assert!(temps.iter().all(|t| t.1 == -1), "{temps:?}");
+        // The per-tensor launch takes null for them (no driver here: the
+        // launch gets as far as the driver); a null input is refused first.
+        let infos = tensors_of(r, &[]);
+        let mut ptrs: Vec<*mut std::ffi::c_void> = infos
+            .iter()
+            .map(|t| {
+                if t.role == PF_ROLE_TEMP {
+                    null_mut()
+                } else {
+                    std::ptr::without_provenance_mut(0x1000 * (t.arg_index + 1))
+                }
+            })
+            .collect();
+        if polyfuse::runtime::cuda::probe_driver().is_err() {
+            assert_eq!(
+                pf_result_launch(r, 0, null(), ptrs.as_mut_ptr(), null_mut()),
+                PF_ERR_ENVIRONMENT
+            );
+        }
+        ptrs[0] = null_mut();
+        assert_eq!(
+            pf_result_launch(r, 0, null(), ptrs.as_mut_ptr(), null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        let m = take(pf_result_error_message(r));
+        assert!(m.contains("is null") && m.contains("Q"), "{m}");
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn the_workspace_holds_the_temps_kernels_touch_aligned_and_apart() {
+    // softmax passes row maxima, exponentials and sums between kernels
+    // through memory: each temp that some kernel touches has its place,
+    // aligned, in argument order, none overlapping; the size covers them.
+    let ctx = context("softmax.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        assert_eq!(pf_context_set_param_value(ctx, c("N").as_ptr(), 37), PF_OK);
+        let Some(r) = compile_unless_environment(ctx) else {
+            return;
+        };
+        let (size, temps) = workspace_of(r, &[]);
+        let placed: Vec<&(String, i64, usize)> = temps.iter().filter(|t| t.1 >= 0).collect();
+        assert!(!placed.is_empty(), "{temps:?}");
+        let mut end = 0usize;
+        for (name, offset, bytes) in &placed {
+            let offset = *offset as usize;
+            assert_eq!(offset % PF_WORKSPACE_ALIGN, 0, "{name}");
+            assert!(offset >= end, "{name} overlaps the temp before it");
+            end = offset + bytes;
+        }
+        assert!(
+            size >= end && size < end + PF_WORKSPACE_ALIGN,
+            "{size} {end}"
+        );
+        // A launch with the caller's inputs and outputs only checks the
+        // workspace before it needs a driver: too small, misaligned.
+        let mut io: Vec<*mut std::ffi::c_void> = tensors_of(r, &[])
+            .iter()
+            .filter(|t| t.role != PF_ROLE_TEMP)
+            .map(|t| std::ptr::without_provenance_mut(0x10_0000 * (t.arg_index + 1)))
+            .collect();
+        assert_eq!(io.len(), 2);
+        let ws = std::ptr::without_provenance_mut::<std::ffi::c_void>(0x4000_0000);
+        assert_eq!(
+            pf_result_launch_workspace(r, 0, null(), io.as_mut_ptr(), ws, size - 1, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(take(pf_result_error_message(r)).contains("pf_result_workspace_size"));
+        let odd = std::ptr::without_provenance_mut::<std::ffi::c_void>(0x4000_0010);
+        assert_eq!(
+            pf_result_launch_workspace(r, 0, null(), io.as_mut_ptr(), odd, size, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(take(pf_result_error_message(r)).contains("aligned"));
+        if polyfuse::runtime::cuda::probe_driver().is_err() {
+            for w in [ws, null_mut()] {
+                assert_eq!(
+                    pf_result_launch_workspace(r, 0, null(), io.as_mut_ptr(), w, size, null_mut()),
+                    PF_ERR_ENVIRONMENT
+                );
+            }
+        }
+        // Kernel 0 reads X (the row maxima): its pointer may not be null.
+        io[0] = null_mut();
+        assert_eq!(
+            pf_result_launch_workspace(r, 0, null(), io.as_mut_ptr(), ws, size, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(take(pf_result_error_message(r)).contains("tensor X"));
+        assert_eq!(
+            pf_result_launch_workspace(r, 0, null(), null_mut(), ws, size, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn a_cpu_result_counts_every_temp_and_cannot_launch() {
+    // The C function of a cpu result touches every tensor it is passed.
+    let ctx = context("softmax.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        let r = compile_ok(ctx);
+        let (size, temps) = workspace_of(r, &[]);
+        assert_eq!(temps.len(), 3);
+        assert!(temps.iter().all(|t| t.1 >= 0), "{temps:?}");
+        let sum: usize = temps.iter().map(|t| t.2).sum();
+        assert!(size >= sum, "{size} < {sum}");
+        let mut io = [std::ptr::without_provenance_mut(0x1000); 2];
+        assert_eq!(
+            pf_result_launch_workspace(r, 0, null(), io.as_mut_ptr(), null_mut(), 0, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(take(pf_result_error_message(r)).contains("cpu target"));
+        // A symbolic size: the workspace follows the values passed.
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+    let json = r#"{"name": "s", "params": {"N": null},
+        "inputs": {"X": {"dtype": "f32", "shape": ["N"]}},
+        "outputs": {"Y": {"dtype": "f32", "shape": ["N"]}},
+        "temps": {"T": {"dtype": "f32", "shape": ["N"]}},
+        "body": ["T(i) = X(i) * 2.0", "Y(i) = T(i) + 1.0"]}"#;
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        let mut ctx = null_mut();
+        assert_eq!(pf_context_create(&mut ctx), PF_OK);
+        assert_eq!(pf_context_load_json(ctx, c(json).as_ptr()), PF_OK);
+        let r = compile_ok(ctx);
+        let (small, _) = workspace_of(r, &[10]);
+        let (large, _) = workspace_of(r, &[1000]);
+        assert_eq!((small, large), (40, 4000));
+        let mut bytes = 0usize;
+        assert_eq!(
+            pf_result_workspace_size(r, null(), 0, &mut bytes),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            pf_result_workspace_size(r, [10i64].as_ptr(), 1, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn the_tuning_cache_is_looked_up_for_the_named_device() {
+    // issue 33 item 4: the cache was keyed by device 0's architecture
+    // whatever the device. A device named with pf_context_set_device is
+    // the one looked up; where its architecture cannot be told (no driver
+    // here, or no such device), the cache is not used and the log says
+    // why.
+    let bogus =
+        std::env::temp_dir().join(format!("polyfuse-device-cache-{}.db", std::process::id()));
+    std::fs::write(&bogus, "not a database").unwrap();
+    let ctx = context("gemm.json");
+    let mut notices: Vec<(i32, String)> = Vec::new();
+    // SAFETY: valid handles; `notices` outlives the context.
+    unsafe {
+        assert_eq!(pf_context_set_device(ctx, -2), PF_ERR_INPUT);
+        assert!(ctx_error(ctx).contains("ordinal"));
+        assert_eq!(pf_context_set_device(null_mut(), 0), PF_ERR_INVALID_HANDLE);
+        assert_eq!(pf_context_set_device(ctx, -1), PF_OK);
+        assert_eq!(pf_context_set_device(ctx, 4095), PF_OK);
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        let path = c(bogus.to_str().unwrap());
+        assert_eq!(pf_context_set_cache(ctx, path.as_ptr()), PF_OK);
+        let user = (&mut notices as *mut Vec<(i32, String)>).cast();
+        assert_eq!(pf_context_set_log(ctx, Some(collect_notice), user), PF_OK);
+        if let Some(r) = compile_unless_environment(ctx) {
+            assert_eq!(pf_result_destroy(r), PF_OK);
+            assert_eq!(pf_context_destroy(ctx), PF_OK);
+        }
+    }
+    let _ = std::fs::remove_file(&bogus);
+    assert!(
+        notices
+            .iter()
+            .any(|(level, m)| *level == PF_LOG_WARNING && m.contains("cache not used")),
+        "{notices:?}"
+    );
+}
+
+/// The artifact of `r` (`pf_result_save` with `archs`), or the status.
+unsafe fn save(r: *const pf_result, archs: Option<&str>) -> Result<String, pf_status> {
+    let archs = archs.map(c);
+    let mut s = null_mut();
+    // SAFETY: valid handle and output place; `archs` outlives the call.
+    let st = unsafe { pf_result_save(r, archs.as_ref().map_or(null(), |a| a.as_ptr()), &mut s) };
+    if st == PF_OK {
+        Ok(take(s))
+    } else {
+        Err(st)
+    }
+}
+
+/// A result loaded from `doc`.
+unsafe fn load(doc: &str) -> *mut pf_result {
+    let mut r = null_mut();
+    // SAFETY: `doc` is `len` readable bytes; valid output place.
+    let st = unsafe { pf_result_load(doc.as_ptr().cast(), doc.len(), &mut r) };
+    assert_eq!(st, PF_OK, "{}", last_error());
+    r
+}
+
+/// Everything a launcher reads from a cuda result, as text.
+unsafe fn launch_description(r: *const pf_result) -> String {
+    // SAFETY: valid handle and output places.
+    unsafe {
+        let mut out = string_of(r, pf_result_cuda_source);
+        let mut n = 0;
+        assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
+        for k in 0..n {
+            let mut name = null_mut();
+            assert_eq!(pf_result_kernel_name(r, k, &mut name), PF_OK);
+            let (mut grid, mut block) = ([0u32; 3], [0u32; 3]);
+            assert_eq!(
+                pf_result_kernel_grid(r, k, null(), 0, grid.as_mut_ptr()),
+                PF_OK
+            );
+            assert_eq!(pf_result_kernel_block(r, k, block.as_mut_ptr()), PF_OK);
+            let (mut dynamic, mut stat, mut dep) = (0, 0, 0);
+            assert_eq!(
+                pf_result_kernel_shared_memory(r, k, &mut dynamic, &mut stat),
+                PF_OK
+            );
+            assert_eq!(pf_result_kernel_dependent(r, k, &mut dep), PF_OK);
+            out += &format!("\n{} {grid:?} {block:?} {dynamic} {stat} {dep}", take(name));
+        }
+        for t in tensors_of(r, &[]) {
+            out += &format!(
+                "\n{} {} {} {} {:?} {}",
+                CStr::from_ptr(t.name).to_str().unwrap(),
+                t.arg_index,
+                t.role,
+                t.dtype,
+                &t.extents[..t.rank],
+                t.bytes
+            );
+        }
+        let (size, temps) = workspace_of(r, &[]);
+        out += &format!("\nworkspace {size} {temps:?}");
+        out += "\n";
+        out += &string_of(r, pf_result_schedule_tree);
+        out
+    }
+}
+
+#[test]
+fn a_saved_result_loads_back_without_compiling() {
+    // issue 33 item 5: the first launch compiled (0.1 to 4 s) and nothing
+    // could be kept. An artifact holds the compiled program; loading it
+    // runs no isl, so it takes a fraction of the compilation.
+    let ctx = context("attention_causal.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        assert_eq!(pf_context_set_param_value(ctx, c("S").as_ptr(), 96), PF_OK);
+        let started = std::time::Instant::now();
+        let Some(r) = compile_unless_environment(ctx) else {
+            return;
+        };
+        let compile_time = started.elapsed();
+        let doc = save(r, None).unwrap();
+        let started = std::time::Instant::now();
+        let back = load(&doc);
+        let load_time = started.elapsed();
+        assert!(
+            load_time * 3 < compile_time,
+            "loading took {load_time:?}, compiling {compile_time:?}"
+        );
+        assert_eq!(launch_description(back), launch_description(r));
+        // The sizes set on the context came along (S = 96).
+        assert!(launch_description(back).contains("[2, 2, 96, 16]"));
+        let mut from_cache = -1;
+        assert_eq!(pf_result_from_cache(back, &mut from_cache), PF_OK);
+        assert_eq!(from_cache, 3);
+        // Saving the loaded result writes the same document.
+        assert_eq!(save(back, None).unwrap(), doc);
+        // PTX needs NVRTC: here either it is found and stored under the
+        // architecture the launch looks up, or the error says it is not.
+        match save(r, Some("sm_90")) {
+            Ok(with_ptx) => {
+                let v: serde_json::Value = serde_json::from_str(&with_ptx).unwrap();
+                let ptx = v["ptx"].as_object().unwrap();
+                assert_eq!(ptx.keys().collect::<Vec<_>>(), ["sm_90a"]);
+                assert!(ptx["sm_90a"].as_str().unwrap().contains(".entry"));
+                let loaded = load(&with_ptx);
+                assert_eq!(launch_description(loaded), launch_description(r));
+                assert_eq!(pf_result_destroy(loaded), PF_OK);
+            }
+            Err(st) => {
+                assert_eq!(st, PF_ERR_ENVIRONMENT);
+                assert!(take(pf_result_error_message(r)).contains("NVRTC"));
+            }
+        }
+        assert_eq!(save(r, Some("compute_90")), Err(PF_ERR_INPUT));
+        // Without a driver the loaded result's launch fails cleanly too.
+        if polyfuse::runtime::cuda::probe_driver().is_err() {
+            let mut ptrs = [std::ptr::without_provenance_mut(0x1000); 4];
+            assert_eq!(
+                pf_result_launch_workspace(
+                    back,
+                    0,
+                    null(),
+                    ptrs.as_mut_ptr(),
+                    null_mut(),
+                    0,
+                    null_mut()
+                ),
+                PF_ERR_ENVIRONMENT
+            );
+        }
+        assert_eq!(pf_result_destroy(back), PF_OK);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn artifacts_keep_symbolic_sizes_and_cpu_results() {
+    let json = r#"{"name": "s", "params": {"N": null},
+        "inputs": {"X": {"dtype": "f32", "shape": ["N"]}},
+        "outputs": {"Y": {"dtype": "f32", "shape": ["N"]}},
+        "temps": {"T": {"dtype": "f32", "shape": ["N"]}},
+        "body": ["T(i) = X(i) * 2.0", "Y(i) = T(i) + 1.0"]}"#;
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        let mut ctx = null_mut();
+        assert_eq!(pf_context_create(&mut ctx), PF_OK);
+        assert_eq!(
+            pf_context_load_json_n(ctx, json.as_ptr().cast(), json.len()),
+            PF_OK
+        );
+        let r = compile_ok(ctx);
+        // A cpu result has no CUDA to make PTX of.
+        assert_eq!(save(r, Some("sm_90")), Err(PF_ERR_INVALID_ARGUMENT));
+        let back = load(&save(r, Some("")).unwrap());
+        assert_eq!(string_of(back, pf_result_target), "cpu");
+        assert_eq!(
+            string_of(back, pf_result_c_source),
+            string_of(r, pf_result_c_source)
+        );
+        let mut n = 0;
+        assert_eq!(pf_result_num_params(back, &mut n), PF_OK);
+        assert_eq!(n, 1);
+        assert_eq!(workspace_of(back, &[1000]).0, 4000);
+        assert_eq!(pf_result_destroy(back), PF_OK);
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
+fn what_is_no_artifact_is_refused() {
+    // SAFETY: the texts are readable for their lengths; output places valid.
+    unsafe {
+        let mut r = null_mut();
+        for (doc, why) in [
+            ("{", "not valid JSON"),
+            (r#"{"polyfuse_artifact": 7}"#, "version 7"),
+            (r#"{"name": "gemm"}"#, "no polyfuse_artifact"),
+        ] {
+            assert_eq!(
+                pf_result_load(doc.as_ptr().cast(), doc.len(), &mut r),
+                PF_ERR_INPUT
+            );
+            assert!(last_error().contains(why), "{doc}");
+            assert!(r.is_null());
+        }
+        let doc = "{}";
+        assert_eq!(
+            pf_result_load(doc.as_ptr().cast(), doc.len(), null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_result_load(null(), 4, &mut r), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            pf_result_save(null(), null(), &mut null_mut()),
+            PF_ERR_INVALID_HANDLE
+        );
+    }
+}
+
+#[test]
+fn the_command_line_writes_artifacts_the_abi_loads() {
+    let bin = env!("CARGO_BIN_EXE_polyfuse");
+    let file = format!("{ROOT}/examples/gemm.json");
+    let run = |args: &[&str]| {
+        let out = Command::new(bin).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let common = ["--param", "M=33", "--no-cache"];
+    let doc = run(&[
+        &["schedule", &file, "--emit", "artifact", "--arch", "none"],
+        &common[..],
+    ]
+    .concat());
+    let cuda = run(&[&["schedule", &file, "--emit", "cuda"], &common[..]].concat());
+    // SAFETY: valid handles and output places.
+    unsafe {
+        let r = load(&doc);
+        assert_eq!(string_of(r, pf_result_target), "cuda");
+        assert_eq!(string_of(r, pf_result_cuda_source), cuda);
+        let infos = tensors_of(r, &[]);
+        assert_eq!(infos[0].extents[0], 33);
+        assert_eq!(pf_result_destroy(r), PF_OK);
     }
 }

@@ -254,6 +254,7 @@ fn grids_evaluate_in_the_parameters() {
         dynamic_shared: 0,
         static_shared: 0,
         dependent: false,
+        globals: Vec::new(),
     };
     let p = |n: i64, m: i64| HashMap::from([("N".to_string(), n), ("M".to_string(), m)]);
     assert_eq!(k.grid_dims(&p(100, 9)).unwrap(), [4, 4, 1]);
@@ -334,6 +335,7 @@ fn scale_program(n: i64, body: &str) -> polyfuse::Compiled {
             dynamic_shared: 0,
             static_shared: 0,
             dependent: false,
+            globals: vec!["X".into(), "Y".into()],
         }],
         args: vec![
             KernelArg::Tensor {

@@ -57,6 +57,8 @@ int main(int argc, char **argv) {
     CHECK(pf_context_set_sink((pf_context *)&n, 1) == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_set_schedule_timeout(NULL, 5) == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_set_arch(NULL, "sm_90") == PF_ERR_INVALID_HANDLE);
+    CHECK(pf_context_set_device(NULL, 0) == PF_ERR_INVALID_HANDLE);
+    CHECK(pf_result_workspace_size(NULL, NULL, 0, &n) == PF_ERR_INVALID_HANDLE);
     CHECK(pf_context_create(NULL) == PF_ERR_INVALID_ARGUMENT);
 
     CHECK(pf_context_create(&ctx) == PF_OK);
@@ -78,6 +80,9 @@ int main(int argc, char **argv) {
     CHECK(message_has(pf_context_error_message(ctx), "is not a GPU architecture"));
     CHECK(pf_context_set_arch(ctx, "sm_90a") == PF_OK);
     CHECK(pf_context_set_arch(ctx, NULL) == PF_OK);
+    CHECK(pf_context_set_device(ctx, -2) == PF_ERR_INPUT);
+    CHECK(message_has(pf_context_error_message(ctx), "ordinal"));
+    CHECK(pf_context_set_device(ctx, -1) == PF_OK);
     CHECK(pf_compile(ctx, &res) == PF_ERR_INPUT);
     CHECK(res == NULL);
 
@@ -140,12 +145,86 @@ int main(int argc, char **argv) {
     CHECK(pf_result_destroy(res) == PF_OK);
     CHECK(pf_result_destroy(res) == PF_ERR_INVALID_HANDLE);
 
+    /* The workspace of a program with temps (cpu target: its C function
+     * touches every temp): each temp at an aligned offset, the size
+     * covering them all; inputs and outputs have no offset. */
+    {
+        static const char softmax[] =
+            "{\"name\": \"softmax\", \"params\": {\"N\": 5, \"D\": 7},"
+            " \"inputs\": {\"X\": {\"dtype\": \"f32\", \"shape\": [\"N\", \"D\"]}},"
+            " \"outputs\": {\"Y\": {\"dtype\": \"f32\", \"shape\": [\"N\", \"D\"]}},"
+            " \"temps\": {\"M\": {\"dtype\": \"f32\", \"shape\": [\"N\"]},"
+            " \"E\": {\"dtype\": \"f32\", \"shape\": [\"N\", \"D\"]}},"
+            " \"body\": [\"M(r) max=! X(r, c)\", \"E(r, c) = exp(X(r, c) - M(r))\","
+            " \"Y(r, c) = E(r, c) / M(r)\"]}";
+        pf_tensor_info infos[4];
+        size_t count = 0, bytes = 0, k;
+        int64_t offset = 0, end = 0;
+        CHECK(pf_context_create(&ctx) == PF_OK);
+        CHECK(pf_context_load_json(ctx, softmax) == PF_OK);
+        CHECK(pf_compile(ctx, &res) == PF_OK);
+        CHECK(pf_result_workspace_size(res, NULL, 0, &bytes) == PF_OK);
+        CHECK(pf_result_workspace_size(res, NULL, 0, NULL) == PF_ERR_INVALID_ARGUMENT);
+        CHECK(pf_result_tensors(res, NULL, 0, infos, 4, &count) == PF_OK && count == 4);
+        for (k = 0; k < count && k < 4; k++) {
+            pf_status st = pf_result_arg_workspace_offset(res, infos[k].arg_index, NULL, 0, &offset);
+            if (infos[k].role == PF_ROLE_TEMP) {
+                CHECK(st == PF_OK && offset >= end && offset % PF_WORKSPACE_ALIGN == 0);
+                end = offset + (int64_t)infos[k].bytes;
+            } else {
+                CHECK(st == PF_ERR_INVALID_ARGUMENT);
+                CHECK(message_has(pf_result_error_message(res), "not a temp"));
+            }
+        }
+        /* Two temps, the second at an aligned offset past the first. */
+        CHECK((int64_t)bytes == end && end >= PF_WORKSPACE_ALIGN + 5 * 4);
+        /* Ahead of time: the result saved and loaded back describes the
+         * same workspace; a cpu result has no CUDA to make PTX of; what is
+         * no artifact is refused. */
+        {
+            char *doc = NULL;
+            pf_result *back = NULL;
+            size_t again = 0;
+            int32_t origin = -1;
+            CHECK(pf_result_save(res, "sm_90", &doc) == PF_ERR_INVALID_ARGUMENT);
+            CHECK(pf_result_save(res, NULL, &doc) == PF_OK && doc != NULL);
+            CHECK(pf_result_load(doc, strlen(doc), &back) == PF_OK);
+            CHECK(pf_result_workspace_size(back, NULL, 0, &again) == PF_OK && again == bytes);
+            CHECK(pf_result_from_cache(back, &origin) == PF_OK && origin == 3);
+            CHECK(pf_result_destroy(back) == PF_OK);
+            CHECK(pf_string_free(doc) == PF_OK);
+            CHECK(pf_result_load("{}", 2, &back) == PF_ERR_INPUT);
+            CHECK(message_has(pf_last_error_message(), "polyfuse_artifact"));
+            CHECK(pf_result_load("{}", 2, NULL) == PF_ERR_INVALID_ARGUMENT);
+        }
+        CHECK(pf_result_destroy(res) == PF_OK);
+        CHECK(pf_context_destroy(ctx) == PF_OK);
+    }
+
     /* The cuda target: kernels and launch configuration (no launch here). */
     CHECK(pf_context_create(&ctx) == PF_OK);
     CHECK(pf_context_load_file(ctx, argv[1]) == PF_OK);
     CHECK(pf_context_set_target(ctx, "cuda") == PF_OK);
     if (pf_compile(ctx, &res) == PF_OK) {
         uint32_t grid[3], block[3];
+        size_t bytes = 1;
+        void *io[3];
+        /* gemm has no temps: an empty workspace; a caller's workspace must
+         * be aligned, and the inputs and outputs non-null. Without a GPU
+         * (or with pointers no driver knows) the launch fails cleanly. */
+        CHECK(pf_result_workspace_size(res, NULL, 0, &bytes) == PF_OK && bytes == 0);
+        io[0] = (void *)(uintptr_t)0x10000; io[1] = (void *)(uintptr_t)0x20000;
+        io[2] = (void *)(uintptr_t)0x30000;
+        CHECK(pf_result_launch_workspace(res, 0, NULL, io, (void *)(uintptr_t)0x40010, 64, NULL) ==
+              PF_ERR_INVALID_ARGUMENT);
+        CHECK(message_has(pf_result_error_message(res), "aligned"));
+        {
+            pf_status st = pf_result_launch_workspace(res, 0, NULL, io, NULL, 0, NULL);
+            CHECK(st == PF_ERR_ENVIRONMENT || st == PF_ERR_INVALID_ARGUMENT);
+        }
+        io[0] = NULL;
+        CHECK(pf_result_launch_workspace(res, 0, NULL, io, NULL, 0, NULL) == PF_ERR_INVALID_ARGUMENT);
+        CHECK(message_has(pf_result_error_message(res), "is null"));
         CHECK(pf_result_num_kernels(res, &n) == PF_OK && n >= 1);
         CHECK(pf_result_kernel_grid(res, 0, NULL, 0, grid) == PF_OK && grid[0] >= 1);
         CHECK(pf_result_kernel_block(res, 0, block) == PF_OK && block[0] >= 1);

@@ -2,10 +2,21 @@
 //! driver API (cudarc, loaded at run time).
 //!
 //! The caller owns the CUDA context: we launch in the context of the stream
-//! it passes (or the thread's current context for the null stream), never
-//! create one, and leave the thread's current context as we found it. The
-//! CUDA source is compiled with NVRTC once per compute capability and
-//! loaded once per context; the modules live as long as the result.
+//! it passes, never create one, and leave the thread's current context as
+//! we found it. For the null stream (and the driver's `CU_STREAM_LEGACY`
+//! and `CU_STREAM_PER_THREAD` handles, which also mean "the null stream of
+//! the current context") the context is the one the tensors live in: the
+//! context a pointer was allocated in (`CU_POINTER_ATTRIBUTE_CONTEXT`), or
+//! for memory that has none (virtual memory management, as PyTorch's
+//! expandable segments use) the primary context of its device
+//! (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`, `cuDevicePrimaryCtxRetain`).
+//! The thread's current context is never used by accident: a fresh thread,
+//! which has none, launches on the default stream as well as any
+//! (issue 33; [`launch_context`] decides, tested against a fake driver).
+//! The CUDA source is compiled with NVRTC once per compute capability and
+//! loaded once per context; the modules live as long as the result, and
+//! so does the workspace the result allocates in a context when the
+//! caller passes none ([`Workspace::Own`]).
 //!
 //! A module can only be unloaded while its context lives, and callers
 //! release their context in any order relative to `pf_result_destroy` (the
@@ -33,19 +44,36 @@ use cudarc::driver::sys;
 use super::{CUstream, Failure, Outcome};
 use crate::gpu::{CudaProgram, Kernel};
 
-/// Kernel arguments, each 8 bytes: a device address or a C `long`.
-#[derive(Default)]
-pub(crate) struct Args {
-    values: Vec<u64>,
+/// One kernel argument, 8 bytes once resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arg {
+    /// A device address the caller gave (or null).
+    Pointer(u64),
+    /// A C `long` (a parameter's value).
+    Long(i64),
+    /// A temp's place in the workspace, at this byte offset.
+    Workspace(usize),
 }
 
-impl Args {
-    pub(crate) fn push_pointer(&mut self, address: u64) {
-        self.values.push(address);
-    }
-    pub(crate) fn push_long(&mut self, value: i64) {
-        self.values.push(value as u64);
-    }
+/// Where a launch's temps live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workspace {
+    /// The caller's device buffer at this address.
+    Caller(u64),
+    /// The result's own buffer in the launch's context, of at least this
+    /// many bytes (allocated, or grown, on first need).
+    Own(usize),
+}
+
+/// The 8-byte values of `args`, with workspace offsets added to `base`.
+fn resolve(args: &[Arg], base: u64) -> Vec<u64> {
+    args.iter()
+        .map(|a| match *a {
+            Arg::Pointer(p) => p,
+            Arg::Long(v) => v as u64,
+            Arg::Workspace(offset) => base + offset as u64,
+        })
+        .collect()
 }
 
 /// One CUDA context's loaded module and its kernels, in kernel order.
@@ -59,6 +87,9 @@ struct Loaded {
     /// The device whose primary context `ctx` is, when the result holds a
     /// reference on it (see the module comment); released after unloading.
     retained: Option<sys::CUdevice>,
+    /// The result's own workspace in `ctx` (address, bytes), for launches
+    /// whose caller passed none; freed with the module.
+    workspace: Option<(u64, usize)>,
 }
 
 /// The driver calls that tie a loaded module to its context's life. The
@@ -75,6 +106,16 @@ pub(crate) trait ContextCalls {
     fn push(&self, ctx: sys::CUcontext) -> Result<(), String>;
     fn pop(&self) -> Result<(), String>;
     fn unload(&self, module: sys::CUmodule) -> Result<(), String>;
+    /// `cuMemFree` of memory allocated in the current context.
+    fn free(&self, address: u64) -> Result<(), String>;
+    /// The thread's current context, if any.
+    fn current(&self) -> Result<Option<sys::CUcontext>, String>;
+    /// The context `address` was allocated in (`None` where the driver
+    /// names none, as for memory mapped with virtual memory management),
+    /// or an error for an address the driver does not know.
+    fn pointer_context(&self, address: u64) -> Result<Option<sys::CUcontext>, String>;
+    /// The device `address` lives on.
+    fn pointer_device(&self, address: u64) -> Result<sys::CUdevice, String>;
 }
 
 /// The CUDA driver (cudarc's bindings; the library is loaded already by
@@ -126,6 +167,93 @@ impl ContextCalls for Driver {
         // current.
         unsafe { drv::module::unload(module) }.map_err(named("cuModuleUnload"))
     }
+    fn free(&self, address: u64) -> Result<(), String> {
+        // SAFETY: `address` came from cuMemAlloc in the current context and
+        // is freed once (the workspace forgets it).
+        unsafe { sys::cuMemFree_v2(address) }
+            .result()
+            .map_err(named("cuMemFree"))
+    }
+    fn current(&self) -> Result<Option<sys::CUcontext>, String> {
+        drv::ctx::get_current().map_err(named("cuCtxGetCurrent"))
+    }
+    fn pointer_context(&self, address: u64) -> Result<Option<sys::CUcontext>, String> {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the attribute CONTEXT writes one CUcontext into `ctx`; the
+        // driver only looks the address up, never dereferences it.
+        unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ctx as *mut sys::CUcontext).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+                address,
+            )
+        }
+        .result()
+        .map_err(named("cuPointerGetAttribute(CONTEXT)"))?;
+        Ok((!ctx.is_null()).then_some(ctx))
+    }
+    fn pointer_device(&self, address: u64) -> Result<sys::CUdevice, String> {
+        let mut ordinal: std::ffi::c_int = -1;
+        // SAFETY: the attribute DEVICE_ORDINAL writes one int; the address
+        // is only looked up.
+        unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut std::ffi::c_int).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                address,
+            )
+        }
+        .result()
+        .map_err(named("cuPointerGetAttribute(DEVICE_ORDINAL)"))?;
+        let mut dev: sys::CUdevice = 0;
+        // SAFETY: `dev` is a live local; the ordinal came from the driver.
+        unsafe { sys::cuDeviceGet(&mut dev, ordinal) }
+            .result()
+            .map_err(named("cuDeviceGet"))?;
+        Ok(dev)
+    }
+}
+
+/// Whether `stream` names the null stream of "the current context": null,
+/// `CU_STREAM_LEGACY` (1) or `CU_STREAM_PER_THREAD` (2).
+fn names_the_null_stream(stream: sys::CUstream) -> bool {
+    stream.addr() <= 2
+}
+
+/// The context a launch runs in, and whether a reference on a device's
+/// primary context was taken to find it (released after the launch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LaunchContext {
+    ctx: sys::CUcontext,
+    release: Option<sys::CUdevice>,
+}
+
+/// The context of a launch on the null stream (see the module comment):
+/// that of `probe`, a device pointer of the launch (the first tensor's, or
+/// the workspace's), else, with no pointer to look at, the thread's
+/// current one.
+fn launch_context(d: &impl ContextCalls, probe: Option<u64>) -> Outcome<LaunchContext> {
+    let Some(address) = probe else {
+        let ctx = d.current().map_err(Failure::environment)?.ok_or_else(|| {
+            Failure::environment(
+                "no tensor pointer to find the device from and no current CUDA context on this thread: pass a stream",
+            )
+        })?;
+        return Ok(LaunchContext { ctx, release: None });
+    };
+    if let Ok(Some(ctx)) = d.pointer_context(address) {
+        return Ok(LaunchContext { ctx, release: None });
+    }
+    let dev = d.pointer_device(address).map_err(|e| {
+        Failure::argument(format!(
+            "the device pointer {address:#x} is not memory the CUDA driver knows ({e}); pass device pointers"
+        ))
+    })?;
+    let ctx = d.retain_primary(dev).map_err(Failure::environment)?;
+    Ok(LaunchContext {
+        ctx,
+        release: Some(dev),
+    })
 }
 
 /// Takes a reference on `ctx`, the current context, when it is the primary
@@ -159,8 +287,9 @@ fn retain_context(
 fn unload(d: &impl ContextCalls, l: &Loaded) -> Result<(), String> {
     let mut outcome = match d.push(l.ctx) {
         Ok(()) => {
+            let freed = l.workspace.map_or(Ok(()), |(address, _)| d.free(address));
             let unloaded = d.unload(l.module);
-            unloaded.and(d.pop())
+            freed.and(unloaded).and(d.pop())
         }
         Err(e) if l.retained.is_some() => Err(e),
         Err(_) => Ok(()),
@@ -180,6 +309,8 @@ pub(crate) struct Modules {
     pub(crate) arch: Option<String>,
     /// NUL-terminated PTX per compute capability.
     ptx: HashMap<(i32, i32), Vec<u8>>,
+    /// PTX per architecture (`sm_90a`) that came with a loaded artifact.
+    pub(crate) stored: HashMap<String, String>,
     /// Loaded modules per CUDA context (by address).
     loaded: HashMap<usize, Loaded>,
 }
@@ -200,18 +331,67 @@ fn require_driver() -> Outcome {
     crate::runtime::cuda::probe_driver().map_err(Failure::from)
 }
 
+/// The architecture (`sm_90`) of device `ordinal`, or where `None` of the
+/// device of the thread's current context, else device 0: what the C
+/// ABI's tuning cache is keyed by (`pf_context_set_device`). Asks the
+/// driver without making or retaining a context.
+pub(crate) fn device_arch(ordinal: Option<i32>) -> Outcome<String> {
+    require_driver()?;
+    drv::init().map_err(driver_error("cuInit"))?;
+    let mut dev: sys::CUdevice = 0;
+    match ordinal {
+        Some(n) => {
+            // SAFETY: `dev` is a live local; a bad ordinal is an error.
+            unsafe { sys::cuDeviceGet(&mut dev, n) }
+                .result()
+                .map_err(|e| Failure::argument(format!("CUDA device {n}: {e:?}")))?
+        }
+        None => match Driver.current().map_err(Failure::environment)? {
+            // SAFETY: a context is current; `dev` is a live local.
+            Some(_) => unsafe { sys::cuCtxGetDevice(&mut dev) }
+                .result()
+                .map_err(driver_error("cuCtxGetDevice"))?,
+            // SAFETY: as above, device 0.
+            None => unsafe { sys::cuDeviceGet(&mut dev, 0) }
+                .result()
+                .map_err(driver_error("cuDeviceGet"))?,
+        },
+    }
+    use sys::CUdevice_attribute as A;
+    // SAFETY: `dev` came from the driver.
+    let (major, minor) = unsafe {
+        (
+            drv::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                .map_err(driver_error("cuDeviceGetAttribute"))?,
+            drv::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                .map_err(driver_error("cuDeviceGetAttribute"))?,
+        )
+    };
+    Ok(format!("sm_{}", major * 10 + minor))
+}
+
 /// NUL-terminated PTX of `cuda` for compute capability `cc`, through the
 /// CUDA runtime's NVRTC compile (which finds NVRTC and the CUDA headers the
 /// same way `polyfuse run --target cuda` does), for the architecture the
 /// command line would choose (`runtime::cuda::target_arch`: `sm_90a` for
 /// kernels with a `wgmma` path on an H100, `POLYFUSE_CUDA_ARCH` honoured).
-fn compile_ptx(cuda: &CudaProgram, cc: (i32, i32), arch: Option<&str>) -> Outcome<Vec<u8>> {
+/// PTX a loaded artifact brought (`pf_result_load`) is used as it is, where
+/// it was made for that architecture: no NVRTC is needed then.
+fn compile_ptx(
+    cuda: &CudaProgram,
+    cc: (i32, i32),
+    arch: Option<&str>,
+    stored: &HashMap<String, String>,
+) -> Outcome<Vec<u8>> {
     let requested = arch
         .map(str::to_string)
         .or_else(crate::runtime::cuda::requested_arch);
     let arch =
         crate::runtime::cuda::target_arch(&cuda.source, cc.0 * 10 + cc.1, requested.as_deref())?;
-    let mut bytes = crate::runtime::cuda::compile_ptx(&cuda.source, &arch)?.into_bytes();
+    let mut bytes = match stored.get(&arch) {
+        Some(ptx) => ptx.clone().into_bytes(),
+        None => crate::runtime::cuda::compile_ptx(&cuda.source, &arch)?.into_bytes(),
+    };
     bytes.push(0);
     Ok(bytes)
 }
@@ -224,31 +404,31 @@ impl Modules {
         m
     }
 
-    /// Launches kernel `index` of `cuda`; see `pf_result_launch`.
+    /// Launches kernel `index` of `cuda`; see `pf_result_launch`. `probe`
+    /// is a device pointer of the launch, for the null stream's context.
     ///
     /// # Safety
     /// `stream` is null or a live stream, and `args` holds device addresses
-    /// valid in its context for buffers as large as the kernel indexes.
+    /// valid in its context for buffers as large as the kernel indexes
+    /// (with the workspace's offsets, a caller's workspace as large as
+    /// `workspace` says).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch(
         &mut self,
         cuda: &CudaProgram,
         index: usize,
         grid: [u32; 3],
         kernel: &Kernel,
-        args: &mut Args,
+        args: &[Arg],
+        workspace: Workspace,
+        probe: Option<u64>,
         stream: CUstream,
     ) -> Outcome {
         require_driver()?;
         drv::init().map_err(driver_error("cuInit"))?;
         let stream: sys::CUstream = stream.cast();
-        let ctx = if stream.is_null() {
-            drv::ctx::get_current()
-                .map_err(driver_error("cuCtxGetCurrent"))?
-                .ok_or_else(|| {
-                    Failure::environment(
-                        "no current CUDA context on this thread: make one current or pass a stream",
-                    )
-                })?
+        let target = if names_the_null_stream(stream) {
+            launch_context(&Driver, probe)?
         } else {
             let mut ctx: sys::CUcontext = std::ptr::null_mut();
             // SAFETY: `stream` is live by the caller's contract; `ctx` is a
@@ -256,18 +436,28 @@ impl Modules {
             unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }
                 .result()
                 .map_err(driver_error("cuStreamGetCtx"))?;
-            ctx
+            LaunchContext { ctx, release: None }
         };
-        // SAFETY: `ctx` is the live context of the caller's stream or the
-        // thread's current one; it is popped again below.
-        unsafe { sys::cuCtxPushCurrent_v2(ctx) }
+        let ctx = target.ctx;
+        // SAFETY: `ctx` is the live context of the caller's stream or of
+        // its memory; it is popped again below.
+        let pushed = unsafe { sys::cuCtxPushCurrent_v2(ctx) }
             .result()
-            .map_err(driver_error("cuCtxPushCurrent"))?;
-        // SAFETY: as for this function; `ctx` is now current.
-        let outcome = unsafe { self.launch_in(ctx, cuda, index, grid, kernel, args, stream) };
-        let mut popped: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: pops what was pushed above.
-        let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+            .map_err(driver_error("cuCtxPushCurrent"));
+        let outcome = pushed.and_then(|()| {
+            // SAFETY: as for this function; `ctx` is now current.
+            let launched =
+                unsafe { self.launch_in(ctx, cuda, index, grid, kernel, args, workspace, stream) };
+            let mut popped: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: pops what was pushed above.
+            let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+            launched
+        });
+        if let Some(dev) = target.release {
+            // The primary context retained to find it; a module loaded
+            // there holds a reference of its own (`retain_context`).
+            let _ = Driver.release_primary(dev);
+        }
         outcome
     }
 
@@ -279,15 +469,25 @@ impl Modules {
         index: usize,
         grid: [u32; 3],
         kernel: &Kernel,
-        args: &mut Args,
+        args: &[Arg],
+        workspace: Workspace,
         stream: sys::CUstream,
     ) -> Outcome {
         if !self.loaded.contains_key(&(ctx as usize)) {
             let loaded = self.load(ctx, cuda)?;
             self.loaded.insert(ctx as usize, loaded);
         }
-        let f = self.loaded[&(ctx as usize)].functions[index];
-        let dependent = kernel.dependent && self.loaded[&(ctx as usize)].hopper;
+        let loaded = self
+            .loaded
+            .get_mut(&(ctx as usize))
+            .ok_or_else(|| Failure::internal("the module just loaded is missing"))?;
+        let base = match workspace {
+            Workspace::Caller(address) => address,
+            Workspace::Own(bytes) => own_workspace(loaded, bytes)?,
+        };
+        let mut values = resolve(args, base);
+        let f = loaded.functions[index];
+        let dependent = kernel.dependent && loaded.hopper;
         if kernel.dynamic_shared > 48 * 1024 {
             let bytes = i32::try_from(kernel.dynamic_shared)
                 .map_err(|_| Failure::internal("dynamic shared memory size overflows"))?;
@@ -302,11 +502,8 @@ impl Modules {
             .result()
             .map_err(driver_error("cuFuncSetAttribute"))?;
         }
-        let mut params: Vec<*mut c_void> = args
-            .values
-            .iter_mut()
-            .map(|v| (v as *mut u64).cast())
-            .collect();
+        let mut params: Vec<*mut c_void> =
+            values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
         let shared = c_uint::try_from(kernel.dynamic_shared)
             .map_err(|_| Failure::internal("dynamic shared memory size overflows"))?;
         if dependent {
@@ -374,7 +571,9 @@ impl Modules {
         };
         let ptx = match self.ptx.entry(cc) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => v.insert(compile_ptx(cuda, cc, self.arch.as_deref())?),
+            Entry::Vacant(v) => {
+                v.insert(compile_ptx(cuda, cc, self.arch.as_deref(), &self.stored)?)
+            }
         };
         // SAFETY: the PTX is NUL-terminated text, as cuModuleLoadData wants.
         let module = unsafe { drv::module::load_data(ptx.as_ptr().cast()) }
@@ -407,6 +606,7 @@ impl Modules {
             functions,
             hopper: cc.0 >= 9,
             retained,
+            workspace: None,
         })
     }
 
@@ -421,6 +621,36 @@ impl Modules {
         }
         outcome
     }
+}
+
+/// The address of the result's own workspace in `l`'s context (current),
+/// at least `bytes` large: allocated on first need, and reallocated when
+/// larger sizes need more, after the context's work is done (the old
+/// buffer may still be in use by kernels queued before). Null for 0 bytes.
+fn own_workspace(l: &mut Loaded, bytes: usize) -> Outcome<u64> {
+    if bytes == 0 {
+        return Ok(l.workspace.map_or(0, |(address, _)| address));
+    }
+    if let Some((address, size)) = l.workspace {
+        if size >= bytes {
+            return Ok(address);
+        }
+        // SAFETY: the context is current; this waits for its work.
+        unsafe { sys::cuCtxSynchronize() }
+            .result()
+            .map_err(driver_error(
+                "cuCtxSynchronize (before growing the workspace)",
+            ))?;
+        l.workspace = None;
+        Driver.free(address).map_err(Failure::environment)?;
+    }
+    let mut address: sys::CUdeviceptr = 0;
+    // SAFETY: the context is current; `address` is a live local.
+    unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }
+        .result()
+        .map_err(driver_error("cuMemAlloc (the workspace)"))?;
+    l.workspace = Some((address, bytes));
+    Ok(address)
 }
 
 impl Drop for Modules {
@@ -448,6 +678,9 @@ mod tests {
         refs: RefCell<u32>,
         current: RefCell<Vec<sys::CUcontext>>,
         log: RefCell<Vec<String>>,
+        /// Device memory: address -> (its context, if the driver names
+        /// one; its device).
+        memory: Vec<(u64, Option<sys::CUcontext>, sys::CUdevice)>,
     }
 
     impl Fake {
@@ -457,6 +690,7 @@ mod tests {
                 refs: RefCell::new(0),
                 current: RefCell::new(Vec::new()),
                 log: RefCell::new(Vec::new()),
+                memory: Vec::new(),
             }
         }
         fn note(&self, s: &str) {
@@ -508,6 +742,31 @@ mod tests {
                 _ => Err("cuModuleUnload: CUDA_ERROR_INVALID_HANDLE".into()),
             }
         }
+        fn free(&self, address: u64) -> Result<(), String> {
+            let ctx = self.current.borrow().last().copied();
+            match ctx {
+                Some(c) if self.alive(c) => {
+                    self.note(&format!("free {address:#x}"));
+                    Ok(())
+                }
+                _ => Err("cuMemFree: CUDA_ERROR_INVALID_CONTEXT".into()),
+            }
+        }
+        fn current(&self) -> Result<Option<sys::CUcontext>, String> {
+            Ok(self.current.borrow().last().copied())
+        }
+        fn pointer_context(&self, address: u64) -> Result<Option<sys::CUcontext>, String> {
+            match self.memory.iter().find(|m| m.0 == address) {
+                Some(m) => Ok(m.1),
+                None => Err("CUDA_ERROR_INVALID_VALUE".into()),
+            }
+        }
+        fn pointer_device(&self, address: u64) -> Result<sys::CUdevice, String> {
+            match self.memory.iter().find(|m| m.0 == address) {
+                Some(m) => Ok(m.2),
+                None => Err("CUDA_ERROR_INVALID_VALUE".into()),
+            }
+        }
     }
 
     fn loaded(ctx: sys::CUcontext, retained: Option<sys::CUdevice>) -> Loaded {
@@ -517,6 +776,7 @@ mod tests {
             functions: Vec::new(),
             hopper: false,
             retained,
+            workspace: None,
         }
     }
 
@@ -584,5 +844,81 @@ mod tests {
         assert_eq!(retain_context(&d, created, DEV), Ok(None));
         assert!(d.log.borrow().is_empty(), "{:?}", d.log.borrow());
         assert_eq!(unload(&d, &loaded(created, None)), Ok(()));
+    }
+
+    #[test]
+    fn the_result_frees_its_workspace_in_its_context_before_unloading() {
+        let d = Fake::new();
+        let ctx = d.retain_primary(DEV).unwrap();
+        let retained = retain_context(&d, ctx, DEV).unwrap();
+        d.release_primary(DEV).unwrap();
+        let mut l = loaded(ctx, retained);
+        l.workspace = Some((0x7000, 4096));
+        assert_eq!(unload(&d, &l), Ok(()));
+        assert_eq!(
+            d.log.borrow()[3..],
+            ["push", "free 0x7000", "unload", "pop", "release"].map(String::from)
+        );
+        assert_eq!(*d.refs.borrow(), 0);
+    }
+
+    #[test]
+    fn the_null_stream_runs_where_the_tensors_live_not_where_the_thread_is() {
+        // issue 33: a fresh thread (no current context) launching on the
+        // default stream failed; a thread whose current context is another
+        // device's would have launched there.
+        let other: sys::CUcontext = std::ptr::without_provenance_mut(0x5000);
+        let mut d = Fake::new();
+        d.memory = vec![(0xa000, None, 1), (0xb000, Some(other), 0)];
+        // Memory the driver names no context for (virtual memory
+        // management): its device's primary context, retained for the
+        // launch, whatever is current.
+        d.current.borrow_mut().push(other);
+        let c = launch_context(&d, Some(0xa000)).unwrap();
+        assert_eq!(
+            c,
+            LaunchContext {
+                ctx: d.primary,
+                release: Some(1)
+            }
+        );
+        assert_eq!(*d.refs.borrow(), 1, "retained until the launch is done");
+        d.current.borrow_mut().clear();
+        // Memory of a context: that context, even with none current.
+        let c = launch_context(&d, Some(0xb000)).unwrap();
+        assert_eq!(
+            c,
+            LaunchContext {
+                ctx: other,
+                release: None
+            }
+        );
+        // Not device memory: refused as the caller's mistake.
+        let e = launch_context(&d, Some(0xc000)).unwrap_err();
+        assert_eq!(e.status, super::super::PF_ERR_INVALID_ARGUMENT);
+        assert!(e.message.contains("0xc000"), "{}", e.message);
+        // No pointer at all and no current context: an environment error
+        // that says what to do.
+        let e = launch_context(&d, None).unwrap_err();
+        assert!(e.message.contains("pass a stream"), "{}", e.message);
+        // No pointer, a current context: that one.
+        d.current.borrow_mut().push(other);
+        assert_eq!(launch_context(&d, None).unwrap().ctx, other);
+    }
+
+    #[test]
+    fn special_stream_handles_are_the_null_stream() {
+        for s in [0usize, 1, 2] {
+            assert!(names_the_null_stream(std::ptr::without_provenance_mut(s)));
+        }
+        assert!(!names_the_null_stream(std::ptr::without_provenance_mut(
+            0x7f00_0000
+        )));
+    }
+
+    #[test]
+    fn workspace_offsets_are_added_to_the_base() {
+        let args = [Arg::Pointer(0x10), Arg::Workspace(256), Arg::Long(-3)];
+        assert_eq!(resolve(&args, 0x1_0000), [0x10, 0x1_0100, (-3i64) as u64]);
     }
 }

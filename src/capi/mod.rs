@@ -105,6 +105,9 @@ enum Target {
 /// The state behind a `pf_context`.
 pub(crate) struct ContextState {
     program: Option<Program>,
+    /// The loaded program's text and name, for `pf_result_save` (an
+    /// artifact parses the same program back).
+    program_text: Option<(String, String)>,
     target: Target,
     options: Options,
     gpu: GpuOptions,
@@ -134,6 +137,10 @@ pub(crate) struct ContextState {
     /// The GPU architecture launches compile for (`pf_context_set_arch`);
     /// None: `POLYFUSE_CUDA_ARCH`, else the device's choice.
     arch: Option<String>,
+    /// The device the result is meant for (`pf_context_set_device`), whose
+    /// architecture keys the tuning cache; None: the device of the
+    /// thread's current context, else device 0.
+    device: Option<i32>,
 }
 
 /// The state behind a `pf_result`.
@@ -149,14 +156,31 @@ pub(crate) struct ResultState {
     last_error: Mutex<Option<String>>,
     modules: Mutex<launch::Modules>,
     /// 0: compiled under the context's options; 1: under tuned options
-    /// from the cache; 2: the compiled program itself came from the cache.
+    /// from the cache; 2: the compiled program itself came from the cache;
+    /// 3: loaded from an artifact (`pf_result_load`).
     from_cache: i32,
     /// Each argument's name as a C string, for `pf_tensor_info::name`
     /// (valid while the result lives).
     arg_names: Vec<std::ffi::CString>,
+    /// Per kernel, the argument indices of the tensors its code reads or
+    /// writes in global memory (`gpu::Kernel::globals`): a null pointer
+    /// for one of them is refused at launch.
+    kernel_globals: Vec<Vec<usize>>,
+    /// Per argument, whether it is a tensor some kernel touches in global
+    /// memory (every tensor of a cpu result: its C function touches all).
+    /// A temp that is not needs no memory and takes no workspace.
+    in_memory: Vec<bool>,
+    /// What the program was compiled from, for `pf_result_save`.
+    source: crate::pipeline::aot::Source,
 }
 
+/// Alignment of each temp in the workspace, and of a caller's workspace:
+/// `cuMemAlloc`'s, so a temp is aligned as if allocated on its own (the
+/// kernels load some tensors 16 bytes at a time).
+pub const PF_WORKSPACE_ALIGN: usize = 256;
+
 /// A failed call: its status and message.
+#[derive(Debug)]
 pub(crate) struct Failure {
     status: pf_status,
     message: String,
@@ -169,7 +193,7 @@ impl Failure {
             message: message.into(),
         }
     }
-    fn argument(message: impl Into<String>) -> Failure {
+    pub(crate) fn argument(message: impl Into<String>) -> Failure {
         Failure::new(PF_ERR_INVALID_ARGUMENT, message)
     }
     fn input(message: impl Into<String>) -> Failure {
@@ -435,6 +459,103 @@ impl ResultState {
         Ok(role_code(t.role))
     }
 
+    /// Where each temp that reaches memory lies in the workspace (a byte
+    /// offset per argument index; `None` for inputs, outputs, parameters
+    /// and temps no kernel touches), and the workspace's size: those
+    /// temps in argument order, each at a multiple of [`PF_WORKSPACE_ALIGN`].
+    fn workspace_layout(&self, map: &HashMap<String, i64>) -> Outcome<(Vec<Option<usize>>, usize)> {
+        let mut offsets = vec![None; self.args.len()];
+        let mut total = 0usize;
+        for (i, place) in offsets.iter_mut().enumerate() {
+            if !self.in_memory[i] || self.role(i).ok() != Some(PF_ROLE_TEMP) {
+                continue;
+            }
+            let overflow = || Failure::input("the workspace's size overflows");
+            let start = total
+                .checked_next_multiple_of(PF_WORKSPACE_ALIGN)
+                .ok_or_else(overflow)?;
+            *place = Some(start);
+            total = start
+                .checked_add(self.bytes(i, map)?)
+                .ok_or_else(overflow)?;
+        }
+        Ok((offsets, total))
+    }
+
+    /// The number of inputs and outputs: the pointers the caller passes to
+    /// `pf_result_launch_workspace`.
+    fn io_count(&self) -> usize {
+        (0..self.args.len())
+            .filter(|&i| matches!(self.role(i), Ok(role) if role != PF_ROLE_TEMP))
+            .count()
+    }
+
+    /// Where each tensor argument is, in argument order among the
+    /// tensors: the caller's pointer for an input or output (`io`, in that
+    /// order), the workspace offset for a temp that takes memory
+    /// (`offsets`, from [`Self::workspace_layout`]), null for a temp that
+    /// takes none.
+    fn tensor_places(&self, io: &[u64], offsets: &[Option<usize>]) -> Vec<Result<u64, usize>> {
+        let mut io = io.iter();
+        let mut places = Vec::new();
+        for (i, (a, offset)) in self.args.iter().zip(offsets).enumerate() {
+            if !matches!(a, KernelArg::Tensor { .. }) {
+                continue;
+            }
+            let temp = self.role(i).ok() == Some(PF_ROLE_TEMP);
+            places.push(match (temp, *offset) {
+                (false, _) => Ok(io.next().copied().unwrap_or(0)),
+                (true, Some(offset)) => Err(offset),
+                (true, None) => Ok(0),
+            });
+        }
+        places
+    }
+
+    /// Kernel `k`'s arguments from a pointer per tensor (`tensor_ptrs`, by
+    /// argument order among the tensors; `None` for a temp in the
+    /// workspace at its offset) and the parameter values, refusing a null
+    /// pointer for a tensor the kernel touches; and a device pointer of
+    /// the launch to find the null stream's context from.
+    fn launch_args(
+        &self,
+        k: usize,
+        tensor_ptrs: &[Result<u64, usize>],
+        map: &HashMap<String, i64>,
+    ) -> Outcome<(Vec<launch::Arg>, Option<u64>)> {
+        let mut args = Vec::with_capacity(self.args.len());
+        let mut ptrs = tensor_ptrs.iter();
+        for a in &self.args {
+            args.push(match a {
+                KernelArg::Tensor { .. } => match ptrs.next() {
+                    Some(Ok(p)) => launch::Arg::Pointer(*p),
+                    Some(Err(offset)) => launch::Arg::Workspace(*offset),
+                    None => return Err(Failure::internal("fewer pointers than tensors")),
+                },
+                KernelArg::Param { name } => launch::Arg::Long(map.get(name).copied().unwrap_or(0)),
+            });
+        }
+        // A tensor of no element may be null (torch's empty tensors are):
+        // no access reaches it.
+        for &i in &self.kernel_globals[k] {
+            if args[i] == launch::Arg::Pointer(0) && self.bytes(i, map)? > 0 {
+                let name = self.arg_names[i].to_string_lossy();
+                return Err(Failure::argument(format!(
+                    "the pointer for tensor {name} (argument {i}) is null, and kernel {k} reads or writes it"
+                )));
+            }
+        }
+        let probe = self.kernel_globals[k]
+            .iter()
+            .map(|&i| args[i])
+            .chain(args.iter().copied())
+            .find_map(|a| match a {
+                launch::Arg::Pointer(p) if p != 0 => Some(p),
+                _ => None,
+            });
+        Ok((args, probe))
+    }
+
     /// Bytes of tensor argument `i` for the given parameter values.
     fn bytes(&self, i: usize, map: &HashMap<String, i64>) -> Outcome<usize> {
         let (t, shape) = tensor_arg(self, i)?;
@@ -566,7 +687,38 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
             (compiled, 0)
         }
     };
-    let args = match (&compiled.cuda, state.target) {
+    let (text, name) = state
+        .program_text
+        .clone()
+        .ok_or_else(|| Failure::internal("a program without its text"))?;
+    let source = crate::pipeline::aot::Source {
+        text,
+        name,
+        params: state.params.clone(),
+        directives: state.directives.clone(),
+    };
+    result_state(
+        &program,
+        compiled,
+        state.target,
+        from_cache,
+        state.arch.clone(),
+        source,
+    )
+}
+
+/// A result of `compiled` (of `program`, for `target`): its arguments,
+/// parameters, the tensors each kernel touches. Shared by `pf_compile` and
+/// `pf_result_load`.
+fn result_state(
+    program: &Program,
+    compiled: Compiled,
+    target: Target,
+    from_cache: i32,
+    arch: Option<String>,
+    source: crate::pipeline::aot::Source,
+) -> Outcome<ResultState> {
+    let args = match (&compiled.cuda, target) {
         (Some(c), Target::Cuda) => c.args.clone(),
         (None, Target::Cuda) => {
             return Err(Failure::environment(
@@ -574,13 +726,42 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
             ))
         }
         // The CPU kernel takes the same tensors in the same order.
-        _ => crate::gpu::kernel_args(&program, &compiled.tensors),
+        _ => crate::gpu::kernel_args(program, &compiled.tensors),
     };
     let arg_names = args
         .iter()
         .map(|a| {
             let (KernelArg::Tensor { name, .. } | KernelArg::Param { name }) = a;
             std::ffi::CString::new(name.as_str()).unwrap_or_default()
+        })
+        .collect();
+    let arg_index: HashMap<&str, usize> = args
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            KernelArg::Tensor { name, .. } => Some((name.as_str(), i)),
+            KernelArg::Param { .. } => None,
+        })
+        .collect();
+    let kernel_globals: Vec<Vec<usize>> = match (&compiled.cuda, target) {
+        (Some(c), Target::Cuda) => c
+            .kernels
+            .iter()
+            .map(|k| {
+                k.globals
+                    .iter()
+                    .filter_map(|t| arg_index.get(t.as_str()).copied())
+                    .collect()
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let in_memory = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            matches!(a, KernelArg::Tensor { .. })
+                && (target == Target::Cpu || kernel_globals.iter().any(|g| g.contains(&i)))
         })
         .collect();
     let fixed = program.known_params();
@@ -592,22 +773,26 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         .collect();
     Ok(ResultState {
         compiled,
-        target: state.target,
+        target,
         args,
         fixed,
         symbolic,
         last_error: Mutex::new(None),
-        modules: Mutex::new(launch::Modules::for_arch(state.arch.clone())),
+        modules: Mutex::new(launch::Modules::for_arch(arch)),
         from_cache,
         arg_names,
+        kernel_globals,
+        in_memory,
+        source,
     })
 }
 
 /// The compilation under the options `tune` stored in the cache, when the
 /// context names a cache, no option was set on it and the cache has some
-/// (said to the context's log, as the command line says it on stderr). The CUDA target looks up the architecture of
-/// device 0 and skips the cache where no driver is found. A cache that
-/// cannot be read is skipped.
+/// (said to the context's log, as the command line says it on stderr). The
+/// CUDA target looks options up for the architecture the result is meant
+/// for ([`cache_arch`]) and skips the cache where it cannot be told. A
+/// cache that cannot be read is skipped.
 fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i32)>> {
     if state.options_set {
         return Ok(None);
@@ -617,9 +802,20 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
     };
     let arch = match state.target {
         Target::Cpu => "cpu".to_string(),
-        Target::Cuda => match crate::runtime::cuda::device_arch(0) {
+        Target::Cuda => match cache_arch(state) {
             Ok(a) => a,
-            Err(_) => return Ok(None),
+            Err(e) => {
+                // Without a driver the cache is skipped quietly, as
+                // before; a device the caller named is worth a word.
+                if state.device.is_some() {
+                    log(
+                        state,
+                        PF_LOG_WARNING,
+                        &format!("polyfuse: cache not used: {e}"),
+                    );
+                }
+                return Ok(None);
+            }
         },
     };
     match crate::tune::compile_tuned(program, &arch, state.target == Target::Cuda, &path) {
@@ -643,6 +839,17 @@ fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i
             Ok(None)
         }
     }
+}
+
+/// The architecture the tuning cache is keyed by for a cuda result
+/// (`sm_90`): that of the device `pf_context_set_device` names, else of
+/// the device of the thread's current context, else of device 0 (issue
+/// 33: always device 0 before, whatever device the result ran on). None
+/// where no driver answers.
+fn cache_arch(state: &ContextState) -> Result<String, String> {
+    catch_unwind(|| launch::device_arch(state.device))
+        .map_err(|p| panic_message(&*p))?
+        .map_err(|f| f.message)
 }
 
 // ---------------------------------------------------------------------------
@@ -748,6 +955,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
         }
         let state = ContextState {
             program: None,
+            program_text: None,
             target: Target::Cpu,
             options: Options::default(),
             gpu: GpuOptions::default(),
@@ -760,6 +968,7 @@ pub unsafe extern "C" fn pf_context_create(out: *mut *mut pf_context) -> pf_stat
             log: None,
             schedule_timeout: None,
             arch: None,
+            device: None,
         };
         let id = handles::insert(Object::Context(Arc::new(Mutex::new(state))));
         // SAFETY: `out` is non-null and writable by the caller's contract.
@@ -794,6 +1003,7 @@ pub unsafe extern "C" fn pf_context_load_json(
         // SAFETY: the header's contract for `json`.
         let json = unsafe { text(json, "json") }?;
         s.program = Some(frontend::load_str(json, "<json>")?);
+        s.program_text = Some((json.to_string(), "<json>".to_string()));
         Ok(())
     })
 }
@@ -824,6 +1034,7 @@ pub unsafe extern "C" fn pf_context_load_json_n(
         let json = std::str::from_utf8(bytes)
             .map_err(|e| Failure::argument(format!("json is not UTF-8: {e}")))?;
         s.program = Some(frontend::load_str(json, "<json>")?);
+        s.program_text = Some((json.to_string(), "<json>".to_string()));
         Ok(())
     })
 }
@@ -840,7 +1051,13 @@ pub unsafe extern "C" fn pf_context_load_file(
     with_context(ctx, |s| {
         // SAFETY: the header's contract for `path`.
         let path = unsafe { text(path, "path") }?;
-        s.program = Some(frontend::load_file(Path::new(path))?);
+        let program = frontend::load_file(Path::new(path))?;
+        // The text the program was parsed from, for artifacts; the file
+        // was just read, so reading it again fails only in a race.
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{path}: {e}")))?;
+        s.program_text = Some((text, program.source.clone()));
+        s.program = Some(program);
         Ok(())
     })
 }
@@ -1141,6 +1358,29 @@ pub unsafe extern "C" fn pf_context_set_arch(
     })
 }
 
+/// The CUDA device (an ordinal of the driver's list) a cuda result is
+/// meant for: the tuning cache (`pf_context_set_cache`) is looked up for
+/// its architecture. -1: the device of the thread's current context at
+/// `pf_compile`, else device 0, the default. Launches run on the device of
+/// their stream or tensors whatever this says; an ordinal the driver does
+/// not have is refused at `pf_compile`'s lookup (the cache is then not
+/// used, said to the log).
+///
+/// # Safety
+/// Any handle value is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn pf_context_set_device(ctx: *mut pf_context, device: i32) -> pf_status {
+    with_context(ctx, |s| {
+        if device < -1 {
+            return Err(Failure::input(format!(
+                "device {device}: an ordinal (0, 1, ...) or -1 for the current context's"
+            )));
+        }
+        s.device = (device >= 0).then_some(device);
+        Ok(())
+    })
+}
+
 /// Transformation directives as JSON text, used as the program's
 /// `schedule` key (see the README: rolling-update, split-k, privatize,
 /// tile); null clears them. A template `pf_compile` cannot apply fails
@@ -1229,7 +1469,7 @@ unsafe fn put_string(out: *mut *mut c_char, s: &str) -> Outcome {
 
 /// Where the result's options came from: 0 the context's options, 1
 /// tuned options from the cache (compiled now), 2 a compiled program from
-/// the cache.
+/// the cache, 3 an artifact (`pf_result_load`).
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -1727,10 +1967,12 @@ pub unsafe extern "C" fn pf_result_c_source(
     })
 }
 
-/// Launches kernel `kernel` on `stream` (null: the legacy default stream of
-/// the current context). `params` holds the symbolic parameter values
-/// (`pf_result_num_params` of them; may be null when there are none);
-/// `device_ptrs` one device pointer per tensor argument, in argument order.
+/// Launches kernel `kernel` on `stream` (null: the default stream of the
+/// context the tensors live in; see `launch`). `params` holds the symbolic
+/// parameter values (`pf_result_num_params` of them; may be null when
+/// there are none); `device_ptrs` one device pointer per tensor argument,
+/// in argument order, temps included (null for a temp no kernel touches;
+/// a null pointer for a tensor this kernel touches is refused).
 /// The kernel is compiled with NVRTC for the stream's device on first use
 /// and cached per CUDA context. The call returns once the launch is queued;
 /// kernels of one result must be launched in index order.
@@ -1764,26 +2006,339 @@ pub unsafe extern "C" fn pf_result_launch(
             .count();
         // SAFETY: the header's contract for `device_ptrs`.
         let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
+        let ptrs: Vec<Result<u64, usize>> = ptrs.iter().map(|p| Ok(p.addr() as u64)).collect();
+        let (args, probe) = r.launch_args(kernel, &ptrs, &map)?;
         let grid = k.grid_dims(&map)?;
         if grid.contains(&0) {
             return Ok(());
         }
         let cuda = r.cuda()?;
-        let mut args = launch::Args::default();
-        let mut next_ptr = ptrs.iter();
-        for a in &r.args {
-            match a {
-                KernelArg::Tensor { .. } => {
-                    let p = next_ptr.next().copied().unwrap_or(std::ptr::null_mut());
-                    args.push_pointer(p.addr() as u64);
+        let mut modules = lock(&r.modules);
+        // SAFETY: the header's contract for `stream` and the buffers.
+        unsafe {
+            modules.launch(
+                cuda,
+                kernel,
+                grid,
+                k,
+                &args,
+                launch::Workspace::Caller(0),
+                probe,
+                stream,
+            )
+        }
+    })
+}
+
+/// Bytes of the workspace the temps need for the given symbolic parameter
+/// values: the temps some kernel reads or writes in global memory
+/// (`gpu::Kernel::globals`; every temp for a cpu result), in argument
+/// order, each at a multiple of `PF_WORKSPACE_ALIGN`. Temps that never reach
+/// memory (attention's row states and `M_prev`, an accumulator its
+/// epilogue consumes in registers) take none: issue 33 measured 3.0 GiB
+/// allocated for temps nothing touched. 0 when no temp reaches memory.
+///
+/// # Safety
+/// `params` points to `num_params` values; `bytes` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_workspace_size(
+    result: *const pf_result,
+    params: *const i64,
+    num_params: usize,
+    bytes: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let (_, total) = r.workspace_layout(&r.param_map(values)?)?;
+        // SAFETY: the header's contract for `bytes`.
+        unsafe { put(bytes, total, "bytes") }
+    })
+}
+
+/// Where temp argument `index` lies in the workspace, for a caller that
+/// launches the kernels itself: its byte offset, or -1 when no kernel
+/// touches it (pass a null pointer for it). Inputs, outputs and
+/// parameters are refused (`PF_ERR_INVALID_ARGUMENT`).
+///
+/// # Safety
+/// `params` points to `num_params` values; `offset` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_arg_workspace_offset(
+    result: *const pf_result,
+    index: usize,
+    params: *const i64,
+    num_params: usize,
+    offset: *mut i64,
+) -> pf_status {
+    with_result(result, |r| {
+        if r.role(index)? != PF_ROLE_TEMP {
+            let name = r.arg_names[index].to_string_lossy();
+            return Err(Failure::argument(format!(
+                "argument {index} ({name}) is not a temp: the caller passes it"
+            )));
+        }
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, num_params, "params") }?;
+        let (offsets, _) = r.workspace_layout(&r.param_map(values)?)?;
+        let at = match offsets[index] {
+            Some(o) => i64::try_from(o).map_err(|_| Failure::input("the offset overflows"))?,
+            None => -1,
+        };
+        // SAFETY: the header's contract for `offset`.
+        unsafe { put(offset, at, "offset") }
+    })
+}
+
+/// Launches kernel `kernel` with the caller's inputs and outputs only:
+/// `io_ptrs` holds one device pointer per tensor argument whose role is
+/// not `PF_ROLE_TEMP`, in argument order. The temps live in `workspace`
+/// (a device buffer of `workspace_bytes`, at least
+/// `pf_result_workspace_size` and aligned to `PF_WORKSPACE_ALIGN`) or, where
+/// `workspace` is null, in a buffer the result allocates in the launch's
+/// context and keeps (grown when larger sizes need more, after that
+/// context's work is done; freed by `pf_result_destroy`). Contexts and
+/// streams as `pf_result_launch`.
+///
+/// # Safety
+/// `params` points to the symbolic parameters' values, `io_ptrs` to as
+/// many pointers as the result has inputs and outputs; `stream` is null or
+/// a live stream; the buffers are as large as `pf_result_arg_bytes` and
+/// `workspace_bytes` say, in the stream's context.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_launch_workspace(
+    result: *const pf_result,
+    kernel: usize,
+    params: *const i64,
+    io_ptrs: *mut *mut c_void,
+    workspace: *mut c_void,
+    workspace_bytes: usize,
+    stream: CUstream,
+) -> pf_status {
+    with_result(result, |r| {
+        if r.target != Target::Cuda {
+            return Err(Failure::argument(
+                "the result was compiled for the cpu target; compile with target cuda to launch",
+            ));
+        }
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `params`.
+        let values = unsafe { array(params, r.symbolic.len(), "params") }?;
+        let map = r.param_map(values)?;
+        let (offsets, total) = r.workspace_layout(&map)?;
+        let count = r.io_count();
+        // SAFETY: the header's contract for `io_ptrs`.
+        let given = unsafe { array(io_ptrs.cast_const(), count, "io_ptrs") }?;
+        let given: Vec<u64> = given.iter().map(|p| p.addr() as u64).collect();
+        let ptrs = r.tensor_places(&given, &offsets);
+        let place = if workspace.is_null() {
+            launch::Workspace::Own(total)
+        } else {
+            let address = workspace.addr();
+            if workspace_bytes < total {
+                return Err(Failure::argument(format!(
+                    "the workspace has {workspace_bytes} bytes; these sizes need {total} (pf_result_workspace_size)"
+                )));
+            }
+            if !address.is_multiple_of(PF_WORKSPACE_ALIGN) {
+                return Err(Failure::argument(format!(
+                    "the workspace at {address:#x} is not aligned to {PF_WORKSPACE_ALIGN} bytes"
+                )));
+            }
+            launch::Workspace::Caller(address as u64)
+        };
+        let (args, probe) = r.launch_args(kernel, &ptrs, &map)?;
+        let probe = probe.or(match place {
+            launch::Workspace::Caller(a) => Some(a),
+            launch::Workspace::Own(_) => None,
+        });
+        let grid = k.grid_dims(&map)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let cuda = r.cuda()?;
+        let mut modules = lock(&r.modules);
+        // SAFETY: the header's contract for `stream` and the buffers.
+        unsafe { modules.launch(cuda, kernel, grid, k, &args, place, probe, stream) }
+    })
+}
+
+/// The result as an artifact (issue 33 item 5): one JSON document with the
+/// program's text and the values it was compiled with, the compiled
+/// program (trees, C, CUDA source, launch records, tensors) and PTX for
+/// each architecture of `archs` (comma-separated device architectures,
+/// `"sm_90,sm_80"`; null or empty for none), each under the architecture a
+/// launch on such a device compiles for (`sm_90a` for kernels with a
+/// `wgmma` path). Making PTX needs NVRTC (`PF_ERR_ENVIRONMENT` without),
+/// not a GPU. `pf_result_load` reads it back without isl, and launches on
+/// those architectures without NVRTC.
+///
+/// # Safety
+/// `archs` is null or a NUL-terminated string; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_save(
+    result: *const pf_result,
+    archs: *const c_char,
+    out: *mut *mut c_char,
+) -> pf_status {
+    with_result(result, |r| {
+        let archs: Vec<String> = if archs.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the header's contract for `archs`.
+            unsafe { text(archs, "archs") }?
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        if r.target == Target::Cpu && !archs.is_empty() {
+            return Err(Failure::argument(
+                "the result was compiled for the cpu target: it has no CUDA to make PTX of",
+            ));
+        }
+        let arch = lock(&r.modules).arch.clone();
+        let target = match r.target {
+            Target::Cpu => "cpu",
+            Target::Cuda => "cuda",
+        };
+        let doc =
+            crate::pipeline::aot::save(&r.source, &r.compiled, target, arch.as_deref(), &archs)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put_string(out, &doc.to_string()) }
+    })
+}
+
+/// A result from an artifact `pf_result_save` wrote (the `len` bytes at
+/// `text`), without compiling: the program is parsed (no isl) and the
+/// compiled program taken from the artifact. Launches on a device whose
+/// architecture the artifact has PTX for load that PTX (no NVRTC); on
+/// others they compile the CUDA source with NVRTC as a compiled result
+/// does. Not an artifact, or of another version: `PF_ERR_INPUT`.
+///
+/// # Safety
+/// `text` points to `len` readable bytes; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_load(
+    text: *const c_char,
+    len: usize,
+    out: *mut *mut pf_result,
+) -> pf_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::argument("the output pointer out is null"));
+        }
+        // SAFETY: the header's contract for `text` and `len`.
+        let bytes = unsafe { array(text.cast::<u8>(), len, "text") }?;
+        let doc = std::str::from_utf8(bytes)
+            .map_err(|e| Failure::argument(format!("the artifact is not UTF-8: {e}")))?;
+        let loaded = crate::pipeline::aot::load(doc)?;
+        let target = if loaded.target == "cuda" {
+            Target::Cuda
+        } else {
+            Target::Cpu
+        };
+        let state = result_state(
+            &loaded.program,
+            loaded.compiled,
+            target,
+            3,
+            loaded.arch,
+            loaded.source,
+        )?;
+        lock(&state.modules).stored = loaded.ptx.into_iter().collect();
+        let id = handles::insert(Object::Result(Arc::new(state)));
+        // SAFETY: `out` is non-null and writable by the caller's contract.
+        unsafe { put(out, std::ptr::without_provenance_mut(id as usize), "out") }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! How a launch with inputs and outputs only places each tensor, on a
+    //! result compiled here (no GPU needed: the arguments are built before
+    //! the driver is called).
+    use super::*;
+
+    fn softmax_result(target: Target) -> ResultState {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/softmax.json");
+        let state = ContextState {
+            program: Some(frontend::load_file(Path::new(path)).unwrap()),
+            program_text: Some((std::fs::read_to_string(path).unwrap(), path.into())),
+            target,
+            options: Options::default(),
+            gpu: GpuOptions::default(),
+            params: vec![("N".into(), 9)],
+            directives: None,
+            last_error: None,
+            options_set: false,
+            tile_set: false,
+            cache: None,
+            log: None,
+            schedule_timeout: None,
+            arch: None,
+            device: None,
+        };
+        compile_context(&state).unwrap_or_else(|f| panic!("{}", f.message))
+    }
+
+    #[test]
+    fn inputs_and_outputs_come_from_the_caller_temps_from_the_workspace() {
+        let r = softmax_result(Target::Cuda);
+        let map = r.param_map(&[]).unwrap();
+        let (offsets, total) = r.workspace_layout(&map).unwrap();
+        // X and Y are the caller's; M, E, S are temps.
+        assert_eq!(r.io_count(), 2);
+        let places = r.tensor_places(&[0xa000, 0xb000], &offsets);
+        let names: Vec<&str> = r
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                KernelArg::Tensor { name, .. } => Some(name.as_str()),
+                KernelArg::Param { .. } => None,
+            })
+            .collect();
+        assert_eq!(names, ["X", "Y", "M", "E", "S"]);
+        assert_eq!(places[..2], [Ok(0xa000), Ok(0xb000)]);
+        let mut end = 0;
+        for (i, place) in places.iter().enumerate().skip(2) {
+            match place {
+                Err(offset) => {
+                    assert_eq!(offset % PF_WORKSPACE_ALIGN, 0);
+                    assert!(*offset >= end, "{} overlaps", names[i]);
+                    end = offset + r.bytes(i, &map).unwrap();
                 }
-                KernelArg::Param { name } => {
-                    args.push_long(map.get(name).copied().unwrap_or(0));
+                Ok(p) => {
+                    assert_eq!(*p, 0);
+                    assert!(!r.in_memory[i], "{} is touched but got no place", names[i]);
                 }
             }
         }
-        let mut modules = lock(&r.modules);
-        // SAFETY: the header's contract for `stream` and the buffers.
-        unsafe { modules.launch(cuda, kernel, grid, k, &mut args, stream) }
-    })
+        assert_eq!(end, total);
+        // Every kernel gets a non-null pointer or a workspace place for
+        // each tensor it touches.
+        for k in 0..r.kernel_globals.len() {
+            let (args, probe) = r.launch_args(k, &places, &map).unwrap();
+            // The null stream's context is found from one of the caller's
+            // pointers.
+            assert!(
+                probe.is_some_and(|p| p == 0xa000 || p == 0xb000),
+                "{probe:?}"
+            );
+            for &i in &r.kernel_globals[k] {
+                assert_ne!(args[i], launch::Arg::Pointer(0), "kernel {k}, {}", names[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_cpu_result_places_every_temp() {
+        let r = softmax_result(Target::Cpu);
+        let map = r.param_map(&[]).unwrap();
+        let (offsets, total) = r.workspace_layout(&map).unwrap();
+        assert_eq!(offsets.iter().filter(|o| o.is_some()).count(), 3);
+        // M and S are 9 floats, E 9 x 256: each temp aligned.
+        assert!(total >= 9 * 4 + 9 * 256 * 4 + 9 * 4);
+    }
 }

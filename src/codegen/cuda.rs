@@ -224,6 +224,7 @@ pub fn program(
         fast_exp: false,
         scaled_reads: Default::default(),
         race: Default::default(),
+        globals: Default::default(),
     };
     let args = crate::gpu::kernel_args(program, &scop.tensors);
     // The parameter list, from the argument order every launcher uses.
@@ -363,10 +364,24 @@ pub fn program(
             program,
         );
         if let Some(a) = &plan.attention {
-            source.push_str(&super::flash::body(a, program, scop, false));
+            printer.globals.take();
+            source.push_str(&super::flash::body(
+                a,
+                program,
+                scop,
+                false,
+                &printer.globals,
+            ));
             source.push_str("}\n");
+            let globals = touched(&args, printer.globals.take());
             let _ = writeln!(emulation, "  {{ /* {mark} */");
-            emulation.push_str(&super::flash::body(a, program, scop, true));
+            emulation.push_str(&super::flash::body(
+                a,
+                program,
+                scop,
+                true,
+                &printer.globals,
+            ));
             let _ = writeln!(emulation, "  }}");
             kernels.push(Kernel {
                 name: mark.clone(),
@@ -375,6 +390,7 @@ pub fn program(
                 dynamic_shared: a.shared_bytes(),
                 static_shared: 0,
                 dependent: true,
+                globals,
             });
             // A split attention's second kernel: the combination over the
             // slices and the epilogue, a warp per (row, column).
@@ -387,10 +403,24 @@ pub fn program(
                     &signature,
                     program,
                 );
-                source.push_str(&super::flash::combine_body(a, program, scop, false));
+                printer.globals.take();
+                source.push_str(&super::flash::combine_body(
+                    a,
+                    program,
+                    scop,
+                    false,
+                    &printer.globals,
+                ));
                 source.push_str("}\n");
+                let globals = touched(&args, printer.globals.take());
                 let _ = writeln!(emulation, "  {{ /* {name} */");
-                emulation.push_str(&super::flash::combine_body(a, program, scop, true));
+                emulation.push_str(&super::flash::combine_body(
+                    a,
+                    program,
+                    scop,
+                    true,
+                    &printer.globals,
+                ));
                 let _ = writeln!(emulation, "  }}");
                 kernels.push(Kernel {
                     name,
@@ -403,6 +433,7 @@ pub fn program(
                     dynamic_shared: 0,
                     static_shared: 0,
                     dependent: true,
+                    globals,
                 });
             }
             continue;
@@ -456,8 +487,10 @@ pub fn program(
             store_in_fours: false,
             lane_loop: None,
         };
+        printer.globals.take();
         ctx.node(body, 1, &[], false, &mut source);
         source.push_str("}\n");
+        let globals = touched(&args, printer.globals.take());
         let emu = Ctx {
             emulate: Some(plan.block),
             ..ctx
@@ -508,6 +541,7 @@ pub fn program(
             dynamic_shared: plan.contraction.as_ref().map_or(0, |c| c.shared_bytes()),
             static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
             dependent: true,
+            globals,
         });
     }
     emulation.push_str("}\n");
@@ -519,6 +553,17 @@ pub fn program(
         },
         emulation,
     ))
+}
+
+/// The tensor arguments among `noted` (the tensors a kernel's printed code
+/// accessed in global memory), in argument order.
+fn touched(args: &[KernelArg], noted: std::collections::BTreeSet<String>) -> Vec<String> {
+    args.iter()
+        .filter_map(|a| match a {
+            KernelArg::Tensor { name, .. } if noted.contains(name) => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The CPU emulation (with its race detector) of `mapped`, a schedule tree
@@ -851,6 +896,7 @@ impl Ctx<'_> {
     /// `t_X[global]`, for a read (`Some(false)`) or a write (`Some(true)`)
     /// through the race detector when it is on.
     fn global_element(&self, tensor: &str, global: &str, write: Option<bool>) -> String {
+        self.printer.globals.note(tensor);
         match write {
             Some(w) if self.race() => {
                 let k = self
@@ -1980,6 +2026,7 @@ impl Ctx<'_> {
             if global.is_empty() {
                 global = "0".into();
             }
+            self.printer.globals.note(&regs.tensor);
             format!("{}[{global}]", tensor_name(&regs.tensor))
         };
         let address = |x: &crate::gpu::contraction::Operand, row_it: &str| {
@@ -2682,6 +2729,7 @@ impl Ctx<'_> {
                         format!("pf_next{k}[pf_s][{j}]")
                     });
                 } else {
+                    self.printer.globals.note(&a.tensor);
                     let t = tensor_name(&a.tensor);
                     let _ = writeln!(
                         out,
@@ -2916,6 +2964,7 @@ impl Ctx<'_> {
         out: &mut String,
         dst: &dyn Fn(i64) -> String,
     ) {
+        self.printer.globals.note(&a.tensor);
         let t = tensor_name(&a.tensor);
         let _ = writeln!(out, "{pad}if ({cond}) {{");
         let _ = writeln!(out, "{pad}  if ((((unsigned long long){t}) & 15) == 0) {{");

@@ -83,6 +83,27 @@ pub fn param_name(p: &str) -> String {
 
 pub use crate::gpu::registers::WIDE_REGISTER_PREFIX;
 
+/// The tensors whose global memory printed code reads or writes, noted by
+/// the printer as it emits each access (`t_X[..]`). The CUDA printer keeps
+/// one per kernel as its launch record's [`crate::gpu::Kernel::globals`]:
+/// a temp that no kernel's code touches (a rolling update's `M_prev`, an
+/// accumulator kept in registers) then needs no memory, which the C ABI's
+/// workspace relies on. Shared by the printers of one kernel (the
+/// attention template makes several), hence the `Rc`.
+#[derive(Debug, Clone, Default)]
+pub struct GlobalAccesses(std::rc::Rc<std::cell::RefCell<std::collections::BTreeSet<String>>>);
+
+impl GlobalAccesses {
+    /// Notes an access to `tensor`'s global memory.
+    pub fn note(&self, tensor: &str) {
+        self.0.borrow_mut().insert(tensor.to_string());
+    }
+    /// The tensors noted since the last call, and forgets them.
+    pub fn take(&self) -> std::collections::BTreeSet<String> {
+        std::mem::take(&mut *self.0.borrow_mut())
+    }
+}
+
 fn is_wide_register(el: &str) -> bool {
     el.starts_with(WIDE_REGISTER_PREFIX)
 }
@@ -119,6 +140,8 @@ pub struct Printer<'a> {
     /// of the CPU emulation (`codegen::race`): `t_X[pf_race_r(k, i)]` for
     /// a read of tensor `k`, `pf_race_w` for a write.
     pub race: std::cell::Cell<bool>,
+    /// Where each global access printed is noted (see [`GlobalAccesses`]).
+    pub globals: GlobalAccesses,
 }
 
 /// A thread-private array as the printer addresses it: element `a` of the
@@ -220,6 +243,7 @@ impl Printer<'_> {
             let f = if write { "pf_race_w" } else { "pf_race_r" };
             idx = format!("{f}({k}, {idx})");
         }
+        self.globals.note(tensor);
         format!("{}[{idx}]", tensor_name(tensor))
     }
 

@@ -48,7 +48,7 @@ use crate::gpu::attention::{
 };
 use crate::model::{access_text, read_text, Scop, StmtKind};
 
-use super::expr::{Mode, Printer};
+use super::expr::{GlobalAccesses, Mode, Printer};
 
 /// The leading byte offset of a value tile's `wgmma` descriptor (MN-major
 /// in the 128-byte swizzle): groups of 64 columns a whole atom apart, the
@@ -230,17 +230,27 @@ struct Emit<'a> {
     /// Print the CPU emulation.
     emu: bool,
     out: String,
+    /// Where the global accesses printed are noted (the kernel's launch
+    /// record, `gpu::Kernel::globals`).
+    globals: GlobalAccesses,
 }
 
 /// The kernel body (CUDA) or its emulation (C), for the kernel whose
 /// signature and parameter constants the caller printed.
-pub fn body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String {
+pub fn body(
+    a: &Attention,
+    program: &Program,
+    scop: &Scop,
+    emu: bool,
+    globals: &GlobalAccesses,
+) -> String {
     let mut e = Emit {
         a,
         program,
         scop,
         emu,
         out: String::new(),
+        globals: globals.clone(),
     };
     e.kernel();
     e.out
@@ -271,13 +281,20 @@ pub fn combine_column_blocks(a: &Attention) -> i64 {
 /// the grid has a warp for every output element in flight at once (H100,
 /// 64 slices, D = 128: a block per row with a thread per column, each
 /// walking its 64 slices, took 12 us).
-pub fn combine_body(a: &Attention, program: &Program, scop: &Scop, emu: bool) -> String {
+pub fn combine_body(
+    a: &Attention,
+    program: &Program,
+    scop: &Scop,
+    emu: bool,
+    globals: &GlobalAccesses,
+) -> String {
     let mut e = Emit {
         a,
         program,
         scop,
         emu,
         out: String::new(),
+        globals: globals.clone(),
     };
     e.combine();
     e.out
@@ -483,6 +500,7 @@ impl Emit<'_> {
             fast_exp: fast && !self.emu,
             scaled_reads: Default::default(),
             race: Default::default(),
+            globals: self.globals.clone(),
         }
     }
 
@@ -597,6 +615,7 @@ impl Emit<'_> {
             self.tile_at(rows, width, "pf_r", "pf_q")
         );
         let head = c;
+        self.globals.note(&x.tensor);
         let tensor = super::expr::tensor_name(&x.tensor);
         let (line, zero) = if self.emu {
             (

@@ -198,6 +198,15 @@ pub struct Kernel {
     /// of them (the previous kernel may be another program's); artifacts
     /// from older caches whose kernels do not wait keep `false`.
     pub dependent: bool,
+    /// The tensors whose global memory the kernel's code reads or writes,
+    /// in argument order, as the CUDA printer emitted their accesses
+    /// (`codegen::expr::GlobalAccesses`). A temp in no kernel's list never
+    /// reaches memory (a rolling update's `M_prev`, the row state the
+    /// attention template keeps in registers, an accumulator its epilogue
+    /// consumes): it needs no allocation, and the C ABI's workspace leaves
+    /// it out (its pointer argument is null). Artifacts from older caches,
+    /// which lack the list, count every tensor.
+    pub globals: Vec<String>,
 }
 
 /// Everything a launcher needs: the source, the kernels in launch order

@@ -281,6 +281,7 @@ fn cuda_json(c: &CudaProgram) -> Value {
             "dynamic_shared": k.dynamic_shared,
             "dependent": k.dependent,
             "static_shared": k.static_shared,
+            "globals": k.globals,
         })).collect::<Vec<_>>(),
         "args": c.args.iter().map(|a| match a {
             KernelArg::Tensor { name, dtype, shape } =>
@@ -291,6 +292,13 @@ fn cuda_json(c: &CudaProgram) -> Value {
 }
 
 fn cuda_from(v: &Value) -> Result<CudaProgram> {
+    // Entries written before kernels listed the tensors they touch count
+    // every tensor (see `Kernel::globals`).
+    let every_tensor: Vec<String> = arr(&v["args"])?
+        .iter()
+        .filter_map(|a| a.get("tensor").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
     let kernels = arr(&v["kernels"])?
         .iter()
         .map(|k| {
@@ -309,6 +317,10 @@ fn cuda_from(v: &Value) -> Result<CudaProgram> {
                 dynamic_shared: int(&k["dynamic_shared"])? as usize,
                 static_shared: int(&k["static_shared"])? as usize,
                 dependent: k["dependent"].as_bool().unwrap_or(false),
+                globals: match k.get("globals") {
+                    Some(g) => arr(g)?.iter().map(string).collect::<Result<_>>()?,
+                    None => every_tensor.clone(),
+                },
             })
         })
         .collect::<Result<_>>()?;
@@ -365,5 +377,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn kernels_of_older_artifacts_count_every_tensor() {
+        // Artifacts cached before kernels listed the tensors they touch:
+        // every tensor is counted (the C ABI then keeps every temp in the
+        // workspace), never none.
+        let program = crate::frontend::load_file(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/attention_causal.json"
+        )))
+        .unwrap();
+        let c = crate::compile(&program, &Variant::default().options(true)).unwrap();
+        let touched = &c.cuda.as_ref().unwrap().kernels[0].globals;
+        assert_eq!(touched, &["Q", "K", "V", "Y"]);
+        let mut v = to_json(&c);
+        for k in v["cuda"]["kernels"].as_array_mut().unwrap() {
+            k.as_object_mut().unwrap().remove("globals");
+        }
+        let back = from_json(&program, &v).unwrap();
+        let every: Vec<&str> = c.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(back.cuda.unwrap().kernels[0].globals, every);
     }
 }
