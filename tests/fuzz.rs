@@ -378,6 +378,12 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         None,
     ),
     (
+        "init_folded_as_a_reduction_step.json",
+        &["--target", "emulate", "--check", "--strategy", "min"],
+        "ok",
+        None,
+    ),
+    (
         "register_tile_in_blocks_without_its_tensor.json",
         &["--target", "emulate", "--check", "--strategy", "isl"],
         "ok",

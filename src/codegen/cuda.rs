@@ -1492,6 +1492,13 @@ impl Ctx<'_> {
             }
         };
         let model = self.scop.statement(statement)?;
+        // Only an update folds: an `op=!` initialisation shares its source
+        // statement, whose right side names the reduction's indices, which
+        // the initialisation does not have (the fuzzer found one alone
+        // under a sequential loop, and the printer panicked).
+        if model.kind != crate::model::StmtKind::Update {
+            return None;
+        }
         let st = &self.program.statements[model.source];
         let env = self.statement_env(&model.iterators, args);
         let (op, t, rhs) = self.printer.reduction(st, &env)?;
