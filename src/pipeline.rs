@@ -87,7 +87,7 @@ impl Compiled {
                 p.value.ok_or_else(|| Error::Input {
                     file: self.program.source.clone(),
                     message: format!(
-                        "parameter {} has no value; give one with --param {}=VALUE",
+                        "parameter {} has no value; give it one (`--param {}=VALUE` on the command line, `pf_context_set_param_value` in the C ABI)",
                         p.name, p.name
                     ),
                 })

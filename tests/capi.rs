@@ -1027,6 +1027,15 @@ fn every_tensor_is_described_in_one_call() {
             pf_context_set_param_value(ctx, c("KV").as_ptr(), 0),
             PF_ERR_INPUT
         );
+        // An unknown name: the message names the program's parameters and
+        // no command-line option.
+        assert_eq!(
+            pf_context_set_param_value(ctx, c("KVX").as_ptr(), 5),
+            PF_ERR_INPUT
+        );
+        let m = ctx_error(ctx);
+        assert!(m.contains("no parameter `KVX`") && m.contains("KV"), "{m}");
+        assert!(!m.contains("--param"), "{m}");
         let r = compile_ok(ctx);
         let mut count = 0usize;
         assert_eq!(

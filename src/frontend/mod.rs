@@ -43,6 +43,7 @@ pub fn parse_param_override(s: &str) -> Result<(String, i64)> {
 
 /// Gives parameters values, overriding the file.
 pub fn apply_param_overrides(program: &mut Program, overrides: &[(String, i64)]) -> Result<()> {
+    let names: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
     for (n, v) in overrides {
         let source = program.source.clone();
         let p = program
@@ -51,7 +52,14 @@ pub fn apply_param_overrides(program: &mut Program, overrides: &[(String, i64)])
             .find(|p| &p.name == n)
             .ok_or_else(|| Error::Input {
                 file: source,
-                message: format!("--param {n}: the program has no parameter `{n}`"),
+                message: format!(
+                    "the program has no parameter `{n}` (its parameters: {})",
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
             })?;
         p.value = Some(*v);
     }
