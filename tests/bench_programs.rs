@@ -204,12 +204,40 @@ fn attention_decode_causal_b1h32kv32768d128() {
     );
 }
 
+/// The weights declared f16: rounded once into the value products.
+#[test]
+fn attention_global_f16w_b4h16s4096d64() {
+    check_bench_program(
+        "attention_global_f16w_b4h16s4096d64",
+        &[("B", 1), ("H", 3), ("S", 37), ("D", 13)],
+    );
+}
+
+#[test]
+fn attention_causal_f16w_b4h16s4096d64() {
+    check_bench_program(
+        "attention_causal_f16w_b4h16s4096d64",
+        &[("B", 1), ("H", 3), ("S", 37), ("D", 13)],
+    );
+}
+
+#[test]
+fn attention_decode_causal_f16w_b1h32kv32768d128() {
+    check_bench_program(
+        "attention_decode_causal_f16w_b1h32kv32768d128",
+        &[("H", 3), ("NQ", 2), ("KV", 1061), ("D", 13)],
+    );
+}
+
 #[test]
 fn every_bench_program_is_tested() {
     let tested = [
         "attention_causal_b4h16s4096d64",
+        "attention_causal_f16w_b4h16s4096d64",
         "attention_decode_causal_b1h32kv32768d128",
+        "attention_decode_causal_f16w_b1h32kv32768d128",
         "attention_global_b4h16s4096d64",
+        "attention_global_f16w_b4h16s4096d64",
         "conv2d_large",
         "gemm_4096",
         "gemm_bf16_4096",
