@@ -74,6 +74,9 @@ pub struct Compiled {
     /// The mapped and promoted tree as C for the CPU (`pf_kernel`, blocks
     /// and threads as loops), when [`Options::gpu`] asked for it.
     pub emulation_c: Option<String>,
+    /// What the GPU mapping tried and refused, one line each (a wavefront
+    /// the dependences forbid); the command line prints them as notes.
+    pub gpu_notes: Vec<String>,
 }
 
 impl Compiled {
@@ -263,10 +266,13 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         Some(g) => {
             let mapped =
                 map_for_race_freedom(&isl, program_k, &scop, &deps, &sched, strategy, options, g)?;
+            // Recurrences the mapping serialised run on the host's steps.
+            let (mapped, stepped) =
+                step_on_host(&isl, program_k, &scop, &deps, mapped, strategy, options, g)?;
             // The grouping by cost (issue 32): under the default strategy,
             // minimal fusion where the model expects it to be faster.
             let (mapped, estimate) = match (options.strategy, &repaired) {
-                (Strategy::Isl, None) if g.fusion_by_cost => {
+                (Strategy::Isl, None) if g.fusion_by_cost && stepped.is_none() => {
                     choose_by_cost(&isl, program_k, &scop, &deps, mapped, options, g)?
                 }
                 _ => (mapped, None),
@@ -281,7 +287,8 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
                 )?,
                 e => e.filter(|_| g.estimate),
             };
-            Some((print_gpu(program_k, &scop, mapped)?, estimate))
+            let notes = stepped.map(|s| s.refused).unwrap_or_default();
+            Some((print_gpu(program_k, &scop, mapped)?, estimate, notes))
         }
         None => None,
     };
@@ -316,6 +323,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         gpu_tree: gpu.as_ref().map(|g| g.0 .0.clone()),
         cuda: gpu.as_ref().map(|g| g.0 .1.clone()),
         gpu_estimate: gpu.as_ref().and_then(|g| g.1.clone()),
+        gpu_notes: gpu.as_ref().map(|g| g.2.clone()).unwrap_or_default(),
         emulation_c: gpu.map(|g| g.0 .2),
     })
 }
@@ -493,6 +501,67 @@ fn map_for_race_freedom(
         Err(race @ Error::Race { .. }) if blocks => single(race),
         other => other,
     }
+}
+
+/// Where the mapping `mapped` runs a recurrence on blocks of one thread
+/// (`gpu::mapping::serial_recurrence`) and the options allow it, the
+/// host-stepped schedule (`schedule::host`: the carrying loops on the
+/// host, with wavefronts and chains where `GpuOptions::recurrences` asks
+/// for them and the dependences allow), checked against every dependence,
+/// mapped and proven like any other; where that fails, with plain steps;
+/// else `mapped` as it is. Gives the mapping and, when host-stepped, what
+/// was built.
+#[allow(clippy::too_many_arguments)]
+fn step_on_host(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    mapped: Mapped,
+    strategy: Strategy,
+    options: &Options,
+    g: &GpuOptions,
+) -> Result<(Mapped, Option<schedule::host::Stepped>)> {
+    if g.recurrences == gpu::Recurrences::Serial
+        || !gpu::mapping::serial_recurrence(program, scop, &mapped.schedule, &mapped.plans)?
+    {
+        return Ok((mapped, None));
+    }
+    let skews: &[bool] = match g.recurrences {
+        gpu::Recurrences::Wavefront => &[true, false],
+        _ => &[false],
+    };
+    let mut refused = Vec::new();
+    for &skew in skews {
+        let Some(stepped) = schedule::host::stepped(isl, scop, deps, strategy, skew)? else {
+            break;
+        };
+        if let Err(e) = schedule::check_legal(&program.source, &stepped.schedule, scop, deps) {
+            refused.push(format!("host steps refused: {e}"));
+            continue;
+        }
+        match map_proven(
+            isl,
+            program,
+            scop,
+            deps,
+            stepped.schedule.copy()?,
+            options,
+            g,
+        ) {
+            Ok(m) => {
+                let mut stepped = stepped;
+                refused.append(&mut stepped.refused);
+                stepped.refused = refused;
+                return Ok((m, Some(stepped)));
+            }
+            Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
+                refused.push(format!("host steps refused: {e}"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((mapped, None))
 }
 
 /// `schedule` with mark `name` below its root (above everything), so that

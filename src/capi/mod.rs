@@ -70,6 +70,7 @@ pub const PF_DTYPE_F8E5M2: pf_dtype = 9;
 pub type pf_arg_kind = i32;
 pub const PF_ARG_TENSOR: pf_arg_kind = 0;
 pub const PF_ARG_PARAM: pf_arg_kind = 1;
+pub const PF_ARG_STEP: pf_arg_kind = 2;
 
 /// The version of the ABI this library implements (`PF_ABI_VERSION`).
 pub const ABI_VERSION: i32 = 1;
@@ -452,7 +453,7 @@ impl ResultState {
     fn extent(&self, i: usize, d: usize, params: &HashMap<String, i64>) -> Outcome<i64> {
         let name = match self.arg(i)? {
             KernelArg::Tensor { name, .. } => name,
-            KernelArg::Param { name } => {
+            KernelArg::Param { name } | KernelArg::Step { name } => {
                 return Err(Failure::argument(format!(
                     "argument {i} is the parameter {name}, not a tensor"
                 )))
@@ -579,7 +580,9 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
     let arg_names = args
         .iter()
         .map(|a| {
-            let (KernelArg::Tensor { name, .. } | KernelArg::Param { name }) = a;
+            let (KernelArg::Tensor { name, .. }
+            | KernelArg::Param { name }
+            | KernelArg::Step { name }) = a;
             std::ffi::CString::new(name.as_str()).unwrap_or_default()
         })
         .collect();
@@ -1471,6 +1474,7 @@ pub unsafe extern "C" fn pf_result_arg_kind(
         let kind = match r.arg(index)? {
             KernelArg::Tensor { .. } => PF_ARG_TENSOR,
             KernelArg::Param { .. } => PF_ARG_PARAM,
+            KernelArg::Step { .. } => PF_ARG_STEP,
         };
         // SAFETY: the header's contract for `out`.
         unsafe { put(out, kind, "out") }
@@ -1489,7 +1493,9 @@ pub unsafe extern "C" fn pf_result_arg_name(
 ) -> pf_status {
     with_result(result, |r| {
         let name = match r.arg(index)? {
-            KernelArg::Tensor { name, .. } | KernelArg::Param { name } => name,
+            KernelArg::Tensor { name, .. }
+            | KernelArg::Param { name }
+            | KernelArg::Step { name } => name,
         };
         // SAFETY: the header's contract for `out`.
         unsafe { put_string(out, name) }
@@ -1501,6 +1507,9 @@ fn tensor_arg(r: &ResultState, index: usize) -> Outcome<(DType, &[String])> {
         KernelArg::Tensor { dtype, shape, .. } => Ok((*dtype, shape)),
         KernelArg::Param { name } => Err(Failure::argument(format!(
             "argument {index} is the parameter {name}, not a tensor"
+        ))),
+        KernelArg::Step { name } => Err(Failure::argument(format!(
+            "argument {index} is the host loop's iterator {name}, not a tensor"
         ))),
     }
 }
@@ -1733,7 +1742,9 @@ pub unsafe extern "C" fn pf_result_c_source(
 /// `device_ptrs` one device pointer per tensor argument, in argument order.
 /// The kernel is compiled with NVRTC for the stream's device on first use
 /// and cached per CUDA context. The call returns once the launch is queued;
-/// kernels of one result must be launched in index order.
+/// kernels of one result must be launched in index order. A kernel inside
+/// a host loop (a recurrence stepped by the host) is refused: its launches
+/// take the loop's iterator, which `pf_result_launch_all` supplies.
 ///
 /// # Safety
 /// `params` and `device_ptrs` point to as many values as described;
@@ -1748,42 +1759,122 @@ pub unsafe extern "C" fn pf_result_launch(
     stream: CUstream,
 ) -> pf_status {
     with_result(result, |r| {
-        if r.target != Target::Cuda {
-            return Err(Failure::argument(
-                "the result was compiled for the cpu target; compile with target cuda to launch",
-            ));
-        }
-        let k = r.kernel(kernel)?;
-        // SAFETY: the header's contract for `params`.
-        let values = unsafe { array(params, r.symbolic.len(), "params") }?;
-        let map = r.param_map(values)?;
-        let tensors = r
-            .args
-            .iter()
-            .filter(|a| matches!(a, KernelArg::Tensor { .. }))
-            .count();
-        // SAFETY: the header's contract for `device_ptrs`.
-        let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
-        let grid = k.grid_dims(&map)?;
-        if grid.contains(&0) {
-            return Ok(());
-        }
+        // SAFETY: the header's contract for `params` and `device_ptrs`.
+        let (map, ptrs) = unsafe { launch_inputs(r, params, device_ptrs) }?;
+        r.kernel(kernel)?;
         let cuda = r.cuda()?;
-        let mut args = launch::Args::default();
-        let mut next_ptr = ptrs.iter();
-        for a in &r.args {
-            match a {
-                KernelArg::Tensor { .. } => {
-                    let p = next_ptr.next().copied().unwrap_or(std::ptr::null_mut());
-                    args.push_pointer(p.addr() as u64);
-                }
-                KernelArg::Param { name } => {
-                    args.push_long(map.get(name).copied().unwrap_or(0));
-                }
-            }
+        if let Some(l) = cuda
+            .host_loops
+            .iter()
+            .find(|l| (l.first..l.end).contains(&kernel))
+        {
+            return Err(Failure::argument(format!(
+                "kernel {kernel} runs inside the host loop over {} ({}): launch the program with pf_result_launch_all",
+                l.iterator,
+                l.step.mark()
+            )));
         }
-        let mut modules = lock(&r.modules);
+        let steps = vec![
+            0;
+            r.args
+                .iter()
+                .filter(|a| matches!(a, KernelArg::Step { .. }))
+                .count()
+        ];
         // SAFETY: the header's contract for `stream` and the buffers.
-        unsafe { modules.launch(cuda, kernel, grid, k, &mut args, stream) }
+        unsafe { launch_kernel(r, kernel, &map, ptrs, &steps, stream) }
     })
+}
+
+/// Launches every kernel of the result in order on `stream`, those inside
+/// host loops once per iteration with the loop's iterator as their
+/// argument: one execution of the program. Arguments as for
+/// `pf_result_launch`.
+///
+/// # Safety
+/// As for `pf_result_launch`.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_launch_all(
+    result: *const pf_result,
+    params: *const i64,
+    device_ptrs: *mut *mut c_void,
+    stream: CUstream,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `params` and `device_ptrs`.
+        let (map, ptrs) = unsafe { launch_inputs(r, params, device_ptrs) }?;
+        for l in r.cuda()?.launches(&map)? {
+            // SAFETY: the header's contract for `stream` and the buffers.
+            unsafe { launch_kernel(r, l.kernel, &map, ptrs, &l.steps, stream) }?;
+        }
+        Ok(())
+    })
+}
+
+/// Every parameter's value and the tensors' device pointers of a launch.
+///
+/// # Safety
+/// `params` and `device_ptrs` point to as many values as
+/// `pf_result_launch` describes.
+unsafe fn launch_inputs<'a>(
+    r: &ResultState,
+    params: *const i64,
+    device_ptrs: *mut *mut c_void,
+) -> Outcome<(HashMap<String, i64>, &'a [*mut c_void])> {
+    if r.target != Target::Cuda {
+        return Err(Failure::argument(
+            "the result was compiled for the cpu target; compile with target cuda to launch",
+        ));
+    }
+    // SAFETY: the caller's contract for `params`.
+    let values = unsafe { array(params, r.symbolic.len(), "params") }?;
+    let map = r.param_map(values)?;
+    let tensors = r
+        .args
+        .iter()
+        .filter(|a| matches!(a, KernelArg::Tensor { .. }))
+        .count();
+    // SAFETY: the caller's contract for `device_ptrs`.
+    let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
+    Ok((map, ptrs))
+}
+
+/// Launches kernel `kernel` with the parameters `map`, the tensors `ptrs`
+/// and the host loops' iterators `steps` (one per `KernelArg::Step`).
+///
+/// # Safety
+/// `stream` is null or a live stream; the device pointers address buffers
+/// large enough in the stream's context.
+unsafe fn launch_kernel(
+    r: &ResultState,
+    kernel: usize,
+    map: &HashMap<String, i64>,
+    ptrs: &[*mut c_void],
+    steps: &[i64],
+    stream: CUstream,
+) -> Outcome {
+    let k = r.kernel(kernel)?;
+    let grid = k.grid_dims(map)?;
+    if grid.contains(&0) {
+        return Ok(());
+    }
+    let cuda = r.cuda()?;
+    let mut args = launch::Args::default();
+    let mut next_ptr = ptrs.iter();
+    let mut next_step = steps.iter();
+    for a in &r.args {
+        match a {
+            KernelArg::Tensor { .. } => {
+                let p = next_ptr.next().copied().unwrap_or(std::ptr::null_mut());
+                args.push_pointer(p.addr() as u64);
+            }
+            KernelArg::Param { name } => {
+                args.push_long(map.get(name).copied().unwrap_or(0));
+            }
+            KernelArg::Step { .. } => args.push_long(next_step.next().copied().unwrap_or(0)),
+        }
+    }
+    let mut modules = lock(&r.modules);
+    // SAFETY: the caller's contract for `stream` and the buffers.
+    unsafe { modules.launch(cuda, kernel, grid, k, &mut args, stream) }
 }
