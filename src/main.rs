@@ -583,6 +583,7 @@ fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Erro
         "check": check,
         "median_us": report.median_us,
         "runs": report.runs,
+        "launches": report.launches,
         "bytes": report.work.bytes,
         "flops": report.work.flops,
         "gb_per_s": report.gb_per_s(),

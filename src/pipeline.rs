@@ -221,8 +221,14 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     // The probe's schedule, where it chose maximal fusion, is the one used
     // below; where maximal fusion cannot be mapped, isl's schedule stays
     // (and reports its own errors).
+    //
+    // Not for a program with loop blocks: the probe schedules the whole
+    // program twice more with its sizes pinned, which for a recurrence
+    // takes tens of seconds (a stacked LSTM at T = 256, H = 256: 30 s),
+    // and its steps' rows run on the host's steps anyway.
+    let blocks = program_k.statements.iter().any(|s| !s.blocks.is_empty());
     let fused_rows = match (options.strategy, &options.gpu) {
-        (Strategy::Isl, Some(gpu)) if repaired.is_none() => {
+        (Strategy::Isl, Some(gpu)) if repaired.is_none() && !blocks => {
             rows_on_chip(&isl, program_k, &scop, &deps, options, gpu).unwrap_or(None)
         }
         _ => None,
@@ -239,10 +245,13 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
             schedule::compute(&isl, &scop, &deps, strategy)?
         }
     } else {
-        // A repaired program is scheduled with its sizes symbolic (see
-        // `schedule_symbolic`); others with the sizes they have.
-        let symbolic = repaired.as_ref().and_then(|r| {
-            let s = schedule_symbolic(&isl, program_k, r.order.as_ref(), strategy)?;
+        // A repaired program, and one with loop blocks, is scheduled with
+        // its sizes symbolic (see `schedule_symbolic`); others with the
+        // sizes they have. (A stacked LSTM at T = 256, H = 256 took 26 s
+        // with its sizes pinned, 0.9 s without.)
+        let order = repaired.as_ref().map(|r| r.order.as_ref());
+        let symbolic = (repaired.is_some() || blocks).then_some(()).and_then(|()| {
+            let s = schedule_symbolic(&isl, program_k, order.flatten(), strategy)?;
             let s = s.intersect_domain(scop.domain().ok()?).ok()?;
             // Valid for every size, so for these; checked all the same.
             schedule::check_legal(file, &s, &scop, &deps).ok()?;
@@ -270,9 +279,11 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
             let (mapped, stepped) =
                 step_on_host(&isl, program_k, &scop, &deps, mapped, strategy, options, g)?;
             // The grouping by cost (issue 32): under the default strategy,
-            // minimal fusion where the model expects it to be faster.
+            // minimal fusion where the model expects it to be faster (not
+            // for loop blocks: minimal fusion at pinned sizes is as slow as
+            // the probe above, and the model counts no host loop).
             let (mapped, estimate) = match (options.strategy, &repaired) {
-                (Strategy::Isl, None) if g.fusion_by_cost && stepped.is_none() => {
+                (Strategy::Isl, None) if g.fusion_by_cost && !blocks => {
                     choose_by_cost(&isl, program_k, &scop, &deps, mapped, options, g)?
                 }
                 _ => (mapped, None),

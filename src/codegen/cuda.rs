@@ -621,38 +621,14 @@ fn collect_kernels(
     out: &mut Vec<(String, Node)>,
     loops: &mut Vec<HostLoop>,
 ) -> Result<()> {
+    let host = match n {
+        Node::Mark { name, body } => HostStep::from_mark(name).map(|step| (step, body)),
+        _ => None,
+    };
+    if let Some((step, body)) = host {
+        return collect_host_loop(step, body, conds, out, loops);
+    }
     match n {
-        Node::Mark { name, body } if HostStep::from_mark(name).is_some() => {
-            let step = HostStep::from_mark(name).unwrap_or(HostStep::Steps);
-            let Node::For {
-                iterator,
-                init,
-                cond,
-                inc,
-                body,
-            } = &**body
-            else {
-                // One iteration: isl wrote no loop, and the kernels use
-                // the iterator's value.
-                return collect_kernels(body, conds, out, loops);
-            };
-            let at = loops.len();
-            let first = out.len();
-            loops.push(HostLoop {
-                step,
-                iterator: iterator.clone(),
-                init: init.clone(),
-                cond: cond.clone(),
-                inc: inc.clone(),
-                first,
-                end: first,
-            });
-            collect_kernels(body, conds, out, loops)?;
-            loops[at].end = out.len();
-            if first == out.len() {
-                loops.remove(at);
-            }
-        }
         Node::Mark { name, body } if name.starts_with("kernel_") => {
             let mut b = (**body).clone();
             for c in conds.iter().rev() {
@@ -689,6 +665,46 @@ fn collect_kernels(
                 "the mapped AST has code outside every kernel".into(),
             ))
         }
+    }
+    Ok(())
+}
+
+/// The kernels below a host loop's mark (`body`: the loop isl wrote for
+/// its band), recorded as a [`HostLoop`] around them.
+fn collect_host_loop(
+    step: HostStep,
+    body: &Node,
+    conds: &mut Vec<Expr>,
+    out: &mut Vec<(String, Node)>,
+    loops: &mut Vec<HostLoop>,
+) -> Result<()> {
+    let Node::For {
+        iterator,
+        init,
+        cond,
+        inc,
+        body,
+    } = body
+    else {
+        // One iteration: isl wrote no loop, and the kernels use the
+        // iterator's value.
+        return collect_kernels(body, conds, out, loops);
+    };
+    let at = loops.len();
+    let first = out.len();
+    loops.push(HostLoop {
+        step,
+        iterator: iterator.clone(),
+        init: init.clone(),
+        cond: cond.clone(),
+        inc: inc.clone(),
+        first,
+        end: first,
+    });
+    collect_kernels(body, conds, out, loops)?;
+    loops[at].end = out.len();
+    if first == out.len() {
+        loops.remove(at);
     }
     Ok(())
 }

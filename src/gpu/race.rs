@@ -461,7 +461,7 @@ fn below_skewed_host_loop(node: &ScheduleNode) -> Result<bool> {
     while n.has_parent()? {
         n = n.parent()?;
         if n.get_type()? == ScheduleNodeType::Mark {
-            let step = HostStep::from_mark(&n.mark_get_id()?.get_name()?);
+            let step = HostStep::from_mark(n.mark_get_id()?.get_name()?);
             if matches!(step, Some(HostStep::Wavefront | HostStep::Chains(_))) {
                 return Ok(true);
             }
@@ -474,7 +474,7 @@ fn below_skewed_host_loop(node: &ScheduleNode) -> Result<bool> {
 fn thread_marks_below(node: &ScheduleNode) -> Result<bool> {
     if node.get_type()? == ScheduleNodeType::Mark
         && matches!(
-            parse_mapping_mark(&node.mark_get_id()?.get_name()?),
+            parse_mapping_mark(node.mark_get_id()?.get_name()?),
             Some((true, _, _))
         )
     {
