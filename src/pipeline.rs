@@ -533,7 +533,11 @@ fn step_on_host(
     options: &Options,
     g: &GpuOptions,
 ) -> Result<(Mapped, Option<schedule::host::Stepped>)> {
-    if g.recurrences == gpu::Recurrences::Serial
+    // (The probe's isl operations are not made for a program without
+    // loop blocks: they can change how isl prints its sets later.)
+    let blocks = program.statements.iter().any(|s| !s.blocks.is_empty());
+    if !blocks
+        || g.recurrences == gpu::Recurrences::Serial
         || !gpu::mapping::serial_recurrence(program, scop, &mapped.schedule, &mapped.plans)?
     {
         return Ok((mapped, None));
