@@ -640,3 +640,46 @@ fn generated_recurrences_check_on_the_cpu_and_in_the_emulation() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+#[test]
+fn the_recurrence_benchmarks_check_at_small_sizes_and_step_on_the_host_at_theirs() {
+    // bench/recurrences/ (run on the GPU by its run.sh): each checked here
+    // at sizes off every tile grid, in the emulation (host steps) and on
+    // the CPU; at the file's sizes, the mapped tree has its host loops.
+    let programs: [(&str, &[&str], &[&str]); 3] = [
+        (
+            "bench/recurrences/stacked_lstm.json",
+            &["L=2", "T=9", "B=5", "H=19"],
+            &["wavefront"],
+        ),
+        (
+            "bench/recurrences/stacked_dilated_rnn.json",
+            &["T=19", "B=3", "N=21"],
+            &["steps", "chains_2", "chains_4", "chains_8"],
+        ),
+        (
+            "bench/recurrences/grid_rnn.json",
+            &["R=5", "S=6", "B=3", "N=19"],
+            &["wavefront"],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (file, params, marks) in programs {
+        assert_eq!(host_loops(file, &[]).0, marks, "{file}");
+        for target in ["emulate", "cpu"] {
+            let mut args = vec!["run", file, "--check", "--target", target];
+            for p in params {
+                args.extend(["--param", p]);
+            }
+            let out = polyfuse(&args);
+            let ok = out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("check: ok"));
+            if !ok {
+                failures.push(format!("polyfuse {}\n{}", args.join(" "), text(&out)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
