@@ -97,8 +97,12 @@ struct Kernel<'a> {
     /// The kernel runs below a skewed host loop (a wavefront or chains,
     /// `schedule::host`), whose corners leave thread loops of one
     /// iteration: there `same_identity` counts as one thread. (Only there:
-    /// elsewhere the stricter rule stands, which the fuzzer's programs
-    /// were found under; `skewed_block_single_thread` races without it.)
+    /// elsewhere the stricter rule stands, under which the fuzzer's
+    /// programs were found. With the refinement everywhere,
+    /// `tests/programs/skewed_block_single_thread.json` got a mapping that
+    /// the stricter rule refused and that computes wrong values: a register
+    /// tile on a schedule isl skewed across a block's loop, the printer's
+    /// fault the README describes, which the refusal happened to avoid.)
     skewed: bool,
     /// Pairs of steps of one reduction, which a `reduce_x` loop combines.
     reorderable: &'a UnionMap,
