@@ -323,15 +323,21 @@ fn the_mapped_tree_shows_host_steps_wavefronts_and_chains() {
 #[test]
 fn a_nest_whose_dependences_forbid_the_wavefront_is_not_skewed() {
     // Layer l at time t reads layer l - 1 at t + 1: distance (1, -1),
-    // which w = l + t would run in one launch. The nest is stepped over l
-    // and t instead, and a note says why.
-    let (marks, notes) = host_loops("tests/programs/antidiagonal_rnn.json", &[]);
+    // which w = l + t would run in one launch. w = 2l + t carries it.
+    let (marks, _) = host_loops("tests/programs/antidiagonal_rnn.json", &[]);
+    assert_eq!(marks, ["wavefront_2"]);
+    check_stepped("tests/programs/antidiagonal_rnn.json", &["T=8", "N=11"]);
+    // Layer l at time t reads layer l - 1 at T - t (a reversed layer):
+    // distances (1, T - 2t) down to (1, -5) at T = 7, which no skew
+    // f l + t with f <= 4 carries. The nest is stepped over l and t
+    // instead, and a note says why.
+    let (marks, notes) = host_loops("tests/programs/reversed_rnn.json", &[]);
     assert_eq!(marks, ["steps", "steps"]);
     assert!(
-        notes.contains("no wavefront over (l, t)") && notes.contains("[1, -1]"),
+        notes.contains("no wavefront over (l, t)") && notes.contains("[1, -5]"),
         "{notes}"
     );
-    check_stepped("tests/programs/antidiagonal_rnn.json", &["T=8", "N=11"]);
+    check_stepped("tests/programs/reversed_rnn.json", &["T=8", "N=11"]);
 }
 
 /// Runs `file` with `--check` in the emulation (race detector on) under

@@ -466,7 +466,7 @@ fn below_skewed_host_loop(node: &ScheduleNode) -> Result<bool> {
         n = n.parent()?;
         if n.get_type()? == ScheduleNodeType::Mark {
             let step = HostStep::from_mark(n.mark_get_id()?.get_name()?);
-            if matches!(step, Some(HostStep::Wavefront | HostStep::Chains(_))) {
+            if matches!(step, Some(HostStep::Wavefront(_) | HostStep::Chains(_))) {
                 return Ok(true);
             }
         }

@@ -32,13 +32,16 @@
 //! Two transformations give a launch more than one step's work:
 //! * **Wavefront.** Two nested blocks `l` (outer) and `t` (inner) whose
 //!   dependences have distances `(Δl, Δt)` such as `(1, 0)` and `(0, 1)`
-//!   are skewed to `w = l + t`: the host runs `w`, and a launch runs every
-//!   cell `(l, w - l)` of the anti-diagonal, `l` a parallel dimension of
-//!   its kernels. Legal and parallel when every dependence between the
+//!   are skewed to `w = f l + t`: the host runs `w`, and a launch runs
+//!   every cell `(l, w - f l)` of the diagonal, `l` a parallel dimension
+//!   of its kernels. Legal and parallel when every dependence between the
 //!   nest's instances is carried by `w` or stays in one cell:
-//!   `Δl + Δt ≥ 1 ∨ (Δl, Δt) = (0, 0)` (checked in isl on the distance
-//!   set; otherwise refused with the distances that forbid it, and the
-//!   nest is stepped over `l` and `t`).
+//!   `f Δl + Δt ≥ 1 ∨ (Δl, Δt) = (0, 0)` (checked in isl on the distance
+//!   set). The smallest factor `f` from 1 to [`MAX_SKEW`] that passes is
+//!   taken (1 for a stacked network; 2 where a layer reads the layer
+//!   below one step ahead, distance `(1, -1)`); where none does, the
+//!   wavefront is refused with the distances that forbid it, and the nest
+//!   is stepped over `l` and `t`.
 //! * **Chains.** A block whose carried distances are all at least `d ≥ 2`
 //!   (`H(t - d, k)`, a dilated recurrence) has `d` independent chains:
 //!   the host runs `s = ⌊(t - lo) / d⌋`, and a launch runs the `d` values
@@ -60,6 +63,10 @@ use crate::model::{ModelStmt, Scop};
 /// The prefix of every host loop's mark.
 pub const MARK_PREFIX: &str = "host_loop_";
 
+/// The largest skew factor a wavefront tries (`w = f l + t`): each step
+/// of `f` adds `f - 1` diagonals per layer.
+pub const MAX_SKEW: i64 = 4;
+
 /// The prefix of the parameters that stand for the host dimensions while
 /// a step's body is scheduled.
 const STEP_PARAM: &str = "pf_step_";
@@ -69,8 +76,8 @@ const STEP_PARAM: &str = "pf_step_";
 pub enum HostStep {
     /// One value of the block's index.
     Steps,
-    /// One anti-diagonal `w = l + t` of two nested blocks.
-    Wavefront,
+    /// One diagonal `w = f l + t` of two nested blocks (the factor `f`).
+    Wavefront(i64),
     /// `d` consecutive values of the block's index (`d` chains).
     Chains(i64),
 }
@@ -80,7 +87,8 @@ impl HostStep {
     pub fn mark(self) -> String {
         match self {
             HostStep::Steps => format!("{MARK_PREFIX}steps"),
-            HostStep::Wavefront => format!("{MARK_PREFIX}wavefront"),
+            HostStep::Wavefront(1) => format!("{MARK_PREFIX}wavefront"),
+            HostStep::Wavefront(f) => format!("{MARK_PREFIX}wavefront_{f}"),
             HostStep::Chains(d) => format!("{MARK_PREFIX}chains_{d}"),
         }
     }
@@ -89,12 +97,15 @@ impl HostStep {
     pub fn from_mark(name: &str) -> Option<HostStep> {
         match name.strip_prefix(MARK_PREFIX)? {
             "steps" => Some(HostStep::Steps),
-            "wavefront" => Some(HostStep::Wavefront),
-            rest => rest
-                .strip_prefix("chains_")?
-                .parse()
-                .ok()
-                .map(HostStep::Chains),
+            "wavefront" => Some(HostStep::Wavefront(1)),
+            rest => match rest.strip_prefix("wavefront_") {
+                Some(f) => f.parse().ok().map(HostStep::Wavefront),
+                None => rest
+                    .strip_prefix("chains_")?
+                    .parse()
+                    .ok()
+                    .map(HostStep::Chains),
+            },
         }
     }
 }
@@ -155,8 +166,8 @@ pub fn stepped(
 enum HostDim {
     /// The iterator at this position (a block's index).
     Index(usize),
-    /// The sum of two iterators (`l + t`).
-    Sum(usize, usize),
+    /// `f l + t` of the iterators at two positions.
+    Skew { outer: usize, inner: usize, f: i64 },
     /// `⌊(i - lo) / d⌋` of the iterator at `pos`.
     Chain { pos: usize, lo: String, d: i64 },
 }
@@ -167,7 +178,7 @@ impl HostDim {
         let it = |k: usize| s.iterators[k].clone();
         match self {
             HostDim::Index(k) => it(*k),
-            HostDim::Sum(a, b) => format!("{} + {}", it(*a), it(*b)),
+            HostDim::Skew { outer, inner, f } => format!("{f}*{} + {}", it(*outer), it(*inner)),
             HostDim::Chain { pos, lo, d } => format!("floor(({} - ({lo}))/{d})", it(*pos)),
         }
     }
@@ -258,17 +269,21 @@ impl Builder<'_> {
                 .iter()
                 .all(|s| s.blocks.get(depth + 1).map(|b| b.id) == inner_id);
         if self.skew && nest {
-            match self.wavefront_refusal(group, depth)? {
-                None => {
+            match self.wavefront_factor(group, depth)? {
+                Ok(f) => {
+                    let dim = HostDim::Skew {
+                        outer: depth,
+                        inner: depth + 1,
+                        f,
+                    };
                     let mut fixed = fixed.to_vec();
-                    fixed.push(HostDim::Sum(depth, depth + 1));
-                    // Only the pairs of the wavefront's loops may be
-                    // fused: the pinned `w` leaves `l` free.
+                    fixed.push(dim.clone());
+                    // The pinned `w` leaves `l` free: the cells of one
+                    // diagonal.
                     let body = self.run(group, depth + 2, &fixed, &[depth])?;
-                    let dim = HostDim::Sum(depth, depth + 1);
-                    return Ok(self.host_band(group, &dim, HostStep::Wavefront, body));
+                    return Ok(self.host_band(group, &dim, HostStep::Wavefront(f), body));
                 }
-                Some(why) => self.refused.push(why),
+                Err(why) => self.refused.push(why),
             }
         }
         if self.skew && plain_at(depth + 1) {
@@ -322,26 +337,33 @@ impl Builder<'_> {
             .deltas()?)
     }
 
-    /// Why the nest at `depth`, `depth + 1` may not be skewed to
-    /// `w = l + t` (see the module comment); `None` where it may.
-    fn wavefront_refusal(&self, group: &[&ModelStmt], depth: usize) -> Result<Option<String>> {
+    /// The smallest factor `f ≤ MAX_SKEW` by which the nest at `depth`,
+    /// `depth + 1` may be skewed to `w = f l + t` (see the module comment),
+    /// or why none may.
+    fn wavefront_factor(
+        &self,
+        group: &[&ModelStmt],
+        depth: usize,
+    ) -> Result<std::result::Result<i64, String>> {
         let dist = self.distances(group, &[depth, depth + 1])?;
-        let bad = self
-            .isl
-            .union_set("{ [a, b] : a + b <= 0 }")?
-            .subtract(self.isl.union_set("{ [0, 0] }")?)?;
-        let bad = dist.intersect(bad)?;
-        if bad.is_empty()? {
-            return Ok(None);
+        let mut bad = None;
+        for f in 1..=MAX_SKEW {
+            let forbidden = self
+                .isl
+                .union_set(&format!("{{ [a, b] : {f}a + b <= 0 }}"))?
+                .subtract(self.isl.union_set("{ [0, 0] }")?)?;
+            let b = dist.copy()?.intersect(forbidden)?;
+            if b.is_empty()? {
+                return Ok(Ok(f));
+            }
+            bad = Some(b);
         }
+        let bad = bad.map(|b| b.coalesce().map(|b| b.text())).transpose()?;
         let s = &group[0];
-        Ok(Some(format!(
-            "no wavefront over ({}, {}): the dependences of distance {} are neither carried by {} + {} nor inside one cell",
-            s.iterators[depth],
-            s.iterators[depth + 1],
-            bad.coalesce()?.text(),
-            s.iterators[depth],
-            s.iterators[depth + 1]
+        let (l, t) = (&s.iterators[depth], &s.iterators[depth + 1]);
+        Ok(Err(format!(
+            "no wavefront over ({l}, {t}): for every skew f*{l} + {t} with 1 <= f <= {MAX_SKEW}, the dependences of distance {} are neither carried by it nor inside one cell",
+            bad.unwrap_or_default()
         )))
     }
 
@@ -543,7 +565,12 @@ mod tests {
 
     #[test]
     fn marks_name_their_step() {
-        for s in [HostStep::Steps, HostStep::Wavefront, HostStep::Chains(4)] {
+        for s in [
+            HostStep::Steps,
+            HostStep::Wavefront(1),
+            HostStep::Wavefront(2),
+            HostStep::Chains(4),
+        ] {
             assert_eq!(HostStep::from_mark(&s.mark()), Some(s));
         }
         assert_eq!(HostStep::from_mark("kernel_0"), None);
