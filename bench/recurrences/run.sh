@@ -3,9 +3,10 @@
 # program checked at small sizes off every tile grid (CUDA against the f64
 # reference), then timed at its file's sizes under polyfuse's default (host
 # loops: a wavefront over (layer, time) or (row, column), a dilated layer's
-# chains in one launch), with --recurrence steps (one step per launch, no
-# skew) and --recurrence serial (the mapping before host loops: one block of
-# one thread; only where it finishes in time), then the PyTorch peers
+# chains in one launch) and with --recurrence steps (one step per launch, no
+# skew); with SERIAL=1 also --recurrence serial (the mapping before host
+# loops, on a handful of threads: minutes at these sizes, cut at 120 s),
+# then the PyTorch peers
 # (bench/recurrences/peers.py) in the same call: torch.nn.LSTM (cuDNN) for
 # the stacked LSTM, the same loops in eager PyTorch and under torch.compile
 # for all three.
@@ -44,8 +45,12 @@ for name in $names; do
         line=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --check --recurrence "$rec" $(small "$name") 2>>"$OUT/errors.log" | grep '^check:')
         echo "{\"program\": \"$name\", \"what\": \"check\", \"recurrence\": \"$rec\", \"line\": \"$line\"}" >>"$OUT/runs.jsonl"
     done
-    for rec in wavefront steps serial; do
-        json=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --bench --json --runs "$RUNS" --recurrence "$rec" 2>>"$OUT/errors.log")
+    recs="wavefront steps"
+    [[ ${SERIAL:-0} == 1 ]] && recs="$recs serial"
+    for rec in $recs; do
+        limit=300
+        [[ $rec == serial ]] && limit=120
+        json=$(timeout "$limit" "$POLYFUSE" run "$f" --target cuda --bench --json --runs "$RUNS" --recurrence "$rec" 2>>"$OUT/errors.log")
         echo "{\"program\": \"$name\", \"what\": \"bench\", \"recurrence\": \"$rec\", \"result\": ${json:-null}}" >>"$OUT/runs.jsonl"
     done
     echo "recurrences: $name done" >&2
@@ -56,8 +61,13 @@ python3 bench/recurrences/peers.py ${NAMES:-} --out "$OUT/peers.jsonl"
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
-runs = [json.loads(l) for l in open(f"{out}/runs.jsonl") if l.strip()]
-peers = [json.loads(l) for l in open(f"{out}/peers.jsonl") if l.strip()]
+def lines(path):
+    try:
+        return [json.loads(l) for l in open(path) if l.strip()]
+    except FileNotFoundError:
+        return []
+runs = lines(f"{out}/runs.jsonl")
+peers = lines(f"{out}/peers.jsonl")
 for r in runs:
     if r["what"] == "check":
         print(f'{r["program"]:22} check ({r["recurrence"]}): {r["line"]}')
