@@ -92,7 +92,9 @@ typedef struct pf_tensor_info {
 typedef int32_t pf_arg_kind;
 enum {
     PF_ARG_TENSOR = 0, /* a device pointer */
-    PF_ARG_PARAM = 1   /* a parameter value, passed as a 64-bit long */
+    PF_ARG_PARAM = 1,  /* a parameter value, passed as a 64-bit long */
+    PF_ARG_STEP = 2    /* a host loop's iterator, passed as a 64-bit long: set by
+                        * pf_result_launch_all for each launch (see below) */
 };
 
 /* Where the library's notices go (pf_context_set_log): called on the thread
@@ -252,7 +254,8 @@ pf_status pf_result_kernel_dependent(const pf_result *result, size_t kernel, int
 pf_status pf_result_num_params(const pf_result *result, size_t *out);
 pf_status pf_result_param_name(const pf_result *result, size_t index, char **out);
 /* Kernel arguments in order: one per tensor (inputs, outputs, temps), then
- * one per parameter without a compile-time value. */
+ * one per parameter without a compile-time value, then (for a program whose
+ * recurrences run on host loops) one per host loop iterator (PF_ARG_STEP). */
 pf_status pf_result_num_args(const pf_result *result, size_t *out);
 pf_status pf_result_arg_kind(const pf_result *result, size_t index, pf_arg_kind *out);
 pf_status pf_result_arg_name(const pf_result *result, size_t index, char **out);
@@ -371,6 +374,16 @@ pf_status pf_result_save(const pf_result *result, const char *archs, char **out)
  * an artifact, or of another version: PF_ERR_INPUT. Destroy it with
  * pf_result_destroy. */
 pf_status pf_result_load(const char *text, size_t len, pf_result **out);
+/* Launches one execution of the whole program on `stream`: every kernel in
+ * index order, and the kernels of a host loop once per iteration with the
+ * iterator as their PF_ARG_STEP argument. A program with loop blocks whose
+ * loops carry a dependence (a recurrence) runs those loops on the host: its
+ * kernels inside them cannot be launched with pf_result_launch (which
+ * refuses them with PF_ERR_INVALID_ARGUMENT); launch it with this call.
+ * For every other program it is the same as pf_result_launch of each
+ * kernel in order. Arguments and errors as for pf_result_launch. */
+pf_status pf_result_launch_all(const pf_result *result, const int64_t *params,
+                               void **device_ptrs, CUstream stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -182,6 +182,16 @@ struct Common {
     /// `minimal_fusion_by_cost`.
     #[arg(long)]
     no_fusion_by_cost: bool,
+    /// GPU: how a loop block's loop that carries a dependence (a
+    /// recurrence) runs where the mapping would put it on one thread:
+    /// wavefront (the default: the loop on the host, one launch of the
+    /// step's parallel kernels per iteration, a wavefront over nested
+    /// blocks and a dilated recurrence's chains in one launch where the
+    /// dependences allow), steps (the same, one value of each block's
+    /// index per launch), serial (one kernel on blocks of one thread).
+    /// `--emit gpu-tree` shows the `host_loop_*` marks.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(polyfuse::gpu::Recurrences::NAMES))]
+    recurrence: Option<String>,
     /// Algebraic repair of reduction chains (softmax, attention): program
     /// (the file's "schedule" key, or polyfuse's choice without one: rolling
     /// update for long reductions with many rows, split-k for few rows),
@@ -216,6 +226,7 @@ impl Common {
             || self.k_split.is_some()
             || self.no_sink
             || self.no_fusion_by_cost
+            || self.recurrence.is_some()
             || self.repair.is_some()
             || self.split.is_some()
     }
@@ -343,6 +354,11 @@ fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
         pipeline: common.pipeline,
         k_split: common.k_split,
         fusion_by_cost: !common.no_fusion_by_cost,
+        recurrences: common
+            .recurrence
+            .as_deref()
+            .and_then(polyfuse::gpu::Recurrences::parse)
+            .unwrap_or(polyfuse::gpu::Recurrences::Wavefront),
         ..Default::default()
     }
 }
@@ -400,6 +416,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 Emit::GpuTree => {
                     if let Some(t) = &compiled.gpu_tree {
                         print!("{t}");
+                    }
+                    for note in &compiled.gpu_notes {
+                        eprintln!("polyfuse: note: {note}");
                     }
                 }
                 Emit::Cuda => {
@@ -602,6 +621,7 @@ fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Erro
         "check": check,
         "median_us": report.median_us,
         "runs": report.runs,
+        "launches": report.launches,
         "bytes": report.work.bytes,
         "flops": report.work.flops,
         "gb_per_s": report.gb_per_s(),

@@ -75,6 +75,9 @@ pub struct Compiled {
     /// The mapped and promoted tree as C for the CPU (`pf_kernel`, blocks
     /// and threads as loops), when [`Options::gpu`] asked for it.
     pub emulation_c: Option<String>,
+    /// What the GPU mapping tried and refused, one line each (a wavefront
+    /// the dependences forbid); the command line prints them as notes.
+    pub gpu_notes: Vec<String>,
 }
 
 impl Compiled {
@@ -219,8 +222,14 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     // The probe's schedule, where it chose maximal fusion, is the one used
     // below; where maximal fusion cannot be mapped, isl's schedule stays
     // (and reports its own errors).
+    //
+    // Not for a program with loop blocks: the probe schedules the whole
+    // program twice more with its sizes pinned, which for a recurrence
+    // takes tens of seconds (a stacked LSTM at T = 256, H = 256: 30 s),
+    // and its steps' rows run on the host's steps anyway.
+    let blocks = program_k.statements.iter().any(|s| !s.blocks.is_empty());
     let fused_rows = match (options.strategy, &options.gpu) {
-        (Strategy::Isl, Some(gpu)) if repaired.is_none() => {
+        (Strategy::Isl, Some(gpu)) if repaired.is_none() && !blocks => {
             rows_on_chip(&isl, program_k, &scop, &deps, options, gpu).unwrap_or(None)
         }
         _ => None,
@@ -237,10 +246,13 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
             schedule::compute(&isl, &scop, &deps, strategy)?
         }
     } else {
-        // A repaired program is scheduled with its sizes symbolic (see
-        // `schedule_symbolic`); others with the sizes they have.
-        let symbolic = repaired.as_ref().and_then(|r| {
-            let s = schedule_symbolic(&isl, program_k, r.order.as_ref(), strategy)?;
+        // A repaired program, and one with loop blocks, is scheduled with
+        // its sizes symbolic (see `schedule_symbolic`); others with the
+        // sizes they have. (A stacked LSTM at T = 256, H = 256 took 26 s
+        // with its sizes pinned, 0.9 s without.)
+        let order = repaired.as_ref().map(|r| r.order.as_ref());
+        let symbolic = (repaired.is_some() || blocks).then_some(()).and_then(|()| {
+            let s = schedule_symbolic(&isl, program_k, order.flatten(), strategy)?;
             let s = s.intersect_domain(scop.domain().ok()?).ok()?;
             // Valid for every size, so for these; checked all the same.
             schedule::check_legal(file, &s, &scop, &deps).ok()?;
@@ -264,10 +276,15 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         Some(g) => {
             let mapped =
                 map_for_race_freedom(&isl, program_k, &scop, &deps, &sched, strategy, options, g)?;
+            // Recurrences the mapping serialised run on the host's steps.
+            let (mapped, stepped) =
+                step_on_host(&isl, program_k, &scop, &deps, mapped, strategy, options, g)?;
             // The grouping by cost (issue 32): under the default strategy,
-            // minimal fusion where the model expects it to be faster.
+            // minimal fusion where the model expects it to be faster (not
+            // for loop blocks: minimal fusion at pinned sizes is as slow as
+            // the probe above, and the model counts no host loop).
             let (mapped, estimate) = match (options.strategy, &repaired) {
-                (Strategy::Isl, None) if g.fusion_by_cost => {
+                (Strategy::Isl, None) if g.fusion_by_cost && !blocks => {
                     choose_by_cost(&isl, program_k, &scop, &deps, mapped, options, g)?
                 }
                 _ => (mapped, None),
@@ -282,7 +299,8 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
                 )?,
                 e => e.filter(|_| g.estimate),
             };
-            Some((print_gpu(program_k, &scop, mapped)?, estimate))
+            let notes = stepped.map(|s| s.refused).unwrap_or_default();
+            Some((print_gpu(program_k, &scop, mapped)?, estimate, notes))
         }
         None => None,
     };
@@ -317,6 +335,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         gpu_tree: gpu.as_ref().map(|g| g.0 .0.clone()),
         cuda: gpu.as_ref().map(|g| g.0 .1.clone()),
         gpu_estimate: gpu.as_ref().and_then(|g| g.1.clone()),
+        gpu_notes: gpu.as_ref().map(|g| g.2.clone()).unwrap_or_default(),
         emulation_c: gpu.map(|g| g.0 .2),
     })
 }
@@ -494,6 +513,71 @@ fn map_for_race_freedom(
         Err(race @ Error::Race { .. }) if blocks => single(race),
         other => other,
     }
+}
+
+/// Where the mapping `mapped` runs a recurrence on blocks of one thread
+/// (`gpu::mapping::serial_recurrence`) and the options allow it, the
+/// host-stepped schedule (`schedule::host`: the carrying loops on the
+/// host, with wavefronts and chains where `GpuOptions::recurrences` asks
+/// for them and the dependences allow), checked against every dependence,
+/// mapped and proven like any other; where that fails, with plain steps;
+/// else `mapped` as it is. Gives the mapping and, when host-stepped, what
+/// was built.
+#[allow(clippy::too_many_arguments)]
+fn step_on_host(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    mapped: Mapped,
+    strategy: Strategy,
+    options: &Options,
+    g: &GpuOptions,
+) -> Result<(Mapped, Option<schedule::host::Stepped>)> {
+    // (The probe's isl operations are not made for a program without
+    // loop blocks: they can change how isl prints its sets later.)
+    let blocks = program.statements.iter().any(|s| !s.blocks.is_empty());
+    if !blocks
+        || g.recurrences == gpu::Recurrences::Serial
+        || !gpu::mapping::serial_recurrence(program, scop, &mapped.schedule, &mapped.plans)?
+    {
+        return Ok((mapped, None));
+    }
+    let skews: &[bool] = match g.recurrences {
+        gpu::Recurrences::Wavefront => &[true, false],
+        _ => &[false],
+    };
+    let mut refused = Vec::new();
+    for &skew in skews {
+        let Some(stepped) = schedule::host::stepped(isl, scop, deps, strategy, skew)? else {
+            break;
+        };
+        if let Err(e) = schedule::check_legal(&program.source, &stepped.schedule, scop, deps) {
+            refused.push(format!("host steps refused: {e}"));
+            continue;
+        }
+        match map_proven(
+            isl,
+            program,
+            scop,
+            deps,
+            stepped.schedule.copy()?,
+            options,
+            g,
+        ) {
+            Ok(m) => {
+                let mut stepped = stepped;
+                refused.append(&mut stepped.refused);
+                stepped.refused = refused;
+                return Ok((m, Some(stepped)));
+            }
+            Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
+                refused.push(format!("host steps refused: {e}"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((mapped, None))
 }
 
 /// `schedule` with mark `name` below its root (above everything), so that

@@ -1646,3 +1646,51 @@ fn the_command_line_writes_artifacts_the_abi_loads() {
         assert_eq!(pf_result_destroy(r), PF_OK);
     }
 }
+
+#[test]
+fn kernels_in_a_host_loop_are_launched_by_launch_all() {
+    // rnn's step runs on a host loop (schedule::host): its kernels take the
+    // loop's iterator (an argument of kind PF_ARG_STEP), which only
+    // pf_result_launch_all supplies; pf_result_launch refuses them before
+    // it touches a driver.
+    let ctx = context("rnn.json");
+    // SAFETY: valid handles and output places throughout.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        let Some(r) = compile_unless_environment(ctx) else {
+            return;
+        };
+        let mut n = 0;
+        assert_eq!(pf_result_num_args(r, &mut n), PF_OK);
+        let mut kind = PF_ARG_TENSOR;
+        assert_eq!(pf_result_arg_kind(r, n - 1, &mut kind), PF_OK);
+        assert_eq!(kind, PF_ARG_STEP);
+        let mut name = null_mut();
+        assert_eq!(pf_result_arg_name(r, n - 1, &mut name), PF_OK);
+        assert_eq!(take(name), "c0");
+        let mut ptrs = [null_mut(); 6];
+        // Kernel 1 is the step's product, inside the loop.
+        assert_eq!(
+            pf_result_launch(r, 1, null(), ptrs.as_mut_ptr(), null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(take(pf_result_error_message(r)).contains("pf_result_launch_all"));
+        // Null pointers for tensors the kernels touch are refused before
+        // the driver; with pointers, the launches get as far as the driver.
+        assert_eq!(
+            pf_result_launch_all(r, null(), ptrs.as_mut_ptr(), null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        let mut ptrs: Vec<*mut std::ffi::c_void> = (0..6)
+            .map(|i| std::ptr::without_provenance_mut(0x1000 * (i + 1)))
+            .collect();
+        if polyfuse::runtime::cuda::probe_driver().is_err() {
+            assert_eq!(
+                pf_result_launch_all(r, null(), ptrs.as_mut_ptr(), null_mut()),
+                PF_ERR_ENVIRONMENT
+            );
+        }
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}

@@ -350,6 +350,7 @@ fn scale_program(n: i64, body: &str) -> polyfuse::Compiled {
             },
             KernelArg::Param { name: "N".into() },
         ],
+        host_loops: Vec::new(),
     });
     c
 }

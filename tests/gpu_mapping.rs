@@ -132,6 +132,7 @@ fn gemm_maps_rows_and_columns_to_blocks_and_threads() {
             .map(|a| match a {
                 KernelArg::Tensor { name, .. } => name.clone(),
                 KernelArg::Param { name } => format!("param {name}"),
+                KernelArg::Step { name } => format!("step {name}"),
             })
             .collect::<Vec<_>>(),
         ["A", "B", "C"]

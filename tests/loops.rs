@@ -209,23 +209,31 @@ fn emit_deps_shows_the_distances_over_the_blocks() {
 }
 
 #[test]
-fn recurrences_never_run_across_cuda_blocks() {
+fn recurrences_run_across_cuda_blocks_only_between_host_steps() {
     // The RNN's step reads all of H(t - 1, ..): every schedule of it has
-    // the step loop outermost, carrying the dependence, and the mapping
-    // runs such a kernel on one block (of one thread), never on a grid
-    // whose blocks would need to wait for each other.
+    // the step loop outermost, carrying the dependence. By default that
+    // loop runs on the host, and each step's kernels run on a grid, the
+    // step passed as an argument; with `--recurrence serial` the kernel
+    // runs on one block of one thread, never on a grid whose blocks would
+    // need to wait for each other.
     for strategy in ["isl", "min", "max", "canonical"] {
-        let out = polyfuse(&[
-            "schedule",
-            "examples/rnn.json",
-            "--emit",
-            "cuda",
-            "--strategy",
-            strategy,
-        ]);
-        assert!(out.status.success(), "{}", text(&out));
-        let cuda = String::from_utf8_lossy(&out.stdout);
-        for kernel in cuda.split("__global__").skip(1) {
+        let cuda = |recurrence: &str| {
+            let out = polyfuse(&[
+                "schedule",
+                "examples/rnn.json",
+                "--emit",
+                "cuda",
+                "--strategy",
+                strategy,
+                "--recurrence",
+                recurrence,
+            ]);
+            assert!(out.status.success(), "{}", text(&out));
+            String::from_utf8_lossy(&out.stdout).to_string()
+        };
+        let serial = cuda("serial");
+        let stepped = cuda("wavefront");
+        for kernel in serial.split("__global__").skip(1) {
             if kernel.contains("tanhf") {
                 assert!(
                     !kernel.contains("blockIdx"),
@@ -233,9 +241,18 @@ fn recurrences_never_run_across_cuda_blocks() {
                 );
             }
         }
+        let tanh = stepped
+            .split("__global__")
+            .skip(1)
+            .find(|k| k.contains("tanhf"))
+            .unwrap_or_default();
+        assert!(
+            tanh.contains("blockIdx") && tanh.contains("const pf_i c0 = pf_host_c0;"),
+            "--strategy {strategy}: the step's kernel is not on a grid below the host loop:\n{tanh}"
+        );
     }
     // An elementwise recurrence has independent chains: those run on the
-    // grid, the step loop inside each.
+    // grid (beside a dense one in the same file, on the host's steps).
     let out = polyfuse(&[
         "schedule",
         "tests/programs/scan_recurrence.json",
@@ -248,6 +265,128 @@ fn recurrences_never_run_across_cuda_blocks() {
             .any(|k| k.contains("0.5f") && k.contains("blockIdx.x")),
         "{cuda}"
     );
+}
+
+/// The `host_loop_*` marks of the mapped tree of `file` under `args`, in
+/// order, and the notes printed on stderr.
+fn host_loops(file: &str, args: &[&str]) -> (Vec<String>, String) {
+    let mut all = vec!["schedule", file, "--emit", "gpu-tree"];
+    all.extend(args);
+    let out = polyfuse(&all);
+    assert!(out.status.success(), "{}", text(&out));
+    let marks = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mark: host_loop_"))
+        .map(str::to_string)
+        .collect();
+    (marks, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn the_mapped_tree_shows_host_steps_wavefronts_and_chains() {
+    for strategy in ["isl", "min", "max", "canonical"] {
+        let s = ["--strategy", strategy];
+        assert_eq!(host_loops("examples/rnn.json", &s).0, ["steps"]);
+        assert_eq!(host_loops("examples/lstm.json", &s).0, ["steps"]);
+        // Layer and time skewed to w = l + t: one host loop.
+        assert_eq!(host_loops("examples/stacked_rnn.json", &s).0, ["wavefront"]);
+        assert_eq!(host_loops("examples/grid_rnn.json", &s).0, ["wavefront"]);
+        // Dilations 1, 2, 4: the first layer one step at a time, the
+        // others 2 and 4 independent chains per launch.
+        assert_eq!(
+            host_loops("examples/dilated_rnn.json", &s).0,
+            ["steps", "chains_2", "chains_4"]
+        );
+    }
+    // Without skewing: the stacked network steps over l, then t.
+    assert_eq!(
+        host_loops("examples/stacked_rnn.json", &["--recurrence", "steps"]).0,
+        ["steps", "steps"]
+    );
+    assert_eq!(
+        host_loops("examples/dilated_rnn.json", &["--recurrence", "steps"]).0,
+        ["steps", "steps", "steps"]
+    );
+    // Serial: no host loop, blocks of one thread.
+    let out = polyfuse(&[
+        "schedule",
+        "examples/rnn.json",
+        "--emit",
+        "gpu-tree",
+        "--recurrence",
+        "serial",
+    ]);
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(!tree.contains("host_loop_"), "{tree}");
+}
+
+#[test]
+fn a_nest_whose_dependences_forbid_the_wavefront_is_not_skewed() {
+    // Layer l at time t reads layer l - 1 at t + 1: distance (1, -1),
+    // which w = l + t would run in one launch. w = 2l + t carries it.
+    let (marks, _) = host_loops("tests/programs/antidiagonal_rnn.json", &[]);
+    assert_eq!(marks, ["wavefront_2"]);
+    check_stepped("tests/programs/antidiagonal_rnn.json", &["T=8", "N=11"]);
+    // Layer l at time t reads layer l - 1 at T - t (a reversed layer):
+    // distances (1, T - 2t) down to (1, -5) at T = 7, which no skew
+    // f l + t with f <= 4 carries. The nest is stepped over l and t
+    // instead, and a note says why.
+    let (marks, notes) = host_loops("tests/programs/reversed_rnn.json", &[]);
+    assert_eq!(marks, ["steps", "steps"]);
+    assert!(
+        notes.contains("no wavefront over (l, t)") && notes.contains("[1, -5]"),
+        "{notes}"
+    );
+    check_stepped("tests/programs/reversed_rnn.json", &["T=8", "N=11"]);
+}
+
+/// Runs `file` with `--check` in the emulation (race detector on) under
+/// every strategy, with host steps and with wavefronts, with default and
+/// with small blocks and grids; every run must check.
+fn check_stepped(file: &str, params: &[&str]) {
+    let mut failures = Vec::new();
+    for strategy in ["isl", "min", "max", "canonical"] {
+        for recurrence in ["steps", "wavefront"] {
+            for small in [false, true] {
+                let mut args = vec![
+                    "run",
+                    file,
+                    "--check",
+                    "--target",
+                    "emulate",
+                    "--strategy",
+                    strategy,
+                    "--recurrence",
+                    recurrence,
+                ];
+                if small {
+                    args.extend(["--tile", "16,8,4", "--block", "4,2", "--grid", "2,3"]);
+                }
+                for p in params {
+                    args.extend(["--param", p]);
+                }
+                let out = polyfuse(&args);
+                let ok = out.status.success()
+                    && String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .any(|l| l.starts_with("check: ok"));
+                if !ok {
+                    failures.push(format!("polyfuse {}\n{}", args.join(" "), text(&out)));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn host_steps_and_wavefronts_check_in_the_emulation() {
+    // Sizes off every tile grid (16, 8, 4, 32, 64).
+    check_stepped("examples/rnn.json", &["T=13", "N=37"]);
+    check_stepped("examples/stacked_rnn.json", &["L=3", "T=11", "N=35"]);
+    check_stepped("examples/lstm.json", &["T=7", "B=5", "H=33"]);
+    check_stepped("examples/grid_rnn.json", &["R=5", "S=7", "N=19"]);
+    check_stepped("examples/dilated_rnn.json", &["T=19", "N=21"]);
 }
 
 /// `{"T": 6, "N": 5}`, an input `X` and an output `H` (both T x N).
@@ -502,6 +641,49 @@ fn generated_recurrences_check_on_the_cpu_and_in_the_emulation() {
                     args.join(" "),
                     text(&out)
                 ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn the_recurrence_benchmarks_check_at_small_sizes_and_step_on_the_host_at_theirs() {
+    // bench/recurrences/ (run on the GPU by its run.sh): each checked here
+    // at sizes off every tile grid, in the emulation (host steps) and on
+    // the CPU; at the file's sizes, the mapped tree has its host loops.
+    let programs: [(&str, &[&str], &[&str]); 3] = [
+        (
+            "bench/recurrences/stacked_lstm.json",
+            &["L=2", "T=9", "B=5", "H=19"],
+            &["wavefront"],
+        ),
+        (
+            "bench/recurrences/stacked_dilated_rnn.json",
+            &["T=19", "B=3", "N=21"],
+            &["steps", "chains_2", "chains_4", "chains_8"],
+        ),
+        (
+            "bench/recurrences/grid_rnn.json",
+            &["R=5", "S=6", "B=3", "N=19"],
+            &["wavefront"],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (file, params, marks) in programs {
+        assert_eq!(host_loops(file, &[]).0, marks, "{file}");
+        for target in ["emulate", "cpu"] {
+            let mut args = vec!["run", file, "--check", "--target", target];
+            for p in params {
+                args.extend(["--param", p]);
+            }
+            let out = polyfuse(&args);
+            let ok = out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("check: ok"));
+            if !ok {
+                failures.push(format!("polyfuse {}\n{}", args.join(" "), text(&out)));
             }
         }
     }

@@ -52,7 +52,7 @@ fn named_in_bodies(cuda: &CudaProgram) -> Vec<(String, BTreeSet<String>)> {
         .iter()
         .filter_map(|a| match a {
             KernelArg::Tensor { name, .. } => Some(name.as_str()),
-            KernelArg::Param { .. } => None,
+            KernelArg::Param { .. } | KernelArg::Step { .. } => None,
         })
         .collect();
     let mut out = Vec::new();

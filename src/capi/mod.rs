@@ -70,6 +70,7 @@ pub const PF_DTYPE_F8E5M2: pf_dtype = 9;
 pub type pf_arg_kind = i32;
 pub const PF_ARG_TENSOR: pf_arg_kind = 0;
 pub const PF_ARG_PARAM: pf_arg_kind = 1;
+pub const PF_ARG_STEP: pf_arg_kind = 2;
 
 /// The version of the ABI this library implements (`PF_ABI_VERSION`).
 pub const ABI_VERSION: i32 = 1;
@@ -522,9 +523,11 @@ impl ResultState {
         k: usize,
         tensor_ptrs: &[Result<u64, usize>],
         map: &HashMap<String, i64>,
+        steps: &[i64],
     ) -> Outcome<(Vec<launch::Arg>, Option<u64>)> {
         let mut args = Vec::with_capacity(self.args.len());
         let mut ptrs = tensor_ptrs.iter();
+        let mut next_step = steps.iter();
         for a in &self.args {
             args.push(match a {
                 KernelArg::Tensor { .. } => match ptrs.next() {
@@ -533,6 +536,7 @@ impl ResultState {
                     None => return Err(Failure::internal("fewer pointers than tensors")),
                 },
                 KernelArg::Param { name } => launch::Arg::Long(map.get(name).copied().unwrap_or(0)),
+                KernelArg::Step { .. } => launch::Arg::Long(next_step.next().copied().unwrap_or(0)),
             });
         }
         // A tensor of no element may be null (torch's empty tensors are):
@@ -573,7 +577,7 @@ impl ResultState {
     fn extent(&self, i: usize, d: usize, params: &HashMap<String, i64>) -> Outcome<i64> {
         let name = match self.arg(i)? {
             KernelArg::Tensor { name, .. } => name,
-            KernelArg::Param { name } => {
+            KernelArg::Param { name } | KernelArg::Step { name } => {
                 return Err(Failure::argument(format!(
                     "argument {i} is the parameter {name}, not a tensor"
                 )))
@@ -731,7 +735,9 @@ fn result_state(
     let arg_names = args
         .iter()
         .map(|a| {
-            let (KernelArg::Tensor { name, .. } | KernelArg::Param { name }) = a;
+            let (KernelArg::Tensor { name, .. }
+            | KernelArg::Param { name }
+            | KernelArg::Step { name }) = a;
             std::ffi::CString::new(name.as_str()).unwrap_or_default()
         })
         .collect();
@@ -740,7 +746,7 @@ fn result_state(
         .enumerate()
         .filter_map(|(i, a)| match a {
             KernelArg::Tensor { name, .. } => Some((name.as_str(), i)),
-            KernelArg::Param { .. } => None,
+            KernelArg::Param { .. } | KernelArg::Step { .. } => None,
         })
         .collect();
     let kernel_globals: Vec<Vec<usize>> = match (&compiled.cuda, target) {
@@ -1711,6 +1717,7 @@ pub unsafe extern "C" fn pf_result_arg_kind(
         let kind = match r.arg(index)? {
             KernelArg::Tensor { .. } => PF_ARG_TENSOR,
             KernelArg::Param { .. } => PF_ARG_PARAM,
+            KernelArg::Step { .. } => PF_ARG_STEP,
         };
         // SAFETY: the header's contract for `out`.
         unsafe { put(out, kind, "out") }
@@ -1729,7 +1736,9 @@ pub unsafe extern "C" fn pf_result_arg_name(
 ) -> pf_status {
     with_result(result, |r| {
         let name = match r.arg(index)? {
-            KernelArg::Tensor { name, .. } | KernelArg::Param { name } => name,
+            KernelArg::Tensor { name, .. }
+            | KernelArg::Param { name }
+            | KernelArg::Step { name } => name,
         };
         // SAFETY: the header's contract for `out`.
         unsafe { put_string(out, name) }
@@ -1741,6 +1750,9 @@ fn tensor_arg(r: &ResultState, index: usize) -> Outcome<(DType, &[String])> {
         KernelArg::Tensor { dtype, shape, .. } => Ok((*dtype, shape)),
         KernelArg::Param { name } => Err(Failure::argument(format!(
             "argument {index} is the parameter {name}, not a tensor"
+        ))),
+        KernelArg::Step { name } => Err(Failure::argument(format!(
+            "argument {index} is the host loop's iterator {name}, not a tensor"
         ))),
     }
 }
@@ -1975,7 +1987,9 @@ pub unsafe extern "C" fn pf_result_c_source(
 /// a null pointer for a tensor this kernel touches is refused).
 /// The kernel is compiled with NVRTC for the stream's device on first use
 /// and cached per CUDA context. The call returns once the launch is queued;
-/// kernels of one result must be launched in index order.
+/// kernels of one result must be launched in index order. A kernel inside
+/// a host loop (a recurrence stepped by the host) is refused: its launches
+/// take the loop's iterator, which `pf_result_launch_all` supplies.
 ///
 /// # Safety
 /// `params` and `device_ptrs` point to as many values as described;
@@ -1990,40 +2004,23 @@ pub unsafe extern "C" fn pf_result_launch(
     stream: CUstream,
 ) -> pf_status {
     with_result(result, |r| {
-        if r.target != Target::Cuda {
-            return Err(Failure::argument(
-                "the result was compiled for the cpu target; compile with target cuda to launch",
-            ));
-        }
-        let k = r.kernel(kernel)?;
-        // SAFETY: the header's contract for `params`.
-        let values = unsafe { array(params, r.symbolic.len(), "params") }?;
-        let map = r.param_map(values)?;
-        let tensors = r
-            .args
-            .iter()
-            .filter(|a| matches!(a, KernelArg::Tensor { .. }))
-            .count();
-        // SAFETY: the header's contract for `device_ptrs`.
-        let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
-        let ptrs: Vec<Result<u64, usize>> = ptrs.iter().map(|p| Ok(p.addr() as u64)).collect();
-        let (args, probe) = r.launch_args(kernel, &ptrs, &map)?;
-        let grid = k.grid_dims(&map)?;
-        if grid.contains(&0) {
-            return Ok(());
-        }
-        let cuda = r.cuda()?;
-        let mut modules = lock(&r.modules);
+        // SAFETY: the header's contract for `params` and `device_ptrs`.
+        let (map, ptrs) = unsafe { launch_inputs(r, params, device_ptrs) }?;
+        refuse_host_loop(r, kernel)?;
+        let steps = vec![
+            0;
+            r.args
+                .iter()
+                .filter(|a| matches!(a, KernelArg::Step { .. }))
+                .count()
+        ];
         // SAFETY: the header's contract for `stream` and the buffers.
         unsafe {
-            modules.launch(
-                cuda,
+            launch_kernel(
+                r,
                 kernel,
-                grid,
-                k,
-                &args,
+                (&map, &ptrs, &steps),
                 launch::Workspace::Caller(0),
-                probe,
                 stream,
             )
         }
@@ -2121,7 +2118,6 @@ pub unsafe extern "C" fn pf_result_launch_workspace(
                 "the result was compiled for the cpu target; compile with target cuda to launch",
             ));
         }
-        let k = r.kernel(kernel)?;
         // SAFETY: the header's contract for `params`.
         let values = unsafe { array(params, r.symbolic.len(), "params") }?;
         let map = r.param_map(values)?;
@@ -2147,19 +2143,16 @@ pub unsafe extern "C" fn pf_result_launch_workspace(
             }
             launch::Workspace::Caller(address as u64)
         };
-        let (args, probe) = r.launch_args(kernel, &ptrs, &map)?;
-        let probe = probe.or(match place {
-            launch::Workspace::Caller(a) => Some(a),
-            launch::Workspace::Own(_) => None,
-        });
-        let grid = k.grid_dims(&map)?;
-        if grid.contains(&0) {
-            return Ok(());
-        }
-        let cuda = r.cuda()?;
-        let mut modules = lock(&r.modules);
+        refuse_host_loop(r, kernel)?;
+        let steps = vec![
+            0;
+            r.args
+                .iter()
+                .filter(|a| matches!(a, KernelArg::Step { .. }))
+                .count()
+        ];
         // SAFETY: the header's contract for `stream` and the buffers.
-        unsafe { modules.launch(cuda, kernel, grid, k, &args, place, probe, stream) }
+        unsafe { launch_kernel(r, kernel, (&map, &ptrs, &steps), place, stream) }
     })
 }
 
@@ -2254,6 +2247,122 @@ pub unsafe extern "C" fn pf_result_load(
     })
 }
 
+/// Launches every kernel of the result in order on `stream`, those inside
+/// host loops once per iteration with the loop's iterator as their
+/// argument: one execution of the program. Arguments as for
+/// `pf_result_launch`.
+///
+/// # Safety
+/// As for `pf_result_launch`.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_launch_all(
+    result: *const pf_result,
+    params: *const i64,
+    device_ptrs: *mut *mut c_void,
+    stream: CUstream,
+) -> pf_status {
+    with_result(result, |r| {
+        // SAFETY: the header's contract for `params` and `device_ptrs`.
+        let (map, ptrs) = unsafe { launch_inputs(r, params, device_ptrs) }?;
+        for l in r.cuda()?.launches(&map)? {
+            // SAFETY: the header's contract for `stream` and the buffers.
+            unsafe {
+                launch_kernel(
+                    r,
+                    l.kernel,
+                    (&map, &ptrs, &l.steps),
+                    launch::Workspace::Caller(0),
+                    stream,
+                )
+            }?;
+        }
+        Ok(())
+    })
+}
+
+/// Refuses kernel `kernel` where it runs inside a host loop (a recurrence
+/// stepped by the host): its launches take the loop's iterator, which only
+/// `pf_result_launch_all` supplies.
+fn refuse_host_loop(r: &ResultState, kernel: usize) -> Outcome {
+    r.kernel(kernel)?;
+    if let Some(l) = r
+        .cuda()?
+        .host_loops
+        .iter()
+        .find(|l| (l.first..l.end).contains(&kernel))
+    {
+        return Err(Failure::argument(format!(
+            "kernel {kernel} runs inside the host loop over {} ({}): launch the program with pf_result_launch_all",
+            l.iterator,
+            l.step.mark()
+        )));
+    }
+    Ok(())
+}
+
+/// Where a launch finds a tensor: the caller's device pointer, or an offset
+/// in the workspace.
+type TensorPlace = Result<u64, usize>;
+
+/// Every parameter's value and each tensor's place (the caller's device
+/// pointer, every tensor in argument order) of a launch.
+///
+/// # Safety
+/// `params` and `device_ptrs` point to as many values as
+/// `pf_result_launch` describes.
+unsafe fn launch_inputs(
+    r: &ResultState,
+    params: *const i64,
+    device_ptrs: *mut *mut c_void,
+) -> Outcome<(HashMap<String, i64>, Vec<TensorPlace>)> {
+    if r.target != Target::Cuda {
+        return Err(Failure::argument(
+            "the result was compiled for the cpu target; compile with target cuda to launch",
+        ));
+    }
+    // SAFETY: the caller's contract for `params`.
+    let values = unsafe { array(params, r.symbolic.len(), "params") }?;
+    let map = r.param_map(values)?;
+    let tensors = r
+        .args
+        .iter()
+        .filter(|a| matches!(a, KernelArg::Tensor { .. }))
+        .count();
+    // SAFETY: the caller's contract for `device_ptrs`.
+    let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
+    Ok((map, ptrs.iter().map(|p| Ok(p.addr() as u64)).collect()))
+}
+
+/// Launches kernel `kernel` with `(parameters, tensor places, host loop
+/// iterators)` (one iterator per `KernelArg::Step`) and the temps in
+/// `place`.
+///
+/// # Safety
+/// `stream` is null or a live stream; the device pointers (and a caller's
+/// workspace) address buffers large enough in the stream's context.
+unsafe fn launch_kernel(
+    r: &ResultState,
+    kernel: usize,
+    (map, ptrs, steps): (&HashMap<String, i64>, &[TensorPlace], &[i64]),
+    place: launch::Workspace,
+    stream: CUstream,
+) -> Outcome {
+    let k = r.kernel(kernel)?;
+    let (args, probe) = r.launch_args(kernel, ptrs, map, steps)?;
+    let probe = probe.or(match place {
+        launch::Workspace::Caller(a) if a != 0 => Some(a),
+        _ => None,
+    });
+    let grid = k.grid_dims(map)?;
+    if grid.contains(&0) {
+        return Ok(());
+    }
+    let cuda = r.cuda()?;
+    let mut modules = lock(&r.modules);
+    // SAFETY: the caller's contract for `stream` and the buffers.
+    unsafe { modules.launch(cuda, kernel, grid, k, &args, place, probe, stream) }
+}
+
 #[cfg(test)]
 mod tests {
     //! How a launch with inputs and outputs only places each tensor, on a
@@ -2296,7 +2405,7 @@ mod tests {
             .iter()
             .filter_map(|a| match a {
                 KernelArg::Tensor { name, .. } => Some(name.as_str()),
-                KernelArg::Param { .. } => None,
+                KernelArg::Param { .. } | KernelArg::Step { .. } => None,
             })
             .collect();
         assert_eq!(names, ["X", "Y", "M", "E", "S"]);
@@ -2319,7 +2428,7 @@ mod tests {
         // Every kernel gets a non-null pointer or a workspace place for
         // each tensor it touches.
         for k in 0..r.kernel_globals.len() {
-            let (args, probe) = r.launch_args(k, &places, &map).unwrap();
+            let (args, probe) = r.launch_args(k, &places, &map, &[]).unwrap();
             // The null stream's context is found from one of the caller's
             // pointers.
             assert!(

@@ -36,9 +36,10 @@ use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
 use crate::gpu::private::PrivateRegion;
 use crate::gpu::promote::{Promotion, Scope};
 use crate::gpu::registers::RegisterTile;
-use crate::gpu::{CudaProgram, Kernel, KernelArg};
+use crate::gpu::{CudaProgram, HostLoop, Kernel, KernelArg};
 use crate::isl::ast::{c_expr, Expr, Node, Op};
 use crate::model::Scop;
+use crate::schedule::host::HostStep;
 
 /// Storage type of a tensor element in CUDA.
 pub fn storage_type(t: DType) -> &'static str {
@@ -211,7 +212,8 @@ pub fn program(
     plans: &[KernelPlan],
 ) -> Result<(CudaProgram, String)> {
     let mut bodies = Vec::new();
-    collect_kernels(ast, &mut Vec::new(), &mut bodies)?;
+    let mut host_loops = Vec::new();
+    collect_kernels(ast, &mut Vec::new(), &mut bodies, &mut host_loops)?;
     let params: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
     let printer = Printer {
         tensors: &scop.tensors,
@@ -226,7 +228,17 @@ pub fn program(
         race: Default::default(),
         globals: Default::default(),
     };
-    let args = crate::gpu::kernel_args(program, &scop.tensors);
+    let mut args = crate::gpu::kernel_args(program, &scop.tensors);
+    // The host loops' iterators, once each (loops one after the other may
+    // share their iterator's name).
+    for l in &host_loops {
+        let step = KernelArg::Step {
+            name: l.iterator.clone(),
+        };
+        if !args.contains(&step) {
+            args.push(step);
+        }
+    }
     // The parameter list, from the argument order every launcher uses.
     let signature: Vec<String> = args
         .iter()
@@ -237,6 +249,7 @@ pub fn program(
                 tensor_name(name)
             ),
             KernelArg::Param { name } => format!("long {}", param_name(name)),
+            KernelArg::Step { name } => format!("long {}", step_arg(name)),
         })
         .collect();
     let mut source = prelude(program, scop, index_type(program, scop));
@@ -317,7 +330,8 @@ pub fn program(
         }
     );
     let mut kernels = Vec::new();
-    for (mark, body) in &bodies {
+    for (index, (mark, body)) in bodies.iter().enumerate() {
+        host_loop_heads(&host_loops, index, &params, &mut emulation);
         let repeated = repeated_marks(body, "private_");
         let plan = plans
             .iter()
@@ -363,6 +377,19 @@ pub fn program(
             &signature,
             program,
         );
+        // The iterators of the host loops around this kernel, under the
+        // names its code uses.
+        for l in host_loops
+            .iter()
+            .filter(|l| (l.first..l.end).contains(&index))
+        {
+            let _ = writeln!(
+                source,
+                "  const pf_i {} = {};",
+                l.iterator,
+                step_arg(&l.iterator)
+            );
+        }
         if let Some(a) = &plan.attention {
             printer.globals.take();
             source.push_str(&super::flash::body(
@@ -544,12 +571,14 @@ pub fn program(
             globals,
         });
     }
+    host_loop_tails(&host_loops, bodies.len(), &mut emulation);
     emulation.push_str("}\n");
     Ok((
         CudaProgram {
             source,
             kernels,
             args,
+            host_loops,
         },
         emulation,
     ))
@@ -566,6 +595,43 @@ fn touched(args: &[KernelArg], noted: std::collections::BTreeSet<String>) -> Vec
         .collect()
 }
 
+/// The emulation's host loops at kernel `index`: closes those that end
+/// there (innermost first), then opens those that start there (outermost
+/// first), each as a C loop over its iterator.
+fn host_loop_heads(loops: &[HostLoop], index: usize, params: &[String], out: &mut String) {
+    host_loop_tails(loops, index, out);
+    let rename = |s: &str| {
+        if params.iter().any(|p| p == s) {
+            param_name(s)
+        } else {
+            s.to_string()
+        }
+    };
+    for l in loops.iter().filter(|l| l.first == index) {
+        let _ = writeln!(
+            out,
+            "  for (long {it} = {}; {}; {it} += {}) {{ /* {} */",
+            c_expr(&l.init, &rename),
+            c_expr(&l.cond, &rename),
+            c_expr(&l.inc, &rename),
+            l.step.mark(),
+            it = l.iterator,
+        );
+    }
+}
+
+/// The kernel argument that carries host loop iterator `name`.
+fn step_arg(name: &str) -> String {
+    format!("pf_host_{name}")
+}
+
+/// Closes the emulation's host loops that end at kernel `index`.
+fn host_loop_tails(loops: &[HostLoop], index: usize, out: &mut String) {
+    for l in loops.iter().rev().filter(|l| l.end == index) {
+        let _ = writeln!(out, "  }} /* {} */", l.iterator);
+    }
+}
+
 /// The CPU emulation (with its race detector) of `mapped`, a schedule tree
 /// already mapped to the GPU (kernel, block and thread marks) whose kernels
 /// have no plan: each kernel runs `block` threads per block, with nothing
@@ -579,7 +645,7 @@ pub fn emulate_mapped(
 ) -> Result<String> {
     let ast = super::build_ast(scop, mapped)?;
     let mut bodies = Vec::new();
-    collect_kernels(&ast, &mut Vec::new(), &mut bodies)?;
+    collect_kernels(&ast, &mut Vec::new(), &mut bodies, &mut Vec::new())?;
     let plans: Vec<KernelPlan> = bodies
         .into_iter()
         .map(|(mark, _)| KernelPlan {
@@ -591,8 +657,22 @@ pub fn emulate_mapped(
 }
 
 /// The kernel marks of the AST in order, each body under the conditions
-/// isl put around it (conditions on parameters only).
-fn collect_kernels(n: &Node, conds: &mut Vec<Expr>, out: &mut Vec<(String, Node)>) -> Result<()> {
+/// isl put around it (conditions on parameters and host loops' iterators),
+/// and the host loops around them (`schedule::host`: a `host_loop_*` mark
+/// above a loop, which the host runs).
+fn collect_kernels(
+    n: &Node,
+    conds: &mut Vec<Expr>,
+    out: &mut Vec<(String, Node)>,
+    loops: &mut Vec<HostLoop>,
+) -> Result<()> {
+    let host = match n {
+        Node::Mark { name, body } => HostStep::from_mark(name).map(|step| (step, body)),
+        _ => None,
+    };
+    if let Some((step, body)) = host {
+        return collect_host_loop(step, body, conds, out, loops);
+    }
     match n {
         Node::Mark { name, body } if name.starts_with("kernel_") => {
             let mut b = (**body).clone();
@@ -605,10 +685,10 @@ fn collect_kernels(n: &Node, conds: &mut Vec<Expr>, out: &mut Vec<(String, Node)
             }
             out.push((name.clone(), b));
         }
-        Node::Mark { body, .. } => collect_kernels(body, conds, out)?,
+        Node::Mark { body, .. } => collect_kernels(body, conds, out, loops)?,
         Node::Block(v) => {
             for c in v {
-                collect_kernels(c, conds, out)?;
+                collect_kernels(c, conds, out, loops)?;
             }
         }
         Node::If {
@@ -617,11 +697,11 @@ fn collect_kernels(n: &Node, conds: &mut Vec<Expr>, out: &mut Vec<(String, Node)
             otherwise,
         } => {
             conds.push(cond.clone());
-            collect_kernels(then, conds, out)?;
+            collect_kernels(then, conds, out, loops)?;
             conds.pop();
             if let Some(e) = otherwise {
                 conds.push(Expr::Op(Op::Eq, vec![cond.clone(), Expr::Int(0)]));
-                collect_kernels(e, conds, out)?;
+                collect_kernels(e, conds, out, loops)?;
                 conds.pop();
             }
         }
@@ -630,6 +710,46 @@ fn collect_kernels(n: &Node, conds: &mut Vec<Expr>, out: &mut Vec<(String, Node)
                 "the mapped AST has code outside every kernel".into(),
             ))
         }
+    }
+    Ok(())
+}
+
+/// The kernels below a host loop's mark (`body`: the loop isl wrote for
+/// its band), recorded as a [`HostLoop`] around them.
+fn collect_host_loop(
+    step: HostStep,
+    body: &Node,
+    conds: &mut Vec<Expr>,
+    out: &mut Vec<(String, Node)>,
+    loops: &mut Vec<HostLoop>,
+) -> Result<()> {
+    let Node::For {
+        iterator,
+        init,
+        cond,
+        inc,
+        body,
+    } = body
+    else {
+        // One iteration: isl wrote no loop, and the kernels use the
+        // iterator's value.
+        return collect_kernels(body, conds, out, loops);
+    };
+    let at = loops.len();
+    let first = out.len();
+    loops.push(HostLoop {
+        step,
+        iterator: iterator.clone(),
+        init: init.clone(),
+        cond: cond.clone(),
+        inc: inc.clone(),
+        first,
+        end: first,
+    });
+    collect_kernels(body, conds, out, loops)?;
+    loops[at].end = out.len();
+    if first == out.len() {
+        loops.remove(at);
     }
     Ok(())
 }

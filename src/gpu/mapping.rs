@@ -3,7 +3,9 @@
 //! The rules are those of Tensor Comprehensions and PPCG:
 //! * each child of a top-level sequence (or set) is one kernel, launched
 //!   after the previous one finished; a tree without such a sequence is a
-//!   single kernel;
+//!   single kernel; below a host loop (`schedule::host`, a band under a
+//!   `host_loop_*` mark, run by the host), the same rules hold again, and
+//!   its kernels are launched once per iteration;
 //! * in a kernel, the outermost band's leading coincident members (at most
 //!   three) are tiled; the tile loops of those members map to blocks, the
 //!   remaining tile loops run sequentially inside a block, and the point
@@ -162,11 +164,19 @@ pub fn map(
 fn kernel_roots(node: &ScheduleNode, path: Vec<usize>, out: &mut Vec<Vec<usize>>) -> Result<()> {
     let mut inner = node.copy()?;
     let mut inner_path = path.clone();
+    let mut host = false;
     while inner.get_type()? == ScheduleNodeType::Mark {
+        let name = inner.mark_get_id()?.get_name()?.to_string();
+        host |= crate::schedule::host::HostStep::from_mark(&name).is_some();
         inner = inner.child(0)?;
         inner_path.push(0);
     }
     let ty = inner.get_type()?;
+    // A host loop's band runs on the host: the kernels are below it.
+    if host && ty == ScheduleNodeType::Band && inner.n_children()? > 0 {
+        inner_path.push(0);
+        return kernel_roots(&inner.child(0)?, inner_path, out);
+    }
     if ty == ScheduleNodeType::Sequence || ty == ScheduleNodeType::Set {
         for i in 0..inner.n_children()? {
             // sequence -> filter i -> its subtree
@@ -1570,4 +1580,68 @@ fn narrow_reduction(scop: &Scop, domain: &isl_rs::UnionSet) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// Threads below which a kernel that runs a loop block's iterations is
+/// taken to serialise its recurrence (an LSTM's batch rows as its only
+/// parallel loop: 64 threads for the whole network).
+const FEW_THREADS: i64 = 2048;
+
+/// Whether a kernel of `schedule` (mapped, with `plans`) runs instances of
+/// statements in loop blocks on blocks of one thread, or on fewer than
+/// [`FEW_THREADS`] threads in all at the program's sizes: a recurrence
+/// that the mapping could only serialise (its step loop in the kernel,
+/// carrying a dependence), which host steps (`schedule::host`) run in
+/// parallel instead.
+pub fn serial_recurrence(
+    program: &Program,
+    scop: &Scop,
+    schedule: &Schedule,
+    plans: &[KernelPlan],
+) -> Result<bool> {
+    let values = program.known_params();
+    let few = |plan: &KernelPlan| -> bool {
+        if plan.block == [1, 1, 1] {
+            return true;
+        }
+        let mut threads: i64 = plan.block.iter().map(|b| i64::from(*b)).product();
+        for g in &plan.grid {
+            match super::eval(g, &values) {
+                Ok(v) => threads = threads.saturating_mul(v.max(0)),
+                Err(_) => return false,
+            }
+        }
+        threads < FEW_THREADS
+    };
+    let rec = |node: ScheduleNode| walk_serial(node, scop, plans, &few);
+    rec(schedule.get_root()?)
+}
+
+fn walk_serial(
+    node: ScheduleNode,
+    scop: &Scop,
+    plans: &[KernelPlan],
+    few: &dyn Fn(&KernelPlan) -> bool,
+) -> Result<bool> {
+    {
+        if node.get_type()? == ScheduleNodeType::Mark {
+            let name = node.mark_get_id()?.get_name()?.to_string();
+            if let Some(plan) = plans.iter().find(|p| p.mark == name) {
+                if !few(plan) {
+                    return Ok(false);
+                }
+                let domain = node.get_domain()?;
+                return Ok(scop
+                    .statements_in(&domain)?
+                    .iter()
+                    .any(|s| !s.blocks.is_empty()));
+            }
+        }
+        for i in 0..node.n_children()? {
+            if walk_serial(node.get_child(i)?, scop, plans, few)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
 }

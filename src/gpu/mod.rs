@@ -6,7 +6,9 @@
 //!
 //! Every kernel takes the same arguments: a pointer per tensor of the
 //! program in the model's order (inputs, outputs, temps), then one `long`
-//! per parameter that has no value at compile time, in file order.
+//! per parameter that has no value at compile time, in file order, then
+//! one `long` per host loop's iterator ([`HostLoop`]), where the program
+//! has host loops.
 
 pub mod attention;
 pub mod contraction;
@@ -85,6 +87,9 @@ pub struct GpuOptions {
     /// most half the time (a product fused with its consumers into a
     /// kernel that loses its tiles). Off: the strategy's grouping as is.
     pub fusion_by_cost: bool,
+    /// How the loops of loop blocks that carry a dependence run (see
+    /// [`Recurrences`]).
+    pub recurrences: Recurrences,
     /// Keep the cost model's estimate of the final mapping in
     /// `Compiled::gpu_estimate` (`compare` shows it beside the measured
     /// time, so the model can be checked); off by default, as it costs a
@@ -108,6 +113,7 @@ impl Default for GpuOptions {
             pipeline: false,
             k_split: None,
             fusion_by_cost: true,
+            recurrences: Recurrences::Wavefront,
             estimate: false,
         }
     }
@@ -149,6 +155,34 @@ impl GpuOptions {
     }
 }
 
+/// How a recurrence (a loop block's loop that carries a dependence) runs
+/// on the GPU, where the plain mapping would run it on one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recurrences {
+    /// Inside one kernel on blocks of one thread (no host loop).
+    Serial,
+    /// One step per value of each block's index, the step's kernels
+    /// parallel, the loop on the host (`schedule::host`).
+    Steps,
+    /// As `Steps`, with a wavefront over two nested blocks and the
+    /// independent chains of a dilated recurrence in one launch, where the
+    /// dependences allow (the default).
+    Wavefront,
+}
+
+impl Recurrences {
+    pub const NAMES: [&'static str; 3] = ["serial", "steps", "wavefront"];
+
+    pub fn parse(s: &str) -> Option<Recurrences> {
+        Some(match s {
+            "serial" => Recurrences::Serial,
+            "steps" => Recurrences::Steps,
+            "wavefront" => Recurrences::Wavefront,
+            _ => return None,
+        })
+    }
+}
+
 /// `sizes` (for `what`, "block" or "grid") is empty or one to three values
 /// of at least 1.
 pub fn check_sizes(sizes: &[u32], what: &str) -> std::result::Result<(), String> {
@@ -172,6 +206,43 @@ pub enum KernelArg {
     },
     /// A parameter without a compile-time value, passed as a C `long`.
     Param { name: String },
+    /// The iterator of a host loop ([`HostLoop`]), passed as a C `long`:
+    /// its value at the launch (0 for a kernel outside that loop).
+    Step { name: String },
+}
+
+/// A loop the host runs around the launches of some kernels: the loop of
+/// a recurrence's block that carries its dependences (`schedule::host`),
+/// as isl's AST generator wrote it. Each iteration launches
+/// `kernels[first..end]` in order, every kernel after the previous one
+/// finished, with the iterator's value as its argument
+/// ([`KernelArg::Step`]). Loops nest (an inner loop's kernels are a range
+/// inside its outer loop's); [`CudaProgram::launches`] unrolls them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostLoop {
+    /// What one iteration runs, as the schedule stage chose it.
+    pub step: crate::schedule::host::HostStep,
+    /// The iterator's name, as the kernels' code names it.
+    pub iterator: String,
+    /// The first value, in the parameters and the enclosing loops'
+    /// iterators.
+    pub init: Expr,
+    /// Iterate while this holds (same names, and the iterator).
+    pub cond: Expr,
+    /// The increment (a positive constant).
+    pub inc: Expr,
+    /// The kernels run in each iteration: indices `first..end`.
+    pub first: usize,
+    pub end: usize,
+}
+
+/// One launch of an execution: the kernel's index in
+/// [`CudaProgram::kernels`] and the value of each [`KernelArg::Step`]
+/// argument, in argument order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub kernel: usize,
+    pub steps: Vec<i64>,
 }
 
 /// One `__global__` function and how to launch it.
@@ -218,6 +289,77 @@ pub struct CudaProgram {
     pub source: String,
     pub kernels: Vec<Kernel>,
     pub args: Vec<KernelArg>,
+    /// The host loops around the kernels' launches, outer loops before
+    /// the loops inside them; empty where every kernel runs once.
+    pub host_loops: Vec<HostLoop>,
+}
+
+impl CudaProgram {
+    /// Every launch of one execution, in order, for the given parameter
+    /// values (every parameter, by name): the kernels in index order, those
+    /// of a host loop once per iteration with the iterators' values.
+    pub fn launches(&self, params: &HashMap<String, i64>) -> Result<Vec<Launch>> {
+        let mut env = params.clone();
+        let mut out = Vec::new();
+        self.unroll(0, self.kernels.len(), &self.host_loops, &mut env, &mut out)?;
+        Ok(out)
+    }
+
+    /// The launches of kernels `lo..hi`, where `loops` (in pre-order)
+    /// holds the loops not entered yet.
+    fn unroll(
+        &self,
+        lo: usize,
+        hi: usize,
+        loops: &[HostLoop],
+        env: &mut HashMap<String, i64>,
+        out: &mut Vec<Launch>,
+    ) -> Result<()> {
+        let mut k = lo;
+        while k < hi {
+            let Some(i) = loops
+                .iter()
+                .position(|l| l.first == k && l.end <= hi && l.first < l.end)
+            else {
+                let steps = self
+                    .args
+                    .iter()
+                    .filter_map(|a| match a {
+                        KernelArg::Step { name } => Some(env.get(name).copied().unwrap_or(0)),
+                        _ => None,
+                    })
+                    .collect();
+                out.push(Launch { kernel: k, steps });
+                k += 1;
+                continue;
+            };
+            let l = &loops[i];
+            let inc = eval(&l.inc, env)?;
+            if inc <= 0 {
+                return Err(Error::Internal(format!(
+                    "host loop {} has increment {inc}",
+                    l.iterator
+                )));
+            }
+            let mut v = eval(&l.init, env)?;
+            loop {
+                env.insert(l.iterator.clone(), v);
+                if eval(&l.cond, env)? == 0 {
+                    break;
+                }
+                self.unroll(l.first, l.end, &loops[i + 1..], env, out)?;
+                v += inc;
+            }
+            env.remove(&l.iterator);
+            k = l.end;
+        }
+        Ok(())
+    }
+
+    /// Whether some kernel runs inside a host loop.
+    pub fn host_stepped(&self) -> bool {
+        !self.host_loops.is_empty()
+    }
 }
 
 /// The arguments every kernel of `program` takes (see the module comment):
@@ -300,4 +442,72 @@ pub fn eval(e: &Expr, params: &HashMap<String, i64>) -> Result<i64> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isl::ast::Op;
+    use crate::schedule::host::HostStep;
+
+    fn kernel(name: &str) -> Kernel {
+        Kernel {
+            name: name.into(),
+            grid: [Expr::Int(1), Expr::Int(1), Expr::Int(1)],
+            block: [1, 1, 1],
+            dynamic_shared: 0,
+            static_shared: 0,
+            dependent: true,
+            globals: Vec::new(),
+        }
+    }
+
+    /// `for (it = init; it <= hi; it += 1)` over kernels `first..end`.
+    fn host_loop(it: &str, init: Expr, hi: Expr, first: usize, end: usize) -> HostLoop {
+        HostLoop {
+            step: HostStep::Steps,
+            iterator: it.into(),
+            init,
+            cond: Expr::Op(Op::Le, vec![Expr::Id(it.into()), hi]),
+            inc: Expr::Int(1),
+            first,
+            end,
+        }
+    }
+
+    #[test]
+    fn host_loops_unroll_into_launches_in_order() {
+        // kernel 0; for c0 in 1..=T: { kernel 1; for c1 in c0..=2: kernel 2 }; kernel 3
+        let program = CudaProgram {
+            source: String::new(),
+            kernels: ["k0", "k1", "k2", "k3"].map(kernel).to_vec(),
+            args: vec![
+                KernelArg::Step { name: "c0".into() },
+                KernelArg::Step { name: "c1".into() },
+            ],
+            host_loops: vec![
+                host_loop("c0", Expr::Int(1), Expr::Id("T".into()), 1, 3),
+                host_loop("c1", Expr::Id("c0".into()), Expr::Int(2), 2, 3),
+            ],
+        };
+        let params = HashMap::from([("T".to_string(), 3)]);
+        let got: Vec<(usize, Vec<i64>)> = program
+            .launches(&params)
+            .unwrap()
+            .into_iter()
+            .map(|l| (l.kernel, l.steps))
+            .collect();
+        let want = vec![
+            (0, vec![0, 0]),
+            (1, vec![1, 0]),
+            (2, vec![1, 1]),
+            (2, vec![1, 2]),
+            (1, vec![2, 0]),
+            (2, vec![2, 2]),
+            (1, vec![3, 0]),
+            (3, vec![0, 0]),
+        ];
+        assert_eq!(got, want);
+        assert!(program.host_stepped());
+    }
 }

@@ -7,8 +7,10 @@
 //! when first used ([`sys`]). A machine without them gets
 //! [`Error::Environment`] (exit status 3), never a panic.
 //!
-//! One execution is the program's kernels launched in order on one stream;
-//! a kernel whose grid is empty at the run's parameter values is skipped.
+//! One execution is the program's kernels launched in order on one stream,
+//! those inside host loops once per iteration with the iterator's value
+//! (`CudaProgram::launches`); a kernel whose grid is empty at the run's
+//! parameter values is skipped.
 //! Before the checked execution every output and temporary is filled with
 //! 0xFF bytes (NaN in every float type), so an element no kernel writes
 //! fails the check instead of passing by luck.
@@ -327,8 +329,7 @@ impl Launch {
 /// refuses the capture or the instantiation.
 fn capture(
     gpu: &Gpu,
-    launches: &[Launch],
-    args: &[sys::Arg],
+    run_all: &dyn Fn(&Arc<CudaStream>) -> Result<()>,
 ) -> Option<(Arc<CudaStream>, cudarc::driver::CudaGraph)> {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     gpu.stream.synchronize().ok()?;
@@ -336,7 +337,7 @@ fn capture(
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .ok()?;
-    let launched = launches.iter().try_for_each(|l| l.launch(&stream, args));
+    let launched = run_all(&stream);
     let graph = stream.end_capture(CUgraphInstantiate_flags(0));
     match (launched, graph) {
         (Ok(()), Ok(Some(graph))) => Some((stream, graph)),
@@ -344,9 +345,15 @@ fn capture(
     }
 }
 
-/// Loads the module and prepares every kernel whose grid is not empty,
-/// checking its launch bounds against the device.
-fn prepare(gpu: &Gpu, program: &CudaProgram, compiled: &Compiled, ptx: Ptx) -> Result<Vec<Launch>> {
+/// Loads the module and prepares every kernel whose grid is not empty
+/// (`None` for the others, by kernel index), checking its launch bounds
+/// against the device.
+fn prepare(
+    gpu: &Gpu,
+    program: &CudaProgram,
+    compiled: &Compiled,
+    ptx: Ptx,
+) -> Result<Vec<Option<Launch>>> {
     let module = gpu.ctx.load_module(ptx).map_err(|e| {
         let what = sys::describe(&e);
         let versions = format!(
@@ -387,6 +394,7 @@ fn prepare(gpu: &Gpu, program: &CudaProgram, compiled: &Compiled, ptx: Ptx) -> R
     for k in &program.kernels {
         let grid = k.grid_dims(&values)?;
         if grid.contains(&0) {
+            launches.push(None);
             continue;
         }
         let threads = k.block.iter().map(|b| *b as usize).product::<usize>();
@@ -424,7 +432,7 @@ fn prepare(gpu: &Gpu, program: &CudaProgram, compiled: &Compiled, ptx: Ptx) -> R
                 ))
             })?;
         }
-        launches.push(Launch {
+        launches.push(Some(Launch {
             name: k.name.clone(),
             func,
             cfg: LaunchConfig {
@@ -433,7 +441,7 @@ fn prepare(gpu: &Gpu, program: &CudaProgram, compiled: &Compiled, ptx: Ptx) -> R
                 shared_mem_bytes: k.dynamic_shared as u32,
             },
             dependent: k.dependent && hopper,
-        });
+        }));
     }
     Ok(launches)
 }
@@ -450,12 +458,31 @@ fn param_map(compiled: &Compiled) -> Result<HashMap<String, i64>> {
         .collect())
 }
 
-/// What each kernel argument is: a tensor (index into the buffers) or a
-/// parameter value. Checks that the program's argument list covers every
-/// tensor of the model in order, which is what the kernels expect.
+/// What each kernel argument is: a tensor (index into the buffers), a
+/// parameter value, or a host loop's iterator (index into a launch's
+/// steps). Checks that the program's argument list covers every tensor of
+/// the model in order, which is what the kernels expect.
 enum ArgSlot {
     Tensor(usize),
     Long(i64),
+    Step(usize),
+}
+
+/// The arguments of one launch: the buffers, the parameters, and the
+/// launch's values of the host loops' iterators.
+fn launch_args<'a>(
+    slots: &'a [ArgSlot],
+    buffers: &'a [CudaSlice<u8>],
+    steps: &'a [i64],
+) -> Vec<sys::Arg<'a>> {
+    slots
+        .iter()
+        .map(|s| match s {
+            ArgSlot::Tensor(i) => sys::Arg::Buffer(&buffers[*i]),
+            ArgSlot::Long(v) => sys::Arg::Long(v),
+            ArgSlot::Step(j) => sys::Arg::Long(&steps[*j]),
+        })
+        .collect()
 }
 
 fn arg_slots(program: &CudaProgram, compiled: &Compiled) -> Result<Vec<ArgSlot>> {
@@ -485,6 +512,13 @@ fn arg_slots(program: &CudaProgram, compiled: &Compiled) -> Result<Vec<ArgSlot>>
                     .get(name)
                     .ok_or_else(|| Error::Internal(format!("parameter {name} has no value")))?;
                 slots.push(ArgSlot::Long(*v));
+            }
+            KernelArg::Step { .. } => {
+                let j = slots
+                    .iter()
+                    .filter(|s| matches!(s, ArgSlot::Step(_)))
+                    .count();
+                slots.push(ArgSlot::Step(j));
             }
         }
     }
@@ -646,17 +680,24 @@ fn execute(
             .map_err(|e| driver(&format!("allocating and filling {}", t.name), e))?;
         buffers.push(b);
     }
-    let args: Vec<sys::Arg> = slots
+    // One execution: the kernels in order, those of host loops once per
+    // iteration (`CudaProgram::launches`), each launch with its arguments.
+    let plan: Vec<crate::gpu::Launch> = program
+        .launches(&param_map(compiled)?)?
+        .into_iter()
+        .filter(|l| launches.get(l.kernel).is_some_and(Option::is_some))
+        .collect();
+    let order: Vec<(&Launch, Vec<sys::Arg>)> = plan
         .iter()
-        .map(|s| match s {
-            ArgSlot::Tensor(i) => sys::Arg::Buffer(&buffers[*i]),
-            ArgSlot::Long(v) => sys::Arg::Long(v),
+        .filter_map(|l| {
+            let prepared = launches.get(l.kernel)?.as_ref()?;
+            Some((prepared, launch_args(slots, &buffers, &l.steps)))
         })
         .collect();
     // The checked execution: synchronize after every kernel so that a
     // fault names the kernel that caused it.
-    for l in &launches {
-        l.launch(&gpu.stream, &args)?;
+    for (l, args) in &order {
+        l.launch(&gpu.stream, args)?;
         gpu.stream
             .synchronize()
             .map_err(|e| driver(&format!("kernel {} failed", l.name), e))?;
@@ -694,12 +735,13 @@ fn execute(
         None
     };
     let median_us = if opts.bench_runs > 0 {
-        let run_all = || -> Result<()> {
-            for l in &launches {
-                l.launch(&gpu.stream, &args)?;
+        let run_on = |stream: &Arc<CudaStream>| -> Result<()> {
+            for (l, args) in &order {
+                l.launch(stream, args)?;
             }
             Ok(())
         };
+        let run_all = || run_on(&gpu.stream);
         let event = || {
             gpu.ctx
                 .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -716,7 +758,7 @@ fn execute(
             gpu.stream
                 .synchronize()
                 .map_err(|e| driver("finishing", e))?;
-            return Ok((check, Some(first_us), arch, launches.len(), Vec::new()));
+            return Ok((check, Some(first_us), arch, order.len(), Vec::new()));
         }
         for _ in 1..WARMUP_RUNS {
             run_all()?;
@@ -738,9 +780,11 @@ fn execute(
         // execution, as peers.py times its peers: the host's launch rate
         // through the driver (about 4 us a kernel here) would otherwise
         // be timed instead of kernels that take less. Where the capture
-        // fails, back-to-back launches.
-        let graph = if reps > 1 {
-            capture(gpu, &launches, &args)
+        // fails, back-to-back launches. A program with host loops
+        // (`schedule::host`) is replayed as a graph whatever its length:
+        // its many short launches per execution are what a graph is for.
+        let graph = if reps > 1 || program.host_stepped() {
+            capture(gpu, &run_on)
         } else {
             None
         };
@@ -777,8 +821,8 @@ fn execute(
     // run as in the timed executions, only their launch gaps are counted
     // nowhere.
     let mut kernel_us = Vec::new();
-    if opts.bench_runs > 0 && !launches.is_empty() {
-        let events = (0..=launches.len())
+    if opts.bench_runs > 0 && !order.is_empty() {
+        let events = (0..=order.len())
             .map(|_| {
                 gpu.ctx
                     .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -786,33 +830,46 @@ fn execute(
             })
             .collect::<Result<Vec<_>>>()?;
         let runs = opts.bench_runs.min(KERNEL_TIMING_RUNS);
-        let mut times = vec![Vec::with_capacity(runs); launches.len()];
+        // Per kernel and execution, the sum over its launches (a kernel of
+        // a host loop runs once per iteration).
+        let mut names: Vec<&str> = Vec::new();
+        for (l, _) in &order {
+            if !names.contains(&l.name.as_str()) {
+                names.push(&l.name);
+            }
+        }
+        let mut times = vec![Vec::with_capacity(runs); names.len()];
         for _ in 0..runs {
             events[0]
                 .record(&gpu.stream)
                 .map_err(|e| driver("timing", e))?;
-            for (k, l) in launches.iter().enumerate() {
-                l.launch(&gpu.stream, &args)?;
+            for (k, (l, args)) in order.iter().enumerate() {
+                l.launch(&gpu.stream, args)?;
                 events[k + 1]
                     .record(&gpu.stream)
                     .map_err(|e| driver("timing", e))?;
             }
-            for (k, t) in times.iter_mut().enumerate() {
+            let mut sums = vec![0.0; names.len()];
+            for (k, (l, _)) in order.iter().enumerate() {
                 let ms = events[k]
                     .elapsed_ms(&events[k + 1])
                     .map_err(|e| driver("timing", e))?;
-                t.push(f64::from(ms) * 1e3);
+                let at = names.iter().position(|n| *n == l.name).unwrap_or(0);
+                sums[at] += f64::from(ms) * 1e3;
+            }
+            for (t, v) in times.iter_mut().zip(sums) {
+                t.push(v);
             }
         }
-        for (l, mut t) in launches.iter().zip(times) {
+        for (name, mut t) in names.iter().zip(times) {
             t.sort_by(|a, b| a.total_cmp(b));
-            kernel_us.push((l.name.clone(), t[t.len() / 2]));
+            kernel_us.push((name.to_string(), t[t.len() / 2]));
         }
     }
     gpu.stream
         .synchronize()
         .map_err(|e| driver("finishing", e))?;
-    Ok((check, median_us, arch, launches.len(), kernel_us))
+    Ok((check, median_us, arch, order.len(), kernel_us))
 }
 
 /// A run shorter than this (one timed run, after the warm-up) is timed

@@ -8,6 +8,7 @@
 
 pub mod epilogue;
 pub mod fuse;
+pub mod host;
 
 use crate::deps::Dependences;
 use crate::error::{Error, Result};
@@ -89,6 +90,12 @@ fn constraints(
     deps: &Dependences,
     strategy: Strategy,
 ) -> Result<ScheduleConstraints> {
+    set_options(isl, strategy)?;
+    constraints_on(scop.domain()?, scop.context.copy()?, deps.all()?)
+}
+
+/// isl's scheduler options for `strategy`, set on the context.
+fn set_options(isl: &Isl, strategy: Strategy) -> Result<()> {
     use isl_rs::Options;
     let ctx = &isl.ctx;
     // Max fusion keeps isl's incremental clustering (scheduling whole
@@ -109,13 +116,41 @@ fn constraints(
     // the integer programs with such constants took 25 s instead of 3 s on
     // attention at S = 4096.
     Options::set_schedule_max_constant_term(ctx, MAX_CONSTANT_SHIFT)?;
-    let all = deps.all()?;
-    let sc = ScheduleConstraints::on_domain(scop.domain()?)?
-        .set_context(scop.context.copy()?)?
+    Ok(())
+}
+
+/// The schedule constraints of `domain` under `context`: every pair of
+/// `all` as validity, proximity and coincidence.
+fn constraints_on(
+    domain: isl_rs::UnionSet,
+    context: isl_rs::Set,
+    all: isl_rs::UnionMap,
+) -> Result<ScheduleConstraints> {
+    Ok(ScheduleConstraints::on_domain(domain)?
+        .set_context(context)?
         .set_validity(all.copy()?)?
         .set_proximity(all.copy()?)?
-        .set_coincidence(all)?;
-    Ok(sc)
+        .set_coincidence(all)?)
+}
+
+/// isl's schedule of `domain` (a part of `scop`'s instances, possibly
+/// over more parameters) under the dependences `all` between them, with
+/// `strategy`'s options (not `Canonical`, which needs no scheduler);
+/// `None` where isl's scheduler gives up ("unable to carry dependences").
+pub fn compute_on(
+    isl: &Isl,
+    scop: &Scop,
+    domain: isl_rs::UnionSet,
+    all: isl_rs::UnionMap,
+    strategy: Strategy,
+) -> Result<Option<Schedule>> {
+    set_options(isl, strategy)?;
+    let sc = constraints_on(domain, scop.context.copy()?, all)?;
+    match sc.compute_schedule() {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.to_string().contains("unable to carry dependences") => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Marks each band of `schedule` permutable and its members coincident

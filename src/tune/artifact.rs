@@ -9,11 +9,12 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program, TensorRole};
-use crate::gpu::{CudaProgram, Kernel, KernelArg};
+use crate::gpu::{CudaProgram, HostLoop, Kernel, KernelArg};
 use crate::isl::ast::{Expr, Op};
 use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::model::ModelTensor;
 use crate::pipeline::Compiled;
+use crate::schedule::host::HostStep;
 
 /// Version of the artifact format; an artifact of another version is a
 /// miss. 2: `reference_c` also defines the declared-precision run
@@ -56,6 +57,7 @@ pub fn from_json(program: &Program, v: &Value) -> Result<Compiled> {
         kernel_c: string(&v["kernel_c"])?,
         reference_c: opt_string(&v["reference_c"])?,
         gpu_estimate: None,
+        gpu_notes: Vec::new(),
         gpu_tree: match &v["gpu_tree"] {
             Value::Null => None,
             t => Some(tree_from(t)?),
@@ -287,8 +289,43 @@ fn cuda_json(c: &CudaProgram) -> Value {
             KernelArg::Tensor { name, dtype, shape } =>
                 json!({ "tensor": name, "dtype": dtype.name(), "shape": shape }),
             KernelArg::Param { name } => json!({ "param": name }),
+            KernelArg::Step { name } => json!({ "step": name }),
         }).collect::<Vec<_>>(),
+        "host_loops": c.host_loops.iter().map(|l| json!({
+            "step": l.step.mark(),
+            "iterator": l.iterator,
+            "init": expr_json(&l.init),
+            "cond": expr_json(&l.cond),
+            "inc": expr_json(&l.inc),
+            "first": l.first,
+            "end": l.end,
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// The host loops of a stored program (none in artifacts older than them).
+fn host_loops_from(v: &Value) -> Result<Vec<HostLoop>> {
+    let Some(loops) = v.get("host_loops") else {
+        return Ok(Vec::new());
+    };
+    arr(loops)?
+        .iter()
+        .map(|l| {
+            let index = |x: &Value| -> Result<usize> {
+                usize::try_from(int(x)?).map_err(|_| bad("a host loop's kernels"))
+            };
+            Ok(HostLoop {
+                step: HostStep::from_mark(&string(&l["step"])?)
+                    .ok_or_else(|| bad("a host loop's step"))?,
+                iterator: string(&l["iterator"])?,
+                init: expr_from(&l["init"])?,
+                cond: expr_from(&l["cond"])?,
+                inc: expr_from(&l["inc"])?,
+                first: index(&l["first"])?,
+                end: index(&l["end"])?,
+            })
+        })
+        .collect()
 }
 
 fn cuda_from(v: &Value) -> Result<CudaProgram> {
@@ -330,6 +367,9 @@ fn cuda_from(v: &Value) -> Result<CudaProgram> {
             if let Some(p) = a.get("param") {
                 return Ok(KernelArg::Param { name: string(p)? });
             }
+            if let Some(p) = a.get("step") {
+                return Ok(KernelArg::Step { name: string(p)? });
+            }
             Ok(KernelArg::Tensor {
                 name: string(&a["tensor"])?,
                 dtype: dtype_from(&a["dtype"])?,
@@ -344,6 +384,7 @@ fn cuda_from(v: &Value) -> Result<CudaProgram> {
         source: string(&v["source"])?,
         kernels,
         args,
+        host_loops: host_loops_from(v)?,
     })
 }
 

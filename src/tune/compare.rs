@@ -31,6 +31,9 @@ pub struct Row {
     pub tree: String,
     pub gpu_tree: Option<String>,
     pub kernels: Vec<KernelRow>,
+    /// Each kernel's launches per execution (more than one for a kernel
+    /// inside a host loop, `gpu::HostLoop`), by kernel index.
+    pub launches_per_kernel: Vec<usize>,
     pub traffic: Option<Traffic>,
     pub flops: Option<u64>,
     /// From ptxas, per kernel (absent without ptxas).
@@ -65,9 +68,15 @@ impl KernelRow {
 }
 
 impl Row {
-    /// Kernels whose grid is not empty.
+    /// Launches of kernels whose grid is not empty, in one execution
+    /// (those of a host loop once per iteration).
     pub fn launches(&self) -> usize {
-        self.kernels.iter().filter(|k| k.blocks() > 0).count()
+        self.kernels
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.blocks() > 0)
+            .map(|(i, _)| self.launches_per_kernel.get(i).copied().unwrap_or(1))
+            .sum()
     }
     pub fn intensity(&self) -> Option<f64> {
         let bytes = self.traffic.as_ref()?.bytes();
@@ -142,6 +151,7 @@ pub fn run(program: &Program, request: &Request) -> Result<Comparison> {
             tree: String::new(),
             gpu_tree: None,
             kernels: Vec::new(),
+            launches_per_kernel: Vec::new(),
             traffic: None,
             flops: None,
             resources: None,
@@ -244,6 +254,12 @@ fn describe(
     row.tree = compiled.tree.to_string();
     row.gpu_tree = compiled.gpu_tree.as_ref().map(|t| t.to_string());
     if let Some(cuda) = &compiled.cuda {
+        row.launches_per_kernel = vec![0; cuda.kernels.len()];
+        for l in cuda.launches(values)? {
+            if let Some(n) = row.launches_per_kernel.get_mut(l.kernel) {
+                *n += 1;
+            }
+        }
         for k in &cuda.kernels {
             row.kernels.push(KernelRow {
                 name: k.name.clone(),

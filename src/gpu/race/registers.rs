@@ -65,12 +65,14 @@ pub(super) fn prove_tile(
         )));
     }
     // 2. One element, one thread of one block.
+    // In one launch (a host loop launches the kernel once per iteration).
     let pairs = accesses
         .copy()?
         .apply_range(accesses.copy()?.reverse()?)?
-        .subtract(inside.copy()?.identity()?)?;
+        .subtract(inside.copy()?.identity()?)?
+        .intersect(super::one_launch(kernel)?)?;
     if !pairs.is_empty()? {
-        let (same_thread, _) = super::same_thread(kernel, threads, true)?;
+        let same_thread = super::same_thread(kernel, threads, true)?.same_thread;
         let owner = same_thread.intersect(super::same_block(kernel)?)?;
         let apart = pairs.subtract(owner)?;
         if !apart.is_empty()? {

@@ -44,7 +44,7 @@ pub(super) fn prove_copies(
     if scope.arrays.is_empty() || threads.single_thread {
         return Ok(());
     }
-    let (_, has_threads) = super::same_thread(kernel, threads, false)?;
+    let has_threads = super::same_thread(kernel, threads, false)?.has_threads;
     if !has_threads {
         // One thread copies and reads everything, in order.
         return Ok(());
@@ -62,9 +62,16 @@ pub(super) fn prove_copies(
             let readers = reads.domain()?;
             let overwritten = UnionMap::from_domain_and_range(readers, domain.copy()?)?
                 .subtract(same_prefix.copy()?)?;
-            let pairs = overwritten.copy()?.union(overwritten.reverse()?)?;
+            // In one launch (a host loop launches the kernel once per
+            // iteration, each after the last).
+            let pairs = overwritten
+                .copy()?
+                .union(overwritten.reverse()?)?
+                .intersect(super::one_launch(kernel)?)?;
             let k = Kernel {
                 same_thread: UnionMap::empty(pairs.get_space()?)?,
+                same_identity: UnionMap::empty(pairs.get_space()?)?,
+                skewed: false,
                 reorderable: &UnionMap::empty(pairs.get_space()?)?,
                 has_threads,
                 mark,

@@ -38,8 +38,7 @@ pub(super) fn prove_blocks(
     let Some(blocks) = block_map(scop, kernel, plan)? else {
         return Ok(());
     };
-    let domain = kernel.get_domain()?;
-    let conflicts = super::conflicts(scop, &domain)?;
+    let conflicts = super::conflicts(scop, kernel)?;
     if conflicts.is_empty()? {
         return Ok(());
     }

@@ -20,7 +20,20 @@ template <typename T> static __device__ __forceinline__ T pf_warp_prod(T v) { fo
 template <typename T> static __device__ __forceinline__ T pf_warp_max(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_max(v, w); } return v; }
 template <typename T> static __device__ __forceinline__ T pf_warp_min(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_min(v, w); } return v; }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
+extern "C" __global__ void __launch_bounds__(32) kernel_0(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_T = 17;
+  const pf_i p_N = 29;
+  if (blockIdx.x == 0)
+  for (pf_i c1 = 0 + (pf_i)threadIdx.x * 1; (c1 <= 28); c1 += (pf_i)blockDim.x * 1) {
+    t_H1[(((0)) * (p_N) + ((c1)))] = 0.0f;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -35,7 +48,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
+extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -50,152 +63,86 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
+extern "C" __global__ void __launch_bounds__(32) kernel_3(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const pf_i p_T = 17;
   const pf_i p_N = 29;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (2), (pf_i)blockDim.y); (c2 <= 18); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 28); c3 += (pf_i)blockDim.x * 1) {
-      t_G2[(((c2)) * (p_N) + ((c3)))] = 0.0f;
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(32) kernel_3(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 17;
-  const pf_i p_N = 29;
+  const pf_i c0 = pf_host_c0;
+  __shared__ float pf_shared_kernel_3_W[841];
+  __shared__ float pf_shared_kernel_3_X[29];
+  __shared__ float pf_shared_kernel_3_U[841];
   if (blockIdx.x == 0)
-  for (pf_i c1 = 0 + (pf_i)threadIdx.x * 1; (c1 <= 28); c1 += (pf_i)blockDim.x * 1) {
-    t_H1[(((0)) * (p_N) + ((c1)))] = 0.0f;
+  for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 28); c3 += (pf_i)blockDim.x * 1) {
+    t_G1[(((c0)) * (p_N) + ((c3)))] = 0.0f;
+    for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
+      t_G1[(((c0)) * (p_N) + ((c3)))] = t_G1[(((c0)) * (p_N) + ((c3)))] + (((t_W[(((0) * (p_N) + ((c3))) * (p_N) + ((c4)))] * t_X[(((c0) + -1) * (p_N) + ((c4)))]) + (t_U[(((0) * (p_N) + ((c3))) * (p_N) + ((c4)))] * t_H1[(((c0) + -1) * (p_N) + ((c4)))])) * 0.15f);
+    }
+    t_H1[(((c0)) * (p_N) + ((c3)))] = tanhf(t_G1[(((c0)) * (p_N) + ((c3)))]);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
+extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const pf_i p_T = 17;
   const pf_i p_N = 29;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 17); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 28); c3 += (pf_i)blockDim.x * 1) {
-      t_G1[(((c2)) * (p_N) + ((c3)))] = 0.0f;
+  const pf_i c0 = pf_host_c0;
+  __shared__ float pf_shared_kernel_4_W[841];
+  __shared__ float pf_shared_kernel_4_H1[58];
+  __shared__ float pf_shared_kernel_4_U[841];
+  /* barrier_for_race_freedom */
+  for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
+    if (blockIdx.y == 0 && blockIdx.x == 0)
+    for (pf_i c5 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (((2 * c0) + 2)), (pf_i)blockDim.y); (c5 <= pf_min(18, ((2 * c0) + 3))); c5 += (pf_i)blockDim.y) {
+      for (pf_i c6 = 0 + (pf_i)threadIdx.x * 1; (c6 <= 28); c6 += (pf_i)blockDim.x * 1) {
+        if ((c4 == 0)) {
+          t_G2[(((c5)) * (p_N) + ((c6)))] = 0.0f;
+        }
+        t_G2[(((c5)) * (p_N) + ((c6)))] = t_G2[(((c5)) * (p_N) + ((c6)))] + (((t_W[(((1) * (p_N) + ((c6))) * (p_N) + ((c4)))] * t_H1[(((c5) + -1) * (p_N) + ((c4)))]) + (t_U[(((1) * (p_N) + ((c6))) * (p_N) + ((c4)))] * t_H2[(((c5) + -2) * (p_N) + ((c4)))])) * 0.15f);
+        if ((c4 == 28)) {
+          t_H2[(((c5)) * (p_N) + ((c6)))] = tanhf(t_G2[(((c5)) * (p_N) + ((c6)))]);
+        }
+      }
     }
+    __syncthreads();
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1) kernel_5(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
+extern "C" __global__ void __launch_bounds__(256) kernel_5(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const pf_i p_T = 17;
   const pf_i p_N = 29;
-  for (pf_i c0 = 28; (c0 <= 504); c0 += 1) {
-    for (pf_i c1 = pf_max(-27, ((-c0) + 29)); (c1 <= pf_min(1, ((-c0) + 477))); c1 += 1) {
-      if (((((c0 + c1) - 1) % 28) == 0)) {
-        for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-          t_G1[((((((c0 + c1) - 1) / 28))) * (p_N) + ((c2)))] = t_G1[((((((c0 + c1) - 1) / 28))) * (p_N) + ((c2)))] + (((t_W[(((0) * (p_N) + ((c2))) * (p_N) + ((((-c1) + 1))))] * t_X[((((((c0 + c1) - 1) / 28)) + -1) * (p_N) + ((((-c1) + 1))))]) + (t_U[(((0) * (p_N) + ((c2))) * (p_N) + ((((-c1) + 1))))] * t_H1[((((((c0 + c1) - 1) / 28)) + -1) * (p_N) + ((((-c1) + 1))))])) * 0.15f);
+  const pf_i c0 = pf_host_c0;
+  __shared__ float pf_shared_kernel_5_W[841];
+  __shared__ float pf_shared_kernel_5_H2[116];
+  __shared__ float pf_shared_kernel_5_U[841];
+  /* barrier_for_race_freedom */
+  for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
+    if (blockIdx.y == 0 && blockIdx.x == 0)
+    for (pf_i c5 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (((4 * c0) + 4)), (pf_i)blockDim.y); (c5 <= pf_min(20, ((4 * c0) + 7))); c5 += (pf_i)blockDim.y) {
+      for (pf_i c6 = 0 + (pf_i)threadIdx.x * 1; (c6 <= 28); c6 += (pf_i)blockDim.x * 1) {
+        if ((c4 == 0)) {
+          t_G3[(((c5)) * (p_N) + ((c6)))] = 0.0f;
         }
-      } else {
-        if (((c1 == 0) && ((c0 % 28) == 0))) {
-          for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-            t_H1[(((((c0 / 28) - 1))) * (p_N) + ((c2)))] = tanhf(t_G1[(((((c0 / 28) - 1))) * (p_N) + ((c2)))]);
-          }
+        t_G3[(((c5)) * (p_N) + ((c6)))] = t_G3[(((c5)) * (p_N) + ((c6)))] + (((t_W[(((2) * (p_N) + ((c6))) * (p_N) + ((c4)))] * t_H2[(((c5) + -2) * (p_N) + ((c4)))]) + (t_U[(((2) * (p_N) + ((c6))) * (p_N) + ((c4)))] * t_H3[(((c5) + -4) * (p_N) + ((c4)))])) * 0.15f);
+        if ((c4 == 28)) {
+          t_H3[(((c5)) * (p_N) + ((c6)))] = tanhf(t_G3[(((c5)) * (p_N) + ((c6)))]);
         }
       }
     }
-    if ((c0 == 504)) {
-      for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-        t_H1[(((17)) * (p_N) + ((c2)))] = tanhf(t_G1[(((17)) * (p_N) + ((c2)))]);
-      }
-    }
+    __syncthreads();
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1) kernel_6(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 17;
-  const pf_i p_N = 29;
-  for (pf_i c0 = 28; (c0 <= 280); c0 += 1) {
-    for (pf_i c1 = pf_max(-27, ((-c0) + 29)); (c1 <= pf_min(1, ((-c0) + 253))); c1 += 1) {
-      if ((((c0 >= 56) && (c1 == 0)) && ((c0 % 14) == 0))) {
-        for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-          t_H2[(((((c0 / 14) - 2))) * (p_N) + ((c2)))] = tanhf(t_G2[(((((c0 / 14) - 2))) * (p_N) + ((c2)))]);
-        }
-      } else {
-        if (((((c0 + c1) - 1) % 14) == 0)) {
-          for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-            t_G2[((((((c0 + c1) - 1) / 14))) * (p_N) + ((c2)))] = t_G2[((((((c0 + c1) - 1) / 14))) * (p_N) + ((c2)))] + (((t_W[(((1) * (p_N) + ((c2))) * (p_N) + ((((-c1) + 1))))] * t_H1[((((((c0 + c1) - 1) / 14)) + -1) * (p_N) + ((((-c1) + 1))))]) + (t_U[(((1) * (p_N) + ((c2))) * (p_N) + ((((-c1) + 1))))] * t_H2[((((((c0 + c1) - 1) / 14)) + -2) * (p_N) + ((((-c1) + 1))))])) * 0.15f);
-          }
-        }
-      }
-    }
-    if (((c0 >= 266) && ((c0 % 14) == 0))) {
-      for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-        t_H2[(((((c0 / 14) - 2))) * (p_N) + ((c2)))] = tanhf(t_G2[(((((c0 / 14) - 2))) * (p_N) + ((c2)))]);
-      }
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_7(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 17;
-  const pf_i p_N = 29;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (4), (pf_i)blockDim.y); (c2 <= 20); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 28); c3 += (pf_i)blockDim.x * 1) {
-      t_G3[(((c2)) * (p_N) + ((c3)))] = 0.0f;
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(1) kernel_8(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 17;
-  const pf_i p_N = 29;
-  for (pf_i c0 = 28; (c0 <= 168); c0 += 1) {
-    for (pf_i c1 = pf_max(-27, ((-c0) + 29)); (c1 <= pf_min(1, ((-c0) + 141))); c1 += 1) {
-      if (((((c0 + c1) - 1) % 7) == 0)) {
-        for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-          t_G3[((((((c0 + c1) - 1) / 7))) * (p_N) + ((c2)))] = t_G3[((((((c0 + c1) - 1) / 7))) * (p_N) + ((c2)))] + (((t_W[(((2) * (p_N) + ((c2))) * (p_N) + ((((-c1) + 1))))] * t_H2[((((((c0 + c1) - 1) / 7)) + -2) * (p_N) + ((((-c1) + 1))))]) + (t_U[(((2) * (p_N) + ((c2))) * (p_N) + ((((-c1) + 1))))] * t_H3[((((((c0 + c1) - 1) / 7)) + -4) * (p_N) + ((((-c1) + 1))))])) * 0.15f);
-        }
-      } else {
-        if ((((c0 >= 56) && (c1 == 0)) && ((c0 % 7) == 0))) {
-          for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-            t_H3[(((((c0 / 7) - 4))) * (p_N) + ((c2)))] = tanhf(t_G3[(((((c0 / 7) - 4))) * (p_N) + ((c2)))]);
-          }
-        }
-      }
-    }
-    if (((c0 >= 147) && ((c0 % 7) == 0))) {
-      for (pf_i c2 = 0; (c2 <= 28); c2 += 1) {
-        t_H3[(((((c0 / 7) - 4))) * (p_N) + ((c2)))] = tanhf(t_G3[(((((c0 / 7) - 4))) * (p_N) + ((c2)))]);
-      }
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_9(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3) {
+extern "C" __global__ void __launch_bounds__(256) kernel_6(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H1, float *__restrict__ t_H2, float *__restrict__ t_H3, float *__restrict__ t_G1, float *__restrict__ t_G2, float *__restrict__ t_G3, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");

@@ -20,23 +20,7 @@ template <typename T> static __device__ __forceinline__ T pf_warp_prod(T v) { fo
 template <typename T> static __device__ __forceinline__ T pf_warp_max(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_max(v, w); } return v; }
 template <typename T> static __device__ __forceinline__ T pf_warp_min(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_min(v, w); } return v; }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_R = 5;
-  const pf_i p_S = 6;
-  const pf_i p_N = 33;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 6); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 32); c3 += (pf_i)blockDim.x * 1) {
-      t_H[((((0)) * (p_S + 1) + ((c2))) * (p_N) + ((c3)))] = t_Top[(((c2) + -1) * (p_N) + ((c3)))];
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -52,7 +36,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -60,53 +44,62 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_R = 5;
   const pf_i p_S = 6;
   const pf_i p_N = 33;
-  for (pf_i c0 = 1 + (pf_i)blockIdx.z * 1; (c0 <= 5); c0 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-    for (pf_i c4 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c4 <= 6); c4 += (pf_i)blockDim.y) {
-      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 32); c5 += (pf_i)blockDim.x * 1) {
-        t_G[((((c0)) * (p_S + 1) + ((c4))) * (p_N) + ((c5)))] = 0.0f;
+  if (blockIdx.y == 0 && blockIdx.x == 0)
+  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 6); c2 += (pf_i)blockDim.y) {
+    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 32); c3 += (pf_i)blockDim.x * 1) {
+      t_H[((((0)) * (p_S + 1) + ((c2))) * (p_N) + ((c3)))] = t_Top[(((c2) + -1) * (p_N) + ((c3)))];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_R = 5;
+  const pf_i p_S = 6;
+  const pf_i p_N = 33;
+  const pf_i c0 = pf_host_c0;
+  if (blockIdx.y == 0 && blockIdx.x == 0)
+  for (pf_i c3 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 5))), (pf_i)blockDim.y); (c3 <= pf_min(6, (c0 - 1))); c3 += (pf_i)blockDim.y) {
+    for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= 32); c4 += (pf_i)blockDim.x * 1) {
+      t_G[(((((c0 - c3))) * (p_S + 1) + ((c3))) * (p_N) + ((c4)))] = 0.0f;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_3(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_R = 5;
+  const pf_i p_S = 6;
+  const pf_i p_N = 33;
+  const pf_i c0 = pf_host_c0;
+  __shared__ float pf_shared_kernel_3_U[1056];
+  __shared__ float pf_shared_kernel_3_V[1056];
+  if (blockIdx.y == 0)
+  for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 32); c2 += (pf_i)gridDim.x * 32) {
+    for (pf_i c3 = 0; (c3 <= 32); c3 += 32) {
+      for (pf_i c4 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 5))), (pf_i)blockDim.y); (c4 <= pf_min(6, (c0 - 1))); c4 += (pf_i)blockDim.y) {
+        for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= pf_min(31, ((-c2) + 32))); c5 += (pf_i)blockDim.x * 1) {
+          for (pf_i c6 = 0; (c6 <= pf_min(31, ((-c3) + 32))); c6 += 1) {
+            t_G[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = t_G[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] + (((t_U[((((c2 + c5))) * (p_N) + (((c3 + c6))))] * t_H[(((((c0 - c4)) + -1) * (p_S + 1) + ((c4))) * (p_N) + (((c3 + c6))))]) + (t_V[((((c2 + c5))) * (p_N) + (((c3 + c6))))] * t_H[(((((c0 - c4))) * (p_S + 1) + ((c4) + -1)) * (p_N) + (((c3 + c6))))])) * 0.15f);
+          }
+          if ((c3 == 32)) {
+            t_H[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = tanhf((t_G[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] + t_X[(((((c0 - c4)) + -1) * (p_S) + ((c4) + -1)) * (p_N) + (((c2 + c5))))]));
+          }
+        }
       }
+      __syncthreads();
     }
     __syncthreads();
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1) kernel_3(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_R = 5;
-  const pf_i p_S = 6;
-  const pf_i p_N = 33;
-  for (pf_i c0 = 64; (c0 <= 384); c0 += 1) {
-    if (((c0 % 32) >= 1)) {
-      for (pf_i c2 = pf_max(1, ((c0 / 32) - 6)); (c2 <= pf_min(5, ((c0 / 32) - 1))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 32); c3 += 1) {
-          t_G[((((c2)) * (p_S + 1) + ((((-c2) + ((c0 - 1) / 32))))) * (p_N) + ((c3)))] = t_G[((((c2)) * (p_S + 1) + ((((-c2) + ((c0 - 1) / 32))))) * (p_N) + ((c3)))] + (((t_U[(((c3)) * (p_N) + (((((c0 - 1) % 32) + 1))))] * t_H[((((c2) + -1) * (p_S + 1) + ((((-c2) + ((c0 - 1) / 32))))) * (p_N) + (((((c0 - 1) % 32) + 1))))]) + (t_V[(((c3)) * (p_N) + (((((c0 - 1) % 32) + 1))))] * t_H[((((c2)) * (p_S + 1) + ((((-c2) + ((c0 - 1) / 32))) + -1)) * (p_N) + (((((c0 - 1) % 32) + 1))))])) * 0.15f);
-        }
-      }
-    } else {
-      for (pf_i c2 = pf_max(1, ((c0 / 32) - 7)); (c2 <= pf_min(5, ((c0 / 32) - 2))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 32); c3 += 1) {
-          t_G[((((c2)) * (p_S + 1) + (((((c0 / 32) - c2) - 1)))) * (p_N) + ((c3)))] = t_G[((((c2)) * (p_S + 1) + (((((c0 / 32) - c2) - 1)))) * (p_N) + ((c3)))] + (((t_U[(((c3)) * (p_N) + ((32)))] * t_H[((((c2) + -1) * (p_S + 1) + (((((c0 / 32) - c2) - 1)))) * (p_N) + ((32)))]) + (t_V[(((c3)) * (p_N) + ((32)))] * t_H[((((c2)) * (p_S + 1) + (((((c0 / 32) - c2) - 1)) + -1)) * (p_N) + ((32)))])) * 0.15f);
-        }
-      }
-      for (pf_i c2 = pf_max(1, ((c0 / 32) - 7)); (c2 <= pf_min(5, ((c0 / 32) - 2))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 32); c3 += 1) {
-          t_H[((((c2)) * (p_S + 1) + (((((c0 / 32) - c2) - 1)))) * (p_N) + ((c3)))] = tanhf((t_G[((((c2)) * (p_S + 1) + (((((c0 / 32) - c2) - 1)))) * (p_N) + ((c3)))] + t_X[((((c2) + -1) * (p_S) + (((((c0 / 32) - c2) - 1)) + -1)) * (p_N) + ((c3)))]));
-        }
-      }
-      for (pf_i c2 = pf_max(1, ((c0 / 32) - 6)); (c2 <= pf_min(5, ((c0 / 32) - 1))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 32); c3 += 1) {
-          t_G[((((c2)) * (p_S + 1) + ((((c0 / 32) - c2)))) * (p_N) + ((c3)))] = t_G[((((c2)) * (p_S + 1) + ((((c0 / 32) - c2)))) * (p_N) + ((c3)))] + (((t_U[(((c3)) * (p_N) + ((0)))] * t_H[((((c2) + -1) * (p_S + 1) + ((((c0 / 32) - c2)))) * (p_N) + ((0)))]) + (t_V[(((c3)) * (p_N) + ((0)))] * t_H[((((c2)) * (p_S + 1) + ((((c0 / 32) - c2)) + -1)) * (p_N) + ((0)))])) * 0.15f);
-        }
-      }
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_U, float *__restrict__ t_V, float *__restrict__ t_Top, float *__restrict__ t_Left, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");

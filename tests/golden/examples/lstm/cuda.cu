@@ -20,123 +20,7 @@ template <typename T> static __device__ __forceinline__ T pf_warp_prod(T v) { fo
 template <typename T> static __device__ __forceinline__ T pf_warp_max(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_max(v, w); } return v; }
 template <typename T> static __device__ __forceinline__ T pf_warp_min(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_min(v, w); } return v; }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 9;
-  const pf_i p_B = 6;
-  const pf_i p_I = 24;
-  const pf_i p_H = 40;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 5); c2 += (pf_i)blockDim.y * 1) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 39); c3 += (pf_i)blockDim.x * 1) {
-      t_Hs[((((0)) * (p_B) + ((c2))) * (p_H) + ((c3)))] = t_H0[(((c2)) * (p_H) + ((c3)))];
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 9;
-  const pf_i p_B = 6;
-  const pf_i p_I = 24;
-  const pf_i p_H = 40;
-  __shared__ __align__(16) float pf_shared_kernel_1_X[144];
-  __shared__ __align__(16) float pf_shared_kernel_1_Wx[792];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 3); c0 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0)
-    for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 39); c2 += (pf_i)gridDim.x * 32) {
-      for (pf_i c3 = 1; (c3 <= 9); c3 += 1) {
-        {
-          const pf_i c1 = 0; (void)c1;
-          const pf_i c4 = 0; (void)c4;
-          const pf_i pf_o0_0 = (c3 - 1);
-          const pf_i pf_o0_1 = 0;
-          const pf_i pf_o0_2 = 0;
-          const pf_i pf_o1_0 = c0;
-          const pf_i pf_o1_1 = 0;
-          const pf_i pf_o1_2 = c2;
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 36; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a2 = (pf_e % 6) * 4;
-            const pf_i pf_a1 = ((pf_e / 6) % 6);
-            const pf_i pf_a0 = ((pf_e / 6) / 6);
-            const pf_i pf_g0 = pf_o0_0 + pf_a0;
-            const pf_i pf_g1 = pf_o0_1 + pf_a1;
-            const pf_i pf_g2 = pf_o0_2 + pf_a2;
-            if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
-              if ((((unsigned long long)t_X) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
-                pf_shared_kernel_1_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
-              }
-            }
-          }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a2 = (pf_e % 8) * 4;
-            const pf_i pf_a1 = ((pf_e / 8) % 24);
-            const pf_i pf_a0 = ((pf_e / 8) / 24);
-            const pf_i pf_g0 = pf_o1_0 + pf_a0;
-            const pf_i pf_g1 = pf_o1_1 + pf_a1;
-            const pf_i pf_g2 = pf_o1_2 + pf_a2;
-            if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-              if ((((unsigned long long)t_Wx) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
-                pf_shared_kernel_1_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
-              }
-            }
-          }
-          __syncthreads();
-          if (threadIdx.z == 0)
-          for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 5); c6 += (pf_i)blockDim.y * 1) {
-            for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c2) + 39))); c7 += (pf_i)blockDim.x * 1) {
-              {
-                const pf_i c1 = 0; (void)c1;
-                const pf_i c4 = 0; (void)c4;
-                const pf_i c5 = 0; (void)c5;
-                const pf_i pf_p0_0 = c3; (void)pf_p0_0;
-                const pf_i pf_p0_1 = c0; (void)pf_p0_1;
-                const pf_i pf_p0_2 = c6; (void)pf_p0_2;
-                const pf_i pf_p0_3 = (c2 + c7); (void)pf_p0_3;
-                float pf_priv_kernel_1_G;
-                if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && pf_p0_1 >= 0 && pf_p0_1 < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) pf_priv_kernel_1_G = (t_G[(((pf_p0_0) * (4) + pf_p0_1) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3]);
-                pf_priv_kernel_1_G = 0.0f;
-                for (pf_i c9 = 0; (c9 <= 23); c9 += 1) {
-                  pf_priv_kernel_1_G = pf_priv_kernel_1_G + ((pf_shared_kernel_1_X[(((c3) + -1) - pf_o0_0) * 144 + (((c6)) - pf_o0_1) * 24 + (((c9)) - pf_o0_2) * 1] * pf_shared_kernel_1_Wx[(((c0)) - pf_o1_0) * 792 + (((c9)) - pf_o1_1) * 33 + ((((c2 + c7))) - pf_o1_2) * 1]) * 0.2f);
-                }
-                if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && pf_p0_1 >= 0 && pf_p0_1 < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) t_G[(((pf_p0_0) * (4) + pf_p0_1) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3] = pf_priv_kernel_1_G;
-              }
-            }
-          }
-        }
-        __syncthreads();
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -153,7 +37,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(32) kernel_3(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -162,80 +46,100 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 6;
   const pf_i p_I = 24;
   const pf_i p_H = 40;
-  __shared__ __align__(16) float pf_shared_kernel_3_Wh[6400];
-  __shared__ __align__(16) float pf_shared_kernel_3_bias[160];
-  {
-    const pf_i c0 = 0; (void)c0;
-    const pf_i c1 = 0; (void)c1;
-    const pf_i pf_o0_0 = 0;
-    const pf_i pf_o0_1 = 0;
-    const pf_i pf_o0_2 = 0;
-    const pf_i pf_o1_0 = 0;
-    const pf_i pf_o1_1 = 0;
-    for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1600; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-      const pf_i pf_a2 = (pf_e % 10) * 4;
-      const pf_i pf_a1 = ((pf_e / 10) % 40);
-      const pf_i pf_a0 = ((pf_e / 10) / 40);
-      const pf_i pf_g0 = pf_o0_0 + pf_a0;
-      const pf_i pf_g1 = pf_o0_1 + pf_a1;
-      const pf_i pf_g2 = pf_o0_2 + pf_a2;
-      if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-        if ((((unsigned long long)t_Wh) & 15) == 0) {
-          const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 0] = pf_v.x;
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 1] = pf_v.y;
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 2] = pf_v.z;
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 3] = pf_v.w;
-        } else {
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
-          pf_shared_kernel_3_Wh[pf_a0 * 1600 + pf_a1 * 40 + pf_a2 * 1 + 3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
-        }
-      }
-    }
-    for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 40; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-      const pf_i pf_a1 = (pf_e % 10) * 4;
-      const pf_i pf_a0 = (pf_e / 10);
-      const pf_i pf_g0 = pf_o1_0 + pf_a0;
-      const pf_i pf_g1 = pf_o1_1 + pf_a1;
-      if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-        if ((((unsigned long long)t_bias) & 15) == 0) {
-          const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 0] = pf_v.x;
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 1] = pf_v.y;
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 2] = pf_v.z;
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 3] = pf_v.w;
-        } else {
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
-          pf_shared_kernel_3_bias[pf_a0 * 40 + pf_a1 * 1 + 3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
-        }
-      }
-    }
-    __syncthreads();
-    if (blockIdx.x == 0)
-    for (pf_i c2 = 0 + (pf_i)threadIdx.x * 1; (c2 <= 5); c2 += (pf_i)blockDim.x * 1) {
-      for (pf_i c3 = 1; (c3 <= 9); c3 += 1) {
-        for (pf_i c4 = 0; (c4 <= 3); c4 += 1) {
-          for (pf_i c5 = 0; (c5 <= 39); c5 += 1) {
-            for (pf_i c6 = 0; (c6 <= 39); c6 += 1) {
-              t_G[(((((c3)) * (4) + ((c4))) * (p_B) + ((c2))) * (p_H) + ((c5)))] = t_G[(((((c3)) * (4) + ((c4))) * (p_B) + ((c2))) * (p_H) + ((c5)))] + ((t_Hs[((((c3) + -1) * (p_B) + ((c2))) * (p_H) + ((c6)))] * pf_shared_kernel_3_Wh[(((c4)) - pf_o0_0) * 1600 + (((c6)) - pf_o0_1) * 40 + (((c5)) - pf_o0_2) * 1]) * 0.15f);
-            }
-            t_G[(((((c3)) * (4) + ((c4))) * (p_B) + ((c2))) * (p_H) + ((c5)))] = (t_G[(((((c3)) * (4) + ((c4))) * (p_B) + ((c2))) * (p_H) + ((c5)))] + pf_shared_kernel_3_bias[(((c4)) - pf_o1_0) * 40 + (((c5)) - pf_o1_1) * 1]);
-          }
-        }
-        for (pf_i c4 = 0; (c4 <= 39); c4 += 1) {
-          t_Cs[((((c3)) * (p_B) + ((c2))) * (p_H) + ((c4)))] = (((1.0f / (1.0f + expf(-(t_G[(((((c3)) * (4) + (1)) * (p_B) + ((c2))) * (p_H) + ((c4)))])))) * t_Cs[((((c3) + -1) * (p_B) + ((c2))) * (p_H) + ((c4)))]) + ((1.0f / (1.0f + expf(-(t_G[(((((c3)) * (4) + (0)) * (p_B) + ((c2))) * (p_H) + ((c4)))])))) * tanhf(t_G[(((((c3)) * (4) + (2)) * (p_B) + ((c2))) * (p_H) + ((c4)))])));
-          t_Hs[((((c3)) * (p_B) + ((c2))) * (p_H) + ((c4)))] = ((1.0f / (1.0f + expf(-(t_G[(((((c3)) * (4) + (3)) * (p_B) + ((c2))) * (p_H) + ((c4)))])))) * tanhf(t_Cs[((((c3)) * (p_B) + ((c2))) * (p_H) + ((c4)))]));
-        }
-      }
+  if (blockIdx.y == 0 && blockIdx.x == 0)
+  for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 5); c2 += (pf_i)blockDim.y * 1) {
+    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 39); c3 += (pf_i)blockDim.x * 1) {
+      t_Hs[((((0)) * (p_B) + ((c2))) * (p_H) + ((c3)))] = t_H0[(((c2)) * (p_H) + ((c3)))];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_T = 9;
+  const pf_i p_B = 6;
+  const pf_i p_I = 24;
+  const pf_i p_H = 40;
+  const pf_i c0 = pf_host_c0;
+  __shared__ __align__(16) float pf_shared_kernel_2_X[144];
+  __shared__ __align__(16) float pf_shared_kernel_2_Wx[792];
+  for (pf_i c1 = 0 + (pf_i)blockIdx.z * 1; (c1 <= 3); c1 += (pf_i)gridDim.z * 1) {
+    if (blockIdx.y == 0)
+    for (pf_i c3 = 0 + (pf_i)blockIdx.x * 32; (c3 <= 39); c3 += (pf_i)gridDim.x * 32) {
+      if (threadIdx.z == 0)
+      for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 5); c6 += (pf_i)blockDim.y * 1) {
+        for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c3) + 39))); c7 += (pf_i)blockDim.x * 1) {
+          t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = 0.0f;
+          for (pf_i c8 = 0; (c8 <= 23); c8 += 1) {
+            t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + ((t_X[((((c0) + -1) * (p_B) + ((c6))) * (p_I) + ((c8)))] * t_Wx[((((c1)) * (p_I) + ((c8))) * (p_H) + (((c3 + c7))))]) * 0.2f);
+          }
+        }
+      }
+      __syncthreads();
+    }
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_3(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_T = 9;
+  const pf_i p_B = 6;
+  const pf_i p_I = 24;
+  const pf_i p_H = 40;
+  const pf_i c0 = pf_host_c0;
+  __shared__ __align__(16) float pf_shared_kernel_3_Hs[198];
+  __shared__ __align__(16) float pf_shared_kernel_3_Wh[1056];
+  __shared__ __align__(16) float pf_shared_kernel_3_bias[33];
+  for (pf_i c1 = 0 + (pf_i)blockIdx.z * 1; (c1 <= 3); c1 += (pf_i)gridDim.z * 1) {
+    if (blockIdx.y == 0)
+    for (pf_i c3 = 0 + (pf_i)blockIdx.x * 32; (c3 <= 39); c3 += (pf_i)gridDim.x * 32) {
+      for (pf_i c4 = 0; (c4 <= 39); c4 += 32) {
+        if (threadIdx.z == 0)
+        for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 5); c6 += (pf_i)blockDim.y * 1) {
+          for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c3) + 39))); c7 += (pf_i)blockDim.x * 1) {
+            for (pf_i c8 = 0; (c8 <= pf_min(31, ((-c4) + 39))); c8 += 1) {
+              t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + ((t_Hs[((((c0) + -1) * (p_B) + ((c6))) * (p_H) + (((c4 + c8))))] * t_Wh[((((c1)) * (p_H) + (((c4 + c8)))) * (p_H) + (((c3 + c7))))]) * 0.15f);
+            }
+            if ((c4 == 32)) {
+              t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = (t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + t_bias[(((c1)) * (p_H) + (((c3 + c7))))]);
+            }
+          }
+        }
+        __syncthreads();
+      }
+      __syncthreads();
+    }
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_T = 9;
+  const pf_i p_B = 6;
+  const pf_i p_I = 24;
+  const pf_i p_H = 40;
+  const pf_i c0 = pf_host_c0;
+  if (blockIdx.y == 0 && blockIdx.x == 0)
+  for (pf_i c3 = 0 + (pf_i)threadIdx.y * 1; (c3 <= 5); c3 += (pf_i)blockDim.y * 1) {
+    for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= 39); c4 += (pf_i)blockDim.x * 1) {
+      t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = (((1.0f / (1.0f + expf(-(t_G[(((((c0)) * (4) + (1)) * (p_B) + ((c3))) * (p_H) + ((c4)))])))) * t_Cs[((((c0) + -1) * (p_B) + ((c3))) * (p_H) + ((c4)))]) + ((1.0f / (1.0f + expf(-(t_G[(((((c0)) * (4) + (0)) * (p_B) + ((c3))) * (p_H) + ((c4)))])))) * tanhf(t_G[(((((c0)) * (4) + (2)) * (p_B) + ((c3))) * (p_H) + ((c4)))])));
+      t_Hs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = ((1.0f / (1.0f + expf(-(t_G[(((((c0)) * (4) + (3)) * (p_B) + ((c3))) * (p_H) + ((c4)))])))) * tanhf(t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))]));
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_5(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");

@@ -20,7 +20,7 @@ template <typename T> static __device__ __forceinline__ T pf_warp_prod(T v) { fo
 template <typename T> static __device__ __forceinline__ T pf_warp_max(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_max(v, w); } return v; }
 template <typename T> static __device__ __forceinline__ T pf_warp_min(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_min(v, w); } return v; }
 
-extern "C" __global__ void __launch_bounds__(32) kernel_0(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_H0, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(32) kernel_0(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_H0, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -35,46 +35,32 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_H0, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(32) kernel_1(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_H0, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const pf_i p_T = 12;
   const pf_i p_N = 40;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 11); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 39); c3 += (pf_i)blockDim.x * 1) {
-      t_G[(((c2)) * (p_N) + ((c3)))] = 0.0f;
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(1) kernel_2(float *__restrict__ t_X, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_H0, float *__restrict__ t_H, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 12;
-  const pf_i p_N = 40;
-  for (pf_i c0 = 39; (c0 <= 468); c0 += 1) {
-    for (pf_i c1 = pf_max(-38, ((-c0) + 40)); (c1 <= pf_min(1, ((-c0) + 430))); c1 += 1) {
-      if (((c1 == 0) && ((c0 % 39) == 0))) {
-        for (pf_i c2 = 0; (c2 <= 39); c2 += 1) {
-          t_H[(((((c0 / 39) - 1))) * (p_N) + ((c2)))] = tanhf(t_G[(((((c0 / 39) - 1))) * (p_N) + ((c2)))]);
+  const pf_i c0 = pf_host_c0;
+  __shared__ __align__(16) float pf_shared_kernel_1_W[1056];
+  __shared__ __align__(16) float pf_shared_kernel_1_X[33];
+  __shared__ __align__(16) float pf_shared_kernel_1_U[1056];
+  for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 39); c1 += (pf_i)gridDim.x * 32) {
+    for (pf_i c2 = 0; (c2 <= 39); c2 += 32) {
+      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 39))); c3 += (pf_i)blockDim.x * 1) {
+        if ((c2 == 0)) {
+          t_G[(((c0)) * (p_N) + (((c1 + c3))))] = 0.0f;
         }
-      } else {
-        if (((((c0 + c1) - 1) % 39) == 0)) {
-          for (pf_i c2 = 0; (c2 <= 39); c2 += 1) {
-            t_G[((((((c0 + c1) - 1) / 39))) * (p_N) + ((c2)))] = t_G[((((((c0 + c1) - 1) / 39))) * (p_N) + ((c2)))] + (((t_W[(((c2)) * (p_N) + ((((-c1) + 1))))] * t_X[((((((c0 + c1) - 1) / 39))) * (p_N) + ((((-c1) + 1))))]) + (t_U[(((c2)) * (p_N) + ((((-c1) + 1))))] * t_H[((((((c0 + c1) - 1) / 39)) + -1) * (p_N) + ((((-c1) + 1))))])) * 0.15f);
-          }
+        for (pf_i c4 = 0; (c4 <= pf_min(31, ((-c2) + 39))); c4 += 1) {
+          t_G[(((c0)) * (p_N) + (((c1 + c3))))] = t_G[(((c0)) * (p_N) + (((c1 + c3))))] + (((t_W[((((c1 + c3))) * (p_N) + (((c2 + c4))))] * t_X[(((c0)) * (p_N) + (((c2 + c4))))]) + (t_U[((((c1 + c3))) * (p_N) + (((c2 + c4))))] * t_H[(((c0) + -1) * (p_N) + (((c2 + c4))))])) * 0.15f);
+        }
+        if ((c2 == 32)) {
+          t_H[(((c0)) * (p_N) + (((c1 + c3))))] = tanhf(t_G[(((c0)) * (p_N) + (((c1 + c3))))]);
         }
       }
+      __syncthreads();
     }
-    if ((c0 == 468)) {
-      for (pf_i c2 = 0; (c2 <= 39); c2 += 1) {
-        t_H[(((11)) * (p_N) + ((c2)))] = tanhf(t_G[(((11)) * (p_N) + ((c2)))]);
-      }
-    }
+    __syncthreads();
   }
 }

@@ -20,23 +20,7 @@ template <typename T> static __device__ __forceinline__ T pf_warp_prod(T v) { fo
 template <typename T> static __device__ __forceinline__ T pf_warp_max(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_max(v, w); } return v; }
 template <typename T> static __device__ __forceinline__ T pf_warp_min(T v) { for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = pf_min(v, w); } return v; }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_L = 3;
-  const pf_i p_T = 9;
-  const pf_i p_N = 37;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 9); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 36); c3 += (pf_i)blockDim.x * 1) {
-      t_H[((((0)) * (p_T + 1) + ((c2))) * (p_N) + ((c3)))] = t_X[(((c2) + -1) * (p_N) + ((c3)))];
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_0(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -52,7 +36,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_1(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -60,53 +44,62 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_L = 3;
   const pf_i p_T = 9;
   const pf_i p_N = 37;
-  for (pf_i c0 = 1 + (pf_i)blockIdx.z * 1; (c0 <= 3); c0 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-    for (pf_i c4 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c4 <= 9); c4 += (pf_i)blockDim.y) {
-      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 36); c5 += (pf_i)blockDim.x * 1) {
-        t_G[((((c0)) * (p_T + 1) + ((c4))) * (p_N) + ((c5)))] = 0.0f;
+  if (blockIdx.y == 0 && blockIdx.x == 0)
+  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 9); c2 += (pf_i)blockDim.y) {
+    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 36); c3 += (pf_i)blockDim.x * 1) {
+      t_H[((((0)) * (p_T + 1) + ((c2))) * (p_N) + ((c3)))] = t_X[(((c2) + -1) * (p_N) + ((c3)))];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_2(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_L = 3;
+  const pf_i p_T = 9;
+  const pf_i p_N = 37;
+  const pf_i c0 = pf_host_c0;
+  if (blockIdx.y == 0 && blockIdx.x == 0)
+  for (pf_i c3 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 3))), (pf_i)blockDim.y); (c3 <= pf_min(9, (c0 - 1))); c3 += (pf_i)blockDim.y) {
+    for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= 36); c4 += (pf_i)blockDim.x * 1) {
+      t_G[(((((c0 - c3))) * (p_T + 1) + ((c3))) * (p_N) + ((c4)))] = 0.0f;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kernel_3(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+asm volatile("griddepcontrol.wait;" ::: "memory");
+asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const pf_i p_L = 3;
+  const pf_i p_T = 9;
+  const pf_i p_N = 37;
+  const pf_i c0 = pf_host_c0;
+  __shared__ float pf_shared_kernel_3_W[3168];
+  __shared__ float pf_shared_kernel_3_U[3168];
+  if (blockIdx.y == 0)
+  for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 36); c2 += (pf_i)gridDim.x * 32) {
+    for (pf_i c3 = 0; (c3 <= 36); c3 += 32) {
+      for (pf_i c4 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 3))), (pf_i)blockDim.y); (c4 <= pf_min(9, (c0 - 1))); c4 += (pf_i)blockDim.y) {
+        for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= pf_min(31, ((-c2) + 36))); c5 += (pf_i)blockDim.x * 1) {
+          for (pf_i c6 = 0; (c6 <= pf_min(31, ((-c3) + 36))); c6 += 1) {
+            t_G[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = t_G[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))] + (((t_W[(((((c0 - c4)) + -1) * (p_N) + (((c2 + c5)))) * (p_N) + (((c3 + c6))))] * t_H[(((((c0 - c4)) + -1) * (p_T + 1) + ((c4))) * (p_N) + (((c3 + c6))))]) + (t_U[(((((c0 - c4)) + -1) * (p_N) + (((c2 + c5)))) * (p_N) + (((c3 + c6))))] * t_H[(((((c0 - c4))) * (p_T + 1) + ((c4) + -1)) * (p_N) + (((c3 + c6))))])) * 0.15f);
+          }
+          if ((c3 == 32)) {
+            t_H[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = tanhf(t_G[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))]);
+          }
+        }
       }
+      __syncthreads();
     }
     __syncthreads();
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1) kernel_3(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_L = 3;
-  const pf_i p_T = 9;
-  const pf_i p_N = 37;
-  for (pf_i c0 = 72; (c0 <= 468); c0 += 1) {
-    if (((c0 % 36) >= 1)) {
-      for (pf_i c2 = pf_max(1, ((c0 / 36) - 9)); (c2 <= pf_min(3, ((c0 / 36) - 1))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 36); c3 += 1) {
-          t_G[((((c2)) * (p_T + 1) + ((((-c2) + ((c0 - 1) / 36))))) * (p_N) + ((c3)))] = t_G[((((c2)) * (p_T + 1) + ((((-c2) + ((c0 - 1) / 36))))) * (p_N) + ((c3)))] + ((t_W[((((c2) + -1) * (p_N) + ((c3))) * (p_N) + (((((c0 - 1) % 36) + 1))))] * t_H[((((c2) + -1) * (p_T + 1) + ((((-c2) + ((c0 - 1) / 36))))) * (p_N) + (((((c0 - 1) % 36) + 1))))]) + (t_U[((((c2) + -1) * (p_N) + ((c3))) * (p_N) + (((((c0 - 1) % 36) + 1))))] * t_H[((((c2)) * (p_T + 1) + ((((-c2) + ((c0 - 1) / 36))) + -1)) * (p_N) + (((((c0 - 1) % 36) + 1))))]));
-        }
-      }
-    } else {
-      for (pf_i c2 = pf_max(1, ((c0 / 36) - 10)); (c2 <= pf_min(3, ((c0 / 36) - 2))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 36); c3 += 1) {
-          t_G[((((c2)) * (p_T + 1) + (((((c0 / 36) - c2) - 1)))) * (p_N) + ((c3)))] = t_G[((((c2)) * (p_T + 1) + (((((c0 / 36) - c2) - 1)))) * (p_N) + ((c3)))] + ((t_W[((((c2) + -1) * (p_N) + ((c3))) * (p_N) + ((36)))] * t_H[((((c2) + -1) * (p_T + 1) + (((((c0 / 36) - c2) - 1)))) * (p_N) + ((36)))]) + (t_U[((((c2) + -1) * (p_N) + ((c3))) * (p_N) + ((36)))] * t_H[((((c2)) * (p_T + 1) + (((((c0 / 36) - c2) - 1)) + -1)) * (p_N) + ((36)))]));
-        }
-      }
-      for (pf_i c2 = pf_max(1, ((c0 / 36) - 10)); (c2 <= pf_min(3, ((c0 / 36) - 2))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 36); c3 += 1) {
-          t_H[((((c2)) * (p_T + 1) + (((((c0 / 36) - c2) - 1)))) * (p_N) + ((c3)))] = tanhf(t_G[((((c2)) * (p_T + 1) + (((((c0 / 36) - c2) - 1)))) * (p_N) + ((c3)))]);
-        }
-      }
-      for (pf_i c2 = pf_max(1, ((c0 / 36) - 9)); (c2 <= pf_min(3, ((c0 / 36) - 1))); c2 += 1) {
-        for (pf_i c3 = 0; (c3 <= 36); c3 += 1) {
-          t_G[((((c2)) * (p_T + 1) + ((((c0 / 36) - c2)))) * (p_N) + ((c3)))] = t_G[((((c2)) * (p_T + 1) + ((((c0 / 36) - c2)))) * (p_N) + ((c3)))] + ((t_W[((((c2) + -1) * (p_N) + ((c3))) * (p_N) + ((0)))] * t_H[((((c2) + -1) * (p_T + 1) + ((((c0 / 36) - c2)))) * (p_N) + ((0)))]) + (t_U[((((c2) + -1) * (p_N) + ((c3))) * (p_N) + ((0)))] * t_H[((((c2)) * (p_T + 1) + ((((c0 / 36) - c2)) + -1)) * (p_N) + ((0)))]));
-        }
-      }
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_H0, float *__restrict__ t_W, float *__restrict__ t_U, float *__restrict__ t_Y, float *__restrict__ t_H, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
