@@ -111,7 +111,14 @@ int main(int argc, char **argv) {
         CHECK(pf_result_arg_name(res, i, &s) == PF_OK);
         pf_string_free(s);
         CHECK(pf_result_arg_extent(res, i, 0, NULL, 0, &extent) == PF_OK && extent > 0);
+        CHECK(pf_result_arg_dim(res, i, 0, &s) == PF_OK && strlen(s) > 0);
+        pf_string_free(s);
     }
+    /* Every parameter has a value (M from the context): none symbolic. */
+    CHECK(pf_result_num_params(res, &n) == PF_OK && n == 0);
+    CHECK(pf_result_param_name(res, 0, &s) == PF_ERR_INVALID_ARGUMENT);
+    CHECK(pf_result_target(res, &s) == PF_OK && strcmp(s, "cpu") == 0);
+    pf_string_free(s);
 
     /* Every tensor in one call agrees with the one-field calls: the struct's
      * layout is the library's. */
@@ -232,11 +239,42 @@ int main(int argc, char **argv) {
         pf_string_free(s);
         CHECK(pf_result_cuda_source(res, &s) == PF_OK);
         CHECK(message_has(s, "__global__"));
+        pf_string_free(s);
+        {
+            size_t dynamic_bytes = 1, static_bytes = 1;
+            int32_t dependent = -1;
+            CHECK(pf_result_kernel_shared_memory(res, 0, &dynamic_bytes, &static_bytes) == PF_OK);
+            CHECK(pf_result_kernel_dependent(res, 0, &dependent) == PF_OK &&
+                  (dependent == 0 || dependent == 1));
+            CHECK(pf_result_kernel_dependent(res, n, &dependent) == PF_ERR_INVALID_ARGUMENT);
+        }
+        CHECK(pf_result_target(res, &s) == PF_OK && strcmp(s, "cuda") == 0);
+        pf_string_free(s);
+        /* One execution of the whole program: null pointers for tensors the
+         * kernels touch are refused before any driver call. */
+        io[0] = NULL;
+        CHECK(pf_result_launch_all(res, NULL, io, NULL) == PF_ERR_INVALID_ARGUMENT);
         CHECK(pf_result_destroy(res) == PF_OK);
     } else {
         CHECK(message_has(pf_context_error_message(ctx), "CUDA"));
     }
     CHECK(pf_context_destroy(ctx) == PF_OK);
+
+    /* The mapping's options: sizes checked, directives parsed. */
+    {
+        const uint32_t block[3] = {32, 8, 1}, zero[3] = {0, 1, 1}, grid[1] = {64};
+        CHECK(pf_context_create(&ctx) == PF_OK);
+        CHECK(pf_context_load_file(ctx, argv[1]) == PF_OK);
+        CHECK(pf_context_set_block(ctx, block, 3) == PF_OK);
+        CHECK(pf_context_set_block(ctx, zero, 3) == PF_ERR_INPUT);
+        CHECK(pf_context_set_grid(ctx, grid, 1) == PF_OK);
+        CHECK(pf_context_set_shared(ctx, 0) == PF_OK);
+        CHECK(pf_context_set_directives(ctx, "[") == PF_ERR_INPUT);
+        CHECK(pf_context_set_directives(ctx, NULL) == PF_OK);
+        CHECK(pf_compile(ctx, &res) == PF_OK);
+        CHECK(pf_result_destroy(res) == PF_OK);
+        CHECK(pf_context_destroy(ctx) == PF_OK);
+    }
 
     /* Notices go to the log callback: a cache file that is no cache (the
      * program itself) is a warning there, and the compilation goes on. */
