@@ -8,6 +8,10 @@
 #
 #   bash scripts/gpu-soundness.sh        # POLYFUSE=target/release/polyfuse
 #
+# At RUNS=5 the whole set takes more than the device's 10 minutes a
+# command (2026-11-27, H100: the 32 examples in about 8 minutes): split it,
+# e.g. PROGRAMS="$(ls examples/*.json)" in one call and the rest in another.
+#
 # Writes $OUT/soundness.tsv (program, run, status, check line) and a log
 # per failing run under $OUT/soundness-logs/. Exit status 0 when every run
 # checked, 1 otherwise.
