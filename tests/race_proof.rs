@@ -189,3 +189,43 @@ fn a_contraction_template_keeps_each_sum_in_one_block() {
     );
     assert!(message.contains("different blocks"), "{message}");
 }
+
+/// Attention on tensor cores: each block owns a tile of query rows, and
+/// every conflict (a row's running maximum, sum and output over the keys)
+/// stays in its row. A plan whose blocks were cut along the keys (the
+/// recogniser never makes one) would split those chains over blocks that
+/// never meet: refused.
+#[test]
+fn an_attention_template_keeps_each_row_in_one_block() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/attention_causal.json");
+    let program = polyfuse::frontend::load_file(&path).unwrap();
+    let options = polyfuse::Options {
+        gpu: Some(GpuOptions {
+            auto_tile: true,
+            ..GpuOptions::default()
+        }),
+        ..polyfuse::Options::default()
+    };
+    // The repaired program (rolling update), as the pipeline maps it.
+    let repaired = polyfuse::compile(&program, &options).unwrap().program;
+    let isl = Isl::new();
+    let scop = model::build(&isl, &repaired).unwrap();
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let dependences = deps::compute(&scop, &order).unwrap();
+    let sched = schedule::compute(&isl, &scop, &dependences, Strategy::Max).unwrap();
+    let opts = options.gpu.clone().unwrap();
+    let (tree, plans) =
+        gpu::mapping::map(&isl, &repaired, &scop, &dependences, sched, &[32], &opts).unwrap();
+    let k = plans
+        .iter()
+        .position(|p| p.attention.is_some())
+        .expect("causal attention runs as the tensor-core template");
+    gpu::race::prove(&repaired, &scop, &tree, &plans).unwrap();
+    let mut along_keys = plans.clone();
+    let a = along_keys[k].attention.as_mut().unwrap();
+    a.row = a.key.clone();
+    let message = refusal(gpu::race::prove(&repaired, &scop, &tree, &along_keys));
+    assert!(message.contains("attention kernel races"), "{message}");
+    assert!(message.contains("different blocks"), "{message}");
+}
