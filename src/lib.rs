@@ -21,7 +21,6 @@ pub mod pipeline;
 pub mod repair;
 pub mod runtime;
 pub mod schedule;
-pub mod sys;
 pub mod tune;
 
 pub use error::{Error, Result};

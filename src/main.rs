@@ -1,7 +1,7 @@
 //! The `polyfuse` command line: argument parsing and printing only; the
 //! work is in the library.
 
-mod cli_tune;
+mod cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,14 +87,14 @@ enum Command {
     /// kernels, launches, blocks, threads, shared memory, registers,
     /// global-memory bytes, arithmetic intensity, and with --target the
     /// checked time.
-    Compare(cli_tune::CompareArgs),
+    Compare(cli::tune::CompareArgs),
     /// Search the options (tile sizes, block sizes, fusion strategy,
     /// promotion, registers) for the fastest checked variant, by TC's
     /// genetic search or random search, and store it in the cache.
-    Tune(cli_tune::TuneArgs),
+    Tune(cli::tune::TuneArgs),
     /// The compilation cache: list, export, import, clear, path.
     #[command(subcommand)]
-    Cache(cli_tune::CacheCommand),
+    Cache(cli::tune::CacheCommand),
 }
 
 #[derive(Args)]
@@ -206,7 +206,7 @@ struct Common {
     /// Without options of the above, the options `tune` stored in the
     /// cache are used (said on stderr); see `polyfuse cache`.
     #[command(flatten)]
-    cache: cli_tune::CacheArgs,
+    cache: cli::tune::CacheArgs,
 }
 
 impl Common {
@@ -520,9 +520,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 _ => Ok(ExitCode::SUCCESS),
             }
         }
-        Command::Compare(args) => cli_tune::compare(args),
-        Command::Tune(args) => cli_tune::tune(args),
-        Command::Cache(cmd) => cli_tune::cache(cmd),
+        Command::Compare(args) => cli::tune::compare(args),
+        Command::Tune(args) => cli::tune::tune(args),
+        Command::Cache(cmd) => cli::tune::cache(cmd),
     }
 }
 
@@ -640,7 +640,7 @@ fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Erro
 }
 
 fn main() -> ExitCode {
-    polyfuse::sys::default_sigpipe();
+    cli::sys::default_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
