@@ -392,15 +392,10 @@ pub fn program(
         }
         if let Some(a) = &plan.attention {
             printer.globals.take();
-            source.push_str(&super::flash::body(
-                a,
-                program,
-                scop,
-                false,
-                &printer.globals,
-            ));
+            let text = super::flash::body(a, program, scop, false, &printer.globals);
+            let globals = touched(&args, printer.globals.take(), mark, &text)?;
+            source.push_str(&text);
             source.push_str("}\n");
-            let globals = touched(&args, printer.globals.take());
             let _ = writeln!(emulation, "  {{ /* {mark} */");
             emulation.push_str(&super::flash::body(
                 a,
@@ -431,15 +426,10 @@ pub fn program(
                     program,
                 );
                 printer.globals.take();
-                source.push_str(&super::flash::combine_body(
-                    a,
-                    program,
-                    scop,
-                    false,
-                    &printer.globals,
-                ));
+                let text = super::flash::combine_body(a, program, scop, false, &printer.globals);
+                let globals = touched(&args, printer.globals.take(), &name, &text)?;
+                source.push_str(&text);
                 source.push_str("}\n");
-                let globals = touched(&args, printer.globals.take());
                 let _ = writeln!(emulation, "  {{ /* {name} */");
                 emulation.push_str(&super::flash::combine_body(
                     a,
@@ -515,9 +505,10 @@ pub fn program(
             lane_loop: None,
         };
         printer.globals.take();
+        let start = source.len();
         ctx.node(body, 1, &[], false, &mut source);
+        let globals = touched(&args, printer.globals.take(), mark, &source[start..])?;
         source.push_str("}\n");
-        let globals = touched(&args, printer.globals.take());
         let emu = Ctx {
             emulate: Some(plan.block),
             ..ctx
@@ -585,14 +576,42 @@ pub fn program(
 }
 
 /// The tensor arguments among `noted` (the tensors a kernel's printed code
-/// accessed in global memory), in argument order.
-fn touched(args: &[KernelArg], noted: std::collections::BTreeSet<String>) -> Vec<String> {
-    args.iter()
-        .filter_map(|a| match a {
-            KernelArg::Tensor { name, .. } if noted.contains(name) => Some(name.clone()),
-            _ => None,
-        })
-        .collect()
+/// accessed in global memory), in argument order, verified against the
+/// kernel's printed `body`: a tensor it names that was not noted would get
+/// no memory from the C ABI's workspace or the runtime (one byte), and the
+/// kernel would write past it without a word; that is an internal error
+/// here instead. (A check of what was printed, not a decision: the list is
+/// the printer's record.)
+fn touched(
+    args: &[KernelArg],
+    noted: std::collections::BTreeSet<String>,
+    kernel: &str,
+    body: &str,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for a in args {
+        let KernelArg::Tensor { name, .. } = a else {
+            continue;
+        };
+        if noted.contains(name) {
+            out.push(name.clone());
+        } else if names_identifier(body, &tensor_name(name)) {
+            return Err(Error::Internal(format!(
+                "{kernel}: the printed code accesses {name}, which the printer did not note as a global access"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `text` has `word` as a whole C identifier.
+fn names_identifier(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    })
 }
 
 /// The emulation's host loops at kernel `index`: closes those that end
@@ -3183,5 +3202,44 @@ impl Ctx<'_> {
             .map(|p| format!("{} == 0", id_of(p)))
             .collect::<Vec<_>>()
             .join(" && ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str) -> KernelArg {
+        KernelArg::Tensor {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: vec!["N".into()],
+        }
+    }
+
+    /// The launch record's list is the printer's notes, in argument order;
+    /// a tensor the printed body names without a note is an internal
+    /// error, not a silent gap in the workspace (`t_X` inside `t_XY` or
+    /// `pf_t_X` is not a mention of `X`).
+    #[test]
+    fn a_tensor_printed_but_not_noted_is_refused() {
+        let args = vec![
+            tensor("X"),
+            KernelArg::Param { name: "N".into() },
+            tensor("Y"),
+        ];
+        let noted: std::collections::BTreeSet<String> = ["Y".to_string(), "X".to_string()].into();
+        let list = touched(&args, noted, "kernel_0", "t_Y[i] = t_X[i];").unwrap();
+        assert_eq!(list, ["X", "Y"]);
+        let only_y: std::collections::BTreeSet<String> = ["Y".to_string()].into();
+        let body = "t_Y[i] = t_XY[i] + pf_t_X;";
+        assert_eq!(
+            touched(&args, only_y.clone(), "kernel_0", body).unwrap(),
+            ["Y"]
+        );
+        match touched(&args, only_y, "kernel_0", "t_Y[i] = t_X[i];") {
+            Err(Error::Internal(m)) => assert!(m.contains("kernel_0") && m.contains("X"), "{m}"),
+            other => panic!("expected an internal error, got {other:?}"),
+        }
     }
 }
