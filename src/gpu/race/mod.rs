@@ -337,18 +337,7 @@ fn collect_block_values(node: ScheduleNode, per_axis: &mut [Option<UnionMap>]) -
     if node.get_type()? == ScheduleNodeType::Mark {
         let name = node.mark_get_id()?.get_name()?.to_string();
         if let Some((false, axis, _)) = parse_mapping_mark(&name) {
-            let band = node.get_child(0)?;
-            let tag = UnionMap::read_from_str(&node.get_ctx(), "{ [v] -> [1, v] }")?;
-            let values = band
-                .band_get_partial_schedule_union_map()?
-                .intersect_domain(band.get_domain()?)?
-                .apply_range(tag)?;
-            let a = (axis as u8).saturating_sub(b'x') as usize;
-            let slot = &mut per_axis[a.min(2)];
-            *slot = Some(match slot.take() {
-                None => values,
-                Some(v) => v.union(values)?,
-            });
+            add_member_values(&node.get_child(0)?, 1, axis, per_axis)?;
         }
     }
     for i in 0..node.n_children()? {
@@ -431,24 +420,35 @@ fn collect_thread_values(
         if let Some((true, axis, _)) = parse_mapping_mark(&name) {
             let band = node.get_child(0)?;
             let tag = if form.grouped && in_registers { 2 } else { 1 };
-            let tag =
-                UnionMap::read_from_str(&node.get_ctx(), &format!("{{ [v] -> [{tag}, v] }}"))?;
-            let values = band
-                .band_get_partial_schedule_union_map()?
-                .intersect_domain(band.get_domain()?)?
-                .apply_range(tag)?;
+            add_member_values(&band, tag, axis, per_axis)?;
             unknown.push(loopless_nonzero(&band)?);
-            let a = (axis as u8).saturating_sub(b'x') as usize;
-            let slot = &mut per_axis[a.min(2)];
-            *slot = Some(match slot.take() {
-                None => values,
-                Some(v) => v.union(values)?,
-            });
         }
     }
     for i in 0..node.n_children()? {
         collect_thread_values(node.get_child(i)?, per_axis, unknown, form, in_registers)?;
     }
+    Ok(())
+}
+
+/// Adds the tagged value `[tag, v]` of the single member of `band` (mapped
+/// to `axis`) for each instance it runs to `per_axis[axis]`.
+fn add_member_values(
+    band: &ScheduleNode,
+    tag: u8,
+    axis: char,
+    per_axis: &mut [Option<UnionMap>],
+) -> Result<()> {
+    let tag = UnionMap::read_from_str(&band.get_ctx(), &format!("{{ [v] -> [{tag}, v] }}"))?;
+    let values = band
+        .band_get_partial_schedule_union_map()?
+        .intersect_domain(band.get_domain()?)?
+        .apply_range(tag)?;
+    let a = (axis as u8).saturating_sub(b'x') as usize;
+    let slot = &mut per_axis[a.min(2)];
+    *slot = Some(match slot.take() {
+        None => values,
+        Some(v) => v.union(values)?,
+    });
     Ok(())
 }
 
@@ -594,7 +594,7 @@ fn below_skewed_host_loop(node: &ScheduleNode) -> Result<bool> {
 }
 
 /// Whether a thread-mapped member's mark is at or below `node`.
-fn thread_marks_below(node: &ScheduleNode) -> Result<bool> {
+pub(super) fn thread_marks_below(node: &ScheduleNode) -> Result<bool> {
     if node.get_type()? == ScheduleNodeType::Mark
         && matches!(
             parse_mapping_mark(node.mark_get_id()?.get_name()?),

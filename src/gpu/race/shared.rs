@@ -44,7 +44,7 @@ pub(super) fn prove_copies(
     if scope.arrays.is_empty() || threads.single_thread {
         return Ok(());
     }
-    let has_threads = super::same_thread(kernel, threads, false)?.has_threads;
+    let has_threads = super::thread_marks_below(kernel)?;
     if !has_threads {
         // One thread copies and reads everything, in order.
         return Ok(());

@@ -71,9 +71,13 @@ fn block_map(scop: &Scop, kernel: &ScheduleNode, plan: &KernelPlan) -> Result<Op
             key.push((n.to_string(), c.tile[1]));
             key
         };
+        // The update and its initialisation (the model statements of one
+        // source statement) share the update's iterators.
         let update = element(&c.batch, &c.m, &c.n);
-        keys.push((c.statement.clone(), update.clone()));
-        keys.push((format!("{}_init", c.statement), update));
+        let source = scop.statement(&c.statement).map(|s| s.source);
+        for s in scop.statements.iter().filter(|s| Some(s.source) == source) {
+            keys.push((s.name.clone(), update.clone()));
+        }
         let nb = c.batch.len();
         for e in &c.epilogue {
             if e.iterators.len() != nb + 2 {
