@@ -352,3 +352,35 @@ fn a_map_the_target_takes_in_goes_into_its_other_readers_too() {
         assert!(out.contains("check: ok"), "{out}");
     }
 }
+
+/// A map inlined into a reduction's body keeps what its store does to the
+/// value (`declared` in `repair::chain`): a u8 temp wraps, so the body is
+/// `u8(X - M)`, not `X - M`, and the algebra refuses the cast by name
+/// instead of reasoning about an expression the program does not compute.
+#[test]
+fn an_inlined_map_keeps_its_stores_conversion() {
+    let file = program_file(
+        "u8_chain",
+        r#"{
+  "name": "u8_chain",
+  "params": {"N": 5, "D": 7},
+  "inputs": {"X": {"dtype": "i32", "shape": ["N", "D"]}},
+  "outputs": {"Y": {"dtype": "i32", "shape": ["N"]}},
+  "temps": {
+    "M": {"dtype": "i32", "shape": ["N"]},
+    "E": {"dtype": "u8", "shape": ["N", "D"]},
+    "S": {"dtype": "i32", "shape": ["N"]}
+  },
+  "body": [
+    "M(r) max=! X(r, c)",
+    "E(r, c) = X(r, c) - M(r)",
+    "S(r) +=! E(r, c)",
+    "Y(r) = S(r)"
+  ],
+  "schedule": [{"rolling-update": ["S"]}]
+}"#,
+    );
+    let (code, _, err) = polyfuse(&["run", file.to_str().unwrap(), "--check"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("a cast to u8"), "{err}");
+}

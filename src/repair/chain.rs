@@ -209,13 +209,13 @@ impl Inliner<'_> {
 }
 
 /// The inlined value `value` of a read `read` of map tensor `tensor`, kept
-/// in the precision the program declares for it: rounded to the tensor's
-/// dtype where that is a float narrower than the one the value is computed
-/// in (an f16 weights temp: the kernel then rounds each weight once, as the
-/// program says, spec "Numerics"), as it is.
+/// as the program declares it: converted to the tensor's dtype where that
+/// is stored narrower than it is computed (an f16 weights temp: the kernel
+/// then rounds each weight once, as the program says, spec "Numerics"; a
+/// u8 temp wraps, which the repair's algebra refuses), as it is.
 fn declared(program: &Program, tensor: &str, value: Expr, read: &Expr) -> Expr {
     match program.tensor(tensor).map(|t| t.dtype) {
-        Some(t) if t.is_float() && t.compute() != t => Expr {
+        Some(t) if t.compute() != t => Expr {
             kind: ExprKind::Cast(t, Box::new(value)),
             ty: read.ty,
         },
