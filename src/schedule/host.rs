@@ -114,8 +114,6 @@ impl HostStep {
 pub struct Stepped {
     /// Legal by construction and checked by the caller; bands annotated.
     pub schedule: Schedule,
-    /// The host loops, in the tree's order.
-    pub loops: Vec<HostStep>,
     /// Why a wavefront was not taken, one line each.
     pub refused: Vec<String>,
 }
@@ -139,7 +137,6 @@ pub fn stepped(
         all: deps.all()?,
         strategy,
         skew,
-        loops: Vec::new(),
         refused: Vec::new(),
     };
     let stmts: Vec<&ModelStmt> = scop
@@ -156,7 +153,6 @@ pub fn stepped(
     let schedule = super::annotate_bands(isl, schedule, deps, &scop.param_prefix)?;
     Ok(Some(Stepped {
         schedule,
-        loops: b.loops,
         refused: b.refused,
     }))
 }
@@ -190,7 +186,6 @@ struct Builder<'a> {
     all: UnionMap,
     strategy: Strategy,
     skew: bool,
-    loops: Vec<HostStep>,
     refused: Vec<String>,
 }
 
@@ -245,7 +240,6 @@ impl Builder<'_> {
             .iter()
             .map(|s| format!("{} -> [({})]", tuple(s), dim.of(s)))
             .collect();
-        self.loops.push(step);
         Tree::Mark(
             step.mark(),
             Box::new(Tree::Band(
