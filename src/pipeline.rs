@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 pub mod aot;
+mod proxy;
 mod watch;
 pub use watch::{compile_watched, compile_within, unfinished, Watch, WatchEvent};
 
@@ -121,6 +122,8 @@ impl Compiled {
 struct Analysis {
     original: model::Scop,
     repaired: Option<repair::Repaired>,
+    /// The repair's steps (size-free: targets by name, split factors).
+    steps: Vec<repair::Step>,
     /// The options with the repair's tile sizes, where it chose some.
     options: Options,
     scop: model::Scop,
@@ -154,6 +157,7 @@ impl Analysis {
         Ok(Analysis {
             original,
             repaired,
+            steps,
             options,
             scop,
             order,
@@ -195,6 +199,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let Analysis {
         original,
         repaired,
+        steps,
         options,
         scop,
         order,
@@ -251,7 +256,14 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         // sizes they have. (A stacked LSTM at T = 256, H = 256 took 26 s
         // with its sizes pinned, 0.9 s without.)
         let order = repaired.as_ref().map(|r| r.order.as_ref());
-        let symbolic = (repaired.is_some() || blocks).then_some(()).and_then(|()| {
+        let proxy = match &repaired {
+            Some(r) if !blocks => proxy::schedule_at_proxy_sizes(
+                &isl, program, &r.program, &steps, &scop, &deps, strategy,
+            ),
+            _ => None,
+        };
+        let symbolic = proxy.or_else(|| {
+            (repaired.is_some() || blocks).then_some(())?;
             let s = schedule_symbolic(&isl, program_k, order.flatten(), strategy)?;
             let s = s.intersect_domain(scop.domain().ok()?).ok()?;
             // Valid for every size, so for these; checked all the same.

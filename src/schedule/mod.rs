@@ -163,6 +163,29 @@ pub fn annotate_bands(
     deps: &Dependences,
     param_prefix: &str,
 ) -> Result<Schedule> {
+    mark_bands(isl, schedule, deps, param_prefix, false)
+}
+
+/// [`annotate_bands`], but each flag set to exactly what the dependences
+/// allow: a flag they do not allow is cleared. For a schedule computed on
+/// another program of the same shape (a proxy at smaller sizes), whose
+/// flags hold for that program's dependences, not necessarily for these.
+pub fn reannotate_bands(
+    isl: &Isl,
+    schedule: Schedule,
+    deps: &Dependences,
+    param_prefix: &str,
+) -> Result<Schedule> {
+    mark_bands(isl, schedule, deps, param_prefix, true)
+}
+
+fn mark_bands(
+    isl: &Isl,
+    schedule: Schedule,
+    deps: &Dependences,
+    param_prefix: &str,
+    exact: bool,
+) -> Result<Schedule> {
     let all = deps.all()?;
     let root = schedule.get_root()?;
     let root = walk(root, &mut |node| {
@@ -200,10 +223,14 @@ pub fn annotate_bands(
         let nonneg: Vec<String> = (0..n).map(|i| format!("d{i} >= 0")).collect();
         if check(&nonneg.join(" and "))? {
             node = node.band_set_permutable(1)?;
+        } else if exact {
+            node = node.band_set_permutable(0)?;
         }
         for i in 0..n {
             if check(&format!("d{i} = 0"))? {
                 node = node.band_member_set_coincident(i, 1)?;
+            } else if exact {
+                node = node.band_member_set_coincident(i, 0)?;
             }
         }
         Ok(node)
@@ -407,6 +434,35 @@ pub fn check_legal(file: &str, schedule: &Schedule, scop: &Scop, deps: &Dependen
         }
     }
     Ok(())
+}
+
+/// Whether `schedule` respects every dependence: [`check_legal`] without
+/// its message, for a candidate that may be dropped (a proxy's schedule),
+/// whose reversed instance pairs would cost more to print than to find.
+pub fn is_legal(schedule: &Schedule, scop: &Scop, deps: &Dependences) -> Result<bool> {
+    let sigma = schedule.get_map()?.intersect_domain(scop.domain()?)?;
+    for d in [&deps.flow, &deps.anti, &deps.output] {
+        let times = d
+            .copy()?
+            .apply_domain(sigma.copy()?)?
+            .apply_range(sigma.copy()?)?;
+        if times.is_empty()? {
+            continue;
+        }
+        if times.isa_map()? {
+            let m = times.as_map()?;
+            let ge = isl_rs::Map::lex_ge(m.get_space()?.domain()?)?;
+            if !m.intersect(ge)?.is_empty()? {
+                return Ok(false);
+            }
+            continue;
+        }
+        let not_before = sigma.copy()?.lex_ge_union_map(sigma.copy()?)?;
+        if !d.copy()?.intersect(not_before)?.is_empty()? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Root node type helper used by tests.

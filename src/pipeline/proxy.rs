@@ -1,0 +1,240 @@
+//! Scheduling a repaired program at proxy sizes (issue 34): compile time
+//! that does not grow with the sizes where a repair wrote a constant of
+//! its own (a split's chunk) into the domains.
+
+use crate::deps;
+use crate::frontend::ast::{Affine, Program, WhereClause};
+use crate::isl::{Isl, IslPrint};
+use crate::model;
+use crate::repair;
+use crate::schedule::{self, ScheduleTree, Strategy};
+
+/// The sizes a proxy program takes for the sizes of the real one that are
+/// larger than [`PROXY_KEEP`] (see [`schedule_at_proxy_sizes`]), tried in
+/// turn: odd, so that a split's slices rarely divide them evenly (at an
+/// even divisor isl may order a slice's statements by the chunk's length,
+/// a constant that does not carry over), and at least three times the
+/// largest split factor, so every slice keeps a few iterations.
+fn proxy_sizes(steps: &[repair::Step]) -> [i64; 3] {
+    let factor = steps
+        .iter()
+        .map(|s| match s {
+            repair::Step::SplitK { factor, .. } | repair::Step::Privatize { factor, .. } => *factor,
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(1);
+    let base = (3 * factor).max(PROXY_KEEP) + 1;
+    [base, base + 4, base + 12]
+}
+
+/// Sizes up to this are kept as they are in a proxy program.
+const PROXY_KEEP: i64 = 32;
+
+/// The schedule of a repaired program computed on a proxy: the same
+/// program with its large sizes shrunk, repaired by the same steps and
+/// scheduled at those sizes, then put over the real program's domain.
+///
+/// Why: a split-k repair writes its slices with a constant chunk,
+/// `j = ⌈KV/f⌉ j_s + j_u` with `0 <= j_u < ⌈KV/f⌉`, which no parameter
+/// names; isl's scheduler carries that constant through its integer
+/// programs, and their pivots grow with it (decoding at KV = 1535 took
+/// 10 s, at 4096 past the watch's minute). At proxy sizes the chunk is a
+/// few iterations and the problem has the same shape, so the schedule's
+/// functions (affine in the statements' iterators) are in general the
+/// ones the real sizes would get.
+///
+/// Nothing of the proxy is trusted: the schedule must cover the real
+/// domain (every instance: its filters name statements, not sizes), its
+/// bands' permutable and coincident flags are recomputed from the real
+/// dependences ([`schedule::reannotate_bands`]), and it must respect them
+/// ([`schedule::is_legal`]; a schedule that orders two statements by a
+/// constant of the proxy's sizes does not). The next proxy size is tried
+/// where one fails; `None` where all fail, or the repaired program has no
+/// constant of its own (then the caller schedules the real program).
+pub(super) fn schedule_at_proxy_sizes(
+    isl: &Isl,
+    program: &Program,
+    repaired: &Program,
+    steps: &[repair::Step],
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    strategy: Strategy,
+) -> Option<isl_rs::Schedule> {
+    let large = program
+        .params
+        .iter()
+        .any(|p| p.value.is_some_and(|v| v > PROXY_KEEP));
+    if !large || !has_derived_constant(repaired, program) {
+        return None;
+    }
+    proxy_sizes(steps)
+        .into_iter()
+        .find_map(|size| try_proxy(isl, program, steps, scop, deps, strategy, size))
+}
+
+/// The schedule of `program` at proxy size `size` (each size above
+/// [`PROXY_KEEP`] lowered to it), put over `scop`'s domain and verified
+/// against `deps`; `None` where it fails.
+fn try_proxy(
+    isl: &Isl,
+    program: &Program,
+    steps: &[repair::Step],
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    strategy: Strategy,
+    size: i64,
+) -> Option<isl_rs::Schedule> {
+    let mut proxy = program.clone();
+    for p in &mut proxy.params {
+        if p.value.is_some_and(|v| v > PROXY_KEEP) {
+            p.value = Some(size);
+        }
+    }
+    let s = schedule_proxy(isl, &proxy, steps, strategy)?;
+    let mut tree = ScheduleTree::from_isl(&s.get_root().ok()?).ok()?;
+    let domain = scop.domain().ok()?;
+    tree.domain = domain.text();
+    let s = isl.schedule(&tree.to_isl_text()).ok()?;
+    let covered = s.get_map().ok()?.domain().ok()?;
+    if !domain.is_subset(&covered).ok()? {
+        return None;
+    }
+    let s = schedule::reannotate_bands(isl, s, deps, &scop.param_prefix).ok()?;
+    schedule::is_legal(&s, scop, deps).ok()?.then_some(s)
+}
+
+/// `proxy` repaired by `steps` and scheduled, as [`compile`] would.
+fn schedule_proxy(
+    isl: &Isl,
+    proxy: &Program,
+    steps: &[repair::Step],
+    strategy: Strategy,
+) -> Option<isl_rs::Schedule> {
+    let scop = model::build(isl, proxy).ok()?;
+    let repaired = repair::apply(isl, proxy, &scop, steps, repair::Fault::None)
+        .ok()
+        .flatten()?;
+    let rscop = model::build(isl, &repaired.program).ok()?;
+    let order = match &repaired.order {
+        Some(tree) => isl.schedule(&tree.to_isl_text()).ok()?,
+        None => schedule::canonical(isl, &rscop).ok()?,
+    };
+    let rdeps = deps::compute(&rscop, &order).ok()?;
+    schedule::compute(isl, &rscop, &rdeps, strategy).ok()
+}
+
+/// Whether the repair wrote a constant into a statement's conditions that
+/// is neither a size of the program nor a constant of the program's own
+/// conditions (a split's chunk), which [`schedule_symbolic`] cannot turn
+/// back into a parameter.
+fn has_derived_constant(repaired: &Program, program: &Program) -> bool {
+    fn constants(p: &Program) -> impl Iterator<Item = i64> + '_ {
+        p.statements.iter().flat_map(|st| {
+            st.wheres.iter().flat_map(|w| {
+                let affs: Vec<&Affine> = match w {
+                    WhereClause::Range { lo, hi, .. } => vec![lo, hi],
+                    WhereClause::Constraint { lhs, rhs, .. } => vec![lhs, rhs],
+                    WhereClause::Union(_) => Vec::new(),
+                };
+                affs.into_iter()
+                    .flat_map(|a| std::iter::once(a.constant).chain(a.terms.values().copied()))
+            })
+        })
+    }
+    let known: std::collections::HashSet<i64> = program
+        .params
+        .iter()
+        .filter_map(|p| p.value)
+        .chain(constants(program))
+        .collect();
+    constants(repaired).any(|c| c.abs() > 1 && !known.contains(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Split-k decoding at KV = 4096: the repaired program, its model and
+    /// dependences, as `compile` has them.
+    fn decoding(
+        kv: i64,
+    ) -> (
+        Isl,
+        Program,
+        Program,
+        Vec<repair::Step>,
+        model::Scop,
+        deps::Dependences,
+    ) {
+        let isl = Isl::new();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/attention_decode_gqa.json");
+        let mut program = crate::frontend::load_file(&path).unwrap();
+        crate::frontend::apply_param_overrides(&mut program, &[("KV".into(), kv)]).unwrap();
+        let original = model::build(&isl, &program).unwrap();
+        let steps = repair::steps_for(&isl, &program, &original, repair::Choice::Program).unwrap();
+        let repaired = repair::apply(&isl, &program, &original, &steps, repair::Fault::None)
+            .unwrap()
+            .unwrap();
+        let scop = model::build(&isl, &repaired.program).unwrap();
+        let order = match &repaired.order {
+            Some(tree) => isl.schedule(&tree.to_isl_text()).unwrap(),
+            None => schedule::canonical(&isl, &scop).unwrap(),
+        };
+        let deps = deps::compute(&scop, &order).unwrap();
+        (isl, program, repaired.program, steps, scop, deps)
+    }
+
+    #[test]
+    fn a_split_chunk_is_a_derived_constant_a_programs_own_is_not() {
+        let (_, program, repaired, ..) = decoding(4096);
+        assert!(has_derived_constant(&repaired, &program));
+        assert!(!has_derived_constant(&program, &program));
+    }
+
+    #[test]
+    fn decoding_at_a_large_key_length_is_scheduled_at_proxy_sizes_and_legal() {
+        let (isl, program, repaired, steps, scop, deps) = decoding(4096);
+        let s = schedule_at_proxy_sizes(
+            &isl,
+            &program,
+            &repaired,
+            &steps,
+            &scop,
+            &deps,
+            Strategy::Isl,
+        )
+        .expect("a proxy schedule");
+        // Legal at the real sizes, with the error path's own check too.
+        schedule::check_legal("decoding", &s, &scop, &deps).unwrap();
+        let domain = scop.domain().unwrap();
+        assert!(domain
+            .is_subset(&s.get_map().unwrap().domain().unwrap())
+            .unwrap());
+    }
+
+    #[test]
+    fn a_proxy_whose_schedule_orders_by_its_own_chunk_is_refused() {
+        // At KV = 32 the chunk of 4 slices is 8, and isl orders a slice's
+        // statements by a constant of that chunk: illegal at KV = 4096.
+        let (isl, program, _, steps, scop, deps) = decoding(4096);
+        assert!(try_proxy(&isl, &program, &steps, &scop, &deps, Strategy::Isl, 32).is_none());
+        assert!(try_proxy(&isl, &program, &steps, &scop, &deps, Strategy::Isl, 33).is_some());
+    }
+
+    #[test]
+    fn small_sizes_take_no_proxy() {
+        let (isl, program, repaired, steps, scop, deps) = decoding(32);
+        assert!(schedule_at_proxy_sizes(
+            &isl,
+            &program,
+            &repaired,
+            &steps,
+            &scop,
+            &deps,
+            Strategy::Isl
+        )
+        .is_none());
+    }
+}
