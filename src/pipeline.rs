@@ -276,8 +276,12 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         }
     };
     // Maximal fusion also takes in a producer's loop that isl left beside
-    // its consumer's (attention's scores beside its rolling loop).
-    let sched = if strategy == Strategy::Max {
+    // its consumer's (attention's scores beside its rolling loop). Not
+    // where maximal fusion was chosen for its rows across lanes: a map
+    // fused into a reduction's loop leaves that loop no lane split (a
+    // row's `t = f(x)` then `s += t` ran a row a thread, 5 kernels' worth
+    // of time in one).
+    let sched = if strategy == Strategy::Max && !rows_fused {
         schedule::fuse::aligned_loops(&isl, sched, &scop, &deps)?
     } else {
         sched
@@ -705,8 +709,13 @@ fn rows_on_chip(
     if fused.is_empty() || fused.iter().any(|k| k.lanes.is_none()) {
         return Ok(None);
     }
-    let isl_kernels = kernels(schedule::compute(isl, scop, deps, Strategy::Isl)?)?.len();
-    Ok((fused.len() < isl_kernels).then_some(max))
+    // Fewer kernels than isl's schedule, or as many where some of isl's
+    // run their rows without lanes (a row a thread: isl fused the row's
+    // loops into one that no lane splits).
+    let isl_plans = kernels(schedule::compute(isl, scop, deps, Strategy::Isl)?)?;
+    let isl_on_lanes = isl_plans.iter().all(|k| k.lanes.is_some());
+    let better = fused.len() < isl_plans.len() || (fused.len() == isl_plans.len() && !isl_on_lanes);
+    Ok(better.then_some(max))
 }
 
 /// Integer bounds of each statement's iterators (all parameters fixed by
