@@ -39,6 +39,8 @@ struct Row {
     kernels: usize,
     fallback: bool,
     error: Option<String>,
+    /// Milliseconds of each stage (`Compiled::timings`), in order.
+    stages: Vec<f64>,
 }
 
 fn options() -> Options {
@@ -71,6 +73,7 @@ fn measure(name: String, group: &'static str, program: &Program, watch: Watch) -
             kernels: c.cuda.map(|p| p.kernels.len()).unwrap_or(0),
             fallback,
             error: None,
+            stages: c.timings.iter().map(|t| t.seconds * 1e3).collect(),
         },
         Err(e) => Row {
             name,
@@ -80,6 +83,7 @@ fn measure(name: String, group: &'static str, program: &Program, watch: Watch) -
             kernels: 0,
             fallback,
             error: Some(e.to_string().lines().next().unwrap_or("").to_string()),
+            stages: Vec::new(),
         },
     }
 }
@@ -200,7 +204,7 @@ fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| program | group | statements | compile s | kernels | fallback |\n| --- | --- | --- | --- | --- | --- |"
+        "| program | group | statements | compile s | kernels | fallback | analysis / schedule / gpu map / gpu print / cpu, ms |\n| --- | --- | --- | --- | --- | --- | --- |"
     );
     for r in rows {
         let time = match (&r.seconds, &r.error) {
@@ -210,13 +214,18 @@ fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             r.group,
             r.statements,
             time,
             r.kernels,
-            if r.fallback { "yes" } else { "no" }
+            if r.fallback { "yes" } else { "no" },
+            r.stages
+                .iter()
+                .map(|m| format!("{m:.0}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
         );
     }
     s

@@ -57,6 +57,13 @@ enum Command {
         /// for (comma-separated, or `none` for the CUDA source alone).
         #[arg(long, default_value = "sm_90")]
         arch: String,
+        /// Print the wall time of each stage of the compilation to stderr
+        /// (analysis: model, repair and dependences; schedule; gpu map:
+        /// mapping, race proof and the grouping by cost; gpu print; cpu:
+        /// tiling, AST and C). Nothing where the result came from the
+        /// cache (`--no-cache` to time a compilation).
+        #[arg(long)]
+        timings: bool,
     },
     /// Execute the optimised program on random inputs from a fixed seed.
     Run {
@@ -377,9 +384,27 @@ fn compile_watched(
     })
 }
 
+/// `schedule --timings`: one line a stage, then the total.
+fn print_timings(source: &str, timings: &[polyfuse::pipeline::StageTime]) {
+    if timings.is_empty() {
+        eprintln!("polyfuse: {source}: timings: none (the result came from the cache)");
+        return;
+    }
+    for t in timings {
+        eprintln!("timing: {:<10} {:>9.1} ms", t.stage, t.seconds * 1e3);
+    }
+    let total: f64 = timings.iter().map(|t| t.seconds).sum();
+    eprintln!("timing: {:<10} {:>9.1} ms", "total", total * 1e3);
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
-        Command::Schedule { common, emit, arch } => {
+        Command::Schedule {
+            common,
+            emit,
+            arch,
+            timings,
+        } => {
             let (program, mut options) = load(&common)?;
             if matches!(emit, Emit::Deps) {
                 // The dependences need no schedule: none is computed.
@@ -404,6 +429,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 Some((c, _)) => c,
                 None => compile_watched(&program, &mut options)?,
             };
+            if timings {
+                print_timings(&program.source, &compiled.timings);
+            }
             match emit {
                 Emit::Tree => print!("{}", compiled.tree),
                 Emit::C => print!("{}", compiled.c_source()),

@@ -79,6 +79,10 @@ pub struct Compiled {
     /// What the GPU mapping tried and refused, one line each (a wavefront
     /// the dependences forbid); the command line prints them as notes.
     pub gpu_notes: Vec<String>,
+    /// Wall time of each stage of the compilation that made this result,
+    /// in order (`schedule --timings` prints them); empty for a result
+    /// read back from the cache or an artifact.
+    pub timings: Vec<StageTime>,
 }
 
 impl Compiled {
@@ -190,12 +194,48 @@ pub fn dependences(program: &Program, options: &Options) -> Result<String> {
     Analysis::new(&isl, program, options)?.deps_text(&isl, program)
 }
 
+/// The wall time of one stage of [`compile`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageTime {
+    /// `analysis` (model, repair, dependences), `schedule`, `gpu map`
+    /// (mapping, race proof, the grouping by cost), `gpu print`, `cpu`
+    /// (tiling, the AST, C).
+    pub stage: &'static str,
+    pub seconds: f64,
+}
+
+/// A stopwatch that records one [`StageTime`] per lap.
+struct Stopwatch {
+    last: std::time::Instant,
+    laps: Vec<StageTime>,
+}
+
+impl Stopwatch {
+    fn new() -> Stopwatch {
+        Stopwatch {
+            last: std::time::Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    fn lap(&mut self, stage: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push(StageTime {
+            stage,
+            seconds: (now - self.last).as_secs_f64(),
+        });
+        self.last = now;
+    }
+}
+
 /// Compiles `program` under `options`.
 pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let file = program.source.as_str();
+    let mut watch = Stopwatch::new();
     let isl = Isl::new();
     let analysis = Analysis::new(&isl, program, options)?;
     let deps_text = analysis.deps_text(&isl, program)?;
+    watch.lap("analysis");
     let Analysis {
         original,
         repaired,
@@ -288,6 +328,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     };
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
+    watch.lap("schedule");
     let gpu = match &options.gpu {
         Some(g) => {
             let mapped =
@@ -316,7 +357,10 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
                 e => e.filter(|_| g.estimate),
             };
             let notes = stepped.map(|s| s.refused).unwrap_or_default();
-            Some((print_gpu(program_k, &scop, mapped)?, estimate, notes))
+            watch.lap("gpu map");
+            let printed = print_gpu(program_k, &scop, mapped)?;
+            watch.lap("gpu print");
+            Some((printed, estimate, notes))
         }
         None => None,
     };
@@ -338,6 +382,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     } else {
         None
     };
+    watch.lap("cpu");
     Ok(Compiled {
         program: program_k.clone(),
         tensors: scop.tensors.clone(),
@@ -353,6 +398,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         gpu_estimate: gpu.as_ref().and_then(|g| g.1.clone()),
         gpu_notes: gpu.as_ref().map(|g| g.2.clone()).unwrap_or_default(),
         emulation_c: gpu.map(|g| g.0 .2),
+        timings: watch.laps,
     })
 }
 

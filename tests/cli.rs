@@ -211,3 +211,51 @@ fn help_names_the_exit_statuses_and_the_environment() {
         assert!(help.contains(needle), "--help lacks `{needle}`:\n{help}");
     }
 }
+
+#[test]
+fn schedule_timings_name_every_stage_and_leave_the_output_alone() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "schedule",
+            "examples/softmax_fused.json",
+            "--emit",
+            "cuda",
+            "--no-cache",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let plain = run(&[]);
+    let timed = run(&["--timings"]);
+    assert!(plain.status.success() && timed.status.success());
+    assert_eq!(
+        plain.stdout, timed.stdout,
+        "--timings changed what is printed"
+    );
+    let err = String::from_utf8_lossy(&timed.stderr);
+    let stages: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("timing: "))
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        stages,
+        ["analysis", "schedule", "gpu", "gpu", "cpu", "total"],
+        "{err}"
+    );
+    let ms = |l: &str| -> f64 { l.split_whitespace().rev().nth(1).unwrap().parse().unwrap() };
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("timing: ")).collect();
+    let sum: f64 = lines[..5].iter().map(|l| ms(l)).sum();
+    let total = ms(lines[5]);
+    assert!(
+        (sum - total).abs() < 0.5,
+        "stages add to {sum} ms, total says {total} ms"
+    );
+    assert!(String::from_utf8_lossy(&plain.stderr)
+        .lines()
+        .all(|l| !l.starts_with("timing: ")));
+}

@@ -103,7 +103,10 @@ fn chains_across_lanes_compute_what_the_reference_computes() {
     for (n, r, c) in [(4, 37, 1001), (7, 5, 2000), (10, 40, 700), (12, 9, 513)] {
         let mut compiled = compile(&chain(n, r, c), &gpu()).unwrap();
         let tree = compiled.gpu_tree.as_ref().unwrap().to_string();
-        assert!(tree.contains("lanes_"), "chain of {n} at {r} x {c}: no lanes");
+        assert!(
+            tree.contains("lanes_"),
+            "chain of {n} at {r} x {c}: no lanes"
+        );
         compiled.kernel_c = compiled.emulation_c.clone().unwrap();
         let out = run(
             &compiled,

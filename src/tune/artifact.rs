@@ -58,6 +58,7 @@ pub fn from_json(program: &Program, v: &Value) -> Result<Compiled> {
         reference_c: opt_string(&v["reference_c"])?,
         gpu_estimate: None,
         gpu_notes: Vec::new(),
+        timings: Vec::new(),
         gpu_tree: match &v["gpu_tree"] {
             Value::Null => None,
             t => Some(tree_from(t)?),
