@@ -482,6 +482,21 @@ fn map_proven(
     options: &Options,
     gpu_options: &GpuOptions,
 ) -> Result<Mapped> {
+    let unproven = map_unproven(isl, program, scop, deps, schedule, options, gpu_options)?;
+    prove(isl, program, scop, deps, unproven)
+}
+
+/// The gpu stage's mapping of `schedule` and its plans, not yet proven
+/// (what the cost model weighs; [`prove`] before anything is printed).
+fn map_unproven(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    schedule: isl_rs::Schedule,
+    options: &Options,
+    gpu_options: &GpuOptions,
+) -> Result<Mapped> {
     gpu_options.validate().map_err(|message| Error::Input {
         file: program.source.clone(),
         message,
@@ -495,6 +510,26 @@ fn map_proven(
         &options.tile,
         gpu_options,
     )?;
+    Ok(Mapped {
+        schedule: mapped,
+        plans,
+    })
+}
+
+/// `mapped` checked: legal, parallel where it says so, and race-free (with
+/// the barriers it left out of step loops back in where that makes the
+/// proof go through).
+fn prove(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    mapped: Mapped,
+) -> Result<Mapped> {
+    let Mapped {
+        schedule: mapped,
+        plans,
+    } = mapped;
     schedule::check_legal(&program.source, &mapped, scop, deps)?;
     gpu::mapping::check_parallel(program, &mapped, scop, deps)?;
     // A mapping the race proof refuses is never printed: with the barriers
@@ -705,8 +740,10 @@ fn choose_by_cost(
     candidates.push((marked(isl, min, "minimal_fusion_by_cost")?, true));
     let mut best: (Mapped, gpu::cost::Estimate) = (default, base.clone());
     let mut chosen = false;
+    // A candidate is mapped and weighed first, and proven only where it
+    // wins: the proof is most of a mapping's time.
     for (candidate, grouping_only) in candidates {
-        let Ok(alt) = map_proven(isl, program, scop, deps, candidate, options, g) else {
+        let Ok(alt) = map_unproven(isl, program, scop, deps, candidate, options, g) else {
             continue;
         };
         if grouping_only && alt.plans.len() == best.0.plans.len() && !chosen {
@@ -715,6 +752,9 @@ fn choose_by_cost(
         if let Some(e) = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
             let bar = if chosen { 1.0 } else { COST_MARGIN };
             if e.seconds() < bar * best.1.seconds() {
+                let Ok(alt) = prove(isl, program, scop, deps, alt) else {
+                    continue;
+                };
                 best = (alt, e);
                 chosen = true;
             }
