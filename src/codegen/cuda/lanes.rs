@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::{storage_type, Ctx, Pending};
 use crate::frontend::ast::{DType, TensorRole};
-use crate::gpu::lanes::{LaneLoop, State};
+use crate::gpu::lanes::{LaneAxis, LaneLoop, State};
 use crate::isl::ast::Node;
 use crate::model::ModelStmt;
 
@@ -23,7 +23,30 @@ struct Slot<'s> {
 impl Ctx<'_> {
     /// Threads sharing a row: a warp, or a whole block of warps.
     pub(super) fn lane_width(&self) -> u32 {
-        self.block[0]
+        match self.lane_axis {
+            LaneAxis::X => self.block[0],
+            LaneAxis::Y => self.block[1],
+        }
+    }
+
+    /// This thread's lane: its index along the lanes' axis.
+    pub(super) fn lane_index(&self) -> &'static str {
+        match self.lane_axis {
+            LaneAxis::X => "(pf_i)threadIdx.x",
+            LaneAxis::Y => "(pf_i)threadIdx.y",
+        }
+    }
+
+    /// The barrier of the threads sharing a row: [`barrier`] for lanes on
+    /// x; with lanes on y, the lanes of a row are in different warps, each
+    /// warp holding lanes of several rows, so the whole block (every thread
+    /// of a column block has a row: `lanes::Columns::rows` divides the
+    /// rows).
+    pub(super) fn lane_barrier(&self) -> &'static str {
+        match self.lane_axis {
+            LaneAxis::X => barrier(self.block),
+            LaneAxis::Y => "__syncthreads()",
+        }
     }
 
     /// Whether every lane runs statement `s` (no lane-0 guard): inside a
@@ -106,6 +129,12 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}}}");
                     }
                     None => {
+                        if !emulate && self.lane_axis == LaneAxis::Y {
+                            // A lane's loads do not wait for its states:
+                            // unrolled, several are in flight at once
+                            // (a column's lane reads one element a step).
+                            let _ = writeln!(out, "{pad}#pragma unroll {COLUMN_UNROLL}");
+                        }
                         let _ = writeln!(
                                 out,
                                 "{pad}for (pf_i {iterator} = {init} + {lane} * ({inc}); {cond}; {iterator} += {width} * ({inc})) {{"
@@ -118,7 +147,7 @@ impl Ctx<'_> {
                 // (on lane 0: a value not kept in registers) is visible to
                 // every lane.
                 if !emulate {
-                    let _ = writeln!(out, "{pad}{};", barrier(self.block));
+                    let _ = writeln!(out, "{pad}{};", self.lane_barrier());
                 }
                 // Rows this loop is the first to read: loaded here.
                 for c in self
@@ -153,11 +182,11 @@ impl Ctx<'_> {
                                 pending,
                                 out,
                             ),
-                            _ => share(out, &pad, "(pf_i)threadIdx.x", depth),
+                            _ => share(out, &pad, self.lane_index(), depth),
                         }
                         // Later statements of the row may read what other
                         // lanes wrote.
-                        let _ = writeln!(out, "{pad}{};", barrier(self.block));
+                        let _ = writeln!(out, "{pad}{};", self.lane_barrier());
                     }
                     Some(states) => match self.slots(states) {
                         Some(slots) => self.split_loop(&slots, &share, depth, out),
@@ -294,6 +323,8 @@ impl Ctx<'_> {
             for s in &carried {
                 let _ = writeln!(out, "{p}{b} = pf_lane_{b}[0];", b = s.buffer);
             }
+        } else if self.lane_axis == LaneAxis::Y {
+            self.split_loop_columns(&carried, slots, share, depth, out);
         } else {
             let p = format!("{pad}  ");
             let _ = writeln!(out, "{p}if (threadIdx.x != 0) {{");
@@ -362,6 +393,67 @@ impl Ctx<'_> {
             }
         }
         let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// [`Self::split_loop`]'s GPU form for lanes on y (columns,
+    /// `gpu::lanes::LaneAxis::Y`): each lane runs its share, stores its
+    /// partial states in shared memory at `[lane][row]` (`lane * rows +
+    /// threadIdx.x`), and after a barrier every lane of a row combines the
+    /// row's `W` parts in lane order (so all hold the same states, lane
+    /// 0's from the state before the loop first); a second barrier keeps
+    /// the parts until all have read them. Each thread writes one element
+    /// of each part array and reads only its own row's: the barriers order
+    /// every write before every read of another thread, and the reads
+    /// before the next loop's writes.
+    fn split_loop_columns(
+        &self,
+        carried: &[&Slot],
+        slots: &[Slot],
+        share: &dyn Fn(&mut String, &str, &str, usize),
+        depth: usize,
+        out: &mut String,
+    ) {
+        let p = "  ".repeat(depth + 1);
+        let (rows, width) = (self.block[0], self.block[1]);
+        let identity = |s: &Slot| -> String {
+            let r = match s.state {
+                State::Reduce(r) | State::Target { reducer: r, .. } => *r,
+                State::Cache { .. } => unreachable!("caches are not carried"),
+            };
+            self.printer.identity(r, s.dtype.compute())
+        };
+        let _ = writeln!(out, "{p}if (threadIdx.y != 0) {{");
+        for s in carried {
+            let _ = writeln!(out, "{p}  {} = {};", s.buffer, identity(s));
+        }
+        let _ = writeln!(out, "{p}}}");
+        share(out, &p, self.lane_index(), depth + 1);
+        for s in carried {
+            let _ = writeln!(
+                out,
+                "{p}__shared__ {} pf_part_{}[{}];",
+                s.ty,
+                s.buffer,
+                rows * width
+            );
+        }
+        let part = |b: &str, lane: &str| format!("pf_part_{b}[({lane}) * {rows} + threadIdx.x]");
+        for s in carried {
+            let _ = writeln!(
+                out,
+                "{p}{} = {b};",
+                part(&s.buffer, "threadIdx.y"),
+                b = s.buffer
+            );
+        }
+        let _ = writeln!(out, "{p}__syncthreads();");
+        for s in carried {
+            let _ = writeln!(out, "{p}{b} = {};", part(&s.buffer, "0"), b = s.buffer);
+        }
+        let _ = writeln!(out, "{p}for (int pf_w = 1; pf_w < {width}; pf_w++) {{");
+        self.combine_with(carried, slots, &format!("{p}  "), &|b| part(b, "pf_w"), out);
+        let _ = writeln!(out, "{p}}}");
+        let _ = writeln!(out, "{p}__syncthreads();");
     }
 
     /// Declares the partner's value of each carried state,
@@ -468,6 +560,12 @@ pub(super) fn barrier(block: [u32; 3]) -> &'static str {
         "__syncthreads()"
     }
 }
+
+/// Steps of a column lane's loop unrolled together (see
+/// `gpu::lanes::LaneAxis::Y`): eight loads of 4 bytes in flight per lane
+/// keep about 16 KB in flight per multiprocessor at 16 warps, what an
+/// H100's memory needs (3.35 TB/s x ~0.6 us over 132 multiprocessors).
+const COLUMN_UNROLL: u32 = 8;
 
 /// Four consecutive elements of one slot group `pf_q` accessed at once:
 /// `vector` (lines of a 16-byte access through `pf_a`, the address of the first
