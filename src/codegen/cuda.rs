@@ -2631,7 +2631,7 @@ impl Ctx<'_> {
         // in registers (see `lanes::RowCache`).
         let caches = if self.lanes.is_some()
             && in_thread
-            && self.lane_axis == crate::gpu::lanes::LaneAxis::X
+            && matches!(self.lane_axis, crate::gpu::lanes::LaneAxis::X)
         {
             self.row_caches(body)
         } else {
@@ -3185,7 +3185,7 @@ impl Ctx<'_> {
         } else if in_thread && self.reduce_x {
             Some(match self.lane_axis {
                 crate::gpu::lanes::LaneAxis::X => "threadIdx.x == 0",
-                crate::gpu::lanes::LaneAxis::Y => "threadIdx.y == 0",
+                crate::gpu::lanes::LaneAxis::Y(_) => "threadIdx.y == 0",
             })
         } else {
             None

@@ -388,7 +388,7 @@ pub enum LaneAxis {
     X,
     /// Consecutive rows along `threadIdx.x` ([`Columns::rows`] per block),
     /// the lanes of each along `threadIdx.y` ([`Columns::lanes`]).
-    Y,
+    Y(Columns),
 }
 
 /// The block of a kernel whose rows are columns ([`LaneAxis::Y`]).
@@ -401,6 +401,18 @@ pub struct Columns {
     pub rows: u32,
     /// Lanes per row, on `threadIdx.y` (a power of two).
     pub lanes: u32,
+}
+
+impl Columns {
+    /// The element of a split loop's part array (one per state, `rows x
+    /// lanes` elements in shared memory) that holds the partial state of
+    /// lane `lane` of the block's row `row` (a thread's `threadIdx.y` and
+    /// `threadIdx.x`): `lane * rows + row`. The same text is C for the
+    /// printer (`codegen::cuda::lanes`) and an isl affine expression for
+    /// the race proof (`gpu::race::columns`), so the two read one layout.
+    pub fn part_element(&self, lane: &str, row: &str) -> String {
+        format!("({lane}) * {} + ({row})", self.rows)
+    }
 }
 
 /// Mark above the thread band of a kernel whose rows are columns
@@ -443,8 +455,16 @@ pub fn columns(
         return Ok(None);
     };
     let rows_at = super::mapping::x_iterators(scop, band, lc - 1)?;
-    let written: Vec<String> = scop
-        .statements_in(&band.get_domain()?)?
+    let stmts = scop.statements_in(&band.get_domain()?)?;
+    // Boxes: no statement's loops depend on its row, so no guard that
+    // differs between the threads of a block encloses the barriers of the
+    // lanes' loops (the rows of a block take different values).
+    for s in &stmts {
+        if !s.domain.is_box()? {
+            return Ok(None);
+        }
+    }
+    let written: Vec<String> = stmts
         .iter()
         .map(|s| s.written_tensor())
         .collect::<Result<_>>()?;

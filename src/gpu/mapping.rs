@@ -649,7 +649,7 @@ fn map_kernel(
                 // Consecutive rows (columns of the tensors) along x, each
                 // on `c.lanes` threads along y.
                 plan.block = [c.rows, c.lanes, 1];
-                plan.lane_axis = super::lanes::LaneAxis::Y;
+                plan.lane_axis = super::lanes::LaneAxis::Y(c);
                 plan.reduce_x = true;
             } else if lanes && lane_width > 32 {
                 // A row on `lane_width` threads along x, the block tile's

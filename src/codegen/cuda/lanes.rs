@@ -25,7 +25,7 @@ impl Ctx<'_> {
     pub(super) fn lane_width(&self) -> u32 {
         match self.lane_axis {
             LaneAxis::X => self.block[0],
-            LaneAxis::Y => self.block[1],
+            LaneAxis::Y(_) => self.block[1],
         }
     }
 
@@ -33,7 +33,7 @@ impl Ctx<'_> {
     pub(super) fn lane_index(&self) -> &'static str {
         match self.lane_axis {
             LaneAxis::X => "(pf_i)threadIdx.x",
-            LaneAxis::Y => "(pf_i)threadIdx.y",
+            LaneAxis::Y(_) => "(pf_i)threadIdx.y",
         }
     }
 
@@ -45,7 +45,7 @@ impl Ctx<'_> {
     pub(super) fn lane_barrier(&self) -> &'static str {
         match self.lane_axis {
             LaneAxis::X => barrier(self.block),
-            LaneAxis::Y => "__syncthreads()",
+            LaneAxis::Y(_) => "__syncthreads()",
         }
     }
 
@@ -129,7 +129,7 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}}}");
                     }
                     None => {
-                        if !emulate && self.lane_axis == LaneAxis::Y {
+                        if !emulate && matches!(self.lane_axis, LaneAxis::Y(_)) {
                             // A lane's loads do not wait for its states:
                             // unrolled, several are in flight at once
                             // (a column's lane reads one element a step).
@@ -323,8 +323,8 @@ impl Ctx<'_> {
             for s in &carried {
                 let _ = writeln!(out, "{p}{b} = pf_lane_{b}[0];", b = s.buffer);
             }
-        } else if self.lane_axis == LaneAxis::Y {
-            self.split_loop_columns(&carried, slots, share, depth, out);
+        } else if let LaneAxis::Y(columns) = self.lane_axis {
+            self.split_loop_columns(columns, &carried, slots, share, depth, out);
         } else {
             let p = format!("{pad}  ");
             let _ = writeln!(out, "{p}if (threadIdx.x != 0) {{");
@@ -407,6 +407,7 @@ impl Ctx<'_> {
     /// before the next loop's writes.
     fn split_loop_columns(
         &self,
+        columns: crate::gpu::lanes::Columns,
         carried: &[&Slot],
         slots: &[Slot],
         share: &dyn Fn(&mut String, &str, &str, usize),
@@ -414,7 +415,7 @@ impl Ctx<'_> {
         out: &mut String,
     ) {
         let p = "  ".repeat(depth + 1);
-        let (rows, width) = (self.block[0], self.block[1]);
+        let (rows, width) = (columns.rows, columns.lanes);
         let identity = |s: &Slot| -> String {
             let r = match s.state {
                 State::Reduce(r) | State::Target { reducer: r, .. } => *r,
@@ -437,7 +438,9 @@ impl Ctx<'_> {
                 rows * width
             );
         }
-        let part = |b: &str, lane: &str| format!("pf_part_{b}[({lane}) * {rows} + threadIdx.x]");
+        let part = |b: &str, lane: &str| {
+            format!("pf_part_{b}[{}]", columns.part_element(lane, "threadIdx.x"))
+        };
         for s in carried {
             let _ = writeln!(
                 out,
