@@ -232,6 +232,39 @@ fn column_logsumexp_rolls_down_the_columns_in_one_kernel() {
 }
 
 #[test]
+fn a_column_softmax_writes_its_output_down_the_columns_too() {
+    // The maximum and sum down each column, then the output: a loop the
+    // lanes share that writes every element of its column.
+    let json = program(
+        "f32",
+        r#""Y": {"dtype": "f32", "shape": ["R", "C"]}"#,
+        r#""M": {"dtype": "f32", "shape": ["C"]}, "S": {"dtype": "f32", "shape": ["C"]}"#,
+        &[
+            "M(c) max=! X(r, c)",
+            "S(c) +=! exp(X(r, c) - M(c))",
+            "Y(r, c) = exp(X(r, c) - M(c)) / S(c)",
+        ],
+    );
+    columns_and_check("column_softmax", &json, (1001, 333));
+    let file = scratch("column_softmax_1.json", &json);
+    let f = file.to_str().unwrap();
+    check_with(
+        "column_softmax rolling",
+        f,
+        (1001, 333),
+        &["--repair", "rolling"],
+    );
+    // Each lane's loads of a batch of eight steps are issued before the
+    // steps compute (`codegen::cuda::lanes`, `column_steps`): both loops.
+    let cuda = emit_with(f, "cuda", (1001, 333), &["--repair", "rolling"]);
+    assert_eq!(cuda.matches("float pf_ld0[8];").count(), 2, "{cuda}");
+    assert!(
+        cuda.contains("t_Y[(((c2)) * (p_C) + (((c0 + c1))))] = "),
+        "{cuda}"
+    );
+}
+
+#[test]
 fn a_batch_of_columns_takes_z_and_row_reductions_keep_their_warps() {
     let batch = r#"{"name": "batch", "params": {"B": 3, "R": 101, "C": 40},
         "inputs": {"X": {"dtype": "f32", "shape": ["B", "R", "C"]}},

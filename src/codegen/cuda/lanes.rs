@@ -128,13 +128,16 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}  }}");
                         let _ = writeln!(out, "{pad}}}");
                     }
+                    None if !emulate && matches!(self.lane_axis, LaneAxis::Y(_)) => {
+                        let head = (
+                            iterator.as_str(),
+                            init.as_str(),
+                            cond.as_str(),
+                            inc.as_str(),
+                        );
+                        inner.column_steps(head, lane, width, body, depth, pending, in_thread, out);
+                    }
                     None => {
-                        if !emulate && matches!(self.lane_axis, LaneAxis::Y(_)) {
-                            // A lane's loads do not wait for its states:
-                            // unrolled, several are in flight at once
-                            // (a column's lane reads one element a step).
-                            let _ = writeln!(out, "{pad}#pragma unroll {COLUMN_UNROLL}");
-                        }
                         let _ = writeln!(
                                 out,
                                 "{pad}for (pf_i {iterator} = {init} + {lane} * ({inc}); {cond}; {iterator} += {width} * ({inc})) {{"
@@ -200,6 +203,138 @@ impl Ctx<'_> {
             // No loop (one iteration): as it is.
             other => self.node(other, depth, pending, in_thread, out),
         }
+    }
+
+    /// A column lane's share of a loop (`gpu::lanes::LaneAxis::Y`,
+    /// iterations `lane, lane + width, ..` of `for (iterator = init; cond;
+    /// iterator += inc)`), in batches of [`COLUMN_UNROLL`] steps whose
+    /// reads of the program's inputs are all issued before the first step
+    /// computes. A step's arithmetic waits for the states of the step
+    /// before it (a rolling maximum's rescaling branches on it), so loads
+    /// written inside the steps would each wait for that too, one in
+    /// flight per lane; loaded ahead, a batch's are in flight together
+    /// (eight per lane: at 512 threads and 4 bytes, 16 KB per block, what
+    /// an H100's memory needs in flight, 3.35 TB/s x ~0.6 us over 132
+    /// multiprocessors, with two blocks on each).
+    ///
+    /// Only inputs are loaded ahead (nothing in the kernel writes them, so
+    /// the early load reads what the step would), and only for a loop
+    /// whose body is statements alone (no guard of isl's: each runs at
+    /// every iteration the loop's condition admits, which is the test of
+    /// the load; an input read by a statement at an instance of its domain
+    /// is in bounds). The condition is an upper bound on the iterator
+    /// (isl's loops count up), so the batch's first failing step ends the
+    /// loop. Other bodies run the plain strided loop.
+    #[allow(clippy::too_many_arguments)]
+    fn column_steps(
+        &self,
+        (iterator, init, cond, inc): (&str, &str, &str, &str),
+        lane: &str,
+        width: u32,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let Some((loads, reads)) = self.inputs_ahead(body) else {
+            let _ = writeln!(
+                out,
+                "{pad}for (pf_i {iterator} = {init} + {lane} * ({inc}); {cond}; {iterator} += {width} * ({inc})) {{"
+            );
+            self.node(body, depth + 1, pending, in_thread, out);
+            let _ = writeln!(out, "{pad}}}");
+            return;
+        };
+        let k = COLUMN_UNROLL;
+        let step = |out: &mut String, p: &str| {
+            let _ = writeln!(
+                out,
+                "{p}const pf_i {iterator} = pf_base + pf_k * {width} * ({inc});"
+            );
+        };
+        let _ = writeln!(
+            out,
+            "{pad}for (pf_i pf_base = {init} + {lane} * ({inc}); ; pf_base += {} * ({inc})) {{",
+            k * width
+        );
+        let _ = writeln!(
+            out,
+            "{pad}  {{ const pf_i {iterator} = pf_base; if (!({cond})) break; }}"
+        );
+        for (j, (_, ty)) in loads.iter().enumerate() {
+            let _ = writeln!(out, "{pad}  {ty} pf_ld{j}[{k}];");
+        }
+        let _ = writeln!(out, "{pad}  #pragma unroll");
+        let _ = writeln!(out, "{pad}  for (int pf_k = 0; pf_k < {k}; pf_k++) {{");
+        step(out, &format!("{pad}    "));
+        let _ = writeln!(out, "{pad}    if ({cond}) {{");
+        for (j, (element, _)) in loads.iter().enumerate() {
+            let _ = writeln!(out, "{pad}      pf_ld{j}[pf_k] = {element};");
+        }
+        let _ = writeln!(out, "{pad}    }}");
+        let _ = writeln!(out, "{pad}  }}");
+        let _ = writeln!(out, "{pad}  #pragma unroll");
+        let _ = writeln!(out, "{pad}  for (int pf_k = 0; pf_k < {k}; pf_k++) {{");
+        step(out, &format!("{pad}    "));
+        let _ = writeln!(out, "{pad}    if ({cond}) {{");
+        let n = reads.len();
+        self.printer.run_reads.borrow_mut().extend(reads);
+        self.node(body, depth + 3, pending, in_thread, out);
+        self.drop_run_reads(n);
+        let _ = writeln!(out, "{pad}    }}");
+        let _ = writeln!(out, "{pad}  }}");
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// The reads of inputs by the statements of `body` (statements alone,
+    /// see [`Self::column_steps`]): each distinct element once, as the
+    /// global access and the storage type of its register array
+    /// `pf_ld<j>`, and each read as (statement, access text, `pf_ld<j>[pf_k]`)
+    /// for the printer's overrides. `None` for another body, or none read.
+    #[allow(clippy::type_complexity)]
+    fn inputs_ahead(
+        &self,
+        body: &Node,
+    ) -> Option<(Vec<(String, &'static str)>, Vec<(String, String, String)>)> {
+        let users: Vec<(&String, &Vec<crate::isl::ast::Expr>)> = match body {
+            Node::User { statement, args } => vec![(statement, args)],
+            Node::Block(v) => v
+                .iter()
+                .map(|n| match n {
+                    Node::User { statement, args } => Some((statement, args)),
+                    _ => None,
+                })
+                .collect::<Option<_>>()?,
+            _ => return None,
+        };
+        let mut loads: Vec<(String, &'static str)> = Vec::new();
+        let mut reads = Vec::new();
+        for (statement, args) in users {
+            let s = self.scop.statement(statement)?;
+            let env = self.statement_env(&s.iterators, args);
+            for a in s.accesses(self.program).into_iter().skip(1) {
+                let t = self.scop.tensor(&a.tensor)?;
+                if t.role != TensorRole::Input || t.shape.is_empty() {
+                    continue;
+                }
+                let element = self.printer.element(&a.tensor, &a.subscripts, &env);
+                let j = match loads.iter().position(|(e, _)| *e == element) {
+                    Some(j) => j,
+                    None => {
+                        loads.push((element, storage_type(t.dtype)));
+                        loads.len() - 1
+                    }
+                };
+                reads.push((
+                    statement.clone(),
+                    crate::model::access_text(&a.tensor, &a.subscripts),
+                    format!("pf_ld{j}[pf_k]"),
+                ));
+            }
+        }
+        (!loads.is_empty()).then_some((loads, reads))
     }
 
     /// The printed states of a split loop, when all are private scalars
