@@ -222,8 +222,13 @@ fn column_logsumexp_rolls_down_the_columns_in_one_kernel() {
     assert_eq!(cuda.matches("__global__").count(), 1, "{cuda}");
     assert!(cuda.contains("__launch_bounds__(512)"), "{cuda}");
     assert!(cuda.contains("blockIdx.x * 16"), "{cuda}");
+    // Lane y takes rows y, y + 32, .., eight at a time.
     assert!(
-        cuda.contains("threadIdx.y * (1); (c2 <= 16383); c2 += 32"),
+        cuda.contains("pf_base = 0 + (pf_i)threadIdx.y * (1); ; pf_base += 256 * (1)"),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains("const pf_i c2 = pf_base + pf_k * 32 * (1);"),
         "{cuda}"
     );
     assert!(cuda.contains("pf_part_pf_priv_kernel_0_S[512]"), "{cuda}");
