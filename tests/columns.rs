@@ -293,3 +293,48 @@ fn a_batch_of_columns_takes_z_and_row_reductions_keep_their_warps() {
     assert!(!tree.contains("columns_on_x"), "{tree}");
     assert!(tree.contains("reduce_x_"), "{tree}");
 }
+
+#[test]
+fn products_keep_their_tiles_and_vector_products_down_columns_split() {
+    // gemm with A transposed: B(k, j) and A(k, i) are both contiguous
+    // along a row member, but each misses the other one (reused by every
+    // row of it): no column reduction; the register tile stays.
+    let gemm_t = r#"{"name": "gemm_t", "params": {"M": 200, "N": 190, "K": 70},
+        "inputs": {"A": {"dtype": "f32", "shape": ["K", "M"]}, "B": {"dtype": "f32", "shape": ["K", "N"]}},
+        "outputs": {"C": {"dtype": "f32", "shape": ["M", "N"]}},
+        "body": ["C(i, j) +=! A(k, i) * B(k, j)"]}"#;
+    let file = scratch("gemm_t.json", gemm_t);
+    let f = file.to_str().unwrap();
+    let out = polyfuse(&["schedule", f, "--emit", "gpu-tree"]);
+    let tree = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!tree.contains("columns_on_x"), "{tree}");
+    assert!(tree.contains("mark: registers"), "{tree}");
+    // A vector times a matrix, and atax's second product (`A^T tmp`): the
+    // matrix is read once, down its columns.
+    let cases = [
+        (
+            "vecmat",
+            r#"{"name": "vecmat", "params": {"N": 333, "K": 1001},
+             "inputs": {"x": {"dtype": "f32", "shape": ["K"]}, "B": {"dtype": "f32", "shape": ["K", "N"]}},
+             "outputs": {"y": {"dtype": "f32", "shape": ["N"]}},
+             "body": ["y(j) +=! x(k) * B(k, j)"]}"#,
+        ),
+        (
+            "atax",
+            r#"{"name": "atax", "params": {"M": 1001, "N": 333},
+             "inputs": {"A": {"dtype": "f32", "shape": ["M", "N"]}, "x": {"dtype": "f32", "shape": ["N"]}},
+             "outputs": {"y": {"dtype": "f32", "shape": ["N"]}},
+             "temps": {"tmp": {"dtype": "f32", "shape": ["M"]}},
+             "body": ["tmp(i) +=! A(i, j) * x(j)", "y(j) +=! A(i, j) * tmp(i)"]}"#,
+        ),
+    ];
+    for (name, json) in cases {
+        let file = scratch(&format!("{name}.json"), json);
+        let f = file.to_str().unwrap();
+        let out = polyfuse(&["schedule", f, "--emit", "gpu-tree"]);
+        let tree = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(tree.contains("mark: columns_on_x"), "{name}\n{tree}");
+        let out = polyfuse(&["run", f, "--target", "emulate", "--check"]);
+        assert!(text(&out).contains("check: ok"), "{name}: {}", text(&out));
+    }
+}

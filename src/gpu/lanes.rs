@@ -428,9 +428,13 @@ const COLUMN_THREADS: u32 = 512;
 
 /// The column shape of the kernel band `band` (its `lc` leading members
 /// parallel; the rows' loops `loops`, from [`candidate`]), when its reads
-/// of tensors the kernel does not write are contiguous along the band's
-/// innermost member for more bytes than along the loops the lanes share
-/// (see [`LaneAxis`]); `None` keeps the lanes along x.
+/// of tensors the kernel does not write coalesce along the band's
+/// innermost member (contiguous, or the same element for every row) for
+/// more bytes than along the loops the lanes share (see [`LaneAxis`]),
+/// and one of them is streamed: contiguous along the rows, moving with
+/// the loop and every row member of more than one instance (each element
+/// read for one row only, as `X(r, c)` in `S(c) +=! X(r, c)`; a product's
+/// operands are reused instead). `None` keeps the lanes along x.
 ///
 /// The rows per block `b` are a divisor of the member's extent `C` (a
 /// constant), at most 32 and covering at least one 32-byte sector of the
@@ -455,6 +459,13 @@ pub fn columns(
         return Ok(None);
     };
     let rows_at = super::mapping::x_iterators(scop, band, lc - 1)?;
+    // Each row member with more than one instance, by its iterators.
+    let mut members = Vec::new();
+    for m in 0..lc {
+        if super::mapping::member_extent(band, m)? != Some(1) {
+            members.push(super::mapping::x_iterators(scop, band, m)?);
+        }
+    }
     let stmts = scop.statements_in(&band.get_domain()?)?;
     // Boxes: no statement's loops depend on its row, so no guard that
     // differs between the threads of a block encloses the barriers of the
@@ -471,6 +482,7 @@ pub fn columns(
     // Bytes read contiguously along the rows and along the lanes, over the
     // statements of every loop below the band.
     let (mut along_rows, mut along_lanes, mut element) = (0usize, 0usize, 0usize);
+    let mut streams = false;
     let mut bands = Vec::new();
     loop_bands(&band.get_child(0)?, &mut bands)?;
     for lane_band in &bands {
@@ -486,18 +498,36 @@ pub fn columns(
                 if written.contains(&a.tensor) {
                     continue;
                 }
+                // Coalesced along an axis: the address moves by one
+                // element a step, or not at all (every thread of the axis
+                // reads one element: atax's `tmp(i)` beside `A(i, j)`).
                 let bytes = scop.tensor(&a.tensor).map_or(4, |t| t.dtype.size());
-                if contiguous(a.relation, r)? {
+                if super::promote::coalesced(a.relation, Some(r))? {
                     along_rows += bytes;
-                    element = element.max(bytes);
                 }
-                if contiguous(a.relation, l)? {
+                if contiguous(a.relation, r)? {
+                    element = element.max(bytes);
+                    // A streamed operand: each element feeds one row, read
+                    // once (it moves with every row member and the loop).
+                    // A contraction's operands each miss a row member
+                    // (gemm's `B(k, j)` misses `i`): reused, they keep
+                    // their register and tensor-core tiles.
+                    let mut every = super::mapping::reads_along(a.relation, l)?;
+                    for its in &members {
+                        match its.get(&s.name).copied().flatten() {
+                            Some(pos) => every &= super::mapping::reads_along(a.relation, pos)?,
+                            None => every = false,
+                        }
+                    }
+                    streams |= every;
+                }
+                if super::promote::coalesced(a.relation, Some(l))? {
                     along_lanes += bytes;
                 }
             }
         }
     }
-    if along_rows <= along_lanes || element == 0 {
+    if along_rows <= along_lanes || !streams {
         return Ok(None);
     }
     let sector = (32 / element).max(1) as i64;

@@ -1355,7 +1355,7 @@ fn few_rows_long_reduction(program: &Program, scop: &Scop, band: &ScheduleNode) 
 /// Whether the access `relation` (affine) moves with iterator `pos`: some
 /// subscript has a non-zero coefficient on it. A subscript that is not one
 /// affine expression counts as not moving (no claim is made).
-fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
+pub(super) fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
     let pma = isl_rs::PwMultiAff::from_map(relation.copy()?)?;
     for d in 0..pma.dim(isl_rs::DimType::Out)? {
         if super::promote::coefficient(&pma.get_pw_aff(d)?, pos as i32)?.is_some_and(|c| c != 0) {
