@@ -542,10 +542,10 @@ fn few_long_rows_without_reuse_are_reduced_by_warps() {
     // Two parallel loops with 31 x 63 instances and 600-step reductions
     // that read a different element each (the partial reductions of a
     // split-k update): a warp per row, not a thread. X's rows run along
-    // s, so the read is no streaming one (consecutive threads of a thread
-    // per row would read consecutive elements): the few rows alone decide.
-    // Odd sizes, emulated.
-    let json = |h, s| partial_reductions(h, s, 600, r#"["H", "U", "S"]"#, "X(h, u, s)");
+    // h, so the read is no streaming one and no column either (neither the
+    // reduction nor the innermost row moves along its last dimension):
+    // the few rows alone decide. Odd sizes, emulated.
+    let json = |h, s| partial_reductions(h, s, 600, r#"["S", "U", "H"]"#, "X(s, u, h)");
     // Program order keeps (h, s, u) in one band: two parallel members.
     let options = Options {
         strategy: schedule::Strategy::Canonical,
@@ -566,6 +566,24 @@ fn few_long_rows_without_reuse_are_reduced_by_warps() {
         .unwrap()
         .source
         .contains("pf_warp_max(pf_red)"));
+    // With X's rows along s, consecutive rows read consecutive elements:
+    // a column reduction (`gpu::lanes::LaneAxis::Y`), the reduction split
+    // over threadIdx.y, the rows on x (63 = 7 x 9: 9 per block).
+    let columns = partial_reductions(31, 63, 600, r#"["H", "U", "S"]"#, "X(h, u, s)");
+    let c = compile(&load_str(&columns, "p.json").unwrap(), &options).unwrap();
+    let tree = c.gpu_tree.as_ref().unwrap().to_string();
+    assert!(tree.contains("columns_on_x"), "{tree}");
+    // (Program order puts the initialisation in a kernel of its own.)
+    let blocks: Vec<[u32; 3]> = c
+        .cuda
+        .as_ref()
+        .unwrap()
+        .kernels
+        .iter()
+        .map(|k| k.block)
+        .collect();
+    assert!(blocks.contains(&[9, 32, 1]), "{blocks:?}");
+    emulate_ok(&columns, &options);
 }
 
 #[test]

@@ -499,6 +499,7 @@ pub fn program(
             step_loop: None,
             staged: false,
             lanes: plan.lanes.as_deref(),
+            lane_axis: plan.lane_axis,
             in_lanes: false,
             row_caches: &[],
             store_in_fours: false,
@@ -823,6 +824,8 @@ struct Ctx<'a> {
     /// A warp per row whose lanes share the row's loops (`gpu::lanes`):
     /// the states of the split reduction loops.
     lanes: Option<&'a [LaneLoop]>,
+    /// The thread axis of the lanes (`gpu::lanes::LaneAxis`).
+    lane_axis: crate::gpu::lanes::LaneAxis,
     /// Inside a loop the lanes share: every lane runs its statements.
     in_lanes: bool,
     /// Input rows the lanes keep in registers across the row's loops.
@@ -1394,7 +1397,7 @@ impl Ctx<'_> {
                     } else if i > 0 && !in_thread && self.has_threads {
                         self.race_barrier(&pad, out);
                     } else if i > 0 && row_parts {
-                        let _ = writeln!(out, "{pad}{};", lanes::barrier(self.block));
+                        let _ = writeln!(out, "{pad}{};", self.lane_barrier());
                     }
                     self.node(c, depth, pending, in_thread, out);
                 }
@@ -2626,7 +2629,10 @@ impl Ctx<'_> {
         self.printer.privates.borrow_mut().extend(views);
         // Rows of inputs the lanes read in several loops of the row stay
         // in registers (see `lanes::RowCache`).
-        let caches = if self.lanes.is_some() && in_thread {
+        let caches = if self.lanes.is_some()
+            && in_thread
+            && matches!(self.lane_axis, crate::gpu::lanes::LaneAxis::X)
+        {
             self.row_caches(body)
         } else {
             Vec::new()
@@ -3177,7 +3183,10 @@ impl Ctx<'_> {
         } else if !in_thread && self.has_threads {
             Some("threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0")
         } else if in_thread && self.reduce_x {
-            Some("threadIdx.x == 0")
+            Some(match self.lane_axis {
+                crate::gpu::lanes::LaneAxis::X => "threadIdx.x == 0",
+                crate::gpu::lanes::LaneAxis::Y(_) => "threadIdx.y == 0",
+            })
         } else {
             None
         };

@@ -366,3 +366,297 @@ pub fn storage_fits(
     }
     rec(scop, tree, regions, loops, &mut Vec::new())
 }
+
+/// The thread axis the lanes of a row take.
+///
+/// Rows across lanes read consecutive elements when the loops of a row run
+/// along the tensors' contiguous dimension (a softmax over the last
+/// dimension, `X(r, c)` with the row `r` and the loop over `c`): a warp's
+/// lanes take consecutive iterations, [`LaneAxis::X`]. A column reduction
+/// (`Mx(c) max=! X(r, c)`: the "row" of the kernel band is a column `c`,
+/// its loop runs down the rows `r`) reads with the stride of a whole row
+/// that way, one element per 32-byte sector. There the consecutive rows of
+/// the band go to consecutive threads of `threadIdx.x` and the lanes to
+/// `threadIdx.y`, [`LaneAxis::Y`]: a warp then reads `block.x` consecutive
+/// elements of each of `32 / block.x` rows, whole sectors, and the lanes'
+/// partial states are combined through shared memory (no warp holds the
+/// lanes of one row, so no shuffle can).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LaneAxis {
+    /// A warp (or block) per row, its lanes along `threadIdx.x`.
+    #[default]
+    X,
+    /// Consecutive rows along `threadIdx.x` ([`Columns::rows`] per block),
+    /// the lanes of each along `threadIdx.y` ([`Columns::lanes`]).
+    Y(Columns),
+}
+
+/// The block of a kernel whose rows are columns ([`LaneAxis::Y`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    /// Rows of the kernel band per block (its innermost member's tile), on
+    /// `threadIdx.x`: a divisor of the member's extent, so every block's
+    /// tile is full and every thread of a block reaches the barriers of
+    /// the lanes' combination (a thread without a row would leave them).
+    pub rows: u32,
+    /// Lanes per row, on `threadIdx.y` (a power of two).
+    pub lanes: u32,
+}
+
+impl Columns {
+    /// The element of a split loop's part array (one per state, `rows x
+    /// lanes` elements in shared memory) that holds the partial state of
+    /// lane `lane` of the block's row `row` (a thread's `threadIdx.y` and
+    /// `threadIdx.x`): `lane * rows + row`. The same text is C for the
+    /// printer (`codegen::cuda::lanes`) and an isl affine expression for
+    /// the race proof (`gpu::race::columns`), so the two read one layout.
+    pub fn part_element(&self, lane: &str, row: &str) -> String {
+        format!("({lane}) * {} + ({row})", self.rows)
+    }
+}
+
+/// Mark above the thread band of a kernel whose rows are columns
+/// ([`LaneAxis::Y`]); it decides nothing.
+pub const COLUMNS_MARK: &str = "columns_on_x";
+
+/// Blocks below which a column kernel takes narrower tiles: about two per
+/// multiprocessor of an H100 (132), so that every one has work and a
+/// block's combination overlaps another's loads.
+const COLUMN_BLOCKS: i64 = 256;
+/// Threads of a column kernel's block.
+const COLUMN_THREADS: u32 = 512;
+
+/// The column shape of the kernel band `band` (its `lc` leading members
+/// parallel; the rows' loops `loops`, from [`candidate`]), when its reads
+/// of tensors the kernel does not write coalesce along the band's
+/// innermost member (contiguous, or the same element for every row) for
+/// more bytes than along the loops the lanes share (see [`LaneAxis`]),
+/// and one of them is streamed: contiguous along the rows, moving with
+/// the loop and every row member of more than one instance (each element
+/// read for one row only, as `X(r, c)` in `S(c) +=! X(r, c)`; a product's
+/// operands are reused instead). `None` keeps the lanes along x.
+///
+/// The rows per block `b` are a divisor of the member's extent `C` (a
+/// constant), at most 32 and covering at least one 32-byte sector of the
+/// element (`C` itself where `C <= 32`): the largest that still gives
+/// [`COLUMN_BLOCKS`] blocks, else the smallest (the most blocks); where no
+/// divisor covers a sector, the largest divisor from 2 (a warp per row
+/// reads one useful element a sector, these `b`). The
+/// lanes are the power of two that leaves each about
+/// [`ELEMENTS_PER_THREAD`] steps of the longest loop, at most
+/// [`COLUMN_THREADS`]` / b`. Where no divisor fits, the lanes stay on x.
+pub fn columns(
+    program: &Program,
+    scop: &Scop,
+    band: &ScheduleNode,
+    loops: &[LaneLoop],
+) -> Result<Option<Columns>> {
+    let lc = band.band_n_member()? as usize;
+    if lc == 0 {
+        return Ok(None);
+    }
+    let Some(extent) = super::mapping::member_extent(band, lc - 1)? else {
+        return Ok(None);
+    };
+    let rows_at = super::mapping::x_iterators(scop, band, lc - 1)?;
+    // Each row member with more than one instance, by its iterators.
+    let mut members = Vec::new();
+    for m in 0..lc {
+        if super::mapping::member_extent(band, m)? != Some(1) {
+            members.push(super::mapping::x_iterators(scop, band, m)?);
+        }
+    }
+    let stmts = scop.statements_in(&band.get_domain()?)?;
+    // Boxes: no statement's loops depend on its row, so no guard that
+    // differs between the threads of a block encloses the barriers of the
+    // lanes' loops (the rows of a block take different values).
+    for s in &stmts {
+        if !s.domain.is_box()? {
+            return Ok(None);
+        }
+    }
+    let written: Vec<String> = stmts
+        .iter()
+        .map(|s| s.written_tensor())
+        .collect::<Result<_>>()?;
+    // Bytes read contiguously along the rows and along the lanes, over the
+    // statements of every loop below the band.
+    let (mut along_rows, mut along_lanes, mut element) = (0usize, 0usize, 0usize);
+    let mut streams = false;
+    let mut bands = Vec::new();
+    loop_bands(&band.get_child(0)?, &mut bands)?;
+    for lane_band in &bands {
+        let lanes_at = super::mapping::x_iterators(scop, lane_band, 0)?;
+        for s in scop.statements_in(&lane_band.get_domain()?)? {
+            let (Some(r), Some(l)) = (
+                rows_at.get(&s.name).copied().flatten(),
+                lanes_at.get(&s.name).copied().flatten(),
+            ) else {
+                return Ok(None);
+            };
+            for a in s.accesses(program).into_iter().skip(1) {
+                if written.contains(&a.tensor) {
+                    continue;
+                }
+                // Coalesced along an axis: the address moves by one
+                // element a step, or not at all (every thread of the axis
+                // reads one element: atax's `tmp(i)` beside `A(i, j)`).
+                let bytes = scop.tensor(&a.tensor).map_or(4, |t| t.dtype.size());
+                if super::promote::coalesced(a.relation, Some(r))? {
+                    along_rows += bytes;
+                }
+                if contiguous(a.relation, r)? {
+                    element = element.max(bytes);
+                    // A streamed operand: each element feeds one row, read
+                    // once (it moves with every row member and the loop).
+                    // A contraction's operands each miss a row member
+                    // (gemm's `B(k, j)` misses `i`): reused, they keep
+                    // their register and tensor-core tiles.
+                    let mut every = super::mapping::reads_along(a.relation, l)?;
+                    for its in &members {
+                        match its.get(&s.name).copied().flatten() {
+                            Some(pos) => every &= super::mapping::reads_along(a.relation, pos)?,
+                            None => every = false,
+                        }
+                    }
+                    streams |= every;
+                }
+                if super::promote::coalesced(a.relation, Some(l))? {
+                    along_lanes += bytes;
+                }
+            }
+        }
+    }
+    if along_rows <= along_lanes || !streams {
+        return Ok(None);
+    }
+    let sector = (32 / element).max(1) as i64;
+    let divisors: Vec<i64> = (1..=32)
+        .filter(|d| extent % d == 0 && (*d >= 2 || *d == extent))
+        .collect();
+    let whole: Vec<i64> = divisors
+        .iter()
+        .copied()
+        .filter(|d| *d >= sector || *d == extent)
+        .collect();
+    let rows = match (whole.first(), divisors.last()) {
+        (Some(&smallest), _) => whole
+            .iter()
+            .rev()
+            .find(|d| extent / **d >= COLUMN_BLOCKS)
+            .copied()
+            .unwrap_or(smallest),
+        // No divisor covers a sector: still `d` useful elements a
+        // sector, where a warp per row reads one.
+        (None, Some(&largest)) => largest,
+        (None, None) => return Ok(None),
+    };
+    let longest = loops.iter().filter_map(|l| l.extent).max().unwrap_or(0);
+    if loops.iter().any(|l| l.extent.is_none()) {
+        return Ok(None);
+    }
+    let wanted = (longest + ELEMENTS_PER_THREAD - 1) / ELEMENTS_PER_THREAD;
+    let most = COLUMN_THREADS / rows as u32;
+    let mut lanes = 1u32;
+    while i64::from(lanes) < wanted && lanes * 2 <= most {
+        lanes *= 2;
+    }
+    Ok(Some(Columns {
+        rows: rows as u32,
+        lanes,
+    }))
+}
+
+/// The rows band of the kernel band `band` when it is a column reduction
+/// ([`LaneAxis::Y`]), with the rows' loops and the block: `band` itself
+/// where its members are all parallel (the reduction loops below it),
+/// or, for a band of `lc` parallel members and one reduction member
+/// (`S(c) +=! X(r, c)` scheduled as one band over `(c, r)`), the band
+/// split after its parallel members, the reduction member a loop below
+/// them, and the initialisations (whose value on that member is a
+/// constant) taken out of it and ordered before it: isl's
+/// `order_before`, then the initialisations' copy of the loop (one
+/// iteration) deleted. The pipeline checks the mapped schedule against
+/// every dependence (`schedule::check_legal`), so this reordering is
+/// proven like any other; it is only tried, and the band kept as it was,
+/// where the result is no column reduction.
+pub fn column_rows(
+    program: &Program,
+    scop: &Scop,
+    band: &ScheduleNode,
+) -> Result<Option<(ScheduleNode, Vec<LaneLoop>, Columns)>> {
+    let n = band.band_n_member()? as usize;
+    let lc = super::mapping::leading_coincident(band)?;
+    if lc == 0 || lc > 2 || !band.band_get_permutable()? {
+        return Ok(None);
+    }
+    let rows = if n == lc {
+        band.copy()?
+    } else if n == lc + 1 {
+        let inner = band.copy()?.band_split(lc as i32)?.child(0)?;
+        let domain = inner.get_domain()?;
+        let mut inits = isl_rs::UnionSet::empty(domain.get_space()?)?;
+        for s in scop.statements_in(&domain)? {
+            if s.kind == StmtKind::Init {
+                inits = inits.union(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?;
+            }
+        }
+        let inits = inits.intersect(domain.copy()?)?;
+        if inits.is_empty()? {
+            inner.parent()?
+        } else if inits.is_equal(&domain)? {
+            return Ok(None);
+        } else {
+            // sequence { filter(inits) -> loop; filter(rest) -> loop }
+            let sequence = inner.order_before(inits)?.parent()?.parent()?;
+            if sequence.get_type()? != ScheduleNodeType::Sequence {
+                return Ok(None);
+            }
+            let init_loop = sequence.child(0)?.child(0)?;
+            if init_loop.get_type()? != ScheduleNodeType::Band {
+                return Ok(None);
+            }
+            init_loop.delete()?.parent()?.parent()?.parent()?
+        }
+    } else {
+        return Ok(None);
+    };
+    if rows.get_type()? != ScheduleNodeType::Band {
+        return Ok(None);
+    }
+    let Some(loops) = candidate(program, scop, &rows)? else {
+        return Ok(None);
+    };
+    Ok(columns(program, scop, &rows, &loops)?.map(|c| (rows, loops, c)))
+}
+
+/// The bands below `node` (the loops of a row, as [`candidate`] accepted
+/// them: single-member bands under sequences, sets and filters).
+fn loop_bands(node: &ScheduleNode, out: &mut Vec<ScheduleNode>) -> Result<()> {
+    if node.get_type()? == ScheduleNodeType::Band {
+        out.push(node.copy()?);
+        return Ok(());
+    }
+    for i in 0..node.n_children()? {
+        loop_bands(&node.get_child(i)?, out)?;
+    }
+    Ok(())
+}
+
+/// Whether the access `relation` runs along its tensor's contiguous
+/// dimension with statement iterator `pos`: the last subscript moves by
+/// one element per step, the others not at all.
+fn contiguous(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
+    let pma = isl_rs::PwMultiAff::from_map(relation.copy()?)?;
+    let n = pma.dim(isl_rs::DimType::Out)?;
+    if n == 0 {
+        return Ok(false);
+    }
+    for d in 0..n {
+        let want = if d + 1 == n { 1 } else { 0 };
+        if super::promote::coefficient(&pma.get_pw_aff(d)?, pos as i32)? != Some(want) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

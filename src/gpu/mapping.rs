@@ -73,6 +73,10 @@ pub struct KernelPlan {
     /// `None` in a kernel with such marks: lane 0 runs the rows alone
     /// (`reduce_x` is set either way).
     pub lanes: Option<Vec<super::lanes::LaneLoop>>,
+    /// The thread axis of the lanes of a row: x (a warp or a block per
+    /// row), or y for columns (consecutive rows on x; see
+    /// `lanes::LaneAxis`).
+    pub lane_axis: super::lanes::LaneAxis,
     /// The kernel is a rolling attention run on tensor cores (see
     /// `gpu::attention`): printed whole by `codegen::flash`, the tree below
     /// its mark left unmapped.
@@ -94,6 +98,7 @@ impl KernelPlan {
             contraction: None,
             private: Vec::new(),
             lanes: None,
+            lane_axis: super::lanes::LaneAxis::X,
             attention: None,
         }
     }
@@ -231,7 +236,7 @@ fn mark(isl: &Isl, name: &str) -> Result<Id> {
 }
 
 /// Number of leading coincident members of a band.
-fn leading_coincident(band: &ScheduleNode) -> Result<usize> {
+pub(super) fn leading_coincident(band: &ScheduleNode) -> Result<usize> {
     let n = band.band_n_member()?;
     let mut k = 0;
     while k < n && band.band_member_get_coincident(k)? {
@@ -267,7 +272,18 @@ fn map_kernel(
     // A warp per row, its lanes across the reduction, where
     // `warp_reduction` says so; the members with one instance may then
     // have moved to a band of their own above the rows.
-    let warp = warp_reduction(program, scop, deps, &node, opts)?;
+    // Columns first (`lanes::column_rows`): a reduction down a tensor's
+    // rows, which a warp per row would read a row apart.
+    let column_rows = if opts.reduce && opts.auto_tile && opts.block.is_empty() {
+        super::lanes::column_rows(program, scop, &node)?
+    } else {
+        None
+    };
+    let warp = if column_rows.is_some() {
+        None
+    } else {
+        warp_reduction(program, scop, deps, &node, opts)?
+    };
     let warped = warp.is_some();
     let (reduction, site) = match warp {
         Some(w) => {
@@ -280,7 +296,9 @@ fn map_kernel(
     // `lanes::candidate` says so.
     let mut lane_loops = None;
     let mut lane_width = 32;
+    let mut columns: Option<super::lanes::Columns> = None;
     if !warped
+        && column_rows.is_none()
         && opts.reduce
         && opts
             .block
@@ -293,6 +311,12 @@ fn map_kernel(
             lane_loops = Some(loops);
         }
     }
+    if let Some((band, loops, c)) = column_rows {
+        node = super::lanes::mark_loops(isl, band)?;
+        lane_width = c.lanes;
+        lane_loops = Some(loops);
+        columns = Some(c);
+    }
     let lanes = lane_loops.is_some();
     // Rows whose loops split a rolling update (an online softmax).
     let rolling_rows = lane_loops.as_ref().is_some_and(|loops| {
@@ -304,7 +328,7 @@ fn map_kernel(
         })
     });
     // Rows on whole blocks: how many run side by side on y.
-    let row_groups = if lanes && lane_width > 32 {
+    let row_groups = if lanes && lane_width > 32 && columns.is_none() {
         block_row_groups(lane_width, rolling_rows, opts)
     } else {
         1
@@ -352,7 +376,9 @@ fn map_kernel(
     let n = node.band_n_member()? as usize;
     let has_reduction = (0..n).any(|i| !node.band_member_get_coincident(i as i32).unwrap_or(false));
     // Rows per block tile where a warp or a block runs each row.
-    let row_tile = if lanes && lane_width > 32 {
+    let row_tile = if let Some(c) = columns {
+        Some(i64::from(c.rows))
+    } else if lanes && lane_width > 32 {
         Some(BLOCK_ROWS_PER_TILE)
     } else if reduction.is_some() || lanes {
         Some(8)
@@ -529,8 +555,9 @@ fn map_kernel(
         // straight from memory: a shared copy of the block tile would only
         // be paid for (layer norm's rows, one at a time, keep it: they
         // lost 211 -> 233 us without it on the H100).
+        // Columns read each element once, down the rows: nothing to share.
         let promote_opts = GpuOptions {
-            shared: opts.shared && row_groups == 1,
+            shared: opts.shared && row_groups == 1 && columns.is_none(),
             ..opts.clone()
         };
         plan.scope = Some(super::promote::promote(
@@ -570,8 +597,20 @@ fn map_kernel(
                 if j + 1 < nt {
                     node = node.band_split(1)?;
                 }
-                let axis = nt - 1 - j + usize::from(reduction.is_some() || lanes);
+                let axis = match columns {
+                    // The innermost row member on x, an outer one on z
+                    // (y is the lanes').
+                    Some(_) if j + 1 == nt => 0,
+                    Some(_) => 2,
+                    None => nt - 1 - j + usize::from(reduction.is_some() || lanes),
+                };
                 let depth = node.get_schedule_depth()?;
+                if columns.is_some() && axis == 0 {
+                    // Shows the decision in `--emit gpu-tree`; the
+                    // printers take it from the plan (`lane_axis`).
+                    node = node.insert_mark(mark(isl, super::lanes::COLUMNS_MARK)?)?;
+                    node = node.child(0)?;
+                }
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
             }
@@ -606,7 +645,13 @@ fn map_kernel(
             } else {
                 thread_block(&member_tile[..nt], opts)
             };
-            if lanes && lane_width > 32 {
+            if let Some(c) = columns.filter(|_| lanes) {
+                // Consecutive rows (columns of the tensors) along x, each
+                // on `c.lanes` threads along y.
+                plan.block = [c.rows, c.lanes, 1];
+                plan.lane_axis = super::lanes::LaneAxis::Y(c);
+                plan.reduce_x = true;
+            } else if lanes && lane_width > 32 {
                 // A row on `lane_width` threads along x, the block tile's
                 // rows side by side along y (see [`block_row_groups`]).
                 plan.block = [lane_width, row_groups, 1];
@@ -911,7 +956,7 @@ pub fn parse_mapping_mark(mark: &str) -> Option<(bool, char, String)> {
 /// For each statement, the position of the iterator that band member
 /// `member` of `band` runs along, when the member is that single iterator
 /// (coefficient 1, no other term): the iterator mapped to `threadIdx.x`.
-fn x_iterators(
+pub(super) fn x_iterators(
     scop: &Scop,
     band: &ScheduleNode,
     member: usize,
@@ -1310,7 +1355,7 @@ fn few_rows_long_reduction(program: &Program, scop: &Scop, band: &ScheduleNode) 
 /// Whether the access `relation` (affine) moves with iterator `pos`: some
 /// subscript has a non-zero coefficient on it. A subscript that is not one
 /// affine expression counts as not moving (no claim is made).
-fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
+pub(super) fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
     let pma = isl_rs::PwMultiAff::from_map(relation.copy()?)?;
     for d in 0..pma.dim(isl_rs::DimType::Out)? {
         if super::promote::coefficient(&pma.get_pw_aff(d)?, pos as i32)?.is_some_and(|c| c != 0) {

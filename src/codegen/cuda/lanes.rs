@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::{storage_type, Ctx, Pending};
 use crate::frontend::ast::{DType, TensorRole};
-use crate::gpu::lanes::{LaneLoop, State};
+use crate::gpu::lanes::{LaneAxis, LaneLoop, State};
 use crate::isl::ast::Node;
 use crate::model::ModelStmt;
 
@@ -23,7 +23,30 @@ struct Slot<'s> {
 impl Ctx<'_> {
     /// Threads sharing a row: a warp, or a whole block of warps.
     pub(super) fn lane_width(&self) -> u32 {
-        self.block[0]
+        match self.lane_axis {
+            LaneAxis::X => self.block[0],
+            LaneAxis::Y(_) => self.block[1],
+        }
+    }
+
+    /// This thread's lane: its index along the lanes' axis.
+    pub(super) fn lane_index(&self) -> &'static str {
+        match self.lane_axis {
+            LaneAxis::X => "(pf_i)threadIdx.x",
+            LaneAxis::Y(_) => "(pf_i)threadIdx.y",
+        }
+    }
+
+    /// The barrier of the threads sharing a row: [`barrier`] for lanes on
+    /// x; with lanes on y, the lanes of a row are in different warps, each
+    /// warp holding lanes of several rows, so the whole block (every thread
+    /// of a column block has a row: `lanes::Columns::rows` divides the
+    /// rows).
+    pub(super) fn lane_barrier(&self) -> &'static str {
+        match self.lane_axis {
+            LaneAxis::X => barrier(self.block),
+            LaneAxis::Y(_) => "__syncthreads()",
+        }
     }
 
     /// Whether every lane runs statement `s` (no lane-0 guard): inside a
@@ -105,6 +128,15 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}  }}");
                         let _ = writeln!(out, "{pad}}}");
                     }
+                    None if !emulate && matches!(self.lane_axis, LaneAxis::Y(_)) => {
+                        let head = (
+                            iterator.as_str(),
+                            init.as_str(),
+                            cond.as_str(),
+                            inc.as_str(),
+                        );
+                        inner.column_steps(head, lane, width, body, depth, pending, in_thread, out);
+                    }
                     None => {
                         let _ = writeln!(
                                 out,
@@ -118,7 +150,7 @@ impl Ctx<'_> {
                 // (on lane 0: a value not kept in registers) is visible to
                 // every lane.
                 if !emulate {
-                    let _ = writeln!(out, "{pad}{};", barrier(self.block));
+                    let _ = writeln!(out, "{pad}{};", self.lane_barrier());
                 }
                 // Rows this loop is the first to read: loaded here.
                 for c in self
@@ -153,11 +185,11 @@ impl Ctx<'_> {
                                 pending,
                                 out,
                             ),
-                            _ => share(out, &pad, "(pf_i)threadIdx.x", depth),
+                            _ => share(out, &pad, self.lane_index(), depth),
                         }
                         // Later statements of the row may read what other
                         // lanes wrote.
-                        let _ = writeln!(out, "{pad}{};", barrier(self.block));
+                        let _ = writeln!(out, "{pad}{};", self.lane_barrier());
                     }
                     Some(states) => match self.slots(states) {
                         Some(slots) => self.split_loop(&slots, &share, depth, out),
@@ -171,6 +203,138 @@ impl Ctx<'_> {
             // No loop (one iteration): as it is.
             other => self.node(other, depth, pending, in_thread, out),
         }
+    }
+
+    /// A column lane's share of a loop (`gpu::lanes::LaneAxis::Y`,
+    /// iterations `lane, lane + width, ..` of `for (iterator = init; cond;
+    /// iterator += inc)`), in batches of [`COLUMN_UNROLL`] steps whose
+    /// reads of the program's inputs are all issued before the first step
+    /// computes. A step's arithmetic waits for the states of the step
+    /// before it (a rolling maximum's rescaling branches on it), so loads
+    /// written inside the steps would each wait for that too, one in
+    /// flight per lane; loaded ahead, a batch's are in flight together
+    /// (eight per lane: at 512 threads and 4 bytes, 16 KB per block, what
+    /// an H100's memory needs in flight, 3.35 TB/s x ~0.6 us over 132
+    /// multiprocessors, with two blocks on each).
+    ///
+    /// Only inputs are loaded ahead (nothing in the kernel writes them, so
+    /// the early load reads what the step would), and only for a loop
+    /// whose body is statements alone (no guard of isl's: each runs at
+    /// every iteration the loop's condition admits, which is the test of
+    /// the load; an input read by a statement at an instance of its domain
+    /// is in bounds). The condition is an upper bound on the iterator
+    /// (isl's loops count up), so the batch's first failing step ends the
+    /// loop. Other bodies run the plain strided loop.
+    #[allow(clippy::too_many_arguments)]
+    fn column_steps(
+        &self,
+        (iterator, init, cond, inc): (&str, &str, &str, &str),
+        lane: &str,
+        width: u32,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let Some((loads, reads)) = self.inputs_ahead(body) else {
+            let _ = writeln!(
+                out,
+                "{pad}for (pf_i {iterator} = {init} + {lane} * ({inc}); {cond}; {iterator} += {width} * ({inc})) {{"
+            );
+            self.node(body, depth + 1, pending, in_thread, out);
+            let _ = writeln!(out, "{pad}}}");
+            return;
+        };
+        let k = COLUMN_UNROLL;
+        let step = |out: &mut String, p: &str| {
+            let _ = writeln!(
+                out,
+                "{p}const pf_i {iterator} = pf_base + pf_k * {width} * ({inc});"
+            );
+        };
+        let _ = writeln!(
+            out,
+            "{pad}for (pf_i pf_base = {init} + {lane} * ({inc}); ; pf_base += {} * ({inc})) {{",
+            k * width
+        );
+        let _ = writeln!(
+            out,
+            "{pad}  {{ const pf_i {iterator} = pf_base; if (!({cond})) break; }}"
+        );
+        for (j, (_, ty)) in loads.iter().enumerate() {
+            let _ = writeln!(out, "{pad}  {ty} pf_ld{j}[{k}];");
+        }
+        let _ = writeln!(out, "{pad}  #pragma unroll");
+        let _ = writeln!(out, "{pad}  for (int pf_k = 0; pf_k < {k}; pf_k++) {{");
+        step(out, &format!("{pad}    "));
+        let _ = writeln!(out, "{pad}    if ({cond}) {{");
+        for (j, (element, _)) in loads.iter().enumerate() {
+            let _ = writeln!(out, "{pad}      pf_ld{j}[pf_k] = {element};");
+        }
+        let _ = writeln!(out, "{pad}    }}");
+        let _ = writeln!(out, "{pad}  }}");
+        let _ = writeln!(out, "{pad}  #pragma unroll");
+        let _ = writeln!(out, "{pad}  for (int pf_k = 0; pf_k < {k}; pf_k++) {{");
+        step(out, &format!("{pad}    "));
+        let _ = writeln!(out, "{pad}    if ({cond}) {{");
+        let n = reads.len();
+        self.printer.run_reads.borrow_mut().extend(reads);
+        self.node(body, depth + 3, pending, in_thread, out);
+        self.drop_run_reads(n);
+        let _ = writeln!(out, "{pad}    }}");
+        let _ = writeln!(out, "{pad}  }}");
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// The reads of inputs by the statements of `body` (statements alone,
+    /// see [`Self::column_steps`]): each distinct element once, as the
+    /// global access and the storage type of its register array
+    /// `pf_ld<j>`, and each read as (statement, access text, `pf_ld<j>[pf_k]`)
+    /// for the printer's overrides. `None` for another body, or none read.
+    #[allow(clippy::type_complexity)]
+    fn inputs_ahead(
+        &self,
+        body: &Node,
+    ) -> Option<(Vec<(String, &'static str)>, Vec<(String, String, String)>)> {
+        let users: Vec<(&String, &Vec<crate::isl::ast::Expr>)> = match body {
+            Node::User { statement, args } => vec![(statement, args)],
+            Node::Block(v) => v
+                .iter()
+                .map(|n| match n {
+                    Node::User { statement, args } => Some((statement, args)),
+                    _ => None,
+                })
+                .collect::<Option<_>>()?,
+            _ => return None,
+        };
+        let mut loads: Vec<(String, &'static str)> = Vec::new();
+        let mut reads = Vec::new();
+        for (statement, args) in users {
+            let s = self.scop.statement(statement)?;
+            let env = self.statement_env(&s.iterators, args);
+            for a in s.accesses(self.program).into_iter().skip(1) {
+                let t = self.scop.tensor(&a.tensor)?;
+                if t.role != TensorRole::Input || t.shape.is_empty() {
+                    continue;
+                }
+                let element = self.printer.element(&a.tensor, &a.subscripts, &env);
+                let j = match loads.iter().position(|(e, _)| *e == element) {
+                    Some(j) => j,
+                    None => {
+                        loads.push((element, storage_type(t.dtype)));
+                        loads.len() - 1
+                    }
+                };
+                reads.push((
+                    statement.clone(),
+                    crate::model::access_text(&a.tensor, &a.subscripts),
+                    format!("pf_ld{j}[pf_k]"),
+                ));
+            }
+        }
+        (!loads.is_empty()).then_some((loads, reads))
     }
 
     /// The printed states of a split loop, when all are private scalars
@@ -294,6 +458,8 @@ impl Ctx<'_> {
             for s in &carried {
                 let _ = writeln!(out, "{p}{b} = pf_lane_{b}[0];", b = s.buffer);
             }
+        } else if let LaneAxis::Y(columns) = self.lane_axis {
+            self.split_loop_columns(columns, &carried, slots, share, depth, out);
         } else {
             let p = format!("{pad}  ");
             let _ = writeln!(out, "{p}if (threadIdx.x != 0) {{");
@@ -362,6 +528,70 @@ impl Ctx<'_> {
             }
         }
         let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// [`Self::split_loop`]'s GPU form for lanes on y (columns,
+    /// `gpu::lanes::LaneAxis::Y`): each lane runs its share, stores its
+    /// partial states in shared memory at `[lane][row]` (`lane * rows +
+    /// threadIdx.x`), and after a barrier every lane of a row combines the
+    /// row's `W` parts in lane order (so all hold the same states, lane
+    /// 0's from the state before the loop first); a second barrier keeps
+    /// the parts until all have read them. Each thread writes one element
+    /// of each part array and reads only its own row's: the barriers order
+    /// every write before every read of another thread, and the reads
+    /// before the next loop's writes.
+    fn split_loop_columns(
+        &self,
+        columns: crate::gpu::lanes::Columns,
+        carried: &[&Slot],
+        slots: &[Slot],
+        share: &dyn Fn(&mut String, &str, &str, usize),
+        depth: usize,
+        out: &mut String,
+    ) {
+        let p = "  ".repeat(depth + 1);
+        let (rows, width) = (columns.rows, columns.lanes);
+        let identity = |s: &Slot| -> String {
+            let r = match s.state {
+                State::Reduce(r) | State::Target { reducer: r, .. } => *r,
+                State::Cache { .. } => unreachable!("caches are not carried"),
+            };
+            self.printer.identity(r, s.dtype.compute())
+        };
+        let _ = writeln!(out, "{p}if (threadIdx.y != 0) {{");
+        for s in carried {
+            let _ = writeln!(out, "{p}  {} = {};", s.buffer, identity(s));
+        }
+        let _ = writeln!(out, "{p}}}");
+        share(out, &p, self.lane_index(), depth + 1);
+        for s in carried {
+            let _ = writeln!(
+                out,
+                "{p}__shared__ {} pf_part_{}[{}];",
+                s.ty,
+                s.buffer,
+                rows * width
+            );
+        }
+        let part = |b: &str, lane: &str| {
+            format!("pf_part_{b}[{}]", columns.part_element(lane, "threadIdx.x"))
+        };
+        for s in carried {
+            let _ = writeln!(
+                out,
+                "{p}{} = {b};",
+                part(&s.buffer, "threadIdx.y"),
+                b = s.buffer
+            );
+        }
+        let _ = writeln!(out, "{p}__syncthreads();");
+        for s in carried {
+            let _ = writeln!(out, "{p}{b} = {};", part(&s.buffer, "0"), b = s.buffer);
+        }
+        let _ = writeln!(out, "{p}for (int pf_w = 1; pf_w < {width}; pf_w++) {{");
+        self.combine_with(carried, slots, &format!("{p}  "), &|b| part(b, "pf_w"), out);
+        let _ = writeln!(out, "{p}}}");
+        let _ = writeln!(out, "{p}__syncthreads();");
     }
 
     /// Declares the partner's value of each carried state,
@@ -468,6 +698,12 @@ pub(super) fn barrier(block: [u32; 3]) -> &'static str {
         "__syncthreads()"
     }
 }
+
+/// Steps of a column lane's loop unrolled together (see
+/// `gpu::lanes::LaneAxis::Y`): eight loads of 4 bytes in flight per lane
+/// keep about 16 KB in flight per multiprocessor at 16 warps, what an
+/// H100's memory needs (3.35 TB/s x ~0.6 us over 132 multiprocessors).
+const COLUMN_UNROLL: u32 = 8;
 
 /// Four consecutive elements of one slot group `pf_q` accessed at once:
 /// `vector` (lines of a 16-byte access through `pf_a`, the address of the first

@@ -57,6 +57,10 @@
 //! has shown to carry no dependence but the reduction chains that the
 //! lanes' combination reassembles.
 //!
+//! A column kernel (lanes on y, `lanes::LaneAxis::Y`) is proven to bring
+//! every thread to every barrier, and its lanes' shared part arrays to be
+//! free of races ([`columns`]).
+//!
 //! The memories the statements do not name are proven too: the shared
 //! copies of promoted tensors ([`shared`]: no copy overwrites a tile
 //! another step still reads), a register tile ([`registers`]: one element,
@@ -67,6 +71,7 @@
 
 use isl_rs::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
 
+mod columns;
 mod registers;
 mod shared;
 mod template;
@@ -181,6 +186,9 @@ pub fn prove(
             }
         }
         prove_kernel(program, scop, node.copy()?, &mark, &reorderable, threads)?;
+        if let Some(super::lanes::LaneAxis::Y(c)) = plan.map(|p| p.lane_axis) {
+            columns::prove(program, &node, &mark, c)?;
+        }
         if let Some(plan) = plan {
             if let Some(scope) = &plan.scope {
                 shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
