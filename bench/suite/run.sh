@@ -18,16 +18,11 @@ OUT=${OUT:-/tmp/suite}
 mkdir -p "$OUT"
 : >"$OUT/suite.jsonl"
 # Sizes for the check: off every tile grid, small enough for the f64
-# reference on the CPU.
+# reference on the CPU; bench/suite/check-sizes.txt, which tests/suite.rs
+# runs too (CPU and GPU emulation).
 small() {
-    case $1 in
-        product_bias_tanh_f16|layernorm_product_f16) echo "--param M=300 --param N=333 --param K=257" ;;
-        mlp3_f32) echo "--param B=300 --param D=257" ;;
-        syrk) echo "--param N=300 --param M=257" ;;
-        covariance) echo "--param N=301 --param M=257" ;;
-        column_logsumexp) echo "--param R=1001 --param C=333" ;;
-        grouped_conv) echo "--param B=2 --param G=4 --param H=19 --param W=23" ;;
-    esac
+    awk -v n="$1" '$1 == n { $1 = ""; print; found = 1 } END { if (!found) exit 1 }' \
+        bench/suite/check-sizes.txt || echo "suite: $1 has no line in check-sizes.txt" >&2
 }
 : >"$OUT/errors.log"
 names=${NAMES:-$(for f in bench/suite/*.json; do basename "$f" .json; done)}

@@ -1,0 +1,160 @@
+//! The benchmark suite beyond the examples (`bench/suite/`, issue 32):
+//! every program runs through the command line, `polyfuse run FILE
+//! --check`, at its small sizes from `bench/suite/check-sizes.txt` (the
+//! sizes `bench/suite/run.sh` checks on the GPU; off every tile grid), on
+//! the CPU and with the GPU mapping emulated (`--target emulate`), and
+//! must print `check: ok`. The file's own sizes are the GPU machine's
+//! (`run.sh` times them); here they are only loaded.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn suite_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/suite")
+}
+
+/// The lines of `check-sizes.txt`: a program's name and its `--param`
+/// arguments (comments and blank lines skipped).
+fn check_sizes() -> Vec<(String, Vec<String>)> {
+    let path = suite_dir().join("check-sizes.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut words = l.split_whitespace().map(str::to_string);
+            let name = words.next().unwrap();
+            (name, words.collect())
+        })
+        .collect()
+}
+
+fn sizes_of(name: &str) -> Vec<String> {
+    let found: Vec<_> = check_sizes()
+        .into_iter()
+        .filter(|(n, _)| n == name)
+        .collect();
+    assert_eq!(found.len(), 1, "{name}: want one line in check-sizes.txt");
+    found.into_iter().next().unwrap().1
+}
+
+/// Runs `name` with `--check` at its small sizes on the CPU and in the
+/// GPU emulation; every run must exit 0 and print `check: ok`.
+fn check(name: &str) {
+    let file = suite_dir().join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        json["name"],
+        name,
+        "{}: name differs from the file name",
+        file.display()
+    );
+    let sizes = sizes_of(name);
+    let mut failures = Vec::new();
+    for target in ["cpu", "emulate"] {
+        let mut args = vec![
+            "run".to_string(),
+            file.display().to_string(),
+            "--target".to_string(),
+            target.to_string(),
+            "--check".to_string(),
+            "--no-cache".to_string(),
+        ];
+        args.extend(sizes.iter().cloned());
+        let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let ok = out.status.success() && stdout.lines().any(|l| l.starts_with("check: ok"));
+        if !ok {
+            failures.push(format!(
+                "polyfuse {}: status {:?}\n{stdout}{}",
+                args.join(" "),
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        const SUITE: &[&str] = &[$(stringify!($name)),*];
+        $(
+            #[test]
+            fn $name() {
+                check(stringify!($name));
+            }
+        )*
+    };
+}
+
+suite!(
+    atax,
+    avgpool2x2,
+    bicg,
+    column_logsumexp,
+    column_softmax,
+    column_sum_mean,
+    correlation,
+    covariance,
+    depthwise_conv,
+    doitgen,
+    gemver,
+    gesummv,
+    grouped_conv,
+    layernorm_product_f16,
+    mlp3_f32,
+    mlp_gelu_f16,
+    mlp_silu_f32,
+    mvt,
+    product_bias_tanh_f16,
+    rmsnorm_product_f16,
+    row_sum_max,
+    symm_out_of_place,
+    syr2k,
+    syrk,
+    three_mm,
+    trmm_out_of_place,
+    two_mm,
+);
+
+/// Every program file has a test above and one line of check sizes, and
+/// every line names a program file: a program added to the suite without
+/// its sizes (or a test) fails here.
+#[test]
+fn every_program_is_checked() {
+    let files: BTreeSet<String> = std::fs::read_dir(suite_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let lines = check_sizes();
+    let listed: BTreeSet<String> = lines.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(
+        listed.len(),
+        lines.len(),
+        "a program listed twice in check-sizes.txt"
+    );
+    let tested: BTreeSet<String> = SUITE.iter().map(|s| s.to_string()).collect();
+    assert_eq!(files, listed, "bench/suite/*.json against check-sizes.txt");
+    assert_eq!(
+        files, tested,
+        "bench/suite/*.json against the tests of tests/suite.rs"
+    );
+    for (name, args) in &lines {
+        assert!(
+            args.len() % 2 == 0
+                && args.chunks(2).all(|p| p[0] == "--param"
+                    && p[1]
+                        .split_once('=')
+                        .is_some_and(|(k, v)| !k.is_empty() && v.parse::<i64>().is_ok())),
+            "{name}: want `--param NAME=VALUE` pairs, got {args:?}"
+        );
+    }
+}
