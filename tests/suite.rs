@@ -1,10 +1,11 @@
 //! The benchmark suite beyond the examples (`bench/suite/`, issue 32):
 //! every program runs through the command line, `polyfuse run FILE
-//! --check`, at its small sizes from `bench/suite/check-sizes.txt` (the
-//! sizes `bench/suite/run.sh` checks on the GPU; off every tile grid), on
-//! the CPU and with the GPU mapping emulated (`--target emulate`), and
-//! must print `check: ok`. The file's own sizes are the GPU machine's
-//! (`run.sh` times them); here they are only loaded.
+//! --check`, at each line of its sizes in `bench/suite/check-sizes.txt`
+//! (the sizes `bench/suite/run.sh` checks on the GPU: small ones off every
+//! tile grid, and where the mapping depends on the size, sizes at which
+//! it is mapped as at the file's own), on the CPU and with the GPU mapping
+//! emulated (`--target emulate`), and must print `check: ok`. The file's
+//! own sizes are the GPU machine's (`run.sh` times them).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -30,17 +31,19 @@ fn check_sizes() -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-fn sizes_of(name: &str) -> Vec<String> {
+/// Every line of `name` in `check-sizes.txt` (at least one).
+fn sizes_of(name: &str) -> Vec<Vec<String>> {
     let found: Vec<_> = check_sizes()
         .into_iter()
         .filter(|(n, _)| n == name)
+        .map(|(_, args)| args)
         .collect();
-    assert_eq!(found.len(), 1, "{name}: want one line in check-sizes.txt");
-    found.into_iter().next().unwrap().1
+    assert!(!found.is_empty(), "{name}: no line in check-sizes.txt");
+    found
 }
 
-/// Runs `name` with `--check` at its small sizes on the CPU and in the
-/// GPU emulation; every run must exit 0 and print `check: ok`.
+/// Runs `name` with `--check` at each line of its sizes on the CPU and in
+/// the GPU emulation; every run must exit 0 and print `check: ok`.
 fn check(name: &str) {
     let file = suite_dir().join(format!("{name}.json"));
     let text = std::fs::read_to_string(&file).unwrap();
@@ -51,9 +54,11 @@ fn check(name: &str) {
         "{}: name differs from the file name",
         file.display()
     );
-    let sizes = sizes_of(name);
     let mut failures = Vec::new();
-    for target in ["cpu", "emulate"] {
+    for (sizes, target) in sizes_of(name)
+        .into_iter()
+        .flat_map(|s| [(s.clone(), "cpu"), (s, "emulate")])
+    {
         let mut args = vec![
             "run".to_string(),
             file.display().to_string(),
@@ -123,7 +128,7 @@ suite!(
     two_mm,
 );
 
-/// Every program file has a test above and one line of check sizes, and
+/// Every program file has a test above and a line of check sizes, and
 /// every line names a program file: a program added to the suite without
 /// its sizes (or a test) fails here.
 #[test]
@@ -136,10 +141,11 @@ fn every_program_is_checked() {
         .collect();
     let lines = check_sizes();
     let listed: BTreeSet<String> = lines.iter().map(|(n, _)| n.clone()).collect();
+    let distinct: BTreeSet<&(String, Vec<String>)> = lines.iter().collect();
     assert_eq!(
-        listed.len(),
+        distinct.len(),
         lines.len(),
-        "a program listed twice in check-sizes.txt"
+        "a line repeated in check-sizes.txt"
     );
     let tested: BTreeSet<String> = SUITE.iter().map(|s| s.to_string()).collect();
     assert_eq!(files, listed, "bench/suite/*.json against check-sizes.txt");

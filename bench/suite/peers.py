@@ -332,15 +332,17 @@ PROGRAMS = [product_bias_tanh_f16, layernorm_product_f16, mlp3_f32, syrk, covari
 
 
 def check_sizes():
-    """bench/suite/check-sizes.txt: NAME --param P=V ... per line."""
+    """The first line of each program in bench/suite/check-sizes.txt
+    (NAME --param P=V ...)."""
     sizes = {}
     with open(os.path.join(HERE, "check-sizes.txt")) as f:
         for line in f:
             words = line.split()
             if not words or words[0].startswith("#"):
                 continue
-            sizes[words[0]] = {k: int(v) for k, v in
-                               (w.split("=", 1) for w in words[1:] if w != "--param")}
+            # A program's first line: its small sizes.
+            sizes.setdefault(words[0], {k: int(v) for k, v in
+                                        (w.split("=", 1) for w in words[1:] if w != "--param")})
     return sizes
 
 
