@@ -11,6 +11,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use polyfuse::frontend::load_file;
+use polyfuse::gpu::GpuOptions;
+use polyfuse::runtime::work;
+use polyfuse::{compile, Options};
+
 fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/suite")
 }
@@ -42,18 +47,28 @@ fn sizes_of(name: &str) -> Vec<Vec<String>> {
     found
 }
 
-/// Runs `name` with `--check` at each line of its sizes on the CPU and in
-/// the GPU emulation; every run must exit 0 and print `check: ok`.
+/// At the file's own sizes, `name` compiles for the GPU (as `--target
+/// cuda` does; nothing runs) and its work counts (`--bench` divides by it;
+/// syrk at 4096 once stopped there). Then it runs with `--check` at each
+/// line of its sizes on the CPU and in the GPU emulation; every run must
+/// exit 0 and print `check: ok`.
 fn check(name: &str) {
     let file = suite_dir().join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&file).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let program = load_file(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(
-        json["name"],
+        program.name,
         name,
         "{}: name differs from the file name",
         file.display()
     );
+    let gpu = Options {
+        gpu: Some(GpuOptions::default()),
+        ..Options::default()
+    };
+    let full = compile(&program, &gpu).unwrap_or_else(|e| panic!("{name} at its own sizes: {e}"));
+    assert!(full.cuda.is_some(), "{name}: no CUDA generated");
+    let w = work::measure(&full).unwrap_or_else(|e| panic!("{name}: counting its work: {e}"));
+    assert!(w.flops > 0 && w.bytes > 0, "{name}: work {w:?}");
     let mut failures = Vec::new();
     for (sizes, target) in sizes_of(name)
         .into_iter()
