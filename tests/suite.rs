@@ -4,8 +4,9 @@
 //! (the sizes `bench/suite/run.sh` checks on the GPU: small ones off every
 //! tile grid, and where the mapping depends on the size, sizes at which
 //! it is mapped as at the file's own), on the CPU and with the GPU mapping
-//! emulated (`--target emulate`), and must print `check: ok`. The file's
-//! own sizes are the GPU machine's (`run.sh` times them).
+//! emulated (`--target emulate`), and must print `check: ok`. At the
+//! file's own sizes (the GPU machine's: `run.sh` times them) each program
+//! compiles for the GPU and counts its work, without running.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
