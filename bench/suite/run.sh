@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The suite beyond the examples (issue 32) on the GPU machine, one call:
-# each program checked at sizes off the tile grid, then timed at its
+# each program checked at the sizes of bench/suite/check-sizes.txt (off
+# the tile grid, and where the mapping depends on the size, sizes mapped
+# as its file's are), then timed at its
 # file's sizes under polyfuse's default and with --no-fusion-by-cost
 # (the grouping isl's scheduler gives, the default before the cost model),
 # then its PyTorch peers (bench/suite/peers.py) in the same call.
@@ -17,25 +19,23 @@ POLYFUSE=${POLYFUSE:-$root/target/release/polyfuse}
 OUT=${OUT:-/tmp/suite}
 mkdir -p "$OUT"
 : >"$OUT/suite.jsonl"
-# Sizes for the check: off every tile grid, small enough for the f64
-# reference on the CPU.
+# Sizes for the check: bench/suite/check-sizes.txt (every line of the
+# program: small sizes off every tile grid, and sizes at which it is
+# mapped as at its file's sizes), which tests/suite.rs runs too on the
+# CPU and in the GPU emulation.
 small() {
-    case $1 in
-        product_bias_tanh_f16|layernorm_product_f16) echo "--param M=300 --param N=333 --param K=257" ;;
-        mlp3_f32) echo "--param B=300 --param D=257" ;;
-        syrk) echo "--param N=300 --param M=257" ;;
-        covariance) echo "--param N=301 --param M=257" ;;
-        column_logsumexp) echo "--param R=1001 --param C=333" ;;
-        grouped_conv) echo "--param B=2 --param G=4 --param H=19 --param W=23" ;;
-    esac
+    awk -v n="$1" '$1 == n { $1 = ""; print; found = 1 } END { if (!found) exit 1 }' \
+        bench/suite/check-sizes.txt || echo "suite: $1 has no line in check-sizes.txt" >&2
 }
 : >"$OUT/errors.log"
 names=${NAMES:-$(for f in bench/suite/*.json; do basename "$f" .json; done)}
 for name in $names; do
     f=bench/suite/$name.json
-    # shellcheck disable=SC2046
-    line=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --check $(small "$name") 2>&1 | grep '^check:')
-    echo "{\"program\": \"$name\", \"what\": \"check\", \"line\": \"$line\"}" >>"$OUT/suite.jsonl"
+    while read -r sizes; do
+        # shellcheck disable=SC2086
+        line=$(timeout 300 "$POLYFUSE" run "$f" --target cuda --check $sizes </dev/null 2>&1 | grep "^check:")
+        echo "{\"program\": \"$name\", \"what\": \"check\", \"sizes\": \"${sizes# }\", \"line\": \"$line\"}" >>"$OUT/suite.jsonl"
+    done < <(small "$name")
     for variant in default no-fusion-by-cost; do
         extra=""
         [[ $variant == no-fusion-by-cost ]] && extra="--no-fusion-by-cost"
