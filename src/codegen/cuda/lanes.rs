@@ -384,13 +384,7 @@ impl Ctx<'_> {
             .iter()
             .filter(|s| !matches!(s.state, State::Cache { .. }))
             .collect();
-        let identity = |s: &Slot| -> String {
-            let r = match s.state {
-                State::Reduce(r) | State::Target { reducer: r, .. } => *r,
-                State::Cache { .. } => unreachable!("caches are not carried"),
-            };
-            self.printer.identity(r, s.dtype.compute())
-        };
+        let identity = |s: &Slot| self.slot_identity(s);
         let _ = writeln!(out, "{pad}{{");
         if self.emulate.is_some() {
             let p = format!("{pad}  ");
@@ -551,13 +545,7 @@ impl Ctx<'_> {
     ) {
         let p = "  ".repeat(depth + 1);
         let (rows, width) = (columns.rows, columns.lanes);
-        let identity = |s: &Slot| -> String {
-            let r = match s.state {
-                State::Reduce(r) | State::Target { reducer: r, .. } => *r,
-                State::Cache { .. } => unreachable!("caches are not carried"),
-            };
-            self.printer.identity(r, s.dtype.compute())
-        };
+        let identity = |s: &Slot| self.slot_identity(s);
         let _ = writeln!(out, "{p}if (threadIdx.y != 0) {{");
         for s in carried {
             let _ = writeln!(out, "{p}  {} = {};", s.buffer, identity(s));
@@ -592,6 +580,16 @@ impl Ctx<'_> {
         self.combine_with(carried, slots, &format!("{p}  "), &|b| part(b, "pf_w"), out);
         let _ = writeln!(out, "{p}}}");
         let _ = writeln!(out, "{p}__syncthreads();");
+    }
+
+    /// The identity of a carried state's reducer (a lane's share starts
+    /// from it).
+    fn slot_identity(&self, s: &Slot) -> String {
+        let r = match s.state {
+            State::Reduce(r) | State::Target { reducer: r, .. } => *r,
+            State::Cache { .. } => unreachable!("caches are not carried"),
+        };
+        self.printer.identity(r, s.dtype.compute())
     }
 
     /// Declares the partner's value of each carried state,
