@@ -144,6 +144,19 @@ impl Analysis {
         // chosen automatically; the repaired program comes with its
         // defining order.
         let steps = repair::steps_for(isl, program, &original, options.repair)?;
+        Analysis::with_steps(isl, program, original, options, steps)
+    }
+
+    /// The analysis of `program` (modelled as `original`) repaired by
+    /// `steps`: the proxy of `proxy::schedule_at_proxy_sizes` takes the
+    /// real program's steps, not a choice made again at its own sizes.
+    fn with_steps(
+        isl: &Isl,
+        program: &Program,
+        original: model::Scop,
+        options: &Options,
+        steps: Vec<repair::Step>,
+    ) -> Result<Analysis> {
         let repaired = repair::apply(isl, program, &original, &steps, repair::Fault::None)?;
         let mut options = options.clone();
         if let Some(t) = repair::tile_sizes(&steps) {
@@ -298,7 +311,16 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         let order = repaired.as_ref().map(|r| r.order.as_ref());
         let proxy = match &repaired {
             Some(r) if !blocks => proxy::schedule_at_proxy_sizes(
-                &isl, program, &r.program, &steps, &scop, &deps, strategy,
+                &isl,
+                &proxy::Real {
+                    program,
+                    repaired: &r.program,
+                    steps: &steps,
+                    scop: &scop,
+                    deps: &deps,
+                    options,
+                },
+                strategy,
             ),
             _ => None,
         };

@@ -9,6 +9,8 @@ use crate::model;
 use crate::repair;
 use crate::schedule::{self, ScheduleTree, Strategy};
 
+use super::{Analysis, Options};
+
 /// The sizes a proxy program takes for the sizes of the real one that are
 /// larger than [`PROXY_KEEP`] (see [`schedule_at_proxy_sizes`]), tried in
 /// turn: odd, so that a split's slices rarely divide them evenly (at an
@@ -54,44 +56,45 @@ const PROXY_KEEP: i64 = 32;
 /// constant of its own (then the caller schedules the real program).
 pub(super) fn schedule_at_proxy_sizes(
     isl: &Isl,
-    program: &Program,
-    repaired: &Program,
-    steps: &[repair::Step],
-    scop: &model::Scop,
-    deps: &deps::Dependences,
+    real: &Real,
     strategy: Strategy,
 ) -> Option<isl_rs::Schedule> {
-    let large = program
+    let large = real
+        .program
         .params
         .iter()
         .any(|p| p.value.is_some_and(|v| v > PROXY_KEEP));
-    if !large || !has_derived_constant(repaired, program) {
+    if !large || !has_derived_constant(real.repaired, real.program) {
         return None;
     }
-    proxy_sizes(steps)
+    proxy_sizes(real.steps)
         .into_iter()
-        .find_map(|size| try_proxy(isl, program, steps, scop, deps, strategy, size))
+        .find_map(|size| try_proxy(isl, real, strategy, size))
 }
 
-/// The schedule of `program` at proxy size `size` (each size above
-/// [`PROXY_KEEP`] lowered to it), put over `scop`'s domain and verified
-/// against `deps`; `None` where it fails.
-fn try_proxy(
-    isl: &Isl,
-    program: &Program,
-    steps: &[repair::Step],
-    scop: &model::Scop,
-    deps: &deps::Dependences,
-    strategy: Strategy,
-    size: i64,
-) -> Option<isl_rs::Schedule> {
-    let mut proxy = program.clone();
+/// The real program a proxy stands for: the user's program, its repaired
+/// form with the repair's steps, its model and dependences, the options.
+pub(super) struct Real<'a> {
+    pub program: &'a Program,
+    pub repaired: &'a Program,
+    pub steps: &'a [repair::Step],
+    pub scop: &'a model::Scop,
+    pub deps: &'a deps::Dependences,
+    pub options: &'a Options,
+}
+
+/// The schedule of the real program at proxy size `size` (each size
+/// above [`PROXY_KEEP`] lowered to it), put over its domain and verified
+/// against its dependences; `None` where it fails.
+fn try_proxy(isl: &Isl, real: &Real, strategy: Strategy, size: i64) -> Option<isl_rs::Schedule> {
+    let (scop, deps) = (real.scop, real.deps);
+    let mut proxy = real.program.clone();
     for p in &mut proxy.params {
         if p.value.is_some_and(|v| v > PROXY_KEEP) {
             p.value = Some(size);
         }
     }
-    let s = schedule_proxy(isl, &proxy, steps, strategy)?;
+    let s = schedule_proxy(isl, &proxy, real.steps, real.options, strategy)?;
     let mut tree = ScheduleTree::from_isl(&s.get_root().ok()?).ok()?;
     let domain = scop.domain().ok()?;
     tree.domain = domain.text();
@@ -104,24 +107,17 @@ fn try_proxy(
     schedule::is_legal(&s, scop, deps).ok()?.then_some(s)
 }
 
-/// `proxy` repaired by `steps` and scheduled, as [`compile`] would.
+/// `proxy` repaired by `steps` and scheduled, as [`super::compile`] would.
 fn schedule_proxy(
     isl: &Isl,
     proxy: &Program,
     steps: &[repair::Step],
+    options: &Options,
     strategy: Strategy,
 ) -> Option<isl_rs::Schedule> {
-    let scop = model::build(isl, proxy).ok()?;
-    let repaired = repair::apply(isl, proxy, &scop, steps, repair::Fault::None)
-        .ok()
-        .flatten()?;
-    let rscop = model::build(isl, &repaired.program).ok()?;
-    let order = match &repaired.order {
-        Some(tree) => isl.schedule(&tree.to_isl_text()).ok()?,
-        None => schedule::canonical(isl, &rscop).ok()?,
-    };
-    let rdeps = deps::compute(&rscop, &order).ok()?;
-    schedule::compute(isl, &rscop, &rdeps, strategy).ok()
+    let original = model::build(isl, proxy).ok()?;
+    let a = Analysis::with_steps(isl, proxy, original, options, steps.to_vec()).ok()?;
+    schedule::compute(isl, &a.scop, &a.deps, strategy).ok()
 }
 
 /// Whether the repair wrote a constant into a statement's conditions that
@@ -163,60 +159,73 @@ const MAX_CONSTANT: i64 = schedule::MAX_CONSTANT_SHIFT as i64;
 mod tests {
     use super::*;
 
-    /// Split-k decoding at KV = 4096: the repaired program, its model and
-    /// dependences, as `compile` has them.
-    fn decoding(
-        kv: i64,
-    ) -> (
-        Isl,
-        Program,
-        Program,
-        Vec<repair::Step>,
-        model::Scop,
-        deps::Dependences,
-    ) {
-        let isl = Isl::new();
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/attention_decode_gqa.json");
-        let mut program = crate::frontend::load_file(&path).unwrap();
-        crate::frontend::apply_param_overrides(&mut program, &[("KV".into(), kv)]).unwrap();
-        let original = model::build(&isl, &program).unwrap();
-        let steps = repair::steps_for(&isl, &program, &original, repair::Choice::Program).unwrap();
-        let repaired = repair::apply(&isl, &program, &original, &steps, repair::Fault::None)
-            .unwrap()
-            .unwrap();
-        let scop = model::build(&isl, &repaired.program).unwrap();
-        let order = match &repaired.order {
-            Some(tree) => isl.schedule(&tree.to_isl_text()).unwrap(),
-            None => schedule::canonical(&isl, &scop).unwrap(),
-        };
-        let deps = deps::compute(&scop, &order).unwrap();
-        (isl, program, repaired.program, steps, scop, deps)
+    /// Split-k decoding (`examples/attention_decode_gqa.json`) at key
+    /// length `kv`: the program, its repair, model and dependences, as
+    /// `compile` has them.
+    struct Decoding {
+        isl: Isl,
+        program: Program,
+        repaired: Program,
+        steps: Vec<repair::Step>,
+        scop: model::Scop,
+        deps: deps::Dependences,
+        options: Options,
+    }
+
+    impl Decoding {
+        fn new(kv: i64) -> Decoding {
+            let isl = Isl::new();
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples/attention_decode_gqa.json");
+            let mut program = crate::frontend::load_file(&path).unwrap();
+            crate::frontend::apply_param_overrides(&mut program, &[("KV".into(), kv)]).unwrap();
+            let options = Options::default();
+            let original = model::build(&isl, &program).unwrap();
+            let steps =
+                repair::steps_for(&isl, &program, &original, repair::Choice::Program).unwrap();
+            let a =
+                Analysis::with_steps(&isl, &program, original, &options, steps.clone()).unwrap();
+            Decoding {
+                repaired: a.repaired.unwrap().program,
+                scop: a.scop,
+                deps: a.deps,
+                isl,
+                program,
+                steps,
+                options,
+            }
+        }
+
+        fn real(&self) -> Real<'_> {
+            Real {
+                program: &self.program,
+                repaired: &self.repaired,
+                steps: &self.steps,
+                scop: &self.scop,
+                deps: &self.deps,
+                options: &self.options,
+            }
+        }
+
+        fn proxy(&self) -> Option<isl_rs::Schedule> {
+            schedule_at_proxy_sizes(&self.isl, &self.real(), Strategy::Isl)
+        }
     }
 
     #[test]
     fn a_split_chunk_is_a_derived_constant_a_programs_own_is_not() {
-        let (_, program, repaired, ..) = decoding(4096);
-        assert!(has_derived_constant(&repaired, &program));
-        assert!(!has_derived_constant(&program, &program));
+        let d = Decoding::new(4096);
+        assert!(has_derived_constant(&d.repaired, &d.program));
+        assert!(!has_derived_constant(&d.program, &d.program));
     }
 
     #[test]
     fn decoding_at_a_large_key_length_is_scheduled_at_proxy_sizes_and_legal() {
-        let (isl, program, repaired, steps, scop, deps) = decoding(4096);
-        let s = schedule_at_proxy_sizes(
-            &isl,
-            &program,
-            &repaired,
-            &steps,
-            &scop,
-            &deps,
-            Strategy::Isl,
-        )
-        .expect("a proxy schedule");
+        let d = Decoding::new(4096);
+        let s = d.proxy().expect("a proxy schedule");
         // Legal at the real sizes, with the error path's own check too.
-        schedule::check_legal("decoding", &s, &scop, &deps).unwrap();
-        let domain = scop.domain().unwrap();
+        schedule::check_legal("decoding", &s, &d.scop, &d.deps).unwrap();
+        let domain = d.scop.domain().unwrap();
         assert!(domain
             .is_subset(&s.get_map().unwrap().domain().unwrap())
             .unwrap());
@@ -226,40 +235,21 @@ mod tests {
     fn a_proxy_whose_schedule_orders_by_its_own_chunk_is_refused() {
         // At KV = 32 the chunk of 4 slices is 8, and isl orders a slice's
         // statements by a constant of that chunk: illegal at KV = 4096.
-        let (isl, program, _, steps, scop, deps) = decoding(4096);
-        assert!(try_proxy(&isl, &program, &steps, &scop, &deps, Strategy::Isl, 32).is_none());
-        assert!(try_proxy(&isl, &program, &steps, &scop, &deps, Strategy::Isl, 33).is_some());
+        let d = Decoding::new(4096);
+        assert!(try_proxy(&d.isl, &d.real(), Strategy::Isl, 32).is_none());
+        assert!(try_proxy(&d.isl, &d.real(), Strategy::Isl, 33).is_some());
     }
 
     #[test]
     fn a_chunk_within_the_schedules_constant_bound_takes_no_proxy() {
         // KV = 1000 in 4 slices: a chunk of 250.
-        let (isl, program, repaired, steps, scop, deps) = decoding(1000);
-        assert!(!has_derived_constant(&repaired, &program));
-        let proxy = schedule_at_proxy_sizes(
-            &isl,
-            &program,
-            &repaired,
-            &steps,
-            &scop,
-            &deps,
-            Strategy::Isl,
-        );
-        assert!(proxy.is_none());
+        let d = Decoding::new(1000);
+        assert!(!has_derived_constant(&d.repaired, &d.program));
+        assert!(d.proxy().is_none());
     }
 
     #[test]
     fn small_sizes_take_no_proxy() {
-        let (isl, program, repaired, steps, scop, deps) = decoding(32);
-        assert!(schedule_at_proxy_sizes(
-            &isl,
-            &program,
-            &repaired,
-            &steps,
-            &scop,
-            &deps,
-            Strategy::Isl
-        )
-        .is_none());
+        assert!(Decoding::new(32).proxy().is_none());
     }
 }
