@@ -298,14 +298,7 @@ const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
         "f16_reduction_outside_thread_loops_in_host_steps.json",
         &["--target", "emulate", "--check"],
         "ok",
-        Some(
-            "open (parallel fuzz 2026-11-27, seed 10300029; also at fb32a37): in a loop \
-             block run on host steps, an f16 reduction's loop `l` is mapped outside the \
-             thread loops (the `registers` k-tiling) but its register tile is refused, so \
-             the kernel accumulates in the f16 output at every step: narrower than the \
-             declared run, which rounds once (1.2e-2 against 4.7e-4); `--recurrence serial` \
-             checks",
-        ),
+        None,
     ),
     (
         "isl_unable_to_carry_dependences.json",

@@ -378,7 +378,14 @@ pub fn program(
             program,
         );
         // The iterators of the host loops around this kernel, under the
-        // names its code uses.
+        // names its code uses: bound for the whole kernel body (a register
+        // region whose prefix names a host step's iterator is printed with
+        // its registers, see `Ctx::names_unbound`).
+        let host_iterators: Vec<String> = host_loops
+            .iter()
+            .filter(|l| (l.first..l.end).contains(&index))
+            .map(|l| l.iterator.clone())
+            .collect();
         for l in host_loops
             .iter()
             .filter(|l| (l.first..l.end).contains(&index))
@@ -495,7 +502,7 @@ pub fn program(
             private: &plan.private,
             repeated_private: &repeated,
             mark,
-            bound: &[],
+            bound: &host_iterators,
             step_loop: None,
             staged: false,
             lanes: plan.lanes.as_deref(),

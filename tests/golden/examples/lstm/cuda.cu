@@ -69,12 +69,79 @@ asm volatile("griddepcontrol.launch_dependents;");
   for (pf_i c1 = 0 + (pf_i)blockIdx.z * 1; (c1 <= 3); c1 += (pf_i)gridDim.z * 1) {
     if (blockIdx.y == 0)
     for (pf_i c3 = 0 + (pf_i)blockIdx.x * 32; (c3 <= 39); c3 += (pf_i)gridDim.x * 32) {
-      if (threadIdx.z == 0)
-      for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 5); c6 += (pf_i)blockDim.y * 1) {
-        for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c3) + 39))); c7 += (pf_i)blockDim.x * 1) {
-          t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = 0.0f;
-          for (pf_i c8 = 0; (c8 <= 23); c8 += 1) {
-            t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + ((t_X[((((c0) + -1) * (p_B) + ((c6))) * (p_I) + ((c8)))] * t_Wx[((((c1)) * (p_I) + ((c8))) * (p_H) + (((c3 + c7))))]) * 0.2f);
+      {
+        const pf_i c2 = 0; (void)c2;
+        const pf_i c4 = 0; (void)c4;
+        const pf_i pf_o0_0 = (c0 - 1);
+        const pf_i pf_o0_1 = 0;
+        const pf_i pf_o0_2 = 0;
+        const pf_i pf_o1_0 = c1;
+        const pf_i pf_o1_1 = 0;
+        const pf_i pf_o1_2 = c3;
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 36; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a2 = (pf_e % 6) * 4;
+          const pf_i pf_a1 = ((pf_e / 6) % 6);
+          const pf_i pf_a0 = ((pf_e / 6) / 6);
+          const pf_i pf_g0 = pf_o0_0 + pf_a0;
+          const pf_i pf_g1 = pf_o0_1 + pf_a1;
+          const pf_i pf_g2 = pf_o0_2 + pf_a2;
+          if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
+            if ((((unsigned long long)t_X) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
+              pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
+            }
+          }
+        }
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a2 = (pf_e % 8) * 4;
+          const pf_i pf_a1 = ((pf_e / 8) % 24);
+          const pf_i pf_a0 = ((pf_e / 8) / 24);
+          const pf_i pf_g0 = pf_o1_0 + pf_a0;
+          const pf_i pf_g1 = pf_o1_1 + pf_a1;
+          const pf_i pf_g2 = pf_o1_2 + pf_a2;
+          if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+            if ((((unsigned long long)t_Wx) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
+              pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
+            }
+          }
+        }
+        __syncthreads();
+        if (threadIdx.z == 0)
+        for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 5); c6 += (pf_i)blockDim.y * 1) {
+          for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c3) + 39))); c7 += (pf_i)blockDim.x * 1) {
+            {
+              const pf_i c2 = 0; (void)c2;
+              const pf_i c4 = 0; (void)c4;
+              const pf_i c5 = 0; (void)c5;
+              const pf_i pf_p0_0 = c0; (void)pf_p0_0;
+              const pf_i pf_p0_1 = c1; (void)pf_p0_1;
+              const pf_i pf_p0_2 = c6; (void)pf_p0_2;
+              const pf_i pf_p0_3 = (c3 + c7); (void)pf_p0_3;
+              float pf_priv_kernel_2_G;
+              if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && pf_p0_1 >= 0 && pf_p0_1 < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) pf_priv_kernel_2_G = (t_G[(((pf_p0_0) * (4) + pf_p0_1) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3]);
+              pf_priv_kernel_2_G = 0.0f;
+              for (pf_i c8 = 0; (c8 <= 23); c8 += 1) {
+                pf_priv_kernel_2_G = pf_priv_kernel_2_G + ((pf_shared_kernel_2_X[(((c0) + -1) - pf_o0_0) * 144 + (((c6)) - pf_o0_1) * 24 + (((c8)) - pf_o0_2) * 1] * pf_shared_kernel_2_Wx[(((c1)) - pf_o1_0) * 792 + (((c8)) - pf_o1_1) * 33 + ((((c3 + c7))) - pf_o1_2) * 1]) * 0.2f);
+              }
+              if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && pf_p0_1 >= 0 && pf_p0_1 < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) t_G[(((pf_p0_0) * (4) + pf_p0_1) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3] = pf_priv_kernel_2_G;
+            }
           }
         }
       }
@@ -101,14 +168,90 @@ asm volatile("griddepcontrol.launch_dependents;");
     if (blockIdx.y == 0)
     for (pf_i c3 = 0 + (pf_i)blockIdx.x * 32; (c3 <= 39); c3 += (pf_i)gridDim.x * 32) {
       for (pf_i c4 = 0; (c4 <= 39); c4 += 32) {
-        if (threadIdx.z == 0)
-        for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 5); c6 += (pf_i)blockDim.y * 1) {
-          for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c3) + 39))); c7 += (pf_i)blockDim.x * 1) {
-            for (pf_i c8 = 0; (c8 <= pf_min(31, ((-c4) + 39))); c8 += 1) {
-              t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + ((t_Hs[((((c0) + -1) * (p_B) + ((c6))) * (p_H) + (((c4 + c8))))] * t_Wh[((((c1)) * (p_H) + (((c4 + c8)))) * (p_H) + (((c3 + c7))))]) * 0.15f);
+        {
+          const pf_i c2 = 0; (void)c2;
+          const pf_i pf_o0_0 = (c0 - 1);
+          const pf_i pf_o0_1 = 0;
+          const pf_i pf_o0_2 = c4;
+          const pf_i pf_o1_0 = c1;
+          const pf_i pf_o1_1 = c4;
+          const pf_i pf_o1_2 = c3;
+          const pf_i pf_o2_0 = c1;
+          const pf_i pf_o2_1 = c3;
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 48; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a2 = (pf_e % 8) * 4;
+            const pf_i pf_a1 = ((pf_e / 8) % 6);
+            const pf_i pf_a0 = ((pf_e / 8) / 6);
+            const pf_i pf_g0 = pf_o0_0 + pf_a0;
+            const pf_i pf_g1 = pf_o0_1 + pf_a1;
+            const pf_i pf_g2 = pf_o0_2 + pf_a2;
+            if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+              if ((((unsigned long long)t_Hs) & 15) == 0) {
+                const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+              } else {
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
+                pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
+              }
             }
-            if ((c4 == 32)) {
-              t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = (t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + t_bias[(((c1)) * (p_H) + (((c3 + c7))))]);
+          }
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a2 = (pf_e % 8) * 4;
+            const pf_i pf_a1 = ((pf_e / 8) % 32);
+            const pf_i pf_a0 = ((pf_e / 8) / 32);
+            const pf_i pf_g0 = pf_o1_0 + pf_a0;
+            const pf_i pf_g1 = pf_o1_1 + pf_a1;
+            const pf_i pf_g2 = pf_o1_2 + pf_a2;
+            if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+              if ((((unsigned long long)t_Wh) & 15) == 0) {
+                const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+              } else {
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
+                pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
+              }
+            }
+          }
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a1 = (pf_e % 8) * 4;
+            const pf_i pf_a0 = (pf_e / 8);
+            const pf_i pf_g0 = pf_o2_0 + pf_a0;
+            const pf_i pf_g1 = pf_o2_1 + pf_a1;
+            if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
+              if ((((unsigned long long)t_bias) & 15) == 0) {
+                const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+              } else {
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
+                pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
+              }
+            }
+          }
+          __syncthreads();
+          if (threadIdx.z == 0)
+          for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 5); c6 += (pf_i)blockDim.y * 1) {
+            for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c3) + 39))); c7 += (pf_i)blockDim.x * 1) {
+              for (pf_i c8 = 0; (c8 <= pf_min(31, ((-c4) + 39))); c8 += 1) {
+                t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + ((pf_shared_kernel_3_Hs[(((c0) + -1) - pf_o0_0) * 198 + (((c6)) - pf_o0_1) * 33 + ((((c4 + c8))) - pf_o0_2) * 1] * pf_shared_kernel_3_Wh[(((c1)) - pf_o1_0) * 1056 + ((((c4 + c8))) - pf_o1_1) * 33 + ((((c3 + c7))) - pf_o1_2) * 1]) * 0.15f);
+              }
+              if ((c4 == 32)) {
+                t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] = (t_G[(((((c0)) * (4) + ((c1))) * (p_B) + ((c6))) * (p_H) + (((c3 + c7))))] + pf_shared_kernel_3_bias[(((c1)) - pf_o2_0) * 33 + ((((c3 + c7))) - pf_o2_1) * 1]);
+              }
             }
           }
         }
@@ -133,8 +276,21 @@ asm volatile("griddepcontrol.launch_dependents;");
   if (blockIdx.y == 0 && blockIdx.x == 0)
   for (pf_i c3 = 0 + (pf_i)threadIdx.y * 1; (c3 <= 5); c3 += (pf_i)blockDim.y * 1) {
     for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= 39); c4 += (pf_i)blockDim.x * 1) {
-      t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = (((1.0f / (1.0f + expf(-(t_G[(((((c0)) * (4) + (1)) * (p_B) + ((c3))) * (p_H) + ((c4)))])))) * t_Cs[((((c0) + -1) * (p_B) + ((c3))) * (p_H) + ((c4)))]) + ((1.0f / (1.0f + expf(-(t_G[(((((c0)) * (4) + (0)) * (p_B) + ((c3))) * (p_H) + ((c4)))])))) * tanhf(t_G[(((((c0)) * (4) + (2)) * (p_B) + ((c3))) * (p_H) + ((c4)))])));
-      t_Hs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = ((1.0f / (1.0f + expf(-(t_G[(((((c0)) * (4) + (3)) * (p_B) + ((c3))) * (p_H) + ((c4)))])))) * tanhf(t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))]));
+      {
+        const pf_i c1 = 0; (void)c1;
+        const pf_i c2 = 0; (void)c2;
+        const pf_i pf_p0_0 = c0; (void)pf_p0_0;
+        const pf_i pf_p0_1 = 0; (void)pf_p0_1;
+        const pf_i pf_p0_2 = c3; (void)pf_p0_2;
+        const pf_i pf_p0_3 = c4; (void)pf_p0_3;
+        float pf_priv_kernel_4_G[4];
+        #pragma unroll
+        for (int pf_l1 = 0; pf_l1 < 4; pf_l1++) {
+          if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && (pf_p0_1 + pf_l1) >= 0 && (pf_p0_1 + pf_l1) < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) pf_priv_kernel_4_G[pf_l1] = (t_G[(((pf_p0_0) * (4) + (pf_p0_1 + pf_l1)) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3]);
+        }
+        t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = (((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((1) - pf_p0_1)])))) * t_Cs[((((c0) + -1) * (p_B) + ((c3))) * (p_H) + ((c4)))]) + ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((0) - pf_p0_1)])))) * tanhf(pf_priv_kernel_4_G[((2) - pf_p0_1)])));
+        t_Hs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((3) - pf_p0_1)])))) * tanhf(t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))]));
+      }
     }
   }
 }

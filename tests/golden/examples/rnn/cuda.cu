@@ -48,15 +48,84 @@ asm volatile("griddepcontrol.launch_dependents;");
   __shared__ __align__(16) float pf_shared_kernel_1_U[1056];
   for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 39); c1 += (pf_i)gridDim.x * 32) {
     for (pf_i c2 = 0; (c2 <= 39); c2 += 32) {
-      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 39))); c3 += (pf_i)blockDim.x * 1) {
-        if ((c2 == 0)) {
-          t_G[(((c0)) * (p_N) + (((c1 + c3))))] = 0.0f;
+      {
+        const pf_i pf_o0_0 = c1;
+        const pf_i pf_o0_1 = c2;
+        const pf_i pf_o1_0 = c0;
+        const pf_i pf_o1_1 = c2;
+        const pf_i pf_o2_0 = c1;
+        const pf_i pf_o2_1 = c2;
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a1 = (pf_e % 8) * 4;
+          const pf_i pf_a0 = (pf_e / 8);
+          const pf_i pf_g0 = pf_o0_0 + pf_a0;
+          const pf_i pf_g1 = pf_o0_1 + pf_a1;
+          if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+            if ((((unsigned long long)t_W) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_W[(pf_g0) * (p_N) + pf_g1];
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = t_W[(pf_g0) * (p_N) + pf_g1 + 0];
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = t_W[(pf_g0) * (p_N) + pf_g1 + 1];
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = t_W[(pf_g0) * (p_N) + pf_g1 + 2];
+              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = t_W[(pf_g0) * (p_N) + pf_g1 + 3];
+            }
+          }
         }
-        for (pf_i c4 = 0; (c4 <= pf_min(31, ((-c2) + 39))); c4 += 1) {
-          t_G[(((c0)) * (p_N) + (((c1 + c3))))] = t_G[(((c0)) * (p_N) + (((c1 + c3))))] + (((t_W[((((c1 + c3))) * (p_N) + (((c2 + c4))))] * t_X[(((c0)) * (p_N) + (((c2 + c4))))]) + (t_U[((((c1 + c3))) * (p_N) + (((c2 + c4))))] * t_H[(((c0) + -1) * (p_N) + (((c2 + c4))))])) * 0.15f);
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a1 = (pf_e % 8) * 4;
+          const pf_i pf_a0 = (pf_e / 8);
+          const pf_i pf_g0 = pf_o1_0 + pf_a0;
+          const pf_i pf_g1 = pf_o1_1 + pf_a1;
+          if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+            if ((((unsigned long long)t_X) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_X[(pf_g0) * (p_N) + pf_g1];
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = t_X[(pf_g0) * (p_N) + pf_g1 + 0];
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = t_X[(pf_g0) * (p_N) + pf_g1 + 1];
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = t_X[(pf_g0) * (p_N) + pf_g1 + 2];
+              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = t_X[(pf_g0) * (p_N) + pf_g1 + 3];
+            }
+          }
         }
-        if ((c2 == 32)) {
-          t_H[(((c0)) * (p_N) + (((c1 + c3))))] = tanhf(t_G[(((c0)) * (p_N) + (((c1 + c3))))]);
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a1 = (pf_e % 8) * 4;
+          const pf_i pf_a0 = (pf_e / 8);
+          const pf_i pf_g0 = pf_o2_0 + pf_a0;
+          const pf_i pf_g1 = pf_o2_1 + pf_a1;
+          if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+            if ((((unsigned long long)t_U) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_U[(pf_g0) * (p_N) + pf_g1];
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = t_U[(pf_g0) * (p_N) + pf_g1 + 0];
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = t_U[(pf_g0) * (p_N) + pf_g1 + 1];
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = t_U[(pf_g0) * (p_N) + pf_g1 + 2];
+              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = t_U[(pf_g0) * (p_N) + pf_g1 + 3];
+            }
+          }
+        }
+        __syncthreads();
+        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 39))); c3 += (pf_i)blockDim.x * 1) {
+          if ((c2 == 0)) {
+            t_G[(((c0)) * (p_N) + (((c1 + c3))))] = 0.0f;
+          }
+          for (pf_i c4 = 0; (c4 <= pf_min(31, ((-c2) + 39))); c4 += 1) {
+            t_G[(((c0)) * (p_N) + (((c1 + c3))))] = t_G[(((c0)) * (p_N) + (((c1 + c3))))] + (((pf_shared_kernel_1_W[((((c1 + c3))) - pf_o0_0) * 33 + ((((c2 + c4))) - pf_o0_1) * 1] * pf_shared_kernel_1_X[(((c0)) - pf_o1_0) * 33 + ((((c2 + c4))) - pf_o1_1) * 1]) + (pf_shared_kernel_1_U[((((c1 + c3))) - pf_o2_0) * 33 + ((((c2 + c4))) - pf_o2_1) * 1] * t_H[(((c0) + -1) * (p_N) + (((c2 + c4))))])) * 0.15f);
+          }
+          if ((c2 == 32)) {
+            t_H[(((c0)) * (p_N) + (((c1 + c3))))] = tanhf(t_G[(((c0)) * (p_N) + (((c1 + c3))))]);
+          }
         }
       }
       __syncthreads();
