@@ -23,6 +23,7 @@
 use std::fmt::Write;
 
 mod chains;
+mod full_steps;
 mod lanes;
 mod rowcopy;
 mod unswitch;
@@ -462,6 +463,15 @@ pub fn program(
             }
             continue;
         }
+        // A register tile's step loops: full tiles with a constant trip
+        // count, the last one clipped (`full_steps`).
+        let split_body;
+        let body = if plan.registers.is_some() && plan.contraction.is_none() {
+            split_body = full_steps::split(body);
+            &split_body
+        } else {
+            body
+        };
         let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
         let stages = if scope.is_some_and(|s| s.double_buffered) {
             2
@@ -1953,7 +1963,11 @@ impl Ctx<'_> {
                 ok = false;
                 break;
             }
-            tests.push(self.e(&subst(&cond, &iterator, r * b - 1)));
+            // A loop printed twice (`full_steps`) is tested once.
+            let test = self.e(&subst(&cond, &iterator, r * b - 1));
+            if !tests.contains(&test) {
+                tests.push(test);
+            }
         }
         (ok && !tests.is_empty()).then(|| tests.join(" && "))
     }

@@ -250,7 +250,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (4) && (((pf_t0 <= 3) && (pf_t1 <= 3)))) pf_reg_kernel_1_M_local[pf_ry][pf_rx] = (t_M_local[((pf_g0) * (p_H) + pf_g1) * (4) + pf_g2]);
       }
     }
-    if ((31 <= 3) && (31 <= 3)) {
+    if ((31 <= 3)) {
       {
         const pf_i c0 = 0; (void)c0;
         const pf_i c1 = 0; (void)c1;

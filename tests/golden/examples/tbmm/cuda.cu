@@ -58,7 +58,7 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
           }
-          if ((31 <= 31) && (31 <= 31)) {
+          if ((31 <= 31)) {
             for (pf_i c3 = 0; (c3 <= 63); c3 += 32) {
               {
                 const pf_i pf_o0_0 = c0;

@@ -49,7 +49,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_t0 < 128 && pf_t1 < 128 && pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_reg_kernel_0_C[pf_ry][pf_rx] = 0.0f;
           }
         }
-        if ((127 <= 127) && (127 <= 127)) {
+        if ((127 <= 127)) {
           for (pf_i c2 = 0; (c2 <= 4095); c2 += 16) {
             {
               const pf_i pf_o0_0 = c0;

@@ -58,7 +58,7 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
           }
-          if ((127 <= 127) && (127 <= 127)) {
+          if ((127 <= 127)) {
             for (pf_i c3 = 0; (c3 <= 255); c3 += 16) {
               {
                 const pf_i pf_o0_0 = c0;
