@@ -922,3 +922,112 @@ pub fn original_order_tree(scop: &Scop, origin: &[(usize, usize)]) -> Result<Sch
         root: Tree::Sequence(top),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isl::Isl;
+
+    /// A row softmax whose sum `S` is rolled over its row maximum `M`
+    /// (`E`, the map `S` reads, is read by `Y` too); `extra_temps` adds
+    /// temps (JSON members).
+    fn softmax(extra_temps: &str) -> Program {
+        let json = format!(
+            r#"{{"name": "softmax", "params": {{"R": 8, "C": 32}},
+                "inputs": {{"X": {{"dtype": "f32", "shape": ["R", "C"]}}}},
+                "outputs": {{"Y": {{"dtype": "f32", "shape": ["R", "C"]}}}},
+                "temps": {{"M": {{"dtype": "f32", "shape": ["R"]}},
+                          "E": {{"dtype": "f32", "shape": ["R", "C"]}},
+                          "S": {{"dtype": "f32", "shape": ["R"]}} {extra_temps}}},
+                "body": ["M(i) max=! X(i, j)",
+                         "E(i, j) = exp(X(i, j) - M(i))",
+                         "S(i) +=! E(i, j)",
+                         "Y(i, j) = E(i, j) / S(i)"]}}"#
+        );
+        crate::frontend::load_str(&json, "unit test").unwrap()
+    }
+
+    /// The rolling update of `S` in `program`, repaired or naive.
+    fn rolled(program: &Program, repaired: bool) -> Result<Rewritten> {
+        let isl = Isl::new();
+        let scop = model::build(&isl, program).unwrap();
+        let targets = ["S".to_string()];
+        let chains = super::super::chains(
+            &isl,
+            program,
+            &scop,
+            &targets,
+            "rolling update",
+            Fault::None,
+        )
+        .unwrap();
+        rewrite(program, &scop, &chains, repaired, Fault::None)
+    }
+
+    fn writes(p: &Program, k: usize) -> &str {
+        &p.statements[k].lhs_tensor
+    }
+
+    #[test]
+    fn the_group_caches_its_predecessor_and_repairs_its_target() {
+        let rw = rolled(&softmax(""), true).unwrap();
+        let p = &rw.program;
+        // One cache, of M, written in the rolling loop.
+        let [cache] = rw.caches.as_slice() else {
+            panic!("one cache: {:?}", rw.caches);
+        };
+        assert_eq!(
+            (cache.tensor.as_str(), cache.pred_tensor.as_str()),
+            ("M_prev", "M")
+        );
+        assert_eq!(writes(p, cache.stmt), "M_prev");
+        assert_eq!(writes(p, cache.pred_init), "M");
+        assert_eq!(writes(p, cache.pred_update), "M");
+        assert!(p
+            .tensor("M_prev")
+            .is_some_and(|t| t.role == TensorRole::Temp));
+        // The group (inits, then cache, predecessor and target in the
+        // loop), then Y; E went into its readers.
+        let [Item::Group(group), Item::Plain(y)] = rw.layout.as_slice() else {
+            panic!("a group then Y: {:?}", rw.layout);
+        };
+        let written: Vec<&str> = group.iter().map(|m| writes(p, m.stmt)).collect();
+        assert_eq!(written, ["M", "S", "M_prev", "M", "S"]);
+        assert!(group[..2].iter().all(|m| m.rolling.is_none()));
+        assert!(group[2..].iter().all(|m| m.rolling.as_deref() == Some("j")));
+        assert_eq!(writes(p, *y), "Y");
+        assert!(p.statements.iter().all(|s| s.lhs_tensor != "E"));
+        // The target's update carries its repaired value behind the guard
+        // `M_prev == M ? S : h(..)`, which the rolling states record.
+        let [(update, 0)] = rw.target_updates.as_slice() else {
+            panic!("one target update: {:?}", rw.target_updates);
+        };
+        let ExprKind::Binary(BinOp::Add, carried, _) = &p.statements[*update].rhs.kind else {
+            panic!("S = carried + term: {:?}", p.statements[*update].rhs);
+        };
+        assert!(matches!(carried.kind, ExprKind::Select(..)));
+        let states = p.rolling.as_ref().expect("rolling states");
+        assert_eq!(states.preds[0].cache, "M_prev");
+        assert_eq!(states.targets[0].repair, **carried);
+        assert_eq!(rw.origin.len(), p.statements.len());
+    }
+
+    #[test]
+    fn the_naive_fusion_carries_the_target_unrepaired() {
+        let rw = rolled(&softmax(""), false).unwrap();
+        let p = &rw.program;
+        assert!(p.rolling.is_none());
+        let (update, _) = rw.target_updates[0];
+        let ExprKind::Binary(BinOp::Add, carried, _) = &p.statements[update].rhs.kind else {
+            panic!("S = S + term: {:?}", p.statements[update].rhs);
+        };
+        assert!(matches!(&carried.kind, ExprKind::Access { tensor, .. } if tensor == "S"));
+    }
+
+    #[test]
+    fn a_cache_name_the_program_already_has_is_refused() {
+        let taken = r#", "M_prev": {"dtype": "f32", "shape": ["R"]}"#;
+        let err = rolled(&softmax(taken), true).unwrap_err();
+        assert!(err.to_string().contains("needs a tensor `M_prev`"), "{err}");
+    }
+}
