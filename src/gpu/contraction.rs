@@ -592,7 +592,7 @@ impl UpdateMatch<'_> {
     /// transposed output), which it must not read; reading the update's
     /// tensor only at the element; on the same element box as the update.
     fn epilogue_statement(&self, o: &ModelStmt, stored: &str) -> Result<Option<Epilogue>> {
-        let (program, scop, s) = (self.program, self.scop, self.update);
+        let (program, s) = (self.program, self.update);
         let st = &program.statements[s.source];
         if o.source < s.source {
             return Ok(None);
@@ -605,54 +605,90 @@ impl UpdateMatch<'_> {
             return Ok(None);
         }
         let moved = est.lhs_tensor != st.lhs_tensor;
-        if moved && !moves_out(program, scop, s, self.others, o)? {
+        if moved && !moves_out(program, self.scop, s, self.others, o)? {
             return Ok(None);
         }
-        // Role of each of S's left-side indices.
+        let s_roles = self.element_roles();
+        if !Self::writes_the_element(est, &e_roles, &s_roles, moved)
+            || !self.reads_the_element_only(o, &e_roles, &s_roles, moved)
+            || !self.on_the_update_box(o, &e_roles)?
+        {
+            return Ok(None);
+        }
+        Ok(Some(Epilogue {
+            statement: o.name.clone(),
+            element: s_roles.iter().map(|&r| e_roles[r].clone()).collect(),
+            iterators: e_roles,
+        }))
+    }
+
+    /// The role (band member) of each of the update's left-side indices:
+    /// its element `C[e]`.
+    fn element_roles(&self) -> Vec<usize> {
         let roles = &self.iterators.members;
-        let s_roles: Vec<usize> = st
+        self.program.statements[self.update.source]
             .lhs_indices
             .iter()
             .filter_map(|i| roles.iter().position(|r| r == i))
-            .collect();
+            .collect()
+    }
+
+    /// Whether epilogue statement `est` (its members' iterators `e_roles`)
+    /// writes the update's element (roles `s_roles`): in place, `C`'s own
+    /// element; moved, any order of the element's iterators (a transposed
+    /// output), all of them.
+    fn writes_the_element(
+        est: &Statement,
+        e_roles: &[String],
+        s_roles: &[usize],
+        moved: bool,
+    ) -> bool {
         let mut mine: Vec<usize> = est
             .lhs_indices
             .iter()
             .filter_map(|i| e_roles.iter().position(|r| r == i))
             .collect();
         if mine.len() != est.lhs_indices.len() {
-            return Ok(None);
+            return false;
         }
-        // In place: C's own element. Moved: any order of the element's
-        // iterators (a transposed output), all of them.
-        let mut own = s_roles.clone();
+        let mut own = s_roles.to_vec();
         if moved {
             mine.sort_unstable();
             own.sort_unstable();
         }
-        if mine != own {
-            return Ok(None);
-        }
-        // Reads of C only at the element (C's subscripts in this
-        // statement's iterators); no other tensor the kernel writes.
+        mine == own
+    }
+
+    /// Whether epilogue statement `o` reads the update's tensor `C` only
+    /// at the element (`C`'s subscripts in `o`'s iterators) and, where it
+    /// moves the element out, not the tensor it writes.
+    fn reads_the_element_only(
+        &self,
+        o: &ModelStmt,
+        e_roles: &[String],
+        s_roles: &[usize],
+        moved: bool,
+    ) -> bool {
+        let st = &self.program.statements[self.update.source];
+        let est = &self.program.statements[o.source];
         let lhs: Vec<Affine> = s_roles.iter().map(|&r| Affine::var(&e_roles[r])).collect();
-        for a in o.accesses(program) {
-            if a.write {
-                continue;
-            }
-            if a.tensor == st.lhs_tensor && a.subscripts != lhs {
-                return Ok(None);
-            }
-            if a.tensor == est.lhs_tensor && moved {
-                return Ok(None);
-            }
-        }
-        // The same element box as the update's.
+        o.accesses(self.program).iter().all(|a| {
+            a.write
+                || !((a.tensor == st.lhs_tensor && a.subscripts != lhs)
+                    || (a.tensor == est.lhs_tensor && moved))
+        })
+    }
+
+    /// Whether epilogue statement `o`'s domain is the update's element
+    /// box: each member's iterator `0 <= it <= hi` with the update's bound
+    /// of that member.
+    fn on_the_update_box(&self, o: &ModelStmt, e_roles: &[String]) -> Result<bool> {
+        let (scop, s) = (self.scop, self.update);
         let bounds: Vec<String> = e_roles
             .iter()
             .enumerate()
             .map(|(j, it)| {
-                let role = &roles[j];
+                let role = &self.iterators.members[j];
                 let pos = s.iterators.iter().position(|i| i == role).unwrap_or(0);
                 format!("0 <= {it} <= {}", self.his[pos])
             })
@@ -666,14 +702,7 @@ impl UpdateMatch<'_> {
         );
         let context = scop.context.copy()?;
         let boxed = self.isl.set(&text)?.intersect_params(context.copy()?)?;
-        if !boxed.is_equal(&o.domain.copy()?.intersect_params(context)?)? {
-            return Ok(None);
-        }
-        Ok(Some(Epilogue {
-            statement: o.name.clone(),
-            element: s_roles.iter().map(|&r| e_roles[r].clone()).collect(),
-            iterators: e_roles,
-        }))
+        Ok(boxed.is_equal(&o.domain.copy()?.intersect_params(context)?)?)
     }
 }
 

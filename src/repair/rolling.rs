@@ -296,6 +296,34 @@ impl Group<'_> {
             .collect()
     }
 
+    /// The cache tensor of predecessor tensor `xr`, a new temp of its
+    /// type and shape; an error where the program already has a tensor of
+    /// that name.
+    fn new_cache(&self, fused: &mut Fused, xr: &str) -> Result<String> {
+        let cache = cache_name(xr);
+        if self.program.tensor(&cache).is_some() {
+            return Err(Error::Illegal {
+                file: self.file().clone(),
+                message: format!(
+                    "rolling update needs a tensor `{cache}`; the program already has one"
+                ),
+            });
+        }
+        let shape = self
+            .scop
+            .tensor(xr)
+            .ok_or_else(|| Error::Internal(format!("no tensor {xr}")))?
+            .shape
+            .clone();
+        fused.new_tensors.push(Tensor {
+            name: cache.clone(),
+            dtype: self.dtype(xr)?,
+            shape: Some(shape),
+            role: TensorRole::Temp,
+        });
+        Ok(cache)
+    }
+
     /// Predecessor `p`'s statements: its initialisation to the reducer's
     /// identity, before the rolling loop; in the loop its cache `Xp = X`
     /// (a new temp, the value before step `j`) and its update `X = X fr
@@ -326,26 +354,7 @@ impl Group<'_> {
         let mut w = rewrite::ranges(scop, self.model_stmt(format!("S{p}"))?)?;
         w.extend(conditions(ps, false));
         // cache
-        let cache = cache_name(xr);
-        if program.tensor(&cache).is_some() {
-            return Err(Error::Illegal {
-                file: self.file().clone(),
-                message: format!(
-                    "rolling update needs a tensor `{cache}`; the program already has one"
-                ),
-            });
-        }
-        let shape = scop
-            .tensor(xr)
-            .ok_or_else(|| Error::Internal(format!("no tensor {xr}")))?
-            .shape
-            .clone();
-        fused.new_tensors.push(Tensor {
-            name: cache.clone(),
-            dtype: self.dtype(xr)?,
-            shape: Some(shape),
-            role: TensorRole::Temp,
-        });
+        let cache = self.new_cache(fused, xr)?;
         let cached = assignment(
             ps.position,
             &cache,
