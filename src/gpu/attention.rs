@@ -47,7 +47,8 @@
 use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{
-    Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, Statement, TensorRole,
+    Affine, AssignOp, BinOp, DType, Expr, ExprKind, Func, Program, Reducer, RollingPred,
+    RollingTarget, Statement, TensorRole,
 };
 use crate::isl::ast::Expr as AstExpr;
 use crate::isl::Isl;
@@ -528,7 +529,7 @@ pub(super) fn score_operands(
 }
 
 /// A repaired target in one of the kernel's two forms.
-enum TargetForm {
+pub(super) enum TargetForm {
     Sum(RowSum),
     Contraction(RowContraction),
 }
@@ -596,10 +597,7 @@ impl Roles<'_> {
     /// the key and its initialisation (positions), in the form of a row
     /// sum (`X(bt, i)`, `g` an element's term) or of a contraction
     /// (`X(bt, i, e)`, `g = p * V(.., j, e)`); `None` for any other.
-    fn target(
-        &self,
-        t: &crate::frontend::ast::RollingTarget,
-    ) -> Option<(TargetForm, usize, usize)> {
+    fn target(&self, t: &RollingTarget) -> Option<(TargetForm, usize, usize)> {
         let sts = &self.program.statements;
         if t.reducer != Reducer::Sum {
             return None;
@@ -664,59 +662,356 @@ impl Roles<'_> {
     }
 }
 
-/// Recognises the program as one attention kernel; `None` leaves it to
-/// the ordinary mapping.
-pub fn recognise(
-    isl: &Isl,
+/// The iterators' roles in a row kernel, as the statement that fixes them
+/// names them (the rolling predecessor's update, or a split kernel's
+/// global predecessor and score): `bt` the batch iterators, `i` the row,
+/// `j` the key. A row is `(bt, i)`, an element `(bt, i, j)`; every other
+/// statement must use the same names (the kernel is printed in them).
+pub(super) struct RowShape {
+    pub(super) batch: Vec<String>,
+    pub(super) row: String,
+    pub(super) key: String,
+    /// `bt` then `i`.
+    pub(super) row_idx: Vec<String>,
+    /// `bt`, `i` then `j`.
+    pub(super) elem_idx: Vec<String>,
+}
+
+impl RowShape {
+    /// The roles of `row_idx` (`bt` then `i`, at least the row) and `key`.
+    pub(super) fn new(row_idx: &[String], key: &str) -> Option<RowShape> {
+        let (row, batch) = row_idx.split_last()?;
+        let mut elem_idx = row_idx.to_vec();
+        elem_idx.push(key.to_string());
+        Some(RowShape {
+            batch: batch.to_vec(),
+            row: row.clone(),
+            key: key.to_string(),
+            row_idx: row_idx.to_vec(),
+            elem_idx,
+        })
+    }
+    /// `(bt, i)` as subscripts.
+    pub(super) fn row_subs(&self) -> Vec<Affine> {
+        var_list(&self.row_idx)
+    }
+    /// `(bt, i, j)` as subscripts.
+    pub(super) fn elem_subs(&self) -> Vec<Affine> {
+        var_list(&self.elem_idx)
+    }
+    /// Whether a statement over `lhs` is over a row's elements the kernel
+    /// holds: `(bt, i)`, or `(bt, i, e)` with `e` a contraction's column.
+    fn over_row(&self, lhs: &[String], contractions: &[RowContraction]) -> bool {
+        let n = self.row_idx.len();
+        lhs == self.row_idx
+            || contractions
+                .iter()
+                .any(|c| lhs.len() == n + 1 && lhs[..n] == self.row_idx[..] && lhs[n] == c.column)
+    }
+}
+
+/// The score contraction of a row kernel: its program position, its
+/// tensor `P` and its two operands as tiles.
+pub(super) struct Score {
+    pub(super) statement: usize,
+    pub(super) tensor: String,
+    pub(super) query: TileOperand,
+    pub(super) key_operand: TileOperand,
+}
+
+impl Score {
+    /// The score statement at `position` with its operands ([`score_operands`]).
+    pub(super) fn at(program: &Program, position: usize, shape: &RowShape) -> Option<Score> {
+        let st = &program.statements[position];
+        let (query, key_operand) =
+            score_operands(program, st, &shape.row, &shape.key, &shape.batch)?;
+        Some(Score {
+            statement: position,
+            tensor: st.lhs_tensor.clone(),
+            query,
+            key_operand,
+        })
+    }
+}
+
+/// The extents of a row kernel, all known at compile time.
+pub(super) struct Extents {
+    /// Batch iterators and their extents.
+    pub(super) batch: Vec<(String, i64)>,
+    pub(super) rows: i64,
+    pub(super) keys: i64,
+    /// The score's reduction depth `D`.
+    pub(super) depth: i64,
+}
+
+/// The extent of dimension `dim` of tensor `t`, where it is known at
+/// compile time.
+pub(super) fn dim_extent(program: &Program, t: &str, dim: usize) -> Option<i64> {
+    program.evaluate(program.tensor(t)?.shape.as_ref()?.get(dim)?)
+}
+
+/// The kernel's extents: the batch's and the rows' from `row_state`, a
+/// tensor over `(bt, i)`, the keys' from the score `P(bt, i, j)`, the
+/// depth from the query's last dimension; `None` where one is unknown at
+/// compile time (the tiles, the grid and the shared buffers are sized by
+/// them). The depth must be whole `mma` k steps (16) within 256 (the
+/// query tile and its fragments are held whole), and the operands must
+/// have exactly the kernel's rows and keys: a tile row past a tensor's
+/// rows is zero-filled, one inside it is read.
+pub(super) fn extents(
     program: &Program,
-    scop: &Scop,
-    deps: &Dependences,
-) -> Result<Option<Attention>> {
-    let Some(rolling) = &program.rolling else {
-        return Ok(None);
-    };
-    let [pred] = rolling.preds.as_slice() else {
-        return Ok(None);
-    };
+    shape: &RowShape,
+    row_state: &str,
+    score: &Score,
+) -> Option<Extents> {
+    let batch = shape
+        .batch
+        .iter()
+        .enumerate()
+        .map(|(k, b)| Some((b.clone(), dim_extent(program, row_state, k)?)))
+        .collect::<Option<Vec<_>>>()?;
+    let rows = dim_extent(program, row_state, shape.batch.len())?;
+    let keys = dim_extent(program, &score.tensor, shape.batch.len() + 1)?;
+    let depth = program
+        .tensor(&score.query.tensor)
+        .and_then(|t| program.evaluate(t.shape.as_ref()?.last()?))?;
+    if depth % 16 != 0 || depth > 256 || score.query.rows != rows || score.key_operand.rows != keys
+    {
+        return None;
+    }
+    Some(Extents {
+        batch,
+        rows,
+        keys,
+        depth,
+    })
+}
+
+/// A row kernel's repaired targets, in program order of their forms.
+#[derive(Default)]
+pub(super) struct Targets {
+    pub(super) sums: Vec<RowSum>,
+    pub(super) contractions: Vec<RowContraction>,
+}
+
+impl Targets {
+    /// Adds a target in its form.
+    pub(super) fn push(&mut self, form: TargetForm) {
+        match form {
+            TargetForm::Sum(x) => self.sums.push(x),
+            TargetForm::Contraction(x) => self.contractions.push(x),
+        }
+    }
+    /// The targets' tensors: the row sums', then the contractions'.
+    pub(super) fn tensors(&self) -> impl Iterator<Item = &String> {
+        self.sums
+            .iter()
+            .map(|s| &s.tensor)
+            .chain(self.contractions.iter().map(|c| &c.tensor))
+    }
+}
+
+/// The statements of a row kernel around its reductions.
+pub(super) struct Surroundings {
+    /// The tensors over `(bt, i, j)` the step computes: the score, then the
+    /// maps'.
+    pub(super) elementwise: Vec<String>,
+    /// Maps over `(bt, i, j)` in program order: (tensor, right side).
+    pub(super) maps: Vec<(String, Expr)>,
+    /// Epilogue statements (program positions).
+    pub(super) epilogue: Vec<usize>,
+}
+
+/// A row kernel whose reductions' roles are known: what the rest of its
+/// statements are checked against.
+pub(super) struct RowKernel<'a> {
+    pub(super) program: &'a Program,
+    pub(super) shape: &'a RowShape,
+    /// The score tensor `P`.
+    pub(super) score: &'a str,
+    /// The predecessor `M(bt, i)` (a split kernel's global one).
+    pub(super) pred: &'a str,
+    pub(super) targets: &'a Targets,
+}
+
+impl RowKernel<'_> {
+    /// Whether `t` is written by a statement of the program (and is then
+    /// one of the kernel's registers or shared tiles, not memory).
+    fn written_here(&self, t: &str) -> bool {
+        self.program.statements.iter().any(|o| o.lhs_tensor == t)
+    }
+
+    /// The statements no role took (`used`), in program order, as maps and
+    /// the epilogue; `None` where one is neither. A map `X(bt, i, j) =
+    /// f(..)` (before position `maps_before`, where given) reads the score
+    /// and earlier maps at its own element only, no other tensor the
+    /// program writes, and writes a tensor of its own: the step computes it
+    /// per element from what it holds. An epilogue statement, after every
+    /// used one, over `(bt, i)` or `(bt, i, e)`, reads the row states
+    /// `held` only where the kernel holds them ([`Self::held_read_ok`]),
+    /// no other tensor the program writes, and writes a tensor of its own
+    /// that is none of them: the kernel runs it on its registers after the
+    /// loop.
+    pub(super) fn surroundings(
+        &self,
+        used: &[usize],
+        maps_before: Option<usize>,
+        held: &[String],
+    ) -> Option<Surroundings> {
+        let elem_subs = self.shape.elem_subs();
+        let mut elementwise = vec![self.score.to_string()];
+        let (mut maps, mut epilogue) = (Vec::new(), Vec::new());
+        let last_used = used.iter().copied().max().unwrap_or(0);
+        let one_writer = |t: &str| writes(self.program, t).len() == 1;
+        for (position, s) in self.program.statements.iter().enumerate() {
+            if used.contains(&position) {
+                continue;
+            }
+            if s.op != AssignOp::Assign || !s.reduction_indices.is_empty() {
+                return None;
+            }
+            if s.lhs_indices == self.shape.elem_idx && maps_before.is_none_or(|p| position < p) {
+                let reads_ok = reads(&s.rhs).iter().all(|(t, subs)| {
+                    if elementwise.contains(t) {
+                        *subs == elem_subs
+                    } else {
+                        !self.written_here(t)
+                    }
+                });
+                if !reads_ok || !one_writer(&s.lhs_tensor) {
+                    return None;
+                }
+                elementwise.push(s.lhs_tensor.clone());
+                maps.push((s.lhs_tensor.clone(), s.rhs.clone()));
+            } else if position > last_used
+                && self
+                    .shape
+                    .over_row(&s.lhs_indices, &self.targets.contractions)
+            {
+                let reads_ok = reads(&s.rhs).iter().all(|(t, subs)| {
+                    if held.contains(t) {
+                        self.held_read_ok(&s.lhs_indices, t, subs)
+                    } else {
+                        !self.written_here(t)
+                    }
+                });
+                if !reads_ok || !one_writer(&s.lhs_tensor) || held.contains(&s.lhs_tensor) {
+                    return None;
+                }
+                epilogue.push(position);
+            } else {
+                return None;
+            }
+        }
+        Some(Surroundings {
+            elementwise,
+            maps,
+            epilogue,
+        })
+    }
+
+    /// Whether an epilogue statement over `lhs` may read row state `t` at
+    /// `subs`: the predecessor and a row sum at the row; a contraction
+    /// target at the statement's own column (the kernel holds it by that
+    /// column). Any other held state (a cache) is refused.
+    fn held_read_ok(&self, lhs: &[String], t: &str, subs: &[Affine]) -> bool {
+        if self.targets.sums.iter().any(|x| x.tensor == t) || t == self.pred {
+            subs == self.shape.row_subs()
+        } else {
+            subs == var_list(lhs)
+                && self
+                    .targets
+                    .contractions
+                    .iter()
+                    .any(|c| c.tensor == t && lhs.last() == Some(&c.column))
+        }
+    }
+
+    /// Whether what a tile's step evaluates per element besides the maps
+    /// (the predecessor's `body`, the row sums' terms, the contractions'
+    /// weights) reads the `elementwise` tensors at the element, the
+    /// predecessor's state `state` at `state_subs` (where the step holds
+    /// it: the row, or a split kernel's cell), and no other tensor the
+    /// program writes.
+    pub(super) fn step_reads_ok(
+        &self,
+        elementwise: &[String],
+        (state, state_subs): (&str, &[Affine]),
+        body: &Expr,
+    ) -> bool {
+        let elem_subs = self.shape.elem_subs();
+        let reads_ok = |e: &Expr| -> bool {
+            reads(e).iter().all(|(t, subs)| {
+                if elementwise.contains(t) {
+                    *subs == elem_subs
+                } else if t == state {
+                    subs == state_subs
+                } else {
+                    !self.written_here(t)
+                }
+            })
+        };
+        reads_ok(body)
+            && self.targets.sums.iter().all(|s| reads_ok(&s.term))
+            && self
+                .targets
+                .contractions
+                .iter()
+                .all(|c| reads_ok(&c.weight))
+    }
+}
+
+/// Whether every tensor of `held` is an f32 temp: the states the kernels
+/// keep in registers or shared memory never reach memory, so the program
+/// must not expect them there, and they are computed in f32.
+pub(super) fn f32_temps<'t>(program: &Program, held: impl IntoIterator<Item = &'t String>) -> bool {
+    held.into_iter().all(|t| {
+        program
+            .tensor(t)
+            .is_some_and(|x| x.role == TensorRole::Temp && x.dtype == DType::F32)
+    })
+}
+
+/// The rolling predecessor's statements and the roles they fix.
+struct PredStatements {
+    /// Program positions of its update, initialisation and cache.
+    update: usize,
+    init: usize,
+    cache: usize,
+    shape: RowShape,
+    /// `body` in the update `M = fr(M, body)`.
+    body: Expr,
+    /// The initialisation's right side.
+    init_value: Expr,
+}
+
+/// The statements of the rolling predecessor `pred` (a max or min `fr`):
+/// `M` written twice, by an update `M(bt, i) = fr(M(bt, i), body)` with
+/// one reduction index, the key `j` (`M`'s read on either side), and by an
+/// initialisation at `(bt, i)` that reads nothing; its cache written once,
+/// `Mp(bt, i) = M(bt, i)`. The update's indices name every role: the
+/// tiled loop runs along them.
+fn rolling_pred(program: &Program, pred: &RollingPred) -> Option<PredStatements> {
     if !matches!(pred.reducer, Reducer::Max | Reducer::Min) {
-        return Ok(None);
+        return None;
     }
     let sts = &program.statements;
-    let writes = |t: &str| writes(program, t);
-    // The predecessor's update (with the rolling index) and its init.
-    let pw = writes(&pred.tensor);
-    let Some(&pu) = pw
+    let pw = writes(program, &pred.tensor);
+    let &update = pw
         .iter()
-        .find(|&&k| sts[k].reduction_indices.len() == 1 && sts[k].op == AssignOp::Assign)
-    else {
-        return Ok(None);
-    };
-    let Some(&pi) = pw
+        .find(|&&k| sts[k].reduction_indices.len() == 1 && sts[k].op == AssignOp::Assign)?;
+    let &init = pw
         .iter()
-        .find(|&&k| sts[k].reduction_indices.is_empty() && sts[k].op == AssignOp::Assign)
-    else {
-        return Ok(None);
-    };
+        .find(|&&k| sts[k].reduction_indices.is_empty() && sts[k].op == AssignOp::Assign)?;
     if pw.len() != 2 {
-        return Ok(None);
+        return None;
     }
-    let pst = &sts[pu];
-    let (Some((row, batch)), key) = (pst.lhs_indices.split_last(), &pst.reduction_indices[0])
-    else {
-        return Ok(None);
-    };
-    let row = row.clone();
-    let key = key.clone();
-    let batch: Vec<String> = batch.to_vec();
-    let row_idx: Vec<String> = pst.lhs_indices.clone();
-    let mut elem_idx = row_idx.clone();
-    elem_idx.push(key.clone());
-    let row_subs = var_list(&row_idx);
-    let elem_subs = var_list(&elem_idx);
+    let pst = &sts[update];
+    let shape = RowShape::new(&pst.lhs_indices, &pst.reduction_indices[0])?;
     let pred_read = Expr {
         kind: ExprKind::Access {
             tensor: pred.tensor.clone(),
-            subscripts: row_subs.clone(),
+            subscripts: shape.row_subs(),
         },
         ty: pst.rhs.ty,
     };
@@ -725,253 +1020,243 @@ pub fn recognise(
     } else {
         Func::Min
     };
-    let pred_body = match &pst.rhs.kind {
+    let body = match &pst.rhs.kind {
         ExprKind::Call(f, args) if *f == func && args.len() == 2 => {
             if args[0] == pred_read {
                 args[1].clone()
             } else if args[1] == pred_read {
                 args[0].clone()
             } else {
-                return Ok(None);
+                return None;
             }
         }
-        _ => return Ok(None),
+        _ => return None,
     };
-    let pred_init = sts[pi].rhs.clone();
-    if sts[pi].lhs_indices != row_idx || !reads(&pred_init).is_empty() {
-        return Ok(None);
+    let init_value = sts[init].rhs.clone();
+    if sts[init].lhs_indices != shape.row_idx || !reads(&init_value).is_empty() {
+        return None;
     }
-    // The cache `Mp = M`.
-    let cw = writes(&pred.cache);
-    let [cu] = cw.as_slice() else {
-        return Ok(None);
+    let [cache] = writes(program, &pred.cache)[..] else {
+        return None;
     };
-    if sts[*cu].lhs_indices != row_idx || sts[*cu].rhs.kind != pred_read.kind {
-        return Ok(None);
+    if sts[cache].lhs_indices != shape.row_idx || sts[cache].rhs.kind != pred_read.kind {
+        return None;
     }
-    let mut used = vec![pu, pi, *cu];
-    // The score contraction: the only reduction statement.
+    Some(PredStatements {
+        update,
+        init,
+        cache,
+        shape,
+        body,
+        init_value,
+    })
+}
+
+/// The score contraction `P(bt, i, j) +=! A(.., i, d) * B(.., j, d)`: the
+/// program's only reduction statement (every other one is the rolling
+/// loop's, as assignments), a sum over one index at the element, its
+/// operands tiles of one 16-bit dtype ([`score_operands`]).
+fn prefill_score(program: &Program, shape: &RowShape) -> Option<Score> {
+    let sts = &program.statements;
     let reductions: Vec<usize> = sts
         .iter()
         .enumerate()
         .filter(|(_, s)| matches!(s.op, AssignOp::Reduce { .. }))
         .map(|(k, _)| k)
         .collect();
-    let [sc] = reductions.as_slice() else {
-        return Ok(None);
+    let [sc] = reductions[..] else {
+        return None;
     };
-    let sst = &sts[*sc];
+    let sst = &sts[sc];
     if sst.op
         != (AssignOp::Reduce {
             op: Reducer::Sum,
             init: true,
         })
-        || sst.lhs_indices != elem_idx
+        || sst.lhs_indices != shape.elem_idx
         || sst.reduction_indices.len() != 1
     {
-        return Ok(None);
+        return None;
     }
-    let Some((query, key_operand)) = score_operands(program, sst, &row, &key, &batch) else {
-        return Ok(None);
-    };
-    let dtype = query.dtype;
-    let score = sst.lhs_tensor.clone();
-    used.push(*sc);
-    // Extents, all known.
-    let shape_of = |t: &str, k: usize| -> Option<i64> {
-        program.evaluate(program.tensor(t)?.shape.as_ref()?.get(k)?)
-    };
-    let mut batch_ext = Vec::new();
-    for (k, b) in batch.iter().enumerate() {
-        let Some(e) = shape_of(&pred.tensor, k) else {
-            return Ok(None);
-        };
-        batch_ext.push((b.clone(), e));
+    Score::at(program, sc, shape)
+}
+
+/// The rolling targets in their forms ([`Roles::target`]), and the
+/// positions of their updates and initialisations; `None` where one has
+/// neither form or a column name stands for two widths
+/// ([`one_width_a_column`]).
+fn rolling_targets(roles: &Roles, targets: &[RollingTarget]) -> Option<(Targets, Vec<usize>)> {
+    let mut found = Targets::default();
+    let mut positions = Vec::new();
+    for t in targets {
+        let (form, update, init) = roles.target(t)?;
+        found.push(form);
+        positions.extend([update, init]);
     }
-    let (Some(rows), Some(keys), Some(depth)) = (
-        shape_of(&pred.tensor, batch.len()),
-        shape_of(&score, batch.len() + 1),
-        program
-            .tensor(&query.tensor)
-            .and_then(|t| program.evaluate(t.shape.as_ref()?.last()?)),
-    ) else {
-        return Ok(None);
+    one_width_a_column(&found.contractions).then_some((found, positions))
+}
+
+/// What a rolling attention's statements say, before the isl checks.
+struct RollingForm {
+    pred: RollingPred,
+    statements: PredStatements,
+    score: Score,
+    ext: Extents,
+    targets: Targets,
+    around: Surroundings,
+    /// Program positions of the statements with a role: the
+    /// predecessor's, the score's and the targets' (the maps and the
+    /// epilogue aside).
+    used: Vec<usize>,
+}
+
+/// The rolling attention of the program's statements, `None` where they
+/// are not one: the rolling predecessor fixes the roles of the iterators
+/// ([`rolling_pred`]), then the score ([`prefill_score`]), the extents
+/// ([`extents`]), the targets ([`rolling_targets`]), the maps and the
+/// epilogue ([`RowKernel::surroundings`]) and what the step reads
+/// ([`RowKernel::step_reads_ok`]), and the states' types
+/// ([`f32_temps`]).
+fn rolling_form(program: &Program) -> Option<RollingForm> {
+    let rolling = program.rolling.as_ref()?;
+    let [pred] = rolling.preds.as_slice() else {
+        return None;
     };
-    if depth % 16 != 0 || depth > 256 || query.rows != rows || key_operand.rows != keys {
-        return Ok(None);
-    }
-    // Targets.
-    let mut sums = Vec::new();
-    let mut contractions = Vec::new();
+    let ps = rolling_pred(program, pred)?;
+    let shape = &ps.shape;
+    let score = prefill_score(program, shape)?;
+    let ext = extents(program, shape, &pred.tensor, &score)?;
     let roles = Roles {
         program,
-        batch: &batch,
-        row_idx: &row_idx,
-        key: &key,
-        keys,
-        dtype,
+        batch: &shape.batch,
+        row_idx: &shape.row_idx,
+        key: &shape.key,
+        keys: ext.keys,
+        dtype: score.query.dtype,
     };
-    for t in &rolling.targets {
-        let Some((form, update, init)) = roles.target(t) else {
-            return Ok(None);
-        };
-        match form {
-            TargetForm::Sum(x) => sums.push(x),
-            TargetForm::Contraction(x) => contractions.push(x),
-        }
-        used.extend([update, init]);
-    }
-    if !one_width_a_column(&contractions) {
-        return Ok(None);
-    }
-    // Maps over (bt, i, j) and the epilogue, in program order.
-    let mut elementwise: Vec<String> = vec![score.clone()];
-    let mut maps = Vec::new();
-    let mut epilogue = Vec::new();
-    let rowwise: Vec<String> = std::iter::once(pred.tensor.clone())
-        .chain(std::iter::once(pred.cache.clone()))
-        .chain(sums.iter().map(|s| s.tensor.clone()))
-        .chain(contractions.iter().map(|c| c.tensor.clone()))
+    let (targets, target_positions) = rolling_targets(&roles, &rolling.targets)?;
+    let mut used = vec![ps.update, ps.init, ps.cache, score.statement];
+    used.extend(target_positions);
+    let kernel = RowKernel {
+        program,
+        shape,
+        score: &score.tensor,
+        pred: &pred.tensor,
+        targets: &targets,
+    };
+    let rowwise: Vec<String> = [pred.tensor.clone(), pred.cache.clone()]
+        .into_iter()
+        .chain(targets.tensors().cloned())
         .collect();
-    let last_target = used.iter().copied().max().unwrap_or(0);
-    for (position, s) in sts.iter().enumerate() {
-        if used.contains(&position) {
-            continue;
-        }
-        if s.op != AssignOp::Assign || !s.reduction_indices.is_empty() {
-            return Ok(None);
-        }
-        let written_here = |t: &str| sts.iter().any(|o| o.lhs_tensor == t);
-        if s.lhs_indices == elem_idx {
-            for (t, subs) in reads(&s.rhs) {
-                if elementwise.contains(&t) {
-                    if subs != elem_subs {
-                        return Ok(None);
-                    }
-                } else if written_here(&t) {
-                    return Ok(None);
-                }
-            }
-            if writes(&s.lhs_tensor).len() != 1 {
-                return Ok(None);
-            }
-            elementwise.push(s.lhs_tensor.clone());
-            maps.push((s.lhs_tensor.clone(), s.rhs.clone()));
-        } else if position > last_target
-            && (s.lhs_indices == row_idx
-                || contractions.iter().any(|c| {
-                    s.lhs_indices.len() == row_idx.len() + 1
-                        && s.lhs_indices[..row_idx.len()] == row_idx[..]
-                        && s.lhs_indices[row_idx.len()] == c.column
-                }))
-        {
-            for (t, subs) in reads(&s.rhs) {
-                if rowwise.contains(&t) {
-                    let ok = if sums.iter().any(|x| x.tensor == t) || t == pred.tensor {
-                        subs == row_subs
-                    } else {
-                        // A contraction target at the statement's own
-                        // column (the kernel holds it by that column).
-                        subs == var_list(&s.lhs_indices)
-                            && contractions
-                                .iter()
-                                .any(|c| c.tensor == t && s.lhs_indices.last() == Some(&c.column))
-                    };
-                    // (The cache is neither: refused.)
-                    if !ok {
-                        return Ok(None);
-                    }
-                } else if written_here(&t) {
-                    return Ok(None);
-                }
-            }
-            if writes(&s.lhs_tensor).len() != 1 || rowwise.contains(&s.lhs_tensor) {
-                return Ok(None);
-            }
-            epilogue.push(position);
-        } else {
-            return Ok(None);
-        }
-    }
-    // Element reads in the terms, the weights and the body: elementwise
-    // tensors at (bt, i, j), row states at (bt, i), nothing else written.
-    let element_reads_ok = |e: &Expr| -> bool {
-        reads(e).iter().all(|(t, subs)| {
-            if elementwise.contains(t) {
-                *subs == elem_subs
-            } else if *t == pred.tensor {
-                *subs == row_subs
-            } else {
-                !sts.iter().any(|o| &o.lhs_tensor == t)
-            }
-        })
-    };
-    if !element_reads_ok(&pred_body)
-        || sums.iter().any(|s| !element_reads_ok(&s.term))
-        || contractions.iter().any(|c| !element_reads_ok(&c.weight))
+    let around = kernel.surroundings(&used, None, &rowwise)?;
+    let row_subs = shape.row_subs();
+    if !kernel.step_reads_ok(&around.elementwise, (&pred.tensor, &row_subs), &ps.body)
+        || !f32_temps(program, around.elementwise.iter().chain(rowwise.iter()))
     {
-        return Ok(None);
+        return None;
     }
-    // The states the kernel keeps in registers never reach memory: they
-    // must be f32 temps.
-    for t in elementwise.iter().chain(rowwise.iter()) {
-        match program.tensor(t) {
-            Some(x) if x.role == TensorRole::Temp && x.dtype == DType::F32 => {}
-            _ => return Ok(None),
+    Some(RollingForm {
+        pred: pred.clone(),
+        statements: ps,
+        score,
+        ext,
+        targets,
+        around,
+        used,
+    })
+}
+
+impl RollingForm {
+    /// The row extent a block's padding rows may be ignored past
+    /// ([`padding_rows`]).
+    fn padding(&self, program: &Program) -> Option<i64> {
+        let evaluated = step_expressions(
+            &self.around.maps,
+            &self.statements.body,
+            &self.targets.sums,
+            &self.targets.contractions,
+        );
+        padding_rows(
+            program,
+            &self.statements.shape.row,
+            self.ext.rows,
+            &evaluated,
+        )
+    }
+
+    /// The kernel, with the tiled loop's `conditions` ([`tile_conditions`]).
+    fn plan(self, conditions: [AstExpr; 5]) -> Attention {
+        let [key_lo, key_hi, any_key, full_tile, element] = conditions;
+        let (pred, ps) = (self.pred, self.statements);
+        let row_subs = ps.shape.row_subs();
+        Attention {
+            batch: self.ext.batch,
+            row: ps.shape.row,
+            key: ps.shape.key,
+            rows: self.ext.rows,
+            keys: self.ext.keys,
+            depth: self.ext.depth,
+            dtype: self.score.query.dtype,
+            score: self.score.tensor,
+            query: self.score.query,
+            key_operand: self.score.key_operand,
+            maps: self.around.maps,
+            pred_term: access_text(&pred.tensor, &row_subs),
+            repair_old: access_text(&pred.cache, &row_subs),
+            repair_new: access_text(&pred.tensor, &row_subs),
+            pred: pred.tensor,
+            cache: pred.cache,
+            reducer: pred.reducer,
+            pred_init: ps.init_value,
+            pred_body: ps.body,
+            sums: self.targets.sums,
+            contractions: self.targets.contractions,
+            epilogue: self.around.epilogue,
+            key_lo,
+            key_hi,
+            any_key,
+            full_tile,
+            element,
+            split: None,
         }
     }
-    let evaluated = step_expressions(&maps, &pred_body, &sums, &contractions);
-    let padding = padding_rows(program, &row, rows, &evaluated);
+}
+
+/// Recognises the program as one attention kernel; `None` leaves it to
+/// the ordinary mapping. The statements' form ([`rolling_form`]), then in
+/// isl the domains and the tiled loop's conditions
+/// ([`domain_conditions`]) and the rows' independence ([`within_rows`]),
+/// and the launch's limits.
+pub fn recognise(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+) -> Result<Option<Attention>> {
+    let Some(form) = rolling_form(program) else {
+        return Ok(None);
+    };
+    let (shape, ext) = (&form.statements.shape, &form.ext);
     let Some(conditions) = domain_conditions(
         isl,
         scop,
         program,
-        pu,
-        &batch_ext,
-        (&row, &key, padding),
-        [rows, keys, depth],
-        &contractions,
-        &epilogue,
-        &used,
-        *sc,
+        form.statements.update,
+        &ext.batch,
+        (&shape.row, &shape.key, form.padding(program)),
+        [ext.rows, ext.keys, ext.depth],
+        &form.targets.contractions,
+        &form.around.epilogue,
+        &form.used,
+        form.score.statement,
     )?
     else {
         return Ok(None);
     };
-    if !within_rows(isl, scop, deps, &row_idx)? {
+    if !within_rows(isl, scop, deps, &shape.row_idx)? {
         return Ok(None);
     }
-    let [key_lo, key_hi, any_key, full_tile, element] = conditions;
-    let attention = Attention {
-        batch: batch_ext,
-        row,
-        key,
-        rows,
-        keys,
-        depth,
-        dtype,
-        score,
-        query,
-        key_operand,
-        maps,
-        pred: pred.tensor.clone(),
-        cache: pred.cache.clone(),
-        reducer: pred.reducer,
-        pred_init,
-        pred_body,
-        pred_term: access_text(&pred.tensor, &row_subs),
-        repair_old: access_text(&pred.cache, &row_subs),
-        repair_new: access_text(&pred.tensor, &row_subs),
-        sums,
-        contractions,
-        epilogue,
-        key_lo,
-        key_hi,
-        any_key,
-        full_tile,
-        element,
-        split: None,
-    };
+    let attention = form.plan(conditions);
     // One block row per batch combination (CUDA's grid y), and the tiles
     // in the shared memory a block may have on the H100.
     if attention.batches() > 65535 || attention.shared_bytes() > MAX_SHARED_BYTES {
@@ -1317,4 +1602,188 @@ pub(super) fn tile_conditions(
     let full_tile = super::promote::set_expr(isl, scop, full, &tile_names)?;
     let element = super::promote::set_expr(isl, scop, v, &elem_names)?;
     Ok([key_lo, key_hi, any_key, full_tile, element])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::test_support::Analysed;
+
+    /// The rolling body of an attention over `b, h` (the global one of
+    /// `examples/attention_causal.json`, without its mask).
+    const BODY: [&str; 7] = [
+        "P(b, h, i, j) +=! Q(b, h, i, d) * K(b, h, j, d)",
+        "T(b, h, i, j) = P(b, h, i, j) * 0.25",
+        "M(b, h, i) max=! T(b, h, i, j)",
+        "E(b, h, i, j) = exp(T(b, h, i, j) - M(b, h, i))",
+        "L(b, h, i) +=! E(b, h, i, j)",
+        "O(b, h, i, d) +=! E(b, h, i, j) * V(b, h, j, d)",
+        "Y(b, h, i, d) = O(b, h, i, d) / L(b, h, i)",
+    ];
+
+    /// An attention program with `S` keys and rows of depth `D`, operands
+    /// of `dtype` (K laid out as `k_shape`), the temp named `narrow` (if
+    /// any of `T` and `E`) in f16, and `body`, repaired into a rolling
+    /// update of `L` and `O`.
+    fn program(s: i64, d: i64, dtype: &str, k_shape: &str, narrow: &str, body: &[&str]) -> String {
+        let temp_dtype = |t: &str| if t == narrow { "f16" } else { "f32" };
+        let (t_dtype, e_dtype) = (temp_dtype("T"), temp_dtype("E"));
+        let body: Vec<String> = body.iter().map(|l| format!("\"{l}\"")).collect();
+        format!(
+            r#"{{"name": "att", "params": {{"B": 1, "H": 2, "S": {s}, "D": {d}}},
+                "inputs": {{"Q": {{"dtype": "{dtype}", "shape": ["B", "H", "S", "D"]}},
+                           "K": {{"dtype": "{dtype}", "shape": {k_shape}}},
+                           "V": {{"dtype": "{dtype}", "shape": ["B", "H", "S", "D"]}}}},
+                "outputs": {{"Y": {{"dtype": "f16", "shape": ["B", "H", "S", "D"]}}}},
+                "temps": {{"P": {{"dtype": "f32", "shape": ["B", "H", "S", "S"]}},
+                          "T": {{"dtype": "{t_dtype}", "shape": ["B", "H", "S", "S"]}},
+                          "M": {{"dtype": "f32", "shape": ["B", "H", "S"]}},
+                          "E": {{"dtype": "{e_dtype}", "shape": ["B", "H", "S", "S"]}},
+                          "L": {{"dtype": "f32", "shape": ["B", "H", "S"]}},
+                          "O": {{"dtype": "f32", "shape": ["B", "H", "S", "D"]}}}},
+                "body": [{}],
+                "schedule": [{{"rolling-update": ["L", "O"]}}]}}"#,
+            body.join(", ")
+        )
+    }
+
+    const K_ROWS: &str = r#"["B", "H", "S", "D"]"#;
+
+    fn recognised(json: &str) -> (Analysed, Option<Attention>) {
+        let a = Analysed::new(json);
+        let found = recognise(&a.isl, &a.program, &a.scop, &a.deps).unwrap();
+        (a, found)
+    }
+
+    fn names<T>(xs: &[T], name: impl Fn(&T) -> &str) -> Vec<&str> {
+        xs.iter().map(name).collect()
+    }
+
+    #[test]
+    fn a_global_attention_is_recognised_with_its_roles_and_sizes() {
+        let (a, found) = recognised(&program(128, 32, "f16", K_ROWS, "", &BODY));
+        let att = found.expect("recognised");
+        assert_eq!(att.batch, vec![("b".to_string(), 1), ("h".to_string(), 2)]);
+        assert_eq!((att.row.as_str(), att.key.as_str()), ("i", "j"));
+        assert_eq!((att.rows, att.keys, att.depth), (128, 128, 32));
+        assert_eq!(att.dtype, DType::F16);
+        assert_eq!(att.score, "P");
+        assert_eq!(att.query.tensor, "Q");
+        assert_eq!(att.key_operand.tensor, "K");
+        assert_eq!(names(&att.maps, |m| &m.0), ["T"]);
+        assert_eq!(att.pred, "M");
+        assert_eq!(att.reducer, Reducer::Max);
+        assert_eq!(names(&att.sums, |s| &s.tensor), ["L"]);
+        let [o] = att.contractions.as_slice() else {
+            panic!("one contraction: {:?}", att.contractions);
+        };
+        assert_eq!(
+            (o.tensor.as_str(), o.column.as_str(), o.width),
+            ("O", "d", 32)
+        );
+        assert_eq!(o.value.tensor, "V");
+        // E is an f32 temp: the weights are kept wider than the operands.
+        assert!(!o.rounded_once);
+        assert_eq!(att.epilogue, vec![a.writer("Y")]);
+        assert!(att.split.is_none());
+        // 128 keys in whole tiles of 64, no mask: no element test.
+        assert!(att.every_tile_whole());
+        // Depth 32 is no whole swizzle atom: mma.sync's 64-row blocks.
+        assert!(!att.wgmma());
+        assert_eq!(att.block_rows(), BLOCK_ROWS);
+    }
+
+    #[test]
+    fn a_causal_mask_is_recognised_with_an_element_test() {
+        // The mask of `examples/attention_causal.json`.
+        let body: Vec<String> = BODY
+            .iter()
+            .enumerate()
+            .map(|(k, l)| match k {
+                1..=5 => format!("{l} where j <= i"),
+                _ => l.to_string(),
+            })
+            .collect();
+        let body: Vec<&str> = body.iter().map(String::as_str).collect();
+        let (_, found) = recognised(&program(128, 32, "f16", K_ROWS, "", &body));
+        let att = found.expect("recognised");
+        assert!(!att.every_tile_whole());
+        assert_eq!(names(&att.maps, |m| &m.0), ["T"]);
+    }
+
+    #[test]
+    fn renamed_iterators_take_the_roles_they_play() {
+        let body: Vec<String> = BODY
+            .iter()
+            .map(|l| {
+                l.replace("i,", "r,")
+                    .replace("i)", "r)")
+                    .replace("j", "c")
+                    .replace("d)", "t)")
+            })
+            .collect();
+        let body: Vec<&str> = body.iter().map(String::as_str).collect();
+        let (_, found) = recognised(&program(64, 16, "f16", K_ROWS, "", &body));
+        let att = found.expect("recognised");
+        assert_eq!((att.row.as_str(), att.key.as_str()), ("r", "c"));
+        assert_eq!(att.contractions[0].column, "t");
+    }
+
+    #[test]
+    fn a_weight_cast_to_the_operand_type_is_rounded_once() {
+        let mut body = BODY;
+        body[5] = "O(b, h, i, d) +=! f16(E(b, h, i, j)) * V(b, h, j, d)";
+        let (_, found) = recognised(&program(64, 16, "f16", K_ROWS, "", &body));
+        let att = found.expect("recognised");
+        assert!(att.contractions[0].rounded_once);
+    }
+
+    #[test]
+    fn f32_operands_have_no_score_tiles() {
+        let (a, found) = recognised(&program(64, 16, "f32", K_ROWS, "", &BODY));
+        assert!(found.is_none());
+        // The roles are found; the score's operands are what is refused.
+        let rolling = a.program.rolling.as_ref().unwrap();
+        let ps = rolling_pred(&a.program, &rolling.preds[0]).expect("the predecessor");
+        assert!(prefill_score(&a.program, &ps.shape).is_none());
+    }
+
+    #[test]
+    fn a_depth_off_the_mma_steps_is_refused() {
+        let (a, found) = recognised(&program(64, 8, "f16", K_ROWS, "", &BODY));
+        assert!(found.is_none());
+        let rolling = a.program.rolling.as_ref().unwrap();
+        let ps = rolling_pred(&a.program, &rolling.preds[0]).expect("the predecessor");
+        let score = prefill_score(&a.program, &ps.shape).expect("the score");
+        assert!(extents(&a.program, &ps.shape, "M", &score).is_none());
+    }
+
+    #[test]
+    fn a_transposed_key_operand_is_refused() {
+        let mut body = BODY;
+        body[0] = "P(b, h, i, j) +=! Q(b, h, i, d) * K(b, h, d, j)";
+        let k_cols = r#"["B", "H", "D", "S"]"#;
+        let (_, found) = recognised(&program(64, 16, "f16", k_cols, "", &body));
+        assert!(found.is_none());
+    }
+
+    #[test]
+    fn weights_in_a_16_bit_temp_are_inlined_and_rounded_once() {
+        // The repair inlines E into its readers (it is no map of the
+        // kernel): an f16 E is a weight declared in the operand type.
+        let (_, found) = recognised(&program(64, 16, "f16", K_ROWS, "E", &BODY));
+        let att = found.expect("recognised");
+        assert_eq!(names(&att.maps, |m| &m.0), ["T"]);
+        assert!(att.contractions[0].rounded_once);
+    }
+
+    #[test]
+    fn a_map_in_a_16_bit_temp_is_refused() {
+        // The step keeps T in registers, in f32: a temp the program
+        // declares f16 would be a value the program never rounded.
+        let (a, found) = recognised(&program(64, 16, "f16", K_ROWS, "T", &BODY));
+        assert!(found.is_none());
+        assert!(!f32_temps(&a.program, [&"T".to_string()]));
+        assert!(f32_temps(&a.program, [&"M".to_string(), &"L".to_string()]));
+    }
 }

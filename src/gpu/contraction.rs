@@ -33,12 +33,13 @@
 
 use isl_rs::{PwMultiAff, ScheduleNode};
 
+use super::attention::uncast;
 use crate::deps::Dependences;
 use crate::error::Result;
-use crate::frontend::ast::{Affine, AssignOp, DType, ExprKind, Program, Reducer};
+use crate::frontend::ast::{Affine, AssignOp, BinOp, DType, ExprKind, Program, Reducer, Statement};
 use crate::isl::ast::{self, Expr};
 use crate::isl::{ast_build_expr_from_pw_aff, DimType, Isl};
-use crate::model::{Scop, StmtKind};
+use crate::model::{ModelStmt, Scop, StmtKind};
 
 /// Rows, columns and depth of one `mma.sync` instruction.
 pub const MMA_M: i64 = 16;
@@ -298,33 +299,45 @@ fn layout_for(tile: [i64; 3], threads: u32) -> Option<[i64; 2]> {
         })
 }
 
-/// Recognises the contraction of the kernel whose outermost band is
-/// `band` (untiled, `nb` members mapped to blocks); `tile` and `threads`
-/// are the user's sizes, `None` for the automatic choice.
-#[allow(clippy::too_many_arguments)]
-pub fn recognise(
-    isl: &Isl,
-    program: &Program,
-    scop: &Scop,
-    deps: &Dependences,
-    band: &ScheduleNode,
-    nb: usize,
-    user: Option<([i64; 3], u32)>,
-    k_split: Option<u32>,
-) -> Result<Option<Contraction>> {
+/// A read of the update's right side: tensor and subscripts.
+type Read = (String, Vec<Affine>);
+
+/// The roles of the update's iterators, as the band's members take them.
+struct Iterators {
+    /// The iterator of each band member: the batch, `m`, `n`, then `k`.
+    members: Vec<String>,
+    m: String,
+    n: String,
+    k: String,
+    /// The outer members' iterators (tiles of one point).
+    batch: Vec<String>,
+}
+
+/// Whether `band` has a contraction's shape: `nb` (two or three)
+/// coincident members, which map to blocks, then one that is not, the
+/// reduction, and no more.
+fn contraction_band(band: &ScheduleNode, nb: usize) -> Result<bool> {
     if !(2..=3).contains(&nb) || band.band_n_member()? != nb as i32 + 1 {
-        return Ok(None);
+        return Ok(false);
     }
     for i in 0..nb {
         if !band.band_member_get_coincident(i as i32)? {
-            return Ok(None);
+            return Ok(false);
         }
     }
-    if band.band_member_get_coincident(nb as i32)? {
-        return Ok(None);
-    }
-    let domain = band.get_domain()?;
-    let stmts = scop.statements_in(&domain)?;
+    Ok(!band.band_member_get_coincident(nb as i32)?)
+}
+
+/// The band's statements (those with instances in `domain`): its one
+/// update `S`, and the others but `S`'s initialisation in program order
+/// (epilogue candidates, checked once the iterators' roles are known);
+/// `None` where there is not exactly one update or another is not an
+/// assignment.
+fn update_and_others<'s>(
+    scop: &'s Scop,
+    domain: &isl_rs::UnionSet,
+) -> Result<Option<(&'s ModelStmt, Vec<&'s ModelStmt>)>> {
+    let stmts = scop.statements_in(domain)?;
     let updates: Vec<_> = stmts
         .iter()
         .filter(|s| s.kind == StmtKind::Update)
@@ -332,9 +345,7 @@ pub fn recognise(
     let [s] = updates.as_slice() else {
         return Ok(None);
     };
-    // The others: the update's initialisation, and epilogue candidates
-    // (checked below, once the roles of the iterators are known).
-    let mut others: Vec<&crate::model::ModelStmt> = stmts
+    let mut others: Vec<&ModelStmt> = stmts
         .iter()
         .filter(|o| o.name != s.name && !(o.kind == StmtKind::Init && o.source == s.source))
         .copied()
@@ -343,100 +354,131 @@ pub fn recognise(
     if others.iter().any(|o| o.kind != StmtKind::Assign) {
         return Ok(None);
     }
-    let st = &program.statements[s.source];
-    if !matches!(
-        st.op,
-        AssignOp::Reduce {
-            op: Reducer::Sum,
-            ..
-        }
-    ) {
-        return Ok(None);
-    }
-    let Some(out) = scop.tensor(&st.lhs_tensor) else {
-        return Ok(None);
+    Ok(Some((s, others)))
+}
+
+/// The update `st`'s operand type and its two reads: `st` is a sum (the
+/// chain the fragments regroup) into an output type the fragments' store
+/// knows (an 8-bit float, u8, bool or integer output keeps the ordinary
+/// path) of a product of two reads, casts aside, of f16 tensors or of
+/// bf16 ones.
+fn product_reads(scop: &Scop, st: &Statement) -> Option<(DType, Read, Read)> {
+    let AssignOp::Reduce {
+        op: Reducer::Sum, ..
+    } = st.op
+    else {
+        return None;
     };
-    // The fragments' store knows these outputs (an 8-bit float, u8, bool
-    // or integer output keeps the ordinary path).
+    let out = scop.tensor(&st.lhs_tensor)?;
     if !matches!(
         out.dtype,
         DType::F32 | DType::F64 | DType::F16 | DType::BF16
     ) {
-        return Ok(None);
+        return None;
     }
-    // The right side: a product of two reads, casts aside.
-    use super::attention::uncast;
-    let ExprKind::Binary(crate::frontend::ast::BinOp::Mul, x, y) = &uncast(&st.rhs).kind else {
-        return Ok(None);
+    let ExprKind::Binary(BinOp::Mul, x, y) = &uncast(&st.rhs).kind else {
+        return None;
     };
     let read = |e: &crate::frontend::ast::Expr| match &uncast(e).kind {
         ExprKind::Access { tensor, subscripts } => Some((tensor.clone(), subscripts.clone())),
         _ => None,
     };
-    let (Some(x), Some(y)) = (read(x), read(y)) else {
-        return Ok(None);
-    };
-    let dtype = match (scop.tensor(&x.0), scop.tensor(&y.0)) {
+    let (x, y) = (read(x)?, read(y)?);
+    match (scop.tensor(&x.0), scop.tensor(&y.0)) {
         (Some(a), Some(b)) if a.dtype == b.dtype && matches!(a.dtype, DType::F16 | DType::BF16) => {
-            a.dtype
+            Some((a.dtype, x, y))
         }
-        _ => return Ok(None),
-    };
-    // Each band member is one iterator of S.
+        _ => None,
+    }
+}
+
+/// The roles of the update `s`'s iterators: each band member is exactly
+/// one of them ([`member_iterators`]), all distinct and every one of them
+/// taken, so a schedule point is one iteration; the last three are `m`,
+/// `n` and `k`, `k` a reduction index of `S` (`st`).
+fn iterator_roles(
+    band: &ScheduleNode,
+    s: &ModelStmt,
+    st: &Statement,
+    nb: usize,
+) -> Result<Option<Iterators>> {
     if s.iterators.len() != nb + 1 {
         return Ok(None);
     }
-    let Some(roles) = member_iterators(band, s, nb + 1)? else {
+    let Some(members) = member_iterators(band, s, nb + 1)? else {
         return Ok(None);
     };
     let (m, n, k) = (
-        roles[nb - 2].clone(),
-        roles[nb - 1].clone(),
-        roles[nb].clone(),
+        members[nb - 2].clone(),
+        members[nb - 1].clone(),
+        members[nb].clone(),
     );
-    let batch: Vec<String> = roles[..nb - 2].to_vec();
-    let mut distinct = roles.clone();
+    let batch: Vec<String> = members[..nb - 2].to_vec();
+    let mut distinct = members.clone();
     distinct.sort();
     distinct.dedup();
-    if distinct.len() != roles.len() || !st.reduction_indices.contains(&k) {
+    if distinct.len() != members.len() || !st.reduction_indices.contains(&k) {
         return Ok(None);
     }
-    // Operands: which read is A (m, k) and which B (k, n).
-    let operand = |(tensor, subs): &(String, Vec<Affine>), row: &str| -> Option<Operand> {
-        let other = if row == m { &n } else { &m };
-        let mut row_dim = None;
-        let mut k_dim = None;
-        for (d, a) in subs.iter().enumerate() {
-            if a.coeff(other) != 0 {
-                return None;
-            }
-            let (r, kk) = (a.coeff(row), a.coeff(&k));
-            match (r, kk) {
-                (0, 0) => {}
-                (1, 0) if row_dim.is_none() => row_dim = Some(d),
-                (0, 1) if k_dim.is_none() => k_dim = Some(d),
-                _ => return None,
-            }
-        }
-        let last = subs.len().checked_sub(1)?;
-        let (r, kd) = (row_dim?, k_dim?);
-        if r != last && kd != last {
+    Ok(Some(Iterators {
+        members,
+        m,
+        n,
+        k,
+        batch,
+    }))
+}
+
+/// The read `(tensor, subs)` as an operand whose rows run along `row`
+/// (`m` for A, `n` for B): `row` and `k` each in exactly one dimension
+/// with coefficient 1, the other of `m` and `n` in none, and one of the
+/// two in the last (contiguous) dimension, so eight consecutive elements
+/// of a tile row are 16 consecutive bytes.
+fn operand((tensor, subs): &Read, row: &str, it: &Iterators) -> Option<Operand> {
+    let other = if row == it.m { &it.n } else { &it.m };
+    let mut row_dim = None;
+    let mut k_dim = None;
+    for (d, a) in subs.iter().enumerate() {
+        if a.coeff(other) != 0 {
             return None;
         }
-        Some(Operand {
-            tensor: tensor.clone(),
-            subscripts: subs.clone(),
-            k_contiguous: kd == last,
-        })
-    };
-    let (a, b) = match (operand(&x, &m), operand(&y, &n)) {
-        (Some(a), Some(b)) => (a, b),
-        _ => match (operand(&y, &m), operand(&x, &n)) {
-            (Some(a), Some(b)) => (a, b),
-            _ => return Ok(None),
+        let (r, kk) = (a.coeff(row), a.coeff(&it.k));
+        match (r, kk) {
+            (0, 0) => {}
+            (1, 0) if row_dim.is_none() => row_dim = Some(d),
+            (0, 1) if k_dim.is_none() => k_dim = Some(d),
+            _ => return None,
+        }
+    }
+    let last = subs.len().checked_sub(1)?;
+    let (r, kd) = (row_dim?, k_dim?);
+    if r != last && kd != last {
+        return None;
+    }
+    Some(Operand {
+        tensor: tensor.clone(),
+        subscripts: subs.clone(),
+        k_contiguous: kd == last,
+    })
+}
+
+/// Operands A (`m`, `k`) and B (`k`, `n`) from the product's reads `x`
+/// and `y`, in either order ([`operand`]).
+fn operands(x: &Read, y: &Read, it: &Iterators) -> Option<(Operand, Operand)> {
+    match (operand(x, &it.m, it), operand(y, &it.n, it)) {
+        (Some(a), Some(b)) => Some((a, b)),
+        _ => match (operand(y, &it.m, it), operand(x, &it.n, it)) {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
         },
-    };
-    // The domain is a box from 0.
+    }
+}
+
+/// The upper bound of each of `s`'s iterators, in the parameters, and
+/// its extent as an expression, where `s`'s domain (under the context) is
+/// the box `0 <= it <= hi` of those bounds: the fragments' tiles start at
+/// 0 and read out-of-domain elements as zeros. `None` otherwise.
+fn domain_box(isl: &Isl, scop: &Scop, s: &ModelStmt) -> Result<Option<(Vec<Affine>, Vec<Expr>)>> {
     let mut bounds = Vec::new();
     let mut his = Vec::new();
     let mut extents = Vec::new();
@@ -472,7 +514,20 @@ pub fn recognise(
     if !boxed.is_equal(&s.domain.copy()?.intersect_params(context)?)? {
         return Ok(None);
     }
-    // Dependences stay within one (m, n).
+    Ok(Some((his, extents)))
+}
+
+/// Whether every dependence among the band's instances (`domain`)
+/// relates two instances of one element `(b, m, n)`: `D ∩ (T⁻¹ ∘ T)ᶜ =
+/// ∅` with `T` the projection on the `nb` block members. The accumulator
+/// chains are then the only order to keep, and the elements may be spread
+/// over the lanes in the fragments' layout.
+fn within_elements(
+    band: &ScheduleNode,
+    nb: usize,
+    domain: isl_rs::UnionSet,
+    deps: &Dependences,
+) -> Result<bool> {
     let values = super::mapping::project_members(
         &band.band_get_partial_schedule_union_map()?,
         0,
@@ -485,85 +540,157 @@ pub fn recognise(
         .all()?
         .intersect_domain(domain.copy()?)?
         .intersect_range(domain)?;
-    if !inside.subtract(same)?.is_empty()? {
-        return Ok(None);
+    Ok(inside.subtract(same)?.is_empty()?)
+}
+
+/// The recognised update: what the epilogue statements are checked
+/// against.
+struct UpdateMatch<'a> {
+    isl: &'a Isl,
+    program: &'a Program,
+    scop: &'a Scop,
+    band: &'a ScheduleNode,
+    nb: usize,
+    update: &'a ModelStmt,
+    /// The epilogue candidates ([`update_and_others`]).
+    others: &'a [&'a ModelStmt],
+    iterators: &'a Iterators,
+    /// The upper bound of each of the update's iterators ([`domain_box`]).
+    his: &'a [Affine],
+}
+
+impl UpdateMatch<'_> {
+    /// The epilogue statements, in program order, and the tensor the
+    /// region stores ([`Contraction::stored`]): `C[e] = f(C[e], inputs)`
+    /// on the update's element space, after the update in program order
+    /// (the legality of the tree orders them after every step of their
+    /// element; the dependence test keeps them within one element). `None`
+    /// where one is not of that form ([`Self::epilogue_statement`]).
+    fn epilogue(&self) -> Result<Option<(Vec<Epilogue>, String)>> {
+        let st = &self.program.statements[self.update.source];
+        let mut epilogue = Vec::new();
+        let mut stored = st.lhs_tensor.clone();
+        for o in self.others {
+            let Some(e) = self.epilogue_statement(o, &stored)? else {
+                return Ok(None);
+            };
+            let est = &self.program.statements[o.source];
+            if est.lhs_tensor != st.lhs_tensor {
+                stored = est.lhs_tensor.clone();
+            }
+            epilogue.push(e);
+        }
+        Ok(Some((epilogue, stored)))
     }
-    // Epilogue statements: `C[e] = f(C[e], inputs)` on the same element
-    // space, after the update in program order (the legality of the tree orders them
-    // after every step of their element; the dependence test above keeps
-    // them within one element).
-    // Role of each of S's left-side indices.
-    let s_roles: Vec<usize> = st
-        .lhs_indices
-        .iter()
-        .filter_map(|i| roles.iter().position(|r| r == i))
-        .collect();
-    let mut epilogue = Vec::new();
-    let mut stored = st.lhs_tensor.clone();
-    for o in &others {
-        // A statement before the update (`C = D; C += A B`) sets the
-        // values the accumulators start from; the region has no form for
-        // that, and must not run it as an epilogue after the sum.
+
+    /// Epilogue statement `o`, the region storing `stored` so far: after
+    /// the update (one before it, `C = D; C += A B`, sets the values the
+    /// accumulators start from, which the region has no form for), each
+    /// block member one of its iterators and no other iterator; in place
+    /// on the update's element, or, last, moving the element into another
+    /// tensor ([`moves_out`]) at any order of the element's iterators (a
+    /// transposed output), which it must not read; reading the update's
+    /// tensor only at the element; on the same element box as the update.
+    fn epilogue_statement(&self, o: &ModelStmt, stored: &str) -> Result<Option<Epilogue>> {
+        let (program, s) = (self.program, self.update);
+        let st = &program.statements[s.source];
         if o.source < s.source {
             return Ok(None);
         }
         let est = &program.statements[o.source];
-        let Some(e_roles) = member_iterators(band, o, nb)? else {
+        let Some(e_roles) = member_iterators(self.band, o, self.nb)? else {
             return Ok(None);
         };
-        // In place on the update's tensor; or, last, into another tensor
-        // (see `Contraction::stored`), which it must not read.
-        if o.iterators.len() != nb || stored != st.lhs_tensor {
+        if o.iterators.len() != self.nb || stored != st.lhs_tensor {
             return Ok(None);
         }
-        if est.lhs_tensor != st.lhs_tensor {
-            if !moves_out(program, scop, s, &others, o)? {
-                return Ok(None);
-            }
-            stored = est.lhs_tensor.clone();
+        let moved = est.lhs_tensor != st.lhs_tensor;
+        if moved && !moves_out(program, self.scop, s, self.others, o)? {
+            return Ok(None);
         }
+        let s_roles = self.element_roles();
+        if !Self::writes_the_element(est, &e_roles, &s_roles, moved)
+            || !self.reads_the_element_only(o, &e_roles, &s_roles, moved)
+            || !self.on_the_update_box(o, &e_roles)?
+        {
+            return Ok(None);
+        }
+        Ok(Some(Epilogue {
+            statement: o.name.clone(),
+            element: s_roles.iter().map(|&r| e_roles[r].clone()).collect(),
+            iterators: e_roles,
+        }))
+    }
+
+    /// The role (band member) of each of the update's left-side indices:
+    /// its element `C[e]`.
+    fn element_roles(&self) -> Vec<usize> {
+        let roles = &self.iterators.members;
+        self.program.statements[self.update.source]
+            .lhs_indices
+            .iter()
+            .filter_map(|i| roles.iter().position(|r| r == i))
+            .collect()
+    }
+
+    /// Whether epilogue statement `est` (its members' iterators `e_roles`)
+    /// writes the update's element (roles `s_roles`): in place, `C`'s own
+    /// element; moved, any order of the element's iterators (a transposed
+    /// output), all of them.
+    fn writes_the_element(
+        est: &Statement,
+        e_roles: &[String],
+        s_roles: &[usize],
+        moved: bool,
+    ) -> bool {
         let mut mine: Vec<usize> = est
             .lhs_indices
             .iter()
             .filter_map(|i| e_roles.iter().position(|r| r == i))
             .collect();
         if mine.len() != est.lhs_indices.len() {
-            return Ok(None);
+            return false;
         }
-        // In place: C's own element. Moved: any order of the element's
-        // iterators (a transposed output), all of them.
-        if est.lhs_tensor != st.lhs_tensor {
+        let mut own = s_roles.to_vec();
+        if moved {
             mine.sort_unstable();
-        }
-        let mut own = s_roles.clone();
-        if est.lhs_tensor != st.lhs_tensor {
             own.sort_unstable();
         }
-        if mine != own {
-            return Ok(None);
-        }
-        // Reads of C only at the element (C's subscripts in this
-        // statement's iterators); no other tensor the kernel writes.
+        mine == own
+    }
+
+    /// Whether epilogue statement `o` reads the update's tensor `C` only
+    /// at the element (`C`'s subscripts in `o`'s iterators) and, where it
+    /// moves the element out, not the tensor it writes.
+    fn reads_the_element_only(
+        &self,
+        o: &ModelStmt,
+        e_roles: &[String],
+        s_roles: &[usize],
+        moved: bool,
+    ) -> bool {
+        let st = &self.program.statements[self.update.source];
+        let est = &self.program.statements[o.source];
         let lhs: Vec<Affine> = s_roles.iter().map(|&r| Affine::var(&e_roles[r])).collect();
-        for a in o.accesses(program) {
-            if a.write {
-                continue;
-            }
-            if a.tensor == st.lhs_tensor && a.subscripts != lhs {
-                return Ok(None);
-            }
-            if a.tensor == est.lhs_tensor && est.lhs_tensor != st.lhs_tensor {
-                return Ok(None);
-            }
-        }
-        // The same element box as the update's.
+        o.accesses(self.program).iter().all(|a| {
+            a.write
+                || !((a.tensor == st.lhs_tensor && a.subscripts != lhs)
+                    || (a.tensor == est.lhs_tensor && moved))
+        })
+    }
+
+    /// Whether epilogue statement `o`'s domain is the update's element
+    /// box: each member's iterator `0 <= it <= hi` with the update's bound
+    /// of that member.
+    fn on_the_update_box(&self, o: &ModelStmt, e_roles: &[String]) -> Result<bool> {
+        let (scop, s) = (self.scop, self.update);
         let bounds: Vec<String> = e_roles
             .iter()
             .enumerate()
             .map(|(j, it)| {
-                let role = &roles[j];
+                let role = &self.iterators.members[j];
                 let pos = s.iterators.iter().position(|i| i == role).unwrap_or(0);
-                format!("0 <= {it} <= {}", his[pos])
+                format!("0 <= {it} <= {}", self.his[pos])
             })
             .collect();
         let text = format!(
@@ -574,53 +701,172 @@ pub fn recognise(
             bounds.join(" and ")
         );
         let context = scop.context.copy()?;
-        let boxed = isl.set(&text)?.intersect_params(context.copy()?)?;
-        if !boxed.is_equal(&o.domain.copy()?.intersect_params(context)?)? {
-            return Ok(None);
-        }
-        epilogue.push(Epilogue {
-            statement: o.name.clone(),
-            element: s_roles.iter().map(|&r| e_roles[r].clone()).collect(),
-            iterators: e_roles,
-        });
+        let boxed = self.isl.set(&text)?.intersect_params(context.copy()?)?;
+        Ok(boxed.is_equal(&o.domain.copy()?.intersect_params(context)?)?)
     }
-    let at = |it: &str| {
-        let pos = s.iterators.iter().position(|i| i == it).unwrap_or(0);
-        extents[pos].clone()
+}
+
+/// A block tile and its warps.
+struct BlockTile {
+    /// Tile sizes along `m`, `n`, `k`.
+    tile: [i64; 3],
+    /// Warps along `m` and `n`.
+    warps: [i64; 2],
+    /// The automatic latency layout was taken ([`latency_layout`]): it
+    /// keeps the reduction whole.
+    unsplit: bool,
+}
+
+/// The block tile and the warps: the user's tile with their threads (or,
+/// threads 0, a warpgroup per 64 rows where the tile fits `wgmma`, else
+/// the most threads that divide it), or the automatic choice (the latency
+/// layout where it qualifies, else [`auto_layout`]). `None` where no warp
+/// layout divides the user's tile.
+fn block_tile(
+    band: &ScheduleNode,
+    nb: usize,
+    user: Option<([i64; 3], u32)>,
+    a: &Operand,
+    b: &Operand,
+) -> Result<Option<BlockTile>> {
+    let user_tile = |tile: [i64; 3], warps: Option<[i64; 2]>| {
+        warps.map(|warps| BlockTile {
+            tile,
+            warps,
+            unsplit: false,
+        })
     };
-    let extents: [Expr; 3] = [at(&m), at(&n), at(&k)];
-    // The automatic latency layout keeps the reduction whole.
-    let mut unsplit = false;
-    let (tile, warps) = match user {
+    let layout = match user {
         Some((tile, 0)) => {
-            // A warpgroup per 64 rows where the tile fits wgmma, else the
-            // most threads that divide it.
             let warpgroups = u32::try_from(tile[0] / 64).unwrap_or(0);
             let wg =
-                layout_for(tile, warpgroups * 128).filter(|w| wgmma_fits(&a, &b, tile, *w, false));
-            match wg.or_else(|| [256, 128, 64, 32].iter().find_map(|t| layout_for(tile, *t))) {
-                Some(w) => (tile, w),
-                None => return Ok(None),
-            }
+                layout_for(tile, warpgroups * 128).filter(|w| wgmma_fits(a, b, tile, *w, false));
+            let warps = wg.or_else(|| [256, 128, 64, 32].iter().find_map(|t| layout_for(tile, *t)));
+            user_tile(tile, warps)
         }
-        Some((tile, threads)) => match layout_for(tile, threads) {
-            Some(w) => (tile, w),
-            None => return Ok(None),
-        },
+        Some((tile, threads)) => user_tile(tile, layout_for(tile, threads)),
         None => {
             let e: Vec<Option<i64>> = (nb - 2..nb)
                 .chain(0..nb - 2)
                 .map(|i| super::mapping::member_extent(band, i))
                 .collect::<Result<_>>()?;
             let k_extent = super::mapping::member_extent(band, nb)?;
-            match latency_layout(&e, k_extent, &a, &b) {
-                Some(layout) => {
-                    unsplit = true;
-                    layout
-                }
-                None => auto_layout(&e, k_extent),
-            }
+            let latency = latency_layout(&e, k_extent, a, b);
+            let unsplit = latency.is_some();
+            let (tile, warps) = latency.unwrap_or_else(|| auto_layout(&e, k_extent));
+            Some(BlockTile {
+                tile,
+                warps,
+                unsplit,
+            })
         }
+    };
+    Ok(layout)
+}
+
+/// The split of the reduction over blocks, and the extents `m`, `n`, `k`
+/// the latency regime reads (`None` where unknown): the user's split, or
+/// (automatic, unless the latency layout keeps the reduction whole)
+/// enough blocks to fill the GPU when the output has few tiles and `k` is
+/// long ([`auto_split`]). A batch takes the grid's z axis, so a batched
+/// contraction keeps one (and its extents are left unknown).
+fn reduction_split(
+    band: &ScheduleNode,
+    nb: usize,
+    batched: bool,
+    k_split: Option<u32>,
+    unsplit: bool,
+    tile: [i64; 3],
+) -> Result<(i64, Vec<Option<i64>>)> {
+    let e: Vec<Option<i64>> = if !batched {
+        (0..=nb)
+            .map(|i| super::mapping::member_extent(band, i))
+            .collect::<Result<_>>()?
+    } else {
+        vec![None; 3]
+    };
+    let split = if batched {
+        1
+    } else if let Some(s) = k_split {
+        i64::from(s)
+    } else if unsplit {
+        1
+    } else {
+        auto_split(&e, tile)
+    };
+    Ok((split, e))
+}
+
+/// Recognises the contraction of the kernel whose outermost band is
+/// `band` (untiled, `nb` members mapped to blocks); `tile` and `threads`
+/// are the user's sizes, `None` for the automatic choice. The steps: the
+/// band's shape ([`contraction_band`]), its statements
+/// ([`update_and_others`]), the update's product ([`product_reads`]), the
+/// iterators' roles ([`iterator_roles`]), the operands ([`operands`]),
+/// the domain box ([`domain_box`]), the dependences
+/// ([`within_elements`]), the epilogue ([`UpdateMatch::epilogue`]); then
+/// the tiling ([`block_tile`]), the split ([`reduction_split`]) and the
+/// pipeline's stages ([`latency_stages`]).
+#[allow(clippy::too_many_arguments)]
+pub fn recognise(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    band: &ScheduleNode,
+    nb: usize,
+    user: Option<([i64; 3], u32)>,
+    k_split: Option<u32>,
+) -> Result<Option<Contraction>> {
+    if !contraction_band(band, nb)? {
+        return Ok(None);
+    }
+    let domain = band.get_domain()?;
+    let Some((s, others)) = update_and_others(scop, &domain)? else {
+        return Ok(None);
+    };
+    let st = &program.statements[s.source];
+    let Some((dtype, x, y)) = product_reads(scop, st) else {
+        return Ok(None);
+    };
+    let Some(it) = iterator_roles(band, s, st, nb)? else {
+        return Ok(None);
+    };
+    let Some((a, b)) = operands(&x, &y, &it) else {
+        return Ok(None);
+    };
+    let Some((his, extents)) = domain_box(isl, scop, s)? else {
+        return Ok(None);
+    };
+    if !within_elements(band, nb, domain, deps)? {
+        return Ok(None);
+    }
+    let update = UpdateMatch {
+        isl,
+        program,
+        scop,
+        band,
+        nb,
+        update: s,
+        others: &others,
+        iterators: &it,
+        his: &his,
+    };
+    let Some((epilogue, stored)) = update.epilogue()? else {
+        return Ok(None);
+    };
+    let at = |name: &str| {
+        let pos = s.iterators.iter().position(|i| i == name).unwrap_or(0);
+        extents[pos].clone()
+    };
+    let extents: [Expr; 3] = [at(&it.m), at(&it.n), at(&it.k)];
+    let Some(BlockTile {
+        tile,
+        warps,
+        unsplit,
+    }) = block_tile(band, nb, user, &a, &b)?
+    else {
+        return Ok(None);
     };
     let auto = user.is_none();
     let wgmma = wgmma_fits(&a, &b, tile, warps, auto);
@@ -630,31 +876,13 @@ pub fn recognise(
     } else {
         tile
     };
-    // The split of the reduction: the user's, or (automatic) enough
-    // blocks to fill the GPU when the output has few tiles and k is long.
-    // A batch takes the grid's z axis, so a batched contraction keeps one.
-    let e: Vec<Option<i64>> = if batch.is_empty() {
-        (0..=nb)
-            .map(|i| super::mapping::member_extent(band, i))
-            .collect::<Result<_>>()?
-    } else {
-        vec![None; 3]
-    };
-    let split = if !batch.is_empty() {
-        1
-    } else if let Some(s) = k_split {
-        i64::from(s)
-    } else if unsplit {
-        1
-    } else {
-        auto_split(&e, tile)
-    };
+    let (split, e) = reduction_split(band, nb, !it.batch.is_empty(), k_split, unsplit, tile)?;
     let mut c = Contraction {
         statement: s.name.clone(),
-        m,
-        n,
-        k,
-        batch,
+        m: it.m,
+        n: it.n,
+        k: it.k,
+        batch: it.batch,
         dtype,
         a,
         b,
@@ -750,8 +978,7 @@ enum Latency {
 /// 8192 (split 2) 22.8 -> 21.5. With 64 x 128 tiles (1024^3) six stages
 /// took 10.1 us against 9.6: larger tiles keep four.
 const DEEPER_STAGES: i64 = 6;
-/// The iterator of statement `o` that each of the first `members` members
-/// of `band` is, when each is exactly one iterator (coefficient 1, no
+
 /// Whether epilogue statement `o`, writing a tensor other than the
 /// update's, may take the update's value out of the region: the update's
 /// tensor is a temp, the other's element type one the region stores, and no
@@ -792,6 +1019,8 @@ fn moves_out(
     Ok(true)
 }
 
+/// The iterator of statement `o` that each of the first `members` members
+/// of `band` is, when each is exactly one iterator (coefficient 1, no
 /// constant, no parameter): `None` otherwise.
 fn member_iterators(
     band: &ScheduleNode,
@@ -986,4 +1215,243 @@ fn auto_layout(e: &[Option<i64>], k: Option<i64>) -> ([i64; 3], [i64; 2]) {
         })
         .unwrap_or(&LAYOUTS[LAYOUTS.len() - 1]);
     ([pick.0, pick.1, AUTO_TILE_K], [pick.2, pick.3])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::test_support::Analysed;
+    use crate::gpu::GpuOptions;
+
+    /// A product of `dtype` operands `A` (`a_shape`) and `B` (`b_shape`)
+    /// over `M = 256, N = 192, K = 160` (off every automatic tile), with
+    /// `outputs` and `temps` (JSON members) and `body`.
+    fn program(
+        dtype: &str,
+        shapes: [&str; 2],
+        outputs: &str,
+        temps: &str,
+        body: &[&str],
+    ) -> String {
+        let body: Vec<String> = body.iter().map(|l| format!("\"{l}\"")).collect();
+        format!(
+            r#"{{"name": "mm", "params": {{"M": 256, "N": 192, "K": 160}},
+                "inputs": {{"A": {{"dtype": "{dtype}", "shape": {}}},
+                           "B": {{"dtype": "{dtype}", "shape": {}}},
+                           "bias": {{"dtype": "{dtype}", "shape": ["N"]}}}},
+                "outputs": {{ {outputs} }},
+                "temps": {{ {temps} }},
+                "body": [{}]}}"#,
+            shapes[0],
+            shapes[1],
+            body.join(", ")
+        )
+    }
+
+    const ROW_MAJOR: [&str; 2] = [r#"["M", "K"]"#, r#"["K", "N"]"#];
+    const C_F32: &str = r#""C": {"dtype": "f32", "shape": ["M", "N"]}"#;
+    const D_F16: &str = r#""D": {"dtype": "f16", "shape": ["M", "N"]}"#;
+    const ACC: &str = r#""acc": {"dtype": "f32", "shape": ["M", "N"]}"#;
+
+    /// The user's sizes: tiles 64 x 64 x 32 and 128 threads.
+    fn user_sizes() -> GpuOptions {
+        GpuOptions {
+            block: vec![128],
+            ..GpuOptions::default()
+        }
+    }
+
+    /// The contraction the mapping recognises in `json`'s kernels (at
+    /// tiles 64 x 64 x 32 and `options`), if any.
+    fn contraction(json: &str, options: &GpuOptions) -> Option<Contraction> {
+        let a = Analysed::new(json);
+        a.plans(&[64, 64, 32], options)
+            .into_iter()
+            .find_map(|p| p.contraction)
+    }
+
+    #[test]
+    fn a_product_is_recognised_with_the_users_tiles() {
+        let json = program(
+            "f16",
+            ROW_MAJOR,
+            C_F32,
+            "",
+            &["C(i, j) +=! A(i, k) * B(k, j)"],
+        );
+        let c = contraction(&json, &user_sizes()).expect("recognised");
+        assert_eq!((c.m.as_str(), c.n.as_str(), c.k.as_str()), ("i", "j", "k"));
+        assert!(c.batch.is_empty());
+        assert_eq!(c.dtype, DType::F16);
+        assert_eq!((c.a.tensor.as_str(), c.b.tensor.as_str()), ("A", "B"));
+        // A is K-major (k contiguous), B MN-major.
+        assert!(c.a.k_contiguous && !c.b.k_contiguous);
+        // The squarest warp tiles of 128 threads: 2 x 2 warps of 32 x 32.
+        assert_eq!((c.tile, c.warps), ([64, 64, 32], [2, 2]));
+        assert!(!c.wgmma, "a k tile of 32 is no wgmma tile");
+        // 4 x 3 output tiles split 2 over 5 k tiles: a wave of 24 blocks,
+        // each holding its 3 k tiles at once.
+        assert_eq!(c.split, 2);
+        assert!(c.whole_k);
+        assert_eq!(c.stages, 3);
+        assert!(c.epilogue.is_empty());
+        assert_eq!(c.stored, "C");
+    }
+
+    #[test]
+    fn the_automatic_choice_takes_wgmma_tiles_of_64() {
+        let json = program(
+            "f16",
+            ROW_MAJOR,
+            C_F32,
+            "",
+            &["C(i, j) +=! A(i, k) * B(k, j)"],
+        );
+        let auto = GpuOptions {
+            auto_tile: true,
+            ..GpuOptions::default()
+        };
+        let c = contraction(&json, &auto).expect("recognised");
+        assert!(c.wgmma);
+        assert_eq!(c.tile[2], WGMMA_TILE_K);
+        assert_eq!(c.tile[0] % 64, 0);
+    }
+
+    #[test]
+    fn an_epilogue_through_an_accumulator_temp_stores_its_own_tensor() {
+        let body = [
+            "acc(m, n) +=! f32(A(m, k)) * f32(B(k, n))",
+            "D(m, n) = f16(tanh(acc(m, n) + f32(bias(n))))",
+        ];
+        let c = contraction(&program("f16", ROW_MAJOR, D_F16, ACC, &body), &user_sizes())
+            .expect("recognised");
+        assert_eq!(c.stored, "D");
+        let [e] = c.epilogue.as_slice() else {
+            panic!("one epilogue statement: {:?}", c.epilogue);
+        };
+        assert_eq!(e.element.len(), 2);
+        assert_eq!((c.m.as_str(), c.n.as_str()), ("m", "n"));
+    }
+
+    #[test]
+    fn a_transposed_epilogue_and_a_transposed_operand_are_recognised() {
+        let d_t = r#""D": {"dtype": "f16", "shape": ["N", "M"]}"#;
+        let b_t = [r#"["M", "K"]"#, r#"["N", "K"]"#];
+        let body = [
+            "acc(m, n) +=! f32(A(m, k)) * f32(B(n, k))",
+            "D(n, m) = f16(acc(m, n))",
+        ];
+        let c =
+            contraction(&program("f16", b_t, d_t, ACC, &body), &user_sizes()).expect("recognised");
+        assert!(c.a.k_contiguous && c.b.k_contiguous);
+        assert_eq!(c.stored, "D");
+        assert_eq!(c.epilogue.len(), 1);
+    }
+
+    #[test]
+    fn an_in_place_epilogue_keeps_the_update_tensor() {
+        let body = [
+            "C(i, j) +=! A(i, k) * B(k, j)",
+            "C(i, j) = max(C(i, j), 0.0)",
+        ];
+        let c = contraction(&program("f16", ROW_MAJOR, C_F32, "", &body), &user_sizes())
+            .expect("recognised");
+        assert_eq!(c.stored, "C");
+        assert_eq!(c.epilogue.len(), 1);
+        assert_eq!(c.epilogue[0].element, ["i", "j"]);
+    }
+
+    #[test]
+    fn f32_operands_are_refused() {
+        let body = ["C(i, j) +=! A(i, k) * B(k, j)"];
+        let json = program("f32", ROW_MAJOR, C_F32, "", &body);
+        assert!(contraction(&json, &user_sizes()).is_none());
+        // The product's step: no 16-bit operands.
+        let a = Analysed::new(&json);
+        assert!(product_reads(&a.scop, &a.program.statements[0]).is_none());
+        let a = Analysed::new(&program("f16", ROW_MAJOR, C_F32, "", &body));
+        let (dtype, x, y) = product_reads(&a.scop, &a.program.statements[0]).unwrap();
+        assert_eq!((dtype, x.0.as_str(), y.0.as_str()), (DType::F16, "A", "B"));
+    }
+
+    #[test]
+    fn a_sum_into_an_8_bit_float_output_is_refused() {
+        let c8 = r#""C": {"dtype": "f8e4m3", "shape": ["M", "N"]}"#;
+        let json = program("f16", ROW_MAJOR, c8, "", &["C(i, j) +=! A(i, k) * B(k, j)"]);
+        let a = Analysed::new(&json);
+        assert!(product_reads(&a.scop, &a.program.statements[0]).is_none());
+    }
+
+    /// The roles of `C(i, j) += A(..) * B(..)`: `m = i`, `n = j`, `k`.
+    fn ijk() -> Iterators {
+        Iterators {
+            members: vec!["i".into(), "j".into(), "k".into()],
+            m: "i".into(),
+            n: "j".into(),
+            k: "k".into(),
+            batch: Vec::new(),
+        }
+    }
+
+    /// A read of `tensor` at `subs` (iterator names or constants).
+    fn read(tensor: &str, subs: &[&str]) -> Read {
+        let subs = subs
+            .iter()
+            .map(|s| match s.parse::<i64>() {
+                Ok(c) => Affine::constant(c),
+                Err(_) => Affine::var(s),
+            })
+            .collect();
+        (tensor.to_string(), subs)
+    }
+
+    #[test]
+    fn operands_are_told_apart_by_their_roles_in_either_order() {
+        let it = ijk();
+        // B(j, k) * A(i, k): A is found as the one along m.
+        let (a, b) = operands(&read("B", &["j", "k"]), &read("A", &["i", "k"]), &it).unwrap();
+        assert_eq!((a.tensor.as_str(), b.tensor.as_str()), ("A", "B"));
+        assert!(a.k_contiguous && b.k_contiguous);
+        // A(k, i): m contiguous.
+        let (a, _) = operands(&read("A", &["k", "i"]), &read("B", &["k", "j"]), &it).unwrap();
+        assert!(!a.k_contiguous);
+    }
+
+    #[test]
+    fn an_operand_without_a_contiguous_role_is_refused() {
+        let it = ijk();
+        // The last dimension is neither the row nor k: A(i, k, 0).
+        let a = read("A", &["i", "k", "0"]);
+        assert!(operands(&a, &read("B", &["k", "j"]), &it).is_none());
+        // n in A.
+        let a = read("A", &["i", "k", "j"]);
+        assert!(operands(&a, &read("B", &["k", "j"]), &it).is_none());
+        // Through the mapping: no tensor-core kernel.
+        let shapes = [r#"["M", "K", 2]"#, r#"["K", "N"]"#];
+        let json = program(
+            "f16",
+            shapes,
+            C_F32,
+            "",
+            &["C(i, j) +=! A(i, k, 0) * B(k, j)"],
+        );
+        assert!(contraction(&json, &user_sizes()).is_none());
+    }
+
+    #[test]
+    fn a_statement_setting_the_accumulator_before_the_sum_is_refused() {
+        // `C = bias; C += A B`: the region has no form for a start value.
+        let body = ["C(i, j) = f32(bias(j))", "C(i, j) += A(i, k) * B(k, j)"];
+        let json = program("f16", ROW_MAJOR, C_F32, "", &body);
+        assert!(contraction(&json, &user_sizes()).is_none());
+    }
+
+    #[test]
+    fn a_warp_layout_divides_the_users_tile_or_there_is_none() {
+        // 128 threads over 64 x 64: 2 x 2 warps.
+        assert_eq!(layout_for([64, 64, 32], 128), Some([2, 2]));
+        // k not a multiple of the mma's 16, or threads not whole warps.
+        assert_eq!(layout_for([64, 64, 24], 128), None);
+        assert_eq!(layout_for([64, 64, 32], 100), None);
+    }
 }

@@ -20,6 +20,8 @@ pub mod private;
 pub mod promote;
 pub mod race;
 pub mod registers;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod traffic;
 
 use std::collections::HashMap;

@@ -20,7 +20,7 @@
 //! The same construction without the cache and with `X_t = X_t f g(..)`
 //! is the naive fusion, whose violated dependences the proof inspects.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::algebra::Reducer;
 use super::chain::Chain;
@@ -28,12 +28,12 @@ use super::rewrite::{self, access, assignment, combine, identity};
 use super::solve::{Fault, Solution};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{
-    AssignOp, BinOp, Expr, ExprKind, ExprType, Program, Reducer as AstReducer, Statement, Tensor,
-    TensorRole, WhereClause,
+    AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Program, Reducer as AstReducer, RollingPred,
+    RollingStates, RollingTarget, Statement, Tensor, TensorRole, WhereClause,
 };
 use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::isl::IslPrint;
-use crate::model::{self, Scop};
+use crate::model::{self, ModelStmt, Scop};
 
 /// A statement of a fused group and its coordinates: `outer` are the
 /// statement's iterators that are the group's outer loops (in group order),
@@ -112,25 +112,9 @@ pub fn resolved_tensors(program: &Program, scop: &Scop) -> Vec<Tensor> {
         .collect()
 }
 
-/// Rolling update of the `chains` (targets sharing their predecessors)
-/// with their proven repairs. `repaired = false` builds the naive fusion.
-pub fn rewrite(
-    program: &Program,
-    scop: &Scop,
-    chains: &[(Chain, Solution)],
-    repaired: bool,
-    fault: Fault,
-) -> Result<Rewritten> {
-    let file = &program.source;
-    let dtypes = rewrite::dtypes(scop);
-    let dtype = |t: &str| {
-        dtypes
-            .get(t)
-            .copied()
-            .ok_or_else(|| Error::Internal(format!("no tensor {t}")))
-    };
-    // The predecessors of the group, and the group's coordinates: the
-    // first predecessor's left indices and its reduction index.
+/// The predecessors of a group of `chains`, in program order: every
+/// statement some chain's target reads as a predecessor, once.
+fn group_preds(chains: &[(Chain, Solution)]) -> Vec<usize> {
     let mut preds: Vec<usize> = Vec::new();
     for (c, _) in chains {
         for p in &c.preds {
@@ -140,82 +124,166 @@ pub fn rewrite(
         }
     }
     preds.sort();
-    let targets: Vec<usize> = chains.iter().map(|(c, _)| c.target).collect();
-    let inlined: BTreeSet<usize> = chains
+    preds
+}
+
+/// The conditions of `st`'s `where` clauses; with `only_lhs`, those that
+/// do not name a reduction index (they hold for its initialisation too).
+fn conditions(st: &Statement, only_lhs: bool) -> Vec<WhereClause> {
+    st.wheres
         .iter()
-        .flat_map(|(c, _)| c.inlined.iter().copied())
-        .collect();
-    // Maps the targets inline and other statements read too go into those
-    // readers as well, so that nothing reads them after the group.
-    let inlined_program = inline_into_readers(program, &targets, &inlined);
-    let program = &inlined_program;
-    let first_pred = &program.statements[preds[0]];
-    let n_outer = first_pred.lhs_indices.len();
-    for &p in &preds {
-        let ps = &program.statements[p];
-        if ps.lhs_indices.len() != n_outer {
-            return Err(Error::Illegal {
-                file: file.clone(),
-                message: format!(
-                    "rolling update: predecessors `{}` and `{}` have different outer loops",
-                    first_pred.text, ps.text
-                ),
-            });
-        }
+        .filter(|w| {
+            w.is_condition()
+                && (!only_lhs
+                    || w.names()
+                        .iter()
+                        .all(|n| !st.reduction_indices.iter().any(|r| r == n)))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The fused group of a rolling update: the program with the targets'
+/// inlined maps substituted into their other readers too
+/// ([`inline_into_readers`]), the chains, and the group's coordinates.
+struct Group<'a> {
+    program: &'a Program,
+    scop: &'a Scop,
+    chains: &'a [(Chain, Solution)],
+    dtypes: HashMap<String, DType>,
+    /// Predecessors and targets (program positions), and the maps the
+    /// targets' bodies took in.
+    preds: Vec<usize>,
+    targets: Vec<usize>,
+    inlined: BTreeSet<usize>,
+    /// Per target: its variable of each outer coordinate of the group.
+    target_outer: Vec<Vec<String>>,
+}
+
+/// The statements the rewrite makes, in the order it makes them.
+#[derive(Default)]
+struct Fused {
+    statements: Vec<Statement>,
+    origin: Vec<(usize, usize)>,
+    members_init: Vec<Member>,
+    members_roll: Vec<Member>,
+    pred_stmts: Vec<usize>,
+    target_updates: Vec<(usize, usize)>,
+    caches: Vec<Cache>,
+    new_tensors: Vec<Tensor>,
+    states: RollingStates,
+}
+
+impl Fused {
+    /// Appends `st`, made from statement `source` as its `rank`-th
+    /// (program order of the naive fusion); returns its index.
+    fn push(&mut self, st: Statement, source: usize, rank: usize) -> usize {
+        self.statements.push(st);
+        self.origin.push((source, rank));
+        self.statements.len() - 1
     }
-    // Per target: the target variable of each group outer coordinate.
-    let mut target_outer: Vec<Vec<String>> = Vec::new();
-    for (c, _) in chains {
-        let p0 = c
-            .preds
-            .iter()
-            .find(|p| p.stmt == preds[0])
-            .or(c.preds.first())
-            .ok_or_else(|| Error::Internal("chain without predecessor".into()))?;
-        // Map the chain's first predecessor to the group's first one.
-        if p0.stmt != preds[0] {
-            return Err(Error::Illegal {
-                file: file.clone(),
-                message: format!(
-                    "rolling update: the targets do not share their first predecessor `{}`",
-                    first_pred.text
-                ),
-            });
-        }
-        target_outer.push(p0.target_subscripts.clone());
-        for p in &c.preds {
-            let set_a: BTreeSet<&String> = p.target_subscripts.iter().collect();
-            let set_b: BTreeSet<&String> = p0.target_subscripts.iter().collect();
-            if set_a != set_b {
+}
+
+impl Group<'_> {
+    fn file(&self) -> &String {
+        &self.program.source
+    }
+
+    fn dtype(&self, t: &str) -> Result<DType> {
+        self.dtypes
+            .get(t)
+            .copied()
+            .ok_or_else(|| Error::Internal(format!("no tensor {t}")))
+    }
+
+    fn model_stmt(&self, name: String) -> Result<&ModelStmt> {
+        self.scop
+            .statement(&name)
+            .ok_or_else(|| Error::Internal(format!("no model statement {name}")))
+    }
+
+    /// Checks that every predecessor has the first one's outer loops (as
+    /// many left indices): the group runs them under one set of loops.
+    fn check_outer_loops(&self) -> Result<()> {
+        let first_pred = &self.program.statements[self.preds[0]];
+        let n_outer = first_pred.lhs_indices.len();
+        for &p in &self.preds {
+            let ps = &self.program.statements[p];
+            if ps.lhs_indices.len() != n_outer {
                 return Err(Error::Illegal {
-                    file: file.clone(),
+                    file: self.file().clone(),
                     message: format!(
-                        "rolling update: `{}` reads its predecessors with different indices",
-                        program.statements[c.target].text
+                        "rolling update: predecessors `{}` and `{}` have different outer loops",
+                        first_pred.text, ps.text
                     ),
                 });
             }
         }
+        Ok(())
     }
-    // Outer coordinate k of predecessor p: the left index of p at the
-    // position where the first target reads p with the variable that is
-    // coordinate k.
-    let pred_outer = |p: usize| -> Result<Vec<String>> {
-        let ps = &program.statements[p];
-        if p == preds[0] {
+
+    /// Per target, its variable of each outer coordinate of the group:
+    /// the subscripts at which it reads the group's first predecessor.
+    /// Every target must read that predecessor, and read each of its
+    /// predecessors with the same variables.
+    fn outer_of_targets(&self) -> Result<Vec<Vec<String>>> {
+        let (program, preds) = (self.program, &self.preds);
+        let first_pred = &program.statements[preds[0]];
+        let mut target_outer: Vec<Vec<String>> = Vec::new();
+        for (c, _) in self.chains {
+            let p0 = c
+                .preds
+                .iter()
+                .find(|p| p.stmt == preds[0])
+                .or(c.preds.first())
+                .ok_or_else(|| Error::Internal("chain without predecessor".into()))?;
+            // Map the chain's first predecessor to the group's first one.
+            if p0.stmt != preds[0] {
+                return Err(Error::Illegal {
+                    file: self.file().clone(),
+                    message: format!(
+                        "rolling update: the targets do not share their first predecessor `{}`",
+                        first_pred.text
+                    ),
+                });
+            }
+            target_outer.push(p0.target_subscripts.clone());
+            for p in &c.preds {
+                let set_a: BTreeSet<&String> = p.target_subscripts.iter().collect();
+                let set_b: BTreeSet<&String> = p0.target_subscripts.iter().collect();
+                if set_a != set_b {
+                    return Err(Error::Illegal {
+                        file: self.file().clone(),
+                        message: format!(
+                            "rolling update: `{}` reads its predecessors with different indices",
+                            program.statements[c.target].text
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(target_outer)
+    }
+
+    /// Outer coordinate k of predecessor p: the left index of p at the
+    /// position where the first target reads p with the variable that is
+    /// coordinate k.
+    fn pred_outer(&self, p: usize) -> Result<Vec<String>> {
+        let ps = &self.program.statements[p];
+        if p == self.preds[0] {
             return Ok(ps.lhs_indices.clone());
         }
-        let (c, _) = &chains[0];
+        let (c, _) = &self.chains[0];
         let pr = c
             .preds
             .iter()
             .find(|x| x.stmt == p)
             .ok_or_else(|| Error::Illegal {
-                file: file.clone(),
+                file: self.file().clone(),
                 message: "rolling update: every target of one group must read every predecessor"
                     .into(),
             })?;
-        target_outer[0]
+        self.target_outer[0]
             .iter()
             .map(|v| {
                 let at = pr
@@ -226,315 +294,382 @@ pub fn rewrite(
                 Ok(ps.lhs_indices[at].clone())
             })
             .collect()
-    };
+    }
 
-    let mut statements: Vec<Statement> = Vec::new();
-    let mut origin: Vec<(usize, usize)> = Vec::new();
-    let mut members_init: Vec<Member> = Vec::new();
-    let mut members_roll: Vec<Member> = Vec::new();
-    let mut pred_stmts = Vec::new();
-    let mut target_updates = Vec::new();
-    let mut caches = Vec::new();
-    let mut new_tensors: Vec<Tensor> = Vec::new();
+    /// The cache tensor of predecessor tensor `xr`, a new temp of its
+    /// type and shape; an error where the program already has a tensor of
+    /// that name.
+    fn new_cache(&self, fused: &mut Fused, xr: &str) -> Result<String> {
+        let cache = cache_name(xr);
+        if self.program.tensor(&cache).is_some() {
+            return Err(Error::Illegal {
+                file: self.file().clone(),
+                message: format!(
+                    "rolling update needs a tensor `{cache}`; the program already has one"
+                ),
+            });
+        }
+        let shape = self
+            .scop
+            .tensor(xr)
+            .ok_or_else(|| Error::Internal(format!("no tensor {xr}")))?
+            .shape
+            .clone();
+        fused.new_tensors.push(Tensor {
+            name: cache.clone(),
+            dtype: self.dtype(xr)?,
+            shape: Some(shape),
+            role: TensorRole::Temp,
+        });
+        Ok(cache)
+    }
 
-    let model_stmt = |name: String| {
-        scop.statement(&name)
-            .ok_or_else(|| Error::Internal(format!("no model statement {name}")))
-    };
-    let constraints = |st: &Statement, only_lhs: bool| -> Vec<WhereClause> {
-        st.wheres
-            .iter()
-            .filter(|w| {
-                w.is_condition()
-                    && (!only_lhs
-                        || w.names()
-                            .iter()
-                            .all(|n| !st.reduction_indices.iter().any(|r| r == n)))
-            })
-            .cloned()
-            .collect()
-    };
-
-    let mut states = crate::frontend::ast::RollingStates::default();
-    // Predecessors: init, cache, update.
-    for &p in &preds {
+    /// Predecessor `p`'s statements: its initialisation to the reducer's
+    /// identity, before the rolling loop; in the loop its cache `Xp = X`
+    /// (a new temp, the value before step `j`) and its update `X = X fr
+    /// body`.
+    fn push_pred(&self, fused: &mut Fused, p: usize) -> Result<()> {
+        let (program, scop) = (self.program, self.scop);
         let ps = &program.statements[p];
         let AssignOp::Reduce { op, .. } = ps.op else {
             return Err(Error::Internal("predecessor is not a reduction".into()));
         };
         let f = ast_reducer(op);
         let xr = &ps.lhs_tensor;
-        let t = dtype(xr)?.compute();
-        let outer = pred_outer(p)?;
+        let t = self.dtype(xr)?.compute();
+        let outer = self.pred_outer(p)?;
         let jp = ps.reduction_indices[0].clone();
         // init
-        let mut w = rewrite::ranges(scop, model_stmt(format!("S{p}_init"))?)?;
-        w.extend(constraints(ps, true));
-        let k_init = statements.len();
-        statements.push(assignment(
-            ps.position,
-            xr,
-            &ps.lhs_indices,
-            &[],
-            identity(f, t),
-            w,
-        ));
-        origin.push((p, 0));
-        pred_stmts.push(k_init);
-        members_init.push(Member {
+        let mut w = rewrite::ranges(scop, self.model_stmt(format!("S{p}_init"))?)?;
+        w.extend(conditions(ps, true));
+        let init = assignment(ps.position, xr, &ps.lhs_indices, &[], identity(f, t), w);
+        let k_init = fused.push(init, p, 0);
+        fused.pred_stmts.push(k_init);
+        fused.members_init.push(Member {
             stmt: k_init,
             outer: outer.clone(),
             rolling: None,
             inner: vec![],
         });
-        let mut w = rewrite::ranges(scop, model_stmt(format!("S{p}"))?)?;
-        w.extend(constraints(ps, false));
+        let mut w = rewrite::ranges(scop, self.model_stmt(format!("S{p}"))?)?;
+        w.extend(conditions(ps, false));
         // cache
-        let cache = cache_name(xr);
-        if program.tensor(&cache).is_some() {
-            return Err(Error::Illegal {
-                file: file.clone(),
-                message: format!(
-                    "rolling update needs a tensor `{cache}`; the program already has one"
-                ),
-            });
-        }
-        let shape = scop
-            .tensor(xr)
-            .ok_or_else(|| Error::Internal(format!("no tensor {xr}")))?
-            .shape
-            .clone();
-        new_tensors.push(Tensor {
-            name: cache.clone(),
-            dtype: dtype(xr)?,
-            shape: Some(shape),
-            role: TensorRole::Temp,
-        });
-        let k_cache = statements.len();
-        statements.push(assignment(
+        let cache = self.new_cache(fused, xr)?;
+        let cached = assignment(
             ps.position,
             &cache,
             &ps.lhs_indices,
             &ps.reduction_indices,
-            access(xr, &ps.lhs_indices, dtype(xr)?),
+            access(xr, &ps.lhs_indices, self.dtype(xr)?),
             w.clone(),
-        ));
-        origin.push((p, 1));
-        members_roll.push(Member {
+        );
+        let k_cache = fused.push(cached, p, 1);
+        fused.members_roll.push(Member {
             stmt: k_cache,
             outer: outer.clone(),
             rolling: Some(jp.clone()),
             inner: vec![],
         });
         // update
-        let k_upd = statements.len();
         let rhs = combine(
             f,
-            access(xr, &ps.lhs_indices, dtype(xr)?),
+            access(xr, &ps.lhs_indices, self.dtype(xr)?),
             ps.rhs.clone(),
             t,
         );
-        statements.push(assignment(
+        let update = assignment(
             ps.position,
             xr,
             &ps.lhs_indices,
             &ps.reduction_indices,
             rhs,
             w,
-        ));
-        origin.push((p, 2));
-        pred_stmts.push(k_upd);
-        members_roll.push(Member {
+        );
+        let k_upd = fused.push(update, p, 2);
+        fused.pred_stmts.push(k_upd);
+        fused.members_roll.push(Member {
             stmt: k_upd,
             outer,
             rolling: Some(jp),
             inner: vec![],
         });
-        states.preds.push(crate::frontend::ast::RollingPred {
+        fused.states.preds.push(RollingPred {
             tensor: xr.clone(),
             reducer: op,
             cache: cache.clone(),
         });
-        caches.push(Cache {
+        fused.caches.push(Cache {
             stmt: k_cache,
             pred_init: k_init,
             pred_update: k_upd,
             tensor: cache,
             pred_tensor: xr.clone(),
         });
+        Ok(())
     }
-    // Targets: init and the repaired update.
-    for (ci, ((c, sol), outer)) in chains.iter().zip(&target_outer).enumerate() {
-        let ts = &program.statements[c.target];
+
+    /// The value target `c` carries into step `j` (`xt_read`, its read
+    /// of itself), repaired: `h(X_t, Xp, X)` (the proven `sol.h`, its
+    /// previous predecessor values read from the caches) behind the guard
+    /// `Xp == X ? X_t : h(..)`, which the fixed point `h(t, r, r) = t`
+    /// justifies and which keeps `-inf - -inf` out of the arithmetic.
+    fn repaired_carry(
+        &self,
+        c: &Chain,
+        sol: &Solution,
+        xt_read: &Expr,
+        t: DType,
+        fault: Fault,
+    ) -> Result<Expr> {
+        let pred_read = |symbol: &str, previous: bool| -> Option<Expr> {
+            let p = c.preds.iter().find(|p| p.symbol == symbol)?;
+            let tensor = if previous && fault != Fault::OmitCache {
+                cache_name(&p.tensor)
+            } else {
+                p.tensor.clone()
+            };
+            Some(access(
+                &tensor,
+                &p.target_subscripts,
+                self.dtypes[&p.tensor],
+            ))
+        };
+        let h = rewrite::from_term(&sol.h, t, &|s| {
+            if s == "t" {
+                Some(xt_read.clone())
+            } else if let Some(k) = s.strip_prefix('r') {
+                pred_read(&format!("r{k}"), true)
+            } else if let Some(k) = s.strip_prefix('q') {
+                pred_read(&format!("r{k}"), false)
+            } else {
+                None
+            }
+        })?;
+        // Guard: no predecessor changed -> no repair (h(t, r, r) = t).
+        let mut cond: Option<Expr> = None;
+        for p in &c.preds {
+            let eq = Expr {
+                kind: ExprKind::Binary(
+                    BinOp::Eq,
+                    Box::new(pred_read(&p.symbol, true).expect("symbol")),
+                    Box::new(pred_read(&p.symbol, false).expect("symbol")),
+                ),
+                ty: ExprType::Bool,
+            };
+            cond = Some(match cond {
+                None => eq,
+                Some(a) => Expr {
+                    kind: ExprKind::Binary(BinOp::And, Box::new(a), Box::new(eq)),
+                    ty: ExprType::Bool,
+                },
+            });
+        }
+        let cond = cond.ok_or_else(|| Error::Internal("no predecessor".into()))?;
+        Ok(Expr {
+            kind: ExprKind::Select(Box::new(cond), Box::new(xt_read.clone()), Box::new(h)),
+            ty: ExprType::Num(t),
+        })
+    }
+
+    /// Chain `ci`'s target statements: its initialisation to the
+    /// reducer's identity, before the rolling loop, and in the loop its
+    /// update `X_t = carried f g(..)` (Eq. 7), the carried value repaired
+    /// ([`Self::repaired_carry`]) or, in the naive fusion, `X_t` itself.
+    fn push_target(
+        &self,
+        fused: &mut Fused,
+        ci: usize,
+        repaired: bool,
+        fault: Fault,
+    ) -> Result<()> {
+        let (c, sol) = &self.chains[ci];
+        let outer = &self.target_outer[ci];
+        let ts = &self.program.statements[c.target];
         let xt = &ts.lhs_tensor;
-        let t = dtype(xt)?.compute();
+        let t = self.dtype(xt)?.compute();
         let inner_init: Vec<String> = ts
             .lhs_indices
             .iter()
             .filter(|v| !outer.contains(v))
             .cloned()
             .collect();
-        let mut w = rewrite::ranges(scop, model_stmt(format!("S{}_init", c.target))?)?;
-        w.extend(constraints(ts, true));
-        let k_init = statements.len();
-        statements.push(assignment(
+        let mut w = rewrite::ranges(self.scop, self.model_stmt(format!("S{}_init", c.target))?)?;
+        w.extend(conditions(ts, true));
+        let init = assignment(
             ts.position,
             xt,
             &ts.lhs_indices,
             &[],
             identity(c.reducer, t),
             w,
-        ));
-        origin.push((c.target, 0));
-        members_init.push(Member {
+        );
+        let k_init = fused.push(init, c.target, 0);
+        fused.members_init.push(Member {
             stmt: k_init,
             outer: outer.clone(),
             rolling: None,
             inner: inner_init.clone(),
         });
-        let mut w = rewrite::ranges(scop, model_stmt(format!("S{}", c.target))?)?;
-        w.extend(constraints(ts, false));
-        let xt_read = access(xt, &ts.lhs_indices, dtype(xt)?);
+        let mut w = rewrite::ranges(self.scop, self.model_stmt(format!("S{}", c.target))?)?;
+        w.extend(conditions(ts, false));
+        let xt_read = access(xt, &ts.lhs_indices, self.dtype(xt)?);
         let carried = if repaired {
-            let pred_read = |symbol: &str, previous: bool| -> Option<Expr> {
-                let p = c.preds.iter().find(|p| p.symbol == symbol)?;
-                let tensor = if previous && fault != Fault::OmitCache {
-                    cache_name(&p.tensor)
-                } else {
-                    p.tensor.clone()
-                };
-                Some(access(&tensor, &p.target_subscripts, dtypes[&p.tensor]))
-            };
-            let h = rewrite::from_term(&sol.h, t, &|s| {
-                if s == "t" {
-                    Some(xt_read.clone())
-                } else if let Some(k) = s.strip_prefix('r') {
-                    pred_read(&format!("r{k}"), true)
-                } else if let Some(k) = s.strip_prefix('q') {
-                    pred_read(&format!("r{k}"), false)
-                } else {
-                    None
-                }
-            })?;
-            // Guard: no predecessor changed -> no repair (h(t, r, r) = t).
-            let mut cond: Option<Expr> = None;
-            for p in &c.preds {
-                let eq = Expr {
-                    kind: ExprKind::Binary(
-                        BinOp::Eq,
-                        Box::new(pred_read(&p.symbol, true).expect("symbol")),
-                        Box::new(pred_read(&p.symbol, false).expect("symbol")),
-                    ),
-                    ty: ExprType::Bool,
-                };
-                cond = Some(match cond {
-                    None => eq,
-                    Some(a) => Expr {
-                        kind: ExprKind::Binary(BinOp::And, Box::new(a), Box::new(eq)),
-                        ty: ExprType::Bool,
-                    },
-                });
-            }
-            let cond = cond.ok_or_else(|| Error::Internal("no predecessor".into()))?;
-            Expr {
-                kind: ExprKind::Select(Box::new(cond), Box::new(xt_read.clone()), Box::new(h)),
-                ty: ExprType::Num(t),
-            }
+            self.repaired_carry(c, sol, &xt_read, t, fault)?
         } else {
             xt_read.clone()
         };
         if let AssignOp::Reduce { op, .. } = ts.op {
-            states.targets.push(crate::frontend::ast::RollingTarget {
+            fused.states.targets.push(RollingTarget {
                 tensor: xt.clone(),
                 reducer: op,
                 repair: carried.clone(),
             });
         }
         let rhs = combine(c.reducer, carried, c.body.clone(), t);
-        let k_upd = statements.len();
-        statements.push(assignment(
+        let update = assignment(
             ts.position,
             xt,
             &ts.lhs_indices,
             &ts.reduction_indices,
             rhs,
             w,
-        ));
-        origin.push((c.target, 1));
-        target_updates.push((k_upd, ci));
-        members_roll.push(Member {
+        );
+        let k_upd = fused.push(update, c.target, 1);
+        fused.target_updates.push((k_upd, ci));
+        fused.members_roll.push(Member {
             stmt: k_upd,
             outer: outer.clone(),
             rolling: Some(c.rolling.clone()),
             inner: inner_init,
         });
+        Ok(())
     }
-    let mut group: Vec<Member> = members_init;
-    group.extend(members_roll);
 
-    // The other statements: an inlined map whose result nothing else reads
-    // is dropped; the rest keep their order, those that read what the
-    // group writes (directly or through each other) after the group.
-    let first = preds[0];
-    let last = *targets.iter().max().unwrap_or(&first);
-    let in_group = |k: usize| preds.contains(&k) || targets.contains(&k);
-    let mut written: BTreeSet<String> = (0..program.statements.len())
-        .filter(|&k| in_group(k))
-        .map(|k| program.statements[k].lhs_tensor.clone())
-        .collect();
-    let mut before = Vec::new();
-    let mut after = Vec::new();
-    for (k, st) in program.statements.iter().enumerate() {
-        if in_group(k) {
-            continue;
-        }
-        if inlined.contains(&k) && !read_elsewhere(program, &st.lhs_tensor, &targets, &inlined) {
-            continue;
-        }
-        let mut reads = Vec::new();
-        model::collect_reads(&st.rhs, &mut reads);
-        let depends = reads.iter().any(|(t, _)| written.contains(t));
-        if k < first || (k < last && !depends) {
-            before.push(k);
-        } else {
-            if depends {
-                written.insert(st.lhs_tensor.clone());
+    /// The other statements, in program order, as those before the group
+    /// and those after it: an inlined map whose result nothing else reads
+    /// is dropped; a statement before the first predecessor, or before the
+    /// last target and reading nothing the group writes, stays before; the
+    /// rest (those that read what the group writes, directly or through
+    /// each other) go after.
+    fn others_around(&self) -> (Vec<usize>, Vec<usize>) {
+        let (program, preds, targets) = (self.program, &self.preds, &self.targets);
+        let first = preds[0];
+        let last = *targets.iter().max().unwrap_or(&first);
+        let in_group = |k: usize| preds.contains(&k) || targets.contains(&k);
+        let mut written: BTreeSet<String> = (0..program.statements.len())
+            .filter(|&k| in_group(k))
+            .map(|k| program.statements[k].lhs_tensor.clone())
+            .collect();
+        let mut before = Vec::new();
+        let mut after = Vec::new();
+        for (k, st) in program.statements.iter().enumerate() {
+            if in_group(k) {
+                continue;
             }
-            after.push(k);
+            if self.inlined.contains(&k)
+                && !read_elsewhere(program, &st.lhs_tensor, targets, &self.inlined)
+            {
+                continue;
+            }
+            let mut reads = Vec::new();
+            model::collect_reads(&st.rhs, &mut reads);
+            let depends = reads.iter().any(|(t, _)| written.contains(t));
+            if k < first || (k < last && !depends) {
+                before.push(k);
+            } else {
+                if depends {
+                    written.insert(st.lhs_tensor.clone());
+                }
+                after.push(k);
+            }
+        }
+        (before, after)
+    }
+
+    /// The rewritten program: the statements before the group as they
+    /// were, the group (inits, then the rolling loop), the statements after
+    /// it; the tensors as the model resolved them, then the caches.
+    fn finish(&self, mut fused: Fused, repaired: bool) -> Rewritten {
+        let (before, after) = self.others_around();
+        let mut group: Vec<Member> = std::mem::take(&mut fused.members_init);
+        group.extend(std::mem::take(&mut fused.members_roll));
+        let mut layout = Vec::new();
+        for k in before {
+            let plain = fused.push(self.program.statements[k].clone(), k, 0);
+            layout.push(Item::Plain(plain));
+        }
+        layout.push(Item::Group(group));
+        for k in after {
+            let plain = fused.push(self.program.statements[k].clone(), k, 0);
+            layout.push(Item::Plain(plain));
+        }
+        let mut tensors = resolved_tensors(self.program, self.scop);
+        tensors.extend(fused.new_tensors);
+        let program = self.program;
+        let out = Program {
+            name: program.name.clone(),
+            source: program.source.clone(),
+            params: program.params.clone(),
+            tensors,
+            statements: fused.statements,
+            schedule: None,
+            rolling: repaired.then_some(fused.states),
+        };
+        Rewritten {
+            program: out,
+            layout,
+            origin: fused.origin,
+            pred_stmts: fused.pred_stmts,
+            target_updates: fused.target_updates,
+            caches: fused.caches,
         }
     }
-    let mut layout = Vec::new();
-    let mut push_plain = |k: usize, statements: &mut Vec<Statement>, layout: &mut Vec<Item>| {
-        statements.push(program.statements[k].clone());
-        origin.push((k, 0));
-        layout.push(Item::Plain(statements.len() - 1));
+}
+
+/// Rolling update of the `chains` (targets sharing their predecessors)
+/// with their proven repairs. `repaired = false` builds the naive fusion.
+/// The steps: the group's predecessors ([`group_preds`]) and its outer
+/// coordinates ([`Group::check_outer_loops`], [`Group::outer_of_targets`]),
+/// each predecessor's statements ([`Group::push_pred`]), each target's
+/// ([`Group::push_target`]), then the other statements around the group
+/// ([`Group::finish`]).
+pub fn rewrite(
+    program: &Program,
+    scop: &Scop,
+    chains: &[(Chain, Solution)],
+    repaired: bool,
+    fault: Fault,
+) -> Result<Rewritten> {
+    let dtypes = rewrite::dtypes(scop);
+    let preds = group_preds(chains);
+    let targets: Vec<usize> = chains.iter().map(|(c, _)| c.target).collect();
+    let inlined: BTreeSet<usize> = chains
+        .iter()
+        .flat_map(|(c, _)| c.inlined.iter().copied())
+        .collect();
+    // Maps the targets inline and other statements read too go into those
+    // readers as well, so that nothing reads them after the group.
+    let inlined_program = inline_into_readers(program, &targets, &inlined);
+    let mut group = Group {
+        program: &inlined_program,
+        scop,
+        chains,
+        dtypes,
+        preds,
+        targets,
+        inlined,
+        target_outer: Vec::new(),
     };
-    for k in before {
-        push_plain(k, &mut statements, &mut layout);
+    group.check_outer_loops()?;
+    group.target_outer = group.outer_of_targets()?;
+    let mut fused = Fused::default();
+    for &p in &group.preds {
+        group.push_pred(&mut fused, p)?;
     }
-    layout.push(Item::Group(group));
-    for k in after {
-        push_plain(k, &mut statements, &mut layout);
+    for ci in 0..chains.len() {
+        group.push_target(&mut fused, ci, repaired, fault)?;
     }
-    let mut tensors = resolved_tensors(program, scop);
-    tensors.extend(new_tensors);
-    let out = Program {
-        name: program.name.clone(),
-        source: program.source.clone(),
-        params: program.params.clone(),
-        tensors,
-        statements,
-        schedule: None,
-        rolling: repaired.then_some(states),
-    };
-    Ok(Rewritten {
-        program: out,
-        layout,
-        origin,
-        pred_stmts,
-        target_updates,
-        caches,
-    })
+    Ok(group.finish(fused, repaired))
 }
 
 /// `program` with each inlined map (`inlined`, maps the targets' bodies
@@ -554,11 +689,7 @@ fn inline_into_readers(program: &Program, targets: &[usize], inlined: &BTreeSet<
     for &k in inlined {
         let map = &program.statements[k];
         let temp = program.tensor(&map.lhs_tensor).is_some_and(|t| {
-            t.role == TensorRole::Temp
-                && matches!(
-                    t.dtype,
-                    crate::frontend::ast::DType::F32 | crate::frontend::ast::DType::F64
-                )
+            t.role == TensorRole::Temp && matches!(t.dtype, DType::F32 | DType::F64)
         });
         if map.op != AssignOp::Assign || !map.wheres.is_empty() || !temp {
             continue;
@@ -799,4 +930,113 @@ pub fn original_order_tree(scop: &Scop, origin: &[(usize, usize)]) -> Result<Sch
         domain: scop.domain()?.text(),
         root: Tree::Sequence(top),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isl::Isl;
+
+    /// A row softmax whose sum `S` is rolled over its row maximum `M`
+    /// (`E`, the map `S` reads, is read by `Y` too); `extra_temps` adds
+    /// temps (JSON members).
+    fn softmax(extra_temps: &str) -> Program {
+        let json = format!(
+            r#"{{"name": "softmax", "params": {{"R": 8, "C": 32}},
+                "inputs": {{"X": {{"dtype": "f32", "shape": ["R", "C"]}}}},
+                "outputs": {{"Y": {{"dtype": "f32", "shape": ["R", "C"]}}}},
+                "temps": {{"M": {{"dtype": "f32", "shape": ["R"]}},
+                          "E": {{"dtype": "f32", "shape": ["R", "C"]}},
+                          "S": {{"dtype": "f32", "shape": ["R"]}} {extra_temps}}},
+                "body": ["M(i) max=! X(i, j)",
+                         "E(i, j) = exp(X(i, j) - M(i))",
+                         "S(i) +=! E(i, j)",
+                         "Y(i, j) = E(i, j) / S(i)"]}}"#
+        );
+        crate::frontend::load_str(&json, "unit test").unwrap()
+    }
+
+    /// The rolling update of `S` in `program`, repaired or naive.
+    fn rolled(program: &Program, repaired: bool) -> Result<Rewritten> {
+        let isl = Isl::new();
+        let scop = model::build(&isl, program).unwrap();
+        let targets = ["S".to_string()];
+        let chains = super::super::chains(
+            &isl,
+            program,
+            &scop,
+            &targets,
+            "rolling update",
+            Fault::None,
+        )
+        .unwrap();
+        rewrite(program, &scop, &chains, repaired, Fault::None)
+    }
+
+    fn writes(p: &Program, k: usize) -> &str {
+        &p.statements[k].lhs_tensor
+    }
+
+    #[test]
+    fn the_group_caches_its_predecessor_and_repairs_its_target() {
+        let rw = rolled(&softmax(""), true).unwrap();
+        let p = &rw.program;
+        // One cache, of M, written in the rolling loop.
+        let [cache] = rw.caches.as_slice() else {
+            panic!("one cache: {:?}", rw.caches);
+        };
+        assert_eq!(
+            (cache.tensor.as_str(), cache.pred_tensor.as_str()),
+            ("M_prev", "M")
+        );
+        assert_eq!(writes(p, cache.stmt), "M_prev");
+        assert_eq!(writes(p, cache.pred_init), "M");
+        assert_eq!(writes(p, cache.pred_update), "M");
+        assert!(p
+            .tensor("M_prev")
+            .is_some_and(|t| t.role == TensorRole::Temp));
+        // The group (inits, then cache, predecessor and target in the
+        // loop), then Y; E went into its readers.
+        let [Item::Group(group), Item::Plain(y)] = rw.layout.as_slice() else {
+            panic!("a group then Y: {:?}", rw.layout);
+        };
+        let written: Vec<&str> = group.iter().map(|m| writes(p, m.stmt)).collect();
+        assert_eq!(written, ["M", "S", "M_prev", "M", "S"]);
+        assert!(group[..2].iter().all(|m| m.rolling.is_none()));
+        assert!(group[2..].iter().all(|m| m.rolling.as_deref() == Some("j")));
+        assert_eq!(writes(p, *y), "Y");
+        assert!(p.statements.iter().all(|s| s.lhs_tensor != "E"));
+        // The target's update carries its repaired value behind the guard
+        // `M_prev == M ? S : h(..)`, which the rolling states record.
+        let [(update, 0)] = rw.target_updates.as_slice() else {
+            panic!("one target update: {:?}", rw.target_updates);
+        };
+        let ExprKind::Binary(BinOp::Add, carried, _) = &p.statements[*update].rhs.kind else {
+            panic!("S = carried + term: {:?}", p.statements[*update].rhs);
+        };
+        assert!(matches!(carried.kind, ExprKind::Select(..)));
+        let states = p.rolling.as_ref().expect("rolling states");
+        assert_eq!(states.preds[0].cache, "M_prev");
+        assert_eq!(states.targets[0].repair, **carried);
+        assert_eq!(rw.origin.len(), p.statements.len());
+    }
+
+    #[test]
+    fn the_naive_fusion_carries_the_target_unrepaired() {
+        let rw = rolled(&softmax(""), false).unwrap();
+        let p = &rw.program;
+        assert!(p.rolling.is_none());
+        let (update, _) = rw.target_updates[0];
+        let ExprKind::Binary(BinOp::Add, carried, _) = &p.statements[update].rhs.kind else {
+            panic!("S = S + term: {:?}", p.statements[update].rhs);
+        };
+        assert!(matches!(&carried.kind, ExprKind::Access { tensor, .. } if tensor == "S"));
+    }
+
+    #[test]
+    fn a_cache_name_the_program_already_has_is_refused() {
+        let taken = r#", "M_prev": {"dtype": "f32", "shape": ["R"]}"#;
+        let err = rolled(&softmax(taken), true).unwrap_err();
+        assert!(err.to_string().contains("needs a tensor `M_prev`"), "{err}");
+    }
 }
