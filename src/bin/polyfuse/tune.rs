@@ -1,11 +1,12 @@
 //! The `compare`, `tune` and `cache` commands: argument parsing and
-//! printing only; the work is in `polyfuse::tune`.
+//! printing only; the work is in `polyfuse::tune`, the program loaded
+//! through `polyfuse::session` as every command loads it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use polyfuse::frontend::{self, ast::Program};
+use polyfuse::frontend::ast::Program;
 use polyfuse::tune::compare::{self, Request};
 use polyfuse::tune::{plot, MeasureTarget, Variant};
 use polyfuse::Error;
@@ -32,14 +33,7 @@ pub struct ProgramArgs {
 
 impl ProgramArgs {
     pub fn load(&self) -> Result<Program, Error> {
-        let mut program = frontend::load_file(&self.file)?;
-        let overrides = self
-            .params
-            .iter()
-            .map(|s| frontend::parse_param_override(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        frontend::apply_param_overrides(&mut program, &overrides)?;
-        Ok(program)
+        polyfuse::session::load_program(&self.file, &self.params)
     }
 }
 
@@ -316,14 +310,10 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
     let check_program = if args.check_params.is_empty() {
         None
     } else {
-        let overrides = args
-            .check_params
-            .iter()
-            .map(|s| frontend::parse_param_override(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut small = program.clone();
-        frontend::apply_param_overrides(&mut small, &overrides)?;
-        Some(small)
+        Some(polyfuse::session::with_params(
+            &program,
+            &args.check_params,
+        )?)
     };
     let settings = Settings {
         search: match args.search {
