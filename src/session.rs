@@ -27,12 +27,17 @@ pub fn load_program(file: &Path, params: &[String]) -> Result<Program> {
     with_params(&program, params)
 }
 
-/// `program` with `NAME=VALUE` overrides of its parameters applied.
-pub fn with_params(program: &Program, params: &[String]) -> Result<Program> {
-    let overrides = params
+/// `NAME=VALUE` texts as parameter values.
+pub fn parse_params(params: &[String]) -> Result<Vec<(String, i64)>> {
+    params
         .iter()
         .map(|s| frontend::parse_param_override(s))
-        .collect::<Result<Vec<_>>>()?;
+        .collect()
+}
+
+/// `program` with `NAME=VALUE` overrides of its parameters applied.
+pub fn with_params(program: &Program, params: &[String]) -> Result<Program> {
+    let overrides = parse_params(params)?;
     let mut program = program.clone();
     frontend::apply_param_overrides(&mut program, &overrides)?;
     Ok(program)

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use polyfuse::frontend::{self, ast::Program};
+use polyfuse::frontend::ast::Program;
 use polyfuse::runtime::cpu::{self, RunOptions};
 use polyfuse::runtime::RunReport;
 use polyfuse::schedule::Strategy;
@@ -443,11 +443,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                             message: e.to_string(),
                         })?,
                         name: program.source.clone(),
-                        params: common
-                            .params
-                            .iter()
-                            .map(|s| frontend::parse_param_override(s))
-                            .collect::<Result<_, _>>()?,
+                        params: session::parse_params(&common.params)?,
                         directives: None,
                     };
                     let archs: Vec<String> = if arch == "none" {
