@@ -414,6 +414,29 @@ mod tests {
     }
 
     #[test]
+    fn events_come_back_and_reach_the_observer_as_they_happen() {
+        let mut seen = Vec::new();
+        // A notice at once: every compilation takes longer than nothing.
+        let watch = Watch {
+            notice: std::time::Duration::ZERO,
+            fallback: std::time::Duration::from_secs(600),
+        };
+        let c = Session::new(softmax())
+            .params(&[("N".into(), 9)])
+            .watch(watch)
+            .observe(|e| seen.push(e.message("softmax")))
+            .compile()
+            .unwrap();
+        assert!(matches!(
+            c.events[..],
+            [Event::Watch(WatchEvent::StillCompiling(_))]
+        ));
+        assert!(!c.events[0].is_warning());
+        assert_eq!(seen, [c.events[0].message("softmax")]);
+        assert_eq!(c.origin, Origin::Compiled);
+    }
+
+    #[test]
     fn a_missing_cache_is_no_cache_and_the_arch_is_not_asked() {
         let cache = TunedCache {
             path: PathBuf::from("/nonexistent/polyfuse-cache.sqlite"),
