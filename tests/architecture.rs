@@ -48,8 +48,9 @@ fn no_stage_imports_a_later_one() {
                     .is_some_and(|r| r > rank)
                     && !(*stage == "isl" && name == "error");
                 // Stages never reach the drivers (pipeline, tune, the C ABI,
-                // the runtime).
-                let driver = ["pipeline", "tune", "capi", "runtime"].contains(&name.as_str());
+                // the runtime, the session that fronts them).
+                let driver =
+                    ["pipeline", "tune", "capi", "runtime", "session"].contains(&name.as_str());
                 if later || driver {
                     offenders.push(format!("{}: crate::{name}", path.display()));
                 }
@@ -58,5 +59,37 @@ fn no_stage_imports_a_later_one() {
     }
     offenders.sort();
     offenders.dedup();
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+/// The library holds no command-line code (issue 31): argument parsing,
+/// exit statuses and progress bars are the binary's, under `src/bin/`.
+#[test]
+fn the_command_line_lives_in_the_binary() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(path) = stack.pop() {
+        if path == src.join("bin") {
+            continue;
+        }
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                stack.push(entry.unwrap().path());
+            }
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for needle in ["clap::", "indicatif::", "ExitCode"] {
+            if text.contains(needle) {
+                offenders.push(format!("{}: {needle}", path.display()));
+            }
+        }
+    }
+    assert!(!src.join("main.rs").exists() && !src.join("cli").exists());
+    offenders.sort();
     assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }

@@ -32,8 +32,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::frontend::{self, ast::DType, ast::Program, ast::TensorRole};
 use crate::gpu::{GpuOptions, KernelArg};
-use crate::pipeline::{compile_watched, Compiled, Options, Watch};
+use crate::pipeline::{Compiled, Options};
 use crate::schedule::Strategy;
+use crate::session::{self, Arch, CacheFault, Event, Origin, Session, TunedCache};
 use crate::Error;
 
 use handles::Object;
@@ -652,44 +653,45 @@ fn log(state: &ContextState, level: i32, message: &str) {
     }
 }
 
-/// Builds a result from a context's program and options.
+/// Builds a result from a context's program and options, through the
+/// session the command line compiles through; its events go to the
+/// context's log as they happen.
 fn compile_context(state: &ContextState) -> Outcome<ResultState> {
-    let mut program = state.program.clone().ok_or_else(|| {
+    let program = state.program.clone().ok_or_else(|| {
         Failure::input(
             "no program is loaded; call pf_context_load_json or pf_context_load_file first",
         )
     })?;
-    frontend::apply_param_overrides(&mut program, &state.params)?;
-    if let Some(d) = &state.directives {
-        program.schedule = Some(d.clone());
-    }
-    let mut options = state.options.clone();
-    if state.target == Target::Cuda {
-        options.gpu = Some(GpuOptions {
-            auto_tile: !state.tile_set,
-            ..state.gpu.clone()
-        });
-    }
-    let (compiled, from_cache) = match tuned(state, &program)? {
-        Some(hit) => hit,
-        None => {
-            // Watched as on the command line: a schedule isl does not
-            // finish in the context's timeout (pf_context_set_schedule_timeout,
-            // else POLYFUSE_SCHEDULE_TIMEOUT, else 60 s) is replaced by
-            // minimal fusion, said to the context's log.
-            let mut watch = Watch::from_env()?;
-            if let Some(t) = state.schedule_timeout {
-                watch.fallback = std::time::Duration::from_secs(t);
-            }
-            let compiled = compile_watched(&program, &mut options, watch, |e| {
-                let level = match e {
-                    crate::pipeline::WatchEvent::StillCompiling(_) => PF_LOG_INFO,
-                    crate::pipeline::WatchEvent::FellBack(_) => PF_LOG_WARNING,
-                };
-                log(state, level, &e.message(&program.source))
-            })?;
-            (compiled, 0)
-        }
+    let source_name = program.source.clone();
+    let (target, arch) = match state.target {
+        Target::Cpu => (session::Target::Cpu, Arch::Known("cpu".into())),
+        Target::Cuda => (
+            session::Target::Gpu(state.gpu.clone()),
+            Arch::Optional(Box::new(|| cache_arch(state).map_err(Error::Environment))),
+        ),
+    };
+    let session = Session::new(program)
+        .params(&state.params)
+        .directives(state.directives.clone())
+        .options(state.options.clone(), state.options_set)
+        .tile(state.tile_set.then(|| state.options.tile.clone()))
+        .target(target)
+        // A schedule isl does not finish in the context's timeout
+        // (pf_context_set_schedule_timeout, else POLYFUSE_SCHEDULE_TIMEOUT,
+        // else 60 s) is replaced by minimal fusion, as on the command line.
+        .fallback_after(state.schedule_timeout.map(std::time::Duration::from_secs))
+        .cache(state.cache.clone().map(|path| TunedCache {
+            path,
+            arch,
+            program_errors_fail: true,
+        }))
+        .observe(|e| log_event(state, e, &source_name));
+    let program = session.program()?;
+    let compilation = session.compile()?;
+    let from_cache = match compilation.origin {
+        Origin::Compiled => 0,
+        Origin::TunedOptions => 1,
+        Origin::CachedProgram => 2,
     };
     let (text, name) = state
         .program_text
@@ -703,12 +705,34 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
     };
     result_state(
         &program,
-        compiled,
+        compilation.compiled,
         state.target,
         from_cache,
         state.arch.clone(),
         source,
     )
+}
+
+/// Sends a session's event to the context's log: a notice or a warning.
+/// Without a device named (`pf_context_set_device`), a cuda result whose
+/// architecture cannot be learnt (no driver) skips the cache quietly; a
+/// device the caller named is worth a word.
+fn log_event(state: &ContextState, event: &Event, source: &str) {
+    if let Event::CacheNotUsed {
+        fault: CacheFault::Arch,
+        ..
+    } = event
+    {
+        if state.device.is_none() {
+            return;
+        }
+    }
+    let level = if event.is_warning() {
+        PF_LOG_WARNING
+    } else {
+        PF_LOG_INFO
+    };
+    log(state, level, &event.message(source));
 }
 
 /// A result of `compiled` (of `program`, for `target`): its arguments,
@@ -791,60 +815,6 @@ fn result_state(
         in_memory,
         source,
     })
-}
-
-/// The compilation under the options `tune` stored in the cache, when the
-/// context names a cache, no option was set on it and the cache has some
-/// (said to the context's log, as the command line says it on stderr). The
-/// CUDA target looks options up for the architecture the result is meant
-/// for ([`cache_arch`]) and skips the cache where it cannot be told. A
-/// cache that cannot be read is skipped.
-fn tuned(state: &ContextState, program: &Program) -> Outcome<Option<(Compiled, i32)>> {
-    if state.options_set {
-        return Ok(None);
-    }
-    let Some(path) = state.cache.clone().filter(|p| p.is_file()) else {
-        return Ok(None);
-    };
-    let arch = match state.target {
-        Target::Cpu => "cpu".to_string(),
-        Target::Cuda => match cache_arch(state) {
-            Ok(a) => a,
-            Err(e) => {
-                // Without a driver the cache is skipped quietly, as
-                // before; a device the caller named is worth a word.
-                if state.device.is_some() {
-                    log(
-                        state,
-                        PF_LOG_WARNING,
-                        &format!("polyfuse: cache not used: {e}"),
-                    );
-                }
-                return Ok(None);
-            }
-        },
-    };
-    match crate::tune::compile_tuned(program, &arch, state.target == Target::Cuda, &path) {
-        Ok(Some((compiled, used))) => {
-            log(state, PF_LOG_INFO, &used.message(&arch));
-            Ok(Some((compiled, if used.hit { 2 } else { 1 })))
-        }
-        Ok(None) => Ok(None),
-        Err(
-            e @ (Error::Input { .. }
-            | Error::Statement { .. }
-            | Error::Illegal { .. }
-            | Error::Race { .. }),
-        ) => Err(e.into()),
-        Err(e) => {
-            log(
-                state,
-                PF_LOG_WARNING,
-                &format!("polyfuse: cache not used: {e}"),
-            );
-            Ok(None)
-        }
-    }
 }
 
 /// The architecture the tuning cache is keyed by for a cuda result

@@ -248,9 +248,26 @@ fn compile_c(source: &Path, binary: &Path) -> Result<()> {
 
 /// Compiles and runs `compiled` on the CPU.
 pub fn run(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
+    run_code(compiled, &compiled.kernel_c, opts)
+}
+
+/// Runs the GPU mapping of `compiled` on the CPU (blocks and threads as
+/// loops: `emulation_c`), or its CPU schedule where it has no mapping.
+/// The compiled program is left as it is: which code runs is the
+/// runtime's choice, not a rewrite of the result.
+pub fn run_emulated(compiled: &Compiled, opts: &RunOptions) -> Result<RunReport> {
+    let code = compiled
+        .emulation_c
+        .as_deref()
+        .unwrap_or(&compiled.kernel_c);
+    run_code(compiled, code, opts)
+}
+
+/// Compiles and runs `kernel_c` (a `pf_kernel` for `compiled`) on the CPU.
+fn run_code(compiled: &Compiled, kernel_c: &str, opts: &RunOptions) -> Result<RunReport> {
     let counts = tensor_counts(compiled)?;
     let work = super::work::measure(compiled)?;
-    let (dir, stdout) = execute(compiled, &compiled.kernel_c, &counts, opts)?;
+    let (dir, stdout) = execute(compiled, kernel_c, &counts, opts)?;
     let median_us = stdout
         .lines()
         .find_map(|l| l.strip_prefix("median_us "))

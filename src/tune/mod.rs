@@ -81,13 +81,7 @@ pub fn measure_with(
     };
     match target {
         MeasureTarget::Cpu => cpu::run(compiled, &opts),
-        MeasureTarget::Emulate => {
-            let mut c = compiled.clone();
-            if let Some(e) = &c.emulation_c {
-                c.kernel_c = e.clone();
-            }
-            cpu::run(&c, &opts)
-        }
+        MeasureTarget::Emulate => cpu::run_emulated(compiled, &opts),
         MeasureTarget::Cuda(device) => crate::runtime::cuda::run_checked_within(
             compiled,
             &opts,

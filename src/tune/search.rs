@@ -892,42 +892,6 @@ fn measure_candidate(
     Ok((checked.check, timed.median_us, timed.device))
 }
 
-/// Parses a budget: `300`, `90s`, `5m`, `1h`, `1m30s`.
-pub fn parse_budget(text: &str) -> std::result::Result<Duration, String> {
-    let t = text.trim();
-    let bad = || format!("budget `{text}`: write seconds or e.g. 90s, 5m, 1h, 1m30s");
-    if t.is_empty() {
-        return Err(bad());
-    }
-    if let Ok(s) = t.parse::<f64>() {
-        return if s.is_finite() && s >= 0.0 {
-            Ok(Duration::from_secs_f64(s))
-        } else {
-            Err(bad())
-        };
-    }
-    let mut total = 0.0;
-    let mut num = String::new();
-    for c in t.chars() {
-        if c.is_ascii_digit() || c == '.' {
-            num.push(c);
-            continue;
-        }
-        let v: f64 = num.parse().map_err(|_| bad())?;
-        num.clear();
-        total += v * match c {
-            's' => 1.0,
-            'm' => 60.0,
-            'h' => 3600.0,
-            _ => return Err(bad()),
-        };
-    }
-    if !num.is_empty() {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1177,16 +1141,5 @@ mod tests {
             assert!(seen.contains(&c), "{c:?} never drawn");
         }
         assert!(!seen.contains(&crate::repair::Choice::SplitK(16 + 1)));
-    }
-
-    #[test]
-    fn budgets_parse() {
-        assert_eq!(parse_budget("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_budget("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_budget("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_budget("0.5s").unwrap(), Duration::from_millis(500));
-        for bad in ["", "5x", "m", "-1", "5m3"] {
-            assert!(parse_budget(bad).is_err(), "{bad}");
-        }
     }
 }

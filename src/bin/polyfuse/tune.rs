@@ -1,11 +1,12 @@
 //! The `compare`, `tune` and `cache` commands: argument parsing and
-//! printing only; the work is in `polyfuse::tune`.
+//! printing only; the work is in `polyfuse::tune`, the program loaded
+//! through `polyfuse::session` as every command loads it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use polyfuse::frontend::{self, ast::Program};
+use polyfuse::frontend::ast::Program;
 use polyfuse::tune::compare::{self, Request};
 use polyfuse::tune::{plot, MeasureTarget, Variant};
 use polyfuse::Error;
@@ -32,14 +33,7 @@ pub struct ProgramArgs {
 
 impl ProgramArgs {
     pub fn load(&self) -> Result<Program, Error> {
-        let mut program = frontend::load_file(&self.file)?;
-        let overrides = self
-            .params
-            .iter()
-            .map(|s| frontend::parse_param_override(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        frontend::apply_param_overrides(&mut program, &overrides)?;
-        Ok(program)
+        polyfuse::session::load_program(&self.file, &self.params)
     }
 }
 
@@ -196,7 +190,7 @@ pub struct TuneArgs {
     #[command(flatten)]
     pub program: ProgramArgs,
     /// Wall-clock budget: seconds, or e.g. 90s, 5m, 1h.
-    #[arg(long, default_value = "5m", value_parser = polyfuse::tune::search::parse_budget)]
+    #[arg(long, default_value = "5m", value_parser = parse_budget)]
     pub budget: std::time::Duration,
     /// Stop after this many candidates.
     #[arg(long, value_name = "N")]
@@ -240,6 +234,23 @@ pub struct TuneArgs {
     pub json: bool,
     #[command(flatten)]
     pub cache: CacheArgs,
+}
+
+/// Parses `--budget`: seconds (`300`, `0.5`), or a duration as humantime
+/// reads it (`90s`, `5m`, `1h`, `1m30s`, `0.5s`, `2min`, `1h 30m`).
+fn parse_budget(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let bad = || format!("budget `{text}`: write seconds or e.g. 90s, 5m, 1h, 1m30s");
+    // A bare number is seconds, which humantime would refuse for want of
+    // a unit.
+    if let Ok(s) = t.parse::<f64>() {
+        return if s.is_finite() && s >= 0.0 {
+            Ok(std::time::Duration::from_secs_f64(s))
+        } else {
+            Err(bad())
+        };
+    }
+    humantime::parse_duration(t).map_err(|_| bad())
 }
 
 pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
@@ -316,14 +327,10 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
     let check_program = if args.check_params.is_empty() {
         None
     } else {
-        let overrides = args
-            .check_params
-            .iter()
-            .map(|s| frontend::parse_param_override(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut small = program.clone();
-        frontend::apply_param_overrides(&mut small, &overrides)?;
-        Some(small)
+        Some(polyfuse::session::with_params(
+            &program,
+            &args.check_params,
+        )?)
     };
     let settings = Settings {
         search: match args.search {
@@ -626,4 +633,26 @@ pub fn cache(cmd: CacheCommand) -> Result<ExitCode, Error> {
 fn print_out(text: &str) {
     use std::io::Write;
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_budget;
+    use std::time::Duration;
+
+    #[test]
+    fn budgets_parse() {
+        assert_eq!(parse_budget("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_budget("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_budget("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_budget("0.5s").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_budget("1h").unwrap(), Duration::from_secs(3600));
+        for bad in ["", "5x", "m", "-1", "5m3", "5 parsecs"] {
+            let e = parse_budget(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("budget `{bad}`: write seconds")),
+                "{e}"
+            );
+        }
+    }
 }

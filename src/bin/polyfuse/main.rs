@@ -1,16 +1,22 @@
 //! The `polyfuse` command line: argument parsing and printing only; the
-//! work is in the library.
+//! work is in the library, which it compiles through as the C ABI does
+//! (`polyfuse::session`). Its own modules ([`tune`]: `compare`, `tune`,
+//! `cache`; [`sys`]: the signals) are the binary's, not the library's: the
+//! library prints nothing and leaves its host's signals alone.
 
-mod cli;
+mod sys;
+mod tune;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use polyfuse::frontend::ast::Program;
 use polyfuse::runtime::cpu::{self, RunOptions};
 use polyfuse::runtime::RunReport;
 use polyfuse::schedule::Strategy;
-use polyfuse::{frontend, Error, Options};
+use polyfuse::session::{self, Arch, Session, TunedCache};
+use polyfuse::{Error, Options};
 
 /// polyfuse: a polyhedral optimizer for machine-learning kernels.
 ///
@@ -94,14 +100,14 @@ enum Command {
     /// kernels, launches, blocks, threads, shared memory, registers,
     /// global-memory bytes, arithmetic intensity, and with --target the
     /// checked time.
-    Compare(cli::tune::CompareArgs),
+    Compare(tune::CompareArgs),
     /// Search the options (tile sizes, block sizes, fusion strategy,
     /// promotion, registers) for the fastest checked variant, by TC's
     /// genetic search or random search, and store it in the cache.
-    Tune(cli::tune::TuneArgs),
+    Tune(tune::TuneArgs),
     /// The compilation cache: list, export, import, clear, path.
     #[command(subcommand)]
-    Cache(cli::tune::CacheCommand),
+    Cache(tune::CacheCommand),
 }
 
 #[derive(Args)]
@@ -213,7 +219,7 @@ struct Common {
     /// Without options of the above, the options `tune` stored in the
     /// cache are used (said on stderr); see `polyfuse cache`.
     #[command(flatten)]
-    cache: cli::tune::CacheArgs,
+    cache: tune::CacheArgs,
 }
 
 impl Common {
@@ -238,32 +244,86 @@ impl Common {
             || self.split.is_some()
     }
 
-    /// The tuned compilation from the cache, when no option was given and
-    /// the cache has one; a cache that cannot be read is reported and
-    /// skipped.
-    fn tuned(
+    /// The options the flags give (strategy, sinking, repair; the tile
+    /// sizes are [`Common::tile_sizes`]'s), checked against each other.
+    fn options(&self, program: &Program) -> Result<Options, Error> {
+        let bad = |message: String| Error::Input {
+            file: program.source.clone(),
+            message,
+        };
+        if self.split.is_some() && self.repair.as_deref().is_some_and(|r| r != "split-k") {
+            return Err(bad(
+                "--split sets the slices of a split-k update; it goes with --repair split-k only"
+                    .into(),
+            ));
+        }
+        let repair = polyfuse::repair::Choice::from_parts(self.repair.as_deref(), self.split)
+            .map_err(|m| bad(format!("--split: {m}")))?;
+        if let Some(t) = self.tile.iter().find(|t| **t < 1) {
+            return Err(bad(format!("tile size {t} must be at least 1")));
+        }
+        Ok(Options {
+            strategy: self.strategy.unwrap_or(Strategy::Isl),
+            sink: !self.no_sink,
+            repair,
+            ..Options::default()
+        })
+    }
+
+    /// `--tile` or `--no-tile` (empty); None: the target's defaults.
+    fn tile_sizes(&self) -> Option<Vec<i64>> {
+        if self.no_tile {
+            Some(Vec::new())
+        } else if self.tile.is_empty() {
+            None
+        } else {
+            Some(self.tile.clone())
+        }
+    }
+
+    /// The GPU options from the flags (whether tiles are chosen per
+    /// kernel is the session's to say).
+    fn gpu_options(&self) -> polyfuse::gpu::GpuOptions {
+        polyfuse::gpu::GpuOptions {
+            block: self.block.clone(),
+            grid: self.grid.clone(),
+            shared: !self.no_shared,
+            tensor_cores: !self.no_tensor_cores,
+            vector: self.vector.unwrap_or(1),
+            unroll: self.unroll,
+            pipeline: self.pipeline,
+            k_split: self.k_split,
+            fusion_by_cost: !self.no_fusion_by_cost,
+            recurrences: self
+                .recurrence
+                .as_deref()
+                .and_then(polyfuse::gpu::Recurrences::parse)
+                .unwrap_or(polyfuse::gpu::Recurrences::Wavefront),
+            ..Default::default()
+        }
+    }
+
+    /// The session for `program` under the flags, for `target`; the
+    /// cache's tuned options are looked up for `arch`. Its events are
+    /// printed on stderr as they happen.
+    fn session<'a>(
         &self,
-        program: &polyfuse::frontend::ast::Program,
-        arch: &str,
-        gpu: bool,
-    ) -> Option<(polyfuse::Compiled, Options)> {
-        // A program's `schedule` directives are part of its key: the tuned
-        // options were measured with them.
-        if self.any_option() || arch.is_empty() {
-            return None;
-        }
-        let path = self.cache.path()?;
-        match polyfuse::tune::compile_tuned(program, arch, gpu, &path) {
-            Ok(Some((compiled, used))) => {
-                eprintln!("{}", used.message(arch));
-                Some((compiled, used.variant.options(gpu)))
-            }
-            Ok(None) => None,
-            Err(e) => {
-                eprintln!("polyfuse: cache not used: {e}");
-                None
-            }
-        }
+        program: &Program,
+        target: session::Target,
+        arch: Arch<'a>,
+    ) -> Result<Session<'a>, Error> {
+        let options = self.options(program)?;
+        let source = program.source.clone();
+        Ok(Session::new(program.clone())
+            .options(options, self.any_option())
+            .tile(self.tile_sizes())
+            .target(target)
+            .cache(self.cache.path().map(|path| TunedCache {
+                path,
+                arch,
+                program_errors_fail: false,
+            }))
+            .observe(move |e| eprintln!("{}", e.message(&source))))
     }
 }
 
@@ -306,84 +366,6 @@ enum Target {
     Emulate,
 }
 
-fn load(common: &Common) -> Result<(polyfuse::frontend::ast::Program, Options), Error> {
-    let mut program = frontend::load_file(&common.file)?;
-    let overrides = common
-        .params
-        .iter()
-        .map(|s| frontend::parse_param_override(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    frontend::apply_param_overrides(&mut program, &overrides)?;
-    let bad = |message: String| Error::Input {
-        file: program.source.clone(),
-        message,
-    };
-    if common.split.is_some() && common.repair.as_deref().is_some_and(|r| r != "split-k") {
-        return Err(bad(
-            "--split sets the slices of a split-k update; it goes with --repair split-k only"
-                .into(),
-        ));
-    }
-    let repair = polyfuse::repair::Choice::from_parts(common.repair.as_deref(), common.split)
-        .map_err(|m| bad(format!("--split: {m}")))?;
-    if let Some(bad) = common.tile.iter().find(|t| **t < 1) {
-        return Err(Error::Input {
-            file: program.source.clone(),
-            message: format!("tile size {bad} must be at least 1"),
-        });
-    }
-    let options = Options {
-        strategy: common.strategy.unwrap_or(Strategy::Isl),
-        tile: if common.no_tile {
-            Vec::new()
-        } else if common.tile.is_empty() {
-            vec![32]
-        } else {
-            common.tile.clone()
-        },
-        sink: !common.no_sink,
-        gpu: None,
-        repair,
-    };
-    Ok((program, options))
-}
-
-/// The GPU options from the command line.
-fn gpu_options(common: &Common) -> polyfuse::gpu::GpuOptions {
-    polyfuse::gpu::GpuOptions {
-        auto_tile: common.tile.is_empty() && !common.no_tile,
-        block: common.block.clone(),
-        grid: common.grid.clone(),
-        shared: !common.no_shared,
-        tensor_cores: !common.no_tensor_cores,
-        vector: common.vector.unwrap_or(1),
-        unroll: common.unroll,
-        pipeline: common.pipeline,
-        k_split: common.k_split,
-        fusion_by_cost: !common.no_fusion_by_cost,
-        recurrences: common
-            .recurrence
-            .as_deref()
-            .and_then(polyfuse::gpu::Recurrences::parse)
-            .unwrap_or(polyfuse::gpu::Recurrences::Wavefront),
-        ..Default::default()
-    }
-}
-
-/// `compile` watched for time (see `polyfuse::pipeline::watch`): after
-/// 10 s a line on stderr says it is still compiling, and after 60 s
-/// (`POLYFUSE_SCHEDULE_TIMEOUT`) it compiles again with minimal fusion and
-/// says so; `options` then holds that strategy.
-fn compile_watched(
-    program: &polyfuse::frontend::ast::Program,
-    options: &mut Options,
-) -> Result<polyfuse::Compiled, Error> {
-    let watch = polyfuse::pipeline::Watch::from_env()?;
-    polyfuse::pipeline::compile_watched(program, options, watch, |e| {
-        eprintln!("{}", e.message(&program.source))
-    })
-}
-
 /// `schedule --timings`: one line a stage, then the total.
 fn print_timings(source: &str, timings: &[polyfuse::pipeline::StageTime]) {
     if timings.is_empty() {
@@ -405,30 +387,30 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             arch,
             timings,
         } => {
-            let (program, mut options) = load(&common)?;
-            if matches!(emit, Emit::Deps) {
-                // The dependences need no schedule: none is computed.
-                print!("{}", polyfuse::pipeline::dependences(&program, &options)?);
-                return Ok(ExitCode::SUCCESS);
-            }
+            let program = session::load_program(&common.file, &common.params)?;
             let gpu = matches!(
                 emit,
                 Emit::Cuda | Emit::Ptx | Emit::GpuTree | Emit::Artifact
             );
-            if gpu {
-                options.gpu = Some(gpu_options(&common));
-            }
-            let cache_arch = match emit {
+            let (target, cache_arch) = match emit {
+                // The dependences need no schedule (none is computed) and
+                // no mapping.
+                Emit::Deps => (session::Target::Cpu, "cpu"),
                 // An artifact's list of architectures: the first keys the
                 // cache.
-                Emit::Artifact => arch.split(',').next().unwrap_or("sm_90"),
-                _ if gpu => arch.as_str(),
-                _ => "cpu",
+                Emit::Artifact => (
+                    session::Target::Gpu(common.gpu_options()),
+                    arch.split(',').next().unwrap_or("sm_90"),
+                ),
+                _ if gpu => (session::Target::Gpu(common.gpu_options()), arch.as_str()),
+                _ => (session::Target::Cpu, "cpu"),
             };
-            let compiled = match common.tuned(&program, cache_arch, gpu) {
-                Some((c, _)) => c,
-                None => compile_watched(&program, &mut options)?,
-            };
+            let session = common.session(&program, target, Arch::Known(cache_arch.into()))?;
+            if matches!(emit, Emit::Deps) {
+                print!("{}", session.dependences()?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let compiled = session.compile()?.compiled;
             if timings {
                 print_timings(&program.source, &compiled.timings);
             }
@@ -461,11 +443,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                             message: e.to_string(),
                         })?,
                         name: program.source.clone(),
-                        params: common
-                            .params
-                            .iter()
-                            .map(|s| frontend::parse_param_override(s))
-                            .collect::<Result<_, _>>()?,
+                        params: session::parse_params(&common.params)?,
                         directives: None,
                     };
                     let archs: Vec<String> = if arch == "none" {
@@ -502,41 +480,32 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 // Fail before compiling on a machine without a driver.
                 polyfuse::runtime::cuda::probe_driver()?;
             }
-            let (program, mut options) = load(&common)?;
-            if target != Target::Cpu {
-                options.gpu = Some(gpu_options(&common));
-            }
-            let cache_arch = match target {
-                Target::Cpu => "cpu".to_string(),
-                Target::Emulate => "emulate".to_string(),
+            let program = session::load_program(&common.file, &common.params)?;
+            let (mapping, cache_arch) = match target {
+                Target::Cpu => (session::Target::Cpu, Arch::Known("cpu".into())),
+                Target::Emulate => (
+                    session::Target::Gpu(common.gpu_options()),
+                    Arch::Known("emulate".into()),
+                ),
                 // The device is asked only when a cache could answer.
-                Target::Cuda
-                    if common.any_option() || !common.cache.path().is_some_and(|p| p.is_file()) =>
-                {
-                    String::new()
-                }
-                Target::Cuda => polyfuse::runtime::cuda::device_arch(0)?,
+                Target::Cuda => (
+                    session::Target::Gpu(common.gpu_options()),
+                    Arch::Required(Box::new(|| polyfuse::runtime::cuda::device_arch(0))),
+                ),
             };
-            let mut compiled = match common.tuned(&program, &cache_arch, target != Target::Cpu) {
-                Some((c, tuned)) => {
-                    options = tuned;
-                    c
-                }
-                None => compile_watched(&program, &mut options)?,
-            };
+            let session::Compilation {
+                compiled, options, ..
+            } = common.session(&program, mapping, cache_arch)?.compile()?;
             compiled.param_values()?;
             let run_options = RunOptions {
                 check,
                 bench_runs: if bench { runs.max(1) } else { 0 },
                 seed,
             };
-            let report = if target == Target::Cuda {
-                polyfuse::runtime::cuda::run(&compiled, &run_options)?
-            } else {
-                if let Some(emulation) = compiled.emulation_c.clone() {
-                    compiled.kernel_c = emulation;
-                }
-                cpu::run(&compiled, &run_options)?
+            let report = match target {
+                Target::Cuda => polyfuse::runtime::cuda::run(&compiled, &run_options)?,
+                Target::Emulate => cpu::run_emulated(&compiled, &run_options)?,
+                Target::Cpu => cpu::run(&compiled, &run_options)?,
             };
             if json {
                 print_json(&program.name, target, &report)?;
@@ -548,9 +517,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 _ => Ok(ExitCode::SUCCESS),
             }
         }
-        Command::Compare(args) => cli::tune::compare(args),
-        Command::Tune(args) => cli::tune::tune(args),
-        Command::Cache(cmd) => cli::tune::cache(cmd),
+        Command::Compare(args) => tune::compare(args),
+        Command::Tune(args) => tune::tune(args),
+        Command::Cache(cmd) => tune::cache(cmd),
     }
 }
 
@@ -668,7 +637,7 @@ fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Erro
 }
 
 fn main() -> ExitCode {
-    cli::sys::default_sigpipe();
+    sys::default_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
