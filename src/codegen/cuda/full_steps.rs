@@ -141,7 +141,10 @@ mod tests {
                         Op::Min,
                         vec![
                             Expr::Int(15),
-                            Expr::Op(Op::Add, vec![Expr::Op(Op::Neg, vec![id("c2")]), Expr::Int(2999)]),
+                            Expr::Op(
+                                Op::Add,
+                                vec![Expr::Op(Op::Neg, vec![id("c2")]), Expr::Int(2999)],
+                            ),
                         ],
                     ),
                 ],
