@@ -378,17 +378,25 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     ] {
         assert!(cuda.contains(text), "{text}\n{cuda}");
     }
-    // The step loop along k inside a shared tile is unrolled on request
-    // only: to 16 steps, the tile's size, with the end of K (36, no
-    // multiple of 16) tested inside; the loop over k tiles is not.
-    let unroll_step = "#pragma unroll\n              for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {\n                if ((c3 <= ((-c2) + 35))) {";
+    // The step loop along k inside a shared tile is printed twice: for
+    // the full k tiles with its constant bound, for the last one (K = 36,
+    // no multiple of 16) clipped (`codegen::cuda::full_steps`).
+    let full_steps = "if ((15 <= ((-c2) + 35))) {\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {";
+    assert!(cuda.contains(full_steps), "{cuda}");
+    // Both are unrolled on request only: the clipped one to 16 steps, the
+    // tile's size, with the end of K tested inside; the loop over k
+    // tiles is not.
+    let unroll_step = "#pragma unroll\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {\n                  if ((c3 <= ((-c2) + 35))) {";
+    let unroll_full = "if ((15 <= ((-c2) + 35))) {\n                #pragma unroll\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {";
     assert!(!cuda.contains(unroll_step), "{cuda}");
+    assert!(!cuda.contains(unroll_full), "{cuda}");
     let mut unrolled = grouped(4, &[]);
     if let Some(g) = unrolled.gpu.as_mut() {
         g.unroll = true;
     }
     let cuda = emulated_cuda(&p, &unrolled);
     assert!(cuda.contains(unroll_step), "{cuda}");
+    assert!(cuda.contains(unroll_full), "{cuda}");
     assert!(
         !cuda.contains("#pragma unroll\n          for (pf_i c2"),
         "{cuda}"
