@@ -40,7 +40,7 @@
 //!
 //! This file holds what the kernel's printer asks for (the helpers, the
 //! shared buffers' declarations, [`Region`]); the region itself is printed
-//! by [`engine::Engine`], one section to a file: `staging` (the copies of
+//! by `engine::Engine`, one section to a file: `staging` (the copies of
 //! a k tile into a stage), `pipeline` (the stages along k), `mma_sync`
 //! (`ldmatrix` and `mma.sync`), `wgmma` (the descriptors' step), `cluster`
 //! (a reduction split over a cluster) and `epilogue` (the stores), through
