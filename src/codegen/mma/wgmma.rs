@@ -18,11 +18,7 @@ impl Engine<'_, '_> {
     /// (SBO), 64-row groups `tk` lines apart (LBO).
     pub(super) fn wgmma_step(&self, o: &mut Lines, d: usize) {
         let c = self.c;
-        let (tm, tn, tk, sa, sb) = (self.tm, self.tn, self.tk, self.sa, self.sb);
-        let (ba, bb) = (&self.ba, &self.bb);
-        let bf16 = c.dtype == DType::BF16;
-        let a_mn = !c.a.k_contiguous;
-        let b_mn = !c.b.k_contiguous;
+        let (tk, sa, sb) = (self.tk, self.sa, self.sb);
         // Start in elements of operand `mn` at 64-row group `group` of its
         // stage `base`; the other fields of the descriptors from
         // `wgmma_fields`.
@@ -33,38 +29,62 @@ impl Engine<'_, '_> {
                 format!("{base} + {group} * {} + pf_ks * 16", 64 * 64)
             }
         };
-        let (a_lbo, b_lbo, _, narrow) = wgmma_fields(c);
-        let a_start = start(format!("pf_stage * {sa}"), a_mn, "pf_wg");
+        let a_start = start(format!("pf_stage * {sa}"), !c.a.k_contiguous, "pf_wg");
         // A narrow B (the 64-byte swizzle, 32 wide): 16 lines of 64 bytes
         // per 16 of k, one group along n.
-        let b_start = if narrow {
+        let b_start = if c.narrow_b() {
             format!("pf_stage * {sb} + pf_ks * {}", 16 * 32)
         } else {
-            start(format!("pf_stage * {sb}"), b_mn, "0")
+            start(format!("pf_stage * {sb}"), !c.b.k_contiguous, "0")
         };
-        let b_span = if narrow { 32 } else { 64 };
         if self.emulated() {
-            o.line(
-                d,
-                format!("for (int pf_wg = 0; pf_wg < {}; pf_wg++)", tm / 64),
-            );
-            o.line(
-                d,
-                format!("for (int pf_ks = 0; pf_ks < {}; pf_ks++)", tk / MMA_K),
-            );
-            o.line(
-                d + 1,
-                format!(
-                    "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, 64, {bb}, 2L * ({b_start}), {}, {b_lbo}, {b_span}, {tn}, {});",
-                    tn / 2,
-                    i32::from(a_mn),
-                    i32::from(b_mn),
-                    i32::from(bf16),
-                ),
-            );
-            return;
+            self.emulated_wgmma_step(o, d, &a_start, &b_start);
+        } else {
+            self.gpu_wgmma_step(o, d, &a_start, &b_start);
         }
-        let ty = if bf16 { "bf16" } else { "f16" };
+    }
+
+    /// Each warpgroup in turn, each 16 of k: `pf_emu_wgmma` on the
+    /// descriptors' fields (the starts in bytes, `a_start` and `b_start`
+    /// in elements, the byte offsets, the swizzle's span, the transposes).
+    fn emulated_wgmma_step(&self, o: &mut Lines, d: usize, a_start: &str, b_start: &str) {
+        let c = self.c;
+        let (tm, tn, tk) = (self.tm, self.tn, self.tk);
+        let (ba, bb) = (&self.ba, &self.bb);
+        let (a_lbo, b_lbo, _, narrow) = wgmma_fields(c);
+        let b_span = if narrow { 32 } else { 64 };
+        o.line(
+            d,
+            format!("for (int pf_wg = 0; pf_wg < {}; pf_wg++)", tm / 64),
+        );
+        o.line(
+            d,
+            format!("for (int pf_ks = 0; pf_ks < {}; pf_ks++)", tk / MMA_K),
+        );
+        o.line(
+            d + 1,
+            format!(
+                "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, 64, {bb}, 2L * ({b_start}), {}, {b_lbo}, {b_span}, {tn}, {});",
+                tn / 2,
+                i32::from(!c.a.k_contiguous),
+                i32::from(!c.b.k_contiguous),
+                i32::from(c.dtype == DType::BF16),
+            ),
+        );
+    }
+
+    /// The warpgroup's step: each 16 of k, the buffers' descriptors moved
+    /// to `a_start` and `b_start` (elements) and one `wgmma`, fenced
+    /// before and committed after as one group.
+    fn gpu_wgmma_step(&self, o: &mut Lines, d: usize, a_start: &str, b_start: &str) {
+        let c = self.c;
+        let (tm, tn, tk) = (self.tm, self.tn, self.tk);
+        let (ba, bb) = (&self.ba, &self.bb);
+        let ty = if c.dtype == DType::BF16 {
+            "bf16"
+        } else {
+            "f16"
+        };
         // One warpgroup (64 rows): its offset is a constant the
         // descriptors fold in.
         o.line(
@@ -93,8 +113,8 @@ impl Engine<'_, '_> {
             d + 1,
             format!(
                 "pf_wgmma_{ty}_n{tn}_t{}{}(&pf_acc[0][0][0], pf_da, pf_db);",
-                u8::from(a_mn),
-                u8::from(b_mn)
+                u8::from(!c.a.k_contiguous),
+                u8::from(!c.b.k_contiguous)
             ),
         );
         o.line(d, "}");
