@@ -333,6 +333,20 @@ fn intern(list: &mut Vec<String>, text: String) -> usize {
 /// contraction's in them.
 type Distinct = (Vec<String>, Vec<usize>, Vec<usize>);
 
+/// What the parts of a tile's step (`Emit::softmax_step`) share.
+struct StepElements {
+    /// The tile is known to be whole: no element test.
+    whole: bool,
+    env: HashMap<String, String>,
+    /// The overrides that name an element's maps (`Emit::element_overrides`).
+    overrides: HashMap<String, String>,
+    /// The head of the loop over a thread's elements: the element's score
+    /// index, row, key and whether it is inside the domain.
+    head: String,
+    /// Groups of 8 keys in a warp's share of the tile.
+    key_groups: i64,
+}
+
 fn reducer_op(r: Reducer) -> i32 {
     match r {
         Reducer::Sum => 0,
@@ -981,11 +995,37 @@ impl Emit<'_> {
         )
     }
 
+    /// The kernel: the block (a loop over the blocks in the emulation),
+    /// its buffers and range of key tiles, the prologue's copies, the
+    /// query's fragments, the rolling loop over the key tiles, and the
+    /// end (the split kernel's merge of the warps' states, else the
+    /// epilogue).
     fn kernel(&mut self) {
+        self.open_block();
+        self.declare();
+        self.key_range();
+        self.prologue();
+        self.query_fragments();
+        self.rolling_loop();
+        self.wait(0);
+        if self.a.split.is_some() {
+            self.sync();
+            self.merge_and_store();
+        } else {
+            self.epilogue();
+        }
+        if self.emu {
+            self.line("}");
+        }
+    }
+
+    /// The block's indices and the batch values it runs: a row tile (and
+    /// in a split kernel, a slice) along x, a batch combination along y.
+    /// The emulation opens its loop over the blocks here (closed at the
+    /// kernel's end); on the GPU the thread's own indices come first.
+    fn open_block(&mut self) {
         let a = self.a;
         let mut batch_decl = self.batch_values();
-        // A block: a row tile (and in a split kernel, a slice) along x, a
-        // batch combination along y.
         let _ = writeln!(
             batch_decl,
             "const pf_i pf_i0 = (pf_bx % {}) * {}; (void)pf_i0;",
@@ -1014,8 +1054,12 @@ impl Emit<'_> {
                  const pf_i pf_bx = blockIdx.x, pf_bt = blockIdx.y;\n{batch_decl}"
             );
         }
-        self.declare();
-        // The block's key tiles.
+    }
+
+    /// The block's key tiles, `pf_klo .. pf_khi` (none where no key of
+    /// the block's rows is in the domain).
+    fn key_range(&mut self) {
+        let a = self.a;
         let any = self.cond(&a.any_key);
         let lo = self.cond(&a.key_lo);
         let hi = self.cond(&a.key_hi);
@@ -1025,9 +1069,14 @@ impl Emit<'_> {
              const pf_i pf_klo = pf_any ? ({lo}) / {BLOCK_KEYS} : 0;\n\
              const pf_i pf_khi = pf_any ? ({hi}) / {BLOCK_KEYS} + 1 : 0;"
         );
-        // Prologue: the query tile and the first key and value tiles (one
-        // `cp.async` group with stage 0; each further stage but the last
-        // its own group), the states.
+    }
+
+    /// Prologue: the query tile and the first key and value tiles (one
+    /// `cp.async` group with stage 0; each further stage but the last its
+    /// own group), the states; then the wait for the query and the first
+    /// key tile.
+    fn prologue(&mut self) {
+        let a = self.a;
         let stages = a.stages();
         let qp = a.pitch(a.depth);
         let ptr = self.u16();
@@ -1056,72 +1105,55 @@ impl Emit<'_> {
         self.init_states();
         // The query and the first key tile have landed.
         self.landed((stages - 2) as i32);
+    }
+
+    /// The query fragments, for `mma.sync` (`wgmma` reads the query tile
+    /// from shared memory, so the emulation, which runs that path, has
+    /// none).
+    fn query_fragments(&mut self) {
+        let a = self.a;
+        if a.wgmma() && self.emu {
+            return;
+        }
         let kq = a.depth / 16;
-        let wg = a.wgmma();
-        // The query fragments, for `mma.sync` (`wgmma` reads the query
-        // tile from shared memory).
-        if !(wg && self.emu) {
-            let mut w = String::new();
-            let _ = writeln!(
-                w,
-                "{u}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
-                u = self.unroll()
-            );
-            let at = self.tile_at(
-                a.block_rows(),
-                a.depth,
-                &format!(
-                    "pf_mi * {} + {} + pf_l % 16",
-                    16 * a.warps(),
-                    self.warp_row()
-                ),
-                "pf_kk * 16 + (pf_l / 16) * 8",
-            );
-            w.push_str(&self.ldsm(
-                "pf_qf",
-                &format!("(pf_mi * {kq} + pf_kk) * 4"),
-                &format!("&pf_fa_q[{at}]"),
-                false,
-            ));
-            w.push_str("}\n");
-            self.if_not_wgmma();
-            self.warps(&w);
-            self.end_if_wgmma();
-        }
-        // The rolling loop in tiles: the copies of the tiles `stages - 1`
-        // ahead run while the block computes on the current ones; the
-        // stage they overwrite was last read in the previous iteration,
-        // which ended with a barrier.
-        let full = self.cond(&a.full_tile);
-        let kl = BLOCK_KEYS * qp;
-        let (cur, next) = if stages == 2 {
-            (
-                "(int)((pf_kt - pf_klo) & 1)".to_string(),
-                "(pf_st ^ 1)".to_string(),
-            )
-        } else {
-            (
-                format!("(int)((pf_kt - pf_klo) % {stages})"),
-                format!("((pf_st + {}) % {stages})", stages - 1),
-            )
-        };
+        let mut w = String::new();
         let _ = writeln!(
-            self.out,
-            "for (pf_i pf_kt = pf_klo; pf_kt < pf_khi; pf_kt++) {{\n\
-             const pf_i pf_j0 = pf_kt * {BLOCK_KEYS};\n\
-             const int pf_full = {full}; (void)pf_full;\n\
-             const int pf_st = {cur};\n\
-             {ptr} *const pf_kcur = pf_fa_k + pf_st * {kl};\n\
-             {ptr} *const pf_knext = pf_fa_k + {next} * {kl};"
+            w,
+            "{u}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
+            u = self.unroll()
         );
-        for (k, x) in a.contractions.iter().enumerate() {
-            let vl = BLOCK_KEYS * a.pitch(x.width);
-            let _ = writeln!(
-                self.out,
-                "{ptr} *const pf_vcur{k} = pf_fa_v{k} + pf_st * {vl};\n\
-                 {ptr} *const pf_vnext{k} = pf_fa_v{k} + {next} * {vl};"
-            );
-        }
+        let at = self.tile_at(
+            a.block_rows(),
+            a.depth,
+            &format!(
+                "pf_mi * {} + {} + pf_l % 16",
+                16 * a.warps(),
+                self.warp_row()
+            ),
+            "pf_kk * 16 + (pf_l / 16) * 8",
+        );
+        w.push_str(&self.ldsm(
+            "pf_qf",
+            &format!("(pf_mi * {kq} + pf_kk) * 4"),
+            &format!("&pf_fa_q[{at}]"),
+            false,
+        ));
+        w.push_str("}\n");
+        self.if_not_wgmma();
+        self.warps(&w);
+        self.end_if_wgmma();
+    }
+
+    /// The rolling loop in tiles: the copies of the tiles `stages - 1`
+    /// ahead run while the block computes on the current ones; the stage
+    /// they overwrite was last read in the previous iteration, which ended
+    /// with a barrier. Each iteration: the scores, the softmax step, the
+    /// value products.
+    fn rolling_loop(&mut self) {
+        let a = self.a;
+        let wg = a.wgmma();
+        let stages = a.stages();
+        self.tile_stages();
         let c = self.copy_key_tile(&format!("(pf_kt + {})", stages - 1), "pf_knext", "pf_vnext");
         if wg {
             // This tile's copies land and are ordered before the tensor
@@ -1155,15 +1187,44 @@ impl Emit<'_> {
             self.sync();
         }
         self.line("}");
-        self.wait(0);
-        if a.split.is_some() {
-            self.sync();
-            self.merge_and_store();
+    }
+
+    /// The rolling loop's head: the key tile `pf_kt`, whether it is whole
+    /// (`pf_full`), and the stages it is read from (`pf_kcur`, `pf_vcurK`)
+    /// and the tile ahead is copied into (`pf_knext`, `pf_vnextK`).
+    fn tile_stages(&mut self) {
+        let a = self.a;
+        let stages = a.stages();
+        let ptr = self.u16();
+        let full = self.cond(&a.full_tile);
+        let kl = BLOCK_KEYS * a.pitch(a.depth);
+        let (cur, next) = if stages == 2 {
+            (
+                "(int)((pf_kt - pf_klo) & 1)".to_string(),
+                "(pf_st ^ 1)".to_string(),
+            )
         } else {
-            self.epilogue();
-        }
-        if self.emu {
-            self.line("}");
+            (
+                format!("(int)((pf_kt - pf_klo) % {stages})"),
+                format!("((pf_st + {}) % {stages})", stages - 1),
+            )
+        };
+        let _ = writeln!(
+            self.out,
+            "for (pf_i pf_kt = pf_klo; pf_kt < pf_khi; pf_kt++) {{\n\
+             const pf_i pf_j0 = pf_kt * {BLOCK_KEYS};\n\
+             const int pf_full = {full}; (void)pf_full;\n\
+             const int pf_st = {cur};\n\
+             {ptr} *const pf_kcur = pf_fa_k + pf_st * {kl};\n\
+             {ptr} *const pf_knext = pf_fa_k + {next} * {kl};"
+        );
+        for (k, x) in a.contractions.iter().enumerate() {
+            let vl = BLOCK_KEYS * a.pitch(x.width);
+            let _ = writeln!(
+                self.out,
+                "{ptr} *const pf_vcur{k} = pf_fa_v{k} + pf_st * {vl};\n\
+                 {ptr} *const pf_vnext{k} = pf_fa_v{k} + {next} * {vl};"
+            );
         }
     }
 
@@ -1337,11 +1398,26 @@ impl Emit<'_> {
     }
 
     /// One tile's maps, predecessor, repairs and terms (all but the value
-    /// products).
+    /// products), in the order the rewrite's step takes them: the tile's
+    /// reduction of the scores, the repair factors of the row states and
+    /// the accumulators' repair, the terms and weights, then the tile's
+    /// sums added to the rows'. `whole`: the tile is known to be whole (no
+    /// element test).
     fn softmax_step(&mut self, whole: bool) {
+        let step = self.step_elements(whole);
+        let scaled = self.tile_reduction(&step);
+        let mut c = String::new();
+        self.repair_factors(&step, &mut c);
+        self.repair_accumulators(&mut c);
+        self.tile_terms(&step, scaled, &mut c);
+        self.threads(&c);
+        self.add_tile_sums();
+    }
+
+    /// What the parts of a tile's step share (see [`StepElements`]).
+    fn step_elements(&self, whole: bool) -> StepElements {
         let a = self.a;
         let env = self.env();
-        let nb = a.warp_keys() / 8;
         let wk = self.warp_key();
         let element = if whole {
             "1".to_string()
@@ -1352,21 +1428,33 @@ impl Emit<'_> {
         let k_idx = self.s_idx();
         // An element's score index, row, key and whether it is inside the
         // domain, at the top of the loop over a thread's elements.
-        let elem_head = format!(
+        let head = format!(
             "const int pf_k = {k_idx};\n\
              {row_decl}\n\
              const pf_i pf_ej = pf_j0 + {wk} + pf_n * 8 + 2 * pf_c + pf_h;\n\
              const int pf_ok = ({element}); (void)pf_ok; (void)pf_ei; (void)pf_ej; (void)pf_k;"
         );
-        let elem_loop = |u: &str| {
-            format!(
-                "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n{elem_head}"
-            )
-        };
+        let mut overrides = HashMap::new();
+        self.element_overrides(&mut overrides);
+        StepElements {
+            whole,
+            env,
+            overrides,
+            head,
+            key_groups: a.warp_keys() / 8,
+        }
+    }
+
+    /// The maps of every element of the thread's scores and the tile's
+    /// value of the predecessor (the reduction of each row over the tile),
+    /// combined over a row's four lanes. Returns the map that scales the
+    /// scores, if any ([`Emit::scaled_scores`]), which the terms read as
+    /// one multiply-add.
+    fn tile_reduction(&mut self, step: &StepElements) -> Option<(usize, f64)> {
+        let a = self.a;
+        let (env, nb, head) = (&step.env, step.key_groups, &step.head);
         // Maps and the predecessor's tile value.
-        let mut ov = HashMap::new();
-        self.element_overrides(&mut ov);
-        let printer = self.printer(ov.clone(), true);
+        let printer = self.printer(step.overrides.clone(), true);
         let ident = printer.identity(a.reducer, DType::F32);
         let mut c = String::new();
         let _ = writeln!(
@@ -1374,15 +1462,18 @@ impl Emit<'_> {
             "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {} = {ident};",
             self.at("pf_mt", "pf_r")
         );
-        c.push_str(&elem_loop(self.unroll()));
-        c.push('\n');
+        let u = self.unroll();
+        let _ = writeln!(
+            c,
+            "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n{head}"
+        );
         for (k, (_, rhs)) in a.maps.iter().enumerate() {
             // A map that reads a tensor in memory reads it only inside the
             // domain: a partial tile's other elements (rows or keys past
             // the tensor's extent) are never read (the masked elements'
             // map values are not used).
-            let value = printer.expr(rhs, &env);
-            let value = if !whole && !input_reads(self.program, rhs).is_empty() {
+            let value = printer.expr(rhs, env);
+            let value = if !step.whole && !input_reads(self.program, rhs).is_empty() {
                 format!("pf_ok ? {value} : 0.0f")
             } else {
                 value
@@ -1403,7 +1494,7 @@ impl Emit<'_> {
         });
         let body = match folded {
             Some(_) => self.at("pf_s", "pf_k"),
-            None => printer.expr(&a.pred_body, &env),
+            None => printer.expr(&a.pred_body, env),
         };
         let _ = writeln!(
             c,
@@ -1418,20 +1509,25 @@ impl Emit<'_> {
                 factor as f32
             ));
         }
-        // New predecessor value, repairs. A sum's repair `H(X; Mp, M)`
-        // distributes over the sum (Eq. 5, proven by the rewrite) and is
-        // continuous in `X`, so it is `X * H(1; Mp, M)`: one factor per row
-        // (shared by targets whose repairs print alike), not one
-        // evaluation per element.
+        scaled
+    }
+
+    /// New predecessor value, repairs. A sum's repair `H(X; Mp, M)`
+    /// distributes over the sum (Eq. 5, proven by the rewrite) and is
+    /// continuous in `X`, so it is `X * H(1; Mp, M)`: one factor per row
+    /// (shared by targets whose repairs print alike), not one evaluation
+    /// per element. The sums are repaired here; the contractions' factors
+    /// are kept for [`Emit::repair_accumulators`].
+    fn repair_factors(&self, step: &StepElements, c: &mut String) {
+        let a = self.a;
         let rov = self.repair_overrides(
-            ov.clone(),
+            step.overrides.clone(),
             &self.at("pf_m", "pf_r"),
             &self.at("pf_mn", "pf_r"),
         );
         let printer = self.printer(rov, true);
         let (factors, sum_factor, con_factor) =
-            self.distinct(&printer, &env, |s| &s.repair, |x| &x.repair);
-        let mut c = String::new();
+            self.distinct(&printer, &step.env, |s| &s.repair, |x| &x.repair);
         let _ = writeln!(
             c,
             "{}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n{} = {};",
@@ -1456,11 +1552,14 @@ impl Emit<'_> {
             let _ = writeln!(c, "{} = pf_f{f};", self.at(&format!("pf_cf{k}"), "pf_r"));
         }
         c.push_str("}\n");
-        // The accumulators' repair, skipped where it multiplies by exactly
-        // one in every row of the warp (a tile that raises no row's
-        // predecessor value: most tiles after the first few), which
-        // changes no value.
-        for (k, x) in a.contractions.iter().enumerate() {
+    }
+
+    /// The accumulators' repair, skipped where it multiplies by exactly
+    /// one in every row of the warp (a tile that raises no row's
+    /// predecessor value: most tiles after the first few), which changes
+    /// no value.
+    fn repair_accumulators(&self, c: &mut String) {
+        for (k, x) in self.a.contractions.iter().enumerate() {
             let cf = format!("pf_cf{k}");
             let o = self.at(&format!("pf_o{k}"), &Self::o_idx(x.width));
             let any: Vec<String> = (0..SLOTS)
@@ -1480,8 +1579,16 @@ impl Emit<'_> {
                 u = self.unroll()
             );
         }
-        // The tile's terms with the new predecessor value.
-        let mut tov = ov;
+    }
+
+    /// The tile's terms with the new predecessor value, added to the
+    /// tile's sums, and its weights split into the value products'
+    /// fragments. `scaled`: the map that scales the scores, read as one
+    /// FFMA of the score.
+    fn tile_terms(&self, step: &StepElements, scaled: Option<(usize, f64)>, c: &mut String) {
+        let a = self.a;
+        let (nb, head) = (step.key_groups, &step.head);
+        let mut tov = step.overrides.clone();
         tov.insert(a.pred_term.clone(), self.at("pf_mn", "pf_r"));
         let printer = self.printer(tov, true);
         // `exp(c s - m)` of scaled scores as one FFMA of the score.
@@ -1498,11 +1605,11 @@ impl Emit<'_> {
              float pf_w0[{n}], pf_w1[{n}];",
             n = a.contractions.len().max(1)
         );
-        let _ = writeln!(c, "{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n{elem_head}");
+        let _ = writeln!(c, "{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n{head}");
         // Each distinct term or weight once per element (a softmax's
         // `exp(T - M)` is both).
         let (values, sum_value, weight_value) =
-            self.distinct(&printer, &env, |s| &s.term, |x| &x.weight);
+            self.distinct(&printer, &step.env, |s| &s.term, |x| &x.weight);
         for (k, v) in values.iter().enumerate() {
             let _ = writeln!(c, "const float pf_v{k} = pf_ok ? {v} : 0.0f;");
         }
@@ -1517,9 +1624,16 @@ impl Emit<'_> {
             );
         }
         c.push_str("}\n");
-        // Each weight as the sum of two values of the operand type (the
-        // rounded weight and the rounded remainder), so the product with
-        // the values loses no more than the f32 accumulation does.
+        self.split_weights(c);
+        c.push_str("}\n");
+    }
+
+    /// Each weight as the sum of two values of the operand type (the
+    /// rounded weight and the rounded remainder), so the product with the
+    /// values loses no more than the f32 accumulation does; a weight
+    /// declared in the operand type is rounded once.
+    fn split_weights(&self, c: &mut String) {
+        let a = self.a;
         for k in 0..a.contractions.len() {
             let idx = format!(
                 "((pf_r / 2) * {} + pf_n / 2) * 4 + (pf_n % 2) * 2 + pf_r % 2",
@@ -1546,8 +1660,12 @@ impl Emit<'_> {
                 );
             }
         }
-        c.push_str("}\n");
-        self.threads(&c);
+    }
+
+    /// The tile's sums, combined over a row's four lanes, added to the
+    /// rows'; the new predecessor value becomes the row's.
+    fn add_tile_sums(&mut self) {
+        let a = self.a;
         for k in 0..a.sums.len() {
             self.quad(&format!("pf_st{k}"), SLOTS, Reducer::Sum);
         }

@@ -1,0 +1,251 @@
+//! One engine's region (`mma.sync` or `wgmma`, on the GPU or in the CPU
+//! emulation): the shape its sections share, and the order they are
+//! printed in. Each section lives in the file named after what it prints
+//! (`staging`, `pipeline`, `mma_sync`, `wgmma`, `cluster`, `epilogue`).
+
+use super::target::Target;
+use super::writer::Lines;
+use super::{buffers, Region};
+use crate::frontend::ast::DType;
+use crate::gpu::contraction::{Contraction, MMA_M, MMA_N};
+
+/// The region of one engine, with the sizes every section reads.
+pub(super) struct Engine<'r, 'a> {
+    pub(super) region: &'r Region<'a>,
+    pub(super) c: &'a Contraction,
+    /// The `wgmma` engine (else `mma.sync`).
+    pub(super) wg: bool,
+    pub(super) target: Target,
+    /// Fragments per warp along `m` and `n` (`wgmma`: one 64-row group,
+    /// `tn / 8` accumulator fragments).
+    pub(super) mt: i64,
+    pub(super) nt: i64,
+    /// Warps along `n` (the warp grid's columns).
+    pub(super) wn: i64,
+    /// The block's tile and a warp's share of it.
+    pub(super) tm: i64,
+    pub(super) tn: i64,
+    pub(super) tk: i64,
+    pub(super) wtm: i64,
+    pub(super) wtn: i64,
+    pub(super) threads: u32,
+    /// Blocks of a cluster sharing the reduction (1: no split).
+    pub(super) split: i64,
+    /// Elements of a stage of A and of B, and their buffers' names.
+    pub(super) sa: i64,
+    pub(super) sb: i64,
+    pub(super) ba: String,
+    pub(super) bb: String,
+}
+
+impl<'r, 'a> Engine<'r, 'a> {
+    pub(super) fn new(region: &'r Region<'a>, wg: bool) -> Self {
+        let c = region.c;
+        let [mt, nt] = if wg {
+            [1, c.tile[1] / MMA_N]
+        } else {
+            c.fragments()
+        };
+        let [wm, wn] = c.warps;
+        let [tm, tn, tk] = c.tile;
+        let (sa, sb) = c.stage_len(wg);
+        let (ba, bb) = buffers(region.mark);
+        Engine {
+            region,
+            c,
+            wg,
+            target: Target::of(region.emulate),
+            mt,
+            nt,
+            wn,
+            tm,
+            tn,
+            tk,
+            wtm: tm / wm,
+            wtn: tn / wn,
+            threads: c.threads(),
+            split: c.split,
+            sa,
+            sb,
+            ba,
+            bb,
+        }
+    }
+
+    pub(super) fn emulated(&self) -> bool {
+        self.target == Target::Emulation
+    }
+
+    /// The region in one block, `depth` levels into the kernel: the
+    /// block's tile and range of k, the accumulators' start, the pipeline
+    /// (which prints the engine's step), the sum of a split's partial
+    /// tiles, and the stores.
+    pub(super) fn print(&self, depth: usize) -> String {
+        let mut o = Lines::new(depth);
+        o.line(0, "{");
+        self.header(&mut o);
+        // The cluster's ranks: on the GPU the block's own, before its
+        // range of k; in the emulation a loop over the blocks, once the
+        // accumulators they share are declared.
+        if !self.emulated() {
+            self.cluster_rank(&mut o);
+        }
+        if !self.emulated() || self.split == 1 {
+            self.k_range(&mut o, 1);
+        }
+        self.declare_accumulators(&mut o);
+        if self.emulated() {
+            self.open_rank_loop(&mut o);
+        }
+        self.start_accumulators(&mut o);
+        self.pipeline(&mut o);
+        self.sum_partials(&mut o);
+        self.store(&mut o);
+        if self.split > 1 {
+            // The rank loop (CPU) or the test of a block's rank (GPU).
+            o.line(1, "}");
+        }
+        o.line(0, "}");
+        o.finish()
+    }
+
+    /// The region's comment (tiles, warps or warpgroups, stages) and the
+    /// block's origin and the domain's extents as `pf_m0`, `pf_n0`,
+    /// `pf_em`, `pf_en`, `pf_ek`.
+    fn header(&self, o: &mut Lines) {
+        let (tm, tn, tk) = (self.tm, self.tn, self.tk);
+        let layout = if self.wg {
+            format!("{} warpgroups of 64 x {tn} (wgmma.m64n{tn}k16)", tm / 64)
+        } else {
+            let [wm, wn] = self.c.warps;
+            format!(
+                "{wm} x {wn} warps of {} x {} (mma.m16n8k16)",
+                self.wtm, self.wtn
+            )
+        };
+        o.line(
+            1,
+            format!(
+                "/* tensor cores: {tm} x {tn} x {tk} tiles, {layout} ({} stages) */",
+                self.c.stages
+            ),
+        );
+        let r = self.region;
+        for (name, value) in [
+            ("pf_m0", &r.origin[0]),
+            ("pf_n0", &r.origin[1]),
+            ("pf_em", &r.extents[0]),
+            ("pf_en", &r.extents[1]),
+            ("pf_ek", &r.extents[2]),
+        ] {
+            o.line(1, format!("const pf_i {name} = {value};"));
+        }
+    }
+
+    /// The accumulators: each thread's registers on the GPU (with its
+    /// index), one static array of every thread's in the emulation.
+    fn declare_accumulators(&self, o: &mut Lines) {
+        let (mt, nt) = (self.mt, self.nt);
+        if self.emulated() {
+            o.line(
+                1,
+                format!("static float pf_acc[{}][{mt}][{nt}][4];", self.threads),
+            );
+        } else {
+            o.line(1, format!("float pf_acc[{mt}][{nt}][4];"));
+            o.line(1, "const int pf_tid = (int)threadIdx.x;");
+        }
+    }
+
+    /// Accumulators: zero, or the output's current values (in the block
+    /// of rank 0 of a split).
+    fn start_accumulators(&self, o: &mut Lines) {
+        let r = self.region;
+        let acc = self.target.accumulator();
+        let element = (r.c_element)("pf_lm", "pf_ln");
+        let load = match r.c_dtype {
+            DType::F16 => format!("pf_h2f({element})"),
+            DType::BF16 => format!("pf_b2f({element})"),
+            _ => format!("(float)({element})"),
+        };
+        let d = self.target.open_threads(o, 1, self.threads);
+        self.fragments(o, d, false, |o, d| {
+            if r.zero_init {
+                o.line(d, format!("{acc} = 0.0f; (void)pf_in;"));
+            } else if self.split > 1 {
+                o.line(d, format!("{acc} = pf_in && pf_rank == 0 ? {load} : 0.0f;"));
+            } else {
+                o.line(d, format!("{acc} = pf_in ? {load} : 0.0f;"));
+            }
+        });
+        self.target.close_threads(o, 1);
+    }
+
+    /// A loop over the thread's accumulators around `body`, one at a time
+    /// (`pf_r` 0 .. 3, with `pf_in` saying whether the element is inside
+    /// the output), or (`pairs`) two neighbours along n at a time (`pf_r`
+    /// 0 and 2, with `pf_r + 1` at `pf_ln + 1`); inside, the element's
+    /// local place in the block's tile, `(pf_lm, pf_ln)`.
+    pub(super) fn fragments(
+        &self,
+        o: &mut Lines,
+        d: usize,
+        pairs: bool,
+        body: impl Fn(&mut Lines, usize),
+    ) {
+        let (mt, nt) = (self.mt, self.nt);
+        self.target.unroll(o, d);
+        o.line(d, format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
+        self.target.unroll(o, d);
+        o.line(d, format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
+        self.target.unroll(o, d);
+        if pairs {
+            o.line(d, "for (int pf_r = 0; pf_r < 4; pf_r += 2) {");
+        } else {
+            o.line(d, "for (int pf_r = 0; pf_r < 4; pf_r++) {");
+        }
+        o.line(
+            d + 1,
+            "const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;",
+        );
+        if self.wg {
+            // wgmma's accumulators: warp w of a warpgroup owns rows
+            // 16 (w % 4) .. + 15 of the group's 64, in the layout of an
+            // m16n8 fragment repeated along n.
+            o.line(
+                d + 1,
+                "const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;",
+            );
+            o.line(
+                d + 1,
+                format!("const pf_i pf_ln = pf_nt * {MMA_N} + (pf_lane % 4) * 2 + pf_r % 2;"),
+            );
+        } else {
+            let (wn, wtm, wtn) = (self.wn, self.wtm, self.wtn);
+            o.line(
+                d + 1,
+                format!(
+                    "const pf_i pf_lm = (pf_warp / {wn}) * {wtm} + pf_mt * {MMA_M} + pf_lane / 4 + (pf_r / 2) * 8;"
+                ),
+            );
+            o.line(
+                d + 1,
+                format!(
+                    "const pf_i pf_ln = (pf_warp % {wn}) * {wtn} + pf_nt * {MMA_N} + (pf_lane % 4) * 2 + pf_r % 2;"
+                ),
+            );
+        }
+        if !pairs {
+            o.line(
+                d + 1,
+                if self.region.full_tiles {
+                    "const int pf_in = 1;"
+                } else {
+                    "const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;"
+                },
+            );
+        }
+        body(o, d + 1);
+        o.line(d, "}");
+    }
+}
