@@ -381,7 +381,8 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     // The step loop along k inside a shared tile is printed twice: for
     // the full k tiles with its constant bound, for the last one (K = 36,
     // no multiple of 16) clipped (`codegen::cuda::full_steps`).
-    let full_steps = "if ((15 <= ((-c2) + 35))) {\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {";
+    let full_steps =
+        "if ((15 <= ((-c2) + 35))) {\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {";
     assert!(cuda.contains(full_steps), "{cuda}");
     // Both are unrolled on request only: the clipped one to 16 steps, the
     // tile's size, with the end of K tested inside; the loop over k

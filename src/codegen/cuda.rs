@@ -23,6 +23,7 @@
 use std::fmt::Write;
 
 mod chains;
+mod clamp;
 mod full_steps;
 mod lanes;
 mod rowcopy;
@@ -507,6 +508,7 @@ pub fn program(
             in_regs: false,
             block: plan.block,
             full_tile: false,
+            slot_tests: &[],
             nosync: false,
             mma: plan.contraction.as_ref(),
             private: &plan.private,
@@ -818,6 +820,10 @@ struct Ctx<'a> {
     /// Inside a register region whose tile is known to be full: the
     /// counted thread loops need no bound test.
     full_tile: bool,
+    /// Inside a partial register tile's clamped thread loops: the tests
+    /// that the thread's slot is a point of the loops, which a statement
+    /// not in `RegisterTile::clamp_safe` must pass.
+    slot_tests: &'a [String],
     /// The next loop needs no barrier after each iteration (no dependence
     /// it carries crosses threads).
     nosync: bool,
@@ -1198,7 +1204,27 @@ impl Ctx<'_> {
                             .iter()
                             .cloned()
                             .partition(|q| q.0 && owned_axes.contains(&q.1));
-                        let guard = self.guard(&others);
+                        // In a partial tile, a slot beyond the loop's bound
+                        // runs the statements that allow it at the last
+                        // valid point (`slot_clamp`); the others test the
+                        // slot (`slot_tests`). Whether the loop has an
+                        // iteration at all is the same for every slot:
+                        // tested once, around the slots.
+                        let clamp = (!self.full_tile && n_inc == &Expr::Int(1))
+                            .then(|| {
+                                let dim = nt - 1 - axis.min(nt - 1);
+                                self.slot_clamp(regs, dim, count * i64::from(b), iterator, n_cond)
+                            })
+                            .flatten();
+                        let mut guard = self.guard(&others);
+                        if let Some(bound) = &clamp {
+                            let any = format!("{init} <= {bound}");
+                            guard = if guard.is_empty() {
+                                any
+                            } else {
+                                format!("{guard} && {any}")
+                            };
+                        }
                         if !guard.is_empty() {
                             let _ = writeln!(out, "{pad}if ({guard})");
                         }
@@ -1214,11 +1240,27 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}for (int {r} = 0; {r} < {count}; {r}++) {{");
                         let w = regs.group(self.block, nt - 1 - axis.min(nt - 1));
                         let point = slot_point(&tid, &r, i64::from(b), w);
-                        let _ = writeln!(out, "{pad}  const pf_i {iterator} = {point};");
+                        let mut slot_tests = self.slot_tests.to_vec();
+                        match &clamp {
+                            Some(bound) => {
+                                let slot = format!("pf_slot_{iterator}");
+                                let _ = writeln!(out, "{pad}  const pf_i {slot} = {point};");
+                                let _ = writeln!(
+                                    out,
+                                    "{pad}  const pf_i {iterator} = pf_min({slot}, {bound});"
+                                );
+                                slot_tests.push(format!("{slot} <= {bound}"));
+                            }
+                            None => {
+                                let _ = writeln!(out, "{pad}  const pf_i {iterator} = {point};");
+                            }
+                        }
                         // The slots enumerate the tile's points; the
                         // loop's own iterations are those from its start,
                         // on its stride, within its condition (the last
-                        // holds for the whole tile under `full_tile`).
+                        // holds for the whole tile under `full_tile`; a
+                        // clamped slot is within it, where the loop has an
+                        // iteration at all).
                         let mut tests = Vec::new();
                         if n_init != &Expr::Int(0) {
                             tests.push(format!("{iterator} >= {init}"));
@@ -1228,7 +1270,7 @@ impl Ctx<'_> {
                                 "({iterator} - ({init})) - ({inc}) * pf_floord({iterator} - ({init}), {inc}) == 0"
                             ));
                         }
-                        if !self.full_tile {
+                        if clamp.is_none() && !self.full_tile {
                             tests.push(cond.clone());
                         }
                         let guard = if tests.is_empty() {
@@ -1238,6 +1280,7 @@ impl Ctx<'_> {
                         };
                         let _ = writeln!(out, "{pad}  if ({guard}) {{");
                         let inner = Ctx {
+                            slot_tests: &slot_tests,
                             nosync: false,
                             ..*self
                         };
@@ -1540,6 +1583,11 @@ impl Ctx<'_> {
                 }
                 let text = self.printer.statement(st, s.kind, &env);
                 self.printer.overrides.borrow_mut().clear();
+                // At a clamped slot of a partial register tile (its
+                // element beyond the tensor, its register never stored),
+                // a statement that allows it runs at the clamped point
+                // without a test.
+                let clamp_safe = self.regs.is_some_and(|r| r.clamp_safe.contains(statement));
                 // A statement on a register tile whose thread loop isl did
                 // not generate (the member has one value here, folded into
                 // the statement's arguments) must run on the thread and
@@ -1586,7 +1634,7 @@ impl Ctx<'_> {
                         &axes,
                         &lost,
                         &subs,
-                        &self.guard(&pending),
+                        &self.with_slot_tests(self.guard(&pending)),
                         in_thread,
                         &text,
                         depth,
@@ -1598,6 +1646,11 @@ impl Ctx<'_> {
                     self.guard(&pending)
                 } else {
                     self.statement_guard(&pending, in_thread)
+                };
+                let guard = if clamp_safe {
+                    guard
+                } else {
+                    self.with_slot_tests(guard)
                 };
                 if guard.is_empty() {
                     let _ = writeln!(out, "{pad}{text}");
@@ -3219,6 +3272,21 @@ impl Ctx<'_> {
             };
         }
         guard
+    }
+
+    /// `guard` and the tests that the thread's slots of a partial register
+    /// tile are points (for a statement that does not run at a clamped
+    /// slot).
+    fn with_slot_tests(&self, guard: String) -> String {
+        if self.slot_tests.is_empty() {
+            return guard;
+        }
+        let slots = self.slot_tests.join(" && ");
+        if guard.is_empty() {
+            slots
+        } else {
+            format!("{guard} && {slots}")
+        }
     }
 
     /// `idx == 0` for every mapping in `pending` (their loops have a single

@@ -70,6 +70,12 @@ pub struct RegisterTile {
     pub vector: u32,
     /// Unroll the constant sequential point loops (`GpuOptions::unroll`).
     pub unroll: bool,
+    /// Statements that may run at a slot of a partial tile moved onto a
+    /// valid point, into the slot's dead register (see [`clamp_safe`]): in
+    /// a tile cut by the end of the tensor, the printer runs them on every
+    /// slot, so a thread's slots run the same straight-line code as in a
+    /// full tile; the other statements keep the test of their slot.
+    pub clamp_safe: HashSet<String>,
 }
 
 /// An `op=!` initialisation executed on the registers before the region's
@@ -205,7 +211,9 @@ pub fn candidate(
             }
         }
         let init = hoistable_init(isl, program, scop, &stmts, t)?;
+        let clamp_safe = clamp_safe(program, &stmts, t);
         return Ok(Some(RegisterTile {
+            clamp_safe,
             init,
             tensor: t.clone(),
             dtype: tensor.dtype,
@@ -222,6 +230,49 @@ pub fn candidate(
         }));
     }
     Ok(None)
+}
+
+/// The statements of a register tile's band that may also run at points
+/// they do not own. In a tile cut by the end of the tensor, a thread's
+/// slot whose element lies beyond the tensor runs them at the last valid
+/// point along that axis, into its own register, which is dead: no
+/// statement owns its element and the store of the tile tests each slot's
+/// element (`codegen::cuda`'s clamp). The thread's slots then run the same
+/// straight-line code as in a full tile. Such a run changes only the dead
+/// register, and is harmless exactly when the statement
+/// - writes nothing but the tile's element (anything else would be a
+///   write the program does not make), and
+/// - reads nothing another statement of the band writes, except the tile
+///   itself through the registers (every access to the tile goes to the
+///   slot: `RegisterTile::accesses`): what it reads at the valid point is
+///   in memory for the whole kernel, so the extra read is ordered with no
+///   writer and the race proof's argument is unchanged.
+///
+/// The reads are of a point of the statement's domain (the printer keeps
+/// the point in the loop's bounds and in isl's guards), so they stay
+/// inside the tensors and the shared tiles.
+fn clamp_safe(
+    program: &Program,
+    stmts: &[&crate::model::ModelStmt],
+    tensor: &str,
+) -> HashSet<String> {
+    let written: HashSet<&str> = stmts
+        .iter()
+        .map(|s| program.statements[s.source].lhs_tensor.as_str())
+        .collect();
+    stmts
+        .iter()
+        .filter(|s| {
+            s.accesses(program).iter().all(|a| {
+                if a.write {
+                    a.tensor == tensor
+                } else {
+                    a.tensor == tensor || !written.contains(a.tensor.as_str())
+                }
+            })
+        })
+        .map(|s| s.name.clone())
+        .collect()
 }
 
 /// The condition, in `names` (`pf_b<j>` for the first `nb` dimensions of

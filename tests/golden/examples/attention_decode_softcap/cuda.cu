@@ -145,15 +145,17 @@ asm volatile("griddepcontrol.launch_dependents;");
             for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
               const pf_i c4 = (pf_i)threadIdx.y + pf_ry * 16;
               if ((c4 <= 3)) {
+                if (0 <= 31)
                 #pragma unroll
                 for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                  const pf_i c5 = (pf_i)threadIdx.x + pf_rx * 16;
-                  if ((c5 <= 31)) {
+                  const pf_i pf_slot_c5 = (pf_i)threadIdx.x + pf_rx * 16;
+                  const pf_i c5 = pf_min(pf_slot_c5, 31);
+                  if (1) {
                     if ((c3 == 0)) {
                     }
                     pf_reg_kernel_0_P[pf_ry][pf_rx] = pf_reg_kernel_0_P[pf_ry][pf_rx] + (pf_h2f(pf_shared_kernel_0_Q[(((0)) - pf_o0_0) * 64 + (((c4)) - pf_o0_1) * 16 + (((c3)) - pf_o0_2) * 1]) * pf_h2f(pf_shared_kernel_0_K[(((0)) - pf_o1_0) * 2176 + (((c4)) - pf_o1_1) * 544 + ((((c1 + c5))) - pf_o1_2) * 17 + (((c3)) - pf_o1_3) * 1]));
                     if ((c3 == 15)) {
-                      t_T[((((0)) * (p_H) + ((c4))) * (p_KV) + (((c1 + c5))))] = (tanhf(((pf_reg_kernel_0_P[pf_ry][pf_rx] * 0.25f) / 20.0f)) * 20.0f);
+                      if (pf_slot_c5 <= 31) t_T[((((0)) * (p_H) + ((c4))) * (p_KV) + (((c1 + c5))))] = (tanhf(((pf_reg_kernel_0_P[pf_ry][pf_rx] * 0.25f) / 20.0f)) * 20.0f);
                     }
                   }
                 }

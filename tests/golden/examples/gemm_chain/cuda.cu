@@ -167,14 +167,18 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
               __syncthreads();
               for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+                if (0 <= 31)
                 #pragma unroll
                 for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                  const pf_i c4 = (pf_i)threadIdx.y + pf_ry * 16;
-                  if ((c4 <= 31)) {
+                  const pf_i pf_slot_c4 = (pf_i)threadIdx.y + pf_ry * 16;
+                  const pf_i c4 = pf_min(pf_slot_c4, 31);
+                  if (1) {
+                    if (0 <= 31)
                     #pragma unroll
                     for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                      const pf_i c5 = (pf_i)threadIdx.x + pf_rx * 16;
-                      if ((c5 <= 31)) {
+                      const pf_i pf_slot_c5 = (pf_i)threadIdx.x + pf_rx * 16;
+                      const pf_i c5 = pf_min(pf_slot_c5, 31);
+                      if (1) {
                         if (((c2 == 0) && (c3 == 0))) {
                         }
                         pf_reg_kernel_0_T[pf_ry][pf_rx] = pf_reg_kernel_0_T[pf_ry][pf_rx] + (pf_shared_kernel_0_A[((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_0_B[((((c2 + c3))) - pf_o1_0) * 33 + ((((c1 + c5))) - pf_o1_1) * 1]);
@@ -354,14 +358,18 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
               __syncthreads();
               for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+                if (0 <= 31)
                 #pragma unroll
                 for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                  const pf_i c4 = (pf_i)threadIdx.y + pf_ry * 16;
-                  if ((c4 <= 31)) {
+                  const pf_i pf_slot_c4 = (pf_i)threadIdx.y + pf_ry * 16;
+                  const pf_i c4 = pf_min(pf_slot_c4, 31);
+                  if (1) {
+                    if (0 <= 31)
                     #pragma unroll
                     for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                      const pf_i c5 = (pf_i)threadIdx.x + pf_rx * 16;
-                      if ((c5 <= 31)) {
+                      const pf_i pf_slot_c5 = (pf_i)threadIdx.x + pf_rx * 16;
+                      const pf_i c5 = pf_min(pf_slot_c5, 31);
+                      if (1) {
                         if (((c2 == 0) && (c3 == 0))) {
                         }
                         pf_reg_kernel_1_D[pf_ry][pf_rx] = pf_reg_kernel_1_D[pf_ry][pf_rx] + (pf_shared_kernel_1_T[((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_1_C[((((c2 + c3))) - pf_o1_0) * 33 + ((((c1 + c5))) - pf_o1_1) * 1]);

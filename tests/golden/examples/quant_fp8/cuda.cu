@@ -209,21 +209,25 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
               __syncthreads();
               for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+                if (0 <= 31)
                 #pragma unroll
                 for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                  const pf_i c4 = (pf_i)threadIdx.y + pf_ry * 16;
-                  if ((c4 <= 31)) {
+                  const pf_i pf_slot_c4 = (pf_i)threadIdx.y + pf_ry * 16;
+                  const pf_i c4 = pf_min(pf_slot_c4, 31);
+                  if (1) {
+                    if (0 <= 31)
                     #pragma unroll
                     for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                      const pf_i c5 = (pf_i)threadIdx.x + pf_rx * 16;
-                      if ((c5 <= 31)) {
+                      const pf_i pf_slot_c5 = (pf_i)threadIdx.x + pf_rx * 16;
+                      const pf_i c5 = pf_min(pf_slot_c5, 31);
+                      if (1) {
                         if (((c2 == 0) && (c3 == 0))) {
                         }
                         pf_reg_kernel_0_O[pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_ry][pf_rx] + (((float)(pf_e4m3_2f(pf_shared_kernel_0_A[((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1]))) * ((float)(pf_e4m3_2f(pf_shared_kernel_0_B[((((c2 + c3))) - pf_o1_0) * 33 + ((((c1 + c5))) - pf_o1_1) * 1]))));
                         if (((c2 == 96) && (c3 == 31))) {
-                          t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = (((pf_reg_kernel_0_O[pf_ry][pf_rx] * pf_shared_kernel_0_Sa[((((c0 + c4))) - pf_o2_0) * 1]) * pf_shared_kernel_0_Sb[((((c1 + c5))) - pf_o3_0) * 1]) + (((float)(t_Img[((((c0 + c4))) * (p_N) + (((c1 + c5))))])) / 255.0f));
-                          t_Pos[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = ((((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] > 0.5f) ? 1 : 0)) != 0);
-                          t_Q[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = pf_f2e4m3((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] * 16.0f));
+                          if (pf_slot_c4 <= 31 && pf_slot_c5 <= 31) t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = (((pf_reg_kernel_0_O[pf_ry][pf_rx] * pf_shared_kernel_0_Sa[((((c0 + c4))) - pf_o2_0) * 1]) * pf_shared_kernel_0_Sb[((((c1 + c5))) - pf_o3_0) * 1]) + (((float)(t_Img[((((c0 + c4))) * (p_N) + (((c1 + c5))))])) / 255.0f));
+                          if (pf_slot_c4 <= 31 && pf_slot_c5 <= 31) t_Pos[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = ((((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] > 0.5f) ? 1 : 0)) != 0);
+                          if (pf_slot_c4 <= 31 && pf_slot_c5 <= 31) t_Q[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = pf_f2e4m3((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] * 16.0f));
                         }
                       }
                     }

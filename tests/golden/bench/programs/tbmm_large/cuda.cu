@@ -188,15 +188,18 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
                 __syncthreads();
                 for (pf_i c4 = 0; (c4 <= 15); c4 += 1) {
-                  if (threadIdx.z == 0)
+                  if (threadIdx.z == 0 && 0 <= 127)
                   #pragma unroll
                   for (int pf_ry = 0; pf_ry < 8; pf_ry++) {
-                    const pf_i c6 = (pf_i)threadIdx.y + pf_ry * 16;
-                    if ((c6 <= 127)) {
+                    const pf_i pf_slot_c6 = (pf_i)threadIdx.y + pf_ry * 16;
+                    const pf_i c6 = pf_min(pf_slot_c6, 127);
+                    if (1) {
+                      if (0 <= 127)
                       #pragma unroll
                       for (int pf_rx = 0; pf_rx < 8; pf_rx++) {
-                        const pf_i c7 = (pf_i)threadIdx.x + pf_rx * 16;
-                        if ((c7 <= 127)) {
+                        const pf_i pf_slot_c7 = (pf_i)threadIdx.x + pf_rx * 16;
+                        const pf_i c7 = pf_min(pf_slot_c7, 127);
+                        if (1) {
                           if (((c3 == 0) && (c4 == 0))) {
                           }
                           pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[(((c0)) - pf_o0_0) * 2048 + ((((c1 + c6))) - pf_o0_1) * 16 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[(((c0)) - pf_o1_0) * 2176 + ((((c2 + c7))) - pf_o1_1) * 17 + ((((c3 + c4))) - pf_o1_2) * 1]);
