@@ -157,6 +157,13 @@ declare -A ODD=(
     [attention_decode_alibi]="KV=61 D=13"
     [attention_decode_gqa]="KV=61 D=32"
     [attention_decode_softcap]="KV=61 D=13"
+    [attention_bigbird]="S=53 D=16 W=5 G=3"
+    [quant_fp8]="M=37 N=53 K=29"
+    [rnn]="T=11 N=37"
+    [lstm]="T=7 B=5 I=19 H=37"
+    [stacked_rnn]="L=3 T=7 N=29"
+    [dilated_rnn]="T=19 N=37"
+    [grid_rnn]="R=7 S=5 N=37"
 )
 # Contraction examples checked once more with the reduction split over a
 # cluster (--k-split) at sizes no multiple of the tiles, with the
