@@ -796,6 +796,17 @@ fn collect_host_loop(
 /// A mapping still waiting for its loop: (thread?, axis, loop iterator).
 type Pending = (bool, char, String);
 
+/// A loop of isl's AST as the printer reads it: its iterator, start,
+/// condition and increment, the same three printed, and its body.
+struct LoopHead<'n> {
+    iterator: &'n str,
+    init: &'n Expr,
+    cond: &'n Expr,
+    inc: &'n Expr,
+    printed: [&'n str; 3],
+    body: &'n Node,
+}
+
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     program: &'a Program,
@@ -1186,107 +1197,16 @@ impl Ctx<'_> {
                 // Reads this loop takes from registers loaded ahead of it.
                 let mut run_reads = 0;
                 if let (Some(k), true, Some(regs)) = (matched, self.in_regs, self.regs) {
-                    let p = &pending[k];
-                    if p.0 {
-                        let axis = (p.1 as u8).saturating_sub(b'x') as usize;
-                        let nt = regs.thread_dims;
-                        let count = regs.counts(self.block)[nt - 1 - axis.min(nt - 1)];
-                        let b = self.block[axis.min(2)];
-                        let r = format!("pf_r{}", p.1);
-                        // Thread mappings of the tile above this one that
-                        // lost their loop stay pending for the statements
-                        // below: each runs on the thread and slot that own
-                        // its element (`owned_statement`), not on index 0,
-                        // along the axes where the element moves
-                        // (`RegisterTile::owned_axes`).
-                        let owned_axes = regs.owned_axes();
-                        let (lost, others): (Vec<Pending>, Vec<Pending>) = pending[..k]
-                            .iter()
-                            .cloned()
-                            .partition(|q| q.0 && owned_axes.contains(&q.1));
-                        // In a partial tile, a slot beyond the loop's bound
-                        // runs the statements that allow it at the last
-                        // valid point (`slot_clamp`); the others test the
-                        // slot (`slot_tests`). Whether the loop has an
-                        // iteration at all is the same for every slot:
-                        // tested once, around the slots.
-                        let clamp = (!self.full_tile && n_inc == &Expr::Int(1))
-                            .then(|| {
-                                let dim = nt - 1 - axis.min(nt - 1);
-                                self.slot_clamp(regs, dim, count * i64::from(b), iterator, n_cond)
-                            })
-                            .flatten();
-                        let mut guard = self.guard(&others);
-                        if let Some(bound) = &clamp {
-                            let any = format!("{init} <= {bound}");
-                            guard = if guard.is_empty() {
-                                any
-                            } else {
-                                format!("{guard} && {any}")
-                            };
-                        }
-                        if !guard.is_empty() {
-                            let _ = writeln!(out, "{pad}if ({guard})");
-                        }
-                        let tid = if self.emulate.is_some() {
-                            let t = format!("pf_thread_{}", p.1);
-                            let test = self.emulated_test(&t, b, true, true, p.1);
-                            let _ = writeln!(out, "{pad}for (pf_i {t} = {}; {test}; {t}--)", b - 1);
-                            t
-                        } else {
-                            let _ = writeln!(out, "{pad}#pragma unroll");
-                            format!("(pf_i)threadIdx.{}", p.1)
+                    if pending[k].0 {
+                        let head = LoopHead {
+                            iterator,
+                            init: n_init,
+                            cond: n_cond,
+                            inc: n_inc,
+                            printed: [&init, &cond, &inc],
+                            body,
                         };
-                        let _ = writeln!(out, "{pad}for (int {r} = 0; {r} < {count}; {r}++) {{");
-                        let w = regs.group(self.block, nt - 1 - axis.min(nt - 1));
-                        let point = slot_point(&tid, &r, i64::from(b), w);
-                        let mut slot_tests = self.slot_tests.to_vec();
-                        match &clamp {
-                            Some(bound) => {
-                                let slot = format!("pf_slot_{iterator}");
-                                let _ = writeln!(out, "{pad}  const pf_i {slot} = {point};");
-                                let _ = writeln!(
-                                    out,
-                                    "{pad}  const pf_i {iterator} = pf_min({slot}, {bound});"
-                                );
-                                slot_tests.push(format!("{slot} <= {bound}"));
-                            }
-                            None => {
-                                let _ = writeln!(out, "{pad}  const pf_i {iterator} = {point};");
-                            }
-                        }
-                        // The slots enumerate the tile's points; the
-                        // loop's own iterations are those from its start,
-                        // on its stride, within its condition (the last
-                        // holds for the whole tile under `full_tile`; a
-                        // clamped slot is within it, where the loop has an
-                        // iteration at all).
-                        let mut tests = Vec::new();
-                        if n_init != &Expr::Int(0) {
-                            tests.push(format!("{iterator} >= {init}"));
-                        }
-                        if n_inc != &Expr::Int(1) {
-                            tests.push(format!(
-                                "({iterator} - ({init})) - ({inc}) * pf_floord({iterator} - ({init}), {inc}) == 0"
-                            ));
-                        }
-                        if clamp.is_none() && !self.full_tile {
-                            tests.push(cond.clone());
-                        }
-                        let guard = if tests.is_empty() {
-                            "1".to_string()
-                        } else {
-                            tests.join(" && ")
-                        };
-                        let _ = writeln!(out, "{pad}  if ({guard}) {{");
-                        let inner = Ctx {
-                            slot_tests: &slot_tests,
-                            nosync: false,
-                            ..*self
-                        };
-                        inner.node(body, depth + 2, &lost, true, out);
-                        let _ = writeln!(out, "{pad}  }}");
-                        let _ = writeln!(out, "{pad}}}");
+                        self.register_slots(regs, &pending[..k], &pending[k], &head, depth, out);
                         return;
                     }
                 }
@@ -3272,6 +3192,131 @@ impl Ctx<'_> {
             };
         }
         guard
+    }
+
+    /// A thread loop of a register tile: each thread runs its slots of the
+    /// tile (`slot_point`: the thread's index, then a block's width apart,
+    /// or in groups), each slot testing that its point is an iteration of
+    /// the loop, or, in a tile cut by the end of the tensor, clamped onto
+    /// the tensor (`slot_clamp`). `above` are the mappings pending above
+    /// this one, `p` this loop's.
+    fn register_slots(
+        &self,
+        regs: &RegisterTile,
+        above: &[Pending],
+        p: &Pending,
+        head: &LoopHead<'_>,
+        depth: usize,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let LoopHead {
+            iterator,
+            init: n_init,
+            cond: n_cond,
+            inc: n_inc,
+            printed: [init, cond, inc],
+            body,
+        } = *head;
+        let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+        let nt = regs.thread_dims;
+        let count = regs.counts(self.block)[nt - 1 - axis.min(nt - 1)];
+        let b = self.block[axis.min(2)];
+        let r = format!("pf_r{}", p.1);
+        // Thread mappings of the tile above this one that
+        // lost their loop stay pending for the statements
+        // below: each runs on the thread and slot that own
+        // its element (`owned_statement`), not on index 0,
+        // along the axes where the element moves
+        // (`RegisterTile::owned_axes`).
+        let owned_axes = regs.owned_axes();
+        let (lost, others): (Vec<Pending>, Vec<Pending>) = above
+            .iter()
+            .cloned()
+            .partition(|q| q.0 && owned_axes.contains(&q.1));
+        // In a partial tile, a slot beyond the loop's bound
+        // runs the statements that allow it at the last
+        // valid point (`slot_clamp`); the others test the
+        // slot (`slot_tests`). Whether the loop has an
+        // iteration at all is the same for every slot:
+        // tested once, around the slots.
+        let clamp = (!self.full_tile && n_inc == &Expr::Int(1))
+            .then(|| {
+                let dim = nt - 1 - axis.min(nt - 1);
+                self.slot_clamp(regs, dim, count * i64::from(b), iterator, n_cond)
+            })
+            .flatten();
+        let mut guard = self.guard(&others);
+        if let Some(bound) = &clamp {
+            let any = format!("{init} <= {bound}");
+            guard = if guard.is_empty() {
+                any
+            } else {
+                format!("{guard} && {any}")
+            };
+        }
+        if !guard.is_empty() {
+            let _ = writeln!(out, "{pad}if ({guard})");
+        }
+        let tid = if self.emulate.is_some() {
+            let t = format!("pf_thread_{}", p.1);
+            let test = self.emulated_test(&t, b, true, true, p.1);
+            let _ = writeln!(out, "{pad}for (pf_i {t} = {}; {test}; {t}--)", b - 1);
+            t
+        } else {
+            let _ = writeln!(out, "{pad}#pragma unroll");
+            format!("(pf_i)threadIdx.{}", p.1)
+        };
+        let _ = writeln!(out, "{pad}for (int {r} = 0; {r} < {count}; {r}++) {{");
+        let w = regs.group(self.block, nt - 1 - axis.min(nt - 1));
+        let point = slot_point(&tid, &r, i64::from(b), w);
+        let mut slot_tests = self.slot_tests.to_vec();
+        match &clamp {
+            Some(bound) => {
+                let slot = format!("pf_slot_{iterator}");
+                let _ = writeln!(out, "{pad}  const pf_i {slot} = {point};");
+                let _ = writeln!(
+                    out,
+                    "{pad}  const pf_i {iterator} = pf_min({slot}, {bound});"
+                );
+                slot_tests.push(format!("{slot} <= {bound}"));
+            }
+            None => {
+                let _ = writeln!(out, "{pad}  const pf_i {iterator} = {point};");
+            }
+        }
+        // The slots enumerate the tile's points; the
+        // loop's own iterations are those from its start,
+        // on its stride, within its condition (the last
+        // holds for the whole tile under `full_tile`; a
+        // clamped slot is within it, where the loop has an
+        // iteration at all).
+        let mut tests = Vec::new();
+        if n_init != &Expr::Int(0) {
+            tests.push(format!("{iterator} >= {init}"));
+        }
+        if n_inc != &Expr::Int(1) {
+            tests.push(format!(
+                "({iterator} - ({init})) - ({inc}) * pf_floord({iterator} - ({init}), {inc}) == 0"
+            ));
+        }
+        if clamp.is_none() && !self.full_tile {
+            tests.push(cond.to_string());
+        }
+        let guard = if tests.is_empty() {
+            "1".to_string()
+        } else {
+            tests.join(" && ")
+        };
+        let _ = writeln!(out, "{pad}  if ({guard}) {{");
+        let inner = Ctx {
+            slot_tests: &slot_tests,
+            nosync: false,
+            ..*self
+        };
+        inner.node(body, depth + 2, &lost, true, out);
+        let _ = writeln!(out, "{pad}  }}");
+        let _ = writeln!(out, "{pad}}}");
     }
 
     /// `guard` and the tests that the thread's slots of a partial register
