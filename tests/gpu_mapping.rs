@@ -315,8 +315,8 @@ fn reductions_stay_in_threads_when_there_are_two_parallel_loops() {
 fn gemm_keeps_its_accumulators_in_registers() {
     // Odd sizes: partial tiles take the guarded path, full ones the fast
     // path; both are emulated and checked. Large enough for 128 x 128
-    // tiles to give 17 x 9 blocks.
-    let json = gemm(2100, 1090, 33);
+    // tiles to give 17 x 17 blocks (`ENOUGH_REGISTER_BLOCKS`).
+    let json = gemm(2100, 2090, 33);
     let p = load_str(&json, "gemm.json").unwrap();
     let mut auto = gpu_options(&[32]);
     auto.gpu = Some(GpuOptions {
@@ -366,7 +366,7 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     // its shared tile is laid out k-major (A_shared[k][i]); B(k, j) is
     // already j-innermost. Rows are padded by 4 (132), not 1, so that
     // groups stay 16-byte aligned. Odd M and N take the guarded path.
-    let json = gemm(2100, 1092, 36);
+    let json = gemm(2100, 2092, 36);
     let p = load_str(&json, "gemm.json").unwrap();
     let cuda = emulated_cuda(&p, &grouped(4, &[]));
     for text in [
@@ -462,7 +462,7 @@ fn double_buffered_tiles_fetch_the_next_step_while_computing_on_this_one() {
     // it. K = 36: the last k tile is partial, and the step after it does
     // not exist (the emulation copies the next tile at the same offsets
     // and tests; a wrong stage or offset fails its check).
-    let json = gemm(2100, 1092, 36);
+    let json = gemm(2100, 2092, 36);
     let p = load_str(&json, "gemm.json").unwrap();
     let mut options = grouped(4, &[]);
     if let Some(g) = options.gpu.as_mut() {

@@ -433,23 +433,27 @@ fn map_kernel(
         let extents: Vec<Option<i64>> = (0..nb)
             .map(|i| member_extent(&node, i))
             .collect::<Result<_>>()?;
+        // The tiles that hold instances (a triangle's half of the box),
+        // else the box's tiles.
         let blocks = |tiles: &[i64]| -> Option<i64> {
+            if let Ok(Some(b)) = occupied_tiles(&node, &tiles[..nb]) {
+                return Some(b);
+            }
             let mut b = 1i64;
             for (i, e) in extents.iter().enumerate() {
                 b = b.saturating_mul((e.as_ref()? + tiles[i] - 1) / tiles[i]);
             }
             Some(b)
         };
-        const ENOUGH_BLOCKS: i64 = 128;
         let medium: Vec<i64> = big
             .iter()
             .enumerate()
             .map(|(i, t)| if i < nb && *t > 1 { 64 } else { *t })
             .collect();
         member_tile = match (blocks(&big), blocks(&medium)) {
-            (Some(b), _) if b >= ENOUGH_BLOCKS => big,
+            (Some(b), _) if b >= ENOUGH_REGISTER_BLOCKS => big,
             (None, _) => big,
-            (_, Some(m)) if m >= ENOUGH_BLOCKS => medium,
+            (_, Some(m)) if m >= ENOUGH_REGISTER_BLOCKS => medium,
             _ => sizes_for(false),
         };
     }
@@ -1449,6 +1453,51 @@ fn reduction_candidate(
     })
 }
 
+/// The number of tiles of sizes `tiles` (the band's first members) that
+/// hold at least one instance: the points `⌊s / t⌋` of the band's
+/// partial schedule `s` over its domain, counted (`model::count`). None
+/// where they cannot be counted exactly (symbolic sizes).
+fn occupied_tiles(band: &ScheduleNode, tiles: &[i64]) -> Result<Option<i64>> {
+    let n = band.band_n_member()? as usize;
+    let nb = tiles.len();
+    let values = project_members(
+        &band
+            .band_get_partial_schedule_union_map()?
+            .intersect_domain(band.get_domain()?)?,
+        0,
+        nb,
+        n,
+    )?
+    .range()?;
+    if values.is_empty()? {
+        return Ok(Some(0));
+    }
+    let xs: Vec<String> = (0..nb).map(|i| format!("x{i}")).collect();
+    let ys: Vec<String> = (0..nb).map(|i| format!("y{i}")).collect();
+    let conds: Vec<String> = (0..nb)
+        .map(|i| format!("y{i} = floor(x{i} / {})", tiles[i]))
+        .collect();
+    let ctx = values.get_ctx();
+    let to_tiles = isl_rs::UnionMap::read_from_str(
+        &ctx,
+        &format!(
+            "{{ [{}] -> [{}] : {} }}",
+            xs.join(", "),
+            ys.join(", "),
+            conds.join(" and ")
+        ),
+    )?;
+    let set = Set::from_union_set(values.apply(to_tiles)?)?;
+    if !set.copy()?.is_bounded()?
+        || set.copy()?.dim(isl_rs::DimType::Param)? > 0 && !set.copy()?.params()?.is_singleton()?
+    {
+        return Ok(None);
+    }
+    Ok(crate::model::count::count_points(&set)
+        .ok()
+        .and_then(|c| i64::try_from(c).ok()))
+}
+
 /// Members `lo..hi` of a band's partial schedule (of `n` members).
 pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Result<UnionMap> {
     let names: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
@@ -1612,6 +1661,16 @@ pub fn differ_only_from(band: &ScheduleNode) -> Result<UnionMap> {
     Ok(same_prefix.subtract(same_member)?)
 }
 
+/// Blocks a kernel with register tiles should have before it takes the
+/// large (128 x 128) tiles, counting only tiles that hold instances: the
+/// H100's 132 multiprocessors run two such blocks each (about 110
+/// registers a thread, 256 threads), so about 264 blocks fill the machine
+/// once; with far fewer, much of it idles (the f32 MLP's second product
+/// had 128 blocks: 0.48 waves in Nsight Compute; syrk's triangle 136 of
+/// its box's 256). Measured on the H100 (bench/RESULTS.md): 2048 x 2048
+/// outputs (256 full tiles) stay faster with the large tiles.
+const ENOUGH_REGISTER_BLOCKS: i64 = 256;
+
 /// Whether a statement of `domain` reduces into an f16, bf16 or 8-bit float
 /// tensor.
 fn narrow_reduction(scop: &Scop, domain: &isl_rs::UnionSet) -> Result<bool> {
@@ -1688,5 +1747,41 @@ fn walk_serial(
             }
         }
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod occupied_tiles_tests {
+    use super::*;
+    use crate::gpu::test_support::Analysed;
+    use crate::schedule::{self, Strategy};
+
+    /// The first band of isl's schedule of `json` and the tiles of
+    /// 128 x 128 over its first two members that hold instances.
+    fn occupied(json: &str) -> Option<i64> {
+        let a = Analysed::new(json);
+        let sched = schedule::compute(&a.isl, &a.scop, &a.deps, Strategy::Isl).unwrap();
+        let mut node = sched.get_root().unwrap();
+        while node.get_type().unwrap() != ScheduleNodeType::Band {
+            node = node.child(0).unwrap();
+        }
+        occupied_tiles(&node, &[128, 128]).unwrap()
+    }
+
+    fn rows(condition: &str) -> String {
+        format!(
+            r#"{{"name": "t", "params": {{"N": 300}},
+                "inputs": {{"A": {{"dtype": "f32", "shape": ["N", "N"]}}}},
+                "outputs": {{"C": {{"dtype": "f32", "shape": ["N"]}}}},
+                "body": ["C(i) +=! A(i, j){condition}"]}}"#
+        )
+    }
+
+    #[test]
+    fn a_triangle_holds_instances_in_six_of_its_boxs_nine_tiles() {
+        // 300 = 2 x 128 + 44: three tiles a side; j <= i leaves the three
+        // tiles above the diagonal empty.
+        assert_eq!(occupied(&rows("")), Some(9));
+        assert_eq!(occupied(&rows(" where j <= i")), Some(6));
     }
 }
