@@ -60,6 +60,57 @@ pub fn combine(f: Reducer, a: Expr, b: Expr, t: DType) -> Expr {
     Expr { kind, ty }
 }
 
+/// The carried value `t` repaired: `same ? t : h(t, r, q)`, with `h` the
+/// proven repair over `t`, the predecessors' previous values `r<k>` and
+/// their current ones `q<k>` (`solve::Solution::h`), each predecessor
+/// `r<k>` of `symbols` read through `pred(r<k>, previous)`, and `same`
+/// the test that every predecessor kept its value (`r<k> == q<k>`): there
+/// `h(t, r, r) = t` holds exactly, and the guard keeps `-inf - -inf` out
+/// of the arithmetic. The rolling update (a cache against the running
+/// value) and the split-k combination (a slice's local against the
+/// global) both repair so.
+pub fn guarded_repair<'s>(
+    h: &Term,
+    t: DType,
+    carried: &Expr,
+    symbols: impl Iterator<Item = &'s str>,
+    pred: &dyn Fn(&str, bool) -> Option<Expr>,
+) -> Result<Expr> {
+    let h = from_term(h, t, &|s| {
+        if s == "t" {
+            Some(carried.clone())
+        } else if let Some(k) = s.strip_prefix('r') {
+            pred(&format!("r{k}"), true)
+        } else if let Some(k) = s.strip_prefix('q') {
+            pred(&format!("r{k}"), false)
+        } else {
+            None
+        }
+    })?;
+    let mut same: Option<Expr> = None;
+    for symbol in symbols {
+        let (Some(previous), Some(current)) = (pred(symbol, true), pred(symbol, false)) else {
+            return Err(Error::Internal(format!("no predecessor {symbol}")));
+        };
+        let eq = Expr {
+            kind: ExprKind::Binary(BinOp::Eq, Box::new(previous), Box::new(current)),
+            ty: ExprType::Bool,
+        };
+        same = Some(match same {
+            None => eq,
+            Some(a) => Expr {
+                kind: ExprKind::Binary(BinOp::And, Box::new(a), Box::new(eq)),
+                ty: ExprType::Bool,
+            },
+        });
+    }
+    let same = same.ok_or_else(|| Error::Internal("no predecessor".into()))?;
+    Ok(Expr {
+        kind: ExprKind::Select(Box::new(same), Box::new(carried.clone()), Box::new(h)),
+        ty: ExprType::Num(t),
+    })
+}
+
 /// A typed expression of `term`, each symbol given by `leaf`.
 pub fn from_term(term: &Term, t: DType, leaf: &dyn Fn(&str) -> Option<Expr>) -> Result<Expr> {
     let ty = ExprType::Num(t);

@@ -28,8 +28,8 @@ use super::rewrite::{self, access, assignment, combine, identity};
 use super::solve::{Fault, Solution};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{
-    AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Program, Reducer as AstReducer, RollingPred,
-    RollingStates, RollingTarget, Statement, Tensor, TensorRole, WhereClause,
+    AssignOp, DType, Expr, Program, Reducer as AstReducer, RollingPred, RollingStates,
+    RollingTarget, Statement, Tensor, TensorRole, WhereClause,
 };
 use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::isl::IslPrint;
@@ -434,41 +434,13 @@ impl Group<'_> {
                 self.dtypes[&p.tensor],
             ))
         };
-        let h = rewrite::from_term(&sol.h, t, &|s| {
-            if s == "t" {
-                Some(xt_read.clone())
-            } else if let Some(k) = s.strip_prefix('r') {
-                pred_read(&format!("r{k}"), true)
-            } else if let Some(k) = s.strip_prefix('q') {
-                pred_read(&format!("r{k}"), false)
-            } else {
-                None
-            }
-        })?;
-        // Guard: no predecessor changed -> no repair (h(t, r, r) = t).
-        let mut cond: Option<Expr> = None;
-        for p in &c.preds {
-            let eq = Expr {
-                kind: ExprKind::Binary(
-                    BinOp::Eq,
-                    Box::new(pred_read(&p.symbol, true).expect("symbol")),
-                    Box::new(pred_read(&p.symbol, false).expect("symbol")),
-                ),
-                ty: ExprType::Bool,
-            };
-            cond = Some(match cond {
-                None => eq,
-                Some(a) => Expr {
-                    kind: ExprKind::Binary(BinOp::And, Box::new(a), Box::new(eq)),
-                    ty: ExprType::Bool,
-                },
-            });
-        }
-        let cond = cond.ok_or_else(|| Error::Internal("no predecessor".into()))?;
-        Ok(Expr {
-            kind: ExprKind::Select(Box::new(cond), Box::new(xt_read.clone()), Box::new(h)),
-            ty: ExprType::Num(t),
-        })
+        rewrite::guarded_repair(
+            &sol.h,
+            t,
+            xt_read,
+            c.preds.iter().map(|p| p.symbol.as_str()),
+            &pred_read,
+        )
     }
 
     /// Chain `ci`'s target statements: its initialisation to the
@@ -935,6 +907,7 @@ pub fn original_order_tree(scop: &Scop, origin: &[(usize, usize)]) -> Result<Sch
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frontend::ast::{BinOp, ExprKind};
     use crate::isl::Isl;
 
     /// A row softmax whose sum `S` is rolled over its row maximum `M`

@@ -561,40 +561,13 @@ fn repaired_combination(program: &Program, scop: &Scop, c: &Chain, sol: &Solutio
             access(&p.tensor, &p.target_subscripts, dt)
         })
     };
-    let h = rewrite::from_term(&sol.h, t, &|s| {
-        if s == "t" {
-            Some(t_local.clone())
-        } else if let Some(k) = s.strip_prefix('r') {
-            pred(&format!("r{k}"), true)
-        } else if let Some(k) = s.strip_prefix('q') {
-            pred(&format!("r{k}"), false)
-        } else {
-            None
-        }
-    })?;
-    let mut cond: Option<Expr> = None;
-    for p in &c.preds {
-        let eq = Expr {
-            kind: ExprKind::Binary(
-                BinOp::Eq,
-                Box::new(pred(&p.symbol, true).expect("symbol")),
-                Box::new(pred(&p.symbol, false).expect("symbol")),
-            ),
-            ty: ExprType::Bool,
-        };
-        cond = Some(match cond {
-            None => eq,
-            Some(a) => Expr {
-                kind: ExprKind::Binary(BinOp::And, Box::new(a), Box::new(eq)),
-                ty: ExprType::Bool,
-            },
-        });
-    }
-    let cond = cond.ok_or_else(|| Error::Internal("no predecessor".into()))?;
-    Ok(Expr {
-        kind: ExprKind::Select(Box::new(cond), Box::new(t_local), Box::new(h)),
-        ty: ExprType::Num(t),
-    })
+    rewrite::guarded_repair(
+        &sol.h,
+        t,
+        &t_local,
+        c.preds.iter().map(|p| p.symbol.as_str()),
+        &pred,
+    )
 }
 
 /// Checks in isl, on the split program's value-based flow `F` (program
