@@ -8,8 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use polyfuse::frontend::{apply_param_overrides, load_file};
-use polyfuse::gpu::GpuOptions;
+#[path = "common/named.rs"]
+mod named;
+
+use polyfuse::frontend::apply_param_overrides;
 use polyfuse::runtime::cpu::{run, RunOptions};
 use polyfuse::{compile, Options};
 
@@ -25,24 +27,13 @@ fn bench_program(name: &str) -> PathBuf {
 /// GPU mapping emulated.
 fn check_bench_program(name: &str, odd_sizes: &[(&str, i64)]) {
     let file = bench_program(name);
-    let program = load_file(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(
-        program.name,
-        name,
-        "{}: name differs from the file name",
-        file.display()
-    );
+    let program = named::load_named(&file, name);
 
     // At the benchmark sizes: schedule, tile and map to the GPU, as
     // `--target cuda` does (nothing runs; the f64 reference at these sizes
     // is the GPU machine's job).
-    let gpu = Options {
-        gpu: Some(GpuOptions::default()),
-        ..Options::default()
-    };
-    let full = compile(&program, &gpu).unwrap_or_else(|e| panic!("{name} at its own sizes: {e}"));
+    let full = named::compile_for_gpu(&program, name);
     assert!(!full.kernel_c.is_empty(), "{name}: no C generated");
-    assert!(full.cuda.is_some(), "{name}: no CUDA generated");
 
     // At odd sizes: run and compare with the f64 reference.
     let mut small = program.clone();
@@ -52,7 +43,10 @@ fn check_bench_program(name: &str, odd_sizes: &[(&str, i64)]) {
         .unwrap_or_else(|e| panic!("{name}: overriding {odd_sizes:?}: {e}"));
 
     let mut failures = Vec::new();
-    for (label, options) in [("cpu, tiled", Options::default()), ("gpu emulated", gpu)] {
+    for (label, options) in [
+        ("cpu, tiled", Options::default()),
+        ("gpu emulated", named::gpu_options()),
+    ] {
         let result = compile(&small, &options).and_then(|mut compiled| {
             if let Some(emulation) = compiled.emulation_c.clone() {
                 compiled.kernel_c = emulation;

@@ -12,8 +12,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "common/named.rs"]
+mod named;
+
 use polyfuse::frontend::load_file;
-use polyfuse::gpu::GpuOptions;
 use polyfuse::runtime::work;
 use polyfuse::{compile, Options};
 
@@ -55,19 +57,8 @@ fn sizes_of(name: &str) -> Vec<Vec<String>> {
 /// exit 0 and print `check: ok`.
 fn check(name: &str) {
     let file = suite_dir().join(format!("{name}.json"));
-    let program = load_file(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(
-        program.name,
-        name,
-        "{}: name differs from the file name",
-        file.display()
-    );
-    let gpu = Options {
-        gpu: Some(GpuOptions::default()),
-        ..Options::default()
-    };
-    let full = compile(&program, &gpu).unwrap_or_else(|e| panic!("{name} at its own sizes: {e}"));
-    assert!(full.cuda.is_some(), "{name}: no CUDA generated");
+    let program = named::load_named(&file, name);
+    let full = named::compile_for_gpu(&program, name);
     let w = work::measure(&full).unwrap_or_else(|e| panic!("{name}: counting its work: {e}"));
     assert!(w.flops > 0 && w.bytes > 0, "{name}: work {w:?}");
     let mut failures = Vec::new();
