@@ -2023,3 +2023,49 @@ fn rows_on_a_block_come_two_to_a_tile_and_rows_on_a_warp_eight() {
         emulation_checks(c, "rows per tile");
     }
 }
+
+/// A register tile cut by the end of the tensor (300 rows, 270 columns)
+/// runs its slots clamped onto the tensor (`codegen::cuda::clamp`): the
+/// product's update, which writes only the register tile, runs on every
+/// slot without a test, while the epilogue into another tensor tests the
+/// thread's slots; the emulation checks the result against the f64
+/// reference.
+#[test]
+fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
+    let json = r#"{"name": "epilogue", "params": {"M": 300, "N": 270, "K": 20},
+        "inputs": {"A": {"dtype": "f32", "shape": ["M", "K"]},
+                   "B": {"dtype": "f32", "shape": ["K", "N"]},
+                   "bias": {"dtype": "f32", "shape": ["N"]}},
+        "outputs": {"H": {"dtype": "f32", "shape": ["M", "N"]}},
+        "temps": {"Z": {"dtype": "f32", "shape": ["M", "N"]}},
+        "body": ["Z(i, j) +=! A(i, k) * B(k, j)",
+                 "H(i, j) = max(Z(i, j) + bias(j), 0.0)"]}"#;
+    let p = load_str(json, "epilogue.json").unwrap();
+    let mut auto = gpu_options(&[32]);
+    auto.gpu = Some(GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    });
+    let cuda = emulated_cuda(&p, &auto);
+    assert!(cuda.contains("pf_reg_kernel_0_Z["), "{cuda}");
+    assert!(cuda.contains("= pf_min(pf_slot_c"), "{cuda}");
+    let lines: Vec<&str> = cuda.lines().collect();
+    let update = |l: &&&str| l.contains("pf_reg_kernel_0_Z[pf_ry][pf_rx] = pf_reg_kernel_0_Z");
+    let store = |l: &&&str| l.contains("t_H[");
+    // Inside the clamped slots (after a `pf_slot_` definition), the
+    // epilogue's store tests the slot and the update does not.
+    let clamped = lines
+        .iter()
+        .position(|l| l.contains("const pf_i pf_slot_c"))
+        .expect("no clamped slot");
+    let rest = &lines[clamped..];
+    let stores: Vec<_> = rest.iter().filter(store).collect();
+    assert!(!stores.is_empty(), "{cuda}");
+    assert!(stores.iter().all(|l| l.contains("pf_slot_c")), "{stores:?}");
+    let updates: Vec<_> = rest.iter().filter(update).collect();
+    assert!(!updates.is_empty(), "{cuda}");
+    assert!(
+        updates.iter().all(|l| !l.contains("pf_slot_c")),
+        "{updates:?}"
+    );
+}

@@ -1488,9 +1488,8 @@ fn occupied_tiles(band: &ScheduleNode, tiles: &[i64]) -> Result<Option<i64>> {
         ),
     )?;
     let set = Set::from_union_set(values.apply(to_tiles)?)?;
-    if !set.copy()?.is_bounded()?
-        || set.copy()?.dim(isl_rs::DimType::Param)? > 0 && !set.copy()?.params()?.is_singleton()?
-    {
+    // Unbounded where the sizes are symbolic.
+    if !set.copy()?.is_bounded()? {
         return Ok(None);
     }
     Ok(crate::model::count::count_points(&set)
