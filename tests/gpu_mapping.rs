@@ -2069,3 +2069,62 @@ fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
         "{updates:?}"
     );
 }
+
+/// A triangular output (`where j <= i`, `where j >= i`) bounds one slot
+/// loop of the register tile by the other slot: the tiles off the diagonal
+/// are full, and run the region's copy without the slots' tests
+/// (`codegen::cuda::slot_box`); the diagonal tiles keep them. Checked in
+/// the emulation against the f64 reference at sizes off the tile grid.
+#[test]
+fn triangular_register_tiles_off_the_diagonal_run_without_slot_tests() {
+    for (name, lower, upper) in [("lower", "j <= i", "j > i"), ("upper", "j >= i", "j < i")] {
+        let json = format!(
+            r#"{{"name": "{name}", "params": {{"N": 200, "M": 37}},
+            "inputs": {{"A": {{"dtype": "f32", "shape": ["N", "M"]}},
+                       "C0": {{"dtype": "f32", "shape": ["N", "N"]}}}},
+            "outputs": {{"C": {{"dtype": "f32", "shape": ["N", "N"]}}}},
+            "body": ["C(i, j) = 1.2 * C0(i, j) where {lower}",
+                     "C(i, j) += 1.5 * A(i, k) * A(j, k) where {lower}",
+                     "C(i, j) = C0(i, j) where {upper}"]}}"#
+        );
+        let p = load_str(&json, "triangle.json").unwrap();
+        let mut auto = gpu_options(&[32]);
+        auto.gpu = Some(GpuOptions {
+            auto_tile: true,
+            ..GpuOptions::default()
+        });
+        let cuda = emulated_cuda(&p, &auto);
+        let lines: Vec<&str> = cuda.lines().collect();
+        let updates: Vec<usize> = (0..lines.len())
+            .filter(|&i| {
+                let l = lines[i].trim_start();
+                l.starts_with("pf_reg_kernel_") && l.contains("_C[pf_ry][pf_rx] = pf_reg_kernel_")
+            })
+            .collect();
+        // The region printed for full tiles, then for the others (each
+        // copy maybe with its step loop printed twice, `full_steps`).
+        assert!(
+            updates.len() >= 2 && updates.len() % 2 == 0,
+            "{name}: full and partial copies\n{cuda}"
+        );
+        let (full, partial) = updates.split_at(updates.len() / 2);
+        let test_above = |i: usize| {
+            lines[..i]
+                .iter()
+                .rev()
+                // Past the initialisation's test of the first step.
+                .find(|l| l.trim_start().starts_with("if (") && !l.contains("== 0)"))
+                .unwrap()
+                .trim()
+        };
+        for &u in full {
+            assert_eq!(test_above(u), "if (1) {", "{name}\n{cuda}");
+        }
+        for &u in partial {
+            assert!(
+                test_above(u).contains("c5"),
+                "{name}: the diagonal tiles test the slot\n{cuda}"
+            );
+        }
+    }
+}

@@ -20,6 +20,7 @@
 //!   `cuda_fp16.h` and `cuda_bf16.h`; the 8-bit floats as bytes through
 //!   `cuda_fp8.h` (see [`storage_type`] and `dtype_helpers`).
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 mod chains;
@@ -27,6 +28,7 @@ mod clamp;
 mod full_steps;
 mod lanes;
 mod rowcopy;
+mod slot_box;
 mod unswitch;
 
 use super::expr::{param_name, tensor_name, Mode, Printer};
@@ -1872,13 +1874,6 @@ impl Ctx<'_> {
         let allowed = &regs.block_iterators;
         let mut tests = Vec::new();
         let mut ok = true;
-        fn ids(e: &Expr, out: &mut Vec<String>) {
-            match e {
-                Expr::Id(s) => out.push(s.clone()),
-                Expr::Op(_, a) => a.iter().for_each(|x| ids(x, out)),
-                Expr::Int(_) => {}
-            }
-        }
         fn subst(e: &Expr, name: &str, v: i64) -> Expr {
             match e {
                 Expr::Id(s) if s == name => Expr::Int(v),
@@ -1886,16 +1881,18 @@ impl Ctx<'_> {
                 other => other.clone(),
             }
         }
-        fn visit(n: &Node, mapped: &[(String, char)], found: &mut Vec<(String, char, Expr)>) {
+        type Found = Vec<(String, char, Expr, Expr)>;
+        fn visit(n: &Node, mapped: &[(String, char)], found: &mut Found) {
             match n {
                 Node::For {
                     iterator,
+                    init,
                     cond,
                     body,
                     ..
                 } => {
                     if let Some((_, a)) = mapped.iter().find(|(m, _)| m == iterator) {
-                        found.push((iterator.clone(), *a, cond.clone()));
+                        found.push((iterator.clone(), *a, init.clone(), cond.clone()));
                     }
                     visit(body, mapped, found);
                 }
@@ -1923,26 +1920,94 @@ impl Ctx<'_> {
         if found.is_empty() {
             return None;
         }
-        for (iterator, axis, cond) in found {
+        // The last slot of each counted thread loop.
+        let last_slot = |axis: char| {
             let axis = (axis as u8).saturating_sub(b'x') as usize;
             let b = i64::from(self.block[axis.min(2)]);
-            let r = counts[nt - 1 - axis.min(nt - 1)];
-            let mut names = Vec::new();
-            ids(&cond, &mut names);
-            if names
+            counts[nt - 1 - axis.min(nt - 1)] * b - 1
+        };
+        let slots: BTreeMap<String, i64> = found
+            .iter()
+            .map(|(it, axis, _, _)| (it.clone(), last_slot(*axis)))
+            .collect();
+        let outer = |n: &String| allowed.contains(n) || self.params.contains(n);
+        for (iterator, axis, init, cond) in found {
+            let last = last_slot(axis);
+            let names = init.ids();
+            if names.iter().any(|n| !outer(n)) {
+                // A start that another slot moves (an upper triangle,
+                // `c5 >= max(0, (c0 - c1) + c4)`): every slot is past it
+                // when its largest value over the other slots is at most 0
+                // (`Ctx::register_slots` then drops the slot's test).
+                let mut others = slots.clone();
+                others.remove(&iterator);
+                match names.iter().all(|n| outer(n) || others.contains_key(n)) {
+                    true => match slot_box::extreme(&init, &others, false) {
+                        Some(highest) => {
+                            let test = self.e(&Expr::Op(Op::Le, vec![highest, Expr::Int(0)]));
+                            if !tests.contains(&test) {
+                                tests.push(test);
+                            }
+                        }
+                        None => ok = false,
+                    },
+                    false => ok = false,
+                }
+                if !ok {
+                    break;
+                }
+            }
+            let names = cond.ids();
+            let test = if names.iter().all(|n| n == &iterator || outer(n)) {
+                self.e(&subst(&cond, &iterator, last))
+            } else if names
                 .iter()
-                .any(|n| n != &iterator && !allowed.contains(n) && !self.params.contains(n))
+                .all(|n| n == &iterator || outer(n) || slots.contains_key(n))
             {
+                // Bounded by another slot too (a triangle): the test at
+                // the slots where the bound is tightest (`slot_box`).
+                let mut others = slots.clone();
+                others.remove(&iterator);
+                match self.triangle_test(&iterator, &cond, last, &others) {
+                    Some(test) => test,
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                }
+            } else {
                 ok = false;
                 break;
-            }
+            };
             // A loop printed twice (`full_steps`) is tested once.
-            let test = self.e(&subst(&cond, &iterator, r * b - 1));
             if !tests.contains(&test) {
                 tests.push(test);
             }
         }
         (ok && !tests.is_empty()).then(|| tests.join(" && "))
+    }
+
+    /// The test that the upper bound `cond` of the slot loop `iterator`
+    /// holds at its last slot `last` for every value of the other slots
+    /// (`slot_box`): `last <= min over the box of E` for `iterator <= E`.
+    fn triangle_test(
+        &self,
+        iterator: &str,
+        cond: &Expr,
+        last: i64,
+        others: &BTreeMap<String, i64>,
+    ) -> Option<String> {
+        let Expr::Op(op @ (Op::Le | Op::Lt), a) = cond else {
+            return None;
+        };
+        let [Expr::Id(it), bound] = a.as_slice() else {
+            return None;
+        };
+        if it != iterator || bound.mentions(iterator) {
+            return None;
+        }
+        let lowest = slot_box::extreme(bound, others, true)?;
+        Some(self.e(&Expr::Op(*op, vec![Expr::Int(last), lowest])))
     }
 
     /// The register of the current thread point: `pf_reg[pf_ry][pf_rx]` (on
@@ -3292,7 +3357,14 @@ impl Ctx<'_> {
         // clamped slot is within it, where the loop has an
         // iteration at all).
         let mut tests = Vec::new();
-        if n_init != &Expr::Int(0) {
+        // In a full tile, a start that names more than the block iterators
+        // and the parameters (another slot's iterator) was tested for the
+        // whole tile (`full_tile_test`).
+        let tested_for_tile = self.full_tile
+            && !n_init.ids().iter().all(|n| {
+                regs.block_iterators.contains(n) || self.params.contains(n)
+            });
+        if n_init != &Expr::Int(0) && !tested_for_tile {
             tests.push(format!("{iterator} >= {init}"));
         }
         if n_inc != &Expr::Int(1) {

@@ -14,6 +14,15 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// The identifiers the expression names, in order, with repeats.
+    pub fn ids(&self) -> Vec<String> {
+        match self {
+            Expr::Id(s) => vec![s.clone()],
+            Expr::Op(_, args) => args.iter().flat_map(|a| a.ids()).collect(),
+            Expr::Int(_) => Vec::new(),
+        }
+    }
+
     /// Whether the expression names identifier `name` anywhere.
     pub fn mentions(&self, name: &str) -> bool {
         match self {

@@ -107,7 +107,7 @@ impl Ctx<'_> {
 
 /// `e` as a linear form, where it is one (sums, differences, negations
 /// and products by constants of identifiers and constants).
-fn linear(e: &Expr) -> Option<Linear> {
+pub(super) fn linear(e: &Expr) -> Option<Linear> {
     let scaled = |(t, c): Linear, k: i64| -> Linear {
         (t.into_iter().map(|(n, v)| (n, v * k)).collect(), c * k)
     };
