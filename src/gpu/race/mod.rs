@@ -185,25 +185,17 @@ pub fn prove(
                 prove_private_reads(program, scop, &node, region)?;
             }
         }
-        // The register tile first: once every access of its tensor is
-        // proven to stay in one register of one thread (`prove_tile`), the
-        // tensor's global element is touched only by that thread, at the
-        // region's load and store, and its accesses leave the global
-        // proof. (Counted there, an instance isl prints without its
-        // thread loop, such as the corner of a triangle, counts as on a
-        // thread of its own, and the proof would put a barrier in every
-        // step of the reduction.)
-        let tile = plan.and_then(|p| p.registers.as_ref());
-        if let Some(tile) = tile {
-            registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
-        }
-        let in_registers = tile.map(|t| t.tensor.as_str());
-        prove_kernel(program, scop, node.copy()?, &mark, &reorderable, threads, in_registers)?;
+        prove_kernel(program, scop, node.copy()?, &mark, &reorderable, threads)?;
         if let Some(super::lanes::LaneAxis::Y(c)) = plan.map(|p| p.lane_axis) {
             columns::prove(program, &node, &mark, c)?;
         }
-        if let Some(scope) = plan.and_then(|p| p.scope.as_ref()) {
-            shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
+        if let Some(plan) = plan {
+            if let Some(scope) = &plan.scope {
+                shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
+            }
+            if let Some(tile) = &plan.registers {
+                registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
+            }
         }
     }
     Ok(())
@@ -239,9 +231,8 @@ fn prove_kernel(
     mark: &str,
     reorderable: &UnionMap,
     threads: Threads,
-    in_registers: Option<&str>,
 ) -> Result<()> {
-    let conflicts = conflicts(scop, &kernel, in_registers)?;
+    let conflicts = conflicts(scop, &kernel)?;
     if conflicts.is_empty()? {
         return Ok(());
     }
@@ -263,23 +254,11 @@ fn prove_kernel(
 /// instances that touch one element, one of them writing (`C` above), at
 /// one value of the schedule above the kernel's mark (`P`): below a host
 /// loop (`schedule::host`) each iteration is a launch of its own, after
-/// the previous one finished. The accesses of tensor `in_registers` are
-/// left out: a proven register tile keeps each of its elements on one
-/// thread (`registers::prove_tile`).
-pub(super) fn conflicts(
-    scop: &Scop,
-    kernel: &ScheduleNode,
-    in_registers: Option<&str>,
-) -> Result<UnionMap> {
+/// the previous one finished.
+pub(super) fn conflicts(scop: &Scop, kernel: &ScheduleNode) -> Result<UnionMap> {
     let domain = kernel.get_domain()?;
-    let (mut writes, mut reads) = (scop.writes()?, scop.reads()?);
-    if let Some(tensor) = in_registers {
-        let (tile_reads, tile_writes) = accesses_of(scop, tensor, &domain)?;
-        writes = writes.subtract(tile_writes)?;
-        reads = reads.subtract(tile_reads)?;
-    }
-    let writes = writes.intersect_domain(domain.copy()?)?;
-    let reads = reads.intersect_domain(domain.copy()?)?;
+    let writes = scop.writes()?.intersect_domain(domain.copy()?)?;
+    let reads = scop.reads()?.intersect_domain(domain.copy()?)?;
     let touch = |a: &UnionMap, b: &UnionMap| -> Result<UnionMap> {
         Ok(a.copy()?.apply_range(b.copy()?.reverse()?)?)
     };
