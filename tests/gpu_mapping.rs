@@ -374,7 +374,9 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
         "const pf_i c4 = (pf_ry / 4) * 64 + (pf_i)threadIdx.y * 4 + pf_ry % 4;",
         "pf_shared_kernel_0_A[pf_a0 * 1 + pf_a1 * 132 + 396] = pf_v.w;",
         "pf_shared_kernel_0_B[pf_a0 * 132 + pf_a1 * 1 + 3] = pf_v.w;",
-        "__shared__ __align__(16) float pf_shared_kernel_0_A[2112];",
+        // Two stages of 2,112 (16 x 132): the mapping's register tiles
+        // double-buffer their shared tiles (`simt_tile`).
+        "__shared__ __align__(16) float pf_shared_kernel_0_A[4224];",
     ] {
         assert!(cuda.contains(text), "{text}\n{cuda}");
     }
@@ -383,25 +385,34 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     // no multiple of 16) clipped (`codegen::cuda::full_steps`).
     let full_steps =
         "if ((15 <= ((-c2) + 35))) {\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {";
-    assert!(cuda.contains(full_steps), "{cuda}");
-    // Both are unrolled on request only: the clipped one to 16 steps, the
-    // tile's size, with the end of K tested inside; the loop over k
-    // tiles is not.
+    // The mapping's sizes come unrolled (`simt_tile`): the clipped one to
+    // 16 steps, the tile's size, with the end of K tested inside; the
+    // loop over k tiles is not.
     let unroll_step = "#pragma unroll\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {\n                  if ((c3 <= ((-c2) + 35))) {";
     let unroll_full = "if ((15 <= ((-c2) + 35))) {\n                #pragma unroll\n                for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {";
-    assert!(!cuda.contains(unroll_step), "{cuda}");
-    assert!(!cuda.contains(unroll_full), "{cuda}");
-    let mut unrolled = grouped(4, &[]);
-    if let Some(g) = unrolled.gpu.as_mut() {
-        g.unroll = true;
-    }
-    let cuda = emulated_cuda(&p, &unrolled);
     assert!(cuda.contains(unroll_step), "{cuda}");
     assert!(cuda.contains(unroll_full), "{cuda}");
     assert!(
         !cuda.contains("#pragma unroll\n          for (pf_i c2"),
         "{cuda}"
     );
+    // With the sizes given, the steps are unrolled on request only.
+    let mut given = grouped(4, &[16, 16]);
+    given.tile = vec![128, 128, 16];
+    if let Some(g) = given.gpu.as_mut() {
+        g.auto_tile = false;
+    }
+    let cuda = emulated_cuda(&p, &given);
+    assert!(cuda.contains(full_steps), "{cuda}");
+    assert!(!cuda.contains(unroll_step), "{cuda}");
+    assert!(!cuda.contains(unroll_full), "{cuda}");
+    let mut unrolled = given.clone();
+    if let Some(g) = unrolled.gpu.as_mut() {
+        g.unroll = true;
+    }
+    let cuda = emulated_cuda(&p, &unrolled);
+    assert!(cuda.contains(unroll_step), "{cuda}");
+    assert!(cuda.contains(unroll_full), "{cuda}");
     // 32 steps on 8 x 8 registers: past the unrolling limit (NVRTC's
     // compile time grows by minutes), the step loop stays a loop.
     let mut deep = unrolled.clone();
@@ -2104,7 +2115,7 @@ fn triangular_register_tiles_off_the_diagonal_run_without_slot_tests() {
         // The region printed for full tiles, then for the others (each
         // copy maybe with its step loop printed twice, `full_steps`).
         assert!(
-            updates.len() >= 2 && updates.len() % 2 == 0,
+            updates.len() >= 2 && updates.len().is_multiple_of(2),
             "{name}: full and partial copies\n{cuda}"
         );
         let (full, partial) = updates.split_at(updates.len() / 2);

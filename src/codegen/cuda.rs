@@ -3361,9 +3361,10 @@ impl Ctx<'_> {
         // and the parameters (another slot's iterator) was tested for the
         // whole tile (`full_tile_test`).
         let tested_for_tile = self.full_tile
-            && !n_init.ids().iter().all(|n| {
-                regs.block_iterators.contains(n) || self.params.contains(n)
-            });
+            && !n_init
+                .ids()
+                .iter()
+                .all(|n| regs.block_iterators.contains(n) || self.params.contains(n));
         if n_init != &Expr::Int(0) && !tested_for_tile {
             tests.push(format!("{iterator} >= {init}"));
         }

@@ -164,14 +164,16 @@ struct Common {
     #[arg(long, value_name = "N")]
     vector: Option<u32>,
     /// GPU: unroll the step loops of register tiles (a gemm's steps along
-    /// k inside one shared tile) where their trip count is a constant. A
-    /// tuning choice: `polyfuse tune` tries it.
+    /// k inside one shared tile) where their trip count is a constant.
+    /// Already on for register tiles on the SIMT units whose sizes the
+    /// mapping chose (no --tile); this forces it elsewhere.
     #[arg(long)]
     unroll: bool,
     /// GPU: double-buffer shared tiles along the sequential loop around
     /// them (a gemm's k tiles): the next tile is loaded into registers
     /// while the threads compute on the current one. Doubles the shared
-    /// memory. A tuning choice: `polyfuse tune` tries it.
+    /// memory. Already on for register tiles on the SIMT units whose
+    /// sizes the mapping chose (no --tile); this forces it elsewhere.
     #[arg(long)]
     pipeline: bool,
     /// GPU: split the reduction (k) of a contraction on tensor cores over

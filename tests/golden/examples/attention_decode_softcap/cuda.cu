@@ -32,8 +32,8 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 4;
   const pf_i p_KV = 64;
   const pf_i p_D = 16;
-  __shared__ unsigned short pf_shared_kernel_0_Q[64];
-  __shared__ unsigned short pf_shared_kernel_0_K[2176];
+  __shared__ unsigned short pf_shared_kernel_0_Q[128];
+  __shared__ unsigned short pf_shared_kernel_0_K[4352];
   if (blockIdx.y == 0)
   for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 63); c1 += (pf_i)gridDim.x * 32) {
     {
@@ -87,6 +87,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && pf_g3 >= 0 && pf_g3 < (p_D)) pf_shared_kernel_0_K[pf_a0 * 2176 + pf_a1 * 544 + pf_a2 * 17 + pf_a3 * 1] = t_K[(((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2) * (p_D) + pf_g3];
           }
           __syncthreads();
+          #pragma unroll
           for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {
             #pragma unroll
             for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
@@ -140,6 +141,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && pf_g3 >= 0 && pf_g3 < (p_D)) pf_shared_kernel_0_K[pf_a0 * 2176 + pf_a1 * 544 + pf_a2 * 17 + pf_a3 * 1] = t_K[(((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2) * (p_D) + pf_g3];
           }
           __syncthreads();
+          #pragma unroll
           for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {
             #pragma unroll
             for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
@@ -192,7 +194,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 4;
   const pf_i p_KV = 64;
   const pf_i p_D = 16;
-  __shared__ __align__(16) float pf_shared_kernel_1_T[260];
+  __shared__ __align__(16) float pf_shared_kernel_1_T[520];
   {
     float pf_reg_kernel_1_M_local[2][2];
     const int pf_ry = 0; (void)pf_ry;
@@ -244,6 +246,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
+        #pragma unroll
         for (pf_i c3 = 0; (c3 <= 30); c3 += 1) {
           if (blockIdx.y == 0 && blockIdx.x == 0)
           #pragma unroll
@@ -303,6 +306,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
+        #pragma unroll
         for (pf_i c3 = 0; (c3 <= 30); c3 += 1) {
           if (blockIdx.y == 0 && blockIdx.x == 0)
           #pragma unroll
@@ -358,8 +362,8 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 4;
   const pf_i p_KV = 64;
   const pf_i p_D = 16;
-  __shared__ __align__(16) float pf_shared_kernel_2_T[65];
-  __shared__ __align__(16) float pf_shared_kernel_2_M_local[4];
+  __shared__ __align__(16) float pf_shared_kernel_2_T[130];
+  __shared__ __align__(16) float pf_shared_kernel_2_M_local[8];
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 3); c0 += (pf_i)gridDim.z * 1) {
     {
       float pf_reg_kernel_2_O_local[1][2][2];
@@ -444,6 +448,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
           __syncthreads();
+          #pragma unroll
           for (pf_i c4 = 0; (c4 <= 15); c4 += 1) {
             if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
             #pragma unroll
@@ -519,6 +524,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
           __syncthreads();
+          #pragma unroll
           for (pf_i c4 = 0; (c4 <= 15); c4 += 1) {
             if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
             #pragma unroll
@@ -573,8 +579,8 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 4;
   const pf_i p_KV = 64;
   const pf_i p_D = 16;
-  __shared__ __align__(16) float pf_shared_kernel_3_M_local[20];
-  __shared__ __align__(16) float pf_shared_kernel_3_L_local[20];
+  __shared__ __align__(16) float pf_shared_kernel_3_M_local[40];
+  __shared__ __align__(16) float pf_shared_kernel_3_L_local[40];
   {
     float pf_reg_kernel_3_M[1];
     const int pf_rx = 0; (void)pf_rx;
@@ -642,6 +648,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
+        #pragma unroll
         for (pf_i c2 = 0; (c2 <= 6); c2 += 1) {
           if (blockIdx.x == 0)
           #pragma unroll
@@ -719,6 +726,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
+        #pragma unroll
         for (pf_i c2 = 0; (c2 <= 6); c2 += 1) {
           if (blockIdx.x == 0)
           #pragma unroll
@@ -762,10 +770,10 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 4;
   const pf_i p_KV = 64;
   const pf_i p_D = 16;
-  __shared__ __align__(16) float pf_shared_kernel_4_M_local[16];
-  __shared__ __align__(16) float pf_shared_kernel_4_M[4];
-  __shared__ __align__(16) float pf_shared_kernel_4_O_local[320];
-  __shared__ __align__(16) float pf_shared_kernel_4_L[4];
+  __shared__ __align__(16) float pf_shared_kernel_4_M_local[32];
+  __shared__ __align__(16) float pf_shared_kernel_4_M[8];
+  __shared__ __align__(16) float pf_shared_kernel_4_O_local[640];
+  __shared__ __align__(16) float pf_shared_kernel_4_L[8];
   {
     float pf_reg_kernel_4_O[2][2];
     const int pf_ry = 0; (void)pf_ry;
@@ -889,6 +897,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
+        #pragma unroll
         for (pf_i c3 = 0; (c3 <= 3); c3 += 1) {
           if (blockIdx.y == 0 && blockIdx.x == 0)
           #pragma unroll
@@ -1014,6 +1023,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
+        #pragma unroll
         for (pf_i c3 = 0; (c3 <= 3); c3 += 1) {
           if (blockIdx.y == 0 && blockIdx.x == 0)
           #pragma unroll

@@ -137,9 +137,9 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 17;
   const pf_i p_N = 29;
   const pf_i c0 = pf_host_c0;
-  __shared__ float pf_shared_kernel_4_W[841];
-  __shared__ float pf_shared_kernel_4_H1[58];
-  __shared__ float pf_shared_kernel_4_U[841];
+  __shared__ float pf_shared_kernel_4_W[1682];
+  __shared__ float pf_shared_kernel_4_H1[116];
+  __shared__ float pf_shared_kernel_4_U[1682];
   {
     float pf_reg_kernel_4_G2[2][2];
     const int pf_ry = 0; (void)pf_ry;
@@ -198,6 +198,7 @@ asm volatile("griddepcontrol.launch_dependents;");
       }
       __syncthreads();
       /* barrier_for_race_freedom */
+      #pragma unroll
       for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
         if (blockIdx.y == 0 && blockIdx.x == 0)
         #pragma unroll
@@ -246,9 +247,9 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 17;
   const pf_i p_N = 29;
   const pf_i c0 = pf_host_c0;
-  __shared__ float pf_shared_kernel_5_W[841];
-  __shared__ float pf_shared_kernel_5_H2[116];
-  __shared__ float pf_shared_kernel_5_U[841];
+  __shared__ float pf_shared_kernel_5_W[1682];
+  __shared__ float pf_shared_kernel_5_H2[232];
+  __shared__ float pf_shared_kernel_5_U[1682];
   {
     float pf_reg_kernel_5_G3[2][2];
     const int pf_ry = 0; (void)pf_ry;
@@ -307,6 +308,7 @@ asm volatile("griddepcontrol.launch_dependents;");
       }
       __syncthreads();
       /* barrier_for_race_freedom */
+      #pragma unroll
       for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
         if (blockIdx.y == 0 && blockIdx.x == 0)
         #pragma unroll

@@ -40,10 +40,10 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_M = 64;
   const pf_i p_N = 96;
   const pf_i p_K = 128;
-  __shared__ unsigned char pf_shared_kernel_0_A[1056];
-  __shared__ unsigned char pf_shared_kernel_0_B[1056];
-  __shared__ __align__(16) float pf_shared_kernel_0_Sa[32];
-  __shared__ __align__(16) float pf_shared_kernel_0_Sb[32];
+  __shared__ unsigned char pf_shared_kernel_0_A[2112];
+  __shared__ unsigned char pf_shared_kernel_0_B[2112];
+  __shared__ __align__(16) float pf_shared_kernel_0_Sa[64];
+  __shared__ __align__(16) float pf_shared_kernel_0_Sb[64];
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 32; (c0 <= 63); c0 += (pf_i)gridDim.y * 32) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 95); c1 += (pf_i)gridDim.x * 32) {
       {
@@ -72,57 +72,146 @@ asm volatile("griddepcontrol.launch_dependents;");
               const pf_i pf_o1_1 = c1;
               const pf_i pf_o2_0 = c0;
               const pf_i pf_o3_0 = c1;
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a1 = (pf_e % 32);
-                const pf_i pf_a0 = (pf_e / 32);
-                const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) pf_shared_kernel_0_A[pf_a0 * 33 + pf_a1 * 1] = t_A[(pf_g0) * (p_K) + pf_g1];
+              const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
+              if (c2 == (0)) {
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a1 = (pf_e % 32);
+                  const pf_i pf_a0 = (pf_e / 32);
+                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) pf_shared_kernel_0_A[pf_a0 * 33 + pf_a1 * 1] = t_A[(pf_g0) * (p_K) + pf_g1];
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a1 = (pf_e % 32);
+                  const pf_i pf_a0 = (pf_e / 32);
+                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_0_B[pf_a0 * 33 + pf_a1 * 1] = t_B[(pf_g0) * (p_N) + pf_g1];
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a0 = pf_e * 4;
+                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                  if (pf_g0 >= 0 && pf_g0 < (p_M)) {
+                    if ((((unsigned long long)t_Sa) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Sa[pf_g0];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = t_Sa[pf_g0 + 0];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = t_Sa[pf_g0 + 1];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = t_Sa[pf_g0 + 2];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = t_Sa[pf_g0 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a0 = pf_e * 4;
+                  const pf_i pf_g0 = pf_o3_0 + pf_a0;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N)) {
+                    if ((((unsigned long long)t_Sb) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Sb[pf_g0];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = t_Sb[pf_g0 + 0];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = t_Sb[pf_g0 + 1];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = t_Sb[pf_g0 + 2];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = t_Sb[pf_g0 + 3];
+                    }
+                  }
+                }
+                __syncthreads();
               }
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a1 = (pf_e % 32);
-                const pf_i pf_a0 = (pf_e / 32);
-                const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                const pf_i pf_g1 = pf_o1_1 + pf_a1;
-                if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_0_B[pf_a0 * 33 + pf_a1 * 1] = t_B[(pf_g0) * (p_N) + pf_g1];
-              }
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a0 = pf_e * 4;
-                const pf_i pf_g0 = pf_o2_0 + pf_a0;
-                if (pf_g0 >= 0 && pf_g0 < (p_M)) {
-                  if ((((unsigned long long)t_Sa) & 15) == 0) {
-                    const float4 pf_v = *(const float4 *)&t_Sa[pf_g0];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = pf_v.x;
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = pf_v.y;
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = pf_v.z;
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = pf_v.w;
-                  } else {
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = t_Sa[pf_g0 + 0];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = t_Sa[pf_g0 + 1];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = t_Sa[pf_g0 + 2];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = t_Sa[pf_g0 + 3];
+              const int pf_has_next = ((c2 + 32) <= 127);
+              const pf_i pf_n0_0 = c0;
+              const pf_i pf_n0_1 = (c2 + 32);
+              const pf_i pf_n1_0 = (c2 + 32);
+              const pf_i pf_n1_1 = c1;
+              const pf_i pf_n2_0 = c0;
+              const pf_i pf_n3_0 = c1;
+              unsigned char pf_next0[4][1];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) pf_next0[pf_s][0] = t_A[(pf_g0) * (p_K) + pf_g1];
                   }
                 }
               }
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a0 = pf_e * 4;
-                const pf_i pf_g0 = pf_o3_0 + pf_a0;
-                if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                  if ((((unsigned long long)t_Sb) & 15) == 0) {
-                    const float4 pf_v = *(const float4 *)&t_Sb[pf_g0];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = pf_v.x;
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = pf_v.y;
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = pf_v.z;
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = pf_v.w;
-                  } else {
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = t_Sb[pf_g0 + 0];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = t_Sb[pf_g0 + 1];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = t_Sb[pf_g0 + 2];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = t_Sb[pf_g0 + 3];
+              unsigned char pf_next1[4][1];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_next1[pf_s][0] = t_B[(pf_g0) * (p_N) + pf_g1];
                   }
                 }
               }
-              __syncthreads();
+              float pf_next2[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M)) {
+                      if ((((unsigned long long)t_Sa) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Sa[pf_g0];
+                        pf_next2[pf_s][0] = pf_v.x;
+                        pf_next2[pf_s][1] = pf_v.y;
+                        pf_next2[pf_s][2] = pf_v.z;
+                        pf_next2[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next2[pf_s][0] = t_Sa[pf_g0 + 0];
+                        pf_next2[pf_s][1] = t_Sa[pf_g0 + 1];
+                        pf_next2[pf_s][2] = t_Sa[pf_g0 + 2];
+                        pf_next2[pf_s][3] = t_Sa[pf_g0 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next3[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
+                      if ((((unsigned long long)t_Sb) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Sb[pf_g0];
+                        pf_next3[pf_s][0] = pf_v.x;
+                        pf_next3[pf_s][1] = pf_v.y;
+                        pf_next3[pf_s][2] = pf_v.z;
+                        pf_next3[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next3[pf_s][0] = t_Sb[pf_g0 + 0];
+                        pf_next3[pf_s][1] = t_Sb[pf_g0 + 1];
+                        pf_next3[pf_s][2] = t_Sb[pf_g0 + 2];
+                        pf_next3[pf_s][3] = t_Sb[pf_g0 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              #pragma unroll
               for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
                 #pragma unroll
                 for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
@@ -134,13 +223,69 @@ asm volatile("griddepcontrol.launch_dependents;");
                       if (1) {
                         if (((c2 == 0) && (c3 == 0))) {
                         }
-                        pf_reg_kernel_0_O[pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_ry][pf_rx] + (((float)(pf_e4m3_2f(pf_shared_kernel_0_A[((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1]))) * ((float)(pf_e4m3_2f(pf_shared_kernel_0_B[((((c2 + c3))) - pf_o1_0) * 33 + ((((c1 + c5))) - pf_o1_1) * 1]))));
+                        pf_reg_kernel_0_O[pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_ry][pf_rx] + (((float)(pf_e4m3_2f(pf_shared_kernel_0_A[pf_stage * 1056 + ((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1]))) * ((float)(pf_e4m3_2f(pf_shared_kernel_0_B[pf_stage * 1056 + ((((c2 + c3))) - pf_o1_0) * 33 + ((((c1 + c5))) - pf_o1_1) * 1]))));
                         if (((c2 == 96) && (c3 == 31))) {
-                          t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = (((pf_reg_kernel_0_O[pf_ry][pf_rx] * pf_shared_kernel_0_Sa[((((c0 + c4))) - pf_o2_0) * 1]) * pf_shared_kernel_0_Sb[((((c1 + c5))) - pf_o3_0) * 1]) + (((float)(t_Img[((((c0 + c4))) * (p_N) + (((c1 + c5))))])) / 255.0f));
+                          t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = (((pf_reg_kernel_0_O[pf_ry][pf_rx] * pf_shared_kernel_0_Sa[pf_stage * 32 + ((((c0 + c4))) - pf_o2_0) * 1]) * pf_shared_kernel_0_Sb[pf_stage * 32 + ((((c1 + c5))) - pf_o3_0) * 1]) + (((float)(t_Img[((((c0 + c4))) * (p_N) + (((c1 + c5))))])) / 255.0f));
                           t_Pos[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = ((((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] > 0.5f) ? 1 : 0)) != 0);
                           t_Q[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = pf_f2e4m3((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] * 16.0f));
                         }
                       }
+                    }
+                  }
+                }
+              }
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) {
+                      pf_shared_kernel_0_A[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1] = pf_next0[pf_s][0];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                      pf_shared_kernel_0_B[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1] = pf_next1[pf_s][0];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M)) {
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 0] = pf_next2[pf_s][0];
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 1] = pf_next2[pf_s][1];
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 2] = pf_next2[pf_s][2];
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 3] = pf_next2[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 0] = pf_next3[pf_s][0];
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 1] = pf_next3[pf_s][1];
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 2] = pf_next3[pf_s][2];
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 3] = pf_next3[pf_s][3];
                     }
                   }
                 }
@@ -157,57 +302,146 @@ asm volatile("griddepcontrol.launch_dependents;");
               const pf_i pf_o1_1 = c1;
               const pf_i pf_o2_0 = c0;
               const pf_i pf_o3_0 = c1;
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a1 = (pf_e % 32);
-                const pf_i pf_a0 = (pf_e / 32);
-                const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) pf_shared_kernel_0_A[pf_a0 * 33 + pf_a1 * 1] = t_A[(pf_g0) * (p_K) + pf_g1];
+              const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
+              if (c2 == (0)) {
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a1 = (pf_e % 32);
+                  const pf_i pf_a0 = (pf_e / 32);
+                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) pf_shared_kernel_0_A[pf_a0 * 33 + pf_a1 * 1] = t_A[(pf_g0) * (p_K) + pf_g1];
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a1 = (pf_e % 32);
+                  const pf_i pf_a0 = (pf_e / 32);
+                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_0_B[pf_a0 * 33 + pf_a1 * 1] = t_B[(pf_g0) * (p_N) + pf_g1];
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a0 = pf_e * 4;
+                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                  if (pf_g0 >= 0 && pf_g0 < (p_M)) {
+                    if ((((unsigned long long)t_Sa) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Sa[pf_g0];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = t_Sa[pf_g0 + 0];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = t_Sa[pf_g0 + 1];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = t_Sa[pf_g0 + 2];
+                      pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = t_Sa[pf_g0 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a0 = pf_e * 4;
+                  const pf_i pf_g0 = pf_o3_0 + pf_a0;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N)) {
+                    if ((((unsigned long long)t_Sb) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Sb[pf_g0];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = t_Sb[pf_g0 + 0];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = t_Sb[pf_g0 + 1];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = t_Sb[pf_g0 + 2];
+                      pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = t_Sb[pf_g0 + 3];
+                    }
+                  }
+                }
+                __syncthreads();
               }
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a1 = (pf_e % 32);
-                const pf_i pf_a0 = (pf_e / 32);
-                const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                const pf_i pf_g1 = pf_o1_1 + pf_a1;
-                if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_0_B[pf_a0 * 33 + pf_a1 * 1] = t_B[(pf_g0) * (p_N) + pf_g1];
-              }
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a0 = pf_e * 4;
-                const pf_i pf_g0 = pf_o2_0 + pf_a0;
-                if (pf_g0 >= 0 && pf_g0 < (p_M)) {
-                  if ((((unsigned long long)t_Sa) & 15) == 0) {
-                    const float4 pf_v = *(const float4 *)&t_Sa[pf_g0];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = pf_v.x;
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = pf_v.y;
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = pf_v.z;
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = pf_v.w;
-                  } else {
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 0] = t_Sa[pf_g0 + 0];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 1] = t_Sa[pf_g0 + 1];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 2] = t_Sa[pf_g0 + 2];
-                    pf_shared_kernel_0_Sa[pf_a0 * 1 + 3] = t_Sa[pf_g0 + 3];
+              const int pf_has_next = ((c2 + 32) <= 127);
+              const pf_i pf_n0_0 = c0;
+              const pf_i pf_n0_1 = (c2 + 32);
+              const pf_i pf_n1_0 = (c2 + 32);
+              const pf_i pf_n1_1 = c1;
+              const pf_i pf_n2_0 = c0;
+              const pf_i pf_n3_0 = c1;
+              unsigned char pf_next0[4][1];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) pf_next0[pf_s][0] = t_A[(pf_g0) * (p_K) + pf_g1];
                   }
                 }
               }
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a0 = pf_e * 4;
-                const pf_i pf_g0 = pf_o3_0 + pf_a0;
-                if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                  if ((((unsigned long long)t_Sb) & 15) == 0) {
-                    const float4 pf_v = *(const float4 *)&t_Sb[pf_g0];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = pf_v.x;
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = pf_v.y;
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = pf_v.z;
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = pf_v.w;
-                  } else {
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 0] = t_Sb[pf_g0 + 0];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 1] = t_Sb[pf_g0 + 1];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 2] = t_Sb[pf_g0 + 2];
-                    pf_shared_kernel_0_Sb[pf_a0 * 1 + 3] = t_Sb[pf_g0 + 3];
+              unsigned char pf_next1[4][1];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_next1[pf_s][0] = t_B[(pf_g0) * (p_N) + pf_g1];
                   }
                 }
               }
-              __syncthreads();
+              float pf_next2[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M)) {
+                      if ((((unsigned long long)t_Sa) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Sa[pf_g0];
+                        pf_next2[pf_s][0] = pf_v.x;
+                        pf_next2[pf_s][1] = pf_v.y;
+                        pf_next2[pf_s][2] = pf_v.z;
+                        pf_next2[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next2[pf_s][0] = t_Sa[pf_g0 + 0];
+                        pf_next2[pf_s][1] = t_Sa[pf_g0 + 1];
+                        pf_next2[pf_s][2] = t_Sa[pf_g0 + 2];
+                        pf_next2[pf_s][3] = t_Sa[pf_g0 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next3[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
+                      if ((((unsigned long long)t_Sb) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Sb[pf_g0];
+                        pf_next3[pf_s][0] = pf_v.x;
+                        pf_next3[pf_s][1] = pf_v.y;
+                        pf_next3[pf_s][2] = pf_v.z;
+                        pf_next3[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next3[pf_s][0] = t_Sb[pf_g0 + 0];
+                        pf_next3[pf_s][1] = t_Sb[pf_g0 + 1];
+                        pf_next3[pf_s][2] = t_Sb[pf_g0 + 2];
+                        pf_next3[pf_s][3] = t_Sb[pf_g0 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              #pragma unroll
               for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
                 if (0 <= 31)
                 #pragma unroll
@@ -223,13 +457,69 @@ asm volatile("griddepcontrol.launch_dependents;");
                       if (1) {
                         if (((c2 == 0) && (c3 == 0))) {
                         }
-                        pf_reg_kernel_0_O[pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_ry][pf_rx] + (((float)(pf_e4m3_2f(pf_shared_kernel_0_A[((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1]))) * ((float)(pf_e4m3_2f(pf_shared_kernel_0_B[((((c2 + c3))) - pf_o1_0) * 33 + ((((c1 + c5))) - pf_o1_1) * 1]))));
+                        pf_reg_kernel_0_O[pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_ry][pf_rx] + (((float)(pf_e4m3_2f(pf_shared_kernel_0_A[pf_stage * 1056 + ((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1]))) * ((float)(pf_e4m3_2f(pf_shared_kernel_0_B[pf_stage * 1056 + ((((c2 + c3))) - pf_o1_0) * 33 + ((((c1 + c5))) - pf_o1_1) * 1]))));
                         if (((c2 == 96) && (c3 == 31))) {
-                          if (pf_slot_c4 <= 31 && pf_slot_c5 <= 31) t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = (((pf_reg_kernel_0_O[pf_ry][pf_rx] * pf_shared_kernel_0_Sa[((((c0 + c4))) - pf_o2_0) * 1]) * pf_shared_kernel_0_Sb[((((c1 + c5))) - pf_o3_0) * 1]) + (((float)(t_Img[((((c0 + c4))) * (p_N) + (((c1 + c5))))])) / 255.0f));
+                          if (pf_slot_c4 <= 31 && pf_slot_c5 <= 31) t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = (((pf_reg_kernel_0_O[pf_ry][pf_rx] * pf_shared_kernel_0_Sa[pf_stage * 32 + ((((c0 + c4))) - pf_o2_0) * 1]) * pf_shared_kernel_0_Sb[pf_stage * 32 + ((((c1 + c5))) - pf_o3_0) * 1]) + (((float)(t_Img[((((c0 + c4))) * (p_N) + (((c1 + c5))))])) / 255.0f));
                           if (pf_slot_c4 <= 31 && pf_slot_c5 <= 31) t_Pos[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = ((((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] > 0.5f) ? 1 : 0)) != 0);
                           if (pf_slot_c4 <= 31 && pf_slot_c5 <= 31) t_Q[((((c0 + c4))) * (p_N) + (((c1 + c5))))] = pf_f2e4m3((t_Y[((((c0 + c4))) * (p_N) + (((c1 + c5))))] * 16.0f));
                         }
                       }
+                    }
+                  }
+                }
+              }
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M) && pf_g1 >= 0 && pf_g1 < (p_K)) {
+                      pf_shared_kernel_0_A[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1] = pf_next0[pf_s][0];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 4; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 1024) {
+                    const pf_i pf_a1 = (pf_e % 32);
+                    const pf_i pf_a0 = (pf_e / 32);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (p_K) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                      pf_shared_kernel_0_B[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1] = pf_next1[pf_s][0];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_M)) {
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 0] = pf_next2[pf_s][0];
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 1] = pf_next2[pf_s][1];
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 2] = pf_next2[pf_s][2];
+                      pf_shared_kernel_0_Sa[(1 - pf_stage) * 32 + pf_a0 * 1 + 3] = pf_next2[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a0 = pf_e * 4;
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 0] = pf_next3[pf_s][0];
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 1] = pf_next3[pf_s][1];
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 2] = pf_next3[pf_s][2];
+                      pf_shared_kernel_0_Sb[(1 - pf_stage) * 32 + pf_a0 * 1 + 3] = pf_next3[pf_s][3];
                     }
                   }
                 }
