@@ -49,9 +49,13 @@ impl Default for Options {
     }
 }
 
-/// What a compilation produced.
-#[derive(Debug, Clone)]
+/// What a compilation produced. Serde stores it in the cache
+/// (`tune::artifact`) without what the caller has (the program) and what
+/// describes one run of the compiler (its estimate, notes and timings),
+/// so a cache hit rebuilds it without isl.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Compiled {
+    #[serde(skip)]
     pub program: Program,
     pub tensors: Vec<ModelTensor>,
     /// The final schedule tree (after tiling and sinking).
@@ -72,16 +76,19 @@ pub struct Compiled {
     pub cuda: Option<crate::gpu::CudaProgram>,
     /// The cost model's estimate of the GPU program (`gpu::cost`), when
     /// `GpuOptions::estimate` asked for it and every size is known.
+    #[serde(skip)]
     pub gpu_estimate: Option<crate::gpu::cost::Estimate>,
     /// The mapped and promoted tree as C for the CPU (`pf_kernel`, blocks
     /// and threads as loops), when [`Options::gpu`] asked for it.
     pub emulation_c: Option<String>,
     /// What the GPU mapping tried and refused, one line each (a wavefront
     /// the dependences forbid); the command line prints them as notes.
+    #[serde(skip)]
     pub gpu_notes: Vec<String>,
     /// Wall time of each stage of the compilation that made this result,
     /// in order (`schedule --timings` prints them); empty for a result
     /// read back from the cache or an artifact.
+    #[serde(skip)]
     pub timings: Vec<StageTime>,
 }
 
@@ -113,7 +120,7 @@ impl Compiled {
             "name": self.program.name,
             "model": self.model_json,
             "dependences": self.deps_json,
-            "schedule": self.tree.to_json(),
+            "schedule": self.tree,
             "schedule_text": self.tree.to_string(),
             "c": self.c_source(),
         })

@@ -128,7 +128,7 @@ impl ModelStmt {
 }
 
 /// A tensor with its shape resolved (declared, or inferred for temps).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ModelTensor {
     pub name: String,
     pub dtype: crate::frontend::ast::DType,

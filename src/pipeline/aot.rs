@@ -24,8 +24,10 @@ use crate::error::{Error, Result};
 use crate::frontend::{self, ast::Program};
 use crate::pipeline::Compiled;
 
-/// Version of the document; another version is refused.
-pub const VERSION: i64 = 1;
+/// Version of the document; another version is refused. 2: the compiled
+/// program in the cache artifact's format 3 (`tune::artifact::VERSION`),
+/// so a document of version 1 is refused by its version, not misread.
+pub const VERSION: i64 = 2;
 
 /// What a program was compiled from: enough to parse the same `Program`
 /// again.
@@ -110,7 +112,7 @@ pub fn save(
         },
         "target": target,
         "arch": arch,
-        "compiled": crate::tune::artifact::to_json(compiled),
+        "compiled": crate::tune::artifact::to_json(compiled)?,
         "ptx": ptx,
     }))
 }
@@ -211,8 +213,13 @@ mod tests {
             ("{}", "no polyfuse_artifact version"),
             (r#"{"polyfuse_artifact": 99}"#, "version 99"),
             (
-                r#"{"polyfuse_artifact": 1, "program": {}}"#,
+                r#"{"polyfuse_artifact": 2, "program": {}}"#,
                 "program.params",
+            ),
+            // Version 1 held the cache artifact's format 2.
+            (
+                r#"{"polyfuse_artifact": 1, "program": {}}"#,
+                "version 1",
             ),
         ] {
             let e = load(text).err().unwrap().to_string();

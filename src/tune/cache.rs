@@ -276,10 +276,7 @@ impl Cache {
         let Some(text) = text else {
             return Ok(None);
         };
-        let Ok(value) = serde_json::from_str::<Value>(&text) else {
-            return Ok(None);
-        };
-        Ok(artifact::from_json(program, &value).ok())
+        Ok(artifact::from_text(program, &text).ok())
     }
 
     /// Records a measurement (or only a compiled program, `time_us` None)
@@ -291,7 +288,7 @@ impl Cache {
         time_us: Option<f64>,
         compiled: Option<&Compiled>,
     ) -> Result<()> {
-        let art = compiled.map(|c| artifact::to_json(c).to_string());
+        let art = compiled.map(artifact::to_text).transpose()?;
         self.write(|tx| upsert(tx, key, variant, time_us, art.as_deref(), false))
     }
 
@@ -306,7 +303,7 @@ impl Cache {
         time_us: f64,
         compiled: Option<&Compiled>,
     ) -> Result<(Variant, f64)> {
-        let art = compiled.map(|c| artifact::to_json(c).to_string());
+        let art = compiled.map(artifact::to_text).transpose()?;
         let options = variant.canonical();
         let kept: Option<(String, f64)> = self.write(|tx| {
             let current: Option<(String, Option<f64>)> = tx
