@@ -217,10 +217,7 @@ mod tests {
                 "program.params",
             ),
             // Version 1 held the cache artifact's format 2.
-            (
-                r#"{"polyfuse_artifact": 1, "program": {}}"#,
-                "version 1",
-            ),
+            (r#"{"polyfuse_artifact": 1, "program": {}}"#, "version 1"),
         ] {
             let e = load(text).err().unwrap().to_string();
             assert!(e.contains(why), "{text}: {e}");
