@@ -64,8 +64,9 @@ pub struct Compiled {
     pub untiled_tree: ScheduleTree,
     /// `flow:`, `anti:`, `output:` lines.
     pub deps_text: String,
-    pub deps_json: serde_json::Value,
-    pub model_json: serde_json::Value,
+    /// The dependences and the model as isl text, for `--emit json`.
+    pub deps_json: deps::Text,
+    pub model_json: model::Description,
     /// The optimised kernel, `pf_kernel` (C, without the prelude).
     pub kernel_c: String,
     /// The f64 reference `pf_reference`, when every parameter has a value.
@@ -115,16 +116,28 @@ impl Compiled {
         format!("{}\n{}", codegen::c::prelude(&self.program), self.kernel_c)
     }
 
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "name": self.program.name,
-            "model": self.model_json,
-            "dependences": self.deps_json,
-            "schedule": self.tree,
-            "schedule_text": self.tree.to_string(),
-            "c": self.c_source(),
-        })
+    /// The document of `--emit json`.
+    pub fn to_json(&self) -> EmitJson<'_> {
+        EmitJson {
+            name: &self.program.name,
+            model: &self.model_json,
+            dependences: &self.deps_json,
+            schedule: &self.tree,
+            schedule_text: self.tree.to_string(),
+            c: self.c_source(),
+        }
     }
+}
+
+/// The document of `--emit json`, in this order.
+#[derive(serde::Serialize)]
+pub struct EmitJson<'a> {
+    name: &'a str,
+    model: &'a model::Description,
+    dependences: &'a deps::Text,
+    schedule: &'a ScheduleTree,
+    schedule_text: String,
+    c: String,
 }
 
 /// What every compilation computes before scheduling: the model of the
@@ -418,7 +431,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         tree,
         untiled_tree,
         deps_text,
-        deps_json: deps.to_json(),
+        deps_json: deps.text(),
         model_json: scop.describe(),
         kernel_c,
         reference_c,
