@@ -49,9 +49,13 @@ impl Default for Options {
     }
 }
 
-/// What a compilation produced.
-#[derive(Debug, Clone)]
+/// What a compilation produced. Serde stores it in the cache
+/// (`tune::artifact`) without what the caller has (the program) and what
+/// describes one run of the compiler (its estimate, notes and timings),
+/// so a cache hit rebuilds it without isl.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Compiled {
+    #[serde(skip)]
     pub program: Program,
     pub tensors: Vec<ModelTensor>,
     /// The final schedule tree (after tiling and sinking).
@@ -60,8 +64,9 @@ pub struct Compiled {
     pub untiled_tree: ScheduleTree,
     /// `flow:`, `anti:`, `output:` lines.
     pub deps_text: String,
-    pub deps_json: serde_json::Value,
-    pub model_json: serde_json::Value,
+    /// The dependences and the model as isl text, for `--emit json`.
+    pub deps_json: deps::Text,
+    pub model_json: model::Description,
     /// The optimised kernel, `pf_kernel` (C, without the prelude).
     pub kernel_c: String,
     /// The f64 reference `pf_reference`, when every parameter has a value.
@@ -72,16 +77,19 @@ pub struct Compiled {
     pub cuda: Option<crate::gpu::CudaProgram>,
     /// The cost model's estimate of the GPU program (`gpu::cost`), when
     /// `GpuOptions::estimate` asked for it and every size is known.
+    #[serde(skip)]
     pub gpu_estimate: Option<crate::gpu::cost::Estimate>,
     /// The mapped and promoted tree as C for the CPU (`pf_kernel`, blocks
     /// and threads as loops), when [`Options::gpu`] asked for it.
     pub emulation_c: Option<String>,
     /// What the GPU mapping tried and refused, one line each (a wavefront
     /// the dependences forbid); the command line prints them as notes.
+    #[serde(skip)]
     pub gpu_notes: Vec<String>,
     /// Wall time of each stage of the compilation that made this result,
     /// in order (`schedule --timings` prints them); empty for a result
     /// read back from the cache or an artifact.
+    #[serde(skip)]
     pub timings: Vec<StageTime>,
 }
 
@@ -108,16 +116,28 @@ impl Compiled {
         format!("{}\n{}", codegen::c::prelude(&self.program), self.kernel_c)
     }
 
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "name": self.program.name,
-            "model": self.model_json,
-            "dependences": self.deps_json,
-            "schedule": self.tree.to_json(),
-            "schedule_text": self.tree.to_string(),
-            "c": self.c_source(),
-        })
+    /// The document of `--emit json`.
+    pub fn to_json(&self) -> EmitJson<'_> {
+        EmitJson {
+            name: &self.program.name,
+            model: &self.model_json,
+            dependences: &self.deps_json,
+            schedule: &self.tree,
+            schedule_text: self.tree.to_string(),
+            c: self.c_source(),
+        }
     }
+}
+
+/// The document of `--emit json`, in this order.
+#[derive(serde::Serialize)]
+pub struct EmitJson<'a> {
+    name: &'a str,
+    model: &'a model::Description,
+    dependences: &'a deps::Text,
+    schedule: &'a ScheduleTree,
+    schedule_text: String,
+    c: String,
 }
 
 /// What every compilation computes before scheduling: the model of the
@@ -411,7 +431,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         tree,
         untiled_tree,
         deps_text,
-        deps_json: deps.to_json(),
+        deps_json: deps.text(),
         model_json: scop.describe(),
         kernel_c,
         reference_c,

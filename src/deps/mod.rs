@@ -120,13 +120,23 @@ impl Dependences {
         Ok(out)
     }
 
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "flow": self.flow.text(),
-            "anti": self.anti.text(),
-            "output": self.output.text(),
-        })
+    /// The three relations as isl text.
+    pub fn text(&self) -> Text {
+        Text {
+            flow: self.flow.text(),
+            anti: self.anti.text(),
+            output: self.output.text(),
+        }
     }
+}
+
+/// The dependences as isl text ([`Dependences::text`]): `--emit json`
+/// prints them and the cache keeps them, so they read back.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Text {
+    pub flow: String,
+    pub anti: String,
+    pub output: String,
 }
 
 /// The points of `set` (of `dims` dimensions, no free parameters) as

@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// Element type of a tensor, and the arithmetic type of an expression.
 ///
 /// The spec's dtypes (`spec/program-format.md`, "Keys"). What each is
@@ -32,7 +34,8 @@ use std::fmt;
 ///   bool reads as 0 or 1 in arithmetic of whatever type it meets (it has
 ///   no type of its own in `frontend::resolve`); its compute type, where it
 ///   needs one (the left side of a statement), is i32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DType {
     F32,
     F16,
@@ -142,7 +145,7 @@ impl fmt::Display for DType {
 
 /// An affine form `constant + sum(coeff * name)`, where names are index
 /// variables or parameters. Terms with a zero coefficient are never stored.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Affine {
     pub terms: BTreeMap<String, i64>,
     pub constant: i64,
@@ -239,7 +242,8 @@ impl fmt::Display for Affine {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TensorRole {
     Input,
     Output,
@@ -637,8 +641,10 @@ impl Statement {
     }
 }
 
-/// A parsed and type-checked program.
-#[derive(Debug, Clone)]
+/// A parsed and type-checked program. `Default` (no name, nothing
+/// declared) only stands in while a cached [`crate::pipeline::Compiled`],
+/// which stores no program, is read back.
+#[derive(Debug, Clone, Default)]
 pub struct Program {
     pub name: String,
     /// File the program came from (for messages), or `<string>`.

@@ -1,15 +1,120 @@
 //! The JSON file: keys, parameters, tensor declarations, and the body,
-//! statement by statement.
+//! statement by statement. Serde reads the file's structure (the keys,
+//! unknown ones refused, and their JSON types) into [`File`]; this module
+//! checks what the types cannot say (identifiers, positive sizes, dtypes,
+//! shapes, statements). Every error names the file, the key and the
+//! reason, with the line and column where serde has them.
 
+use std::fmt;
+use std::marker::PhantomData;
+
+use indexmap::IndexMap;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::ast::{DType, LoopBlock, Param, Program, Tensor, TensorRole};
 use super::resolve::{self, is_reserved};
 use crate::error::{Error, Result};
 
-const KEYS: [&str; 7] = [
-    "name", "params", "inputs", "outputs", "temps", "body", "schedule",
-];
+/// The program file as written (spec, "Keys"). Maps keep file order,
+/// which is the order of the parameters and tensors.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: String,
+    params: IndexMap<String, Option<i64>>,
+    inputs: IndexMap<String, Object<TensorDecl>>,
+    outputs: IndexMap<String, Object<TensorDecl>>,
+    #[serde(default)]
+    temps: IndexMap<String, Object<TensorDecl>>,
+    /// Entries stay JSON: a statement string or a loop block, told apart
+    /// and numbered for messages by [`Walk`].
+    body: Vec<Value>,
+    /// Kept as written, `null` included (`repair::directive` judges it).
+    #[serde(default, deserialize_with = "present")]
+    schedule: Option<Value>,
+}
+
+/// A tensor's declaration; the shape's entries are integers or affine
+/// text, checked by [`extent`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TensorDecl {
+    dtype: String,
+    shape: Option<Vec<Value>>,
+}
+
+/// A loop block, `{"for": "IDX in lo:hi", "body": [...]}`; both keys are
+/// checked by [`Walk`], whose messages say what each should be.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockDecl {
+    #[serde(rename = "for")]
+    range: Option<String>,
+    body: Option<Vec<Value>>,
+}
+
+/// `T` read from a JSON object only: a derived struct also accepts an
+/// array of its fields in order, which the format does not allow.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Fields<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Fields(PhantomData)).map(Object)
+    }
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Serde's reason in the spec's words: a key, not a field.
+fn reason(e: &serde_json::Error) -> String {
+    let m = e.to_string();
+    if let Some(rest) = m.strip_prefix("unknown field") {
+        format!("unknown key{rest}")
+    } else if let Some(rest) = m.strip_prefix("missing field") {
+        format!("missing required key{rest}")
+    } else {
+        m
+    }
+}
+
+/// The message for a structural error at `path`: what the key there is
+/// (a parameter, a tensor, or the key itself), then serde's reason.
+fn structural(path: &serde_path_to_error::Path, e: &serde_json::Error) -> String {
+    use serde_path_to_error::Segment;
+    let mut keys: Vec<&str> = path
+        .iter()
+        .filter_map(|s| match s {
+            Segment::Map { key } => Some(key.as_str()),
+            _ => None,
+        })
+        .collect();
+    // An unknown key's path ends at that key, which the reason names.
+    if e.to_string().starts_with("unknown field") {
+        keys.pop();
+    }
+    let what = match keys[..] {
+        [] => return reason(e),
+        ["params", n, ..] => format!("parameter `{n}`"),
+        ["inputs" | "outputs" | "temps", n, ..] => format!("tensor `{n}`"),
+        [k, ..] => format!("`{k}`"),
+    };
+    format!("{what}: {}", reason(e))
+}
 
 fn is_identifier(s: &str) -> bool {
     let mut c = s.chars();
@@ -22,35 +127,27 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
         file: source.to_string(),
         message,
     };
-    let v: Value = serde_json::from_str(json).map_err(|e| input(format!("not valid JSON: {e}")))?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| input("the program must be a JSON object".into()))?;
-    for k in obj.keys() {
-        if !KEYS.contains(&k.as_str()) {
-            return Err(input(format!(
-                "unknown key `{k}` (expected one of {})",
-                KEYS.join(", ")
-            )));
-        }
+    let mut de = serde_json::Deserializer::from_str(json);
+    let Object::<File>(file) = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let inner = e.inner();
+        input(if inner.is_syntax() || inner.is_eof() {
+            format!("not valid JSON: {inner}")
+        } else {
+            structural(e.path(), inner)
+        })
+    })?;
+    de.end()
+        .map_err(|e| input(format!("not valid JSON: {e}")))?;
+    if !is_identifier(&file.name) {
+        return Err(input("`name` must be an identifier string".into()));
     }
-    for k in ["name", "params", "inputs", "outputs", "body"] {
-        if !obj.contains_key(k) {
-            return Err(input(format!("missing required key `{k}`")));
-        }
-    }
-    let name = obj["name"]
-        .as_str()
-        .filter(|s| is_identifier(s))
-        .ok_or_else(|| input("`name` must be an identifier string".into()))?
-        .to_string();
     let mut program = Program {
-        name,
+        name: file.name,
         source: source.to_string(),
         params: Vec::new(),
         tensors: Vec::new(),
         statements: Vec::new(),
-        schedule: obj.get("schedule").cloned(),
+        schedule: file.schedule,
         rolling: None,
     };
     let mut seen: Vec<String> = Vec::new();
@@ -69,104 +166,49 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
         seen.push(n.to_string());
         Ok(())
     };
-    let params = obj["params"]
-        .as_object()
-        .ok_or_else(|| input("`params` must be an object".into()))?;
-    for (n, val) in params {
-        claim(n, "parameter")?;
-        let value = match val {
-            Value::Null => None,
-            Value::Number(x) => match x.as_i64() {
-                Some(i) if i >= 1 => Some(i),
-                _ => {
-                    return Err(input(format!(
-                        "parameter `{n}` must be a positive integer or null, not {x}"
-                    )))
-                }
-            },
-            other => {
-                return Err(input(format!(
-                    "parameter `{n}` must be a positive integer or null, not {other}"
-                )))
-            }
-        };
-        program.params.push(Param {
-            name: n.clone(),
-            value,
-        });
+    for (n, value) in file.params {
+        claim(&n, "parameter")?;
+        if let Some(v) = value.filter(|v| *v < 1) {
+            return Err(input(format!(
+                "parameter `{n}` must be a positive integer or null, not {v}"
+            )));
+        }
+        program.params.push(Param { name: n, value });
     }
-    for (key, role) in [
-        ("inputs", TensorRole::Input),
-        ("outputs", TensorRole::Output),
-        ("temps", TensorRole::Temp),
+    for (section, role) in [
+        (file.inputs, TensorRole::Input),
+        (file.outputs, TensorRole::Output),
+        (file.temps, TensorRole::Temp),
     ] {
-        let Some(section) = obj.get(key) else {
-            continue;
-        };
-        let section = section
-            .as_object()
-            .ok_or_else(|| input(format!("`{key}` must be an object")))?;
-        for (n, decl) in section {
-            claim(n, "tensor")?;
-            let d = decl.as_object().ok_or_else(|| {
+        for (n, Object(decl)) in section {
+            claim(&n, "tensor")?;
+            let dtype = DType::parse(&decl.dtype).ok_or_else(|| {
                 input(format!(
-                    "tensor `{n}` must be an object with dtype and shape"
-                ))
-            })?;
-            if let Some(k) = d.keys().find(|k| *k != "dtype" && *k != "shape") {
-                return Err(input(format!("tensor `{n}`: unknown key `{k}`")));
-            }
-            let dt = d
-                .get("dtype")
-                .and_then(|x| x.as_str())
-                .ok_or_else(|| input(format!("tensor `{n}` needs a dtype")))?;
-            let dtype = DType::parse(dt).ok_or_else(|| {
-                input(format!(
-                    "tensor `{n}`: unknown dtype `{dt}` ({})",
+                    "tensor `{n}`: unknown dtype `{}` ({})",
+                    decl.dtype,
                     DType::ALL.map(DType::name).join(", ")
                 ))
             })?;
-            let shape = match d.get("shape") {
+            let shape = match decl.shape {
                 None if role == TensorRole::Temp => None,
                 None => return Err(input(format!("tensor `{n}` needs a shape"))),
-                Some(s) => {
-                    let arr = s
-                        .as_array()
-                        .ok_or_else(|| input(format!("tensor `{n}`: shape must be an array")))?;
-                    let mut dims = Vec::new();
-                    for e in arr {
-                        let a = match e {
-                            Value::Number(x) => match x.as_i64() {
-                                Some(i) if i >= 1 => super::ast::Affine::constant(i),
-                                _ => {
-                                    return Err(input(format!(
-                                        "tensor `{n}`: extent {x} must be a positive integer"
-                                    )))
-                                }
-                            },
-                            Value::String(s) => resolve::shape_entry(&program, s)
-                                .map_err(|m| input(format!("tensor `{n}`: {m}")))?,
-                            other => {
-                                return Err(input(format!("tensor `{n}`: bad extent {other}")))
-                            }
-                        };
-                        dims.push(a);
-                    }
-                    Some(dims)
-                }
+                Some(dims) => Some(
+                    dims.iter()
+                        .map(|e| {
+                            extent(&program, e).map_err(|m| input(format!("tensor `{n}`: {m}")))
+                        })
+                        .collect::<Result<_>>()?,
+                ),
             };
             program.tensors.push(Tensor {
-                name: n.clone(),
+                name: n,
                 dtype,
                 shape,
                 role,
             });
         }
     }
-    let body = obj["body"]
-        .as_array()
-        .ok_or_else(|| input("`body` must be an array of statements".into()))?;
-    if body.is_empty() {
+    if file.body.is_empty() {
         return Err(input("`body` has no statements".into()));
     }
     let mut walk = Walk {
@@ -174,8 +216,21 @@ pub fn program(json: &str, source: &str) -> Result<Program> {
         blocks: 0,
         statements: 0,
     };
-    walk.entries(&mut program, body, &[], "")?;
+    walk.entries(&mut program, &file.body, &[], "")?;
     Ok(program)
+}
+
+/// One entry of a tensor's shape: a positive integer, or affine text in
+/// the parameters declared so far.
+fn extent(program: &Program, e: &Value) -> std::result::Result<super::ast::Affine, String> {
+    match e {
+        Value::Number(x) => match x.as_i64() {
+            Some(i) if i >= 1 => Ok(super::ast::Affine::constant(i)),
+            _ => Err(format!("extent {x} must be a positive integer")),
+        },
+        Value::String(s) => resolve::shape_entry(program, s),
+        other => Err(format!("bad extent {other}")),
+    }
 }
 
 /// The walk over `body` and its loop blocks, numbering statements (in file
@@ -209,32 +264,28 @@ impl Walk<'_> {
                     self.statements += 1;
                     statement(program, source, pos, text, blocks)?;
                 }
-                Value::Object(o) => {
+                Value::Object(_) => {
                     let block_err = |what: &str, m: String| {
                         input(format!("body entry {here}, the loop block{what}: {m}"))
                     };
-                    if let Some(k) = o.keys().find(|k| *k != "for" && *k != "body") {
-                        return Err(block_err(
-                            "",
-                            format!("unknown key `{k}` (a loop block has `for` and `body`)"),
-                        ));
-                    }
-                    let text = o.get("for").and_then(|v| v.as_str()).ok_or_else(|| {
+                    let decl = BlockDecl::deserialize(entry)
+                        .map_err(|e| block_err("", reason(&e)))?;
+                    let text = decl.range.ok_or_else(|| {
                         block_err("", "needs `for`, a string `IDX in lo:hi`".into())
                     })?;
                     let what = format!(" `for {text}`");
-                    let inner = o.get("body").and_then(|v| v.as_array()).ok_or_else(|| {
+                    let inner = decl.body.ok_or_else(|| {
                         block_err(&what, "needs `body`, an array of entries".into())
                     })?;
                     if inner.is_empty() {
                         return Err(block_err(&what, "its `body` is empty".into()));
                     }
-                    let block = resolve::loop_block(program, text, self.blocks, blocks)
+                    let block = resolve::loop_block(program, &text, self.blocks, blocks)
                         .map_err(|m| block_err(&what, m))?;
                     self.blocks += 1;
                     let mut nested = blocks.to_vec();
                     nested.push(block);
-                    self.entries(program, inner, &nested, &format!("{here}."))?;
+                    self.entries(program, &inner, &nested, &format!("{here}."))?;
                 }
                 _ => {
                     return Err(input(format!(

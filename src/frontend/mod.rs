@@ -220,6 +220,74 @@ mod tests {
         );
     }
 
+    /// Serde reads the file's structure; its errors still name the file,
+    /// the key (a parameter or tensor by its name) and the reason, with
+    /// the line and column.
+    #[test]
+    fn structural_errors_name_the_key_and_the_place() {
+        let bad = |json: &str, needles: &[&str]| {
+            let e = load_str(json, "f.json").unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{e}");
+            let e = e.to_string();
+            assert!(e.starts_with("f.json: "), "{e}");
+            for n in needles {
+                assert!(e.contains(n), "{n}: {e}");
+            }
+        };
+        let head = r#"{"name": "a", "outputs": {}, "body": ["Y() = 1"],"#;
+        bad(
+            &format!("{head}\n \"params\": {{}}, \"inputs\": {{}}, \"colour\": 1}}"),
+            &["unknown key `colour`", "`schedule`", "line 2 column"],
+        );
+        let e = load_str(
+            &format!(r#"{head} "params": {{}}, "inputs": {{}}, "colour": 1}}"#),
+            "f.json",
+        );
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .starts_with("f.json: unknown key `colour`"));
+        bad(
+            &format!(r#"{head} "params": {{"N": "big"}}, "inputs": {{}}}}"#),
+            &["parameter `N`", "invalid type", "line 1 column"],
+        );
+        bad(
+            &format!(
+                r#"{head} "params": {{}}, "inputs": {{"A": {{"dtype": "f32", "shape": [2], "layout": "nchw"}}}}}}"#
+            ),
+            &["tensor `A`", "unknown key `layout`", "line 1 column"],
+        );
+        bad(
+            &format!(r#"{head} "params": {{}}, "inputs": {{"A": {{"shape": [2]}}}}}}"#),
+            &["tensor `A`", "missing required key `dtype`"],
+        );
+        bad(
+            &format!(r#"{head} "params": 3, "inputs": {{}}}}"#),
+            &["`params`", "invalid type", "line 1 column"],
+        );
+        // A derived struct would take an array of its fields in order.
+        bad(
+            r#"["a", {}, {}, {}, ["Y() = 1"]]"#,
+            &["expected a JSON object"],
+        );
+        bad(
+            &format!(r#"{head} "params": {{}}, "inputs": {{"A": ["f32", [2]]}}}}"#),
+            &["tensor `A`", "expected a JSON object"],
+        );
+        bad(
+            r#"{"name": "a", "params": {}, "inputs": {}, "outputs": {}, "body": ["Y() = 1"]} x"#,
+            &["not valid JSON", "trailing characters"],
+        );
+        bad(
+            r#"{"name": 3, "params": {}, "inputs": {}, "outputs": {}, "body": ["Y() = 1"]}"#,
+            &["`name`", "invalid type"],
+        );
+        bad(
+            r#"{"name": "3a", "params": {}, "inputs": {}, "outputs": {}, "body": ["Y() = 1"]}"#,
+            &["`name` must be an identifier string"],
+        );
+    }
+
     #[test]
     fn undeclared_left_side_becomes_a_temp() {
         let p = ok(&["T(i) = D(i) * 2", "Y(i) = f32(T(i))"]);

@@ -26,6 +26,8 @@ pub mod traffic;
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{Error, Result};
 use crate::frontend::ast::{DType, Program};
 use crate::isl::ast::Expr;
@@ -197,7 +199,8 @@ pub fn check_sizes(sizes: &[u32], what: &str) -> std::result::Result<(), String>
 }
 
 /// One argument of every kernel.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum KernelArg {
     /// A device pointer to the tensor's elements (row-major, storage type).
     Tensor {
@@ -220,7 +223,7 @@ pub enum KernelArg {
 /// finished, with the iterator's value as its argument
 /// ([`KernelArg::Step`]). Loops nest (an inner loop's kernels are a range
 /// inside its outer loop's); [`CudaProgram::launches`] unrolls them.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostLoop {
     /// What one iteration runs, as the schedule stage chose it.
     pub step: crate::schedule::host::HostStep,
@@ -248,7 +251,7 @@ pub struct Launch {
 }
 
 /// One `__global__` function and how to launch it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Kernel {
     /// The function's name in [`CudaProgram::source`].
     pub name: String,
@@ -268,8 +271,7 @@ pub struct Kernel {
     /// blocks' start overlap the previous kernel's tail. Launched plainly,
     /// the wait returns at once and stream order alone makes it correct.
     /// Every kernel polyfuse emits now waits first, so this holds for all
-    /// of them (the previous kernel may be another program's); artifacts
-    /// from older caches whose kernels do not wait keep `false`.
+    /// of them (the previous kernel may be another program's).
     pub dependent: bool,
     /// The tensors whose global memory the kernel's code reads or writes,
     /// in argument order, as the CUDA printer emitted their accesses
@@ -277,15 +279,14 @@ pub struct Kernel {
     /// reaches memory (a rolling update's `M_prev`, the row state the
     /// attention template keeps in registers, an accumulator its epilogue
     /// consumes): it needs no allocation, and the C ABI's workspace leaves
-    /// it out (its pointer argument is null). Artifacts from older caches,
-    /// which lack the list, count every tensor.
+    /// it out (its pointer argument is null).
     pub globals: Vec<String>,
 }
 
 /// Everything a launcher needs: the source, the kernels in launch order
 /// (each one after the previous finished, on one stream) and their
 /// arguments.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CudaProgram {
     /// Complete CUDA C++ source (NVRTC or nvcc), kernels `extern "C"`.
     pub source: String,

@@ -6,7 +6,10 @@
 use super::{ast_node_type, val_to_i64, ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType};
 use crate::error::{Error, Result};
 
-#[derive(Debug, Clone, PartialEq)]
+/// Stored (in the cache) untagged: an integer, an identifier's string,
+/// or `[op, [args...]]`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
 pub enum Expr {
     Int(i64),
     Id(String),
@@ -33,7 +36,7 @@ impl Expr {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     And,
     Or,

@@ -20,7 +20,9 @@ pub struct Band {
     pub coincident: Vec<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// Serialised as [`Node`] (`--emit json` and the cache).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "Node", from = "Node")]
 pub enum Tree {
     Leaf,
     Band(Band, Box<Tree>),
@@ -33,7 +35,7 @@ pub enum Tree {
     Mark(String, Box<Tree>),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ScheduleTree {
     /// The domain (isl union-set text).
     pub domain: String,
@@ -65,10 +67,6 @@ impl ScheduleTree {
         }
         s.push_str(" }");
         s
-    }
-
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ "domain": self.domain, "root": tree_json(&self.root) })
     }
 }
 
@@ -183,27 +181,87 @@ fn write_isl(t: &Tree, s: &mut String) {
     }
 }
 
-fn tree_json(t: &Tree) -> serde_json::Value {
-    use serde_json::json;
-    match t {
-        Tree::Leaf => json!({ "leaf": true }),
-        Tree::Band(b, c) => json!({
-            "band": b.schedule, "permutable": b.permutable,
-            "coincident": b.coincident, "child": tree_json(c)
-        }),
-        Tree::Sequence(ch) | Tree::Set(ch) => {
-            let key = if matches!(t, Tree::Sequence(_)) {
-                "sequence"
-            } else {
-                "set"
-            };
-            let v: Vec<_> = ch
-                .iter()
-                .map(|(f, c)| json!({ "filter": f, "child": tree_json(c) }))
-                .collect();
-            json!({ key: v })
+/// A tree node as JSON, each kind named by its key: `{"leaf": true}`,
+/// `{"band": schedule, "permutable", "coincident", "child"}`,
+/// `{"sequence" | "set": [{"filter", "child"}...]}`, `{"mark", "child"}`.
+/// The keys tell the kinds apart, hence untagged.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum Node {
+    Leaf {
+        leaf: bool,
+    },
+    Band {
+        band: String,
+        permutable: bool,
+        coincident: Vec<bool>,
+        child: Box<Tree>,
+    },
+    Sequence {
+        sequence: Vec<Filtered>,
+    },
+    Set {
+        set: Vec<Filtered>,
+    },
+    Mark {
+        mark: String,
+        child: Box<Tree>,
+    },
+}
+
+/// A child of a sequence or set node, under its filter.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Filtered {
+    filter: String,
+    child: Tree,
+}
+
+impl From<Tree> for Node {
+    fn from(t: Tree) -> Node {
+        let filtered = |c: Vec<(String, Tree)>| {
+            c.into_iter()
+                .map(|(filter, child)| Filtered { filter, child })
+                .collect()
+        };
+        match t {
+            Tree::Leaf => Node::Leaf { leaf: true },
+            Tree::Band(b, child) => Node::Band {
+                band: b.schedule,
+                permutable: b.permutable,
+                coincident: b.coincident,
+                child,
+            },
+            Tree::Sequence(c) => Node::Sequence {
+                sequence: filtered(c),
+            },
+            Tree::Set(c) => Node::Set { set: filtered(c) },
+            Tree::Mark(mark, child) => Node::Mark { mark, child },
         }
-        Tree::Mark(n, c) => json!({ "mark": n, "child": tree_json(c) }),
+    }
+}
+
+impl From<Node> for Tree {
+    fn from(n: Node) -> Tree {
+        let pairs = |c: Vec<Filtered>| c.into_iter().map(|f| (f.filter, f.child)).collect();
+        match n {
+            Node::Leaf { .. } => Tree::Leaf,
+            Node::Band {
+                band,
+                permutable,
+                coincident,
+                child,
+            } => Tree::Band(
+                Band {
+                    schedule: band,
+                    permutable,
+                    coincident,
+                },
+                child,
+            ),
+            Node::Sequence { sequence } => Tree::Sequence(pairs(sequence)),
+            Node::Set { set } => Tree::Set(pairs(set)),
+            Node::Mark { mark, child } => Tree::Mark(mark, child),
+        }
     }
 }
 

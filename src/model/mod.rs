@@ -30,7 +30,8 @@ use crate::isl::{Isl, IslPrint, Map, Set, UnionMap, UnionSet};
 pub use crate::frontend::ast::collect_reads;
 
 /// What an isl statement does with its source statement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum StmtKind {
     /// `X(..) = e`
     Assign,
@@ -128,7 +129,7 @@ impl ModelStmt {
 }
 
 /// A tensor with its shape resolved (declared, or inferred for temps).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ModelTensor {
     pub name: String,
     pub dtype: crate::frontend::ast::DType,
@@ -228,23 +229,44 @@ impl Scop {
         Ok(u)
     }
     /// The plain-text model, for `--emit json` and messages.
-    pub fn describe(&self) -> serde_json::Value {
-        let stmts: Vec<_> = self
-            .statements
-            .iter()
-            .map(|s| {
-                serde_json::json!({
-                    "name": s.name,
-                    "source": s.source,
-                    "kind": format!("{:?}", s.kind).to_lowercase(),
-                    "domain": s.domain.text(),
-                    "write": s.write.text(),
-                    "reads": s.reads.iter().map(|r| r.text()).collect::<Vec<_>>(),
+    pub fn describe(&self) -> Description {
+        Description {
+            context: self.context.text(),
+            statements: self
+                .statements
+                .iter()
+                .map(|s| StatementText {
+                    name: s.name.clone(),
+                    source: s.source,
+                    kind: s.kind,
+                    domain: s.domain.text(),
+                    write: s.write.text(),
+                    reads: s.reads.iter().map(|r| r.text()).collect(),
                 })
-            })
-            .collect();
-        serde_json::json!({ "context": self.context.text(), "statements": stmts })
+                .collect(),
+        }
     }
+}
+
+/// The model as isl text ([`Scop::describe`]): `--emit json` prints it
+/// and the cache keeps it, so it reads back.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Description {
+    /// The parameters' constraints.
+    pub context: String,
+    pub statements: Vec<StatementText>,
+}
+
+/// One isl statement of a [`Description`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StatementText {
+    pub name: String,
+    /// The source statement's position, from 0.
+    pub source: usize,
+    pub kind: StmtKind,
+    pub domain: String,
+    pub write: String,
+    pub reads: Vec<String>,
 }
 
 /// Builds the model of `program`. Parameters with a value are pinned in the

@@ -18,18 +18,22 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::frontend::{self, ast::Program};
 use crate::pipeline::Compiled;
 
-/// Version of the document; another version is refused.
-pub const VERSION: i64 = 1;
+/// Version of the document; another version is refused. 2: the compiled
+/// program in the cache artifact's format 3 (`tune::artifact::VERSION`),
+/// so a document of version 1 is refused by its version, not misread.
+pub const VERSION: i64 = 2;
 
 /// What a program was compiled from: enough to parse the same `Program`
-/// again.
-#[derive(Debug, Clone, PartialEq)]
+/// again. Stored in the document as it is (`params` as `[name, value]`
+/// pairs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Source {
     /// The program's JSON text, as loaded.
     pub text: String,
@@ -99,20 +103,36 @@ pub fn save(
             }
         }
     }
-    Ok(json!({
-        "polyfuse_artifact": VERSION,
-        "polyfuse_version": env!("CARGO_PKG_VERSION"),
-        "program": {
-            "text": source.text,
-            "name": source.name,
-            "params": source.params.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
-            "directives": source.directives,
-        },
-        "target": target,
-        "arch": arch,
-        "compiled": crate::tune::artifact::to_json(compiled),
-        "ptx": ptx,
-    }))
+    let doc = Document {
+        polyfuse_artifact: VERSION,
+        polyfuse_version: env!("CARGO_PKG_VERSION").to_string(),
+        program: source.clone(),
+        target: target.to_string(),
+        arch: arch.map(str::to_string),
+        compiled: crate::tune::artifact::to_json(compiled)?,
+        ptx,
+    };
+    serde_json::to_value(doc).map_err(|e| Error::Internal(format!("artifact: {e}")))
+}
+
+/// The document: what the program was compiled from, for which target
+/// and architecture, the compiled program as the cache stores it, and PTX
+/// per architecture.
+#[derive(Serialize, Deserialize)]
+struct Document {
+    /// [`VERSION`], checked before the rest is read.
+    polyfuse_artifact: i64,
+    /// The polyfuse that wrote it, for people; not read.
+    #[serde(default)]
+    polyfuse_version: String,
+    program: Source,
+    /// `cpu` or `cuda`.
+    target: String,
+    arch: Option<String>,
+    /// `tune::artifact`'s form, read once the program is parsed.
+    compiled: Value,
+    #[serde(default)]
+    ptx: BTreeMap<String, String>,
 }
 
 fn bad(what: &str) -> Error {
@@ -134,36 +154,21 @@ pub fn load(text: &str) -> Result<Loaded> {
         }
         None => return Err(bad("no polyfuse_artifact version")),
     }
-    let p = &v["program"];
-    let text_of = |x: &Value, what: &str| x.as_str().map(str::to_string).ok_or_else(|| bad(what));
-    let params = p["params"]
-        .as_array()
-        .ok_or_else(|| bad("program.params"))?
-        .iter()
-        .map(|pair| match (pair[0].as_str(), pair[1].as_i64()) {
-            (Some(n), Some(v)) => Ok((n.to_string(), v)),
-            _ => Err(bad("a parameter value")),
+    let doc: Document = serde_path_to_error::deserialize(&v).map_err(|e| {
+        bad(&if e.path().iter().next().is_some() {
+            format!("{}: {}", e.path(), e.inner())
+        } else {
+            e.inner().to_string()
         })
-        .collect::<Result<_>>()?;
-    let source = Source {
-        text: text_of(&p["text"], "program.text")?,
-        name: text_of(&p["name"], "program.name")?,
-        params,
-        directives: (!p["directives"].is_null()).then(|| p["directives"].clone()),
-    };
+    })?;
+    let source = doc.program;
     let program = source.program()?;
-    let compiled = crate::tune::artifact::from_json(&program, &v["compiled"])?;
-    let target = text_of(&v["target"], "target")?;
+    let compiled = crate::tune::artifact::from_json(&program, &doc.compiled)?;
+    let target = doc.target;
     if target != "cpu" && target != "cuda" {
         return Err(bad(&format!("target `{target}`")));
     }
-    let arch = v["arch"].as_str().map(str::to_string);
-    let mut ptx = BTreeMap::new();
-    if let Some(m) = v["ptx"].as_object() {
-        for (k, t) in m {
-            ptx.insert(k.clone(), text_of(t, "a PTX text")?);
-        }
-    }
+    let (arch, ptx) = (doc.arch, doc.ptx);
     Ok(Loaded {
         source,
         program,
@@ -211,9 +216,11 @@ mod tests {
             ("{}", "no polyfuse_artifact version"),
             (r#"{"polyfuse_artifact": 99}"#, "version 99"),
             (
-                r#"{"polyfuse_artifact": 1, "program": {}}"#,
-                "program.params",
+                r#"{"polyfuse_artifact": 2, "program": {"text": "{}", "name": "p"}}"#,
+                "program: missing field `params`",
             ),
+            // Version 1 held the cache artifact's format 2.
+            (r#"{"polyfuse_artifact": 1, "program": {}}"#, "version 1"),
         ] {
             let e = load(text).err().unwrap().to_string();
             assert!(e.contains(why), "{text}: {e}");

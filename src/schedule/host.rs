@@ -72,7 +72,7 @@ pub const MAX_SKEW: i64 = 4;
 const STEP_PARAM: &str = "pf_step_";
 
 /// What one host loop runs per iteration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum HostStep {
     /// One value of the block's index.
     Steps,

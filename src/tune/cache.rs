@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::{artifact, canon, Variant};
 use crate::error::{Error, Result};
@@ -52,6 +52,33 @@ CREATE TABLE IF NOT EXISTS artifacts (
     PRIMARY KEY (key, options, spelling)
 );
 ";
+
+/// One line of [`Cache::export`], which [`Cache::import`] reads: an
+/// entry with its compiled programs.
+#[derive(Serialize, Deserialize)]
+struct Exported {
+    key: String,
+    options: String,
+    program: String,
+    params: String,
+    arch: String,
+    name: String,
+    time_us: Option<f64>,
+    #[serde(default)]
+    tuned: bool,
+    /// When the entry was written (seconds since 1970); not imported.
+    #[serde(default)]
+    updated: i64,
+    #[serde(default)]
+    artifacts: Vec<ExportedArtifact>,
+}
+
+/// A compiled program of an exported entry, for one spelling.
+#[derive(Serialize, Deserialize)]
+struct ExportedArtifact {
+    spelling: String,
+    artifact: String,
+}
 
 /// What identifies a program for the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,10 +303,7 @@ impl Cache {
         let Some(text) = text else {
             return Ok(None);
         };
-        let Ok(value) = serde_json::from_str::<Value>(&text) else {
-            return Ok(None);
-        };
-        Ok(artifact::from_json(program, &value).ok())
+        Ok(artifact::from_text(program, &text).ok())
     }
 
     /// Records a measurement (or only a compiled program, `time_us` None)
@@ -291,7 +315,7 @@ impl Cache {
         time_us: Option<f64>,
         compiled: Option<&Compiled>,
     ) -> Result<()> {
-        let art = compiled.map(|c| artifact::to_json(c).to_string());
+        let art = compiled.map(artifact::to_text).transpose()?;
         self.write(|tx| upsert(tx, key, variant, time_us, art.as_deref(), false))
     }
 
@@ -306,7 +330,7 @@ impl Cache {
         time_us: f64,
         compiled: Option<&Compiled>,
     ) -> Result<(Variant, f64)> {
-        let art = compiled.map(|c| artifact::to_json(c).to_string());
+        let art = compiled.map(artifact::to_text).transpose()?;
         let options = variant.canonical();
         let kept: Option<(String, f64)> = self.write(|tx| {
             let current: Option<(String, Option<f64>)> = tx
@@ -398,32 +422,36 @@ impl Cache {
             .map_err(&err)?;
         let rows = st
             .query_map([], |r| {
-                Ok(json!({
-                    "key": r.get::<_, String>(0)?,
-                    "options": r.get::<_, String>(1)?,
-                    "program": r.get::<_, String>(2)?,
-                    "params": r.get::<_, String>(3)?,
-                    "arch": r.get::<_, String>(4)?,
-                    "name": r.get::<_, String>(5)?,
-                    "time_us": r.get::<_, Option<f64>>(6)?,
-                    "tuned": r.get::<_, i64>(7)? != 0,
-                    "updated": r.get::<_, i64>(8)?,
-                }))
+                Ok(Exported {
+                    key: r.get(0)?,
+                    options: r.get(1)?,
+                    program: r.get(2)?,
+                    params: r.get(3)?,
+                    arch: r.get(4)?,
+                    name: r.get(5)?,
+                    time_us: r.get(6)?,
+                    tuned: r.get::<_, i64>(7)? != 0,
+                    updated: r.get(8)?,
+                    artifacts: Vec::new(),
+                })
             })
             .map_err(&err)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(&err)?;
         let mut out = String::new();
         for mut row in rows {
-            let list = arts
-                .query_map(params![row["key"].as_str(), row["options"].as_str()], |r| {
-                    Ok(json!({ "spelling": r.get::<_, String>(0)?, "artifact": r.get::<_, String>(1)? }))
+            row.artifacts = arts
+                .query_map(params![row.key, row.options], |r| {
+                    Ok(ExportedArtifact {
+                        spelling: r.get(0)?,
+                        artifact: r.get(1)?,
+                    })
                 })
                 .map_err(&err)?
                 .collect::<rusqlite::Result<Vec<_>>>()
                 .map_err(&err)?;
-            row["artifacts"] = Value::Array(list);
-            out.push_str(&row.to_string());
+            let line = serde_json::to_string(&row).map_err(|e| Error::Internal(e.to_string()))?;
+            out.push_str(&line);
             out.push('\n');
         }
         Ok(out)
@@ -443,19 +471,13 @@ impl Cache {
                 file: file.to_string(),
                 message: format!("line {}: {m}", n + 1),
             };
-            let v: Value = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
-            let s = |k: &str| -> Result<String> {
-                v[k].as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| bad(&format!("`{k}` is missing or not a string")))
-            };
-            let options = s("options")?;
-            Variant::parse(&options).map_err(|m| bad(&format!("options: {m}")))?;
-            let program = s("program")?;
-            let params = s("params")?;
-            let arch = s("arch")?;
-            let key = canon::hash_hex(&format!("{program}\nparams {params}\narch {arch}\n"));
-            if key != s("key")? {
+            let row: Exported = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
+            Variant::parse(&row.options).map_err(|m| bad(&format!("options: {m}")))?;
+            let key = canon::hash_hex(&format!(
+                "{}\nparams {}\narch {}\n",
+                row.program, row.params, row.arch
+            ));
+            if key != row.key {
                 return Err(bad(
                     "the key does not match the program, parameters and architecture",
                 ));
@@ -463,28 +485,19 @@ impl Cache {
             rows.push((
                 Key {
                     key,
-                    program,
-                    params,
-                    arch,
-                    name: s("name")?,
+                    program: row.program,
+                    params: row.params,
+                    arch: row.arch,
+                    name: row.name,
                     spelling: String::new(),
                 },
-                options,
-                v["time_us"].as_f64(),
-                v["tuned"].as_bool().unwrap_or(false),
-                v["artifacts"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| {
-                                Some((
-                                    x["spelling"].as_str()?.to_string(),
-                                    x["artifact"].as_str()?.to_string(),
-                                ))
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .unwrap_or_default(),
+                row.options,
+                row.time_us,
+                row.tuned,
+                row.artifacts
+                    .into_iter()
+                    .map(|a| (a.spelling, a.artifact))
+                    .collect::<Vec<_>>(),
             ));
         }
         let n = rows.len();
@@ -634,6 +647,36 @@ mod tests {
         assert_eq!(cache.import(&text, "x").unwrap(), 2);
         assert_eq!(cache.best(&key).unwrap(), Some((fast, Some(3.0))));
         assert!(cache.import("{\"key\": 1}", "x").is_err());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// An entry stored in another artifact format (version 2, written by
+    /// hand before serde), or text that is no artifact, is a miss, never
+    /// misread; the compiled program survives an export and an import.
+    #[test]
+    fn an_entry_of_another_artifact_format_is_a_miss() {
+        let path = temp_db("format");
+        let mut cache = Cache::open(&path).unwrap();
+        let p = program(ADD);
+        let key = Key::new(&p, "cpu");
+        let v = Variant::default();
+        let compiled = crate::compile(&p, &v.options(false)).unwrap();
+        cache.record(&key, &v, Some(1.0), Some(&compiled)).unwrap();
+        let text = cache.export().unwrap();
+        cache.clear().unwrap();
+        cache.import(&text, "x").unwrap();
+        let hit = cache.compiled(&key, &v, &p).unwrap().unwrap();
+        assert_eq!(hit.kernel_c, compiled.kernel_c);
+        assert_eq!(hit.tree, compiled.tree);
+        let mut old = artifact::to_json(&compiled).unwrap();
+        old["version"] = 2.into();
+        for stored in [old.to_string(), "not an artifact".to_string()] {
+            cache
+                .conn
+                .execute("UPDATE artifacts SET artifact = ?1", params![stored])
+                .unwrap();
+            assert!(cache.compiled(&key, &v, &p).unwrap().is_none(), "{stored}");
+        }
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }

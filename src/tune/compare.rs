@@ -446,96 +446,165 @@ impl Comparison {
 
     /// The JSON document of `compare --json`. Measured fields (`time_us`,
     /// `check`) are present only when a target was given.
-    pub fn to_json(&self) -> serde_json::Value {
-        let rows: Vec<serde_json::Value> = self
-            .rows
-            .iter()
-            .map(|r| {
-                let mut o = serde_json::json!({
-                    "variant": r.variant.canonical(),
-                    "label": r.variant.label(),
-                });
-                let m = o.as_object_mut().expect("a JSON object");
-                if let Some(e) = &r.error {
-                    m.insert("error".into(), e.clone().into());
-                    return o;
-                }
-                m.insert("note".into(), r.note.clone().into());
-                m.insert("schedule_tree".into(), r.tree.clone().into());
-                m.insert("gpu_tree".into(), r.gpu_tree.clone().into());
-                m.insert(
-                    "kernels".into(),
-                    r.kernels
-                        .iter()
-                        .map(|k| {
-                            let res = r
-                                .resources
-                                .as_ref()
-                                .and_then(|rs| rs.iter().find(|x| x.kernel == k.name));
-                            serde_json::json!({
-                                "name": k.name,
-                                "grid": k.grid,
-                                "block": k.block,
-                                "blocks": k.blocks(),
-                                "threads_per_block": k.threads(),
-                                "shared_bytes_per_block": k.shared_bytes,
-                                "registers": res.map(|x| x.registers),
-                                "spill_stores": res.map(|x| x.spill_stores),
-                                "spill_loads": res.map(|x| x.spill_loads),
-                            })
-                        })
-                        .collect::<Vec<_>>()
-                        .into(),
-                );
-                m.insert("launches".into(), r.launches().into());
-                if let Some(t) = &r.traffic {
-                    m.insert("read_bytes".into(), t.read_bytes.into());
-                    m.insert("write_bytes".into(), t.write_bytes.into());
-                    m.insert("bytes_exact".into(), t.exact.into());
-                    m.insert(
-                        "tensors".into(),
-                        t.tensors
-                            .iter()
-                            .map(|(n, rd, wr)| {
-                                serde_json::json!({"tensor": n, "read_bytes": rd, "write_bytes": wr})
-                            })
-                            .collect::<Vec<_>>()
-                            .into(),
-                    );
-                }
-                m.insert("flops".into(), r.flops.into());
-                m.insert("arithmetic_intensity".into(), r.intensity().into());
-                m.insert("model_us".into(), r.model_us.into());
-                if self.measured() {
-                    m.insert(
-                        "check".into(),
-                        r.check_ok
-                            .map(|ok| {
-                                serde_json::json!({
-                                    "ok": ok,
-                                    "max_rel_error": r.max_rel_error,
-                                    "declared_rel_error": r.declared_rel_error,
-                                })
-                            })
-                            .into(),
-                    );
-                    m.insert("time_us".into(), r.time_us.into());
-                }
-                o
-            })
-            .collect();
-        let mut doc = serde_json::json!({
-            "program": self.program,
-            "params": self.params.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
-            "bytes_model": "per tile point (GPU: shared mark or thread marks; CPU: point mark), fixed box hull of each access footprint times the number of tiles",
-            "variants": rows,
-        });
-        if let Some(t) = self.target {
-            doc["target"] = t.name().into();
-            doc["device"] = self.device.clone().into();
+    pub fn to_json(&self) -> impl serde::Serialize + '_ {
+        CompareJson {
+            program: &self.program,
+            params: self.params.iter().map(|(n, v)| (n.as_str(), *v)).collect(),
+            bytes_model: "per tile point (GPU: shared mark or thread marks; CPU: point mark), fixed box hull of each access footprint times the number of tiles",
+            variants: self.rows.iter().map(|r| self.row_json(r)).collect(),
+            measured_on: self.target.map(|t| MeasuredOn {
+                target: t.name(),
+                device: self.device.as_deref(),
+            }),
         }
-        doc
     }
+
+    fn row_json<'a>(&self, r: &'a Row) -> RowJson<'a> {
+        let compiled = r.error.is_none().then(|| CompiledJson {
+            note: r.note.as_deref(),
+            schedule_tree: &r.tree,
+            gpu_tree: r.gpu_tree.as_deref(),
+            kernels: r
+                .kernels
+                .iter()
+                .map(|k| {
+                    let res = r
+                        .resources
+                        .as_ref()
+                        .and_then(|rs| rs.iter().find(|x| x.kernel == k.name));
+                    KernelJson {
+                        name: &k.name,
+                        grid: k.grid,
+                        block: k.block,
+                        blocks: k.blocks(),
+                        threads_per_block: k.threads(),
+                        shared_bytes_per_block: k.shared_bytes,
+                        registers: res.map(|x| x.registers),
+                        spill_stores: res.map(|x| x.spill_stores),
+                        spill_loads: res.map(|x| x.spill_loads),
+                    }
+                })
+                .collect(),
+            launches: r.launches(),
+            traffic: r.traffic.as_ref().map(|t| TrafficJson {
+                read_bytes: t.read_bytes,
+                write_bytes: t.write_bytes,
+                bytes_exact: t.exact,
+                tensors: t
+                    .tensors
+                    .iter()
+                    .map(|(tensor, read_bytes, write_bytes)| TensorTraffic {
+                        tensor,
+                        read_bytes: *read_bytes,
+                        write_bytes: *write_bytes,
+                    })
+                    .collect(),
+            }),
+            flops: r.flops,
+            arithmetic_intensity: r.intensity(),
+            model_us: r.model_us,
+            measured: self.measured().then(|| MeasuredJson {
+                check: r.check_ok.map(|ok| CheckJson {
+                    ok,
+                    max_rel_error: r.max_rel_error,
+                    declared_rel_error: r.declared_rel_error,
+                }),
+                time_us: r.time_us,
+            }),
+        });
+        RowJson {
+            variant: r.variant.canonical(),
+            label: r.variant.label(),
+            error: r.error.as_deref(),
+            compiled,
+        }
+    }
+}
+
+/// The document of `compare --json`, in this order.
+#[derive(serde::Serialize)]
+struct CompareJson<'a> {
+    program: &'a str,
+    /// In the program's order.
+    params: indexmap::IndexMap<&'a str, i64>,
+    bytes_model: &'static str,
+    variants: Vec<RowJson<'a>>,
+    #[serde(flatten)]
+    measured_on: Option<MeasuredOn<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct MeasuredOn<'a> {
+    target: &'static str,
+    device: Option<&'a str>,
+}
+
+/// A variant: its error, or what its compilation gave.
+#[derive(serde::Serialize)]
+struct RowJson<'a> {
+    variant: String,
+    label: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(flatten)]
+    compiled: Option<CompiledJson<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct CompiledJson<'a> {
+    note: Option<&'a str>,
+    schedule_tree: &'a str,
+    gpu_tree: Option<&'a str>,
+    kernels: Vec<KernelJson<'a>>,
+    launches: usize,
+    #[serde(flatten)]
+    traffic: Option<TrafficJson<'a>>,
+    flops: Option<u64>,
+    arithmetic_intensity: Option<f64>,
+    model_us: Option<f64>,
+    #[serde(flatten)]
+    measured: Option<MeasuredJson>,
+}
+
+#[derive(serde::Serialize)]
+struct KernelJson<'a> {
+    name: &'a str,
+    grid: [u32; 3],
+    block: [u32; 3],
+    blocks: u64,
+    threads_per_block: u64,
+    shared_bytes_per_block: usize,
+    registers: Option<u32>,
+    spill_stores: Option<u64>,
+    spill_loads: Option<u64>,
+}
+
+#[derive(serde::Serialize)]
+struct TrafficJson<'a> {
+    read_bytes: u64,
+    write_bytes: u64,
+    bytes_exact: bool,
+    tensors: Vec<TensorTraffic<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct TensorTraffic<'a> {
+    tensor: &'a str,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+#[derive(serde::Serialize)]
+struct MeasuredJson {
+    check: Option<CheckJson>,
+    time_us: Option<f64>,
+}
+
+#[derive(serde::Serialize)]
+struct CheckJson {
+    ok: bool,
+    max_rel_error: Option<f64>,
+    declared_rel_error: Option<f64>,
 }
 
 fn first_line(s: &str) -> &str {

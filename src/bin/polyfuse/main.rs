@@ -357,7 +357,8 @@ enum Emit {
     Artifact,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Target {
     /// The CPU schedule, compiled with the system C compiler.
     Cpu,
@@ -576,64 +577,98 @@ fn print_report(name: &str, target: Target, options: &Options, report: &RunRepor
     }
 }
 
+/// The document of `run --json`: the same facts as [`print_report`], in
+/// this order.
+#[derive(serde::Serialize)]
+struct RunJson<'a> {
+    program: &'a str,
+    target: Target,
+    device: &'a str,
+    check: Option<CheckJson<'a>>,
+    median_us: Option<f64>,
+    runs: usize,
+    launches: usize,
+    bytes: u64,
+    flops: u64,
+    gb_per_s: Option<f64>,
+    tflop_per_s: Option<f64>,
+    kernels: Vec<KernelTime<'a>>,
+}
+
+/// The check of `run --json`. JSON has no infinity: an error that is not
+/// finite (a NaN where the reference has a number, an element never
+/// written) is null, as serde_json writes every non-finite number.
+#[derive(serde::Serialize)]
+struct CheckJson<'a> {
+    ok: bool,
+    max_rel_error: f64,
+    /// The declared-precision run's error, which sets the bound where
+    /// twice it exceeds the dtype's.
+    declared_rel_error: f64,
+    tensor: Option<&'a str>,
+    index: Option<usize>,
+    outputs: Vec<OutputJson<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct OutputJson<'a> {
+    name: &'a str,
+    dtype: polyfuse::frontend::ast::DType,
+    max_rel_error: f64,
+    declared_rel_error: f64,
+    bound: f64,
+}
+
+#[derive(serde::Serialize)]
+struct KernelTime<'a> {
+    kernel: &'a str,
+    median_us: f64,
+}
+
 /// `run --json`: one object with the same facts as [`print_report`].
 fn print_json(name: &str, target: Target, report: &RunReport) -> Result<(), Error> {
-    // JSON has no infinity: a NaN where the reference has a number (an
-    // element never written) is reported as null.
-    let finite = |e: f64| {
-        if e.is_finite() {
-            serde_json::json!(e)
-        } else {
-            serde_json::Value::Null
-        }
-    };
-    let check = report.check.as_ref().map(|c| {
-        let (tensor, index) = match &c.worst {
-            Some((t, i)) => (serde_json::json!(t), serde_json::json!(i)),
-            None => (serde_json::Value::Null, serde_json::Value::Null),
-        };
-        serde_json::json!({
-            "ok": c.ok,
-            "max_rel_error": finite(c.max_rel_err),
-            // The declared-precision run's error, which sets the bound
-            // where twice it exceeds the dtype's.
-            "declared_rel_error": finite(c.declared_rel_err),
-            "tensor": tensor,
-            "index": index,
-            "outputs": c.per_output.iter().map(|o| serde_json::json!({
-                "name": o.name,
-                "dtype": o.dtype.to_string(),
-                "max_rel_error": finite(o.error),
-                "declared_rel_error": finite(o.declared),
-                "bound": o.bound,
-            })).collect::<Vec<_>>(),
-        })
+    let check = report.check.as_ref().map(|c| CheckJson {
+        ok: c.ok,
+        max_rel_error: c.max_rel_err,
+        declared_rel_error: c.declared_rel_err,
+        tensor: c.worst.as_ref().map(|(t, _)| t.as_str()),
+        index: c.worst.as_ref().map(|(_, i)| *i),
+        outputs: c
+            .per_output
+            .iter()
+            .map(|o| OutputJson {
+                name: &o.name,
+                dtype: o.dtype,
+                max_rel_error: o.error,
+                declared_rel_error: o.declared,
+                bound: o.bound,
+            })
+            .collect(),
     });
-    let value = serde_json::json!({
-        "program": name,
-        "target": match target {
-            Target::Cpu => "cpu",
-            Target::Cuda => "cuda",
-            Target::Emulate => "emulate",
-        },
-        "device": report.device,
-        "check": check,
-        "median_us": report.median_us,
-        "runs": report.runs,
-        "launches": report.launches,
-        "bytes": report.work.bytes,
-        "flops": report.work.flops,
-        "gb_per_s": report.gb_per_s(),
-        "tflop_per_s": report.tflop_per_s(),
-        "kernels": report
+    let doc = RunJson {
+        program: name,
+        target,
+        device: &report.device,
+        check,
+        median_us: report.median_us,
+        runs: report.runs,
+        launches: report.launches,
+        bytes: report.work.bytes,
+        flops: report.work.flops,
+        gb_per_s: report.gb_per_s(),
+        tflop_per_s: report.tflop_per_s(),
+        kernels: report
             .kernel_us
             .iter()
-            .map(|(k, t)| serde_json::json!({"kernel": k, "median_us": t}))
-            .collect::<Vec<_>>(),
-    });
+            .map(|(kernel, median_us)| KernelTime {
+                kernel,
+                median_us: *median_us,
+            })
+            .collect(),
+    };
     println!(
         "{}",
-        serde_json::to_string(&value).map_err(|e| Error::Internal(e.to_string()))?
+        serde_json::to_string(&doc).map_err(|e| Error::Internal(e.to_string()))?
     );
     Ok(())
 }

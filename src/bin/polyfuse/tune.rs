@@ -11,7 +11,8 @@ use polyfuse::tune::compare::{self, Request};
 use polyfuse::tune::{plot, MeasureTarget, Variant};
 use polyfuse::Error;
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum MeasureOn {
     /// The CPU schedule, compiled with the system C compiler.
     Cpu,
@@ -176,7 +177,8 @@ impl CacheArgs {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SearchKind {
     /// TC's genetic search: elites, three-parent uniform crossover from
     /// fitness-proportional parents, mutation.
@@ -423,34 +425,28 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
     let default = &outcome.candidates[outcome.default];
     let best = outcome.best.map(|b| &outcome.candidates[b]);
     if args.json {
-        let cand = |c: &search::Candidate| {
-            serde_json::json!({
-                "index": c.index,
-                "generation": c.generation,
-                "variant": c.variant.canonical(),
-                "time_us": c.time_us,
-                "error": c.error,
-            })
-        };
-        let doc = serde_json::json!({
-            "program": program.name,
-            "target": on_name(on),
-            "arch": arch,
-            "device": outcome.device,
-            "search": match args.search { SearchKind::Genetic => "genetic", SearchKind::Random => "random" },
-            "seed": args.seed,
-            "space_size": outcome.space_size,
-            "seconds": elapsed,
-            "reference_seconds": outcome.reference_seconds,
-            "default": cand(default),
-            "best": best.map(cand),
-            "speedup": match (default.time_us, best.and_then(|b| b.time_us)) {
+        let cand = CandidateJson::of;
+        let doc = TuneJson {
+            program: &program.name,
+            target: on,
+            arch: &arch,
+            device: outcome.device.as_deref(),
+            search: args.search,
+            seed: args.seed,
+            space_size: outcome.space_size,
+            seconds: elapsed,
+            reference_seconds: outcome.reference_seconds,
+            default: cand(default),
+            best: best.map(cand),
+            speedup: match (default.time_us, best.and_then(|b| b.time_us)) {
                 (Some(d), Some(b)) if b > 0.0 => Some(d / b),
                 _ => None,
             },
-            "cache": cache_note.as_ref().map(|(p, k)| serde_json::json!({"path": p, "key": k})),
-            "candidates": outcome.candidates.iter().map(cand).collect::<Vec<_>>(),
-        });
+            cache: cache_note
+                .as_ref()
+                .map(|(path, key)| CacheNote { path, key }),
+            candidates: outcome.candidates.iter().map(cand).collect(),
+        };
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?
@@ -507,6 +503,53 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
         });
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The document of `tune --json`, in this order.
+#[derive(serde::Serialize)]
+struct TuneJson<'a> {
+    program: &'a str,
+    target: MeasureOn,
+    arch: &'a str,
+    device: Option<&'a str>,
+    search: SearchKind,
+    seed: u64,
+    space_size: u64,
+    seconds: f64,
+    reference_seconds: Option<f64>,
+    default: CandidateJson<'a>,
+    best: Option<CandidateJson<'a>>,
+    speedup: Option<f64>,
+    cache: Option<CacheNote<'a>>,
+    candidates: Vec<CandidateJson<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct CandidateJson<'a> {
+    index: usize,
+    generation: usize,
+    variant: String,
+    time_us: Option<f64>,
+    error: Option<&'a str>,
+}
+
+impl CandidateJson<'_> {
+    fn of(c: &polyfuse::tune::search::Candidate) -> CandidateJson<'_> {
+        CandidateJson {
+            index: c.index,
+            generation: c.generation,
+            variant: c.variant.canonical(),
+            time_us: c.time_us,
+            error: c.error.as_deref(),
+        }
+    }
+}
+
+/// Where `tune` stored its result.
+#[derive(serde::Serialize)]
+struct CacheNote<'a> {
+    path: &'a str,
+    key: &'a str,
 }
 
 fn on_name(on: MeasureOn) -> &'static str {
