@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program};
 use crate::gpu::contraction::Contraction;
 use crate::gpu::lanes::LaneLoop;
-use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
+use crate::gpu::mapping::{parse_mapping_mark, KernelBody, KernelPlan, Registers};
 use crate::gpu::private::PrivateRegion;
 use crate::gpu::promote::{Promotion, Scope};
 use crate::gpu::registers::RegisterTile;
@@ -255,23 +255,23 @@ pub fn program(
         })
         .collect();
     let mut source = prelude(program, scop, index_type(program, scop));
-    let attention = plans.iter().any(|p| p.attention.is_some());
-    let tensor_cores = attention || plans.iter().any(|p| p.contraction.is_some());
+    let attention = plans.iter().any(|p| p.attention().is_some());
+    let tensor_cores = attention || plans.iter().any(|p| p.contraction().is_some());
     if tensor_cores {
         source.push_str(super::mma::GPU_HELPERS);
         source.push_str(super::mma::WGMMA_HELPERS);
         if plans
             .iter()
-            .any(|p| p.contraction.as_ref().is_some_and(|c| c.split > 1))
+            .any(|p| p.contraction().is_some_and(|c| c.split > 1))
         {
             source.push_str(super::mma::CLUSTER_HELPERS);
         }
-        if let Some(a) = plans.iter().find_map(|p| p.attention.as_ref()) {
+        if let Some(a) = plans.iter().find_map(KernelPlan::attention) {
             source.push_str(&super::flash::gpu_helpers(a));
         }
         let mut shapes: Vec<(&str, i64, [bool; 2])> = plans
             .iter()
-            .filter_map(|p| p.contraction.as_ref())
+            .filter_map(KernelPlan::contraction)
             .filter(|c| c.wgmma)
             .map(|c| {
                 let ty = if c.dtype == DType::BF16 {
@@ -303,7 +303,7 @@ pub fn program(
     let names: Vec<String> = scop.tensors.iter().map(|t| t.name.clone()).collect();
     let shared = plans
         .iter()
-        .filter_map(|p| p.scope.as_ref())
+        .filter_map(|p| p.threads()?.scope.as_ref())
         .map(|s| s.arrays.len())
         .max()
         .unwrap_or(0);
@@ -345,23 +345,17 @@ pub fn program(
         // with pieces, every piece loads the tile and the initialisation
         // runs where isl put it (seed-140: the reader's piece started from
         // zeros and stored them over the reduction's result).
-        let regs_of_kernel = plan.registers.clone().map(|mut r| {
-            if !repeated_marks(body, "registers").is_empty() {
-                r.init = None;
-            }
-            r
-        });
         let threads: u32 = plan.block.iter().product();
         // Contractions: ask for the blocks per multiprocessor the fragment
         // tiling is meant for (registers are the limit).
-        let bounds = match (&plan.contraction, &plan.attention) {
+        let bounds = match (plan.contraction(), &plan.body) {
             (Some(c), _) => format!("{threads}, {}", c.min_blocks()),
-            (_, Some(a)) => format!("{threads}, {}", super::flash::min_blocks(a)),
+            (_, KernelBody::Attention(a)) => format!("{threads}, {}", super::flash::min_blocks(a)),
             _ => threads.to_string(),
         };
         // A split contraction's blocks of one tile form a cluster along z
         // (sm_90 and later; before, the kernel runs without clusters).
-        let cluster = match &plan.contraction {
+        let cluster = match plan.contraction() {
             Some(c) if c.split > 1 => {
                 let _ = writeln!(
                     source,
@@ -399,48 +393,16 @@ pub fn program(
                 step_arg(&l.iterator)
             );
         }
-        if let Some(a) = &plan.attention {
-            printer.globals.take();
-            let text = super::flash::body(a, program, scop, false, &printer.globals);
-            let globals = touched(&args, printer.globals.take(), mark, &text)?;
-            source.push_str(&text);
-            source.push_str("}\n");
-            let _ = writeln!(emulation, "  {{ /* {mark} */");
-            emulation.push_str(&super::flash::body(
-                a,
-                program,
-                scop,
-                true,
-                &printer.globals,
-            ));
-            let _ = writeln!(emulation, "  }}");
-            kernels.push(Kernel {
-                name: mark.clone(),
-                grid: plan.grid.clone(),
-                block: plan.block,
-                dynamic_shared: a.shared_bytes(),
-                static_shared: 0,
-                dependent: true,
-                globals,
-            });
-            // A split attention's second kernel: the combination over the
-            // slices and the epilogue, a warp per (row, column).
-            if a.split.is_some() {
-                let name = format!("{mark}_combine");
-                kernel_head(
-                    &mut source,
-                    &format!("__launch_bounds__({})", super::flash::COMBINE_THREADS),
-                    &name,
-                    &signature,
-                    program,
-                );
+        let thread_plan = match &plan.body {
+            KernelBody::Threads(t) => t,
+            KernelBody::Attention(a) => {
                 printer.globals.take();
-                let text = super::flash::combine_body(a, program, scop, false, &printer.globals);
-                let globals = touched(&args, printer.globals.take(), &name, &text)?;
+                let text = super::flash::body(a, program, scop, false, &printer.globals);
+                let globals = touched(&args, printer.globals.take(), mark, &text)?;
                 source.push_str(&text);
                 source.push_str("}\n");
-                let _ = writeln!(emulation, "  {{ /* {name} */");
-                emulation.push_str(&super::flash::combine_body(
+                let _ = writeln!(emulation, "  {{ /* {mark} */");
+                emulation.push_str(&super::flash::body(
                     a,
                     program,
                     scop,
@@ -449,31 +411,75 @@ pub fn program(
                 ));
                 let _ = writeln!(emulation, "  }}");
                 kernels.push(Kernel {
-                    name,
-                    grid: [
-                        Expr::Int(a.rows),
-                        Expr::Int(a.batches()),
-                        Expr::Int(super::flash::combine_column_blocks(a)),
-                    ],
-                    block: [super::flash::COMBINE_THREADS, 1, 1],
-                    dynamic_shared: 0,
+                    name: mark.clone(),
+                    grid: plan.grid.clone(),
+                    block: plan.block,
+                    dynamic_shared: a.shared_bytes(),
                     static_shared: 0,
                     dependent: true,
                     globals,
                 });
+                // A split attention's second kernel: the combination over the
+                // slices and the epilogue, a warp per (row, column).
+                if a.split.is_some() {
+                    let name = format!("{mark}_combine");
+                    kernel_head(
+                        &mut source,
+                        &format!("__launch_bounds__({})", super::flash::COMBINE_THREADS),
+                        &name,
+                        &signature,
+                        program,
+                    );
+                    printer.globals.take();
+                    let text =
+                        super::flash::combine_body(a, program, scop, false, &printer.globals);
+                    let globals = touched(&args, printer.globals.take(), &name, &text)?;
+                    source.push_str(&text);
+                    source.push_str("}\n");
+                    let _ = writeln!(emulation, "  {{ /* {name} */");
+                    emulation.push_str(&super::flash::combine_body(
+                        a,
+                        program,
+                        scop,
+                        true,
+                        &printer.globals,
+                    ));
+                    let _ = writeln!(emulation, "  }}");
+                    kernels.push(Kernel {
+                        name,
+                        grid: [
+                            Expr::Int(a.rows),
+                            Expr::Int(a.batches()),
+                            Expr::Int(super::flash::combine_column_blocks(a)),
+                        ],
+                        block: [super::flash::COMBINE_THREADS, 1, 1],
+                        dynamic_shared: 0,
+                        static_shared: 0,
+                        dependent: true,
+                        globals,
+                    });
+                }
+                continue;
             }
-            continue;
-        }
+        };
+        let regs_of_kernel = thread_plan.registers.as_ref().map(|r| {
+            let mut r = r.tile().clone();
+            if !repeated_marks(body, "registers").is_empty() {
+                r.init = None;
+            }
+            r
+        });
+        let contraction = plan.contraction();
         // A register tile's step loops: full tiles with a constant trip
         // count, the last one clipped (`full_steps`).
         let split_body;
-        let body = if plan.registers.is_some() && plan.contraction.is_none() {
+        let body = if matches!(thread_plan.registers, Some(Registers::Tile(_))) {
             split_body = full_steps::split(body);
             &split_body
         } else {
             body
         };
-        let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
+        let scope = thread_plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
         let stages = if scope.is_some_and(|s| s.double_buffered) {
             2
         } else {
@@ -491,7 +497,7 @@ pub fn program(
                 a.len * stages
             );
         }
-        if let Some(c) = &plan.contraction {
+        if let Some(c) = contraction {
             source.push_str(&super::mma::declare(c, mark, false, "  "));
         }
         let ctx = Ctx {
@@ -503,22 +509,22 @@ pub fn program(
             emulate: None,
             scope,
             in_scope: false,
-            reduce_x: plan.reduce_x,
+            reduce_x: thread_plan.reduce_x,
             regs: regs_of_kernel.as_ref(),
             in_regs: false,
             block: plan.block,
             full_tile: false,
             slot_tests: &[],
             nosync: false,
-            mma: plan.contraction.as_ref(),
-            private: &plan.private,
+            mma: contraction,
+            private: &thread_plan.private,
             repeated_private: &repeated,
             mark,
             bound: &host_iterators,
             step_loop: None,
             staged: false,
-            lanes: plan.lanes.as_deref(),
-            lane_axis: plan.lane_axis,
+            lanes: thread_plan.lanes.as_deref(),
+            lane_axis: thread_plan.lane_axis,
             in_lanes: false,
             row_caches: &[],
             store_in_fours: false,
@@ -536,7 +542,7 @@ pub fn program(
         let _ = writeln!(emulation, "  {{ /* {mark} */");
         // The race detector watches the kernels printed here statement by
         // statement; templates print their own accesses (`codegen::race`).
-        let race = plan.contraction.is_none() && plan.lanes.is_none();
+        let race = contraction.is_none() && thread_plan.lanes.is_none();
         if race {
             let [x, y, z] = plan.block;
             let _ = writeln!(emulation, "    pf_race_begin(\"{mark}\", {x}, {y}, {z});");
@@ -565,7 +571,7 @@ pub fn program(
                 a.len * stages
             );
         }
-        if let Some(c) = &plan.contraction {
+        if let Some(c) = contraction {
             emulation.push_str(&super::mma::declare(c, mark, true, "    "));
         }
         printer.race.set(race);
@@ -576,7 +582,7 @@ pub fn program(
             name: mark.clone(),
             grid: plan.grid.clone(),
             block: plan.block,
-            dynamic_shared: plan.contraction.as_ref().map_or(0, |c| c.shared_bytes()),
+            dynamic_shared: contraction.map_or(0, |c| c.shared_bytes()),
             static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
             dependent: true,
             globals,
