@@ -32,9 +32,12 @@ mod unswitch;
 use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program};
+use crate::gpu::attention::Attention;
 use crate::gpu::contraction::Contraction;
 use crate::gpu::lanes::LaneLoop;
-use crate::gpu::mapping::{parse_mapping_mark, KernelBody, KernelPlan, Registers};
+use crate::gpu::mapping::{
+    parse_mapping_mark, AttentionPlan, CombineKernel, KernelBody, KernelPlan, Registers, ThreadPlan,
+};
 use crate::gpu::private::PrivateRegion;
 use crate::gpu::promote::{Promotion, Scope};
 use crate::gpu::registers::RegisterTile;
@@ -230,10 +233,74 @@ pub fn program(
         race: Default::default(),
         globals: Default::default(),
     };
+    let args = kernel_args(program, scop, &host_loops);
+    let mut source = prelude(program, scop, index_type(program, scop));
+    source.push_str(&tensor_core_helpers(plans));
+    let mut out = Printed {
+        program,
+        scop,
+        printer: &printer,
+        params: &params,
+        signature: signature(&args),
+        args: &args,
+        source,
+        emulation: emulation_head(program, scop, plans, &printer),
+        kernels: Vec::new(),
+    };
+    for (index, (mark, body)) in bodies.iter().enumerate() {
+        host_loop_heads(&host_loops, index, &params, &mut out.emulation);
+        let plan = plans
+            .iter()
+            .find(|p| &p.mark == mark)
+            .ok_or_else(|| Error::Internal(format!("no mapping recorded for {mark}")))?;
+        out.kernel_head(plan);
+        // The iterators of the host loops around this kernel, under the
+        // names its code uses: bound for the whole kernel body (a register
+        // region whose prefix names a host step's iterator is printed with
+        // its registers, see `Ctx::names_unbound`).
+        let host_iterators: Vec<String> = host_loops
+            .iter()
+            .filter(|l| (l.first..l.end).contains(&index))
+            .map(|l| l.iterator.clone())
+            .collect();
+        for it in &host_iterators {
+            let _ = writeln!(out.source, "  const pf_i {it} = {};", step_arg(it));
+        }
+        match &plan.body {
+            KernelBody::Attention(a) => {
+                out.attention(plan, a)?;
+                if let Some(combine) = &a.combine {
+                    out.combine(&a.attention, combine)?;
+                }
+            }
+            KernelBody::Threads(t) => out.threads(plan, t, body, &host_iterators)?,
+        }
+    }
+    let Printed {
+        source,
+        mut emulation,
+        kernels,
+        ..
+    } = out;
+    host_loop_tails(&host_loops, bodies.len(), &mut emulation);
+    emulation.push_str("}\n");
+    Ok((
+        CudaProgram {
+            source,
+            kernels,
+            args,
+            host_loops,
+        },
+        emulation,
+    ))
+}
+
+/// The kernels' arguments: the tensors and parameters in the order every
+/// launcher uses, then the host loops' iterators, once each (loops one
+/// after the other may share their iterator's name).
+fn kernel_args(program: &Program, scop: &Scop, host_loops: &[HostLoop]) -> Vec<KernelArg> {
     let mut args = crate::gpu::kernel_args(program, &scop.tensors);
-    // The host loops' iterators, once each (loops one after the other may
-    // share their iterator's name).
-    for l in &host_loops {
+    for l in host_loops {
         let step = KernelArg::Step {
             name: l.iterator.clone(),
         };
@@ -241,9 +308,12 @@ pub fn program(
             args.push(step);
         }
     }
-    // The parameter list, from the argument order every launcher uses.
-    let signature: Vec<String> = args
-        .iter()
+    args
+}
+
+/// Every kernel's parameter list, from its arguments.
+fn signature(args: &[KernelArg]) -> Vec<String> {
+    args.iter()
         .map(|a| match a {
             KernelArg::Tensor { name, dtype, .. } => format!(
                 "{} *__restrict__ {}",
@@ -253,41 +323,56 @@ pub fn program(
             KernelArg::Param { name } => format!("long {}", param_name(name)),
             KernelArg::Step { name } => format!("long {}", step_arg(name)),
         })
+        .collect()
+}
+
+/// The CUDA helpers the plans' tensor-core kernels use (fragments,
+/// `wgmma` of each shape, clusters, attention), or nothing.
+fn tensor_core_helpers(plans: &[KernelPlan]) -> String {
+    let attention = plans.iter().find_map(KernelPlan::attention);
+    let contractions = || plans.iter().filter_map(KernelPlan::contraction);
+    let mut source = String::new();
+    if attention.is_none() && contractions().next().is_none() {
+        return source;
+    }
+    source.push_str(super::mma::GPU_HELPERS);
+    source.push_str(super::mma::WGMMA_HELPERS);
+    if contractions().any(|c| c.split > 1) {
+        source.push_str(super::mma::CLUSTER_HELPERS);
+    }
+    if let Some(a) = attention {
+        source.push_str(&super::flash::gpu_helpers(a));
+    }
+    let mut shapes: Vec<(&str, i64, [bool; 2])> = contractions()
+        .filter(|c| c.wgmma)
+        .map(|c| {
+            let ty = if c.dtype == DType::BF16 {
+                "bf16"
+            } else {
+                "f16"
+            };
+            (ty, c.tile[1], [!c.a.k_contiguous, !c.b.k_contiguous])
+        })
         .collect();
-    let mut source = prelude(program, scop, index_type(program, scop));
+    shapes.sort();
+    shapes.dedup();
+    for (ty, n, trans) in shapes {
+        source.push_str(&super::mma::wgmma_helper(ty, n, trans));
+    }
+    source
+}
+
+/// The emulation's start, up to its first kernel: the helpers its plans
+/// need, the race detector's (set up for every tensor's elements), and
+/// the entry point's head.
+fn emulation_head(
+    program: &Program,
+    scop: &Scop,
+    plans: &[KernelPlan],
+    printer: &Printer<'_>,
+) -> String {
     let attention = plans.iter().any(|p| p.attention().is_some());
     let tensor_cores = attention || plans.iter().any(|p| p.contraction().is_some());
-    if tensor_cores {
-        source.push_str(super::mma::GPU_HELPERS);
-        source.push_str(super::mma::WGMMA_HELPERS);
-        if plans
-            .iter()
-            .any(|p| p.contraction().is_some_and(|c| c.split > 1))
-        {
-            source.push_str(super::mma::CLUSTER_HELPERS);
-        }
-        if let Some(a) = plans.iter().find_map(KernelPlan::attention) {
-            source.push_str(&super::flash::gpu_helpers(a));
-        }
-        let mut shapes: Vec<(&str, i64, [bool; 2])> = plans
-            .iter()
-            .filter_map(KernelPlan::contraction)
-            .filter(|c| c.wgmma)
-            .map(|c| {
-                let ty = if c.dtype == DType::BF16 {
-                    "bf16"
-                } else {
-                    "f16"
-                };
-                (ty, c.tile[1], [!c.a.k_contiguous, !c.b.k_contiguous])
-            })
-            .collect();
-        shapes.sort();
-        shapes.dedup();
-        for (ty, n, trans) in shapes {
-            source.push_str(&super::mma::wgmma_helper(ty, n, trans));
-        }
-    }
     let mut emulation = String::new();
     let _ = writeln!(
         emulation,
@@ -331,34 +416,39 @@ pub fn program(
             counts.join(", ")
         }
     );
-    let mut kernels = Vec::new();
-    for (index, (mark, body)) in bodies.iter().enumerate() {
-        host_loop_heads(&host_loops, index, &params, &mut emulation);
-        let repeated = repeated_marks(body, "private_");
-        let plan = plans
-            .iter()
-            .find(|p| &p.mark == mark)
-            .ok_or_else(|| Error::Internal(format!("no mapping recorded for {mark}")))?;
-        // isl may print the register region in several pieces (one where
-        // the reduction runs, one for a later reader of the tile): only a
-        // region that runs the initialisation may start from the identity;
-        // with pieces, every piece loads the tile and the initialisation
-        // runs where isl put it (seed-140: the reader's piece started from
-        // zeros and stored them over the reduction's result).
+    emulation
+}
+
+/// The program being printed: the CUDA source, the emulation and the
+/// launch records so far, and what every kernel shares.
+struct Printed<'a> {
+    program: &'a Program,
+    scop: &'a Scop,
+    printer: &'a Printer<'a>,
+    params: &'a [String],
+    args: &'a [KernelArg],
+    signature: Vec<String>,
+    source: String,
+    emulation: String,
+    kernels: Vec<Kernel>,
+}
+
+impl Printed<'_> {
+    /// The opening of kernel `plan` in the source: its cluster's macro for
+    /// a split contraction (its blocks of one tile form a cluster along z
+    /// on sm_90 and later; before, the kernel runs without clusters), and
+    /// its launch bounds.
+    fn kernel_head(&mut self, plan: &KernelPlan) {
+        let mark = &plan.mark;
         let threads: u32 = plan.block.iter().product();
-        // Contractions: ask for the blocks per multiprocessor the fragment
-        // tiling is meant for (registers are the limit).
-        let bounds = match (plan.contraction(), &plan.body) {
-            (Some(c), _) => format!("{threads}, {}", c.min_blocks()),
-            (_, KernelBody::Attention(a)) => format!("{threads}, {}", super::flash::min_blocks(a)),
-            _ => threads.to_string(),
+        let bounds = match plan.min_blocks {
+            Some(m) => format!("{threads}, {m}"),
+            None => threads.to_string(),
         };
-        // A split contraction's blocks of one tile form a cluster along z
-        // (sm_90 and later; before, the kernel runs without clusters).
         let cluster = match plan.contraction() {
             Some(c) if c.split > 1 => {
                 let _ = writeln!(
-                    source,
+                    self.source,
                     "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n#define PF_CLUSTER_{mark} __cluster_dims__(1, 1, {})\n#else\n#define PF_CLUSTER_{mark}\n#endif",
                     c.split
                 );
@@ -367,101 +457,104 @@ pub fn program(
             _ => String::new(),
         };
         kernel_head(
-            &mut source,
+            &mut self.source,
             &format!("{cluster}__launch_bounds__({bounds})"),
             mark,
-            &signature,
+            &self.signature,
+            self.program,
+        );
+    }
+
+    /// The launch record of kernel `name` (dynamic and static shared
+    /// bytes in `shared`), with the tensors its CUDA text from `start` on
+    /// accessed (noted by the printer since its last take).
+    fn record(
+        &mut self,
+        name: &str,
+        grid: &[Expr; 3],
+        block: [u32; 3],
+        [dynamic_shared, static_shared]: [usize; 2],
+        start: usize,
+    ) -> Result<()> {
+        let globals = touched(
+            self.args,
+            self.printer.globals.take(),
+            name,
+            &self.source[start..],
+        )?;
+        self.kernels.push(Kernel {
+            name: name.to_string(),
+            grid: grid.clone(),
+            block,
+            dynamic_shared,
+            static_shared,
+            dependent: true,
+            globals,
+        });
+        Ok(())
+    }
+
+    /// An attention kernel, printed whole by `codegen::flash`.
+    fn attention(&mut self, plan: &KernelPlan, a: &AttentionPlan) -> Result<()> {
+        let (program, scop, globals) = (self.program, self.scop, &self.printer.globals);
+        let mark = &plan.mark;
+        globals.take();
+        let start = self.source.len();
+        self.source
+            .push_str(&super::flash::body(a, program, scop, false, globals));
+        let shared = [plan.dynamic_shared, plan.static_shared];
+        self.record(mark, &plan.grid, plan.block, shared, start)?;
+        self.source.push_str("}\n");
+        let _ = writeln!(self.emulation, "  {{ /* {mark} */");
+        let emulated = super::flash::body(a, program, scop, true, &self.printer.globals);
+        self.emulation.push_str(&emulated);
+        let _ = writeln!(self.emulation, "  }}");
+        Ok(())
+    }
+
+    /// A split attention's second kernel (`combine`, planned by the gpu
+    /// stage): the combination over the slices and the epilogue.
+    fn combine(&mut self, a: &Attention, combine: &CombineKernel) -> Result<()> {
+        let (program, scop) = (self.program, self.scop);
+        let name = &combine.name;
+        let threads: u32 = combine.block.iter().product();
+        kernel_head(
+            &mut self.source,
+            &format!("__launch_bounds__({threads})"),
+            name,
+            &self.signature,
             program,
         );
-        // The iterators of the host loops around this kernel, under the
-        // names its code uses: bound for the whole kernel body (a register
-        // region whose prefix names a host step's iterator is printed with
-        // its registers, see `Ctx::names_unbound`).
-        let host_iterators: Vec<String> = host_loops
-            .iter()
-            .filter(|l| (l.first..l.end).contains(&index))
-            .map(|l| l.iterator.clone())
-            .collect();
-        for l in host_loops
-            .iter()
-            .filter(|l| (l.first..l.end).contains(&index))
-        {
-            let _ = writeln!(
-                source,
-                "  const pf_i {} = {};",
-                l.iterator,
-                step_arg(&l.iterator)
-            );
-        }
-        let thread_plan = match &plan.body {
-            KernelBody::Threads(t) => t,
-            KernelBody::Attention(a) => {
-                printer.globals.take();
-                let text = super::flash::body(a, program, scop, false, &printer.globals);
-                let globals = touched(&args, printer.globals.take(), mark, &text)?;
-                source.push_str(&text);
-                source.push_str("}\n");
-                let _ = writeln!(emulation, "  {{ /* {mark} */");
-                emulation.push_str(&super::flash::body(
-                    a,
-                    program,
-                    scop,
-                    true,
-                    &printer.globals,
-                ));
-                let _ = writeln!(emulation, "  }}");
-                kernels.push(Kernel {
-                    name: mark.clone(),
-                    grid: plan.grid.clone(),
-                    block: plan.block,
-                    dynamic_shared: a.shared_bytes(),
-                    static_shared: 0,
-                    dependent: true,
-                    globals,
-                });
-                // A split attention's second kernel: the combination over the
-                // slices and the epilogue, a warp per (row, column).
-                if a.split.is_some() {
-                    let name = format!("{mark}_combine");
-                    kernel_head(
-                        &mut source,
-                        &format!("__launch_bounds__({})", super::flash::COMBINE_THREADS),
-                        &name,
-                        &signature,
-                        program,
-                    );
-                    printer.globals.take();
-                    let text =
-                        super::flash::combine_body(a, program, scop, false, &printer.globals);
-                    let globals = touched(&args, printer.globals.take(), &name, &text)?;
-                    source.push_str(&text);
-                    source.push_str("}\n");
-                    let _ = writeln!(emulation, "  {{ /* {name} */");
-                    emulation.push_str(&super::flash::combine_body(
-                        a,
-                        program,
-                        scop,
-                        true,
-                        &printer.globals,
-                    ));
-                    let _ = writeln!(emulation, "  }}");
-                    kernels.push(Kernel {
-                        name,
-                        grid: [
-                            Expr::Int(a.rows),
-                            Expr::Int(a.batches()),
-                            Expr::Int(super::flash::combine_column_blocks(a)),
-                        ],
-                        block: [super::flash::COMBINE_THREADS, 1, 1],
-                        dynamic_shared: 0,
-                        static_shared: 0,
-                        dependent: true,
-                        globals,
-                    });
-                }
-                continue;
-            }
-        };
+        self.printer.globals.take();
+        let start = self.source.len();
+        let text = super::flash::combine_body(a, program, scop, false, &self.printer.globals);
+        self.source.push_str(&text);
+        self.record(name, &combine.grid, combine.block, [0, 0], start)?;
+        self.source.push_str("}\n");
+        let _ = writeln!(self.emulation, "  {{ /* {name} */");
+        let emulated = super::flash::combine_body(a, program, scop, true, &self.printer.globals);
+        self.emulation.push_str(&emulated);
+        let _ = writeln!(self.emulation, "  }}");
+        Ok(())
+    }
+
+    /// A kernel mapped to blocks and threads (`body`, its tree's AST),
+    /// printed node by node by [`Ctx`], in CUDA and in the emulation.
+    fn threads(
+        &mut self,
+        plan: &KernelPlan,
+        thread_plan: &ThreadPlan,
+        body: &Node,
+        host_iterators: &[String],
+    ) -> Result<()> {
+        let (program, scop, mark) = (self.program, self.scop, plan.mark.as_str());
+        let repeated = repeated_marks(body, "private_");
+        // isl may print the register region in several pieces (one where
+        // the reduction runs, one for a later reader of the tile): only a
+        // region that runs the initialisation may start from the identity;
+        // with pieces, every piece loads the tile and the initialisation
+        // runs where isl put it (seed-140: the reader's piece started from
+        // zeros and stored them over the reduction's result).
         let regs_of_kernel = thread_plan.registers.as_ref().map(|r| {
             let mut r = r.tile().clone();
             if !repeated_marks(body, "registers").is_empty() {
@@ -480,17 +573,18 @@ pub fn program(
             body
         };
         let scope = thread_plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
+        let arrays = scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]);
         let stages = if scope.is_some_and(|s| s.double_buffered) {
             2
         } else {
             1
         };
-        for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
+        for a in arrays {
             // 16-byte aligned where the copy moves four elements at once,
             // so that vector accesses to the array can be proven aligned.
             let align = if a.vector4 { "__align__(16) " } else { "" };
             let _ = writeln!(
-                source,
+                self.source,
                 "  __shared__ {align}{} {}[{}];",
                 storage_type(a.dtype),
                 a.buffer,
@@ -498,13 +592,15 @@ pub fn program(
             );
         }
         if let Some(c) = contraction {
-            source.push_str(&super::mma::declare(c, mark, false, "  "));
+            self.source
+                .push_str(&super::mma::declare(c, mark, false, "  "));
         }
+        let threads: u32 = plan.block.iter().product();
         let ctx = Ctx {
             program,
             scop,
-            printer: &printer,
-            params: &params,
+            printer: self.printer,
+            params: self.params,
             has_threads: threads > 1,
             emulate: None,
             scope,
@@ -520,7 +616,7 @@ pub fn program(
             private: &thread_plan.private,
             repeated_private: &repeated,
             mark,
-            bound: &host_iterators,
+            bound: host_iterators,
             step_loop: None,
             staged: false,
             lanes: thread_plan.lanes.as_deref(),
@@ -530,15 +626,13 @@ pub fn program(
             store_in_fours: false,
             lane_loop: None,
         };
-        printer.globals.take();
-        let start = source.len();
-        ctx.node(body, 1, &[], false, &mut source);
-        let globals = touched(&args, printer.globals.take(), mark, &source[start..])?;
-        source.push_str("}\n");
-        let emu = Ctx {
-            emulate: Some(plan.block),
-            ..ctx
-        };
+        self.printer.globals.take();
+        let start = self.source.len();
+        ctx.node(body, 1, &[], false, &mut self.source);
+        let shared = [plan.dynamic_shared, plan.static_shared];
+        self.record(mark, &plan.grid, plan.block, shared, start)?;
+        self.source.push_str("}\n");
+        let emulation = &mut self.emulation;
         let _ = writeln!(emulation, "  {{ /* {mark} */");
         // The race detector watches the kernels printed here statement by
         // statement; templates print their own accesses (`codegen::race`).
@@ -546,12 +640,7 @@ pub fn program(
         if race {
             let [x, y, z] = plan.block;
             let _ = writeln!(emulation, "    pf_race_begin(\"{mark}\", {x}, {y}, {z});");
-            for (k, a) in scope
-                .map(|s| s.arrays.as_slice())
-                .unwrap_or(&[])
-                .iter()
-                .enumerate()
-            {
+            for (k, a) in arrays.iter().enumerate() {
                 let _ = writeln!(
                     emulation,
                     "    pf_race_shared({}, \"{} (shared copy of {})\", {});",
@@ -562,7 +651,7 @@ pub fn program(
                 );
             }
         }
-        for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
+        for a in arrays {
             let _ = writeln!(
                 emulation,
                 "    static {} {}[{}];",
@@ -574,31 +663,16 @@ pub fn program(
         if let Some(c) = contraction {
             emulation.push_str(&super::mma::declare(c, mark, true, "    "));
         }
-        printer.race.set(race);
-        emu.node(body, 2, &[], false, &mut emulation);
-        printer.race.set(false);
+        let emu = Ctx {
+            emulate: Some(plan.block),
+            ..ctx
+        };
+        self.printer.race.set(race);
+        emu.node(body, 2, &[], false, emulation);
+        self.printer.race.set(false);
         let _ = writeln!(emulation, "  }}");
-        kernels.push(Kernel {
-            name: mark.clone(),
-            grid: plan.grid.clone(),
-            block: plan.block,
-            dynamic_shared: contraction.map_or(0, |c| c.shared_bytes()),
-            static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
-            dependent: true,
-            globals,
-        });
+        Ok(())
     }
-    host_loop_tails(&host_loops, bodies.len(), &mut emulation);
-    emulation.push_str("}\n");
-    Ok((
-        CudaProgram {
-            source,
-            kernels,
-            args,
-            host_loops,
-        },
-        emulation,
-    ))
 }
 
 /// The tensor arguments among `noted` (the tensors a kernel's printed code

@@ -56,6 +56,14 @@ pub struct KernelPlan {
     pub grid: [Expr; 3],
     /// Threads along x, y, z.
     pub block: [u32; 3],
+    /// Blocks per multiprocessor its registers are limited for (the second
+    /// argument of `__launch_bounds__`), where its engine asks for some.
+    pub min_blocks: Option<u32>,
+    /// Bytes of dynamic shared memory to launch with.
+    pub dynamic_shared: usize,
+    /// Bytes of shared memory the kernel declares statically (its shared
+    /// copies).
+    pub static_shared: usize,
     /// How the kernel's body runs: the cases exclude each other, so the
     /// printer switches on this instead of testing which parts are set.
     pub body: KernelBody,
@@ -72,7 +80,51 @@ pub enum KernelBody {
     /// A rolling attention on tensor cores (see `gpu::attention`; a split
     /// decoding is one with `Attention::split`): printed whole by
     /// `codegen::flash`, the tree below its mark left unmapped.
-    Attention(Attention),
+    Attention(AttentionPlan),
+}
+
+/// A kernel that runs an attention, and the kernel launched after it.
+#[derive(Debug, Clone)]
+pub struct AttentionPlan {
+    pub attention: Attention,
+    /// The map that scales the scores by a constant, if any.
+    pub score_scale: Option<super::attention::ScoreScale>,
+    /// A split attention's second kernel (`Attention::split`): the
+    /// combination of the slices' local states and the epilogue.
+    pub combine: Option<CombineKernel>,
+}
+
+/// A split attention's second kernel, which has no subtree of its own: a
+/// warp per (row, column), grid x the rows, y the batch combinations, z
+/// the columns in groups of [`super::attention::COMBINE_WARPS`]. No
+/// shared memory.
+#[derive(Debug, Clone)]
+pub struct CombineKernel {
+    /// The `__global__` function's name (`kernel_K_combine`).
+    pub name: String,
+    pub grid: [Expr; 3],
+    pub block: [u32; 3],
+}
+
+impl AttentionPlan {
+    /// The plan of attention `a` in kernel `mark`, with its second kernel
+    /// where it is split.
+    fn new(a: Attention, mark: &str) -> AttentionPlan {
+        let combine = a.split.is_some().then(|| CombineKernel {
+            name: format!("{mark}_combine"),
+            grid: [
+                Expr::Int(a.rows),
+                Expr::Int(a.batches()),
+                Expr::Int(a.combine_column_blocks()),
+            ],
+            block: [super::attention::COMBINE_THREADS, 1, 1],
+        });
+        AttentionPlan {
+            score_scale: a.score_scale(),
+            attention: a,
+            combine,
+        }
+    }
 }
 
 /// What a kernel mapped to blocks and threads keeps where.
@@ -133,6 +185,9 @@ impl KernelPlan {
             mark,
             grid: [one(), one(), one()],
             block: [1, 1, 1],
+            min_blocks: None,
+            dynamic_shared: 0,
+            static_shared: 0,
             body: KernelBody::Threads(ThreadPlan::default()),
         }
     }
@@ -148,7 +203,7 @@ impl KernelPlan {
     /// The attention the kernel runs, if it is one.
     pub fn attention(&self) -> Option<&Attention> {
         match &self.body {
-            KernelBody::Attention(a) => Some(a),
+            KernelBody::Attention(a) => Some(&a.attention),
             KernelBody::Threads(_) => None,
         }
     }
@@ -191,7 +246,7 @@ impl KernelPlan {
     /// The attention, to change (tests that break a plan on purpose).
     pub fn attention_mut(&mut self) -> Option<&mut Attention> {
         match &mut self.body {
-            KernelBody::Attention(a) => Some(a),
+            KernelBody::Attention(a) => Some(&mut a.attention),
             KernelBody::Threads(_) => None,
         }
     }
@@ -233,7 +288,9 @@ pub fn map(
             let plan = KernelPlan {
                 grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
                 block: [a.threads(), 1, 1],
-                body: KernelBody::Attention(a),
+                min_blocks: Some(a.min_blocks()),
+                dynamic_shared: a.shared_bytes(),
+                body: KernelBody::Attention(AttentionPlan::new(a, &name)),
                 ..KernelPlan::one_thread(name)
             };
             return Ok((node.get_schedule()?, vec![plan]));
@@ -820,6 +877,8 @@ fn map_kernel(
             plan.grid[2] = Expr::Int(c.split);
         }
         thread_plan.scope = None;
+        plan.min_blocks = Some(c.min_blocks());
+        plan.dynamic_shared = c.shared_bytes();
         let tile = match thread_plan.registers.take() {
             Some(Registers::Tile(tile)) => tile,
             _ => {
@@ -834,6 +893,7 @@ fn map_kernel(
             contraction: c,
         });
     }
+    plan.static_shared = thread_plan.scope.as_ref().map_or(0, |s| s.bytes());
     plan.body = KernelBody::Threads(thread_plan);
     Ok((node, plan))
 }
