@@ -887,6 +887,18 @@ struct LoopHead<'n> {
     body: &'n Node,
 }
 
+/// A loop whose head is printed: what its body runs under.
+struct OpenLoop {
+    /// The mappings still pending in the body.
+    pending: Vec<Pending>,
+    /// The body runs inside a thread-mapped loop.
+    in_thread: bool,
+    /// A test beyond the loop's constant bound is open around the body.
+    step_guard: bool,
+    /// Reads the body takes from registers loaded ahead of the loop.
+    run_reads: usize,
+}
+
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     program: &'a Program,
@@ -1228,9 +1240,6 @@ impl Ctx<'_> {
     /// `in_thread`: inside a thread-mapped loop.
     fn node(&self, n: &Node, depth: usize, pending: &[Pending], in_thread: bool, out: &mut String) {
         let pad = "  ".repeat(depth);
-        let barrier = |out: &mut String| {
-            let _ = writeln!(out, "{pad}__syncthreads();");
-        };
         match n {
             Node::For {
                 iterator,
@@ -1239,193 +1248,16 @@ impl Ctx<'_> {
                 inc,
                 body,
             } => {
-                let (n_init, n_cond, n_inc) = (init, cond, inc);
-                let unmapped = pending.iter().all(|p| &p.2 != iterator);
-                if unmapped
-                    && (in_thread || !self.has_threads)
-                    && !self.in_regs
-                    && self.lanes.is_none()
-                    && self.narrow_fold_loop(n, depth, pending, in_thread, out)
-                {
-                    return;
-                }
-                // An unrolled step loop's test beyond its constant bound
-                // is open around the body.
-                let mut step_guard = false;
-                let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
-                let mut inner_thread = in_thread;
-                let matched = pending.iter().position(|p| &p.2 == iterator);
-                // Inside a thread (no barrier in the loop, whose threads
-                // may take different copies): unswitched on a select the
-                // loop does not change (`unswitch`).
-                if matched.is_none() && in_thread && self.lanes.is_none() {
-                    if let Some(c) = self.invariant_select(body) {
-                        for (arm, open) in [(true, format!("if ({c})")), (false, "} else".into())] {
-                            let _ = writeln!(out, "{pad}{open} {{");
-                            self.printer
-                                .fixed_selects
-                                .borrow_mut()
-                                .push((c.clone(), arm));
-                            self.node(n, depth + 1, pending, in_thread, out);
-                            self.printer.fixed_selects.borrow_mut().pop();
-                        }
-                        let _ = writeln!(out, "{pad}}}");
-                        return;
-                    }
-                }
-                let mut inner_pending: Vec<Pending> = Vec::new();
-                // Reads this loop takes from registers loaded ahead of it.
-                let mut run_reads = 0;
-                if let (Some(k), true, Some(regs)) = (matched, self.in_regs, self.regs) {
-                    if pending[k].0 {
-                        let head = LoopHead {
-                            iterator,
-                            init: n_init,
-                            cond: n_cond,
-                            inc: n_inc,
-                            printed: [&init, &cond, &inc],
-                            body,
-                        };
-                        self.register_slots(regs, &pending[..k], &pending[k], &head, depth, out);
-                        return;
-                    }
-                }
-                match matched {
-                    Some(k) if self.emulate.is_some() => {
-                        let p = &pending[k];
-                        let block = self.emulate.unwrap_or([1, 1, 1]);
-                        let axis = (p.1 as u8).saturating_sub(b'x') as usize;
-                        let (var, count) = if p.0 {
-                            (format!("pf_thread_{}", p.1), block[axis.min(2)])
-                        } else {
-                            (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
-                        };
-                        let test = self.emulated_test(&var, count, true, p.0, p.1);
-                        let _ = writeln!(
-                            out,
-                            "{pad}for (pf_i {var} = {}; {test}; {var}--)",
-                            count - 1
-                        );
-                        let head = self.distributed_head(
-                            iterator,
-                            (n_init, &cond, n_inc),
-                            (&var, &count.to_string()),
-                            p.0,
-                        );
-                        let _ = writeln!(out, "{pad}{head}");
-                        inner_thread |= p.0;
-                    }
-                    Some(k) => {
-                        let p = &pending[k];
-                        // Mappings above this one lost their loop: index 0.
-                        let guard = self.guard(&pending[..k]);
-                        if !guard.is_empty() {
-                            let _ = writeln!(out, "{pad}if ({guard})");
-                        }
-                        let id = format!("(pf_i){}", id_of(p));
-                        let count = format!("(pf_i){}", count_of(p));
-                        let head = self.distributed_head(
-                            iterator,
-                            (n_init, &cond, n_inc),
-                            (&id, &count),
-                            p.0,
-                        );
-                        let _ = writeln!(out, "{pad}{head}");
-                        inner_thread |= p.0;
-                    }
-                    None => {
-                        // A loop of an unmapped member (or of a deeper band
-                        // while a mapped member has a single iteration).
-                        inner_pending = pending.to_vec();
-                        // A register tile's step loop (`GpuOptions::unroll`)
-                        // runs to its constant bound, the rest of its
-                        // condition tested inside.
-                        let steps = match self.regs {
-                            Some(r)
-                                if self.emulate.is_none()
-                                    && self.in_regs
-                                    && self.in_scope
-                                    && r.unroll =>
-                            {
-                                let slots: i64 = r.counts(self.block).iter().product();
-                                constant_trip(iterator, n_init, n_cond, n_inc).filter(
-                                    |(_, _, trips)| {
-                                        trips.saturating_mul(slots) <= MAX_UNROLLED_UPDATES
-                                    },
-                                )
-                            }
-                            _ => None,
-                        };
-                        let unrolled_private =
-                            self.emulate.is_none() && self.indexes_private(body, iterator);
-                        let counted = counted_loop(iterator, n_init, n_cond, n_inc);
-                        if let (true, true, true, Some(l)) =
-                            (unrolled_private, in_thread, self.lanes.is_none(), &counted)
-                        {
-                            let copies = self.row_copies(body, l, depth, out);
-                            run_reads = copies.len();
-                            self.printer.run_reads.borrow_mut().extend(
-                                copies.into_iter().map(|c| (c.statement, c.key, c.element)),
-                            );
-                            if self.split_chain(body, l, depth, out) {
-                                self.drop_run_reads(run_reads);
-                                return;
-                            }
-                        }
-                        if unrolled_private || steps.is_some() {
-                            // Unrolled: a private array's subscripts become
-                            // constants and it stays in registers.
-                            let _ = writeln!(out, "{pad}#pragma unroll");
-                        }
-                        let test = match (&steps, unrolled_private) {
-                            (Some((bound, _, _)), false) => self.e(bound),
-                            _ => cond.clone(),
-                        };
-                        let _ = writeln!(
-                            out,
-                            "{pad}for (pf_i {iterator} = {init}; {test}; {iterator} += {inc}) {{"
-                        );
-                        if let (Some((_, Some(rest), _)), false) = (&steps, unrolled_private) {
-                            let _ = writeln!(out, "{pad}  if ({}) {{", self.e(rest));
-                            step_guard = true;
-                        }
-                    }
-                }
-                let mut bound = self.bound.to_vec();
-                bound.push(iterator.clone());
-                // Each step ends with a barrier on the GPU when a thread's
-                // next step may read what another thread wrote.
-                let synced = !self.nosync && !inner_thread && self.has_threads && has_work(body);
-                let step_barrier = self.emulate.is_none() && synced;
-                // A promotion point right below this loop may be double
-                // buffered along it when the steps are ordered by that
-                // barrier (in the emulation, by running one after another).
-                let shared_body = (step_barrier || self.emulate.is_some())
-                    && matches!(&**body, Node::Mark { name, .. } if name == "shared");
-                let step_loop = match (matched, n_inc) {
-                    (None, Expr::Int(step)) if *step > 0 && !step_guard && shared_body => {
-                        Some((iterator.as_str(), n_init, n_cond, *step))
-                    }
-                    _ => None,
+                let printed = [self.e(init), self.e(cond), self.e(inc)];
+                let head = LoopHead {
+                    iterator,
+                    init,
+                    cond,
+                    inc,
+                    printed: [&printed[0], &printed[1], &printed[2]],
+                    body,
                 };
-                let inner = Ctx {
-                    nosync: false,
-                    bound: &bound,
-                    step_loop,
-                    ..*self
-                };
-                let body_depth = depth + 1 + usize::from(step_guard);
-                inner.node(body, body_depth, &inner_pending, inner_thread, out);
-                if step_guard {
-                    let _ = writeln!(out, "{pad}  }}");
-                }
-                if step_barrier {
-                    let _ = writeln!(out, "{pad}  __syncthreads();");
-                } else if synced {
-                    self.race_barrier(&format!("{pad}  "), out);
-                }
-                let _ = writeln!(out, "{pad}}}");
-                self.drop_run_reads(run_reads);
+                self.for_loop(n, &head, depth, pending, in_thread, out);
             }
             Node::If {
                 cond,
@@ -1453,7 +1285,7 @@ impl Ctx<'_> {
                     && self.emulate.is_none();
                 for (i, c) in v.iter().enumerate() {
                     if i > 0 && !in_thread && self.has_threads && self.emulate.is_none() {
-                        barrier(out);
+                        let _ = writeln!(out, "{pad}__syncthreads();");
                     } else if i > 0 && !in_thread && self.has_threads {
                         self.race_barrier(&pad, out);
                     } else if i > 0 && row_parts {
@@ -1462,42 +1294,274 @@ impl Ctx<'_> {
                     self.node(c, depth, pending, in_thread, out);
                 }
             }
-            Node::Mark { name, body } if name == "shared" => {
-                if self
-                    .scope
-                    .is_some_and(|s| !self.in_scope && !self.names_unbound(&s.prefix_values))
-                {
-                    let _ = writeln!(out, "{pad}{{");
-                    let staged = match (self.scope, self.step_loop) {
-                        (Some(scope), Some(step)) if scope.double_buffered => {
-                            self.copy_in_stages(step, depth + 1, out);
-                            true
-                        }
-                        _ => {
-                            self.copy_in(depth + 1, out);
-                            false
-                        }
-                    };
-                    let inner = Ctx {
-                        in_scope: true,
-                        staged,
-                        step_loop: None,
-                        ..*self
-                    };
-                    inner.node(body, depth + 1, pending, in_thread, out);
-                    if staged {
-                        self.store_next_stage(depth + 1, out);
-                    }
-                    let _ = writeln!(out, "{pad}}}");
-                } else {
-                    self.node(body, depth, pending, in_thread, out);
-                }
+            Node::Mark { name, body } => self.mark(name, body, depth, pending, in_thread, out),
+            Node::User { statement, args } => {
+                self.statement(statement, args, depth, pending, in_thread, out)
             }
-            Node::Mark { name, body } if name.starts_with("private_") => {
+        }
+    }
+
+    /// A loop of the AST (`n`, read as `head`): a narrow reduction folded
+    /// into a register, a loop unswitched on a select, a register tile's
+    /// slots, or a loop mapped to blocks or threads or run sequentially,
+    /// then its body and the barrier after each step.
+    fn for_loop(
+        &self,
+        n: &Node,
+        head: &LoopHead<'_>,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let (iterator, body) = (head.iterator, head.body);
+        let unmapped = pending.iter().all(|p| p.2 != iterator);
+        if unmapped
+            && (in_thread || !self.has_threads)
+            && !self.in_regs
+            && self.lanes.is_none()
+            && self.narrow_fold_loop(n, depth, pending, in_thread, out)
+        {
+            return;
+        }
+        let matched = pending.iter().position(|p| p.2 == iterator);
+        // Inside a thread (no barrier in the loop, whose threads
+        // may take different copies): unswitched on a select the
+        // loop does not change (`unswitch`).
+        if matched.is_none() && in_thread && self.lanes.is_none() {
+            if let Some(c) = self.invariant_select(body) {
+                for (arm, open) in [(true, format!("if ({c})")), (false, "} else".into())] {
+                    let _ = writeln!(out, "{pad}{open} {{");
+                    self.printer
+                        .fixed_selects
+                        .borrow_mut()
+                        .push((c.clone(), arm));
+                    self.node(n, depth + 1, pending, in_thread, out);
+                    self.printer.fixed_selects.borrow_mut().pop();
+                }
+                let _ = writeln!(out, "{pad}}}");
+                return;
+            }
+        }
+        if let (Some(k), true, Some(regs)) = (matched, self.in_regs, self.regs) {
+            if pending[k].0 {
+                self.register_slots(regs, &pending[..k], &pending[k], head, depth, out);
+                return;
+            }
+        }
+        let opened = match matched {
+            Some(k) => {
+                self.mapped_loop_head(head, &pending[..k], &pending[k], in_thread, depth, out)
+            }
+            None => match self.sequential_loop_head(head, pending, in_thread, depth, out) {
+                Some(opened) => opened,
+                None => return,
+            },
+        };
+        let mut bound = self.bound.to_vec();
+        bound.push(iterator.to_string());
+        // Each step ends with a barrier on the GPU when a thread's
+        // next step may read what another thread wrote.
+        let synced = !self.nosync && !opened.in_thread && self.has_threads && has_work(body);
+        let step_barrier = self.emulate.is_none() && synced;
+        // A promotion point right below this loop may be double
+        // buffered along it when the steps are ordered by that
+        // barrier (in the emulation, by running one after another).
+        let shared_body = (step_barrier || self.emulate.is_some())
+            && matches!(body, Node::Mark { name, .. } if name == "shared");
+        let step_loop = match (matched, head.inc) {
+            (None, Expr::Int(step)) if *step > 0 && !opened.step_guard && shared_body => {
+                Some((iterator, head.init, head.cond, *step))
+            }
+            _ => None,
+        };
+        let inner = Ctx {
+            nosync: false,
+            bound: &bound,
+            step_loop,
+            ..*self
+        };
+        let body_depth = depth + 1 + usize::from(opened.step_guard);
+        inner.node(body, body_depth, &opened.pending, opened.in_thread, out);
+        if opened.step_guard {
+            let _ = writeln!(out, "{pad}  }}");
+        }
+        if step_barrier {
+            let _ = writeln!(out, "{pad}  __syncthreads();");
+        } else if synced {
+            self.race_barrier(&format!("{pad}  "), out);
+        }
+        let _ = writeln!(out, "{pad}}}");
+        self.drop_run_reads(opened.run_reads);
+    }
+
+    /// The head of a loop mapped to blocks or threads (`p`, with `above`
+    /// the mappings pending above it): distributed cyclically over the
+    /// index, in the emulation inside a loop over the indexes.
+    fn mapped_loop_head(
+        &self,
+        head: &LoopHead<'_>,
+        above: &[Pending],
+        p: &Pending,
+        in_thread: bool,
+        depth: usize,
+        out: &mut String,
+    ) -> OpenLoop {
+        let pad = "  ".repeat(depth);
+        let (iterator, cond) = (head.iterator, head.printed[1]);
+        let (id, count) = match self.emulate {
+            Some(block) => {
+                let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+                let (var, count) = if p.0 {
+                    (format!("pf_thread_{}", p.1), block[axis.min(2)])
+                } else {
+                    (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
+                };
+                let test = self.emulated_test(&var, count, true, p.0, p.1);
+                let _ = writeln!(
+                    out,
+                    "{pad}for (pf_i {var} = {}; {test}; {var}--)",
+                    count - 1
+                );
+                (var, count.to_string())
+            }
+            None => {
+                // Mappings above this one lost their loop: index 0.
+                let guard = self.guard(above);
+                if !guard.is_empty() {
+                    let _ = writeln!(out, "{pad}if ({guard})");
+                }
+                (
+                    format!("(pf_i){}", id_of(p)),
+                    format!("(pf_i){}", count_of(p)),
+                )
+            }
+        };
+        let head = self.distributed_head(iterator, (head.init, cond, head.inc), (&id, &count), p.0);
+        let _ = writeln!(out, "{pad}{head}");
+        OpenLoop {
+            pending: Vec::new(),
+            in_thread: in_thread || p.0,
+            step_guard: false,
+            run_reads: 0,
+        }
+    }
+
+    /// The head of a loop of an unmapped member (or of a deeper band while
+    /// a mapped member has a single iteration): unrolled where it indexes
+    /// a private array or is a register tile's step loop (to its constant
+    /// bound, the rest of its condition tested inside), with the rows it
+    /// reads loaded ahead (`row_copies`). `None` when a chain split
+    /// (`split_chain`) printed the whole loop.
+    fn sequential_loop_head(
+        &self,
+        head: &LoopHead<'_>,
+        pending: &[Pending],
+        in_thread: bool,
+        depth: usize,
+        out: &mut String,
+    ) -> Option<OpenLoop> {
+        let pad = "  ".repeat(depth);
+        let LoopHead {
+            iterator,
+            init: n_init,
+            cond: n_cond,
+            inc: n_inc,
+            printed: [init, cond, inc],
+            body,
+        } = *head;
+        // A register tile's step loop (`GpuOptions::unroll`)
+        // runs to its constant bound, the rest of its
+        // condition tested inside.
+        let steps = match self.regs {
+            Some(r) if self.emulate.is_none() && self.in_regs && self.in_scope && r.unroll => {
+                let slots: i64 = r.counts(self.block).iter().product();
+                constant_trip(iterator, n_init, n_cond, n_inc)
+                    .filter(|(_, _, trips)| trips.saturating_mul(slots) <= MAX_UNROLLED_UPDATES)
+            }
+            _ => None,
+        };
+        let unrolled_private = self.emulate.is_none() && self.indexes_private(body, iterator);
+        let counted = counted_loop(iterator, n_init, n_cond, n_inc);
+        // Reads this loop takes from registers loaded ahead of it.
+        let mut run_reads = 0;
+        if let (true, true, true, Some(l)) =
+            (unrolled_private, in_thread, self.lanes.is_none(), &counted)
+        {
+            let copies = self.row_copies(body, l, depth, out);
+            run_reads = copies.len();
+            self.printer
+                .run_reads
+                .borrow_mut()
+                .extend(copies.into_iter().map(|c| (c.statement, c.key, c.element)));
+            if self.split_chain(body, l, depth, out) {
+                self.drop_run_reads(run_reads);
+                return None;
+            }
+        }
+        if unrolled_private || steps.is_some() {
+            // Unrolled: a private array's subscripts become
+            // constants and it stays in registers.
+            let _ = writeln!(out, "{pad}#pragma unroll");
+        }
+        let test = match (&steps, unrolled_private) {
+            (Some((bound, _, _)), false) => self.e(bound),
+            _ => cond.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{pad}for (pf_i {iterator} = {init}; {test}; {iterator} += {inc}) {{"
+        );
+        // An unrolled step loop's test beyond its constant bound
+        // is open around the body.
+        let mut step_guard = false;
+        if let (Some((_, Some(rest), _)), false) = (&steps, unrolled_private) {
+            let _ = writeln!(out, "{pad}  if ({}) {{", self.e(rest));
+            step_guard = true;
+        }
+        Some(OpenLoop {
+            pending: pending.to_vec(),
+            in_thread,
+            step_guard,
+            run_reads,
+        })
+    }
+
+    /// Prints the subtree `body` below mark `name`: each mark the mapping
+    /// left opens its part of the plan (shared copies, private and
+    /// register regions, lanes, a warp's reduction, a mapping to wait for).
+    fn mark(
+        &self,
+        name: &str,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        match name {
+            "shared" => self.shared_mark(body, depth, pending, in_thread, out),
+            "nosync" => {
+                let inner = Ctx {
+                    nosync: true,
+                    ..*self
+                };
+                inner.node(body, depth, pending, in_thread, out);
+            }
+            "registers" => match (self.mma, self.regs) {
+                (Some(c), Some(regs)) => self.mma_region(c, regs, depth, out),
+                (Some(_), None) => {}
+                (None, regs) => match regs.filter(|r| !self.names_unbound(&r.prefix_values)) {
+                    Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
+                    None => self.node(body, depth, pending, in_thread, out),
+                },
+            },
+            _ if name.starts_with("private_") => {
                 match self
                     .private
                     .iter()
-                    .find(|r| &r.mark == name && !self.names_unbound(&r.prefix_values))
+                    .find(|r| r.mark == name && !self.names_unbound(&r.prefix_values))
                 {
                     Some(region) => {
                         self.private_region(region, body, depth, pending, in_thread, out)
@@ -1505,39 +1569,21 @@ impl Ctx<'_> {
                     None => self.node(body, depth, pending, in_thread, out),
                 }
             }
-            Node::Mark { name, body } if name == "nosync" => {
-                let inner = Ctx {
-                    nosync: true,
-                    ..*self
-                };
-                inner.node(body, depth, pending, in_thread, out);
-            }
-            Node::Mark { name, .. } if name == "registers" && self.mma.is_some() => {
-                if let (Some(c), Some(regs)) = (self.mma, self.regs) {
-                    self.mma_region(c, regs, depth, out);
-                }
-            }
-            Node::Mark { name, body } if name == "registers" => {
-                match self.regs.filter(|r| !self.names_unbound(&r.prefix_values)) {
-                    Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
-                    None => self.node(body, depth, pending, in_thread, out),
-                }
-            }
-            Node::Mark { name, body } if LaneLoop::index(name).is_some() => {
+            _ if LaneLoop::index(name).is_some() => {
                 let k = LaneLoop::index(name).unwrap_or(usize::MAX);
                 match self.lanes.and_then(|l| l.get(k)) {
                     Some(l) => self.lane_loop(k, l, body, depth, pending, in_thread, out),
                     None => self.node(body, depth, pending, in_thread, out),
                 }
             }
-            Node::Mark { name, body } if name.starts_with("reduce_x_") => {
+            _ if name.starts_with("reduce_x_") => {
                 let iterator = format!("c{}", name.trim_start_matches("reduce_x_"));
                 if !self.reduce(body, &iterator, depth, pending, out) {
                     // Not the expected shape: lane 0 runs it sequentially.
                     self.node(body, depth, pending, in_thread, out);
                 }
             }
-            Node::Mark { name, body } => match parse_mapping_mark(name) {
+            _ => match parse_mapping_mark(name) {
                 Some(m) => {
                     // With rows across lanes, below the rows' thread
                     // mapping whether or not its loop is left (a single
@@ -1553,112 +1599,171 @@ impl Ctx<'_> {
                     self.node(body, depth, &p, in_thread || rows, out);
                 }
                 None => {
-                    let _ = writeln!(out, "{pad}/* {name} */");
+                    let _ = writeln!(out, "{}/* {name} */", "  ".repeat(depth));
                     self.node(body, depth, pending, in_thread, out);
                 }
             },
-            Node::User { statement, .. }
-                if self.in_regs
-                    && self
-                        .regs
-                        .and_then(|r| r.init.as_ref())
-                        .is_some_and(|i| &i.statement == statement) =>
-            {
-                // Hoisted to the start of the register region.
-            }
-            Node::User { statement, args } => {
-                let s = self
-                    .scop
-                    .statement(statement)
-                    .expect("AST statements come from the model");
-                let env = self.statement_env(&s.iterators, args);
-                let st = &self.program.statements[s.source];
-                self.statement_overrides(statement, &env);
-                if self.store_in_fours {
-                    let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-                    self.printer.overrides.borrow_mut().insert(
-                        crate::model::access_text(&st.lhs_tensor, &subs),
-                        "pf_vs[pf_r]".to_string(),
-                    );
-                }
-                let text = self.printer.statement(st, s.kind, &env);
-                self.printer.overrides.borrow_mut().clear();
-                // At a clamped slot of a partial register tile (its
-                // element beyond the tensor, its register never stored),
-                // a statement that allows it runs at the clamped point
-                // without a test.
-                let clamp_safe = self.regs.is_some_and(|r| r.clamp_safe.contains(statement));
-                // A statement on a register tile whose thread loop isl did
-                // not generate (the member has one value here, folded into
-                // the statement's arguments) must run on the thread and
-                // register slot that own its element, not on thread 0.
-                let owned = match self.regs {
-                    Some(regs)
-                        if self.in_regs && regs.accesses.iter().any(|(st, _)| st == statement) =>
-                    {
-                        let nt = regs.thread_dims;
-                        let axes: Vec<char> =
-                            (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
-                        let owned_axes = regs.owned_axes();
-                        let lost: Vec<char> = pending
-                            .iter()
-                            .filter(|p| p.0 && owned_axes.contains(&p.1))
-                            .map(|p| p.1)
-                            .collect();
-                        (!lost.is_empty()).then_some((regs, axes, lost))
-                    }
-                    _ => None,
-                };
-                let pending: Vec<Pending> = match &owned {
-                    Some((_, _, lost)) => pending
-                        .iter()
-                        .filter(|p| !(p.0 && lost.contains(&p.1)))
-                        .cloned()
-                        .collect(),
-                    None => pending.to_vec(),
-                };
-                if let Some((regs, axes, lost)) = owned {
-                    let subs: Vec<String> = s
-                        .accesses(self.program)
-                        .iter()
-                        .find(|a| a.tensor == regs.tensor)
-                        .map(|a| {
-                            a.subscripts
-                                .iter()
-                                .map(|e| self.printer.affine(e, &env))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    self.owned_statement(
-                        regs,
-                        &axes,
-                        &lost,
-                        &subs,
-                        &self.with_slot_tests(self.guard(&pending)),
-                        in_thread,
-                        &text,
-                        depth,
-                        out,
-                    );
-                    return;
-                }
-                let guard = if self.all_lanes(s) && in_thread {
-                    self.guard(&pending)
-                } else {
-                    self.statement_guard(&pending, in_thread)
-                };
-                let guard = if clamp_safe {
-                    guard
-                } else {
-                    self.with_slot_tests(guard)
-                };
-                if guard.is_empty() {
-                    let _ = writeln!(out, "{pad}{text}");
-                } else {
-                    let _ = writeln!(out, "{pad}if ({guard}) {text}");
-                }
-            }
         }
+    }
+
+    /// The promotion point (`shared` mark): the kernel's shared copies
+    /// loaded (double buffered along the loop around it where the plan
+    /// says so) and read inside, where the copies' prefix is bound here.
+    fn shared_mark(
+        &self,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let opens = self
+            .scope
+            .is_some_and(|s| !self.in_scope && !self.names_unbound(&s.prefix_values));
+        if !opens {
+            self.node(body, depth, pending, in_thread, out);
+            return;
+        }
+        let pad = "  ".repeat(depth);
+        let _ = writeln!(out, "{pad}{{");
+        let staged = match (self.scope, self.step_loop) {
+            (Some(scope), Some(step)) if scope.double_buffered => {
+                self.copy_in_stages(step, depth + 1, out);
+                true
+            }
+            _ => {
+                self.copy_in(depth + 1, out);
+                false
+            }
+        };
+        let inner = Ctx {
+            in_scope: true,
+            staged,
+            step_loop: None,
+            ..*self
+        };
+        inner.node(body, depth + 1, pending, in_thread, out);
+        if staged {
+            self.store_next_stage(depth + 1, out);
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// A statement of the AST: printed with the overrides of where it is
+    /// (shared copies, registers, lanes), on the thread and register slot
+    /// that own its element in a register tile, else under the guard of
+    /// the mappings still pending.
+    fn statement(
+        &self,
+        statement: &str,
+        args: &[Expr],
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        if self.in_regs
+            && self
+                .regs
+                .and_then(|r| r.init.as_ref())
+                .is_some_and(|i| i.statement == statement)
+        {
+            // Hoisted to the start of the register region.
+            return;
+        }
+        let s = self
+            .scop
+            .statement(statement)
+            .expect("AST statements come from the model");
+        let env = self.statement_env(&s.iterators, args);
+        let st = &self.program.statements[s.source];
+        self.statement_overrides(statement, &env);
+        if self.store_in_fours {
+            let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+            self.printer.overrides.borrow_mut().insert(
+                crate::model::access_text(&st.lhs_tensor, &subs),
+                "pf_vs[pf_r]".to_string(),
+            );
+        }
+        let text = self.printer.statement(st, s.kind, &env);
+        self.printer.overrides.borrow_mut().clear();
+        // At a clamped slot of a partial register tile (its
+        // element beyond the tensor, its register never stored),
+        // a statement that allows it runs at the clamped point
+        // without a test.
+        let clamp_safe = self.regs.is_some_and(|r| r.clamp_safe.contains(statement));
+        if let Some((regs, axes, lost)) = self.lost_owner(statement, pending) {
+            // The mappings along the axes the element moves on are the
+            // owner's to run.
+            let pending: Vec<Pending> = pending
+                .iter()
+                .filter(|p| !(p.0 && lost.contains(&p.1)))
+                .cloned()
+                .collect();
+            let subs: Vec<String> = s
+                .accesses(self.program)
+                .iter()
+                .find(|a| a.tensor == regs.tensor)
+                .map(|a| {
+                    a.subscripts
+                        .iter()
+                        .map(|e| self.printer.affine(e, &env))
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.owned_statement(
+                regs,
+                &axes,
+                &lost,
+                &subs,
+                &self.with_slot_tests(self.guard(&pending)),
+                in_thread,
+                &text,
+                depth,
+                out,
+            );
+            return;
+        }
+        let guard = if self.all_lanes(s) && in_thread {
+            self.guard(pending)
+        } else {
+            self.statement_guard(pending, in_thread)
+        };
+        let guard = if clamp_safe {
+            guard
+        } else {
+            self.with_slot_tests(guard)
+        };
+        if guard.is_empty() {
+            let _ = writeln!(out, "{pad}{text}");
+        } else {
+            let _ = writeln!(out, "{pad}if ({guard}) {text}");
+        }
+    }
+
+    /// A statement on the register tile whose thread loop isl did not
+    /// generate (the member has one value here, folded into the
+    /// statement's arguments) must run on the thread and register slot
+    /// that own its element, not on thread 0: the tile, its thread axes,
+    /// and the pending axes whose loop was lost. `None` elsewhere.
+    fn lost_owner(
+        &self,
+        statement: &str,
+        pending: &[Pending],
+    ) -> Option<(&RegisterTile, Vec<char>, Vec<char>)> {
+        let regs = self
+            .regs
+            .filter(|r| self.in_regs && r.accesses.iter().any(|(st, _)| st == statement))?;
+        let nt = regs.thread_dims;
+        let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
+        let owned_axes = regs.owned_axes();
+        let lost: Vec<char> = pending
+            .iter()
+            .filter(|p| p.0 && owned_axes.contains(&p.1))
+            .map(|p| p.1)
+            .collect();
+        (!lost.is_empty()).then_some((regs, axes, lost))
     }
 
     /// The steps of one reduction folded into a register `pf_red`: `body`
