@@ -579,22 +579,7 @@ impl Printed<'_> {
         } else {
             1
         };
-        for a in arrays {
-            // 16-byte aligned where the copy moves four elements at once,
-            // so that vector accesses to the array can be proven aligned.
-            let align = if a.vector4 { "__align__(16) " } else { "" };
-            let _ = writeln!(
-                self.source,
-                "  __shared__ {align}{} {}[{}];",
-                storage_type(a.dtype),
-                a.buffer,
-                a.len * stages
-            );
-        }
-        if let Some(c) = contraction {
-            self.source
-                .push_str(&super::mma::declare(c, mark, false, "  "));
-        }
+        self.declare_shared(mark, arrays, stages, contraction);
         let threads: u32 = plan.block.iter().product();
         let ctx = Ctx {
             program,
@@ -632,28 +617,84 @@ impl Printed<'_> {
         let shared = [plan.dynamic_shared, plan.static_shared];
         self.record(mark, &plan.grid, plan.block, shared, start)?;
         self.source.push_str("}\n");
-        let emulation = &mut self.emulation;
-        let _ = writeln!(emulation, "  {{ /* {mark} */");
+        let _ = writeln!(self.emulation, "  {{ /* {mark} */");
         // The race detector watches the kernels printed here statement by
         // statement; templates print their own accesses (`codegen::race`).
         let race = contraction.is_none() && thread_plan.lanes.is_none();
         if race {
-            let [x, y, z] = plan.block;
-            let _ = writeln!(emulation, "    pf_race_begin(\"{mark}\", {x}, {y}, {z});");
-            for (k, a) in arrays.iter().enumerate() {
-                let _ = writeln!(
-                    emulation,
-                    "    pf_race_shared({}, \"{} (shared copy of {})\", {});",
-                    scop.tensors.len() + k,
-                    a.buffer,
-                    a.tensor,
-                    a.len * stages
-                );
-            }
+            self.watch_races(mark, plan.block, arrays, stages);
         }
+        self.emulate_shared(mark, arrays, stages, contraction);
+        let emu = Ctx {
+            emulate: Some(plan.block),
+            ..ctx
+        };
+        self.printer.race.set(race);
+        emu.node(body, 2, &[], false, &mut self.emulation);
+        self.printer.race.set(false);
+        let _ = writeln!(self.emulation, "  }}");
+        Ok(())
+    }
+
+    /// The shared arrays of kernel `mark` (`stages` copies of each
+    /// promoted tile, and a contraction's own), declared in its CUDA.
+    fn declare_shared(
+        &mut self,
+        mark: &str,
+        arrays: &[Promotion],
+        stages: i64,
+        contraction: Option<&Contraction>,
+    ) {
+        for a in arrays {
+            // 16-byte aligned where the copy moves four elements at once,
+            // so that vector accesses to the array can be proven aligned.
+            let align = if a.vector4 { "__align__(16) " } else { "" };
+            let _ = writeln!(
+                self.source,
+                "  __shared__ {align}{} {}[{}];",
+                storage_type(a.dtype),
+                a.buffer,
+                a.len * stages
+            );
+        }
+        if let Some(c) = contraction {
+            self.source
+                .push_str(&super::mma::declare(c, mark, false, "  "));
+        }
+    }
+
+    /// The race detector's start of kernel `mark` in the emulation: its
+    /// block size, and its shared arrays as memory the detector watches.
+    fn watch_races(&mut self, mark: &str, block: [u32; 3], arrays: &[Promotion], stages: i64) {
+        let [x, y, z] = block;
+        let _ = writeln!(
+            self.emulation,
+            "    pf_race_begin(\"{mark}\", {x}, {y}, {z});"
+        );
+        for (k, a) in arrays.iter().enumerate() {
+            let _ = writeln!(
+                self.emulation,
+                "    pf_race_shared({}, \"{} (shared copy of {})\", {});",
+                self.scop.tensors.len() + k,
+                a.buffer,
+                a.tensor,
+                a.len * stages
+            );
+        }
+    }
+
+    /// The shared arrays of kernel `mark` in the emulation: static arrays
+    /// every emulated block reuses.
+    fn emulate_shared(
+        &mut self,
+        mark: &str,
+        arrays: &[Promotion],
+        stages: i64,
+        contraction: Option<&Contraction>,
+    ) {
         for a in arrays {
             let _ = writeln!(
-                emulation,
+                self.emulation,
                 "    static {} {}[{}];",
                 super::c::storage_type(a.dtype),
                 a.buffer,
@@ -661,17 +702,9 @@ impl Printed<'_> {
             );
         }
         if let Some(c) = contraction {
-            emulation.push_str(&super::mma::declare(c, mark, true, "    "));
+            self.emulation
+                .push_str(&super::mma::declare(c, mark, true, "    "));
         }
-        let emu = Ctx {
-            emulate: Some(plan.block),
-            ..ctx
-        };
-        self.printer.race.set(race);
-        emu.node(body, 2, &[], false, emulation);
-        self.printer.race.set(false);
-        let _ = writeln!(emulation, "  }}");
-        Ok(())
     }
 }
 
