@@ -834,14 +834,20 @@ fn rows_on_chip(
         Ok(gpu::mapping::map(isl, program, scop, deps, sched, &options.tile, gpu_options)?.1)
     };
     let fused = kernels(max.copy()?)?;
-    if fused.is_empty() || fused.iter().any(|k| k.lanes.is_none()) {
+    if fused.is_empty()
+        || fused
+            .iter()
+            .any(|k| k.threads().is_none_or(|t| t.lanes.is_none()))
+    {
         return Ok(None);
     }
     // Fewer kernels than isl's schedule, or as many where some of isl's
     // run their rows without lanes (a row a thread: isl fused the row's
     // loops into one that no lane splits).
     let isl_plans = kernels(schedule::compute(isl, scop, deps, Strategy::Isl)?)?;
-    let isl_on_lanes = isl_plans.iter().all(|k| k.lanes.is_some());
+    let isl_on_lanes = isl_plans
+        .iter()
+        .all(|k| k.threads().is_some_and(|t| t.lanes.is_some()));
     let better = fused.len() < isl_plans.len() || (fused.len() == isl_plans.len() && !isl_on_lanes);
     Ok(better.then_some(max))
 }

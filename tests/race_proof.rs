@@ -89,9 +89,13 @@ fn a_shared_copy_needs_a_barrier_between_the_steps_that_refill_it() {
     let (program, scop, tree, plans) = mapped(&isl, GEMM, &opts);
     let gemm = plans
         .iter()
-        .find(|p| p.scope.as_ref().is_some_and(|s| !s.arrays.is_empty()))
+        .find(|p| {
+            p.threads()
+                .and_then(|t| t.scope.as_ref())
+                .is_some_and(|s| !s.arrays.is_empty())
+        })
         .expect("the gemm kernel promotes its operands");
-    assert!(gemm.registers.is_some(), "C is kept in registers");
+    assert!(gemm.register_tile().is_some(), "C is kept in registers");
     gpu::race::prove(&program, &scop, &tree, &plans).unwrap();
     // The band right above the gemm's `shared` mark: the k tile loop.
     let shared = find(tree.get_root().unwrap(), &|n| {
@@ -126,8 +130,11 @@ fn a_register_tile_holds_each_element_on_one_thread() {
     let opts = GpuOptions::default();
     let (program, scop, tree, plans) = mapped(&isl, GEMM, &opts);
     gpu::race::prove(&program, &scop, &tree, &plans).unwrap();
-    let k = plans.iter().position(|p| p.registers.is_some()).unwrap();
-    let tile = plans[k].registers.clone().unwrap();
+    let k = plans
+        .iter()
+        .position(|p| p.register_tile().is_some())
+        .unwrap();
+    let tile = plans[k].register_tile().cloned().unwrap();
     assert_eq!(tile.tensor, "C");
     assert!(
         tile.init.is_some(),
@@ -135,7 +142,7 @@ fn a_register_tile_holds_each_element_on_one_thread() {
     );
 
     let mut over_a = plans.clone();
-    over_a[k].registers.as_mut().unwrap().tensor = "A".into();
+    over_a[k].register_tile_mut().unwrap().tensor = "A".into();
     let message = refusal(gpu::race::prove(&program, &scop, &tree, &over_a));
     assert!(message.contains("register tile of A"), "{message}");
     assert!(message.contains("different threads or blocks"), "{message}");
@@ -143,8 +150,7 @@ fn a_register_tile_holds_each_element_on_one_thread() {
     // `Y(i) = X(i) * 2` is statement S0; it writes no element of C.
     let mut wrong_init = plans.clone();
     let init = wrong_init[k]
-        .registers
-        .as_mut()
+        .register_tile_mut()
         .unwrap()
         .init
         .as_mut()
@@ -176,11 +182,11 @@ fn a_contraction_template_keeps_each_sum_in_one_block() {
     let (program, scop, tree, plans) = mapped(&isl, &text, &GpuOptions::default());
     let k = plans
         .iter()
-        .position(|p| p.contraction.is_some())
+        .position(|p| p.contraction().is_some())
         .expect("the f16 product runs on tensor cores");
     gpu::race::prove(&program, &scop, &tree, &plans).unwrap();
     let mut along_k = plans.clone();
-    let c = along_k[k].contraction.as_mut().unwrap();
+    let c = along_k[k].contraction_mut().unwrap();
     c.n = c.k.clone();
     let message = refusal(gpu::race::prove(&program, &scop, &tree, &along_k));
     assert!(
@@ -219,11 +225,11 @@ fn an_attention_template_keeps_each_row_in_one_block() {
         gpu::mapping::map(&isl, &repaired, &scop, &dependences, sched, &[32], &opts).unwrap();
     let k = plans
         .iter()
-        .position(|p| p.attention.is_some())
+        .position(|p| p.attention().is_some())
         .expect("causal attention runs as the tensor-core template");
     gpu::race::prove(&repaired, &scop, &tree, &plans).unwrap();
     let mut along_keys = plans.clone();
-    let a = along_keys[k].attention.as_mut().unwrap();
+    let a = along_keys[k].attention_mut().unwrap();
     a.row = a.key.clone();
     let message = refusal(gpu::race::prove(&repaired, &scop, &tree, &along_keys));
     assert!(message.contains("attention kernel races"), "{message}");

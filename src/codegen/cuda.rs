@@ -34,9 +34,12 @@ mod unswitch;
 use super::expr::{param_name, tensor_name, Mode, Printer};
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program};
+use crate::gpu::attention::Attention;
 use crate::gpu::contraction::Contraction;
 use crate::gpu::lanes::LaneLoop;
-use crate::gpu::mapping::{parse_mapping_mark, KernelPlan};
+use crate::gpu::mapping::{
+    parse_mapping_mark, AttentionPlan, CombineKernel, KernelBody, KernelPlan, Registers, ThreadPlan,
+};
 use crate::gpu::private::PrivateRegion;
 use crate::gpu::promote::{Promotion, Scope};
 use crate::gpu::registers::RegisterTile;
@@ -232,10 +235,74 @@ pub fn program(
         race: Default::default(),
         globals: Default::default(),
     };
+    let args = kernel_args(program, scop, &host_loops);
+    let mut source = prelude(program, scop, index_type(program, scop));
+    source.push_str(&tensor_core_helpers(plans));
+    let mut out = Printed {
+        program,
+        scop,
+        printer: &printer,
+        params: &params,
+        signature: signature(&args),
+        args: &args,
+        source,
+        emulation: emulation_head(program, scop, plans, &printer),
+        kernels: Vec::new(),
+    };
+    for (index, (mark, body)) in bodies.iter().enumerate() {
+        host_loop_heads(&host_loops, index, &params, &mut out.emulation);
+        let plan = plans
+            .iter()
+            .find(|p| &p.mark == mark)
+            .ok_or_else(|| Error::Internal(format!("no mapping recorded for {mark}")))?;
+        out.kernel_head(plan);
+        // The iterators of the host loops around this kernel, under the
+        // names its code uses: bound for the whole kernel body (a register
+        // region whose prefix names a host step's iterator is printed with
+        // its registers, see `Ctx::names_unbound`).
+        let host_iterators: Vec<String> = host_loops
+            .iter()
+            .filter(|l| (l.first..l.end).contains(&index))
+            .map(|l| l.iterator.clone())
+            .collect();
+        for it in &host_iterators {
+            let _ = writeln!(out.source, "  const pf_i {it} = {};", step_arg(it));
+        }
+        match &plan.body {
+            KernelBody::Attention(a) => {
+                out.attention(plan, a)?;
+                if let Some(combine) = &a.combine {
+                    out.combine(&a.attention, combine)?;
+                }
+            }
+            KernelBody::Threads(t) => out.threads(plan, t, body, &host_iterators)?,
+        }
+    }
+    let Printed {
+        source,
+        mut emulation,
+        kernels,
+        ..
+    } = out;
+    host_loop_tails(&host_loops, bodies.len(), &mut emulation);
+    emulation.push_str("}\n");
+    Ok((
+        CudaProgram {
+            source,
+            kernels,
+            args,
+            host_loops,
+        },
+        emulation,
+    ))
+}
+
+/// The kernels' arguments: the tensors and parameters in the order every
+/// launcher uses, then the host loops' iterators, once each (loops one
+/// after the other may share their iterator's name).
+fn kernel_args(program: &Program, scop: &Scop, host_loops: &[HostLoop]) -> Vec<KernelArg> {
     let mut args = crate::gpu::kernel_args(program, &scop.tensors);
-    // The host loops' iterators, once each (loops one after the other may
-    // share their iterator's name).
-    for l in &host_loops {
+    for l in host_loops {
         let step = KernelArg::Step {
             name: l.iterator.clone(),
         };
@@ -243,9 +310,12 @@ pub fn program(
             args.push(step);
         }
     }
-    // The parameter list, from the argument order every launcher uses.
-    let signature: Vec<String> = args
-        .iter()
+    args
+}
+
+/// Every kernel's parameter list, from its arguments.
+fn signature(args: &[KernelArg]) -> Vec<String> {
+    args.iter()
         .map(|a| match a {
             KernelArg::Tensor { name, dtype, .. } => format!(
                 "{} *__restrict__ {}",
@@ -255,41 +325,56 @@ pub fn program(
             KernelArg::Param { name } => format!("long {}", param_name(name)),
             KernelArg::Step { name } => format!("long {}", step_arg(name)),
         })
-        .collect();
-    let mut source = prelude(program, scop, index_type(program, scop));
-    let attention = plans.iter().any(|p| p.attention.is_some());
-    let tensor_cores = attention || plans.iter().any(|p| p.contraction.is_some());
-    if tensor_cores {
-        source.push_str(super::mma::GPU_HELPERS);
-        source.push_str(super::mma::WGMMA_HELPERS);
-        if plans
-            .iter()
-            .any(|p| p.contraction.as_ref().is_some_and(|c| c.split > 1))
-        {
-            source.push_str(super::mma::CLUSTER_HELPERS);
-        }
-        if let Some(a) = plans.iter().find_map(|p| p.attention.as_ref()) {
-            source.push_str(&super::flash::gpu_helpers(a));
-        }
-        let mut shapes: Vec<(&str, i64, [bool; 2])> = plans
-            .iter()
-            .filter_map(|p| p.contraction.as_ref())
-            .filter(|c| c.wgmma)
-            .map(|c| {
-                let ty = if c.dtype == DType::BF16 {
-                    "bf16"
-                } else {
-                    "f16"
-                };
-                (ty, c.tile[1], [!c.a.k_contiguous, !c.b.k_contiguous])
-            })
-            .collect();
-        shapes.sort();
-        shapes.dedup();
-        for (ty, n, trans) in shapes {
-            source.push_str(&super::mma::wgmma_helper(ty, n, trans));
-        }
+        .collect()
+}
+
+/// The CUDA helpers the plans' tensor-core kernels use (fragments,
+/// `wgmma` of each shape, clusters, attention), or nothing.
+fn tensor_core_helpers(plans: &[KernelPlan]) -> String {
+    let attention = plans.iter().find_map(KernelPlan::attention);
+    let contractions = || plans.iter().filter_map(KernelPlan::contraction);
+    let mut source = String::new();
+    if attention.is_none() && contractions().next().is_none() {
+        return source;
     }
+    source.push_str(super::mma::GPU_HELPERS);
+    source.push_str(super::mma::WGMMA_HELPERS);
+    if contractions().any(|c| c.split > 1) {
+        source.push_str(super::mma::CLUSTER_HELPERS);
+    }
+    if let Some(a) = attention {
+        source.push_str(&super::flash::gpu_helpers(a));
+    }
+    let mut shapes: Vec<(&str, i64, [bool; 2])> = contractions()
+        .filter(|c| c.wgmma)
+        .map(|c| {
+            let ty = if c.dtype == DType::BF16 {
+                "bf16"
+            } else {
+                "f16"
+            };
+            (ty, c.tile[1], [!c.a.k_contiguous, !c.b.k_contiguous])
+        })
+        .collect();
+    shapes.sort();
+    shapes.dedup();
+    for (ty, n, trans) in shapes {
+        source.push_str(&super::mma::wgmma_helper(ty, n, trans));
+    }
+    source
+}
+
+/// The emulation's start, up to its first kernel: the helpers its plans
+/// need, the race detector's (set up for every tensor's elements), and
+/// the entry point's head.
+fn emulation_head(
+    program: &Program,
+    scop: &Scop,
+    plans: &[KernelPlan],
+    printer: &Printer<'_>,
+) -> String {
+    let attention = plans.iter().any(|p| p.attention().is_some());
+    let tensor_cores = attention || plans.iter().any(|p| p.contraction().is_some());
     let mut emulation = String::new();
     let _ = writeln!(
         emulation,
@@ -305,7 +390,7 @@ pub fn program(
     let names: Vec<String> = scop.tensors.iter().map(|t| t.name.clone()).collect();
     let shared = plans
         .iter()
-        .filter_map(|p| p.scope.as_ref())
+        .filter_map(|p| p.threads()?.scope.as_ref())
         .map(|s| s.arrays.len())
         .max()
         .unwrap_or(0);
@@ -333,40 +418,39 @@ pub fn program(
             counts.join(", ")
         }
     );
-    let mut kernels = Vec::new();
-    for (index, (mark, body)) in bodies.iter().enumerate() {
-        host_loop_heads(&host_loops, index, &params, &mut emulation);
-        let repeated = repeated_marks(body, "private_");
-        let plan = plans
-            .iter()
-            .find(|p| &p.mark == mark)
-            .ok_or_else(|| Error::Internal(format!("no mapping recorded for {mark}")))?;
-        // isl may print the register region in several pieces (one where
-        // the reduction runs, one for a later reader of the tile): only a
-        // region that runs the initialisation may start from the identity;
-        // with pieces, every piece loads the tile and the initialisation
-        // runs where isl put it (seed-140: the reader's piece started from
-        // zeros and stored them over the reduction's result).
-        let regs_of_kernel = plan.registers.clone().map(|mut r| {
-            if !repeated_marks(body, "registers").is_empty() {
-                r.init = None;
-            }
-            r
-        });
+    emulation
+}
+
+/// The program being printed: the CUDA source, the emulation and the
+/// launch records so far, and what every kernel shares.
+struct Printed<'a> {
+    program: &'a Program,
+    scop: &'a Scop,
+    printer: &'a Printer<'a>,
+    params: &'a [String],
+    args: &'a [KernelArg],
+    signature: Vec<String>,
+    source: String,
+    emulation: String,
+    kernels: Vec<Kernel>,
+}
+
+impl Printed<'_> {
+    /// The opening of kernel `plan` in the source: its cluster's macro for
+    /// a split contraction (its blocks of one tile form a cluster along z
+    /// on sm_90 and later; before, the kernel runs without clusters), and
+    /// its launch bounds.
+    fn kernel_head(&mut self, plan: &KernelPlan) {
+        let mark = &plan.mark;
         let threads: u32 = plan.block.iter().product();
-        // Contractions: ask for the blocks per multiprocessor the fragment
-        // tiling is meant for (registers are the limit).
-        let bounds = match (&plan.contraction, &plan.attention) {
-            (Some(c), _) => format!("{threads}, {}", c.min_blocks()),
-            (_, Some(a)) => format!("{threads}, {}", super::flash::min_blocks(a)),
-            _ => threads.to_string(),
+        let bounds = match plan.min_blocks {
+            Some(m) => format!("{threads}, {m}"),
+            None => threads.to_string(),
         };
-        // A split contraction's blocks of one tile form a cluster along z
-        // (sm_90 and later; before, the kernel runs without clusters).
-        let cluster = match &plan.contraction {
+        let cluster = match plan.contraction() {
             Some(c) if c.split > 1 => {
                 let _ = writeln!(
-                    source,
+                    self.source,
                     "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n#define PF_CLUSTER_{mark} __cluster_dims__(1, 1, {})\n#else\n#define PF_CLUSTER_{mark}\n#endif",
                     c.split
                 );
@@ -375,226 +459,255 @@ pub fn program(
             _ => String::new(),
         };
         kernel_head(
-            &mut source,
+            &mut self.source,
             &format!("{cluster}__launch_bounds__({bounds})"),
             mark,
-            &signature,
+            &self.signature,
+            self.program,
+        );
+    }
+
+    /// The launch record of kernel `name` (dynamic and static shared
+    /// bytes in `shared`), with the tensors its CUDA text from `start` on
+    /// accessed (noted by the printer since its last take).
+    fn record(
+        &mut self,
+        name: &str,
+        grid: &[Expr; 3],
+        block: [u32; 3],
+        [dynamic_shared, static_shared]: [usize; 2],
+        start: usize,
+    ) -> Result<()> {
+        let globals = touched(
+            self.args,
+            self.printer.globals.take(),
+            name,
+            &self.source[start..],
+        )?;
+        self.kernels.push(Kernel {
+            name: name.to_string(),
+            grid: grid.clone(),
+            block,
+            dynamic_shared,
+            static_shared,
+            dependent: true,
+            globals,
+        });
+        Ok(())
+    }
+
+    /// An attention kernel, printed whole by `codegen::flash`.
+    fn attention(&mut self, plan: &KernelPlan, a: &AttentionPlan) -> Result<()> {
+        let (program, scop, globals) = (self.program, self.scop, &self.printer.globals);
+        let mark = &plan.mark;
+        globals.take();
+        let start = self.source.len();
+        self.source
+            .push_str(&super::flash::body(a, program, scop, false, globals));
+        let shared = [plan.dynamic_shared, plan.static_shared];
+        self.record(mark, &plan.grid, plan.block, shared, start)?;
+        self.source.push_str("}\n");
+        let _ = writeln!(self.emulation, "  {{ /* {mark} */");
+        let emulated = super::flash::body(a, program, scop, true, &self.printer.globals);
+        self.emulation.push_str(&emulated);
+        let _ = writeln!(self.emulation, "  }}");
+        Ok(())
+    }
+
+    /// A split attention's second kernel (`combine`, planned by the gpu
+    /// stage): the combination over the slices and the epilogue.
+    fn combine(&mut self, a: &Attention, combine: &CombineKernel) -> Result<()> {
+        let (program, scop) = (self.program, self.scop);
+        let name = &combine.name;
+        let threads: u32 = combine.block.iter().product();
+        kernel_head(
+            &mut self.source,
+            &format!("__launch_bounds__({threads})"),
+            name,
+            &self.signature,
             program,
         );
-        // The iterators of the host loops around this kernel, under the
-        // names its code uses: bound for the whole kernel body (a register
-        // region whose prefix names a host step's iterator is printed with
-        // its registers, see `Ctx::names_unbound`).
-        let host_iterators: Vec<String> = host_loops
-            .iter()
-            .filter(|l| (l.first..l.end).contains(&index))
-            .map(|l| l.iterator.clone())
-            .collect();
-        for l in host_loops
-            .iter()
-            .filter(|l| (l.first..l.end).contains(&index))
-        {
-            let _ = writeln!(
-                source,
-                "  const pf_i {} = {};",
-                l.iterator,
-                step_arg(&l.iterator)
-            );
-        }
-        if let Some(a) = &plan.attention {
-            printer.globals.take();
-            let text = super::flash::body(a, program, scop, false, &printer.globals);
-            let globals = touched(&args, printer.globals.take(), mark, &text)?;
-            source.push_str(&text);
-            source.push_str("}\n");
-            let _ = writeln!(emulation, "  {{ /* {mark} */");
-            emulation.push_str(&super::flash::body(
-                a,
-                program,
-                scop,
-                true,
-                &printer.globals,
-            ));
-            let _ = writeln!(emulation, "  }}");
-            kernels.push(Kernel {
-                name: mark.clone(),
-                grid: plan.grid.clone(),
-                block: plan.block,
-                dynamic_shared: a.shared_bytes(),
-                static_shared: 0,
-                dependent: true,
-                globals,
-            });
-            // A split attention's second kernel: the combination over the
-            // slices and the epilogue, a warp per (row, column).
-            if a.split.is_some() {
-                let name = format!("{mark}_combine");
-                kernel_head(
-                    &mut source,
-                    &format!("__launch_bounds__({})", super::flash::COMBINE_THREADS),
-                    &name,
-                    &signature,
-                    program,
-                );
-                printer.globals.take();
-                let text = super::flash::combine_body(a, program, scop, false, &printer.globals);
-                let globals = touched(&args, printer.globals.take(), &name, &text)?;
-                source.push_str(&text);
-                source.push_str("}\n");
-                let _ = writeln!(emulation, "  {{ /* {name} */");
-                emulation.push_str(&super::flash::combine_body(
-                    a,
-                    program,
-                    scop,
-                    true,
-                    &printer.globals,
-                ));
-                let _ = writeln!(emulation, "  }}");
-                kernels.push(Kernel {
-                    name,
-                    grid: [
-                        Expr::Int(a.rows),
-                        Expr::Int(a.batches()),
-                        Expr::Int(super::flash::combine_column_blocks(a)),
-                    ],
-                    block: [super::flash::COMBINE_THREADS, 1, 1],
-                    dynamic_shared: 0,
-                    static_shared: 0,
-                    dependent: true,
-                    globals,
-                });
+        self.printer.globals.take();
+        let start = self.source.len();
+        let text = super::flash::combine_body(a, program, scop, false, &self.printer.globals);
+        self.source.push_str(&text);
+        self.record(name, &combine.grid, combine.block, [0, 0], start)?;
+        self.source.push_str("}\n");
+        let _ = writeln!(self.emulation, "  {{ /* {name} */");
+        let emulated = super::flash::combine_body(a, program, scop, true, &self.printer.globals);
+        self.emulation.push_str(&emulated);
+        let _ = writeln!(self.emulation, "  }}");
+        Ok(())
+    }
+
+    /// A kernel mapped to blocks and threads (`body`, its tree's AST),
+    /// printed node by node by [`Ctx`], in CUDA and in the emulation.
+    fn threads(
+        &mut self,
+        plan: &KernelPlan,
+        thread_plan: &ThreadPlan,
+        body: &Node,
+        host_iterators: &[String],
+    ) -> Result<()> {
+        let (program, scop, mark) = (self.program, self.scop, plan.mark.as_str());
+        let repeated = repeated_marks(body, "private_");
+        // isl may print the register region in several pieces (one where
+        // the reduction runs, one for a later reader of the tile): only a
+        // region that runs the initialisation may start from the identity;
+        // with pieces, every piece loads the tile and the initialisation
+        // runs where isl put it (seed-140: the reader's piece started from
+        // zeros and stored them over the reduction's result).
+        let regs_of_kernel = thread_plan.registers.as_ref().map(|r| {
+            let mut r = r.tile().clone();
+            if !repeated_marks(body, "registers").is_empty() {
+                r.init = None;
             }
-            continue;
-        }
+            r
+        });
+        let contraction = plan.contraction();
         // A register tile's step loops: full tiles with a constant trip
         // count, the last one clipped (`full_steps`).
         let split_body;
-        let body = if plan.registers.is_some() && plan.contraction.is_none() {
+        let body = if matches!(thread_plan.registers, Some(Registers::Tile(_))) {
             split_body = full_steps::split(body);
             &split_body
         } else {
             body
         };
-        let scope = plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
+        let scope = thread_plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
+        let arrays = scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]);
         let stages = if scope.is_some_and(|s| s.double_buffered) {
             2
         } else {
             1
         };
-        for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
-            // 16-byte aligned where the copy moves four elements at once,
-            // so that vector accesses to the array can be proven aligned.
-            let align = if a.vector4 { "__align__(16) " } else { "" };
-            let _ = writeln!(
-                source,
-                "  __shared__ {align}{} {}[{}];",
-                storage_type(a.dtype),
-                a.buffer,
-                a.len * stages
-            );
-        }
-        if let Some(c) = &plan.contraction {
-            source.push_str(&super::mma::declare(c, mark, false, "  "));
-        }
+        self.declare_shared(mark, arrays, stages, contraction);
+        let threads: u32 = plan.block.iter().product();
         let ctx = Ctx {
             program,
             scop,
-            printer: &printer,
-            params: &params,
+            printer: self.printer,
+            params: self.params,
             has_threads: threads > 1,
             emulate: None,
             scope,
             in_scope: false,
-            reduce_x: plan.reduce_x,
+            reduce_x: thread_plan.reduce_x,
             regs: regs_of_kernel.as_ref(),
             in_regs: false,
             block: plan.block,
             full_tile: false,
             slot_tests: &[],
             nosync: false,
-            mma: plan.contraction.as_ref(),
-            private: &plan.private,
+            mma: contraction,
+            private: &thread_plan.private,
             repeated_private: &repeated,
             mark,
-            bound: &host_iterators,
+            bound: host_iterators,
             step_loop: None,
             staged: false,
-            lanes: plan.lanes.as_deref(),
-            lane_axis: plan.lane_axis,
+            lanes: thread_plan.lanes.as_deref(),
+            lane_axis: thread_plan.lane_axis,
             in_lanes: false,
             row_caches: &[],
             store_in_fours: false,
             lane_loop: None,
         };
-        printer.globals.take();
-        let start = source.len();
-        ctx.node(body, 1, &[], false, &mut source);
-        let globals = touched(&args, printer.globals.take(), mark, &source[start..])?;
-        source.push_str("}\n");
+        self.printer.globals.take();
+        let start = self.source.len();
+        ctx.node(body, 1, &[], false, &mut self.source);
+        let shared = [plan.dynamic_shared, plan.static_shared];
+        self.record(mark, &plan.grid, plan.block, shared, start)?;
+        self.source.push_str("}\n");
+        let _ = writeln!(self.emulation, "  {{ /* {mark} */");
+        // The race detector watches the kernels printed here statement by
+        // statement; templates print their own accesses (`codegen::race`).
+        let race = contraction.is_none() && thread_plan.lanes.is_none();
+        if race {
+            self.watch_races(mark, plan.block, arrays, stages);
+        }
+        self.emulate_shared(mark, arrays, stages, contraction);
         let emu = Ctx {
             emulate: Some(plan.block),
             ..ctx
         };
-        let _ = writeln!(emulation, "  {{ /* {mark} */");
-        // The race detector watches the kernels printed here statement by
-        // statement; templates print their own accesses (`codegen::race`).
-        let race = plan.contraction.is_none() && plan.lanes.is_none();
-        if race {
-            let [x, y, z] = plan.block;
-            let _ = writeln!(emulation, "    pf_race_begin(\"{mark}\", {x}, {y}, {z});");
-            for (k, a) in scope
-                .map(|s| s.arrays.as_slice())
-                .unwrap_or(&[])
-                .iter()
-                .enumerate()
-            {
-                let _ = writeln!(
-                    emulation,
-                    "    pf_race_shared({}, \"{} (shared copy of {})\", {});",
-                    scop.tensors.len() + k,
-                    a.buffer,
-                    a.tensor,
-                    a.len * stages
-                );
-            }
-        }
-        for a in scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]) {
+        self.printer.race.set(race);
+        emu.node(body, 2, &[], false, &mut self.emulation);
+        self.printer.race.set(false);
+        let _ = writeln!(self.emulation, "  }}");
+        Ok(())
+    }
+
+    /// The shared arrays of kernel `mark` (`stages` copies of each
+    /// promoted tile, and a contraction's own), declared in its CUDA.
+    fn declare_shared(
+        &mut self,
+        mark: &str,
+        arrays: &[Promotion],
+        stages: i64,
+        contraction: Option<&Contraction>,
+    ) {
+        for a in arrays {
+            // 16-byte aligned where the copy moves four elements at once,
+            // so that vector accesses to the array can be proven aligned.
+            let align = if a.vector4 { "__align__(16) " } else { "" };
             let _ = writeln!(
-                emulation,
+                self.source,
+                "  __shared__ {align}{} {}[{}];",
+                storage_type(a.dtype),
+                a.buffer,
+                a.len * stages
+            );
+        }
+        if let Some(c) = contraction {
+            self.source
+                .push_str(&super::mma::declare(c, mark, false, "  "));
+        }
+    }
+
+    /// The race detector's start of kernel `mark` in the emulation: its
+    /// block size, and its shared arrays as memory the detector watches.
+    fn watch_races(&mut self, mark: &str, block: [u32; 3], arrays: &[Promotion], stages: i64) {
+        let [x, y, z] = block;
+        let _ = writeln!(
+            self.emulation,
+            "    pf_race_begin(\"{mark}\", {x}, {y}, {z});"
+        );
+        for (k, a) in arrays.iter().enumerate() {
+            let _ = writeln!(
+                self.emulation,
+                "    pf_race_shared({}, \"{} (shared copy of {})\", {});",
+                self.scop.tensors.len() + k,
+                a.buffer,
+                a.tensor,
+                a.len * stages
+            );
+        }
+    }
+
+    /// The shared arrays of kernel `mark` in the emulation: static arrays
+    /// every emulated block reuses.
+    fn emulate_shared(
+        &mut self,
+        mark: &str,
+        arrays: &[Promotion],
+        stages: i64,
+        contraction: Option<&Contraction>,
+    ) {
+        for a in arrays {
+            let _ = writeln!(
+                self.emulation,
                 "    static {} {}[{}];",
                 super::c::storage_type(a.dtype),
                 a.buffer,
                 a.len * stages
             );
         }
-        if let Some(c) = &plan.contraction {
-            emulation.push_str(&super::mma::declare(c, mark, true, "    "));
+        if let Some(c) = contraction {
+            self.emulation
+                .push_str(&super::mma::declare(c, mark, true, "    "));
         }
-        printer.race.set(race);
-        emu.node(body, 2, &[], false, &mut emulation);
-        printer.race.set(false);
-        let _ = writeln!(emulation, "  }}");
-        kernels.push(Kernel {
-            name: mark.clone(),
-            grid: plan.grid.clone(),
-            block: plan.block,
-            dynamic_shared: plan.contraction.as_ref().map_or(0, |c| c.shared_bytes()),
-            static_shared: scope.map(|s| s.bytes()).unwrap_or(0),
-            dependent: true,
-            globals,
-        });
     }
-    host_loop_tails(&host_loops, bodies.len(), &mut emulation);
-    emulation.push_str("}\n");
-    Ok((
-        CudaProgram {
-            source,
-            kernels,
-            args,
-            host_loops,
-        },
-        emulation,
-    ))
 }
 
 /// The tensor arguments among `noted` (the tensors a kernel's printed code
@@ -807,6 +920,18 @@ struct LoopHead<'n> {
     inc: &'n Expr,
     printed: [&'n str; 3],
     body: &'n Node,
+}
+
+/// A loop whose head is printed: what its body runs under.
+struct OpenLoop {
+    /// The mappings still pending in the body.
+    pending: Vec<Pending>,
+    /// The body runs inside a thread-mapped loop.
+    in_thread: bool,
+    /// A test beyond the loop's constant bound is open around the body.
+    step_guard: bool,
+    /// Reads the body takes from registers loaded ahead of the loop.
+    run_reads: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -1150,9 +1275,6 @@ impl Ctx<'_> {
     /// `in_thread`: inside a thread-mapped loop.
     fn node(&self, n: &Node, depth: usize, pending: &[Pending], in_thread: bool, out: &mut String) {
         let pad = "  ".repeat(depth);
-        let barrier = |out: &mut String| {
-            let _ = writeln!(out, "{pad}__syncthreads();");
-        };
         match n {
             Node::For {
                 iterator,
@@ -1161,193 +1283,16 @@ impl Ctx<'_> {
                 inc,
                 body,
             } => {
-                let (n_init, n_cond, n_inc) = (init, cond, inc);
-                let unmapped = pending.iter().all(|p| &p.2 != iterator);
-                if unmapped
-                    && (in_thread || !self.has_threads)
-                    && !self.in_regs
-                    && self.lanes.is_none()
-                    && self.narrow_fold_loop(n, depth, pending, in_thread, out)
-                {
-                    return;
-                }
-                // An unrolled step loop's test beyond its constant bound
-                // is open around the body.
-                let mut step_guard = false;
-                let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
-                let mut inner_thread = in_thread;
-                let matched = pending.iter().position(|p| &p.2 == iterator);
-                // Inside a thread (no barrier in the loop, whose threads
-                // may take different copies): unswitched on a select the
-                // loop does not change (`unswitch`).
-                if matched.is_none() && in_thread && self.lanes.is_none() {
-                    if let Some(c) = self.invariant_select(body) {
-                        for (arm, open) in [(true, format!("if ({c})")), (false, "} else".into())] {
-                            let _ = writeln!(out, "{pad}{open} {{");
-                            self.printer
-                                .fixed_selects
-                                .borrow_mut()
-                                .push((c.clone(), arm));
-                            self.node(n, depth + 1, pending, in_thread, out);
-                            self.printer.fixed_selects.borrow_mut().pop();
-                        }
-                        let _ = writeln!(out, "{pad}}}");
-                        return;
-                    }
-                }
-                let mut inner_pending: Vec<Pending> = Vec::new();
-                // Reads this loop takes from registers loaded ahead of it.
-                let mut run_reads = 0;
-                if let (Some(k), true, Some(regs)) = (matched, self.in_regs, self.regs) {
-                    if pending[k].0 {
-                        let head = LoopHead {
-                            iterator,
-                            init: n_init,
-                            cond: n_cond,
-                            inc: n_inc,
-                            printed: [&init, &cond, &inc],
-                            body,
-                        };
-                        self.register_slots(regs, &pending[..k], &pending[k], &head, depth, out);
-                        return;
-                    }
-                }
-                match matched {
-                    Some(k) if self.emulate.is_some() => {
-                        let p = &pending[k];
-                        let block = self.emulate.unwrap_or([1, 1, 1]);
-                        let axis = (p.1 as u8).saturating_sub(b'x') as usize;
-                        let (var, count) = if p.0 {
-                            (format!("pf_thread_{}", p.1), block[axis.min(2)])
-                        } else {
-                            (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
-                        };
-                        let test = self.emulated_test(&var, count, true, p.0, p.1);
-                        let _ = writeln!(
-                            out,
-                            "{pad}for (pf_i {var} = {}; {test}; {var}--)",
-                            count - 1
-                        );
-                        let head = self.distributed_head(
-                            iterator,
-                            (n_init, &cond, n_inc),
-                            (&var, &count.to_string()),
-                            p.0,
-                        );
-                        let _ = writeln!(out, "{pad}{head}");
-                        inner_thread |= p.0;
-                    }
-                    Some(k) => {
-                        let p = &pending[k];
-                        // Mappings above this one lost their loop: index 0.
-                        let guard = self.guard(&pending[..k]);
-                        if !guard.is_empty() {
-                            let _ = writeln!(out, "{pad}if ({guard})");
-                        }
-                        let id = format!("(pf_i){}", id_of(p));
-                        let count = format!("(pf_i){}", count_of(p));
-                        let head = self.distributed_head(
-                            iterator,
-                            (n_init, &cond, n_inc),
-                            (&id, &count),
-                            p.0,
-                        );
-                        let _ = writeln!(out, "{pad}{head}");
-                        inner_thread |= p.0;
-                    }
-                    None => {
-                        // A loop of an unmapped member (or of a deeper band
-                        // while a mapped member has a single iteration).
-                        inner_pending = pending.to_vec();
-                        // A register tile's step loop (`GpuOptions::unroll`)
-                        // runs to its constant bound, the rest of its
-                        // condition tested inside.
-                        let steps = match self.regs {
-                            Some(r)
-                                if self.emulate.is_none()
-                                    && self.in_regs
-                                    && self.in_scope
-                                    && r.unroll =>
-                            {
-                                let slots: i64 = r.counts(self.block).iter().product();
-                                constant_trip(iterator, n_init, n_cond, n_inc).filter(
-                                    |(_, _, trips)| {
-                                        trips.saturating_mul(slots) <= MAX_UNROLLED_UPDATES
-                                    },
-                                )
-                            }
-                            _ => None,
-                        };
-                        let unrolled_private =
-                            self.emulate.is_none() && self.indexes_private(body, iterator);
-                        let counted = counted_loop(iterator, n_init, n_cond, n_inc);
-                        if let (true, true, true, Some(l)) =
-                            (unrolled_private, in_thread, self.lanes.is_none(), &counted)
-                        {
-                            let copies = self.row_copies(body, l, depth, out);
-                            run_reads = copies.len();
-                            self.printer.run_reads.borrow_mut().extend(
-                                copies.into_iter().map(|c| (c.statement, c.key, c.element)),
-                            );
-                            if self.split_chain(body, l, depth, out) {
-                                self.drop_run_reads(run_reads);
-                                return;
-                            }
-                        }
-                        if unrolled_private || steps.is_some() {
-                            // Unrolled: a private array's subscripts become
-                            // constants and it stays in registers.
-                            let _ = writeln!(out, "{pad}#pragma unroll");
-                        }
-                        let test = match (&steps, unrolled_private) {
-                            (Some((bound, _, _)), false) => self.e(bound),
-                            _ => cond.clone(),
-                        };
-                        let _ = writeln!(
-                            out,
-                            "{pad}for (pf_i {iterator} = {init}; {test}; {iterator} += {inc}) {{"
-                        );
-                        if let (Some((_, Some(rest), _)), false) = (&steps, unrolled_private) {
-                            let _ = writeln!(out, "{pad}  if ({}) {{", self.e(rest));
-                            step_guard = true;
-                        }
-                    }
-                }
-                let mut bound = self.bound.to_vec();
-                bound.push(iterator.clone());
-                // Each step ends with a barrier on the GPU when a thread's
-                // next step may read what another thread wrote.
-                let synced = !self.nosync && !inner_thread && self.has_threads && has_work(body);
-                let step_barrier = self.emulate.is_none() && synced;
-                // A promotion point right below this loop may be double
-                // buffered along it when the steps are ordered by that
-                // barrier (in the emulation, by running one after another).
-                let shared_body = (step_barrier || self.emulate.is_some())
-                    && matches!(&**body, Node::Mark { name, .. } if name == "shared");
-                let step_loop = match (matched, n_inc) {
-                    (None, Expr::Int(step)) if *step > 0 && !step_guard && shared_body => {
-                        Some((iterator.as_str(), n_init, n_cond, *step))
-                    }
-                    _ => None,
+                let printed = [self.e(init), self.e(cond), self.e(inc)];
+                let head = LoopHead {
+                    iterator,
+                    init,
+                    cond,
+                    inc,
+                    printed: [&printed[0], &printed[1], &printed[2]],
+                    body,
                 };
-                let inner = Ctx {
-                    nosync: false,
-                    bound: &bound,
-                    step_loop,
-                    ..*self
-                };
-                let body_depth = depth + 1 + usize::from(step_guard);
-                inner.node(body, body_depth, &inner_pending, inner_thread, out);
-                if step_guard {
-                    let _ = writeln!(out, "{pad}  }}");
-                }
-                if step_barrier {
-                    let _ = writeln!(out, "{pad}  __syncthreads();");
-                } else if synced {
-                    self.race_barrier(&format!("{pad}  "), out);
-                }
-                let _ = writeln!(out, "{pad}}}");
-                self.drop_run_reads(run_reads);
+                self.for_loop(n, &head, depth, pending, in_thread, out);
             }
             Node::If {
                 cond,
@@ -1375,7 +1320,7 @@ impl Ctx<'_> {
                     && self.emulate.is_none();
                 for (i, c) in v.iter().enumerate() {
                     if i > 0 && !in_thread && self.has_threads && self.emulate.is_none() {
-                        barrier(out);
+                        let _ = writeln!(out, "{pad}__syncthreads();");
                     } else if i > 0 && !in_thread && self.has_threads {
                         self.race_barrier(&pad, out);
                     } else if i > 0 && row_parts {
@@ -1384,42 +1329,274 @@ impl Ctx<'_> {
                     self.node(c, depth, pending, in_thread, out);
                 }
             }
-            Node::Mark { name, body } if name == "shared" => {
-                if self
-                    .scope
-                    .is_some_and(|s| !self.in_scope && !self.names_unbound(&s.prefix_values))
-                {
-                    let _ = writeln!(out, "{pad}{{");
-                    let staged = match (self.scope, self.step_loop) {
-                        (Some(scope), Some(step)) if scope.double_buffered => {
-                            self.copy_in_stages(step, depth + 1, out);
-                            true
-                        }
-                        _ => {
-                            self.copy_in(depth + 1, out);
-                            false
-                        }
-                    };
-                    let inner = Ctx {
-                        in_scope: true,
-                        staged,
-                        step_loop: None,
-                        ..*self
-                    };
-                    inner.node(body, depth + 1, pending, in_thread, out);
-                    if staged {
-                        self.store_next_stage(depth + 1, out);
-                    }
-                    let _ = writeln!(out, "{pad}}}");
-                } else {
-                    self.node(body, depth, pending, in_thread, out);
-                }
+            Node::Mark { name, body } => self.mark(name, body, depth, pending, in_thread, out),
+            Node::User { statement, args } => {
+                self.statement(statement, args, depth, pending, in_thread, out)
             }
-            Node::Mark { name, body } if name.starts_with("private_") => {
+        }
+    }
+
+    /// A loop of the AST (`n`, read as `head`): a narrow reduction folded
+    /// into a register, a loop unswitched on a select, a register tile's
+    /// slots, or a loop mapped to blocks or threads or run sequentially,
+    /// then its body and the barrier after each step.
+    fn for_loop(
+        &self,
+        n: &Node,
+        head: &LoopHead<'_>,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        let (iterator, body) = (head.iterator, head.body);
+        let unmapped = pending.iter().all(|p| p.2 != iterator);
+        if unmapped
+            && (in_thread || !self.has_threads)
+            && !self.in_regs
+            && self.lanes.is_none()
+            && self.narrow_fold_loop(n, depth, pending, in_thread, out)
+        {
+            return;
+        }
+        let matched = pending.iter().position(|p| p.2 == iterator);
+        // Inside a thread (no barrier in the loop, whose threads
+        // may take different copies): unswitched on a select the
+        // loop does not change (`unswitch`).
+        if matched.is_none() && in_thread && self.lanes.is_none() {
+            if let Some(c) = self.invariant_select(body) {
+                for (arm, open) in [(true, format!("if ({c})")), (false, "} else".into())] {
+                    let _ = writeln!(out, "{pad}{open} {{");
+                    self.printer
+                        .fixed_selects
+                        .borrow_mut()
+                        .push((c.clone(), arm));
+                    self.node(n, depth + 1, pending, in_thread, out);
+                    self.printer.fixed_selects.borrow_mut().pop();
+                }
+                let _ = writeln!(out, "{pad}}}");
+                return;
+            }
+        }
+        if let (Some(k), true, Some(regs)) = (matched, self.in_regs, self.regs) {
+            if pending[k].0 {
+                self.register_slots(regs, &pending[..k], &pending[k], head, depth, out);
+                return;
+            }
+        }
+        let opened = match matched {
+            Some(k) => {
+                self.mapped_loop_head(head, &pending[..k], &pending[k], in_thread, depth, out)
+            }
+            None => match self.sequential_loop_head(head, pending, in_thread, depth, out) {
+                Some(opened) => opened,
+                None => return,
+            },
+        };
+        let mut bound = self.bound.to_vec();
+        bound.push(iterator.to_string());
+        // Each step ends with a barrier on the GPU when a thread's
+        // next step may read what another thread wrote.
+        let synced = !self.nosync && !opened.in_thread && self.has_threads && has_work(body);
+        let step_barrier = self.emulate.is_none() && synced;
+        // A promotion point right below this loop may be double
+        // buffered along it when the steps are ordered by that
+        // barrier (in the emulation, by running one after another).
+        let shared_body = (step_barrier || self.emulate.is_some())
+            && matches!(body, Node::Mark { name, .. } if name == "shared");
+        let step_loop = match (matched, head.inc) {
+            (None, Expr::Int(step)) if *step > 0 && !opened.step_guard && shared_body => {
+                Some((iterator, head.init, head.cond, *step))
+            }
+            _ => None,
+        };
+        let inner = Ctx {
+            nosync: false,
+            bound: &bound,
+            step_loop,
+            ..*self
+        };
+        let body_depth = depth + 1 + usize::from(opened.step_guard);
+        inner.node(body, body_depth, &opened.pending, opened.in_thread, out);
+        if opened.step_guard {
+            let _ = writeln!(out, "{pad}  }}");
+        }
+        if step_barrier {
+            let _ = writeln!(out, "{pad}  __syncthreads();");
+        } else if synced {
+            self.race_barrier(&format!("{pad}  "), out);
+        }
+        let _ = writeln!(out, "{pad}}}");
+        self.drop_run_reads(opened.run_reads);
+    }
+
+    /// The head of a loop mapped to blocks or threads (`p`, with `above`
+    /// the mappings pending above it): distributed cyclically over the
+    /// index, in the emulation inside a loop over the indexes.
+    fn mapped_loop_head(
+        &self,
+        head: &LoopHead<'_>,
+        above: &[Pending],
+        p: &Pending,
+        in_thread: bool,
+        depth: usize,
+        out: &mut String,
+    ) -> OpenLoop {
+        let pad = "  ".repeat(depth);
+        let (iterator, cond) = (head.iterator, head.printed[1]);
+        let (id, count) = match self.emulate {
+            Some(block) => {
+                let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+                let (var, count) = if p.0 {
+                    (format!("pf_thread_{}", p.1), block[axis.min(2)])
+                } else {
+                    (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
+                };
+                let test = self.emulated_test(&var, count, true, p.0, p.1);
+                let _ = writeln!(
+                    out,
+                    "{pad}for (pf_i {var} = {}; {test}; {var}--)",
+                    count - 1
+                );
+                (var, count.to_string())
+            }
+            None => {
+                // Mappings above this one lost their loop: index 0.
+                let guard = self.guard(above);
+                if !guard.is_empty() {
+                    let _ = writeln!(out, "{pad}if ({guard})");
+                }
+                (
+                    format!("(pf_i){}", id_of(p)),
+                    format!("(pf_i){}", count_of(p)),
+                )
+            }
+        };
+        let head = self.distributed_head(iterator, (head.init, cond, head.inc), (&id, &count), p.0);
+        let _ = writeln!(out, "{pad}{head}");
+        OpenLoop {
+            pending: Vec::new(),
+            in_thread: in_thread || p.0,
+            step_guard: false,
+            run_reads: 0,
+        }
+    }
+
+    /// The head of a loop of an unmapped member (or of a deeper band while
+    /// a mapped member has a single iteration): unrolled where it indexes
+    /// a private array or is a register tile's step loop (to its constant
+    /// bound, the rest of its condition tested inside), with the rows it
+    /// reads loaded ahead (`row_copies`). `None` when a chain split
+    /// (`split_chain`) printed the whole loop.
+    fn sequential_loop_head(
+        &self,
+        head: &LoopHead<'_>,
+        pending: &[Pending],
+        in_thread: bool,
+        depth: usize,
+        out: &mut String,
+    ) -> Option<OpenLoop> {
+        let pad = "  ".repeat(depth);
+        let LoopHead {
+            iterator,
+            init: n_init,
+            cond: n_cond,
+            inc: n_inc,
+            printed: [init, cond, inc],
+            body,
+        } = *head;
+        // A register tile's step loop (`GpuOptions::unroll`)
+        // runs to its constant bound, the rest of its
+        // condition tested inside.
+        let steps = match self.regs {
+            Some(r) if self.emulate.is_none() && self.in_regs && self.in_scope && r.unroll => {
+                let slots: i64 = r.counts(self.block).iter().product();
+                constant_trip(iterator, n_init, n_cond, n_inc)
+                    .filter(|(_, _, trips)| trips.saturating_mul(slots) <= MAX_UNROLLED_UPDATES)
+            }
+            _ => None,
+        };
+        let unrolled_private = self.emulate.is_none() && self.indexes_private(body, iterator);
+        let counted = counted_loop(iterator, n_init, n_cond, n_inc);
+        // Reads this loop takes from registers loaded ahead of it.
+        let mut run_reads = 0;
+        if let (true, true, true, Some(l)) =
+            (unrolled_private, in_thread, self.lanes.is_none(), &counted)
+        {
+            let copies = self.row_copies(body, l, depth, out);
+            run_reads = copies.len();
+            self.printer
+                .run_reads
+                .borrow_mut()
+                .extend(copies.into_iter().map(|c| (c.statement, c.key, c.element)));
+            if self.split_chain(body, l, depth, out) {
+                self.drop_run_reads(run_reads);
+                return None;
+            }
+        }
+        if unrolled_private || steps.is_some() {
+            // Unrolled: a private array's subscripts become
+            // constants and it stays in registers.
+            let _ = writeln!(out, "{pad}#pragma unroll");
+        }
+        let test = match (&steps, unrolled_private) {
+            (Some((bound, _, _)), false) => self.e(bound),
+            _ => cond.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{pad}for (pf_i {iterator} = {init}; {test}; {iterator} += {inc}) {{"
+        );
+        // An unrolled step loop's test beyond its constant bound
+        // is open around the body.
+        let mut step_guard = false;
+        if let (Some((_, Some(rest), _)), false) = (&steps, unrolled_private) {
+            let _ = writeln!(out, "{pad}  if ({}) {{", self.e(rest));
+            step_guard = true;
+        }
+        Some(OpenLoop {
+            pending: pending.to_vec(),
+            in_thread,
+            step_guard,
+            run_reads,
+        })
+    }
+
+    /// Prints the subtree `body` below mark `name`: each mark the mapping
+    /// left opens its part of the plan (shared copies, private and
+    /// register regions, lanes, a warp's reduction, a mapping to wait for).
+    fn mark(
+        &self,
+        name: &str,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        match name {
+            "shared" => self.shared_mark(body, depth, pending, in_thread, out),
+            "nosync" => {
+                let inner = Ctx {
+                    nosync: true,
+                    ..*self
+                };
+                inner.node(body, depth, pending, in_thread, out);
+            }
+            "registers" => match (self.mma, self.regs) {
+                (Some(c), Some(regs)) => self.mma_region(c, regs, depth, out),
+                (Some(_), None) => {}
+                (None, regs) => match regs.filter(|r| !self.names_unbound(&r.prefix_values)) {
+                    Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
+                    None => self.node(body, depth, pending, in_thread, out),
+                },
+            },
+            _ if name.starts_with("private_") => {
                 match self
                     .private
                     .iter()
-                    .find(|r| &r.mark == name && !self.names_unbound(&r.prefix_values))
+                    .find(|r| r.mark == name && !self.names_unbound(&r.prefix_values))
                 {
                     Some(region) => {
                         self.private_region(region, body, depth, pending, in_thread, out)
@@ -1427,39 +1604,21 @@ impl Ctx<'_> {
                     None => self.node(body, depth, pending, in_thread, out),
                 }
             }
-            Node::Mark { name, body } if name == "nosync" => {
-                let inner = Ctx {
-                    nosync: true,
-                    ..*self
-                };
-                inner.node(body, depth, pending, in_thread, out);
-            }
-            Node::Mark { name, .. } if name == "registers" && self.mma.is_some() => {
-                if let (Some(c), Some(regs)) = (self.mma, self.regs) {
-                    self.mma_region(c, regs, depth, out);
-                }
-            }
-            Node::Mark { name, body } if name == "registers" => {
-                match self.regs.filter(|r| !self.names_unbound(&r.prefix_values)) {
-                    Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
-                    None => self.node(body, depth, pending, in_thread, out),
-                }
-            }
-            Node::Mark { name, body } if LaneLoop::index(name).is_some() => {
+            _ if LaneLoop::index(name).is_some() => {
                 let k = LaneLoop::index(name).unwrap_or(usize::MAX);
                 match self.lanes.and_then(|l| l.get(k)) {
                     Some(l) => self.lane_loop(k, l, body, depth, pending, in_thread, out),
                     None => self.node(body, depth, pending, in_thread, out),
                 }
             }
-            Node::Mark { name, body } if name.starts_with("reduce_x_") => {
+            _ if name.starts_with("reduce_x_") => {
                 let iterator = format!("c{}", name.trim_start_matches("reduce_x_"));
                 if !self.reduce(body, &iterator, depth, pending, out) {
                     // Not the expected shape: lane 0 runs it sequentially.
                     self.node(body, depth, pending, in_thread, out);
                 }
             }
-            Node::Mark { name, body } => match parse_mapping_mark(name) {
+            _ => match parse_mapping_mark(name) {
                 Some(m) => {
                     // With rows across lanes, below the rows' thread
                     // mapping whether or not its loop is left (a single
@@ -1475,112 +1634,171 @@ impl Ctx<'_> {
                     self.node(body, depth, &p, in_thread || rows, out);
                 }
                 None => {
-                    let _ = writeln!(out, "{pad}/* {name} */");
+                    let _ = writeln!(out, "{}/* {name} */", "  ".repeat(depth));
                     self.node(body, depth, pending, in_thread, out);
                 }
             },
-            Node::User { statement, .. }
-                if self.in_regs
-                    && self
-                        .regs
-                        .and_then(|r| r.init.as_ref())
-                        .is_some_and(|i| &i.statement == statement) =>
-            {
-                // Hoisted to the start of the register region.
-            }
-            Node::User { statement, args } => {
-                let s = self
-                    .scop
-                    .statement(statement)
-                    .expect("AST statements come from the model");
-                let env = self.statement_env(&s.iterators, args);
-                let st = &self.program.statements[s.source];
-                self.statement_overrides(statement, &env);
-                if self.store_in_fours {
-                    let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-                    self.printer.overrides.borrow_mut().insert(
-                        crate::model::access_text(&st.lhs_tensor, &subs),
-                        "pf_vs[pf_r]".to_string(),
-                    );
-                }
-                let text = self.printer.statement(st, s.kind, &env);
-                self.printer.overrides.borrow_mut().clear();
-                // At a clamped slot of a partial register tile (its
-                // element beyond the tensor, its register never stored),
-                // a statement that allows it runs at the clamped point
-                // without a test.
-                let clamp_safe = self.regs.is_some_and(|r| r.clamp_safe.contains(statement));
-                // A statement on a register tile whose thread loop isl did
-                // not generate (the member has one value here, folded into
-                // the statement's arguments) must run on the thread and
-                // register slot that own its element, not on thread 0.
-                let owned = match self.regs {
-                    Some(regs)
-                        if self.in_regs && regs.accesses.iter().any(|(st, _)| st == statement) =>
-                    {
-                        let nt = regs.thread_dims;
-                        let axes: Vec<char> =
-                            (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
-                        let owned_axes = regs.owned_axes();
-                        let lost: Vec<char> = pending
-                            .iter()
-                            .filter(|p| p.0 && owned_axes.contains(&p.1))
-                            .map(|p| p.1)
-                            .collect();
-                        (!lost.is_empty()).then_some((regs, axes, lost))
-                    }
-                    _ => None,
-                };
-                let pending: Vec<Pending> = match &owned {
-                    Some((_, _, lost)) => pending
-                        .iter()
-                        .filter(|p| !(p.0 && lost.contains(&p.1)))
-                        .cloned()
-                        .collect(),
-                    None => pending.to_vec(),
-                };
-                if let Some((regs, axes, lost)) = owned {
-                    let subs: Vec<String> = s
-                        .accesses(self.program)
-                        .iter()
-                        .find(|a| a.tensor == regs.tensor)
-                        .map(|a| {
-                            a.subscripts
-                                .iter()
-                                .map(|e| self.printer.affine(e, &env))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    self.owned_statement(
-                        regs,
-                        &axes,
-                        &lost,
-                        &subs,
-                        &self.with_slot_tests(self.guard(&pending)),
-                        in_thread,
-                        &text,
-                        depth,
-                        out,
-                    );
-                    return;
-                }
-                let guard = if self.all_lanes(s) && in_thread {
-                    self.guard(&pending)
-                } else {
-                    self.statement_guard(&pending, in_thread)
-                };
-                let guard = if clamp_safe {
-                    guard
-                } else {
-                    self.with_slot_tests(guard)
-                };
-                if guard.is_empty() {
-                    let _ = writeln!(out, "{pad}{text}");
-                } else {
-                    let _ = writeln!(out, "{pad}if ({guard}) {text}");
-                }
-            }
         }
+    }
+
+    /// The promotion point (`shared` mark): the kernel's shared copies
+    /// loaded (double buffered along the loop around it where the plan
+    /// says so) and read inside, where the copies' prefix is bound here.
+    fn shared_mark(
+        &self,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let opens = self
+            .scope
+            .is_some_and(|s| !self.in_scope && !self.names_unbound(&s.prefix_values));
+        if !opens {
+            self.node(body, depth, pending, in_thread, out);
+            return;
+        }
+        let pad = "  ".repeat(depth);
+        let _ = writeln!(out, "{pad}{{");
+        let staged = match (self.scope, self.step_loop) {
+            (Some(scope), Some(step)) if scope.double_buffered => {
+                self.copy_in_stages(step, depth + 1, out);
+                true
+            }
+            _ => {
+                self.copy_in(depth + 1, out);
+                false
+            }
+        };
+        let inner = Ctx {
+            in_scope: true,
+            staged,
+            step_loop: None,
+            ..*self
+        };
+        inner.node(body, depth + 1, pending, in_thread, out);
+        if staged {
+            self.store_next_stage(depth + 1, out);
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// A statement of the AST: printed with the overrides of where it is
+    /// (shared copies, registers, lanes), on the thread and register slot
+    /// that own its element in a register tile, else under the guard of
+    /// the mappings still pending.
+    fn statement(
+        &self,
+        statement: &str,
+        args: &[Expr],
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
+        let pad = "  ".repeat(depth);
+        if self.in_regs
+            && self
+                .regs
+                .and_then(|r| r.init.as_ref())
+                .is_some_and(|i| i.statement == statement)
+        {
+            // Hoisted to the start of the register region.
+            return;
+        }
+        let s = self
+            .scop
+            .statement(statement)
+            .expect("AST statements come from the model");
+        let env = self.statement_env(&s.iterators, args);
+        let st = &self.program.statements[s.source];
+        self.statement_overrides(statement, &env);
+        if self.store_in_fours {
+            let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
+            self.printer.overrides.borrow_mut().insert(
+                crate::model::access_text(&st.lhs_tensor, &subs),
+                "pf_vs[pf_r]".to_string(),
+            );
+        }
+        let text = self.printer.statement(st, s.kind, &env);
+        self.printer.overrides.borrow_mut().clear();
+        // At a clamped slot of a partial register tile (its
+        // element beyond the tensor, its register never stored),
+        // a statement that allows it runs at the clamped point
+        // without a test.
+        let clamp_safe = self.regs.is_some_and(|r| r.clamp_safe.contains(statement));
+        if let Some((regs, axes, lost)) = self.lost_owner(statement, pending) {
+            // The mappings along the axes the element moves on are the
+            // owner's to run.
+            let pending: Vec<Pending> = pending
+                .iter()
+                .filter(|p| !(p.0 && lost.contains(&p.1)))
+                .cloned()
+                .collect();
+            let subs: Vec<String> = s
+                .accesses(self.program)
+                .iter()
+                .find(|a| a.tensor == regs.tensor)
+                .map(|a| {
+                    a.subscripts
+                        .iter()
+                        .map(|e| self.printer.affine(e, &env))
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.owned_statement(
+                regs,
+                &axes,
+                &lost,
+                &subs,
+                &self.with_slot_tests(self.guard(&pending)),
+                in_thread,
+                &text,
+                depth,
+                out,
+            );
+            return;
+        }
+        let guard = if self.all_lanes(s) && in_thread {
+            self.guard(pending)
+        } else {
+            self.statement_guard(pending, in_thread)
+        };
+        let guard = if clamp_safe {
+            guard
+        } else {
+            self.with_slot_tests(guard)
+        };
+        if guard.is_empty() {
+            let _ = writeln!(out, "{pad}{text}");
+        } else {
+            let _ = writeln!(out, "{pad}if ({guard}) {text}");
+        }
+    }
+
+    /// A statement on the register tile whose thread loop isl did not
+    /// generate (the member has one value here, folded into the
+    /// statement's arguments) must run on the thread and register slot
+    /// that own its element, not on thread 0: the tile, its thread axes,
+    /// and the pending axes whose loop was lost. `None` elsewhere.
+    fn lost_owner(
+        &self,
+        statement: &str,
+        pending: &[Pending],
+    ) -> Option<(&RegisterTile, Vec<char>, Vec<char>)> {
+        let regs = self
+            .regs
+            .filter(|r| self.in_regs && r.accesses.iter().any(|(st, _)| st == statement))?;
+        let nt = regs.thread_dims;
+        let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
+        let owned_axes = regs.owned_axes();
+        let lost: Vec<char> = pending
+            .iter()
+            .filter(|p| p.0 && owned_axes.contains(&p.1))
+            .map(|p| p.1)
+            .collect();
+        (!lost.is_empty()).then_some((regs, axes, lost))
     }
 
     /// The steps of one reduction folded into a register `pf_red`: `body`

@@ -41,12 +41,13 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::frontend::ast::{Affine, BinOp, DType, Expr, ExprKind, Program, Reducer};
+use crate::frontend::ast::{Affine, DType, Expr, Program, Reducer};
 use crate::gpu::attention::{
-    input_reads, Attention, RowContraction, RowSum, TileOperand, BLOCK_KEYS, SPLIT_ROWS, THREADS,
-    WARPS, WARP_TILES,
+    input_reads, Attention, RowContraction, RowSum, ScoreScale, TileOperand, BLOCK_KEYS,
+    COMBINE_WARPS, SPLIT_ROWS, THREADS, WARPS, WARP_TILES,
 };
-use crate::model::{access_text, read_text, Scop, StmtKind};
+use crate::gpu::mapping::AttentionPlan;
+use crate::model::{access_text, Scop, StmtKind};
 
 use super::expr::{GlobalAccesses, Mode, Printer};
 
@@ -225,6 +226,9 @@ fn wgmma_helpers(a: &Attention) -> String {
 
 struct Emit<'a> {
     a: &'a Attention,
+    /// The map that scales the scores, as the gpu stage found it
+    /// (`gpu::mapping::AttentionPlan::score_scale`).
+    scale: Option<&'a ScoreScale>,
     program: &'a Program,
     scop: &'a Scop,
     /// Print the CPU emulation.
@@ -238,14 +242,15 @@ struct Emit<'a> {
 /// The kernel body (CUDA) or its emulation (C), for the kernel whose
 /// signature and parameter constants the caller printed.
 pub fn body(
-    a: &Attention,
+    plan: &AttentionPlan,
     program: &Program,
     scop: &Scop,
     emu: bool,
     globals: &GlobalAccesses,
 ) -> String {
     let mut e = Emit {
-        a,
+        a: &plan.attention,
+        scale: plan.score_scale.as_ref(),
         program,
         scop,
         emu,
@@ -254,18 +259,6 @@ pub fn body(
     };
     e.kernel();
     e.out
-}
-
-/// Warps of a block of a split attention's second kernel.
-pub const COMBINE_WARPS: i64 = 4;
-/// Threads of a block of a split attention's second kernel.
-pub const COMBINE_THREADS: u32 = 32 * COMBINE_WARPS as u32;
-
-/// Blocks along z of the second kernel: a warp a column of the widest
-/// contraction.
-pub fn combine_column_blocks(a: &Attention) -> i64 {
-    let width = a.contractions.iter().map(|c| c.width).max().unwrap_or(1);
-    (width + COMBINE_WARPS - 1) / COMBINE_WARPS
 }
 
 /// The second kernel of a split attention: a warp per (row, column) (grid
@@ -290,6 +283,7 @@ pub fn combine_body(
 ) -> String {
     let mut e = Emit {
         a,
+        scale: None,
         program,
         scop,
         emu,
@@ -298,22 +292,6 @@ pub fn combine_body(
     };
     e.combine();
     e.out
-}
-
-/// Blocks per multiprocessor the kernel's registers are limited for: four
-/// (128 registers a thread) where the depth and the widths are at most 64
-/// (H100, D = 64, `mma.sync`: 155 registers without the limit, 128 and 20
-/// bytes of spills with it; global prefill 1620 -> 1589 us, causal 892 ->
-/// 870 us; `wgmma`: 118 registers, and five blocks (96 registers, 16
-/// bytes of spills) were no faster: 948-950 against 945-952 us), else no
-/// limit.
-pub fn min_blocks(a: &Attention) -> u32 {
-    if a.depth <= 64 && a.contractions.iter().all(|c| c.width <= 64) {
-        // The same 128 registers a thread.
-        (4 * THREADS / a.threads()).max(1)
-    } else {
-        1
-    }
 }
 
 /// The position of `text` in `list`, added at the end if absent: one C
@@ -1405,11 +1383,11 @@ impl Emit<'_> {
     /// element test).
     fn softmax_step(&mut self, whole: bool) {
         let step = self.step_elements(whole);
-        let scaled = self.tile_reduction(&step);
+        self.tile_reduction(&step);
         let mut c = String::new();
         self.repair_factors(&step, &mut c);
         self.repair_accumulators(&mut c);
-        self.tile_terms(&step, scaled, &mut c);
+        self.tile_terms(&step, &mut c);
         self.threads(&c);
         self.add_tile_sums();
     }
@@ -1447,10 +1425,9 @@ impl Emit<'_> {
 
     /// The maps of every element of the thread's scores and the tile's
     /// value of the predecessor (the reduction of each row over the tile),
-    /// combined over a row's four lanes. Returns the map that scales the
-    /// scores, if any ([`Emit::scaled_scores`]), which the terms read as
-    /// one multiply-add.
-    fn tile_reduction(&mut self, step: &StepElements) -> Option<(usize, f64)> {
+    /// combined over a row's four lanes; a maximum of scaled scores takes
+    /// the scaling out of its loop (`ScoreScale::folded`).
+    fn tile_reduction(&mut self, step: &StepElements) {
         let a = self.a;
         let (env, nb, head) = (&step.env, step.key_groups, &step.head);
         // Maps and the predecessor's tile value.
@@ -1482,16 +1459,8 @@ impl Emit<'_> {
         }
         let mt = self.at("pf_mt", "pf_r");
         // A maximum (or minimum) of scaled scores `c * s` (c > 0) is `c`
-        // times the maximum of the scores: rounding is monotone, so
-        // `max_j fl(c s_j) = fl(c max_j s_j)` exactly (for `s / c`, within
-        // one rounding: the repair needs no exact maximum, only the same
-        // value in the terms and the factors), and the scaling moves out
-        // of the per-element loop.
-        let scaled = self.scaled_scores();
-        let folded = scaled.filter(|&(k, _)| {
-            matches!(a.reducer, Reducer::Max | Reducer::Min)
-                && read_text(&a.pred_body) == Some(access_text(&a.maps[k].0, &self.elem_subs()))
-        });
+        // times the maximum of the scores (`Attention::score_scale`).
+        let folded = self.scale.filter(|s| s.folded);
         let body = match folded {
             Some(_) => self.at("pf_s", "pf_k"),
             None => printer.expr(&a.pred_body, env),
@@ -1503,13 +1472,12 @@ impl Emit<'_> {
         );
         self.threads(&c);
         self.quad("pf_mt", SLOTS, a.reducer);
-        if let Some((_, factor)) = folded {
+        if let Some(s) = folded {
             self.threads(&format!(
                 "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {mt} = {mt} * {:?}f;\n",
-                factor as f32
+                s.factor as f32
             ));
         }
-        scaled
     }
 
     /// New predecessor value, repairs. A sum's repair `H(X; Mp, M)`
@@ -1583,19 +1551,19 @@ impl Emit<'_> {
 
     /// The tile's terms with the new predecessor value, added to the
     /// tile's sums, and its weights split into the value products'
-    /// fragments. `scaled`: the map that scales the scores, read as one
-    /// FFMA of the score.
-    fn tile_terms(&self, step: &StepElements, scaled: Option<(usize, f64)>, c: &mut String) {
+    /// fragments. The map that scales the scores (`Emit::scale`) is read
+    /// as one FFMA of the score.
+    fn tile_terms(&self, step: &StepElements, c: &mut String) {
         let a = self.a;
         let (nb, head) = (step.key_groups, &step.head);
         let mut tov = step.overrides.clone();
         tov.insert(a.pred_term.clone(), self.at("pf_mn", "pf_r"));
         let printer = self.printer(tov, true);
         // `exp(c s - m)` of scaled scores as one FFMA of the score.
-        if let Some((k, factor)) = scaled {
+        if let Some(s) = self.scale {
             printer.scaled_reads.borrow_mut().insert(
-                access_text(&a.maps[k].0, &self.elem_subs()),
-                (self.at("pf_s", "pf_k"), factor as f32 as f64),
+                s.scaled.clone(),
+                (self.at("pf_s", "pf_k"), s.factor as f32 as f64),
             );
         }
         let u = self.unroll();
@@ -1682,27 +1650,6 @@ impl Emit<'_> {
             self.at("pf_mn", "pf_r")
         );
         self.threads(&c);
-    }
-
-    /// The first map that scales the scores by a positive constant,
-    /// `X(.., i, j) = P(.., i, j) * c` (or `c * P`, or `P / c`): its
-    /// position and `c`.
-    fn scaled_scores(&self) -> Option<(usize, f64)> {
-        let score = access_text(&self.a.score, &self.elem_subs());
-        let is_score = |e: &Expr| read_text(e).as_deref() == Some(score.as_str());
-        let constant = |e: &Expr| match e.kind {
-            ExprKind::Number(v) if v.is_finite() && v > 0.0 => Some(v),
-            _ => None,
-        };
-        self.a.maps.iter().enumerate().find_map(|(k, (_, rhs))| {
-            let c = match &rhs.kind {
-                ExprKind::Binary(BinOp::Mul, x, y) if is_score(x) => constant(y),
-                ExprKind::Binary(BinOp::Mul, x, y) if is_score(y) => constant(x),
-                ExprKind::Binary(BinOp::Div, x, y) if is_score(x) => constant(y).map(|c| 1.0 / c),
-                _ => None,
-            }?;
-            Some((k, c))
-        })
     }
 
     /// The expressions `of_sum` picks of the row sums and `of_con` of the
@@ -2038,7 +1985,7 @@ impl Emit<'_> {
                  const int pf_t = pf_w * 32, pf_l = 0; (void)pf_t; (void)pf_l;\n{c}}}",
                 a.rows,
                 a.batches(),
-                combine_column_blocks(a)
+                a.combine_column_blocks()
             );
         } else {
             let _ = writeln!(

@@ -52,7 +52,7 @@ use crate::frontend::ast::{
 };
 use crate::isl::ast::Expr as AstExpr;
 use crate::isl::Isl;
-use crate::model::{access_text, collect_reads, ModelStmt, Scop};
+use crate::model::{access_text, collect_reads, read_text, ModelStmt, Scop};
 
 /// Warps of a block.
 pub const WARPS: i64 = 4;
@@ -100,6 +100,11 @@ pub const BLOCK_KEYS: i64 = 64;
 pub const MAX_SHARED_BYTES: usize = 227 * 1024;
 /// Threads of a block.
 pub const THREADS: u32 = 32 * WARPS as u32;
+/// Warps of a block of a split attention's second kernel (the combination
+/// over the slices and the epilogue, a warp per row and column).
+pub const COMBINE_WARPS: i64 = 4;
+/// Threads of a block of a split attention's second kernel.
+pub const COMBINE_THREADS: u32 = 32 * COMBINE_WARPS as u32;
 /// Query rows of a block of a split kernel (`gpu::decoding`): one `mma`
 /// row tile, which every warp computes on.
 pub const SPLIT_ROWS: i64 = 16;
@@ -212,6 +217,21 @@ pub struct Attention {
     pub split: Option<Split>,
 }
 
+/// A map of an attention that scales the scores by a constant (see
+/// [`Attention::score_scale`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreScale {
+    /// The map's position in `Attention::maps`.
+    pub map: usize,
+    /// The constant `c` of `P * c`.
+    pub factor: f64,
+    /// The map's element as the terms read it (`model::access_text`).
+    pub scaled: String,
+    /// The predecessor reduces the map by a maximum (or minimum): the
+    /// scaling moves out of its per-element loop.
+    pub folded: bool,
+}
+
 /// The split-k form of an attention (`repair::splitk`): the keys in
 /// `slices` slices of `len`, `j = len * s + u`; local states per slice,
 /// combined over `s` by the rewrite's repaired combination (Eq. 8).
@@ -278,9 +298,67 @@ impl Attention {
     pub fn grid_x(&self) -> i64 {
         self.row_tiles() * self.split.as_ref().map_or(1, |s| s.slices)
     }
+    /// The first map that scales the scores by a positive constant,
+    /// `X(.., i, j) = P(.., i, j) * c` (or `c * P`, or `P / c`), which the
+    /// terms read as one multiply-add of the score; folded out of the
+    /// predecessor's reduction where that is a maximum (or minimum) of the
+    /// map: `c > 0` times the maximum of the scores, since rounding is
+    /// monotone, `max_j fl(c s_j) = fl(c max_j s_j)` exactly (for `s / c`,
+    /// within one rounding: the repair needs no exact maximum, only the
+    /// same value in the terms and the factors).
+    pub fn score_scale(&self) -> Option<ScoreScale> {
+        let mut element: Vec<Affine> = self.batch.iter().map(|(b, _)| Affine::var(b)).collect();
+        element.push(Affine::var(&self.row));
+        element.push(Affine::var(&self.key));
+        let score = access_text(&self.score, &element);
+        let is_score = |e: &Expr| read_text(e).as_deref() == Some(score.as_str());
+        let constant = |e: &Expr| match e.kind {
+            ExprKind::Number(v) if v.is_finite() && v > 0.0 => Some(v),
+            _ => None,
+        };
+        let (map, factor) = self.maps.iter().enumerate().find_map(|(k, (_, rhs))| {
+            let c = match &rhs.kind {
+                ExprKind::Binary(BinOp::Mul, x, y) if is_score(x) => constant(y),
+                ExprKind::Binary(BinOp::Mul, x, y) if is_score(y) => constant(x),
+                ExprKind::Binary(BinOp::Div, x, y) if is_score(x) => constant(y).map(|c| 1.0 / c),
+                _ => None,
+            }?;
+            Some((k, c))
+        })?;
+        let scaled = access_text(&self.maps[map].0, &element);
+        let folded = matches!(self.reducer, Reducer::Max | Reducer::Min)
+            && read_text(&self.pred_body) == Some(scaled.clone());
+        Some(ScoreScale {
+            map,
+            factor,
+            scaled,
+            folded,
+        })
+    }
     /// Combinations of batch values.
     pub fn batches(&self) -> i64 {
         self.batch.iter().map(|(_, e)| *e).product()
+    }
+    /// Blocks along z of a split attention's second kernel: a warp a
+    /// column of the widest contraction.
+    pub fn combine_column_blocks(&self) -> i64 {
+        let width = self.contractions.iter().map(|c| c.width).max().unwrap_or(1);
+        (width + COMBINE_WARPS - 1) / COMBINE_WARPS
+    }
+    /// Blocks per multiprocessor the kernel's registers are limited for:
+    /// four (128 registers a thread) where the depth and the widths are at
+    /// most 64 (H100, D = 64, `mma.sync`: 155 registers without the limit,
+    /// 128 and 20 bytes of spills with it; global prefill 1620 -> 1589 us,
+    /// causal 892 -> 870 us; `wgmma`: 118 registers, and five blocks (96
+    /// registers, 16 bytes of spills) were no faster: 948-950 against
+    /// 945-952 us), else no limit.
+    pub fn min_blocks(&self) -> u32 {
+        if self.depth <= 64 && self.contractions.iter().all(|c| c.width <= 64) {
+            // The same 128 registers a thread.
+            (4 * THREADS / self.threads()).max(1)
+        } else {
+            1
+        }
     }
     /// Whether every tile a block visits is wholly inside the domain: the
     /// whole-tile test, simplified under the visited tiles

@@ -1267,7 +1267,7 @@ mod tests {
         let a = Analysed::new(json);
         a.plans(&[64, 64, 32], options)
             .into_iter()
-            .find_map(|p| p.contraction)
+            .find_map(|p| p.contraction().cloned())
     }
 
     #[test]

@@ -84,9 +84,9 @@ pub enum Engine {
 
 impl Engine {
     fn of(plan: &KernelPlan) -> Engine {
-        if plan.contraction.is_some() || plan.attention.is_some() {
+        if plan.contraction().is_some() || plan.attention().is_some() {
             Engine::TensorCores
-        } else if plan.registers.is_some() {
+        } else if plan.register_tile().is_some() {
             Engine::RegisterTile
         } else {
             Engine::Simt

@@ -32,6 +32,7 @@
 
 use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, UnionMap, Val};
 
+use super::attention::Attention;
 use super::GpuOptions;
 use crate::deps::Dependences;
 use crate::error::{Error, Result};
@@ -45,7 +46,7 @@ use std::collections::HashMap;
 /// CUDA's three axes, innermost first.
 pub const AXES: [&str; 3] = ["x", "y", "z"];
 
-/// What was decided for one kernel.
+/// What was decided for one kernel: its launch and how its body runs.
 #[derive(Debug, Clone)]
 pub struct KernelPlan {
     /// The mark above the kernel's subtree (`kernel_K`).
@@ -55,32 +56,124 @@ pub struct KernelPlan {
     pub grid: [Expr; 3],
     /// Threads along x, y, z.
     pub block: [u32; 3],
-    /// Shared-memory promotions at the thread band.
+    /// Blocks per multiprocessor its registers are limited for (the second
+    /// argument of `__launch_bounds__`), where its engine asks for some.
+    pub min_blocks: Option<u32>,
+    /// Bytes of dynamic shared memory to launch with.
+    pub dynamic_shared: usize,
+    /// Bytes of shared memory the kernel declares statically (its shared
+    /// copies).
+    pub static_shared: usize,
+    /// How the kernel's body runs: the cases exclude each other, so the
+    /// printer switches on this instead of testing which parts are set.
+    pub body: KernelBody,
+}
+
+/// The ways a kernel's body runs on the GPU. (A program has a handful of
+/// plans, built once: the variants' sizes do not matter.)
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum KernelBody {
+    /// The tree below the kernel's mark, mapped to blocks and threads by
+    /// its marks, printed node by node.
+    Threads(ThreadPlan),
+    /// A rolling attention on tensor cores (see `gpu::attention`; a split
+    /// decoding is one with `Attention::split`): printed whole by
+    /// `codegen::flash`, the tree below its mark left unmapped.
+    Attention(AttentionPlan),
+}
+
+/// A kernel that runs an attention, and the kernel launched after it.
+#[derive(Debug, Clone)]
+pub struct AttentionPlan {
+    pub attention: Attention,
+    /// The map that scales the scores by a constant, if any.
+    pub score_scale: Option<super::attention::ScoreScale>,
+    /// A split attention's second kernel (`Attention::split`): the
+    /// combination of the slices' local states and the epilogue.
+    pub combine: Option<CombineKernel>,
+}
+
+/// A split attention's second kernel, which has no subtree of its own: a
+/// warp per (row, column), grid x the rows, y the batch combinations, z
+/// the columns in groups of [`super::attention::COMBINE_WARPS`]. No
+/// shared memory.
+#[derive(Debug, Clone)]
+pub struct CombineKernel {
+    /// The `__global__` function's name (`kernel_K_combine`).
+    pub name: String,
+    pub grid: [Expr; 3],
+    pub block: [u32; 3],
+}
+
+impl AttentionPlan {
+    /// The plan of attention `a` in kernel `mark`, with its second kernel
+    /// where it is split.
+    fn new(a: Attention, mark: &str) -> AttentionPlan {
+        let combine = a.split.is_some().then(|| CombineKernel {
+            name: format!("{mark}_combine"),
+            grid: [
+                Expr::Int(a.rows),
+                Expr::Int(a.batches()),
+                Expr::Int(a.combine_column_blocks()),
+            ],
+            block: [super::attention::COMBINE_THREADS, 1, 1],
+        });
+        AttentionPlan {
+            score_scale: a.score_scale(),
+            attention: a,
+            combine,
+        }
+    }
+}
+
+/// What a kernel mapped to blocks and threads keeps where.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadPlan {
+    /// Shared-memory promotions at the thread band (none on tensor
+    /// cores: the fragments' pipeline copies its own tiles).
     pub scope: Option<super::promote::Scope>,
     /// The reduction loop of an update statement runs across
     /// `threadIdx.x` (a warp per reduction), rows on y and z.
     pub reduce_x: bool,
     /// A tensor each thread keeps in registers below the block loops.
-    pub registers: Option<super::registers::RegisterTile>,
-    /// The kernel is a contraction run on tensor cores: its register
-    /// region is printed as warp fragments (see `gpu::contraction`).
-    pub contraction: Option<super::contraction::Contraction>,
+    pub registers: Option<Registers>,
     /// Tensors each thread keeps in registers inside its thread loops
-    /// (the `private` mark; see `gpu::private`).
+    /// (the `private` mark; see `gpu::private`). Empty with a register
+    /// tile, which owns the registers.
     pub private: Vec<super::private::PrivateRegion>,
     /// A warp or a block per row, its threads across the row's loops (see
     /// `gpu::lanes`): the loops, by the index `K` of their `lanes_K` mark.
     /// `None` in a kernel with such marks: lane 0 runs the rows alone
-    /// (`reduce_x` is set either way).
+    /// (`reduce_x` is set either way). Always `None` with a register tile.
     pub lanes: Option<Vec<super::lanes::LaneLoop>>,
     /// The thread axis of the lanes of a row: x (a warp or a block per
     /// row), or y for columns (consecutive rows on x; see
     /// `lanes::LaneAxis`).
     pub lane_axis: super::lanes::LaneAxis,
-    /// The kernel is a rolling attention run on tensor cores (see
-    /// `gpu::attention`): printed whole by `codegen::flash`, the tree below
-    /// its mark left unmapped.
-    pub attention: Option<super::attention::Attention>,
+}
+
+/// How a kernel's register tile is computed.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Registers {
+    /// Each thread runs its slots of the tile (see `gpu::registers`).
+    Tile(super::registers::RegisterTile),
+    /// The tile is a contraction run on tensor cores: its register region
+    /// is printed as warp fragments (see `gpu::contraction`).
+    TensorCores {
+        tile: super::registers::RegisterTile,
+        contraction: super::contraction::Contraction,
+    },
+}
+
+impl Registers {
+    /// The register tile, whichever engine computes it.
+    pub fn tile(&self) -> &super::registers::RegisterTile {
+        match self {
+            Registers::Tile(tile) | Registers::TensorCores { tile, .. } => tile,
+        }
+    }
 }
 
 impl KernelPlan {
@@ -92,14 +185,69 @@ impl KernelPlan {
             mark,
             grid: [one(), one(), one()],
             block: [1, 1, 1],
-            scope: None,
-            reduce_x: false,
-            registers: None,
-            contraction: None,
-            private: Vec::new(),
-            lanes: None,
-            lane_axis: super::lanes::LaneAxis::X,
-            attention: None,
+            min_blocks: None,
+            dynamic_shared: 0,
+            static_shared: 0,
+            body: KernelBody::Threads(ThreadPlan::default()),
+        }
+    }
+
+    /// The thread mapping, unless the kernel is printed whole.
+    pub fn threads(&self) -> Option<&ThreadPlan> {
+        match &self.body {
+            KernelBody::Threads(t) => Some(t),
+            KernelBody::Attention(_) => None,
+        }
+    }
+
+    /// The attention the kernel runs, if it is one.
+    pub fn attention(&self) -> Option<&Attention> {
+        match &self.body {
+            KernelBody::Attention(a) => Some(&a.attention),
+            KernelBody::Threads(_) => None,
+        }
+    }
+
+    /// The kernel's register tile (of either engine), if any.
+    pub fn register_tile(&self) -> Option<&super::registers::RegisterTile> {
+        self.threads()?.registers.as_ref().map(Registers::tile)
+    }
+
+    /// The kernel's contraction on tensor cores, if any.
+    pub fn contraction(&self) -> Option<&super::contraction::Contraction> {
+        match self.threads()?.registers.as_ref()? {
+            Registers::TensorCores { contraction, .. } => Some(contraction),
+            Registers::Tile(_) => None,
+        }
+    }
+
+    /// The register tile, to change (tests that break a plan on purpose).
+    pub fn register_tile_mut(&mut self) -> Option<&mut super::registers::RegisterTile> {
+        match &mut self.body {
+            KernelBody::Threads(ThreadPlan {
+                registers: Some(Registers::Tile(tile) | Registers::TensorCores { tile, .. }),
+                ..
+            }) => Some(tile),
+            _ => None,
+        }
+    }
+
+    /// The contraction, to change (tests that break a plan on purpose).
+    pub fn contraction_mut(&mut self) -> Option<&mut super::contraction::Contraction> {
+        match &mut self.body {
+            KernelBody::Threads(ThreadPlan {
+                registers: Some(Registers::TensorCores { contraction, .. }),
+                ..
+            }) => Some(contraction),
+            _ => None,
+        }
+    }
+
+    /// The attention, to change (tests that break a plan on purpose).
+    pub fn attention_mut(&mut self) -> Option<&mut Attention> {
+        match &mut self.body {
+            KernelBody::Attention(a) => Some(&mut a.attention),
+            KernelBody::Threads(_) => None,
         }
     }
 }
@@ -140,7 +288,9 @@ pub fn map(
             let plan = KernelPlan {
                 grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
                 block: [a.threads(), 1, 1],
-                attention: Some(a),
+                min_blocks: Some(a.min_blocks()),
+                dynamic_shared: a.shared_bytes(),
+                body: KernelBody::Attention(AttentionPlan::new(a, &name)),
                 ..KernelPlan::one_thread(name)
             };
             return Ok((node.get_schedule()?, vec![plan]));
@@ -261,6 +411,7 @@ fn map_kernel(
     let name = format!("kernel_{index}");
     let mut node = node.insert_mark(mark(isl, &name)?)?.child(0)?;
     let mut plan = KernelPlan::one_thread(name);
+    let mut thread_plan = ThreadPlan::default();
     let kernel_domain = node.get_domain()?;
     while node.get_type()? == ScheduleNodeType::Mark {
         node = node.child(0)?;
@@ -572,7 +723,7 @@ fn map_kernel(
             pipeline: opts.pipeline || simt_tile,
             ..opts.clone()
         };
-        plan.scope = Some(super::promote::promote(
+        thread_plan.scope = Some(super::promote::promote(
             isl,
             program,
             scop,
@@ -593,11 +744,11 @@ fn map_kernel(
                 node = node.insert_mark(mark(isl, "nosync")?)?.child(0)?;
             }
             node = node.child(0)?;
-            plan.registers = registers.map(|mut r| {
+            thread_plan.registers = registers.map(|mut r| {
                 r.thread_tiles = member_tile[..nb].to_vec();
                 r.vector = opts.vector;
                 r.unroll = opts.unroll || simt_tile;
-                r
+                Registers::Tile(r)
             });
         }
         let nt = leading_coincident(&node)?.min(3);
@@ -626,10 +777,10 @@ fn map_kernel(
                 node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
                 node = node.child(0)?.child(0)?;
             }
-            if registers_on && reduction.is_none() && plan.registers.is_none() {
+            if registers_on && reduction.is_none() && thread_plan.registers.is_none() {
                 // Below the thread loops: what one thread owns stays in
                 // its registers.
-                let exclude: std::collections::HashSet<String> = plan
+                let exclude: std::collections::HashSet<String> = thread_plan
                     .scope
                     .iter()
                     .flat_map(|s| s.arrays.iter().map(|a| a.tensor.clone()))
@@ -646,11 +797,11 @@ fn map_kernel(
                 node = below;
                 if let Some(loops) = lane_loops.take() {
                     let fits = super::lanes::storage_fits(scop, &node, &regions, &loops)?;
-                    plan.lanes = fits.then_some(loops);
+                    thread_plan.lanes = fits.then_some(loops);
                 }
-                plan.private = regions;
+                thread_plan.private = regions;
             }
-            plan.block = if plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
+            plan.block = if thread_plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
                 [16, 16, 1]
             } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !has_reduction {
                 [32, 8, 1]
@@ -661,13 +812,13 @@ fn map_kernel(
                 // Consecutive rows (columns of the tensors) along x, each
                 // on `c.lanes` threads along y.
                 plan.block = [c.rows, c.lanes, 1];
-                plan.lane_axis = super::lanes::LaneAxis::Y(c);
-                plan.reduce_x = true;
+                thread_plan.lane_axis = super::lanes::LaneAxis::Y(c);
+                thread_plan.reduce_x = true;
             } else if lanes && lane_width > 32 {
                 // A row on `lane_width` threads along x, the block tile's
                 // rows side by side along y (see [`block_row_groups`]).
                 plan.block = [lane_width, row_groups, 1];
-                plan.reduce_x = true;
+                thread_plan.reduce_x = true;
             } else if reduction.is_some() || lanes {
                 // Rows on y (and z), the reduction on x: a warp per row.
                 plan.block = if opts.block.is_empty() {
@@ -686,7 +837,7 @@ fn map_kernel(
                 };
                 // The lanes share the row's loops (marked already); other
                 // statements run on lane 0.
-                plan.reduce_x = true;
+                thread_plan.reduce_x = true;
             }
             if let Some(update) = &reduction {
                 match site {
@@ -721,7 +872,7 @@ fn map_kernel(
                 }
                 let depth = node.get_schedule_depth()?;
                 node = node.insert_mark(mark(isl, &format!("reduce_x_{depth}"))?)?;
-                plan.reduce_x = true;
+                thread_plan.reduce_x = true;
             }
         }
     }
@@ -733,9 +884,25 @@ fn map_kernel(
             // The blocks of one tile's split reduction, one cluster.
             plan.grid[2] = Expr::Int(c.split);
         }
-        plan.scope = None;
-        plan.contraction = Some(c);
+        thread_plan.scope = None;
+        plan.min_blocks = Some(c.min_blocks());
+        plan.dynamic_shared = c.shared_bytes();
+        let tile = match thread_plan.registers.take() {
+            Some(Registers::Tile(tile)) => tile,
+            _ => {
+                return Err(Error::Internal(format!(
+                    "{}: a contraction without its register tile",
+                    plan.mark
+                )))
+            }
+        };
+        thread_plan.registers = Some(Registers::TensorCores {
+            tile,
+            contraction: c,
+        });
     }
+    plan.static_shared = thread_plan.scope.as_ref().map_or(0, |s| s.bytes());
+    plan.body = KernelBody::Threads(thread_plan);
     Ok((node, plan))
 }
 

@@ -165,14 +165,14 @@ pub fn prove(
     for node in kernels {
         let mark = node.mark_get_id()?.get_name()?.to_string();
         let plan = plans.iter().find(|p| p.mark == mark);
-        if let Some(p) = plan.filter(|p| p.contraction.is_some() || p.attention.is_some()) {
+        if let Some(p) = plan.filter(|p| p.contraction().is_some() || p.attention().is_some()) {
             template::prove_blocks(program, scop, &node, p)?;
             continue;
         }
         // Register tiles in groups give a thread its values in groups
         // (`registers::RegisterTile::group`), not one value in `count`.
         let grouped = plan
-            .and_then(|p| p.registers.as_ref())
+            .and_then(|p| p.register_tile())
             .is_some_and(|r| r.vector > 1);
         // Blocks of one thread: every instance of a block runs on it.
         let single_thread = plan.is_some_and(|p| p.block == [1, 1, 1]);
@@ -180,20 +180,22 @@ pub fn prove(
             grouped,
             single_thread,
         };
-        if let Some(plan) = plan {
-            for region in &plan.private {
+        if let Some(t) = plan.and_then(KernelPlan::threads) {
+            for region in &t.private {
                 prove_private_reads(program, scop, &node, region)?;
             }
         }
         prove_kernel(program, scop, node.copy()?, &mark, &reorderable, threads)?;
-        if let Some(super::lanes::LaneAxis::Y(c)) = plan.map(|p| p.lane_axis) {
+        if let Some(super::lanes::LaneAxis::Y(c)) =
+            plan.and_then(KernelPlan::threads).map(|t| t.lane_axis)
+        {
             columns::prove(program, &node, &mark, c)?;
         }
-        if let Some(plan) = plan {
-            if let Some(scope) = &plan.scope {
+        if let Some(t) = plan.and_then(KernelPlan::threads) {
+            if let Some(scope) = &t.scope {
                 shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
             }
-            if let Some(tile) = &plan.registers {
+            if let Some(tile) = t.registers.as_ref().map(|r| r.tile()) {
                 registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
             }
         }

@@ -53,7 +53,7 @@ pub(super) fn prove_blocks(
         message: format!(
             "{}: the {} kernel races: two instances that touch one element (one of them a write) run on different blocks: {example}",
             plan.mark,
-            if plan.contraction.is_some() { "tensor-core contraction" } else { "attention" },
+            if plan.contraction().is_some() { "tensor-core contraction" } else { "attention" },
         ),
     })
 }
@@ -64,7 +64,7 @@ pub(super) fn prove_blocks(
 /// this proof does not cover.
 fn block_map(scop: &Scop, kernel: &ScheduleNode, plan: &KernelPlan) -> Result<Option<UnionMap>> {
     let mut keys: Vec<(String, Vec<(String, i64)>)> = Vec::new();
-    if let Some(c) = &plan.contraction {
+    if let Some(c) = plan.contraction() {
         let element = |b: &[String], m: &str, n: &str| -> Vec<(String, i64)> {
             let mut key: Vec<(String, i64)> = b.iter().map(|x| (x.clone(), 1)).collect();
             key.push((m.to_string(), c.tile[0]));
@@ -86,7 +86,7 @@ fn block_map(scop: &Scop, kernel: &ScheduleNode, plan: &KernelPlan) -> Result<Op
             let key = element(&e.iterators[..nb], &e.iterators[nb], &e.iterators[nb + 1]);
             keys.push((e.statement.clone(), key));
         }
-    } else if let Some(a) = &plan.attention {
+    } else if let Some(a) = plan.attention() {
         if a.split.is_some() {
             return Ok(None);
         }
