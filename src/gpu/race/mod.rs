@@ -236,11 +236,16 @@ fn prove_kernel(
     if conflicts.is_empty()? {
         return Ok(());
     }
-    let pairs = same_thread(&kernel, threads, false)?;
+    let skewed = below_skewed_host_loop(&kernel)?;
+    let pairs = same_thread(&kernel, threads, false, skewed)?;
+    let same_identity = match pairs.same_identity {
+        Some(m) => m,
+        None => UnionMap::empty(conflicts.get_space()?)?,
+    };
     let k = Kernel {
         same_thread: pairs.same_thread,
-        same_identity: pairs.same_identity,
-        skewed: below_skewed_host_loop(&kernel)?,
+        same_identity,
+        skewed,
         reorderable,
         has_threads: pairs.has_threads,
         mark,
@@ -281,8 +286,8 @@ pub(super) struct ThreadPairs {
     /// Pairs of instances on one thread.
     pub same_thread: UnionMap,
     /// Pairs with equal thread identities that isl prints alike at every
-    /// thread band (see `decide`).
-    pub same_identity: UnionMap,
+    /// thread band (see `decide`), where asked for.
+    pub same_identity: Option<UnionMap>,
     /// Whether the kernel has thread loops at all.
     pub has_threads: bool,
 }
@@ -292,11 +297,14 @@ pub(super) struct ThreadPairs {
 /// without its thread loop counts as on a thread of its own
 /// ([`loopless_nonzero`]), unless `by_owner`: inside a register region
 /// the printer runs such an instance on the thread that owns its element
-/// (`RegisterTile::owned_axes`), which its thread values name.
+/// (`RegisterTile::owned_axes`), which its thread values name. The pairs
+/// of equal identity only `with_identity`: the walk uses them below a
+/// skewed host loop alone, and elsewhere building them is wasted time.
 pub(super) fn same_thread(
     kernel: &ScheduleNode,
     threads: Threads,
     by_owner: bool,
+    with_identity: bool,
 ) -> Result<ThreadPairs> {
     let domain = kernel.get_domain()?;
     let (identity, has_threads, unknown, bands) =
@@ -304,13 +312,10 @@ pub(super) fn same_thread(
     let all = domain.copy()?.universe()?;
     // Pairs with one identity that, at every thread band, are both among
     // the instances isl may print without a loop or both not: see `decide`.
-    let mut same_identity = identity.copy()?.apply_range(identity.copy()?.reverse()?)?;
-    for u in bands {
-        let rest = domain.copy()?.subtract(u.copy()?)?;
-        let agree = UnionMap::from_domain_and_range(u.copy()?, u)?
-            .union(UnionMap::from_domain_and_range(rest.copy()?, rest)?)?;
-        same_identity = same_identity.intersect(agree)?;
-    }
+    let same_identity = match with_identity {
+        true => Some(same_identity(&identity, &domain, bands)?),
+        false => None,
+    };
     let same = identity.copy()?.apply_range(identity.reverse()?)?;
     let same_thread = if threads.single_thread {
         UnionMap::from_domain_and_range(all.copy()?, all)?
@@ -326,6 +331,20 @@ pub(super) fn same_thread(
         same_identity,
         has_threads,
     })
+}
+
+/// The pairs of instances of `domain` with one thread `identity` that, at
+/// every thread band (`bands`: its instances isl may print without a
+/// loop), are both among those instances or both not.
+fn same_identity(identity: &UnionMap, domain: &UnionSet, bands: Vec<UnionSet>) -> Result<UnionMap> {
+    let mut same = identity.copy()?.apply_range(identity.copy()?.reverse()?)?;
+    for u in bands {
+        let rest = domain.copy()?.subtract(u.copy()?)?;
+        let agree = UnionMap::from_domain_and_range(u.copy()?, u)?
+            .union(UnionMap::from_domain_and_range(rest.copy()?, rest)?)?;
+        same = same.intersect(agree)?;
+    }
+    Ok(same)
 }
 
 /// The pairs of instances of `kernel` that run on one block: equal values
