@@ -167,7 +167,12 @@ impl Analysis {
         options: &Options,
         steps: Vec<repair::Step>,
     ) -> Result<Analysis> {
-        let repaired = repair::apply(isl, program, &original, &steps, repair::Fault::None)?;
+        let applied =
+            repair::apply_with_dependences(isl, program, &original, &steps, repair::Fault::None)?;
+        let (repaired, proven) = match applied {
+            Some((r, deps)) => (Some(r), deps),
+            None => (None, None),
+        };
         let mut options = options.clone();
         if let Some(t) = repair::tile_sizes(&steps) {
             options.tile = t;
@@ -180,7 +185,12 @@ impl Analysis {
             Some(tree) => isl.schedule(&tree.to_isl_text())?,
             None => schedule::canonical(isl, &scop)?,
         };
-        let deps = deps::compute(&scop, &order)?;
+        // The repair's proof computed the same dependences: the same
+        // program, modelled alike, in the same order.
+        let deps = match proven {
+            Some(d) => d,
+            None => deps::compute(&scop, &order)?,
+        };
         Ok(Analysis {
             original,
             repaired,
