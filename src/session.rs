@@ -231,6 +231,15 @@ impl<'a> Session<'a> {
         self
     }
 
+    /// Whether the compilation builds the CPU kernel
+    /// ([`Options::cpu_kernel`]); a caller that prints only the GPU side
+    /// turns it off. Applies to the session's options, not to a program
+    /// the cache holds (that one has it).
+    pub fn cpu_kernel(mut self, build: bool) -> Self {
+        self.options.cpu_kernel = build;
+        self
+    }
+
     /// Tile sizes (empty: no tiling); None: the target's defaults.
     pub fn tile(mut self, sizes: Option<Vec<i64>>) -> Self {
         self.tile = sizes;

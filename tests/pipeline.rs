@@ -346,3 +346,34 @@ fn inferred_ranges_keep_reads_in_bounds() {
     let msg = compile(&p, &Options::default()).unwrap_err().to_string();
     assert!(msg.contains("Y[a0 = 9]") || msg.contains("Y[9]"), "{msg}");
 }
+
+/// A compilation for the GPU side alone (`Options::cpu_kernel` off, what
+/// `schedule --emit cuda` asks for) prints the same GPU program, mapped
+/// tree and reference as a full one, and builds no CPU kernel: its tree is
+/// the untiled schedule and its kernel C is empty.
+#[test]
+fn gpu_only_compilation_builds_no_cpu_kernel_and_the_same_gpu_side() {
+    let p = load_str(&gemm(), "test.json").unwrap();
+    let full = Options {
+        gpu: Some(polyfuse::gpu::GpuOptions {
+            auto_tile: true,
+            ..Default::default()
+        }),
+        ..Options::default()
+    };
+    let gpu_only = Options {
+        cpu_kernel: false,
+        ..full.clone()
+    };
+    let a = compile(&p, &full).unwrap();
+    let b = compile(&p, &gpu_only).unwrap();
+    let source = |c: &polyfuse::Compiled| c.cuda.as_ref().unwrap().source.clone();
+    assert_eq!(source(&a), source(&b));
+    assert_eq!(a.gpu_tree, b.gpu_tree);
+    assert_eq!(a.emulation_c, b.emulation_c);
+    assert_eq!(a.reference_c, b.reference_c);
+    assert!(a.kernel_c.contains("pf_kernel"));
+    assert!(b.kernel_c.is_empty());
+    assert_eq!(b.tree, b.untiled_tree);
+    assert_ne!(a.tree, a.untiled_tree, "the full compilation tiles");
+}

@@ -27,6 +27,7 @@ pub mod splitk;
 
 use std::fmt::Write;
 
+use crate::deps::Dependences;
 use crate::error::{Error, Result};
 use crate::frontend::ast::{AssignOp, Program};
 use crate::isl::tree::ScheduleTree;
@@ -325,6 +326,21 @@ pub fn apply(
     steps: &[Step],
     fault: Fault,
 ) -> Result<Option<Repaired>> {
+    Ok(apply_with_dependences(isl, program, scop, steps, fault)?.map(|(r, _)| r))
+}
+
+/// [`apply`], with the dependences of the repaired program in its defining
+/// order where the repair's proof computed them (a rolling update): the
+/// analysis takes them instead of computing them a second time (the
+/// dataflow analysis of a repaired attention program is a tenth of its
+/// compilation).
+pub fn apply_with_dependences(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    steps: &[Step],
+    fault: Fault,
+) -> Result<Option<(Repaired, Option<Dependences>)>> {
     let repairs: Vec<&Step> = steps
         .iter()
         .filter(|s| !matches!(s, Step::Tile(_)))
@@ -339,13 +355,18 @@ pub fn apply(
         return Ok(None);
     };
     Ok(Some(match step {
-        Step::RollingUpdate(targets) => rolling_update(isl, program, scop, targets, fault)?,
-        Step::SplitK { targets, factor } => {
-            splitk::split_k(isl, program, scop, targets, *factor, fault)?
+        Step::RollingUpdate(targets) => {
+            let (r, deps) = rolling_update_proven(isl, program, scop, targets, fault)?;
+            (r, Some(deps))
         }
-        Step::Privatize { tensor, factor } => {
-            splitk::privatize_step(program, scop, tensor, *factor)?
-        }
+        Step::SplitK { targets, factor } => (
+            splitk::split_k(isl, program, scop, targets, *factor, fault)?,
+            None,
+        ),
+        Step::Privatize { tensor, factor } => (
+            splitk::privatize_step(program, scop, tensor, *factor)?,
+            None,
+        ),
         Step::Tile(_) => return Ok(None),
     }))
 }
@@ -366,6 +387,18 @@ pub fn rolling_update(
     targets: &[String],
     fault: Fault,
 ) -> Result<Repaired> {
+    Ok(rolling_update_proven(isl, program, scop, targets, fault)?.0)
+}
+
+/// [`rolling_update`], with the dependences of the repaired program in
+/// its order, which the proof of the repair computes.
+fn rolling_update_proven(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    targets: &[String],
+    fault: Fault,
+) -> Result<(Repaired, Dependences)> {
     let file = &program.source;
     let chains = chains(isl, program, scop, targets, "rolling update", fault)?;
     let mut report = format!("repair: rolling update of {}\n", targets.join(", "));
@@ -393,18 +426,19 @@ pub fn rolling_update(
     let rscop = model::build(isl, &rw.program)?;
     let order = rolling::order_tree(&rscop, &rw.layout)?;
     let sigma = isl.schedule(&order.to_isl_text())?;
-    let (_, proof) = dataflow::repaired(isl, file, &rscop, &sigma, &rw)?;
+    let (deps, proof) = dataflow::repaired(isl, file, &rscop, &sigma, &rw)?;
     report.push_str("repaired program (dependences in the fused order):\n");
     report.push_str(&proof);
     report.push_str("repaired statements:\n");
     for (k, st) in rw.program.statements.iter().enumerate() {
         let _ = writeln!(report, "  S{k}: {}", st.text);
     }
-    Ok(Repaired {
+    let repaired = Repaired {
         program: rw.program,
         order: Some(order),
         report,
-    })
+    };
+    Ok((repaired, deps))
 }
 
 /// Without a template: rolling update for long reductions with enough

@@ -259,6 +259,7 @@ impl Variant {
                 ..Default::default()
             }),
             repair: self.repair,
+            cpu_kernel: true,
         }
     }
 

@@ -66,8 +66,10 @@ enum Command {
         /// Print the wall time of each stage of the compilation to stderr
         /// (analysis: model, repair and dependences; schedule; gpu map:
         /// mapping, race proof and the grouping by cost; gpu print; cpu:
-        /// tiling, AST and C). Nothing where the result came from the
-        /// cache (`--no-cache` to time a compilation).
+        /// the f64 reference, and tiling, AST and C of the CPU kernel,
+        /// which --emit cuda, ptx and gpu-tree do not build). Nothing where
+        /// the result came from the cache (`--no-cache` to time a
+        /// compilation).
         #[arg(long)]
         timings: bool,
     },
@@ -408,7 +410,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 _ if gpu => (session::Target::Gpu(common.gpu_options()), arch.as_str()),
                 _ => (session::Target::Cpu, "cpu"),
             };
-            let session = common.session(&program, target, Arch::Known(cache_arch.into()))?;
+            // Only the GPU side is printed: no CPU kernel is built.
+            let gpu_only = matches!(emit, Emit::Cuda | Emit::Ptx | Emit::GpuTree);
+            let session = common
+                .session(&program, target, Arch::Known(cache_arch.into()))?
+                .cpu_kernel(!gpu_only);
             if matches!(emit, Emit::Deps) {
                 print!("{}", session.dependences()?);
                 return Ok(ExitCode::SUCCESS);
