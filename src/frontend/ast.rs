@@ -642,7 +642,7 @@ impl Statement {
 }
 
 /// A parsed and type-checked program. `Default` (no name, nothing
-/// declared) only stands in while a cached [`crate::pipeline::Compiled`],
+/// declared) only stands in while a cached compilation (`Compiled`),
 /// which stores no program, is read back.
 #[derive(Debug, Clone, Default)]
 pub struct Program {
