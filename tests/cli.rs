@@ -259,3 +259,34 @@ fn schedule_timings_name_every_stage_and_leave_the_output_alone() {
         .lines()
         .all(|l| !l.starts_with("timing: ")));
 }
+
+/// The mapping's register tiles unroll and double-buffer on their own;
+/// `--no-unroll --no-pipeline` turn both off, and a switch with its
+/// `--no-` form is a usage error (status 2).
+#[test]
+fn the_unrolled_pipeline_has_switches_both_ways() {
+    let cuda = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("POLYFUSE_CACHE", "off")
+            .args(["schedule", "examples/gemm.json", "--emit", "cuda"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, on) = cuda(&[]);
+    assert_eq!(code, Some(0));
+    assert!(
+        on.contains("pf_stage") && on.contains("#pragma unroll"),
+        "{on}"
+    );
+    let (code, off) = cuda(&["--no-unroll", "--no-pipeline"]);
+    assert_eq!(code, Some(0));
+    assert!(!off.contains("pf_stage"), "{off}");
+    let (code, _) = cuda(&["--unroll", "--no-unroll"]);
+    assert_eq!(code, Some(2));
+}

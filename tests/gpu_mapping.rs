@@ -408,7 +408,7 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     assert!(!cuda.contains(unroll_full), "{cuda}");
     let mut unrolled = given.clone();
     if let Some(g) = unrolled.gpu.as_mut() {
-        g.unroll = true;
+        g.unroll = Some(true);
     }
     let cuda = emulated_cuda(&p, &unrolled);
     assert!(cuda.contains(unroll_step), "{cuda}");
@@ -477,8 +477,8 @@ fn double_buffered_tiles_fetch_the_next_step_while_computing_on_this_one() {
     let p = load_str(&json, "gemm.json").unwrap();
     let mut options = grouped(4, &[]);
     if let Some(g) = options.gpu.as_mut() {
-        g.pipeline = true;
-        g.unroll = true;
+        g.pipeline = Some(true);
+        g.unroll = Some(true);
     }
     let cuda = emulated_cuda(&p, &options);
     for text in [
@@ -496,7 +496,7 @@ fn double_buffered_tiles_fetch_the_next_step_while_computing_on_this_one() {
     // sizes.
     let mut plain = gpu_options(&[1, 32]);
     plain.gpu = Some(GpuOptions {
-        pipeline: true,
+        pipeline: Some(true),
         ..GpuOptions::default()
     });
     let batch = load_str(&bmm(3, 37, 45, 70), "b.json").unwrap();
@@ -2138,4 +2138,29 @@ fn triangular_register_tiles_off_the_diagonal_run_without_slot_tests() {
             );
         }
     }
+}
+
+/// The mapping's register tiles unroll and double-buffer by default;
+/// `unroll: Some(false)` and `pipeline: Some(false)` turn that off (the
+/// command line's --no-unroll, --no-pipeline), and both ways check in the
+/// emulation.
+#[test]
+fn the_mappings_unrolled_pipeline_can_be_turned_off() {
+    let json = gemm(130, 150, 40);
+    let p = load_str(&json, "gemm.json").unwrap();
+    let on = emulated_cuda(&p, &grouped(1, &[]));
+    assert!(on.contains("pf_stage"), "{on}");
+    assert!(on.contains("#pragma unroll\n"), "{on}");
+    let mut off = grouped(1, &[]);
+    if let Some(g) = off.gpu.as_mut() {
+        g.unroll = Some(false);
+        g.pipeline = Some(false);
+    }
+    let cuda = emulated_cuda(&p, &off);
+    assert!(!cuda.contains("pf_stage"), "{cuda}");
+    let steps = cuda.find("for (pf_i c3 = 0;").unwrap();
+    assert!(
+        !cuda[..steps].trim_end().ends_with("#pragma unroll"),
+        "{cuda}"
+    );
 }

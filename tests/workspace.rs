@@ -142,13 +142,13 @@ fn the_lists_hold_under_the_printer_s_other_paths() {
     // prints its global accesses its own way.
     let variants = [
         GpuOptions {
-            pipeline: true,
+            pipeline: Some(true),
             vector: 4,
-            unroll: true,
+            unroll: Some(true),
             ..GpuOptions::default()
         },
         GpuOptions {
-            pipeline: true,
+            pipeline: Some(true),
             ..GpuOptions::default()
         },
         GpuOptions {

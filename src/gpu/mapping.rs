@@ -698,10 +698,15 @@ fn map_kernel(
     }
     // A register tile on the SIMT units whose sizes the mapping chose
     // steps with its step loops unrolled and its shared tiles double
-    // buffered: on the H100 each f32 product of the suite ran 1.11 to 1.38x
-    // faster so (`bench/suite/variants-f32-options.txt`; gemm 4096^3 4,466
-    // -> 3,942 us, 2mm 4,485 -> 3,249, syrk 1,376 -> 1,157); the options
-    // only force them on elsewhere.
+    // buffered. On the H100 (`bench/suite/variants-f32-options.txt`,
+    // `variants-simt-off.txt`) both together made gemm 4096^3 4,466 ->
+    // 3,942 us, 2mm 4,485 -> 3,251, syrk 1,381 -> 1,162, the MLPs 1.1x
+    // faster (unrolling alone made gemm slower: 4,827), but cost symm
+    // (6,455 -> 7,863), syr2k (3,129 -> 3,437) and covariance (7,126 ->
+    // 7,610), which ran fastest unrolled without the second buffer (6,476,
+    // 2,580, 5,678): no rule over the promoted arrays told them apart
+    // (two_mm, which gains, and symm promote the same arrays). The
+    // options, and `tune`, set them either way.
     let simt_tile = registers.is_some() && contraction.is_none() && opts.auto_tile;
     // The point band: the promotion point, then threads.
     if node.get_type()? == ScheduleNodeType::Band {
@@ -720,7 +725,7 @@ fn map_kernel(
         // Columns read each element once, down the rows: nothing to share.
         let promote_opts = GpuOptions {
             shared: opts.shared && row_groups == 1 && columns.is_none(),
-            pipeline: opts.pipeline || simt_tile,
+            pipeline: Some(opts.pipeline.unwrap_or(simt_tile)),
             ..opts.clone()
         };
         thread_plan.scope = Some(super::promote::promote(
@@ -747,7 +752,7 @@ fn map_kernel(
             thread_plan.registers = registers.map(|mut r| {
                 r.thread_tiles = member_tile[..nb].to_vec();
                 r.vector = opts.vector;
-                r.unroll = opts.unroll || simt_tile;
+                r.unroll = opts.unroll.unwrap_or(simt_tile);
                 Registers::Tile(r)
             });
         }
@@ -1716,7 +1721,7 @@ const BLOCK_ROWS_PER_TILE: i64 = 2;
 /// [`promote`]: super::promote::promote
 fn block_row_groups(lane_width: u32, rolling: bool, opts: &GpuOptions) -> u32 {
     let rows = BLOCK_ROWS_PER_TILE as u32;
-    if rolling && opts.block.is_empty() && !opts.pipeline && lane_width * rows <= 512 {
+    if rolling && opts.block.is_empty() && opts.pipeline != Some(true) && lane_width * rows <= 512 {
         rows
     } else {
         1

@@ -71,15 +71,18 @@ pub struct GpuOptions {
     /// Unroll the sequential point loops of register tiles (a gemm's
     /// steps along `k` inside a shared tile) where their trip count is a
     /// constant, so the compiler can schedule the shared loads of several
-    /// steps together.
-    pub unroll: bool,
+    /// steps together. `None`: the mapping decides (on for register tiles
+    /// on the SIMT units whose sizes it chose, see `mapping`'s
+    /// `simt_tile`).
+    pub unroll: Option<bool>,
     /// Double-buffer the shared tiles along the sequential loop around
     /// them (a gemm's loop over k tiles): each thread loads its part of
     /// the next tile into registers before the threads compute on the
     /// current one, and stores it into the other buffer after, so the
     /// global loads overlap the arithmetic and one barrier per step
     /// remains. Doubles the shared memory; see `promote::Scope::double_buffered`.
-    pub pipeline: bool,
+    /// `None`: the mapping decides, as for [`GpuOptions::unroll`].
+    pub pipeline: Option<bool>,
     /// Split the reduction of a contraction on tensor cores over this many
     /// blocks (a thread-block cluster along the grid's z; at most 8); 1:
     /// no split; `None`: split where the output has too few tiles to fill
@@ -113,8 +116,8 @@ impl Default for GpuOptions {
             shared_limit: 48 * 1024,
             tensor_cores: true,
             vector: 1,
-            unroll: false,
-            pipeline: false,
+            unroll: None,
+            pipeline: None,
             k_split: None,
             fusion_by_cost: true,
             recurrences: Recurrences::Wavefront,

@@ -100,6 +100,12 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// Whether the arrays can be doubled within `limit` bytes (and there
+    /// are some).
+    pub fn doubles_within(&self, limit: usize) -> bool {
+        !self.arrays.is_empty() && 2 * self.bytes() <= limit
+    }
+
     pub fn bytes(&self) -> usize {
         let one: usize = self
             .arrays
@@ -265,8 +271,7 @@ pub fn promote(
             )?;
         }
     }
-    scope.double_buffered =
-        opts.pipeline && !scope.arrays.is_empty() && 2 * scope.bytes() <= opts.shared_limit;
+    scope.double_buffered = opts.pipeline == Some(true) && scope.doubles_within(opts.shared_limit);
     Ok(scope)
 }
 

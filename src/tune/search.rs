@@ -110,8 +110,8 @@ impl Space {
             genes.push(gene("registers", &["on", "off"]));
             genes.push(gene("reduce", &["on", "off"]));
             genes.push(gene("vector", &["1", "2", "4"]));
-            genes.push(gene("unroll", &["off", "on"]));
-            genes.push(gene("pipeline", &["off", "on"]));
+            genes.push(gene("unroll", &["auto", "off", "on"]));
+            genes.push(gene("pipeline", &["auto", "off", "on"]));
             if has_low_precision_sum(program) {
                 genes.push(gene("ksplit", &["auto", "1", "2", "4", "8"]));
             }

@@ -45,10 +45,12 @@ pub struct Variant {
     /// GPU: register tiles in groups of this many points per thread, with
     /// shared tiles laid out for vector loads (`GpuOptions::vector`).
     pub vector: u32,
-    /// GPU: unrolled step loops of register tiles (`GpuOptions::unroll`).
-    pub unroll: bool,
-    /// GPU: double-buffered shared tiles (`GpuOptions::pipeline`).
-    pub pipeline: bool,
+    /// GPU: unrolled step loops of register tiles (`GpuOptions::unroll`);
+    /// `None`: the mapping's choice.
+    pub unroll: Option<bool>,
+    /// GPU: double-buffered shared tiles (`GpuOptions::pipeline`); `None`:
+    /// the mapping's choice.
+    pub pipeline: Option<bool>,
     /// GPU: blocks a contraction's reduction is split over
     /// (`GpuOptions::k_split`); `None`: polyfuse's choice.
     pub k_split: Option<u32>,
@@ -139,8 +141,8 @@ impl Variant {
                 "grid" => v.grid = parse_dims(value, "grid")?,
                 "shared" => v.shared = parse_flag(value, "shared")?,
                 "registers" => v.registers = parse_flag(value, "registers")?,
-                "unroll" => v.unroll = parse_flag(value, "unroll")?,
-                "pipeline" => v.pipeline = parse_flag(value, "pipeline")?,
+                "unroll" => v.unroll = parse_auto_flag(value, "unroll")?,
+                "pipeline" => v.pipeline = parse_auto_flag(value, "pipeline")?,
                 "ksplit" => {
                     v.k_split = match value {
                         "auto" | "default" => None,
@@ -198,8 +200,8 @@ impl Variant {
                 _ => AUTO_SPLIT,
             },
             self.vector,
-            on_off(self.unroll),
-            on_off(self.pipeline),
+            auto_on_off(self.unroll),
+            auto_on_off(self.pipeline),
             self.k_split
                 .map_or_else(|| "auto".to_string(), |s| s.to_string()),
         )
@@ -297,6 +299,21 @@ fn on_off(b: bool) -> &'static str {
         "on"
     } else {
         "off"
+    }
+}
+
+/// `auto` for the mapping's choice, else [`on_off`].
+fn auto_on_off(b: Option<bool>) -> &'static str {
+    b.map_or("auto", on_off)
+}
+
+/// `auto` (or `default`): the mapping's choice; else [`parse_flag`].
+fn parse_auto_flag(value: &str, key: &str) -> std::result::Result<Option<bool>, String> {
+    match value {
+        "auto" | "default" => Ok(None),
+        _ => parse_flag(value, key)
+            .map(Some)
+            .map_err(|_| format!("{key}={value}: the value is auto, on or off")),
     }
 }
 
@@ -402,7 +419,7 @@ mod tests {
         assert_eq!(Variant::default().repair, Choice::Program);
         assert!(Variant::default()
             .canonical()
-            .ends_with("repair=program,split=16,vector=1,unroll=off,pipeline=off,ksplit=auto"));
+            .ends_with("repair=program,split=16,vector=1,unroll=auto,pipeline=auto,ksplit=auto"));
     }
 
     #[test]
@@ -422,10 +439,25 @@ mod tests {
     fn the_register_group_width_is_a_key() {
         let v = Variant::parse("vector=4,unroll=on,pipeline=on").unwrap();
         assert_eq!(v.vector, 4);
-        assert!(v.unroll && !Variant::default().unroll);
-        assert!(v.pipeline && !Variant::default().pipeline);
+        assert_eq!((v.unroll, Variant::default().unroll), (Some(true), None));
+        assert_eq!(
+            (v.pipeline, Variant::default().pipeline),
+            (Some(true), None)
+        );
         let gpu = v.options(true).gpu.unwrap();
-        assert_eq!((gpu.vector, gpu.unroll, gpu.pipeline), (4, true, true));
+        assert_eq!(
+            (gpu.vector, gpu.unroll, gpu.pipeline),
+            (4, Some(true), Some(true))
+        );
+        // Off is a choice of its own, auto the mapping's.
+        let off = Variant::parse("unroll=off,pipeline=off").unwrap();
+        assert_eq!((off.unroll, off.pipeline), (Some(false), Some(false)));
+        assert_eq!(Variant::parse(&off.canonical()).unwrap(), off);
+        assert_eq!(
+            Variant::parse("unroll=auto,pipeline=auto").unwrap(),
+            Variant::default()
+        );
+        assert!(Variant::parse("unroll=maybe").is_err());
         assert_eq!(v.label(), "vector=4,unroll=on,pipeline=on");
         assert_eq!(Variant::parse(&v.canonical()).unwrap(), v);
         assert_eq!(Variant::default().vector, 1);

@@ -167,17 +167,23 @@ struct Common {
     vector: Option<u32>,
     /// GPU: unroll the step loops of register tiles (a gemm's steps along
     /// k inside one shared tile) where their trip count is a constant.
-    /// Already on for register tiles on the SIMT units whose sizes the
-    /// mapping chose (no --tile); this forces it elsewhere.
-    #[arg(long)]
+    /// Default: on for register tiles on the SIMT units whose sizes the
+    /// mapping chose (no --tile), off elsewhere.
+    #[arg(long, conflicts_with = "no_unroll")]
     unroll: bool,
+    /// GPU: do not unroll the step loops of register tiles (see --unroll).
+    #[arg(long)]
+    no_unroll: bool,
     /// GPU: double-buffer shared tiles along the sequential loop around
     /// them (a gemm's k tiles): the next tile is loaded into registers
     /// while the threads compute on the current one. Doubles the shared
-    /// memory. Already on for register tiles on the SIMT units whose
-    /// sizes the mapping chose (no --tile); this forces it elsewhere.
-    #[arg(long)]
+    /// memory. Default: on for register tiles on the SIMT units whose
+    /// sizes the mapping chose (no --tile), off elsewhere.
+    #[arg(long, conflicts_with = "no_pipeline")]
     pipeline: bool,
+    /// GPU: do not double-buffer shared tiles (see --pipeline).
+    #[arg(long)]
+    no_pipeline: bool,
     /// GPU: split the reduction (k) of a contraction on tensor cores over
     /// N blocks, 1 to 8, that form a thread-block cluster (Hopper): each
     /// block sums its share of k, and the blocks add their partial tiles
@@ -239,7 +245,9 @@ impl Common {
             || self.no_tensor_cores
             || self.vector.is_some()
             || self.unroll
+            || self.no_unroll
             || self.pipeline
+            || self.no_pipeline
             || self.k_split.is_some()
             || self.no_sink
             || self.no_fusion_by_cost
@@ -294,8 +302,8 @@ impl Common {
             shared: !self.no_shared,
             tensor_cores: !self.no_tensor_cores,
             vector: self.vector.unwrap_or(1),
-            unroll: self.unroll,
-            pipeline: self.pipeline,
+            unroll: either(self.unroll, self.no_unroll),
+            pipeline: either(self.pipeline, self.no_pipeline),
             k_split: self.k_split,
             fusion_by_cost: !self.no_fusion_by_cost,
             recurrences: self
@@ -688,5 +696,15 @@ fn main() -> ExitCode {
             eprintln!("polyfuse: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
+    }
+}
+
+/// A switch and its `--no-` form: `Some(true)`, `Some(false)`, or `None`
+/// (neither given: the mapping decides).
+fn either(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
     }
 }
