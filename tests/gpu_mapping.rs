@@ -2164,3 +2164,55 @@ fn the_mappings_unrolled_pipeline_can_be_turned_off() {
         "{cuda}"
     );
 }
+
+/// A reduction range bounded by the row (`where k < i`, symm's and trmm's
+/// triangle) moves the start of a slot loop with the reduction's step
+/// (`c4 >= max(0, c2 + c3 - c0 + 1)`): the full tiles keep their copy of
+/// the region, and every slot there keeps that test (`full_tile_test`
+/// covers only starts that other slots move). The emulation checks it
+/// against the f64 reference.
+#[test]
+fn a_start_moved_by_the_reduction_keeps_the_full_tile_copy_and_its_test() {
+    let json = r#"{"name": "ktri", "params": {"M": 200, "N": 150},
+        "inputs": {"A": {"dtype": "f32", "shape": ["M", "M"]},
+                   "B": {"dtype": "f32", "shape": ["M", "N"]}},
+        "outputs": {"C": {"dtype": "f32", "shape": ["M", "N"]}},
+        "body": ["C(i, j) = B(i, j)",
+                 "C(i, j) += A(i, k) * B(k, j) where k < i"]}"#;
+    let p = load_str(json, "ktri.json").unwrap();
+    let mut auto = gpu_options(&[32]);
+    auto.gpu = Some(GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    });
+    let cuda = emulated_cuda(&p, &auto);
+    let lines: Vec<&str> = cuda.lines().collect();
+    let updates: Vec<usize> = (0..lines.len())
+        .filter(|&i| {
+            let l = lines[i].trim_start();
+            l.starts_with("pf_reg_kernel_") && l.contains("_C[pf_ry][pf_rx] = pf_reg_kernel_")
+        })
+        .collect();
+    assert!(
+        updates.len() >= 2 && updates.len().is_multiple_of(2),
+        "full and partial copies\n{cuda}"
+    );
+    // The full tiles' test: the last slot within the tensor's columns.
+    assert!(cuda.contains("(31 <= pf_min(31, ((-c1) + 149)))"), "{cuda}");
+    // The two copies run the same updates.
+    let (full, partial) = updates.split_at(updates.len() / 2);
+    for (f, q) in full.iter().zip(partial) {
+        assert_eq!(lines[*f].trim(), lines[*q].trim(), "{cuda}");
+    }
+    for &u in &updates {
+        let test = lines[..u]
+            .iter()
+            .rev()
+            .find(|l| l.contains(">= pf_max(0,"))
+            .unwrap_or_else(|| panic!("no start test above line {u}\n{cuda}"));
+        assert!(
+            test.contains("c4 >= ") && test.contains("c2"),
+            "{test}\n{cuda}"
+        );
+    }
+}

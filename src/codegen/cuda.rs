@@ -596,7 +596,7 @@ impl Printed<'_> {
             regs: regs_of_kernel.as_ref(),
             in_regs: false,
             block: plan.block,
-            full_tile: false,
+            full_tile: None,
             slot_tests: &[],
             nosync: false,
             mma: contraction,
@@ -956,8 +956,9 @@ struct Ctx<'a> {
     /// Threads per block (x, y, z).
     block: [u32; 3],
     /// Inside a register region whose tile is known to be full: the
-    /// counted thread loops need no bound test.
-    full_tile: bool,
+    /// counted thread loops need no bound test, and the slot loops named
+    /// here need no test of their start either (`FullTile`).
+    full_tile: Option<&'a FullTile>,
     /// Inside a partial register tile's clamped thread loops: the tests
     /// that the thread's slot is a point of the loops, which a statement
     /// not in `RegisterTile::clamp_safe` must pass.
@@ -997,6 +998,15 @@ struct Ctx<'a> {
     /// Inside a map loop whose lanes store their slots four at a time
     /// (`codegen::cuda::lanes`): the statement's element goes to `pf_vs[pf_r]`.
     store_in_fours: bool,
+}
+
+/// The test that a register tile is full (`Ctx::full_tile_test`), and the
+/// slot loops (iterator and start: isl may print loops of one iterator
+/// with different starts) whose start it covers: their slots need no test
+/// of it.
+struct FullTile {
+    test: String,
+    starts: Vec<(String, Expr)>,
 }
 
 /// One reduction's steps folded into a register (see `Ctx::folded`).
@@ -2086,11 +2096,14 @@ impl Ctx<'_> {
     /// thread (`R * B - 1`), when the condition names nothing but its own
     /// iterator, the block iterators and the parameters (then it holds for
     /// all smaller values too: isl's loop conditions are upper bounds).
-    fn full_tile_test(&self, regs: &RegisterTile, body: &Node) -> Option<String> {
+    /// A bound or start that names other slots is tested where it is
+    /// tightest over them (`slot_box`).
+    fn full_tile_test(&self, regs: &RegisterTile, body: &Node) -> Option<FullTile> {
         let counts = regs.counts(self.block);
         let nt = regs.thread_dims;
         let allowed = &regs.block_iterators;
         let mut tests = Vec::new();
+        let mut starts = Vec::new();
         let mut ok = true;
         fn subst(e: &Expr, name: &str, v: i64) -> Expr {
             match e {
@@ -2151,29 +2164,15 @@ impl Ctx<'_> {
         let outer = |n: &String| allowed.contains(n) || self.params.contains(n);
         for (iterator, axis, init, cond) in found {
             let last = last_slot(axis);
-            let names = init.ids();
-            if names.iter().any(|n| !outer(n)) {
-                // A start that another slot moves (an upper triangle,
-                // `c5 >= max(0, (c0 - c1) + c4)`): every slot is past it
-                // when its largest value over the other slots is at most 0
-                // (`Ctx::register_slots` then drops the slot's test).
-                let mut others = slots.clone();
-                others.remove(&iterator);
-                match names.iter().all(|n| outer(n) || others.contains_key(n)) {
-                    true => match slot_box::extreme(&init, &others, false) {
-                        Some(highest) => {
-                            let test = self.e(&Expr::Op(Op::Le, vec![highest, Expr::Int(0)]));
-                            if !tests.contains(&test) {
-                                tests.push(test);
-                            }
-                        }
-                        None => ok = false,
-                    },
-                    false => ok = false,
+            // A start that other slots move (an upper triangle,
+            // `c5 >= max(0, (c0 - c1) + c4)`): every slot is past it when
+            // its largest value over them is at most 0. A start in other
+            // names (a sequential loop's) keeps the slot's own test.
+            if let Some(test) = self.start_test(&iterator, &init, &slots) {
+                if !tests.contains(&test) {
+                    tests.push(test);
                 }
-                if !ok {
-                    break;
-                }
+                starts.push((iterator.clone(), init.clone()));
             }
             let names = cond.ids();
             let test = if names.iter().all(|n| n == &iterator || outer(n)) {
@@ -2202,7 +2201,31 @@ impl Ctx<'_> {
                 tests.push(test);
             }
         }
-        (ok && !tests.is_empty()).then(|| tests.join(" && "))
+        (ok && !tests.is_empty()).then(|| FullTile {
+            test: tests.join(" && "),
+            starts,
+        })
+    }
+
+    /// The test that the start `init` of slot loop `iterator` is at most 0
+    /// for every value of the other slots, when it names other slots and
+    /// nothing but them, the block iterators and the parameters.
+    fn start_test(
+        &self,
+        iterator: &str,
+        init: &Expr,
+        slots: &BTreeMap<String, i64>,
+    ) -> Option<String> {
+        let regs = self.regs?;
+        let mut others = slots.clone();
+        others.remove(iterator);
+        let names = init.ids();
+        let outer = |n: &String| regs.block_iterators.contains(n) || self.params.contains(n);
+        if names.iter().all(outer) || !names.iter().all(|n| outer(n) || others.contains_key(n)) {
+            return None;
+        }
+        let highest = slot_box::extreme(init, &others, false)?;
+        Some(self.e(&Expr::Op(Op::Le, vec![highest, Expr::Int(0)])))
     }
 
     /// The test that the upper bound `cond` of the slot loop `iterator`
@@ -2373,13 +2396,13 @@ impl Ctx<'_> {
             ..*self
         };
         match self.full_tile_test(regs, body) {
-            Some(test) => {
+            Some(tile) => {
                 // Full tiles (most of them) without bound tests, so that
                 // the compiler can keep operands in registers across a
                 // thread's points; partial tiles with them.
-                let _ = writeln!(out, "{pad}  if ({test}) {{");
+                let _ = writeln!(out, "{pad}  if ({}) {{", tile.test);
                 let full = Ctx {
-                    full_tile: true,
+                    full_tile: Some(&tile),
                     ..inner
                 };
                 full.node(body, depth + 2, pending, in_thread, out);
@@ -3523,7 +3546,7 @@ impl Ctx<'_> {
         // slot (`slot_tests`). Whether the loop has an
         // iteration at all is the same for every slot:
         // tested once, around the slots.
-        let clamp = (!self.full_tile && n_inc == &Expr::Int(1))
+        let clamp = (self.full_tile.is_none() && n_inc == &Expr::Int(1))
             .then(|| {
                 let dim = nt - 1 - axis.min(nt - 1);
                 self.slot_clamp(regs, dim, count * i64::from(b), iterator, n_cond)
@@ -3575,14 +3598,11 @@ impl Ctx<'_> {
         // clamped slot is within it, where the loop has an
         // iteration at all).
         let mut tests = Vec::new();
-        // In a full tile, a start that names more than the block iterators
-        // and the parameters (another slot's iterator) was tested for the
+        // In a full tile, a start that other slots move was tested for the
         // whole tile (`full_tile_test`).
-        let tested_for_tile = self.full_tile
-            && !n_init
-                .ids()
-                .iter()
-                .all(|n| regs.block_iterators.contains(n) || self.params.contains(n));
+        let tested_for_tile = self
+            .full_tile
+            .is_some_and(|t| t.starts.iter().any(|(s, e)| s == iterator && e == n_init));
         if n_init != &Expr::Int(0) && !tested_for_tile {
             tests.push(format!("{iterator} >= {init}"));
         }
@@ -3591,7 +3611,7 @@ impl Ctx<'_> {
                 "({iterator} - ({init})) - ({inc}) * pf_floord({iterator} - ({init}), {inc}) == 0"
             ));
         }
-        if clamp.is_none() && !self.full_tile {
+        if clamp.is_none() && self.full_tile.is_none() {
             tests.push(cond.to_string());
         }
         let guard = if tests.is_empty() {
