@@ -702,8 +702,8 @@ fn map_kernel(
     // `variants-simt-off.txt`) both together made gemm 4096^3 4,466 ->
     // 3,942 us, 2mm 4,485 -> 3,251, syrk 1,381 -> 1,162, the MLPs 1.1x
     // faster (unrolling alone made gemm slower: 4,827), but cost symm
-    // (6,455 -> 7,863), syr2k (3,129 -> 3,437) and covariance (7,126 ->
-    // 7,610), which ran fastest unrolled without the second buffer (6,476,
+    // (5,789 -> 6,078), syr2k (3,129 -> 3,437) and covariance (7,126 ->
+    // 7,610), which ran fastest unrolled without the second buffer (5,782,
     // 2,580, 5,678): no rule over the promoted arrays told them apart
     // (two_mm, which gains, and symm promote the same arrays). The
     // options, and `tune`, set them either way.
