@@ -156,6 +156,9 @@ pub struct EmitJson<'a> {
 struct Analysis {
     original: model::Scop,
     repaired: Option<repair::Repaired>,
+    /// Without a repair: the program with its sums' invariant factors
+    /// moved out (`repair::factor`), where any moved; and what moved.
+    factored: repair::factor::Hoisted,
     /// The repair's steps (size-free: targets by name, split factors).
     steps: Vec<repair::Step>,
     /// The options with the repair's tile sizes, where it chose some.
@@ -197,9 +200,18 @@ impl Analysis {
         if let Some(t) = repair::tile_sizes(&steps) {
             options.tile = t;
         }
-        let scop = match &repaired {
-            Some(r) => model::build(isl, &r.program)?,
-            None => model::build(isl, program)?,
+        // A factor out of a sum, where no repair took the program (a
+        // repair's own rewrites stay as they are) and the user did not
+        // ask for the program as written (`--repair off`).
+        let factored = if repaired.is_none() && options.repair != repair::Choice::Off {
+            repair::factor::hoist(isl, program, &original)?
+        } else {
+            repair::factor::Hoisted::none()
+        };
+        let scop = match (&repaired, &factored.program) {
+            (Some(r), _) => model::build(isl, &r.program)?,
+            (None, Some(p)) => model::build(isl, p)?,
+            (None, None) => model::build(isl, program)?,
         };
         let order = match repaired.as_ref().and_then(|r| r.order.as_ref()) {
             Some(tree) => isl.schedule(&tree.to_isl_text())?,
@@ -214,6 +226,7 @@ impl Analysis {
         Ok(Analysis {
             original,
             repaired,
+            factored,
             steps,
             options,
             scop,
@@ -226,13 +239,18 @@ impl Analysis {
     /// program with loop blocks, then the distances over the blocks'
     /// indices.
     fn deps_text(&self, isl: &Isl, program: &Program) -> Result<String> {
-        let text = match &self.repaired {
-            Some(r) => format!(
+        let text = match (&self.repaired, &self.factored.program) {
+            (Some(r), _) => format!(
                 "{}dependences of the repaired program:\n{}",
                 r.report,
                 self.deps.describe()
             ),
-            None => self.deps.describe(),
+            (None, Some(_)) => format!(
+                "{}dependences of the program with its factors moved:\n{}",
+                self.factored.report,
+                self.deps.describe()
+            ),
+            (None, None) => format!("{}{}", self.factored.report, self.deps.describe()),
         };
         let fixed = program.params.iter().all(|p| p.value.is_some());
         Ok(text + &self.deps.describe_carried(isl, &self.scop, fixed)?)
@@ -293,6 +311,7 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     let Analysis {
         original,
         repaired,
+        factored,
         steps,
         options,
         scop,
@@ -300,9 +319,10 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
         deps,
     } = analysis;
     let options = &options;
-    let program_k = match &repaired {
-        Some(r) => &r.program,
-        None => program,
+    let program_k = match (&repaired, &factored.program) {
+        (Some(r), _) => &r.program,
+        (None, Some(p)) => p,
+        (None, None) => program,
     };
     // A rolling update fuses a chain of reductions into one pass over each
     // row; isl's scheduler would then split the row's consumers (a

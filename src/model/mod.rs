@@ -475,7 +475,7 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
 
 /// `where` constraints that mention only the left side's indices (and
 /// parameters): those restrict which elements a reduction initialises.
-fn lhs_only_wheres(st: &Statement) -> Vec<WhereClause> {
+pub fn lhs_only_wheres(st: &Statement) -> Vec<WhereClause> {
     st.wheres
         .iter()
         .filter(|w| match w {

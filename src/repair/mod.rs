@@ -19,6 +19,7 @@ pub mod algebra;
 pub mod chain;
 pub mod dataflow;
 pub mod directive;
+pub mod factor;
 pub mod prove;
 pub mod rewrite;
 pub mod rolling;

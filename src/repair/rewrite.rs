@@ -12,6 +12,7 @@ use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Func, Statement, UnOp, WhereClause,
 };
 use crate::isl::aff_in_params;
+use crate::isl::Set;
 use crate::model::{ModelStmt, Scop};
 
 /// `tensor(vars...)` read in the tensor's compute type.
@@ -149,8 +150,15 @@ pub fn from_term(term: &Term, t: DType, leaf: &dyn Fn(&str) -> Option<Expr>) -> 
 /// `where v in lo:hi` for every iterator of `s`: the bounds of its domain
 /// (isl's `dim_min`/`dim_max`, affine in the parameters).
 pub fn ranges(scop: &Scop, s: &ModelStmt) -> Result<Vec<WhereClause>> {
+    ranges_of(scop, &s.domain, &s.iterators)
+}
+
+/// `where v in lo:hi` for every dimension `v` of `set` (named by
+/// `names`, in order): its bounds, each one affine piece in the
+/// parameters (an internal error otherwise).
+pub fn ranges_of(scop: &Scop, set: &Set, names: &[String]) -> Result<Vec<WhereClause>> {
     let mut out = Vec::new();
-    for (pos, v) in s.iterators.iter().enumerate() {
+    for (pos, v) in names.iter().enumerate() {
         let bound = |pa: isl_rs::PwAff| -> Result<Affine> {
             let pa = pa.gist_params(scop.context.copy()?)?;
             if !pa.isa_aff()? {
@@ -165,8 +173,8 @@ pub fn ranges(scop: &Scop, s: &ModelStmt) -> Result<Vec<WhereClause>> {
             }
             Ok(a)
         };
-        let lo = bound(s.domain.copy()?.dim_min(pos as i32)?)?;
-        let hi = bound(s.domain.copy()?.dim_max(pos as i32)?)?.add(&Affine::constant(1));
+        let lo = bound(set.copy()?.dim_min(pos as i32)?)?;
+        let hi = bound(set.copy()?.dim_max(pos as i32)?)?.add(&Affine::constant(1));
         out.push(WhereClause::Range {
             index: v.clone(),
             lo,

@@ -218,8 +218,12 @@ struct Common {
     /// Algebraic repair of reduction chains (softmax, attention): program
     /// (the file's "schedule" key, or polyfuse's choice without one: rolling
     /// update for long reductions with many rows, split-k for few rows),
-    /// off (reductions as written, one pass each), rolling (rolling update:
-    /// one pass), split-k (split-k update in --split slices).
+    /// off (reductions as written, one pass each, and no factor moved out
+    /// of a sum), rolling (rolling update: one pass), split-k (split-k
+    /// update in --split slices). Without a rolling or split-k update, a
+    /// factor that does not depend on a product's sum index (`/ f32(N -
+    /// 1)`, `alpha() *`) is applied once per element after the sum
+    /// (`--emit deps` says which).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(polyfuse::repair::Choice::NAMES))]
     repair: Option<String>,
     /// Number of slices of a split-k update (with --repair split-k, which
