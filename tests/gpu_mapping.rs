@@ -2168,11 +2168,14 @@ fn the_mappings_unrolled_pipeline_can_be_turned_off() {
 /// A reduction range bounded by the row (`where k < i`, symm's and trmm's
 /// triangle) moves the start of a slot loop with the reduction's step
 /// (`c4 >= max(0, c2 + c3 - c0 + 1)`): the full tiles keep their copy of
-/// the region, and every slot there keeps that test (`full_tile_test`
-/// covers only starts that other slots move). The emulation checks it
-/// against the f64 reference.
+/// the region (`full_tile_test` covers only starts that other slots move),
+/// and within it the steps of a tile below the diagonal run a copy without
+/// the start test, selected once per step where the start is 0 for every
+/// slot and every step of the tile (`full_steps`); the steps on the
+/// diagonal keep the test. The emulation checks it against the f64
+/// reference.
 #[test]
-fn a_start_moved_by_the_reduction_keeps_the_full_tile_copy_and_its_test() {
+fn a_start_moved_by_the_reduction_is_tested_on_the_diagonal_steps_only() {
     let json = r#"{"name": "ktri", "params": {"M": 200, "N": 150},
         "inputs": {"A": {"dtype": "f32", "shape": ["M", "M"]},
                    "B": {"dtype": "f32", "shape": ["M", "N"]}},
@@ -2190,29 +2193,73 @@ fn a_start_moved_by_the_reduction_keeps_the_full_tile_copy_and_its_test() {
     let updates: Vec<usize> = (0..lines.len())
         .filter(|&i| {
             let l = lines[i].trim_start();
-            l.starts_with("pf_reg_kernel_") && l.contains("_C[pf_ry][pf_rx] = pf_reg_kernel_")
+            l.starts_with("pf_reg_kernel_") && l.contains(" = pf_reg_kernel_")
         })
         .collect();
-    assert!(
-        updates.len() >= 2 && updates.len().is_multiple_of(2),
-        "full and partial copies\n{cuda}"
-    );
+    assert!(updates.len() >= 4, "full and partial copies\n{cuda}");
     // The full tiles' test: the last slot within the tensor's columns.
     assert!(cuda.contains("(31 <= pf_min(31, ((-c1) + 149)))"), "{cuda}");
-    // The two copies run the same updates.
-    let (full, partial) = updates.split_at(updates.len() / 2);
-    for (f, q) in full.iter().zip(partial) {
-        assert_eq!(lines[*f].trim(), lines[*q].trim(), "{cuda}");
-    }
+    // Each update either tests its slot's start, or sits in the copy of a
+    // step that the start test of the whole step selected.
+    let mut untested = 0;
     for &u in &updates {
-        let test = lines[..u]
+        let above = lines[..u]
             .iter()
             .rev()
-            .find(|l| l.contains(">= pf_max(0,"))
-            .unwrap_or_else(|| panic!("no start test above line {u}\n{cuda}"));
-        assert!(
-            test.contains("c4 >= ") && test.contains("c2"),
-            "{test}\n{cuda}"
-        );
+            .find(|l| l.contains(">= pf_max(0,") || l.contains(")) <= 0)"))
+            .unwrap_or_else(|| panic!("no test above line {u}\n{cuda}"));
+        if above.contains("c4 >= ") {
+            assert!(above.contains("c2"), "{above}\n{cuda}");
+        } else {
+            // `max(0, (-c0 + c2) + S) <= 0`: the step lies below the
+            // diagonal for every slot and every step of the tile.
+            assert!(
+                above.contains("c0") && above.contains("c2"),
+                "{above}\n{cuda}"
+            );
+            untested += 1;
+        }
     }
+    assert!(untested > 0 && untested < updates.len(), "{cuda}");
+}
+
+/// The other triangle (`k > i`): a step loop whose start the block moves
+/// (`c3 = max(0, c0 - c2 + 1)`) and whose slots' bound moves with the step
+/// (`c4 <= min(S, c2 + c3 - c0 - 1)`) gets a copy from 0 to the constant
+/// bound without the slot test, for the steps past the diagonal; checked
+/// in the emulation at sizes off the tiles.
+#[test]
+fn a_bound_moved_by_the_reduction_is_tested_on_the_diagonal_steps_only() {
+    let json = r#"{"name": "ktri2", "params": {"M": 203, "N": 150},
+        "inputs": {"A": {"dtype": "f32", "shape": ["M", "M"]},
+                   "B": {"dtype": "f32", "shape": ["M", "N"]}},
+        "outputs": {"C": {"dtype": "f32", "shape": ["M", "N"]}},
+        "body": ["C(i, j) = B(i, j)",
+                 "C(i, j) += A(k, i) * B(k, j) where k > i"]}"#;
+    let p = load_str(json, "ktri2.json").unwrap();
+    let mut auto = gpu_options(&[32]);
+    auto.gpu = Some(GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    });
+    let cuda = emulated_cuda(&p, &auto);
+    let full = cuda
+        .lines()
+        .find(|l| l.contains("== 0) && (") && l.contains(">= "))
+        .unwrap_or_else(|| panic!("no full step copy\n{cuda}"));
+    assert!(full.contains("c0") && full.contains("c2"), "{full}");
+    // The copy: the steps from 0 to the constant bound, and no slot test
+    // of the step's bound before the else branch.
+    let copy = &cuda[cuda.find(full).unwrap()..];
+    let copy = &copy[..copy.find("} else {").unwrap()];
+    assert!(
+        copy.contains("for (pf_i c3 = 0; (c3 <= 31); c3 += 1)"),
+        "{copy}"
+    );
+    assert!(!copy.contains("c4 <= pf_min("), "{copy}");
+    let rest = &cuda[cuda.find(full).unwrap() + copy.len()..];
+    assert!(
+        rest.contains("c4 <= pf_min("),
+        "the diagonal keeps its test\n{rest}"
+    );
 }

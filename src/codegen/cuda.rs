@@ -569,7 +569,15 @@ impl Printed<'_> {
         // count, the last one clipped (`full_steps`).
         let split_body;
         let body = if matches!(thread_plan.registers, Some(Registers::Tile(_))) {
-            split_body = full_steps::split(body);
+            let regs = regs_of_kernel.as_ref();
+            let nt = regs.map_or(0, |r| r.thread_dims);
+            let counts = regs.map(|r| r.counts(plan.block)).unwrap_or_default();
+            // The last slot along each thread axis, as `full_tile_test`
+            // counts them.
+            let last: full_steps::LastSlots = std::array::from_fn(|a| {
+                (a < nt).then(|| counts[nt - 1 - a] * i64::from(plan.block[a]) - 1)
+            });
+            split_body = full_steps::split(body, &last);
             &split_body
         } else {
             body
@@ -1102,13 +1110,32 @@ fn constant_trip(
     if i != iterator || *step <= 0 {
         return None;
     }
-    let (c, rest) = match bound {
-        Expr::Int(c) => (*c, None),
-        Expr::Op(Op::Min, m) => match m.as_slice() {
-            [Expr::Int(c), e] | [e, Expr::Int(c)] => (*c, Some(e)),
-            _ => return None,
-        },
-        _ => return None,
+    // `min(min(15, e1), e2)` is `min(15, min(e1, e2))`: isl nests the
+    // clips of a triangle and of the tensor's end.
+    fn flatten<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        match e {
+            Expr::Op(Op::Min, m) => m.iter().for_each(|x| flatten(x, out)),
+            other => out.push(other),
+        }
+    }
+    let mut terms = Vec::new();
+    flatten(bound, &mut terms);
+    let c = terms
+        .iter()
+        .filter_map(|t| match t {
+            Expr::Int(c) => Some(*c),
+            _ => None,
+        })
+        .min()?;
+    let others: Vec<Expr> = terms
+        .into_iter()
+        .filter(|t| !matches!(t, Expr::Int(_)))
+        .cloned()
+        .collect();
+    let rest = match others.len() {
+        0 => None,
+        1 => others.into_iter().next(),
+        _ => Some(Expr::Op(Op::Min, others)),
     };
     let test = |b: Expr| Expr::Op(*op, vec![it.clone(), b]);
     let last = if *op == Op::Le { c } else { c - 1 };
@@ -1117,7 +1144,7 @@ fn constant_trip(
     } else {
         (last - first) / step + 1
     };
-    Some((test(Expr::Int(c)), rest.map(|e| test(e.clone())), trips))
+    Some((test(Expr::Int(c)), rest.map(test), trips))
 }
 
 /// The start of the current stage of a double-buffered shared array, as
