@@ -162,11 +162,19 @@ impl<'r, 'a> Engine<'r, 'a> {
     fn start_accumulators(&self, o: &mut Lines) {
         let r = self.region;
         let acc = self.target.accumulator();
-        let element = (r.c_element)("pf_lm", "pf_ln");
-        let load = match r.c_dtype {
-            DType::F16 => format!("pf_h2f({element})"),
-            DType::BF16 => format!("pf_b2f({element})"),
-            _ => format!("(float)({element})"),
+        // The output's element only where the accumulators start from it:
+        // printing it notes the tensor as one the kernel touches, and an
+        // accumulator that starts at zero and is moved into another tensor
+        // (`Contraction::stored`) is never read or written.
+        let load = if r.zero_init {
+            String::new()
+        } else {
+            let element = (r.c_element)("pf_lm", "pf_ln");
+            match r.c_dtype {
+                DType::F16 => format!("pf_h2f({element})"),
+                DType::BF16 => format!("pf_b2f({element})"),
+                _ => format!("(float)({element})"),
+            }
         };
         let d = self.target.open_threads(o, 1, self.threads);
         self.fragments(o, d, false, |o, d| {
