@@ -10,6 +10,7 @@ use crate::frontend::ast::DType;
 use crate::gpu::contraction::{Contraction, MMA_M, MMA_N};
 
 /// The region of one engine, with the sizes every section reads.
+#[derive(Clone)]
 pub(super) struct Engine<'r, 'a> {
     pub(super) region: &'r Region<'a>,
     pub(super) c: &'a Contraction,
@@ -36,6 +37,9 @@ pub(super) struct Engine<'r, 'a> {
     pub(super) sb: i64,
     pub(super) ba: String,
     pub(super) bb: String,
+    /// Whose reduction loop the copies stage: 0 for the update's, `j` for
+    /// `c.terms[j - 1]`'s.
+    pub(super) term: usize,
 }
 
 impl<'r, 'a> Engine<'r, 'a> {
@@ -69,6 +73,7 @@ impl<'r, 'a> Engine<'r, 'a> {
             sb,
             ba,
             bb,
+            term: 0,
         }
     }
 
@@ -99,6 +104,21 @@ impl<'r, 'a> Engine<'r, 'a> {
         }
         self.start_accumulators(&mut o);
         self.pipeline(&mut o);
+        // Further sums into the accumulators (`Contraction::terms`): a
+        // pipeline of their own each, over their operands and their range
+        // of k (unsplit), after the one before has drained.
+        for (j, t) in self.region.terms.iter().enumerate() {
+            let statement = &self.c.terms[j].statement;
+            o.line(1, format!("{{ /* then {statement}'s sum */"));
+            o.line(1, format!("const pf_i pf_ek = {};", t.k_extent));
+            o.line(1, "const pf_i pf_kb = 0, pf_ke = pf_ek;");
+            Engine {
+                term: j + 1,
+                ..self.clone()
+            }
+            .pipeline(&mut o);
+            o.line(1, "}");
+        }
         self.sum_partials(&mut o);
         self.store(&mut o);
         if self.split > 1 {
