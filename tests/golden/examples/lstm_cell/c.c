@@ -47,7 +47,7 @@ void pf_kernel(const long *pf_params, void **pf_tensors) {
     /* tile */
     for (long c0 = 0; (c0 <= 99); c0 += 32) {
       for (long c1 = 0; (c1 <= 135); c1 += 32) {
-        for (long c2 = 0; (c2 <= 71); c2 += 32) {
+        for (long c2 = 0; (c2 <= 105); c2 += 32) {
           /* point */
           for (long c3 = 0; (c3 <= pf_min(31, ((-c0) + 99))); c3 += 1) {
             for (long c4 = 0; (c4 <= pf_min(31, ((-c1) + 135))); c4 += 1) {
@@ -57,20 +57,8 @@ void pf_kernel(const long *pf_params, void **pf_tensors) {
               for (long c5 = 0; (c5 <= pf_min(31, ((-c2) + 71))); c5 += 1) {
                 t_G[((((c0 + c3))) * (4 * p_H) + (((c1 + c4))))] = t_G[((((c0 + c3))) * (4 * p_H) + (((c1 + c4))))] + (pf_h2f(t_X[((((c0 + c3))) * (p_I) + (((c2 + c5))))]) * pf_h2f(t_W[((((c2 + c5))) * (4 * p_H) + (((c1 + c4))))]));
               }
-            }
-          }
-        }
-      }
-    }
-    /* tile */
-    for (long c0 = 0; (c0 <= 99); c0 += 32) {
-      for (long c1 = 0; (c1 <= 135); c1 += 32) {
-        for (long c2 = 0; (c2 <= 33); c2 += 32) {
-          /* point */
-          for (long c3 = 0; (c3 <= pf_min(31, ((-c0) + 99))); c3 += 1) {
-            for (long c4 = 0; (c4 <= pf_min(31, ((-c1) + 135))); c4 += 1) {
-              for (long c5 = 0; (c5 <= pf_min(31, ((-c2) + 33))); c5 += 1) {
-                t_G[((((c0 + c3))) * (4 * p_H) + (((c1 + c4))))] = t_G[((((c0 + c3))) * (4 * p_H) + (((c1 + c4))))] + (pf_h2f(t_Hp[((((c0 + c3))) * (p_H) + (((c2 + c5))))]) * pf_h2f(t_U[((((c2 + c5))) * (4 * p_H) + (((c1 + c4))))]));
+              for (long c5 = pf_max(0, ((-c2) + 72)); (c5 <= pf_min(31, ((-c2) + 105))); c5 += 1) {
+                t_G[((((c0 + c3))) * (4 * p_H) + (((c1 + c4))))] = t_G[((((c0 + c3))) * (4 * p_H) + (((c1 + c4))))] + (pf_h2f(t_Hp[((((c0 + c3))) * (p_H) + ((((c2 + c5) - 72))))]) * pf_h2f(t_U[(((((c2 + c5) - 72))) * (4 * p_H) + (((c1 + c4))))]));
               }
             }
           }

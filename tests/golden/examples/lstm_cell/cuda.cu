@@ -100,9 +100,9 @@ asm volatile("griddepcontrol.launch_dependents;");
   extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
   unsigned short *const pf_mma_kernel_0_A = pf_dynamic_shared;
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_0_B = pf_dynamic_shared + 8192;
+  unsigned short *const pf_mma_kernel_0_B = pf_dynamic_shared + 16384;
   #else
-  unsigned short *const pf_mma_kernel_0_B = pf_dynamic_shared + 9216;
+  unsigned short *const pf_mma_kernel_0_B = pf_dynamic_shared + 18432;
   #endif
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const unsigned long long pf_mma_kernel_0_A_desc = pf_wgmma_desc(pf_mma_kernel_0_A, 16, 1024);
@@ -113,7 +113,7 @@ asm volatile("griddepcontrol.launch_dependents;");
       {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         {
-          /* tensor cores: 64 x 32 x 64 tiles, 1 warpgroups of 64 x 32 (wgmma.m64n32k16) (2 stages) */
+          /* tensor cores: 64 x 32 x 64 tiles, 1 warpgroups of 64 x 32 (wgmma.m64n32k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (99 + 1);
@@ -162,149 +162,279 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
           const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(32 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
-          #pragma unroll 1
-          for (int pf_s = 0; pf_s < 2; pf_s++) {
-            if (pf_kb + pf_s * 64 < pf_ke) {
-              const int pf_full = ((pf_kb + pf_s * 64)) + 64 <= pf_ek;
-              if (pf_full && pf_A_all) {
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 48 * pf_A0_ls));
-              } else {
-                if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks));
-                else if (pf_A0_live) {
-                  const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst];
+          if (pf_kb + 0 < pf_ke) {
+            const int pf_full = ((pf_kb + 0)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst];
                   if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks);
-                    if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
-                {
-                  const int pf_A1_live = pf_tid + 128 < 512;
-                  const pf_i pf_A1_dst = pf_A0_dst + 1024;
-                  const pf_i pf_A1_row = pf_A0_row + 16;
-                  const pf_i pf_A1_k = pf_A0_k;
-                  const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
-                  const pf_i pf_A1_ks = pf_A0_ks;
-                  const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                  const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                  const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                  if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks));
-                  else if (pf_A1_live) {
-                    const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks);
-                      if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A2_live = pf_tid + 256 < 512;
-                  const pf_i pf_A2_dst = pf_A0_dst + 2048;
-                  const pf_i pf_A2_row = pf_A0_row + 32;
-                  const pf_i pf_A2_k = pf_A0_k;
-                  const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
-                  const pf_i pf_A2_ks = pf_A0_ks;
-                  const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                  const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                  const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                  if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks));
-                  else if (pf_A2_live) {
-                    const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A2_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks);
-                      if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A3_live = pf_tid + 384 < 512;
-                  const pf_i pf_A3_dst = pf_A0_dst + 3072;
-                  const pf_i pf_A3_row = pf_A0_row + 48;
-                  const pf_i pf_A3_k = pf_A0_k;
-                  const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
-                  const pf_i pf_A3_ks = pf_A0_ks;
-                  const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                  const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                  const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                  if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks));
-                  else if (pf_A3_live) {
-                    const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A3_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks);
-                      if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
               }
-              if (pf_full && pf_B_all) {
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              } else {
-                if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks));
-                else if (pf_B0_live) {
-                  const int pf_count = ((pf_kb + pf_s * 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_s) * 2048 + pf_B0_dst];
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst];
                   if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks);
-                    if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
-                {
-                  const int pf_B1_live = pf_tid + 128 < 256;
-                  const pf_i pf_B1_dst = pf_B0_dst + 1024;
-                  const pf_i pf_B1_row = pf_B0_row;
-                  const pf_i pf_B1_k = pf_B0_k + 32;
-                  const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
-                  const pf_i pf_B1_ks = pf_B0_ks;
-                  const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
-                  const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                  const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                  if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks));
-                  else if (pf_B1_live) {
-                    const int pf_count = ((pf_kb + pf_s * 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_s) * 2048 + pf_B1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks);
-                      if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
               }
-              pf_cp_async_commit();
             }
-            else pf_cp_async_commit();
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2048 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
           }
-          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 128) {
-            #pragma unroll 1
-            for (int pf_u = 0; pf_u < 2; pf_u++) {
+          else pf_cp_async_commit();
+          if (pf_kb + 64 < pf_ke) {
+            const int pf_full = ((pf_kb + 64)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2048 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 256) {
+            #pragma unroll
+            for (int pf_u = 0; pf_u < 4; pf_u++) {
               const pf_i pf_kt = pf_k0 + pf_u * 64;
               if (pf_kt < pf_ke) {
                 const int pf_stage = pf_u;
-                const int pf_next = (pf_u + 2) % 2;
+                const int pf_next = (pf_u + 2) % 4;
                 pf_cp_async_wait<1>();
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 __syncthreads();
@@ -317,13 +447,603 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_wgmma_f16_n32_t01(&pf_acc[0][0][0], pf_da, pf_db);
                 }
                 pf_wgmma_commit();
-                pf_cp_async_commit();
+                if (pf_kt + 128 < pf_ke) {
+                  const int pf_full = ((pf_kt + 128)) + 64 <= pf_ek;
+                  if (pf_full && pf_A_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+                  } else {
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    else if (pf_A0_live) {
+                      const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
+                        if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_A1_live = pf_tid + 128 < 512;
+                      const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                      const pf_i pf_A1_row = pf_A0_row + 16;
+                      const pf_i pf_A1_k = pf_A0_k;
+                      const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                      const pf_i pf_A1_ks = pf_A0_ks;
+                      const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                      const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                      const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      else if (pf_A1_live) {
+                        const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
+                          if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A2_live = pf_tid + 256 < 512;
+                      const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                      const pf_i pf_A2_row = pf_A0_row + 32;
+                      const pf_i pf_A2_k = pf_A0_k;
+                      const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                      const pf_i pf_A2_ks = pf_A0_ks;
+                      const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                      const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                      const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      else if (pf_A2_live) {
+                        const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
+                          if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A3_live = pf_tid + 384 < 512;
+                      const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                      const pf_i pf_A3_row = pf_A0_row + 48;
+                      const pf_i pf_A3_k = pf_A0_k;
+                      const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                      const pf_i pf_A3_ks = pf_A0_ks;
+                      const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                      const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                      const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      else if (pf_A3_live) {
+                        const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
+                          if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  if (pf_full && pf_B_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                  } else {
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    else if (pf_B0_live) {
+                      const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
+                        if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_B1_live = pf_tid + 128 < 256;
+                      const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                      const pf_i pf_B1_row = pf_B0_row;
+                      const pf_i pf_B1_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B1_ks = pf_B0_ks;
+                      const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                      const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      else if (pf_B1_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
+                          if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  pf_cp_async_commit();
+                }
+                else pf_cp_async_commit();
+                pf_wgmma_wait1();
               }
             }
           }
           pf_wgmma_wait0();
           pf_cp_async_wait<0>();
           __syncthreads();
+          { /* then S1's sum */
+          const pf_i pf_ek = (33 + 1);
+          const pf_i pf_kb = 0, pf_ke = pf_ek;
+          const pf_i pf_A0_e = pf_tid + 0;
+          const int pf_A0_live = pf_A0_e < 512;
+          const pf_i pf_A0_line = pf_A0_e / 8;
+          const pf_i pf_A0_col = (pf_A0_e % 8) * 8;
+          const pf_i pf_A0_dst = pf_A0_line * 64 + (((pf_A0_col / 8) ^ (pf_A0_line % 8)) * 8);
+          const pf_i pf_A0_row = pf_m0 + pf_A0_line;
+          const pf_i pf_A0_k = pf_A0_col;
+          const unsigned short *const pf_A0_src = (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))];
+          const pf_i pf_A0_ks = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k + 1)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
+          const pf_i pf_A0_ls = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row + 1)) * (p_H) + ((pf_A0_k)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
+          const int pf_A0_rows = pf_A0_live && pf_A0_row < pf_em;
+          const int pf_A0_aligned = (((unsigned long long)pf_A0_src) & 15) == 0;
+          const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
+          const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(16 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 48 < pf_em;
+          const pf_i pf_B0_e = pf_tid + 0;
+          const int pf_B0_live = pf_B0_e < 256;
+          const pf_i pf_B0_line = pf_B0_e / 4;
+          const pf_i pf_B0_col = (pf_B0_e % 4) * 8;
+          const pf_i pf_B0_dst = pf_B0_line * 32 + (((pf_B0_col / 8) ^ ((pf_B0_line / 2) % 4)) * 8);
+          const pf_i pf_B0_row = pf_n0 + pf_B0_col;
+          const pf_i pf_B0_k = pf_B0_line;
+          const unsigned short *const pf_B0_src = (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))];
+          const pf_i pf_B0_ks = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
+          const pf_i pf_B0_ls = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
+          const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
+          const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
+          const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(32 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          if (pf_kb + 0 < pf_ke) {
+            const int pf_full = ((pf_kb + 0)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2048 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2048 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          if (pf_kb + 64 < pf_ke) {
+            const int pf_full = ((pf_kb + 64)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2048 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2048 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 256) {
+            #pragma unroll
+            for (int pf_u = 0; pf_u < 4; pf_u++) {
+              const pf_i pf_kt = pf_k0 + pf_u * 64;
+              if (pf_kt < pf_ke) {
+                const int pf_stage = pf_u;
+                const int pf_next = (pf_u + 2) % 4;
+                pf_cp_async_wait<1>();
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                __syncthreads();
+                const int pf_wg = 0;
+                pf_wgmma_fence();
+                #pragma unroll
+                for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
+                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 2048 + pf_ks * 512));
+                  pf_wgmma_f16_n32_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                }
+                pf_wgmma_commit();
+                if (pf_kt + 128 < pf_ke) {
+                  const int pf_full = ((pf_kt + 128)) + 64 <= pf_ek;
+                  if (pf_full && pf_A_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+                  } else {
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    else if (pf_A0_live) {
+                      const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
+                        if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_A1_live = pf_tid + 128 < 512;
+                      const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                      const pf_i pf_A1_row = pf_A0_row + 16;
+                      const pf_i pf_A1_k = pf_A0_k;
+                      const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                      const pf_i pf_A1_ks = pf_A0_ks;
+                      const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                      const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                      const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      else if (pf_A1_live) {
+                        const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
+                          if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A2_live = pf_tid + 256 < 512;
+                      const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                      const pf_i pf_A2_row = pf_A0_row + 32;
+                      const pf_i pf_A2_k = pf_A0_k;
+                      const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                      const pf_i pf_A2_ks = pf_A0_ks;
+                      const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                      const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                      const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      else if (pf_A2_live) {
+                        const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
+                          if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A3_live = pf_tid + 384 < 512;
+                      const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                      const pf_i pf_A3_row = pf_A0_row + 48;
+                      const pf_i pf_A3_k = pf_A0_k;
+                      const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                      const pf_i pf_A3_ks = pf_A0_ks;
+                      const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                      const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                      const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      else if (pf_A3_live) {
+                        const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
+                          if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  if (pf_full && pf_B_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                  } else {
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    else if (pf_B0_live) {
+                      const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
+                        if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_B1_live = pf_tid + 128 < 256;
+                      const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                      const pf_i pf_B1_row = pf_B0_row;
+                      const pf_i pf_B1_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B1_ks = pf_B0_ks;
+                      const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                      const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      else if (pf_B1_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2048 + pf_B1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
+                          if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  pf_cp_async_commit();
+                }
+                else pf_cp_async_commit();
+                pf_wgmma_wait1();
+              }
+            }
+          }
+          pf_wgmma_wait0();
+          pf_cp_async_wait<0>();
+          __syncthreads();
+          }
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
@@ -356,7 +1076,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         }
 #else
         {
-          /* tensor cores: 64 x 32 x 64 tiles, 2 x 2 warps of 32 x 16 (mma.m16n8k16) (2 stages) */
+          /* tensor cores: 64 x 32 x 64 tiles, 2 x 2 warps of 32 x 16 (mma.m16n8k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (99 + 1);
@@ -405,152 +1125,547 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
           const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(32 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
-          #pragma unroll 1
-          for (int pf_s = 0; pf_s < 2; pf_s++) {
-            if (pf_kb + pf_s * 64 < pf_ke) {
-              const int pf_full = ((pf_kb + pf_s * 64)) + 64 <= pf_ek;
-              if (pf_full && pf_A_all) {
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 48 * pf_A0_ls));
-              } else {
-                if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks));
-                else if (pf_A0_live) {
-                  const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst];
+          if (pf_kb + 0 < pf_ke) {
+            const int pf_full = ((pf_kb + 0)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks);
-                    if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
-                {
-                  const int pf_A1_live = pf_tid + 128 < 512;
-                  const pf_i pf_A1_dst = pf_A0_dst + 1152;
-                  const pf_i pf_A1_row = pf_A0_row + 16;
-                  const pf_i pf_A1_k = pf_A0_k;
-                  const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
-                  const pf_i pf_A1_ks = pf_A0_ks;
-                  const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                  const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                  const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                  if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks));
-                  else if (pf_A1_live) {
-                    const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks);
-                      if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A2_live = pf_tid + 256 < 512;
-                  const pf_i pf_A2_dst = pf_A0_dst + 2304;
-                  const pf_i pf_A2_row = pf_A0_row + 32;
-                  const pf_i pf_A2_k = pf_A0_k;
-                  const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
-                  const pf_i pf_A2_ks = pf_A0_ks;
-                  const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                  const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                  const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                  if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks));
-                  else if (pf_A2_live) {
-                    const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A2_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks);
-                      if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A3_live = pf_tid + 384 < 512;
-                  const pf_i pf_A3_dst = pf_A0_dst + 3456;
-                  const pf_i pf_A3_row = pf_A0_row + 48;
-                  const pf_i pf_A3_k = pf_A0_k;
-                  const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
-                  const pf_i pf_A3_ks = pf_A0_ks;
-                  const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                  const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                  const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                  if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks));
-                  else if (pf_A3_live) {
-                    const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A3_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks);
-                      if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
               }
-              if (pf_full && pf_B_all) {
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              } else {
-                if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks));
-                else if (pf_B0_live) {
-                  const int pf_count = ((pf_kb + pf_s * 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_s) * 2560 + pf_B0_dst];
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks);
-                    if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
-                {
-                  const int pf_B1_live = pf_tid + 128 < 256;
-                  const pf_i pf_B1_dst = pf_B0_dst + 1280;
-                  const pf_i pf_B1_row = pf_B0_row;
-                  const pf_i pf_B1_k = pf_B0_k + 32;
-                  const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
-                  const pf_i pf_B1_ks = pf_B0_ks;
-                  const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
-                  const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                  const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                  if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks));
-                  else if (pf_B1_live) {
-                    const int pf_count = ((pf_kb + pf_s * 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_s) * 2560 + pf_B1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks);
-                      if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
               }
-              pf_cp_async_commit();
             }
-            else pf_cp_async_commit();
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2560 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
           }
-          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 128) {
-            #pragma unroll 1
-            for (int pf_u = 0; pf_u < 2; pf_u++) {
+          else pf_cp_async_commit();
+          if (pf_kb + 64 < pf_ke) {
+            const int pf_full = ((pf_kb + 64)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2560 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          if (pf_kb + 128 < pf_ke) {
+            const int pf_full = ((pf_kb + 128)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 2560 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 256) {
+            #pragma unroll
+            for (int pf_u = 0; pf_u < 4; pf_u++) {
               const pf_i pf_kt = pf_k0 + pf_u * 64;
               if (pf_kt < pf_ke) {
                 const int pf_stage = pf_u;
-                const int pf_next = (pf_u + 2) % 2;
-                pf_cp_async_wait<1>();
+                const int pf_next = (pf_u + 3) % 4;
+                pf_cp_async_wait<2>();
                 __syncthreads();
-                pf_cp_async_commit();
+                if (pf_kt + 192 < pf_ke) {
+                  const int pf_full = ((pf_kt + 192)) + 64 <= pf_ek;
+                  if (pf_full && pf_A_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 48 * pf_A0_ls));
+                  } else {
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    else if (pf_A0_live) {
+                      const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
+                        if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_A1_live = pf_tid + 128 < 512;
+                      const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                      const pf_i pf_A1_row = pf_A0_row + 16;
+                      const pf_i pf_A1_k = pf_A0_k;
+                      const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                      const pf_i pf_A1_ks = pf_A0_ks;
+                      const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                      const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                      const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      else if (pf_A1_live) {
+                        const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
+                          if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A2_live = pf_tid + 256 < 512;
+                      const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                      const pf_i pf_A2_row = pf_A0_row + 32;
+                      const pf_i pf_A2_k = pf_A0_k;
+                      const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                      const pf_i pf_A2_ks = pf_A0_ks;
+                      const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                      const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                      const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      else if (pf_A2_live) {
+                        const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
+                          if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A3_live = pf_tid + 384 < 512;
+                      const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                      const pf_i pf_A3_row = pf_A0_row + 48;
+                      const pf_i pf_A3_k = pf_A0_k;
+                      const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                      const pf_i pf_A3_ks = pf_A0_ks;
+                      const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                      const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                      const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      else if (pf_A3_live) {
+                        const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
+                          if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  if (pf_full && pf_B_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                  } else {
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    else if (pf_B0_live) {
+                      const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
+                        if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_B1_live = pf_tid + 128 < 256;
+                      const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                      const pf_i pf_B1_row = pf_B0_row;
+                      const pf_i pf_B1_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B1_ks = pf_B0_ks;
+                      const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                      const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      else if (pf_B1_live) {
+                        const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
+                          if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  pf_cp_async_commit();
+                }
+                else pf_cp_async_commit();
                 const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
                 const pf_i pf_wr = (pf_warp / 2) * 32;
                 const pf_i pf_wc = (pf_warp % 2) * 16;
@@ -601,332 +1716,9 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
           pf_cp_async_wait<0>();
           __syncthreads();
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 2; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 2; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r += 2) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 2) * 32 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 2) * 16 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) float pf_two[2];
-            int pf_inside[2];
-            #pragma unroll
-            for (int pf_c = 0; pf_c < 2; pf_c++) {
-              const int pf_r2 = pf_r + pf_c;
-              const pf_i pf_ln2 = pf_ln + pf_c;
-              pf_inside[pf_c] = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln2 < pf_en;
-              if (pf_inside[pf_c]) {
-                const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
-                float pf_cv = pf_acc[pf_mt][pf_nt][pf_r];
-                pf_two[pf_c] = pf_cv;
-              }
-            }
-            if (pf_inside[0] && pf_inside[1] && &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] == &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) % sizeof(float2) == 0) {
-              *(float2 *)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = *(float2 *)pf_two;
-            } else {
-              if (pf_inside[0]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] = pf_two[1];
-            }
-          }
-        }
-#endif
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128, 2) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_B = 100;
-  const pf_i p_I = 72;
-  const pf_i p_H = 34;
-  extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
-  unsigned short *const pf_mma_kernel_1_A = pf_dynamic_shared;
-  #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 8192;
-  #else
-  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 9216;
-  #endif
-  #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const unsigned long long pf_mma_kernel_1_A_desc = pf_wgmma_desc(pf_mma_kernel_1_A, 16, 1024);
-  const unsigned long long pf_mma_kernel_1_B_desc = pf_wgmma_desc_sw64(pf_mma_kernel_1_B, 4096, 512);
-  #endif
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 99); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 135); c1 += (pf_i)gridDim.x * 32) {
-      {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        {
-          /* tensor cores: 64 x 32 x 64 tiles, 1 warpgroups of 64 x 32 (wgmma.m64n32k16) (2 stages) */
-          const pf_i pf_m0 = c0;
-          const pf_i pf_n0 = c1;
-          const pf_i pf_em = (99 + 1);
-          const pf_i pf_en = (135 + 1);
+          { /* then S1's sum */
           const pf_i pf_ek = (33 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[1][4][4];
-          const int pf_tid = (int)threadIdx.x;
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r++) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) : 0.0f;
-          }
-          const pf_i pf_A0_e = pf_tid + 0;
-          const int pf_A0_live = pf_A0_e < 512;
-          const pf_i pf_A0_line = pf_A0_e / 8;
-          const pf_i pf_A0_col = (pf_A0_e % 8) * 8;
-          const pf_i pf_A0_dst = pf_A0_line * 64 + (((pf_A0_col / 8) ^ (pf_A0_line % 8)) * 8);
-          const pf_i pf_A0_row = pf_m0 + pf_A0_line;
-          const pf_i pf_A0_k = pf_A0_col;
-          const unsigned short *const pf_A0_src = (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))];
-          const pf_i pf_A0_ks = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k + 1)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
-          const pf_i pf_A0_ls = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row + 1)) * (p_H) + ((pf_A0_k)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
-          const int pf_A0_rows = pf_A0_live && pf_A0_row < pf_em;
-          const int pf_A0_aligned = (((unsigned long long)pf_A0_src) & 15) == 0;
-          const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
-          const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(16 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 48 < pf_em;
-          const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 256;
-          const pf_i pf_B0_line = pf_B0_e / 4;
-          const pf_i pf_B0_col = (pf_B0_e % 4) * 8;
-          const pf_i pf_B0_dst = pf_B0_line * 32 + (((pf_B0_col / 8) ^ ((pf_B0_line / 2) % 4)) * 8);
-          const pf_i pf_B0_row = pf_n0 + pf_B0_col;
-          const pf_i pf_B0_k = pf_B0_line;
-          const unsigned short *const pf_B0_src = (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))];
-          const pf_i pf_B0_ks = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
-          const pf_i pf_B0_ls = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
-          const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
-          const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
-          const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(32 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
-          #pragma unroll 1
-          for (int pf_s = 0; pf_s < 2; pf_s++) {
-            if (pf_kb + pf_s * 64 < pf_ke) {
-              const int pf_full = ((pf_kb + pf_s * 64)) + 64 <= pf_ek;
-              if (pf_full && pf_A_all) {
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 48 * pf_A0_ls));
-              } else {
-                if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks));
-                else if (pf_A0_live) {
-                  const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks);
-                    if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-                {
-                  const int pf_A1_live = pf_tid + 128 < 512;
-                  const pf_i pf_A1_dst = pf_A0_dst + 1024;
-                  const pf_i pf_A1_row = pf_A0_row + 16;
-                  const pf_i pf_A1_k = pf_A0_k;
-                  const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
-                  const pf_i pf_A1_ks = pf_A0_ks;
-                  const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                  const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                  const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                  if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks));
-                  else if (pf_A1_live) {
-                    const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks);
-                      if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A2_live = pf_tid + 256 < 512;
-                  const pf_i pf_A2_dst = pf_A0_dst + 2048;
-                  const pf_i pf_A2_row = pf_A0_row + 32;
-                  const pf_i pf_A2_k = pf_A0_k;
-                  const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
-                  const pf_i pf_A2_ks = pf_A0_ks;
-                  const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                  const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                  const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                  if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks));
-                  else if (pf_A2_live) {
-                    const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A2_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks);
-                      if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A3_live = pf_tid + 384 < 512;
-                  const pf_i pf_A3_dst = pf_A0_dst + 3072;
-                  const pf_i pf_A3_row = pf_A0_row + 48;
-                  const pf_i pf_A3_k = pf_A0_k;
-                  const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
-                  const pf_i pf_A3_ks = pf_A0_ks;
-                  const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                  const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                  const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                  if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks));
-                  else if (pf_A3_live) {
-                    const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A3_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks);
-                      if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-              }
-              if (pf_full && pf_B_all) {
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2048 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2048 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              } else {
-                if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2048 + pf_B0_dst], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks));
-                else if (pf_B0_live) {
-                  const int pf_count = ((pf_kb + pf_s * 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_s) * 2048 + pf_B0_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks);
-                    if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-                {
-                  const int pf_B1_live = pf_tid + 128 < 256;
-                  const pf_i pf_B1_dst = pf_B0_dst + 1024;
-                  const pf_i pf_B1_row = pf_B0_row;
-                  const pf_i pf_B1_k = pf_B0_k + 32;
-                  const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
-                  const pf_i pf_B1_ks = pf_B0_ks;
-                  const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
-                  const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                  const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                  if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2048 + pf_B1_dst], (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks));
-                  else if (pf_B1_live) {
-                    const int pf_count = ((pf_kb + pf_s * 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_s) * 2048 + pf_B1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks);
-                      if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-              }
-              pf_cp_async_commit();
-            }
-            else pf_cp_async_commit();
-          }
-          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 128) {
-            #pragma unroll 1
-            for (int pf_u = 0; pf_u < 2; pf_u++) {
-              const pf_i pf_kt = pf_k0 + pf_u * 64;
-              if (pf_kt < pf_ke) {
-                const int pf_stage = pf_u;
-                const int pf_next = (pf_u + 2) % 2;
-                pf_cp_async_wait<1>();
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                __syncthreads();
-                const int pf_wg = 0;
-                pf_wgmma_fence();
-                #pragma unroll
-                for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
-                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_1_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_1_B_desc, 2u * (unsigned)(pf_stage * 2048 + pf_ks * 512));
-                  pf_wgmma_f16_n32_t01(&pf_acc[0][0][0], pf_da, pf_db);
-                }
-                pf_wgmma_commit();
-                pf_cp_async_commit();
-              }
-            }
-          }
-          pf_wgmma_wait0();
-          pf_cp_async_wait<0>();
-          __syncthreads();
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r += 2) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) float pf_two[2];
-            int pf_inside[2];
-            #pragma unroll
-            for (int pf_c = 0; pf_c < 2; pf_c++) {
-              const int pf_r2 = pf_r + pf_c;
-              const pf_i pf_ln2 = pf_ln + pf_c;
-              pf_inside[pf_c] = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln2 < pf_en;
-              if (pf_inside[pf_c]) {
-                const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
-                float pf_cv = pf_acc[pf_mt][pf_nt][pf_r];
-                pf_two[pf_c] = pf_cv;
-              }
-            }
-            if (pf_inside[0] && pf_inside[1] && &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] == &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) % sizeof(float2) == 0) {
-              *(float2 *)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = *(float2 *)pf_two;
-            } else {
-              if (pf_inside[0]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] = pf_two[1];
-            }
-          }
-        }
-#else
-        {
-          /* tensor cores: 64 x 32 x 64 tiles, 2 x 2 warps of 32 x 16 (mma.m16n8k16) (2 stages) */
-          const pf_i pf_m0 = c0;
-          const pf_i pf_n0 = c1;
-          const pf_i pf_em = (99 + 1);
-          const pf_i pf_en = (135 + 1);
-          const pf_i pf_ek = (33 + 1);
-          const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[2][2][4];
-          const int pf_tid = (int)threadIdx.x;
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 2; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 2; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r++) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 2) * 32 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 2) * 16 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            const int pf_in = pf_m0 + pf_lm < pf_em && pf_n0 + pf_ln < pf_en;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) : 0.0f;
-          }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 512;
           const pf_i pf_A0_line = pf_A0_e / 8;
@@ -955,152 +1747,547 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
           const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(32 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
-          #pragma unroll 1
-          for (int pf_s = 0; pf_s < 2; pf_s++) {
-            if (pf_kb + pf_s * 64 < pf_ke) {
-              const int pf_full = ((pf_kb + pf_s * 64)) + 64 <= pf_ek;
-              if (pf_full && pf_A_all) {
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks + 48 * pf_A0_ls));
-              } else {
-                if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks));
-                else if (pf_A0_live) {
-                  const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst];
+          if (pf_kb + 0 < pf_ke) {
+            const int pf_full = ((pf_kb + 0)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A0_src + ((pf_kb + pf_s * 64)) * pf_A0_ks);
-                    if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
-                {
-                  const int pf_A1_live = pf_tid + 128 < 512;
-                  const pf_i pf_A1_dst = pf_A0_dst + 1152;
-                  const pf_i pf_A1_row = pf_A0_row + 16;
-                  const pf_i pf_A1_k = pf_A0_k;
-                  const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
-                  const pf_i pf_A1_ks = pf_A0_ks;
-                  const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                  const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                  const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                  if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks));
-                  else if (pf_A1_live) {
-                    const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A1_src + ((pf_kb + pf_s * 64)) * pf_A1_ks);
-                      if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A2_live = pf_tid + 256 < 512;
-                  const pf_i pf_A2_dst = pf_A0_dst + 2304;
-                  const pf_i pf_A2_row = pf_A0_row + 32;
-                  const pf_i pf_A2_k = pf_A0_k;
-                  const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
-                  const pf_i pf_A2_ks = pf_A0_ks;
-                  const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                  const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                  const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                  if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks));
-                  else if (pf_A2_live) {
-                    const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A2_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A2_src + ((pf_kb + pf_s * 64)) * pf_A2_ks);
-                      if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
-                {
-                  const int pf_A3_live = pf_tid + 384 < 512;
-                  const pf_i pf_A3_dst = pf_A0_dst + 3456;
-                  const pf_i pf_A3_row = pf_A0_row + 48;
-                  const pf_i pf_A3_k = pf_A0_k;
-                  const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
-                  const pf_i pf_A3_ks = pf_A0_ks;
-                  const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                  const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                  const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                  if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks));
-                  else if (pf_A3_live) {
-                    const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + pf_s * 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A3_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_A3_src + ((pf_kb + pf_s * 64)) * pf_A3_ks);
-                      if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
-                  }
-                }
               }
-              if (pf_full && pf_B_all) {
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              } else {
-                if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks));
-                else if (pf_B0_live) {
-                  const int pf_count = ((pf_kb + pf_s * 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_s) * 2560 + pf_B0_dst];
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B0_src + ((pf_kb + pf_s * 64)) * pf_B0_ks);
-                    if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
-                {
-                  const int pf_B1_live = pf_tid + 128 < 256;
-                  const pf_i pf_B1_dst = pf_B0_dst + 1280;
-                  const pf_i pf_B1_row = pf_B0_row;
-                  const pf_i pf_B1_k = pf_B0_k + 32;
-                  const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
-                  const pf_i pf_B1_ks = pf_B0_ks;
-                  const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
-                  const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                  const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                  if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks));
-                  else if (pf_B1_live) {
-                    const int pf_count = ((pf_kb + pf_s * 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                    unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_s) * 2560 + pf_B1_dst];
-                    if (pf_count > 0) {
-                      const unsigned short *pf_src = (pf_B1_src + ((pf_kb + pf_s * 64)) * pf_B1_ks);
-                      if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                      else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                    } else {
-                      *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                    }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
                   }
                 }
               }
-              pf_cp_async_commit();
             }
-            else pf_cp_async_commit();
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2560 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 2560 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
           }
-          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 128) {
-            #pragma unroll 1
-            for (int pf_u = 0; pf_u < 2; pf_u++) {
+          else pf_cp_async_commit();
+          if (pf_kb + 64 < pf_ke) {
+            const int pf_full = ((pf_kb + 64)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2560 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 2560 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          if (pf_kb + 128 < pf_ke) {
+            const int pf_full = ((pf_kb + 128)) + 64 <= pf_ek;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 2560 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 256;
+                const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 32;
+                const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 2560 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 256) {
+            #pragma unroll
+            for (int pf_u = 0; pf_u < 4; pf_u++) {
               const pf_i pf_kt = pf_k0 + pf_u * 64;
               if (pf_kt < pf_ke) {
                 const int pf_stage = pf_u;
-                const int pf_next = (pf_u + 2) % 2;
-                pf_cp_async_wait<1>();
+                const int pf_next = (pf_u + 3) % 4;
+                pf_cp_async_wait<2>();
                 __syncthreads();
-                pf_cp_async_commit();
+                if (pf_kt + 192 < pf_ke) {
+                  const int pf_full = ((pf_kt + 192)) + 64 <= pf_ek;
+                  if (pf_full && pf_A_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 48 * pf_A0_ls));
+                  } else {
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    else if (pf_A0_live) {
+                      const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
+                        if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_A1_live = pf_tid + 128 < 512;
+                      const pf_i pf_A1_dst = pf_A0_dst + 1152;
+                      const pf_i pf_A1_row = pf_A0_row + 16;
+                      const pf_i pf_A1_k = pf_A0_k;
+                      const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                      const pf_i pf_A1_ks = pf_A0_ks;
+                      const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                      const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                      const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      else if (pf_A1_live) {
+                        const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
+                          if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A2_live = pf_tid + 256 < 512;
+                      const pf_i pf_A2_dst = pf_A0_dst + 2304;
+                      const pf_i pf_A2_row = pf_A0_row + 32;
+                      const pf_i pf_A2_k = pf_A0_k;
+                      const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                      const pf_i pf_A2_ks = pf_A0_ks;
+                      const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                      const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                      const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      else if (pf_A2_live) {
+                        const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
+                          if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A3_live = pf_tid + 384 < 512;
+                      const pf_i pf_A3_dst = pf_A0_dst + 3456;
+                      const pf_i pf_A3_row = pf_A0_row + 48;
+                      const pf_i pf_A3_k = pf_A0_k;
+                      const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                      const pf_i pf_A3_ks = pf_A0_ks;
+                      const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                      const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                      const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      else if (pf_A3_live) {
+                        const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
+                          if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  if (pf_full && pf_B_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst + 1280], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                  } else {
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    else if (pf_B0_live) {
+                      const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
+                        if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_B1_live = pf_tid + 128 < 256;
+                      const pf_i pf_B1_dst = pf_B0_dst + 1280;
+                      const pf_i pf_B1_row = pf_B0_row;
+                      const pf_i pf_B1_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B1_ks = pf_B0_ks;
+                      const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                      const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      else if (pf_B1_live) {
+                        const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 2560 + pf_B1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
+                          if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  pf_cp_async_commit();
+                }
+                else pf_cp_async_commit();
                 const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
                 const pf_i pf_wr = (pf_warp / 2) * 32;
                 const pf_i pf_wc = (pf_warp % 2) * 16;
@@ -1110,13 +2297,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 2; pf_mt++) {
                     const int pf_ar = pf_wr + pf_mt * 16;
-                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_1_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_0_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
                   for (int pf_np = 0; pf_np < 1; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 2560 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 40 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_0_B[pf_stage * 2560 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 40 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -1129,13 +2316,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                     #pragma unroll
                     for (int pf_mt = 0; pf_mt < 2; pf_mt++) {
                       const int pf_ar = pf_wr + pf_mt * 16;
-                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_1_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_0_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
                     for (int pf_np = 0; pf_np < 1; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 2560 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 40 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_0_B[pf_stage * 2560 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 40 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -1151,6 +2338,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
           pf_cp_async_wait<0>();
           __syncthreads();
+          }
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 2; pf_mt++)
           #pragma unroll
@@ -1189,7 +2377,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_2(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -1197,7 +2385,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 100;
   const pf_i p_I = 72;
   const pf_i p_H = 34;
-  __shared__ __align__(16) float pf_shared_kernel_2_bias[136];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias[136];
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 99); c0 += (pf_i)gridDim.y * 64) {
     {
       const pf_i c1 = 0; (void)c1;
@@ -1208,15 +2396,15 @@ asm volatile("griddepcontrol.launch_dependents;");
         if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
           if ((((unsigned long long)t_bias) & 15) == 0) {
             const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 0] = pf_v.x;
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 1] = pf_v.y;
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 2] = pf_v.z;
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 3] = pf_v.w;
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 0] = pf_v.x;
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 1] = pf_v.y;
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 2] = pf_v.z;
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 3] = pf_v.w;
           } else {
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
-            pf_shared_kernel_2_bias[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
+            pf_shared_kernel_1_bias[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
           }
         }
       }
@@ -1228,10 +2416,10 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i c1 = 0; (void)c1;
             const pf_i pf_p0_0 = (c0 + c2); (void)pf_p0_0;
             const pf_i pf_p0_1 = c3; (void)pf_p0_1;
-            float pf_priv_kernel_2_Cn;
-            pf_priv_kernel_2_Cn = (((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (p_H + (c3)))] + pf_shared_kernel_2_bias[((p_H + (c3)) - pf_o0_0) * 1]))))) * t_Cp[((((c0 + c2))) * (p_H) + ((c3)))]) + ((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + ((c3)))] + pf_shared_kernel_2_bias[(((c3)) - pf_o0_0) * 1]))))) * tanhf((t_G[((((c0 + c2))) * (4 * p_H) + (2 * p_H + (c3)))] + pf_shared_kernel_2_bias[((2 * p_H + (c3)) - pf_o0_0) * 1]))));
-            t_Hn[((((c0 + c2))) * (p_H) + ((c3)))] = pf_f2h(pf_h2f(pf_f2h((float)(((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (3 * p_H + (c3)))] + pf_shared_kernel_2_bias[((3 * p_H + (c3)) - pf_o0_0) * 1]))))) * tanhf(pf_priv_kernel_2_Cn))))));
-            if (pf_p0_0 >= 0 && pf_p0_0 < (p_B) && pf_p0_1 >= 0 && pf_p0_1 < (p_H)) t_Cn[(pf_p0_0) * (p_H) + pf_p0_1] = pf_priv_kernel_2_Cn;
+            float pf_priv_kernel_1_Cn;
+            pf_priv_kernel_1_Cn = (((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (p_H + (c3)))] + pf_shared_kernel_1_bias[((p_H + (c3)) - pf_o0_0) * 1]))))) * t_Cp[((((c0 + c2))) * (p_H) + ((c3)))]) + ((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + ((c3)))] + pf_shared_kernel_1_bias[(((c3)) - pf_o0_0) * 1]))))) * tanhf((t_G[((((c0 + c2))) * (4 * p_H) + (2 * p_H + (c3)))] + pf_shared_kernel_1_bias[((2 * p_H + (c3)) - pf_o0_0) * 1]))));
+            t_Hn[((((c0 + c2))) * (p_H) + ((c3)))] = pf_f2h(pf_h2f(pf_f2h((float)(((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (3 * p_H + (c3)))] + pf_shared_kernel_1_bias[((3 * p_H + (c3)) - pf_o0_0) * 1]))))) * tanhf(pf_priv_kernel_1_Cn))))));
+            if (pf_p0_0 >= 0 && pf_p0_0 < (p_B) && pf_p0_1 >= 0 && pf_p0_1 < (p_H)) t_Cn[(pf_p0_0) * (p_H) + pf_p0_1] = pf_priv_kernel_1_Cn;
           }
         }
       }

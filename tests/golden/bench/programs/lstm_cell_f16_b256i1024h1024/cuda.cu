@@ -89,28 +89,7 @@ static __device__ __forceinline__ void pf_wgmma_f16_n128_t01(float *d, unsigned 
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_B = 256;
-  const pf_i p_I = 1024;
-  const pf_i p_H = 1024;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 255); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 4095); c1 += (pf_i)gridDim.x * 64) {
-      for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-          t_G[((((c0 + c2))) * (4 * p_H) + (((c1 + c3))))] = 0.0f;
-        }
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128, 2) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(128, 2) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -119,15 +98,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_I = 1024;
   const pf_i p_H = 1024;
   extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
-  unsigned short *const pf_mma_kernel_1_A = pf_dynamic_shared;
+  unsigned short *const pf_mma_kernel_0_A = pf_dynamic_shared;
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 16384;
+  unsigned short *const pf_mma_kernel_0_B = pf_dynamic_shared + 16384;
   #else
-  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 18432;
+  unsigned short *const pf_mma_kernel_0_B = pf_dynamic_shared + 18432;
   #endif
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const unsigned long long pf_mma_kernel_1_A_desc = pf_wgmma_desc(pf_mma_kernel_1_A, 16, 1024);
-  const unsigned long long pf_mma_kernel_1_B_desc = pf_wgmma_desc(pf_mma_kernel_1_B, 8192, 1024);
+  const unsigned long long pf_mma_kernel_0_A_desc = pf_wgmma_desc(pf_mma_kernel_0_A, 16, 1024);
+  const unsigned long long pf_mma_kernel_0_B_desc = pf_wgmma_desc(pf_mma_kernel_0_B, 8192, 1024);
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 255); c0 += (pf_i)gridDim.y * 64) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 128; (c1 <= 4095); c1 += (pf_i)gridDim.x * 128) {
@@ -153,7 +132,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
             const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) : 0.0f;
+            pf_acc[pf_mt][pf_nt][pf_r] = 0.0f; (void)pf_in;
           }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 512;
@@ -187,18 +166,18 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 2; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 1024], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4096 + pf_A0_dst + 3072], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 1024], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 3072], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -206,15 +185,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4096 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -233,10 +212,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4096 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -256,10 +235,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4096 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -279,10 +258,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4096 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -294,19 +273,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -325,10 +304,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -348,10 +327,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -371,10 +350,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -394,10 +373,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -417,10 +396,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -440,10 +419,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -463,10 +442,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -483,15 +462,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4096 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -510,10 +489,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4096 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -533,10 +512,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4096 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -556,10 +535,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4096 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -571,19 +550,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -602,10 +581,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -625,10 +604,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -648,10 +627,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -671,10 +650,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -694,10 +673,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -717,10 +696,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -740,10 +719,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -772,23 +751,23 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_wgmma_fence();
                 #pragma unroll
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
-                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_1_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_1_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
+                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
                   pf_wgmma_f16_n128_t01(&pf_acc[0][0][0], pf_da, pf_db);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 16 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 48 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -807,10 +786,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -830,10 +809,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -853,10 +832,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4096 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -868,19 +847,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -899,10 +878,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -922,10 +901,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -945,10 +924,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -968,10 +947,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                       const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
                       else if (pf_B4_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B4_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B4_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
                           if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -991,10 +970,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                       const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
                       else if (pf_B5_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B5_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B5_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
                           if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1014,10 +993,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                       const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
                       else if (pf_B6_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B6_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B6_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
                           if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1037,10 +1016,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                       const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
                       else if (pf_B7_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B7_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B7_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
                           if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1061,6 +1040,916 @@ asm volatile("griddepcontrol.launch_dependents;");
           pf_wgmma_wait0();
           pf_cp_async_wait<0>();
           __syncthreads();
+          { /* then S1's sum */
+          const pf_i pf_ek = (1023 + 1);
+          const pf_i pf_kb = 0, pf_ke = pf_ek;
+          const pf_i pf_A0_e = pf_tid + 0;
+          const int pf_A0_live = pf_A0_e < 512;
+          const pf_i pf_A0_line = pf_A0_e / 8;
+          const pf_i pf_A0_col = (pf_A0_e % 8) * 8;
+          const pf_i pf_A0_dst = pf_A0_line * 64 + (((pf_A0_col / 8) ^ (pf_A0_line % 8)) * 8);
+          const pf_i pf_A0_row = pf_m0 + pf_A0_line;
+          const pf_i pf_A0_k = pf_A0_col;
+          const unsigned short *const pf_A0_src = (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))];
+          const pf_i pf_A0_ks = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k + 1)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
+          const pf_i pf_A0_ls = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row + 1)) * (p_H) + ((pf_A0_k)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
+          const int pf_A0_rows = pf_A0_live && pf_A0_row < pf_em;
+          const int pf_A0_aligned = (((unsigned long long)pf_A0_src) & 15) == 0;
+          const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
+          const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(16 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 48 < pf_em;
+          const pf_i pf_B0_e = pf_tid + 0;
+          const int pf_B0_live = pf_B0_e < 1024;
+          const pf_i pf_B0_line = pf_B0_e / 16;
+          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
+          const pf_i pf_B0_dst = (pf_B0_col / 64) * 4096 + pf_B0_line * 64 + ((((pf_B0_col % 64) / 8) ^ (pf_B0_line % 8)) * 8);
+          const pf_i pf_B0_row = pf_n0 + pf_B0_col;
+          const pf_i pf_B0_k = pf_B0_line;
+          const unsigned short *const pf_B0_src = (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))];
+          const pf_i pf_B0_ks = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
+          const pf_i pf_B0_ls = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
+          const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
+          const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
+          const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          if (pf_A_all && pf_B_all) {
+            #pragma unroll
+            for (int pf_s = 0; pf_s < 2; pf_s++) {
+              if (pf_kb + pf_s * 64 < pf_ke) {
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 1024], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4096 + pf_A0_dst + 3072], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8192 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+              }
+              pf_cp_async_commit();
+            }
+          } else {
+          if (pf_kb + 0 < pf_ke) {
+            const int pf_full = 1;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4096 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 512;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 8;
+                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B2_live = pf_tid + 256 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                const pf_i pf_B2_row = pf_B0_row;
+                const pf_i pf_B2_k = pf_B0_k + 16;
+                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_ks = pf_B0_ks;
+                const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
+                const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                else if (pf_B2_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
+                    if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B3_live = pf_tid + 384 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                const pf_i pf_B3_row = pf_B0_row;
+                const pf_i pf_B3_k = pf_B0_k + 24;
+                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_ks = pf_B0_ks;
+                const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
+                const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                else if (pf_B3_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
+                    if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B4_live = pf_tid + 512 < 1024;
+                const pf_i pf_B4_dst = pf_B0_dst + 2048;
+                const pf_i pf_B4_row = pf_B0_row;
+                const pf_i pf_B4_k = pf_B0_k + 32;
+                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B4_ks = pf_B0_ks;
+                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                else if (pf_B4_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B4_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
+                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B5_live = pf_tid + 640 < 1024;
+                const pf_i pf_B5_dst = pf_B0_dst + 2560;
+                const pf_i pf_B5_row = pf_B0_row;
+                const pf_i pf_B5_k = pf_B0_k + 40;
+                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                const pf_i pf_B5_ks = pf_B0_ks;
+                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                else if (pf_B5_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B5_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
+                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B6_live = pf_tid + 768 < 1024;
+                const pf_i pf_B6_dst = pf_B0_dst + 3072;
+                const pf_i pf_B6_row = pf_B0_row;
+                const pf_i pf_B6_k = pf_B0_k + 48;
+                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B6_ks = pf_B0_ks;
+                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                else if (pf_B6_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B6_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
+                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B7_live = pf_tid + 896 < 1024;
+                const pf_i pf_B7_dst = pf_B0_dst + 3584;
+                const pf_i pf_B7_row = pf_B0_row;
+                const pf_i pf_B7_k = pf_B0_k + 56;
+                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                const pf_i pf_B7_ks = pf_B0_ks;
+                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                else if (pf_B7_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8192 + pf_B7_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
+                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          if (pf_kb + 64 < pf_ke) {
+            const int pf_full = 1;
+            if (pf_full && pf_A_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+            } else {
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              else if (pf_A0_live) {
+                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
+                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_A1_live = pf_tid + 128 < 512;
+                const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                const pf_i pf_A1_row = pf_A0_row + 16;
+                const pf_i pf_A1_k = pf_A0_k;
+                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                const pf_i pf_A1_ks = pf_A0_ks;
+                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                else if (pf_A1_live) {
+                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
+                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A2_live = pf_tid + 256 < 512;
+                const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                const pf_i pf_A2_row = pf_A0_row + 32;
+                const pf_i pf_A2_k = pf_A0_k;
+                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                const pf_i pf_A2_ks = pf_A0_ks;
+                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                else if (pf_A2_live) {
+                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
+                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_A3_live = pf_tid + 384 < 512;
+                const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                const pf_i pf_A3_row = pf_A0_row + 48;
+                const pf_i pf_A3_k = pf_A0_k;
+                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                const pf_i pf_A3_ks = pf_A0_ks;
+                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                else if (pf_A3_live) {
+                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4096 + pf_A3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
+                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            if (pf_full && pf_B_all) {
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+            } else {
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              else if (pf_B0_live) {
+                const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B0_dst];
+                if (pf_count > 0) {
+                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
+                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                } else {
+                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                }
+              }
+              {
+                const int pf_B1_live = pf_tid + 128 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 512;
+                const pf_i pf_B1_row = pf_B0_row;
+                const pf_i pf_B1_k = pf_B0_k + 8;
+                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_ks = pf_B0_ks;
+                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                else if (pf_B1_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B1_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
+                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B2_live = pf_tid + 256 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                const pf_i pf_B2_row = pf_B0_row;
+                const pf_i pf_B2_k = pf_B0_k + 16;
+                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_ks = pf_B0_ks;
+                const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
+                const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                else if (pf_B2_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B2_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
+                    if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B3_live = pf_tid + 384 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                const pf_i pf_B3_row = pf_B0_row;
+                const pf_i pf_B3_k = pf_B0_k + 24;
+                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_ks = pf_B0_ks;
+                const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
+                const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                else if (pf_B3_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B3_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
+                    if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B4_live = pf_tid + 512 < 1024;
+                const pf_i pf_B4_dst = pf_B0_dst + 2048;
+                const pf_i pf_B4_row = pf_B0_row;
+                const pf_i pf_B4_k = pf_B0_k + 32;
+                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B4_ks = pf_B0_ks;
+                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                else if (pf_B4_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B4_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
+                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B5_live = pf_tid + 640 < 1024;
+                const pf_i pf_B5_dst = pf_B0_dst + 2560;
+                const pf_i pf_B5_row = pf_B0_row;
+                const pf_i pf_B5_k = pf_B0_k + 40;
+                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                const pf_i pf_B5_ks = pf_B0_ks;
+                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                else if (pf_B5_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B5_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
+                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B6_live = pf_tid + 768 < 1024;
+                const pf_i pf_B6_dst = pf_B0_dst + 3072;
+                const pf_i pf_B6_row = pf_B0_row;
+                const pf_i pf_B6_k = pf_B0_k + 48;
+                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B6_ks = pf_B0_ks;
+                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                else if (pf_B6_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B6_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
+                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B7_live = pf_tid + 896 < 1024;
+                const pf_i pf_B7_dst = pf_B0_dst + 3584;
+                const pf_i pf_B7_row = pf_B0_row;
+                const pf_i pf_B7_k = pf_B0_k + 56;
+                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                const pf_i pf_B7_ks = pf_B0_ks;
+                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                else if (pf_B7_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8192 + pf_B7_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
+                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+            }
+            pf_cp_async_commit();
+          }
+          else pf_cp_async_commit();
+          }
+          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 256) {
+            #pragma unroll
+            for (int pf_u = 0; pf_u < 4; pf_u++) {
+              const pf_i pf_kt = pf_k0 + pf_u * 64;
+              if (pf_kt < pf_ke) {
+                const int pf_stage = pf_u;
+                const int pf_next = (pf_u + 2) % 4;
+                pf_cp_async_wait<1>();
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                __syncthreads();
+                const int pf_wg = 0;
+                pf_wgmma_fence();
+                #pragma unroll
+                for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
+                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
+                  pf_wgmma_f16_n128_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                }
+                pf_wgmma_commit();
+                if (pf_kt + 128 < pf_ke) {
+                  const int pf_full = 1;
+                  if (pf_full && pf_A_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+                  } else {
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    else if (pf_A0_live) {
+                      const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
+                        if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_A1_live = pf_tid + 128 < 512;
+                      const pf_i pf_A1_dst = pf_A0_dst + 1024;
+                      const pf_i pf_A1_row = pf_A0_row + 16;
+                      const pf_i pf_A1_k = pf_A0_k;
+                      const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
+                      const pf_i pf_A1_ks = pf_A0_ks;
+                      const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
+                      const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
+                      const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      else if (pf_A1_live) {
+                        const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
+                          if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A2_live = pf_tid + 256 < 512;
+                      const pf_i pf_A2_dst = pf_A0_dst + 2048;
+                      const pf_i pf_A2_row = pf_A0_row + 32;
+                      const pf_i pf_A2_k = pf_A0_k;
+                      const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
+                      const pf_i pf_A2_ks = pf_A0_ks;
+                      const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
+                      const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
+                      const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      else if (pf_A2_live) {
+                        const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A2_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
+                          if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_A3_live = pf_tid + 384 < 512;
+                      const pf_i pf_A3_dst = pf_A0_dst + 3072;
+                      const pf_i pf_A3_row = pf_A0_row + 48;
+                      const pf_i pf_A3_k = pf_A0_k;
+                      const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
+                      const pf_i pf_A3_ks = pf_A0_ks;
+                      const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
+                      const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
+                      const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      else if (pf_A3_live) {
+                        const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4096 + pf_A3_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
+                          if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  if (pf_full && pf_B_all) {
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+                  } else {
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    else if (pf_B0_live) {
+                      const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B0_dst];
+                      if (pf_count > 0) {
+                        const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
+                        if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                      } else {
+                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                      }
+                    }
+                    {
+                      const int pf_B1_live = pf_tid + 128 < 1024;
+                      const pf_i pf_B1_dst = pf_B0_dst + 512;
+                      const pf_i pf_B1_row = pf_B0_row;
+                      const pf_i pf_B1_k = pf_B0_k + 8;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                      const pf_i pf_B1_ks = pf_B0_ks;
+                      const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
+                      const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      else if (pf_B1_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B1_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
+                          if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B2_live = pf_tid + 256 < 1024;
+                      const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                      const pf_i pf_B2_row = pf_B0_row;
+                      const pf_i pf_B2_k = pf_B0_k + 16;
+                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                      const pf_i pf_B2_ks = pf_B0_ks;
+                      const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
+                      const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      else if (pf_B2_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B2_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
+                          if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B3_live = pf_tid + 384 < 1024;
+                      const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                      const pf_i pf_B3_row = pf_B0_row;
+                      const pf_i pf_B3_k = pf_B0_k + 24;
+                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                      const pf_i pf_B3_ks = pf_B0_ks;
+                      const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
+                      const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      else if (pf_B3_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B3_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
+                          if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B4_live = pf_tid + 512 < 1024;
+                      const pf_i pf_B4_dst = pf_B0_dst + 2048;
+                      const pf_i pf_B4_row = pf_B0_row;
+                      const pf_i pf_B4_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B4_ks = pf_B0_ks;
+                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
+                      else if (pf_B4_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B4_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
+                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B5_live = pf_tid + 640 < 1024;
+                      const pf_i pf_B5_dst = pf_B0_dst + 2560;
+                      const pf_i pf_B5_row = pf_B0_row;
+                      const pf_i pf_B5_k = pf_B0_k + 40;
+                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                      const pf_i pf_B5_ks = pf_B0_ks;
+                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
+                      else if (pf_B5_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B5_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
+                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B6_live = pf_tid + 768 < 1024;
+                      const pf_i pf_B6_dst = pf_B0_dst + 3072;
+                      const pf_i pf_B6_row = pf_B0_row;
+                      const pf_i pf_B6_k = pf_B0_k + 48;
+                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                      const pf_i pf_B6_ks = pf_B0_ks;
+                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
+                      else if (pf_B6_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B6_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
+                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B7_live = pf_tid + 896 < 1024;
+                      const pf_i pf_B7_dst = pf_B0_dst + 3584;
+                      const pf_i pf_B7_row = pf_B0_row;
+                      const pf_i pf_B7_k = pf_B0_k + 56;
+                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                      const pf_i pf_B7_ks = pf_B0_ks;
+                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
+                      else if (pf_B7_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8192 + pf_B7_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
+                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                  }
+                  pf_cp_async_commit();
+                }
+                else pf_cp_async_commit();
+                pf_wgmma_wait1();
+              }
+            }
+          }
+          pf_wgmma_wait0();
+          pf_cp_async_wait<0>();
+          __syncthreads();
+          }
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
@@ -1112,7 +2001,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
             const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) : 0.0f;
+            pf_acc[pf_mt][pf_nt][pf_r] = 0.0f; (void)pf_in;
           }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 512;
@@ -1146,18 +2035,18 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 1152], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 4608 + pf_A0_dst + 3456], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 1088], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 3264], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 5440], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 7616], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 1152], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 3456], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 1088], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 3264], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 5440], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 7616], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -1165,15 +2054,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4608 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1192,10 +2081,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4608 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1215,10 +2104,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4608 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1238,10 +2127,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 4608 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1253,19 +2142,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1284,10 +2173,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1307,10 +2196,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1330,10 +2219,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1353,10 +2242,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1376,10 +2265,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1399,10 +2288,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1422,10 +2311,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1442,15 +2331,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4608 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1469,10 +2358,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4608 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1492,10 +2381,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4608 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1515,10 +2404,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 4608 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1530,19 +2419,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1561,10 +2450,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1584,10 +2473,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1607,10 +2496,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1630,10 +2519,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1653,10 +2542,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1676,10 +2565,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1699,10 +2588,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1719,15 +2608,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 128 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 4608 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1746,10 +2635,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 4608 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1769,10 +2658,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 4608 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1792,10 +2681,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 4608 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1807,19 +2696,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1838,10 +2727,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1861,10 +2750,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1884,10 +2773,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1907,10 +2796,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1930,10 +2819,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1953,10 +2842,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1976,10 +2865,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2006,15 +2895,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if (pf_kt + 192 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 16 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 48 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 48 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2033,10 +2922,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2056,10 +2945,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2079,10 +2968,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 4608 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2094,19 +2983,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2125,10 +3014,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2148,10 +3037,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2171,10 +3060,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2194,10 +3083,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                       const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
                       else if (pf_B4_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B4_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B4_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks);
                           if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2217,10 +3106,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                       const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
                       else if (pf_B5_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B5_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B5_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks);
                           if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2240,10 +3129,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                       const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
                       else if (pf_B6_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B6_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B6_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks);
                           if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2263,10 +3152,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                       const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
                       else if (pf_B7_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B7_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B7_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks);
                           if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2289,13 +3178,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                     const int pf_ar = pf_wr + pf_mt * 16;
-                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_1_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_0_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
                   for (int pf_np = 0; pf_np < 2; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_0_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -2308,13 +3197,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                     #pragma unroll
                     for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                       const int pf_ar = pf_wr + pf_mt * 16;
-                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_1_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_0_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
                     for (int pf_np = 0; pf_np < 2; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_0_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -2330,1048 +3219,9 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
           pf_cp_async_wait<0>();
           __syncthreads();
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 4; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r += 2) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) float pf_two[2];
-            int pf_inside[2];
-            #pragma unroll
-            for (int pf_c = 0; pf_c < 2; pf_c++) {
-              const int pf_r2 = pf_r + pf_c;
-              const pf_i pf_ln2 = pf_ln + pf_c;
-              pf_inside[pf_c] = 1;
-              if (pf_inside[pf_c]) {
-                const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
-                float pf_cv = pf_acc[pf_mt][pf_nt][pf_r];
-                pf_two[pf_c] = pf_cv;
-              }
-            }
-            if (pf_inside[0] && pf_inside[1] && &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] == &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) % sizeof(float2) == 0) {
-              *(float2 *)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = *(float2 *)pf_two;
-            } else {
-              if (pf_inside[0]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] = pf_two[1];
-            }
-          }
-        }
-#endif
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128, 2) kernel_2(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_B = 256;
-  const pf_i p_I = 1024;
-  const pf_i p_H = 1024;
-  extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
-  unsigned short *const pf_mma_kernel_2_A = pf_dynamic_shared;
-  #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_2_B = pf_dynamic_shared + 16384;
-  #else
-  unsigned short *const pf_mma_kernel_2_B = pf_dynamic_shared + 18432;
-  #endif
-  #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const unsigned long long pf_mma_kernel_2_A_desc = pf_wgmma_desc(pf_mma_kernel_2_A, 16, 1024);
-  const unsigned long long pf_mma_kernel_2_B_desc = pf_wgmma_desc(pf_mma_kernel_2_B, 8192, 1024);
-  #endif
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 255); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 128; (c1 <= 4095); c1 += (pf_i)gridDim.x * 128) {
-      {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        {
-          /* tensor cores: 64 x 128 x 64 tiles, 1 warpgroups of 64 x 128 (wgmma.m64n128k16) (4 stages) */
-          const pf_i pf_m0 = c0;
-          const pf_i pf_n0 = c1;
-          const pf_i pf_em = (255 + 1);
-          const pf_i pf_en = (4095 + 1);
+          { /* then S1's sum */
           const pf_i pf_ek = (1023 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[1][16][4];
-          const int pf_tid = (int)threadIdx.x;
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r++) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) : 0.0f;
-          }
-          const pf_i pf_A0_e = pf_tid + 0;
-          const int pf_A0_live = pf_A0_e < 512;
-          const pf_i pf_A0_line = pf_A0_e / 8;
-          const pf_i pf_A0_col = (pf_A0_e % 8) * 8;
-          const pf_i pf_A0_dst = pf_A0_line * 64 + (((pf_A0_col / 8) ^ (pf_A0_line % 8)) * 8);
-          const pf_i pf_A0_row = pf_m0 + pf_A0_line;
-          const pf_i pf_A0_k = pf_A0_col;
-          const unsigned short *const pf_A0_src = (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))];
-          const pf_i pf_A0_ks = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k + 1)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
-          const pf_i pf_A0_ls = (pf_i)((const unsigned short *)&t_Hp[(((pf_A0_row + 1)) * (p_H) + ((pf_A0_k)))] - (const unsigned short *)&t_Hp[(((pf_A0_row)) * (p_H) + ((pf_A0_k)))]);
-          const int pf_A0_rows = pf_A0_live && pf_A0_row < pf_em;
-          const int pf_A0_aligned = (((unsigned long long)pf_A0_src) & 15) == 0;
-          const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
-          const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(16 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 48 < pf_em;
-          const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 1024;
-          const pf_i pf_B0_line = pf_B0_e / 16;
-          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
-          const pf_i pf_B0_dst = (pf_B0_col / 64) * 4096 + pf_B0_line * 64 + ((((pf_B0_col % 64) / 8) ^ (pf_B0_line % 8)) * 8);
-          const pf_i pf_B0_row = pf_n0 + pf_B0_col;
-          const pf_i pf_B0_k = pf_B0_line;
-          const unsigned short *const pf_B0_src = (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))];
-          const pf_i pf_B0_ks = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
-          const pf_i pf_B0_ls = (pf_i)((const unsigned short *)&t_U[(((pf_B0_k + 1)) * (4 * p_H) + ((pf_B0_row)))] - (const unsigned short *)&t_U[(((pf_B0_k)) * (4 * p_H) + ((pf_B0_row)))]);
-          const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
-          const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
-          const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
-          if (pf_A_all && pf_B_all) {
-            #pragma unroll
-            for (int pf_s = 0; pf_s < 2; pf_s++) {
-              if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4096 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4096 + pf_A0_dst + 1024], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4096 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4096 + pf_A0_dst + 3072], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8192 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
-              }
-              pf_cp_async_commit();
-            }
-          } else {
-          if (pf_kb + 0 < pf_ke) {
-            const int pf_full = 1;
-            if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
-            } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
-              else if (pf_A0_live) {
-                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4096 + pf_A0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
-                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_A1_live = pf_tid + 128 < 512;
-                const pf_i pf_A1_dst = pf_A0_dst + 1024;
-                const pf_i pf_A1_row = pf_A0_row + 16;
-                const pf_i pf_A1_k = pf_A0_k;
-                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
-                const pf_i pf_A1_ks = pf_A0_ks;
-                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
-                else if (pf_A1_live) {
-                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4096 + pf_A1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
-                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A2_live = pf_tid + 256 < 512;
-                const pf_i pf_A2_dst = pf_A0_dst + 2048;
-                const pf_i pf_A2_row = pf_A0_row + 32;
-                const pf_i pf_A2_k = pf_A0_k;
-                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
-                const pf_i pf_A2_ks = pf_A0_ks;
-                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
-                else if (pf_A2_live) {
-                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4096 + pf_A2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
-                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A3_live = pf_tid + 384 < 512;
-                const pf_i pf_A3_dst = pf_A0_dst + 3072;
-                const pf_i pf_A3_row = pf_A0_row + 48;
-                const pf_i pf_A3_k = pf_A0_k;
-                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
-                const pf_i pf_A3_ks = pf_A0_ks;
-                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
-                else if (pf_A3_live) {
-                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4096 + pf_A3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
-                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-            }
-            if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
-            } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
-              else if (pf_B0_live) {
-                const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
-                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_B1_live = pf_tid + 128 < 1024;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
-                const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
-                const pf_i pf_B1_ks = pf_B0_ks;
-                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
-                else if (pf_B1_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
-                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B2_live = pf_tid + 256 < 1024;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
-                const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
-                const pf_i pf_B2_ks = pf_B0_ks;
-                const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
-                const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
-                else if (pf_B2_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
-                    if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B3_live = pf_tid + 384 < 1024;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
-                const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
-                const pf_i pf_B3_ks = pf_B0_ks;
-                const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
-                const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
-                else if (pf_B3_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
-                    if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 512 < 1024;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 640 < 1024;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 768 < 1024;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 896 < 1024;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8192 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-            }
-            pf_cp_async_commit();
-          }
-          else pf_cp_async_commit();
-          if (pf_kb + 64 < pf_ke) {
-            const int pf_full = 1;
-            if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
-            } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
-              else if (pf_A0_live) {
-                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4096 + pf_A0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
-                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_A1_live = pf_tid + 128 < 512;
-                const pf_i pf_A1_dst = pf_A0_dst + 1024;
-                const pf_i pf_A1_row = pf_A0_row + 16;
-                const pf_i pf_A1_k = pf_A0_k;
-                const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
-                const pf_i pf_A1_ks = pf_A0_ks;
-                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
-                else if (pf_A1_live) {
-                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4096 + pf_A1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
-                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A2_live = pf_tid + 256 < 512;
-                const pf_i pf_A2_dst = pf_A0_dst + 2048;
-                const pf_i pf_A2_row = pf_A0_row + 32;
-                const pf_i pf_A2_k = pf_A0_k;
-                const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
-                const pf_i pf_A2_ks = pf_A0_ks;
-                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
-                else if (pf_A2_live) {
-                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4096 + pf_A2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
-                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A3_live = pf_tid + 384 < 512;
-                const pf_i pf_A3_dst = pf_A0_dst + 3072;
-                const pf_i pf_A3_row = pf_A0_row + 48;
-                const pf_i pf_A3_k = pf_A0_k;
-                const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
-                const pf_i pf_A3_ks = pf_A0_ks;
-                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
-                else if (pf_A3_live) {
-                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4096 + pf_A3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
-                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-            }
-            if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
-            } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
-              else if (pf_B0_live) {
-                const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
-                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_B1_live = pf_tid + 128 < 1024;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
-                const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
-                const pf_i pf_B1_ks = pf_B0_ks;
-                const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
-                else if (pf_B1_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
-                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B2_live = pf_tid + 256 < 1024;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
-                const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
-                const pf_i pf_B2_ks = pf_B0_ks;
-                const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
-                const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
-                else if (pf_B2_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
-                    if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B3_live = pf_tid + 384 < 1024;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
-                const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
-                const pf_i pf_B3_ks = pf_B0_ks;
-                const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
-                const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
-                else if (pf_B3_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
-                    if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 512 < 1024;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 640 < 1024;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 768 < 1024;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 896 < 1024;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8192 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-            }
-            pf_cp_async_commit();
-          }
-          else pf_cp_async_commit();
-          }
-          for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 256) {
-            #pragma unroll
-            for (int pf_u = 0; pf_u < 4; pf_u++) {
-              const pf_i pf_kt = pf_k0 + pf_u * 64;
-              if (pf_kt < pf_ke) {
-                const int pf_stage = pf_u;
-                const int pf_next = (pf_u + 2) % 4;
-                pf_cp_async_wait<1>();
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                __syncthreads();
-                const int pf_wg = 0;
-                pf_wgmma_fence();
-                #pragma unroll
-                for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
-                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_2_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_2_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_acc[0][0][0], pf_da, pf_db);
-                }
-                pf_wgmma_commit();
-                if (pf_kt + 128 < pf_ke) {
-                  const int pf_full = 1;
-                  if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A0_dst + 1024], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 16 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A0_dst + 3072], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 48 * pf_A0_ls));
-                  } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
-                    else if (pf_A0_live) {
-                      const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A0_dst];
-                      if (pf_count > 0) {
-                        const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
-                        if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                      } else {
-                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                      }
-                    }
-                    {
-                      const int pf_A1_live = pf_tid + 128 < 512;
-                      const pf_i pf_A1_dst = pf_A0_dst + 1024;
-                      const pf_i pf_A1_row = pf_A0_row + 16;
-                      const pf_i pf_A1_k = pf_A0_k;
-                      const unsigned short *const pf_A1_src = pf_A0_src + 16 * pf_A0_ls;
-                      const pf_i pf_A1_ks = pf_A0_ks;
-                      const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                      const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                      const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
-                      else if (pf_A1_live) {
-                        const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A1_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
-                          if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_A2_live = pf_tid + 256 < 512;
-                      const pf_i pf_A2_dst = pf_A0_dst + 2048;
-                      const pf_i pf_A2_row = pf_A0_row + 32;
-                      const pf_i pf_A2_k = pf_A0_k;
-                      const unsigned short *const pf_A2_src = pf_A0_src + 32 * pf_A0_ls;
-                      const pf_i pf_A2_ks = pf_A0_ks;
-                      const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                      const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                      const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
-                      else if (pf_A2_live) {
-                        const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A2_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
-                          if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_A3_live = pf_tid + 384 < 512;
-                      const pf_i pf_A3_dst = pf_A0_dst + 3072;
-                      const pf_i pf_A3_row = pf_A0_row + 48;
-                      const pf_i pf_A3_k = pf_A0_k;
-                      const unsigned short *const pf_A3_src = pf_A0_src + 48 * pf_A0_ls;
-                      const pf_i pf_A3_ks = pf_A0_ks;
-                      const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                      const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                      const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
-                      else if (pf_A3_live) {
-                        const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4096 + pf_A3_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
-                          if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                  }
-                  if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
-                  } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
-                    else if (pf_B0_live) {
-                      const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B0_dst];
-                      if (pf_count > 0) {
-                        const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
-                        if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                      } else {
-                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                      }
-                    }
-                    {
-                      const int pf_B1_live = pf_tid + 128 < 1024;
-                      const pf_i pf_B1_dst = pf_B0_dst + 512;
-                      const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 8;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
-                      const pf_i pf_B1_ks = pf_B0_ks;
-                      const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                      const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
-                      else if (pf_B1_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B1_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
-                          if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B2_live = pf_tid + 256 < 1024;
-                      const pf_i pf_B2_dst = pf_B0_dst + 1024;
-                      const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
-                      const pf_i pf_B2_ks = pf_B0_ks;
-                      const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
-                      const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
-                      else if (pf_B2_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B2_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
-                          if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B3_live = pf_tid + 384 < 1024;
-                      const pf_i pf_B3_dst = pf_B0_dst + 1536;
-                      const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 24;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
-                      const pf_i pf_B3_ks = pf_B0_ks;
-                      const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
-                      const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
-                      else if (pf_B3_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B3_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
-                          if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B4_live = pf_tid + 512 < 1024;
-                      const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                      const pf_i pf_B4_row = pf_B0_row;
-                      const pf_i pf_B4_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                      const pf_i pf_B4_ks = pf_B0_ks;
-                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
-                      else if (pf_B4_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B4_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
-                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B5_live = pf_tid + 640 < 1024;
-                      const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                      const pf_i pf_B5_row = pf_B0_row;
-                      const pf_i pf_B5_k = pf_B0_k + 40;
-                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                      const pf_i pf_B5_ks = pf_B0_ks;
-                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
-                      else if (pf_B5_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B5_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
-                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B6_live = pf_tid + 768 < 1024;
-                      const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                      const pf_i pf_B6_row = pf_B0_row;
-                      const pf_i pf_B6_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                      const pf_i pf_B6_ks = pf_B0_ks;
-                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
-                      else if (pf_B6_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B6_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
-                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B7_live = pf_tid + 896 < 1024;
-                      const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                      const pf_i pf_B7_row = pf_B0_row;
-                      const pf_i pf_B7_k = pf_B0_k + 56;
-                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                      const pf_i pf_B7_ks = pf_B0_ks;
-                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
-                      else if (pf_B7_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8192 + pf_B7_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
-                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                  }
-                  pf_cp_async_commit();
-                }
-                else pf_cp_async_commit();
-                pf_wgmma_wait1();
-              }
-            }
-          }
-          pf_wgmma_wait0();
-          pf_cp_async_wait<0>();
-          __syncthreads();
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r += 2) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) float pf_two[2];
-            int pf_inside[2];
-            #pragma unroll
-            for (int pf_c = 0; pf_c < 2; pf_c++) {
-              const int pf_r2 = pf_r + pf_c;
-              const pf_i pf_ln2 = pf_ln + pf_c;
-              pf_inside[pf_c] = 1;
-              if (pf_inside[pf_c]) {
-                const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
-                float pf_cv = pf_acc[pf_mt][pf_nt][pf_r];
-                pf_two[pf_c] = pf_cv;
-              }
-            }
-            if (pf_inside[0] && pf_inside[1] && &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] == &t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) % sizeof(float2) == 0) {
-              *(float2 *)&t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = *(float2 *)pf_two;
-            } else {
-              if (pf_inside[0]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln + 1)] = pf_two[1];
-            }
-          }
-        }
-#else
-        {
-          /* tensor cores: 64 x 128 x 64 tiles, 1 x 4 warps of 64 x 32 (mma.m16n8k16) (4 stages) */
-          const pf_i pf_m0 = c0;
-          const pf_i pf_n0 = c1;
-          const pf_i pf_em = (255 + 1);
-          const pf_i pf_en = (4095 + 1);
-          const pf_i pf_ek = (1023 + 1);
-          const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[4][4][4];
-          const int pf_tid = (int)threadIdx.x;
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 4; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r++) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_G[((c0 + pf_lm)) * (4 * p_H) + (c1 + pf_ln)]) : 0.0f;
-          }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 512;
           const pf_i pf_A0_line = pf_A0_e / 8;
@@ -3404,18 +3254,18 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4608 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4608 + pf_A0_dst + 1152], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4608 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 4608 + pf_A0_dst + 3456], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 1088], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 3264], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 5440], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 8704 + pf_B0_dst + 7616], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 1152], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 16 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 4608 + pf_A0_dst + 3456], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 48 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 1088], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 3264], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 5440], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 8704 + pf_B0_dst + 7616], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -3423,15 +3273,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4608 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3450,10 +3300,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4608 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3473,10 +3323,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4608 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3496,10 +3346,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 4608 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 4608 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3511,19 +3361,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3542,10 +3392,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3565,10 +3415,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3588,10 +3438,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3611,10 +3461,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3634,10 +3484,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3657,10 +3507,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3680,10 +3530,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 8704 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 8704 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3700,15 +3550,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4608 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3727,10 +3577,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4608 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3750,10 +3600,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4608 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3773,10 +3623,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 4608 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 4608 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3788,19 +3638,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3819,10 +3669,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3842,10 +3692,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3865,10 +3715,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3888,10 +3738,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3911,10 +3761,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3934,10 +3784,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3957,10 +3807,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 8704 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 8704 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3977,15 +3827,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 128 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 16 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 48 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 16 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 48 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 4608 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4004,10 +3854,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 4608 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4027,10 +3877,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 4608 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4050,10 +3900,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 4608 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(2) * 4608 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4065,19 +3915,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4096,10 +3946,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4119,10 +3969,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4142,10 +3992,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4165,10 +4015,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4188,10 +4038,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4211,10 +4061,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4234,10 +4084,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(2) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 8704 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(2) * 8704 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4264,15 +4114,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if (pf_kt + 192 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 16 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 48 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 1152], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 16 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst + 3456], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 48 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4291,10 +4141,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4314,10 +4164,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4337,10 +4187,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 4608 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 4608 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4352,19 +4202,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 1088], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 3264], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 5440], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst + 7616], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4383,10 +4233,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4406,10 +4256,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4429,10 +4279,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4452,10 +4302,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                       const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
                       else if (pf_B4_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B4_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B4_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks);
                           if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4475,10 +4325,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                       const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
                       else if (pf_B5_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B5_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B5_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks);
                           if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4498,10 +4348,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                       const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
                       else if (pf_B6_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B6_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B6_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks);
                           if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4521,10 +4371,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                       const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
                       else if (pf_B7_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 8704 + pf_B7_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 8704 + pf_B7_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks);
                           if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4547,13 +4397,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                     const int pf_ar = pf_wr + pf_mt * 16;
-                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_2_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_0_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
                   for (int pf_np = 0; pf_np < 2; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_2_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_0_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -4566,13 +4416,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                     #pragma unroll
                     for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                       const int pf_ar = pf_wr + pf_mt * 16;
-                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_2_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_0_A[pf_stage * 4608 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
                     for (int pf_np = 0; pf_np < 2; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_2_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_0_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -4588,6 +4438,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
           pf_cp_async_wait<0>();
           __syncthreads();
+          }
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 4; pf_mt++)
           #pragma unroll
@@ -4626,7 +4477,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_3(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(256) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -4634,30 +4485,32 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 256;
   const pf_i p_I = 1024;
   const pf_i p_H = 1024;
-  __shared__ __align__(16) float pf_shared_kernel_3_bias_0[64];
-  __shared__ __align__(16) float pf_shared_kernel_3_bias_1[64];
-  __shared__ __align__(16) float pf_shared_kernel_3_bias_2[64];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_0[64];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_1[64];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_2[64];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_3[64];
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 255); c0 += (pf_i)gridDim.y * 64) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 1023); c1 += (pf_i)gridDim.x * 64) {
       {
         const pf_i pf_o0_0 = (c1 + 1024);
         const pf_i pf_o1_0 = c1;
         const pf_i pf_o2_0 = (c1 + 2048);
+        const pf_i pf_o3_0 = (c1 + 3072);
         for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o0_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
             if ((((unsigned long long)t_bias) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
-              pf_shared_kernel_3_bias_0[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
+              pf_shared_kernel_1_bias_0[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
             }
           }
         }
@@ -4667,15 +4520,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
             if ((((unsigned long long)t_bias) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
-              pf_shared_kernel_3_bias_1[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
             }
           }
         }
@@ -4685,66 +4538,47 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
             if ((((unsigned long long)t_bias) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
-              pf_shared_kernel_3_bias_2[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
             }
           }
         }
-        __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-            t_Cn[((((c0 + c2))) * (p_H) + (((c1 + c3))))] = (((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (p_H + ((c1 + c3))))] + pf_shared_kernel_3_bias_0[((p_H + ((c1 + c3))) - pf_o0_0) * 1]))))) * t_Cp[((((c0 + c2))) * (p_H) + (((c1 + c3))))]) + ((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (((c1 + c3))))] + pf_shared_kernel_3_bias_1[((((c1 + c3))) - pf_o1_0) * 1]))))) * tanhf((t_G[((((c0 + c2))) * (4 * p_H) + (2 * p_H + ((c1 + c3))))] + pf_shared_kernel_3_bias_2[((2 * p_H + ((c1 + c3))) - pf_o2_0) * 1]))));
-          }
-        }
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_4(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_B = 256;
-  const pf_i p_I = 1024;
-  const pf_i p_H = 1024;
-  __shared__ __align__(16) float pf_shared_kernel_4_bias[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 255); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 1023); c1 += (pf_i)gridDim.x * 64) {
-      {
-        const pf_i pf_o0_0 = (c1 + 3072);
         for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
+          const pf_i pf_g0 = pf_o3_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
             if ((((unsigned long long)t_bias) & 15) == 0) {
               const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 3] = pf_v.w;
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 3] = pf_v.w;
             } else {
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
-              pf_shared_kernel_4_bias[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
+              pf_shared_kernel_1_bias_3[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
             }
           }
         }
         __syncthreads();
         for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
           for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-            t_Hn[((((c0 + c2))) * (p_H) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (3 * p_H + ((c1 + c3))))] + pf_shared_kernel_4_bias[((3 * p_H + ((c1 + c3))) - pf_o0_0) * 1]))))) * tanhf(t_Cn[((((c0 + c2))) * (p_H) + (((c1 + c3))))]))))));
+            {
+              const pf_i pf_p0_0 = (c0 + c2); (void)pf_p0_0;
+              const pf_i pf_p0_1 = (c1 + c3); (void)pf_p0_1;
+              float pf_priv_kernel_1_Cn;
+              pf_priv_kernel_1_Cn = (((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (p_H + ((c1 + c3))))] + pf_shared_kernel_1_bias_0[((p_H + ((c1 + c3))) - pf_o0_0) * 1]))))) * t_Cp[((((c0 + c2))) * (p_H) + (((c1 + c3))))]) + ((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (((c1 + c3))))] + pf_shared_kernel_1_bias_1[((((c1 + c3))) - pf_o1_0) * 1]))))) * tanhf((t_G[((((c0 + c2))) * (4 * p_H) + (2 * p_H + ((c1 + c3))))] + pf_shared_kernel_1_bias_2[((2 * p_H + ((c1 + c3))) - pf_o2_0) * 1]))));
+              t_Hn[((((c0 + c2))) * (p_H) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (3 * p_H + ((c1 + c3))))] + pf_shared_kernel_1_bias_3[((3 * p_H + ((c1 + c3))) - pf_o3_0) * 1]))))) * tanhf(pf_priv_kernel_1_Cn))))));
+              if (pf_p0_0 >= 0 && pf_p0_0 < (p_B) && pf_p0_1 >= 0 && pf_p0_1 < (p_H)) t_Cn[(pf_p0_0) * (p_H) + pf_p0_1] = pf_priv_kernel_1_Cn;
+            }
           }
         }
       }
