@@ -164,6 +164,10 @@ declare -A ODD=(
     [stacked_rnn]="L=3 T=7 N=29"
     [dilated_rnn]="T=19 N=37"
     [grid_rnn]="R=7 S=5 N=37"
+    [gemm_bias_gelu_f16]="M=37 N=53 K=29"
+    [layernorm_matmul]="T=37 D=53 N=29"
+    [rmsnorm_ffn_swiglu]="T=37 D=29 F=53"
+    [lstm_cell]="B=37 I=29 H=13"
 )
 # Contraction examples checked once more with the reduction split over a
 # cluster (--k-split) at sizes no multiple of the tiles, with the
@@ -179,6 +183,9 @@ declare -A CHECK_AT=(
     [gemm_f16_4096]="M=1031 N=1043 K=1021"
     [gemm_bf16_4096]="M=1031 N=1043 K=1021"
     [gemm_nt_f16_4096]="M=1031 N=1043 K=1021"
+    [gemm_bias_gelu_f16_4096]="M=1031 N=1043 K=1021"
+    [layernorm_matmul_f16_4096]="T=1031 D=1043 N=1021"
+    [rmsnorm_ffn_swiglu_f16_t4096d4096f11008]="T=1031 D=1043 F=1021"
     [attention_global_b4h16s4096d64]="B=1 H=2 S=1031"
     [attention_causal_b4h16s4096d64]="B=1 H=2 S=1031"
     [attention_decode_causal_b1h32kv32768d128]="H=4 KV=8191"

@@ -409,6 +409,17 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     } else {
         sched
     };
+    // Under the default strategy, sums into one accumulator that isl left
+    // in loop nests of their own (an LSTM cell's `G +=! X W; G += H U`)
+    // share one band: one kernel, the accumulator never in memory between
+    // them (`schedule::sums`; kept only where legal).
+    let sched = match strategy {
+        Strategy::Isl if repaired.is_none() && !blocks => {
+            schedule::sums::fuse_sibling_sums(&isl, program_k, &scop, &deps, &sched)?
+                .unwrap_or(sched)
+        }
+        _ => sched,
+    };
     schedule::check_legal(file, &sched, &scop, &deps)?;
     let untiled_tree = ScheduleTree::from_isl(&sched.get_root()?)?;
     watch.lap("schedule");

@@ -223,6 +223,41 @@ fn attention_decode_causal_f16w_b1h32kv32768d128() {
     );
 }
 
+/// issue 35's programs at its target sizes: an f16 product with bias and
+/// GELU through an f32 temp, LayerNorm then a product, RMSNorm then
+/// FFN-SwiGLU, and one LSTM cell.
+#[test]
+fn gemm_bias_gelu_f16_4096() {
+    check_bench_program(
+        "gemm_bias_gelu_f16_4096",
+        &[("M", 37), ("N", 53), ("K", 29)],
+    );
+}
+
+#[test]
+fn layernorm_matmul_f16_4096() {
+    check_bench_program(
+        "layernorm_matmul_f16_4096",
+        &[("T", 37), ("D", 53), ("N", 29)],
+    );
+}
+
+#[test]
+fn rmsnorm_ffn_swiglu_f16_t4096d4096f11008() {
+    check_bench_program(
+        "rmsnorm_ffn_swiglu_f16_t4096d4096f11008",
+        &[("T", 37), ("D", 29), ("F", 53)],
+    );
+}
+
+#[test]
+fn lstm_cell_f16_b256i1024h1024() {
+    check_bench_program(
+        "lstm_cell_f16_b256i1024h1024",
+        &[("B", 37), ("I", 29), ("H", 13)],
+    );
+}
+
 #[test]
 fn every_bench_program_is_tested() {
     let tested = [
@@ -235,12 +270,16 @@ fn every_bench_program_is_tested() {
         "conv2d_large",
         "gemm_4096",
         "gemm_bf16_4096",
+        "gemm_bias_gelu_f16_4096",
         "gemm_f16_128x1024x1024",
         "gemm_f16_4096",
         "gemm_nt_f16_4096",
         "layernorm_16k",
+        "layernorm_matmul_f16_4096",
+        "lstm_cell_f16_b256i1024h1024",
         "matvec_16k",
         "maxpool2x2_large",
+        "rmsnorm_ffn_swiglu_f16_t4096d4096f11008",
         "rowsum",
         "scale_add",
         "softmax_16k",

@@ -315,6 +315,32 @@ fn stacked_rnn() {
 }
 
 #[test]
+fn gemm_bias_gelu_f16() {
+    // An f16 product through an f32 accumulator temp, then bias and GELU
+    // (tanh approximation) cast to f16: the tensor-core kernel's epilogue.
+    check_example("gemm_bias_gelu_f16", &[("M", 37), ("N", 53), ("K", 29)]);
+}
+
+#[test]
+fn layernorm_matmul() {
+    // LayerNorm's rows (statistics in f32) feeding an f16 product.
+    check_example("layernorm_matmul", &[("T", 37), ("D", 53), ("N", 29)]);
+}
+
+#[test]
+fn rmsnorm_ffn_swiglu() {
+    // RMSNorm, the gate and up products, silu(g) * u, the down product.
+    check_example("rmsnorm_ffn_swiglu", &[("T", 37), ("D", 29), ("F", 53)]);
+}
+
+#[test]
+fn lstm_cell() {
+    // One cell: the gates as two products into one tensor (`+=!` then
+    // `+=`), then the nonlinearities; 4 * H = 52 gate columns.
+    check_example("lstm_cell", &[("B", 37), ("I", 29), ("H", 13)]);
+}
+
+#[test]
 fn every_example_is_tested() {
     let tested = [
         "attention_alibi",
@@ -335,14 +361,18 @@ fn every_example_is_tested() {
         "fcrelu",
         "fcrelu_f16",
         "gemm",
+        "gemm_bias_gelu_f16",
         "gemm_chain",
         "gemm_f16",
         "grid_rnn",
         "layernorm",
+        "layernorm_matmul",
         "lstm",
+        "lstm_cell",
         "matvec",
         "maxpool2x2",
         "quant_fp8",
+        "rmsnorm_ffn_swiglu",
         "rnn",
         "softmax",
         "softmax_fused",

@@ -124,6 +124,20 @@ fn causal_attention_touches_its_inputs_and_output_only() {
 }
 
 #[test]
+fn an_accumulator_moved_into_another_tensor_is_not_touched() {
+    // `acc +=! f32(A) * f32(B); C = f16(gelu(acc + bias))`: the tensor-core
+    // kernel starts its accumulators at zero and stores the epilogue's
+    // value into C, so acc never reaches memory. Its element was printed
+    // (and so noted) for a load the zero start does not make, which put
+    // acc in the list and made the caller allocate it.
+    let (cuda, temps) = cuda_of("gemm_bias_gelu_f16.json");
+    assert!(temps.contains("acc"), "{temps:?}");
+    assert_eq!(cuda.kernels.len(), 1);
+    let globals: BTreeSet<&str> = cuda.kernels[0].globals.iter().map(String::as_str).collect();
+    assert_eq!(globals, BTreeSet::from(["A", "B", "bias", "C"]));
+}
+
+#[test]
 fn a_product_and_its_softmax_touch_their_temps() {
     // softmax's kernels pass their row maxima and sums through memory:
     // those temps are in the lists, so the workspace holds them.

@@ -557,14 +557,23 @@ impl Printed<'_> {
         // with pieces, every piece loads the tile and the initialisation
         // runs where isl put it (seed-140: the reader's piece started from
         // zeros and stored them over the reduction's result).
+        //
+        // A contraction's region is printed whole (every reduction loop,
+        // the epilogue) in the piece that runs its update, and nothing in
+        // the others (see the "registers" mark): it starts from the
+        // identity wherever the mapping hoisted the initialisation. isl
+        // splits the block's loops by statement where a further sum
+        // follows the update (`Contraction::terms`, `--tile 64,64,64` at
+        // B = 37, 4H = 52): printed in both pieces, the region ran the sums
+        // twice.
+        let contraction = plan.contraction();
         let regs_of_kernel = thread_plan.registers.as_ref().map(|r| {
             let mut r = r.tile().clone();
-            if !repeated_marks(body, "registers").is_empty() {
+            if !repeated_marks(body, "registers").is_empty() && contraction.is_none() {
                 r.init = None;
             }
             r
         });
-        let contraction = plan.contraction();
         // A register tile's step loops: full tiles with a constant trip
         // count, the last one clipped (`full_steps`).
         let split_body;
@@ -1197,6 +1206,14 @@ fn repeated_marks(n: &Node, prefix: &str) -> Vec<String> {
     repeated
 }
 
+/// Whether `n` runs instances of model statement `name`.
+fn runs_statement(n: &Node, name: &str) -> bool {
+    match n {
+        Node::User { statement, .. } => statement == name,
+        _ => n.children().into_iter().any(|c| runs_statement(c, name)),
+    }
+}
+
 /// Whether `n` contains thread-mapped loops or statements.
 fn has_work(n: &Node) -> bool {
     matches!(n, Node::User { .. }) || n.children().into_iter().any(has_work)
@@ -1622,7 +1639,11 @@ impl Ctx<'_> {
                 inner.node(body, depth, pending, in_thread, out);
             }
             "registers" => match (self.mma, self.regs) {
-                (Some(c), Some(regs)) => self.mma_region(c, regs, depth, out),
+                (Some(c), Some(regs)) => {
+                    if runs_statement(body, &c.statement) {
+                        self.mma_region(c, regs, depth, out)
+                    }
+                }
                 (Some(_), None) => {}
                 (None, regs) => match regs.filter(|r| !self.names_unbound(&r.prefix_values)) {
                     Some(regs) => self.registers(regs, body, depth, pending, in_thread, out),
@@ -2505,31 +2526,43 @@ impl Ctx<'_> {
             self.printer.globals.note(&regs.tensor);
             format!("{}[{global}]", tensor_name(&regs.tensor))
         };
-        let address = |x: &crate::gpu::contraction::Operand, row_it: &str| {
-            let x = x.clone();
-            let row_it = row_it.to_string();
-            let k_it = c.k.clone();
-            // A batch iterator's value is its block iterator's (tiles of
-            // one point).
-            let batch: Vec<(String, String)> = c
-                .batch
-                .iter()
-                .cloned()
-                .zip(regs.block_iterators.iter().cloned())
-                .collect();
-            move |row: &str, k: &str| -> String {
-                let mut env: std::collections::HashMap<String, String> = [
-                    (row_it.clone(), row.to_string()),
-                    (k_it.clone(), k.to_string()),
-                ]
-                .into_iter()
-                .collect();
-                env.extend(batch.iter().cloned());
-                format!("&{}", self.printer.element(&x.tensor, &x.subscripts, &env))
-            }
-        };
-        let a_address = address(&c.a, &c.m);
-        let b_address = address(&c.b, &c.n);
+        let address =
+            |x: &crate::gpu::contraction::Operand, row_it: &str, k_it: &str, batch: &[String]| {
+                let x = x.clone();
+                let row_it = row_it.to_string();
+                let k_it = k_it.to_string();
+                // A batch iterator's value is its block iterator's (tiles of
+                // one point).
+                let batch: Vec<(String, String)> = batch
+                    .iter()
+                    .cloned()
+                    .zip(regs.block_iterators.iter().cloned())
+                    .collect();
+                move |row: &str, k: &str| -> String {
+                    let mut env: std::collections::HashMap<String, String> = [
+                        (row_it.clone(), row.to_string()),
+                        (k_it.clone(), k.to_string()),
+                    ]
+                    .into_iter()
+                    .collect();
+                    env.extend(batch.iter().cloned());
+                    format!("&{}", self.printer.element(&x.tensor, &x.subscripts, &env))
+                }
+            };
+        let a_address = address(&c.a, &c.m, &c.k, &c.batch);
+        let b_address = address(&c.b, &c.n, &c.k, &c.batch);
+        // The further sums' operands, by their own iterators.
+        type Address<'x> = Box<dyn Fn(&str, &str) -> String + 'x>;
+        let term_addresses: Vec<(Address, Address)> = c
+            .terms
+            .iter()
+            .map(|t| {
+                (
+                    Box::new(address(&t.a, &t.m, &t.k, &t.batch)) as Address,
+                    Box::new(address(&t.b, &t.n, &t.k, &t.batch)) as Address,
+                )
+            })
+            .collect();
         // The epilogue: each statement on the element's value `pf_cv`;
         // one that moves it into another tensor sets `pf_dv`.
         let mut epilogue = String::new();
@@ -2600,7 +2633,20 @@ impl Ctx<'_> {
             .extents
             .iter()
             .zip(c.tile)
-            .all(|(e, t)| known(e).is_some_and(|x| x > 0 && x % t == 0));
+            .all(|(e, t)| known(e).is_some_and(|x| x > 0 && x % t == 0))
+            && c.terms
+                .iter()
+                .all(|t| known(&t.k_extent).is_some_and(|x| x > 0 && x % c.tile[2] == 0));
+        let terms: Vec<super::mma::TermRegion> = c
+            .terms
+            .iter()
+            .zip(&term_addresses)
+            .map(|(t, (a, b))| super::mma::TermRegion {
+                a_address: a.as_ref(),
+                b_address: b.as_ref(),
+                k_extent: self.e(&t.k_extent),
+            })
+            .collect();
         let region = super::mma::Region {
             c,
             mark: self.mark,
@@ -2622,6 +2668,7 @@ impl Ctx<'_> {
             zero_init: regs.init.is_some(),
             epilogue,
             full_tiles,
+            terms,
         };
         out.push_str(&region.print(depth + 1));
         let _ = writeln!(out, "{pad}}}");

@@ -406,6 +406,16 @@ pub struct Region<'a> {
     /// 128 x 1024 x 1024 f16 executed 590 848 warp instructions against
     /// 410 112 for a hand-written kernel of the same tiles.
     pub full_tiles: bool,
+    /// The further sums of `c.terms`, in order: their operands' addresses
+    /// and their extents along `k`.
+    pub terms: Vec<TermRegion<'a>>,
+}
+
+/// What one of `Contraction::terms` needs from the kernel around it.
+pub struct TermRegion<'a> {
+    pub a_address: &'a dyn Fn(&str, &str) -> String,
+    pub b_address: &'a dyn Fn(&str, &str) -> String,
+    pub k_extent: String,
 }
 
 impl Region<'_> {

@@ -7,9 +7,13 @@
 //! * the band has two or three coincident members (they map to blocks)
 //!   followed by one that is not (the reduction); with three, the first is
 //!   a batch whose tiles have one point;
-//! * its instances are those of a single update statement `S` (and the
+//! * its instances are those of an update statement `S` (and the
 //!   `S_init` of its `+=!`), whose right side, casts aside, is the product
-//!   of two reads of f16 (or two of bf16) tensors;
+//!   of two reads of f16 (or two of bf16) tensors, and of any further
+//!   sums of such products into `S`'s element without an initialisation
+//!   of their own (`G +=! X W; G += H U`, scheduled into one band by
+//!   `schedule::sums`), each then a reduction loop of its own on the same
+//!   accumulators ([`Contraction::terms`]);
 //! * on `S`, each band member is exactly one iterator: `m`, `n` and `k`
 //!   (`k` a reduction index of `S`; `b` for a batch), so a schedule point
 //!   is an iteration;
@@ -119,6 +123,30 @@ pub struct Contraction {
     /// accumulator then never reaches memory, and keeps the precision its
     /// temp declares until the last statement converts it.
     pub stored: String,
+    /// Further sums into the same accumulator after the update (an LSTM
+    /// cell's `G +=! X W; G += H U`, scheduled in one band by
+    /// `schedule::sums`), in program order: each runs a reduction loop of
+    /// its own over its own operands, on the same accumulators, after the
+    /// loops before it, before the epilogue. Their operands have the
+    /// update's types and layouts (the same shared buffers, fragments and
+    /// descriptors), their element box is the update's, and the
+    /// reduction is not split (`split` is 1).
+    pub terms: Vec<Term>,
+}
+
+/// A further sum into the accumulator ([`Contraction::terms`]).
+#[derive(Debug, Clone)]
+pub struct Term {
+    pub statement: String,
+    /// Its iterators playing `m`, `n` and `k`, and the batch members.
+    pub m: String,
+    pub n: String,
+    pub k: String,
+    pub batch: Vec<String>,
+    pub a: Operand,
+    pub b: Operand,
+    /// Its extent along `k`, in the parameters.
+    pub k_extent: Expr,
 }
 
 /// One epilogue statement: `C[e] = f(C[e], inputs)` over the element space.
@@ -328,33 +356,54 @@ fn contraction_band(band: &ScheduleNode, nb: usize) -> Result<bool> {
     Ok(!band.band_member_get_coincident(nb as i32)?)
 }
 
-/// The band's statements (those with instances in `domain`): its one
-/// update `S`, and the others but `S`'s initialisation in program order
-/// (epilogue candidates, checked once the iterators' roles are known);
-/// `None` where there is not exactly one update or another is not an
-/// assignment.
+/// The band's update, its epilogue candidates and its further sums.
+type BandStatements<'s> = (&'s ModelStmt, Vec<&'s ModelStmt>, Vec<&'s ModelStmt>);
+
+/// The band's statements (those with instances in `domain`): its first
+/// update `S`, the others but the updates and `S`'s initialisation in
+/// program order (epilogue candidates, checked once the iterators' roles
+/// are known), and the further updates (sums into `S`'s tensor without
+/// an initialisation of their own, [`Contraction::terms`], checked by
+/// `UpdateMatch::term`); `None` where another update writes another
+/// tensor or starts over, or another statement is not an assignment.
 fn update_and_others<'s>(
+    program: &Program,
     scop: &'s Scop,
     domain: &isl_rs::UnionSet,
-) -> Result<Option<(&'s ModelStmt, Vec<&'s ModelStmt>)>> {
+) -> Result<Option<BandStatements<'s>>> {
     let stmts = scop.statements_in(domain)?;
-    let updates: Vec<_> = stmts
+    let mut updates: Vec<&ModelStmt> = stmts
         .iter()
         .filter(|s| s.kind == StmtKind::Update)
+        .copied()
         .collect();
-    let [s] = updates.as_slice() else {
+    updates.sort_by_key(|u| u.source);
+    // The update is the first; the others ([`Contraction::terms`]) go on
+    // with its sum: into its tensor, each without an initialisation.
+    let Some((s, terms)) = updates.split_first() else {
         return Ok(None);
     };
+    let (s, terms) = (*s, terms.to_vec());
+    let tensor = &program.statements[s.source].lhs_tensor;
+    for t in &terms {
+        if &program.statements[t.source].lhs_tensor != tensor
+            || scop.statement(&format!("{}_init", t.name)).is_some()
+        {
+            return Ok(None);
+        }
+    }
     let mut others: Vec<&ModelStmt> = stmts
         .iter()
-        .filter(|o| o.name != s.name && !(o.kind == StmtKind::Init && o.source == s.source))
+        .filter(|o| {
+            o.kind != StmtKind::Update && !(o.kind == StmtKind::Init && o.source == s.source)
+        })
         .copied()
         .collect();
     others.sort_by_key(|o| o.source);
     if others.iter().any(|o| o.kind != StmtKind::Assign) {
         return Ok(None);
     }
-    Ok(Some((s, others)))
+    Ok(Some((s, others, terms)))
 }
 
 /// The update `st`'s operand type and its two reads: `st` is a sum (the
@@ -622,6 +671,89 @@ impl UpdateMatch<'_> {
         }))
     }
 
+    /// Further sum `t` as a [`Term`]: a product of two reads of `dtype`
+    /// tensors, the band's block members its iterators (its batch, `m`
+    /// and `n`) and its last iterator a reduction index (its `k`), writing
+    /// the update's element, operands laid out as the update's `a` and `b`
+    /// (so that one set of buffers, fragments and descriptors serves
+    /// every loop), and its domain a box from 0 whose bounds but `k`'s
+    /// are the update's. `None` otherwise.
+    fn term(&self, t: &ModelStmt, dtype: DType, a: &Operand, b: &Operand) -> Result<Option<Term>> {
+        let (program, nb) = (self.program, self.nb);
+        let st = &program.statements[t.source];
+        let Some((ty, x, y)) = product_reads(self.scop, st) else {
+            return Ok(None);
+        };
+        let Some(members) = member_iterators(self.band, t, nb)? else {
+            return Ok(None);
+        };
+        let [k] = st.reduction_indices.as_slice() else {
+            return Ok(None);
+        };
+        if ty != dtype || t.iterators.len() != nb + 1 || members.contains(k) {
+            return Ok(None);
+        }
+        let mut all = members.clone();
+        all.push(k.clone());
+        let it = Iterators {
+            members: all,
+            m: members[nb - 2].clone(),
+            n: members[nb - 1].clone(),
+            k: k.clone(),
+            batch: members[..nb - 2].to_vec(),
+        };
+        let mut distinct = it.members.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != it.members.len() {
+            return Ok(None);
+        }
+        // The update's element: the same role for each left-side index.
+        let roles: Vec<Option<usize>> = st
+            .lhs_indices
+            .iter()
+            .map(|i| members.iter().position(|r| r == i))
+            .collect();
+        let own: Vec<Option<usize>> = self.element_roles().into_iter().map(Some).collect();
+        if roles != own {
+            return Ok(None);
+        }
+        let Some((ta, tb)) = operands(&x, &y, &it) else {
+            return Ok(None);
+        };
+        if ta.k_contiguous != a.k_contiguous || tb.k_contiguous != b.k_contiguous {
+            return Ok(None);
+        }
+        let Some((his, extents)) = domain_box(self.isl, self.scop, t)? else {
+            return Ok(None);
+        };
+        let bound = |s: &ModelStmt, his: &[Affine], it: &str| {
+            s.iterators
+                .iter()
+                .position(|i| i == it)
+                .map(|p| his[p].clone())
+        };
+        for (j, m) in members.iter().enumerate() {
+            let own = bound(self.update, self.his, &self.iterators.members[j]);
+            if own.is_none() || bound(t, &his, m) != own {
+                return Ok(None);
+            }
+        }
+        let Some(kp) = t.iterators.iter().position(|i| i == k) else {
+            return Ok(None);
+        };
+        Ok(Some(Term {
+            statement: t.name.clone(),
+            m: it.m,
+            n: it.n,
+            k: it.k,
+            batch: it.batch,
+            a: ta,
+            b: tb,
+            k_extent: extents[kp].clone(),
+        }))
+    }
+
     /// The role (band member) of each of the update's left-side indices:
     /// its element `C[e]`.
     fn element_roles(&self) -> Vec<usize> {
@@ -822,7 +954,7 @@ pub fn recognise(
         return Ok(None);
     }
     let domain = band.get_domain()?;
-    let Some((s, others)) = update_and_others(scop, &domain)? else {
+    let Some((s, others, further)) = update_and_others(program, scop, &domain)? else {
         return Ok(None);
     };
     let st = &program.statements[s.source];
@@ -855,6 +987,13 @@ pub fn recognise(
     let Some((epilogue, stored)) = update.epilogue()? else {
         return Ok(None);
     };
+    let mut terms = Vec::new();
+    for t in further {
+        match update.term(t, dtype, &a, &b)? {
+            Some(term) => terms.push(term),
+            None => return Ok(None),
+        }
+    }
     let at = |name: &str| {
         let pos = s.iterators.iter().position(|i| i == name).unwrap_or(0);
         extents[pos].clone()
@@ -877,6 +1016,8 @@ pub fn recognise(
         tile
     };
     let (split, e) = reduction_split(band, nb, !it.batch.is_empty(), k_split, unsplit, tile)?;
+    // Several reduction loops run one after the other, unsplit.
+    let split = if terms.is_empty() { split } else { 1 };
     let mut c = Contraction {
         statement: s.name.clone(),
         m: it.m,
@@ -898,8 +1039,15 @@ pub fn recognise(
         wgmma,
         epilogue,
         stored,
+        terms,
     };
-    match latency_stages(&c, &e) {
+    // The latency regime sizes the stages by the update's k tiles alone.
+    let latency = if c.terms.is_empty() {
+        latency_stages(&c, &e)
+    } else {
+        None
+    };
+    match latency {
         Some(Latency::WholeK(stages)) => {
             c.stages = stages;
             c.whole_k = true;

@@ -333,8 +333,9 @@ fn domain_guard(
 /// region, replacing the load of the registers.
 ///
 /// The statements of the kernel that touch `t` must be one `S_init`
-/// (identity of reducer `f`) and the update steps of the same source
-/// statement, so every value of an element goes `identity, f-steps...`:
+/// (identity of reducer `f`), the update steps of the same source
+/// statement and later statements (epilogues, further updates without an
+/// initialisation of their own), so every value of an element goes `identity, f-steps...`:
 /// the first access of each element is its initialisation (a flow
 /// dependence orders every step after it), and starting the register at the
 /// identity before the loops computes the same values. The registers of a
@@ -369,12 +370,17 @@ fn hoistable_init(
         return Ok(None);
     }
     // Updates of the same statement; later statements (an epilogue such as
-    // `C = max(C + bias, 0)`) run after the initialisation of their
-    // element, which the dependences order first.
+    // `C = max(C + bias, 0)`, or a further sum without an initialisation
+    // of its own, `G += H U` after `G +=! X W`) run after the
+    // initialisation of their element, which the dependences order first.
     for s in &touching {
         let ok = match s.kind {
             StmtKind::Init => true,
-            StmtKind::Update => s.source == init.source,
+            StmtKind::Update => {
+                s.source == init.source
+                    || (s.source > init.source
+                        && scop.statement(&format!("{}_init", s.name)).is_none())
+            }
             StmtKind::Assign => s.source > init.source,
         };
         if !ok {

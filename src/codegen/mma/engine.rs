@@ -10,6 +10,7 @@ use crate::frontend::ast::DType;
 use crate::gpu::contraction::{Contraction, MMA_M, MMA_N};
 
 /// The region of one engine, with the sizes every section reads.
+#[derive(Clone)]
 pub(super) struct Engine<'r, 'a> {
     pub(super) region: &'r Region<'a>,
     pub(super) c: &'a Contraction,
@@ -36,6 +37,9 @@ pub(super) struct Engine<'r, 'a> {
     pub(super) sb: i64,
     pub(super) ba: String,
     pub(super) bb: String,
+    /// Whose reduction loop the copies stage: 0 for the update's, `j` for
+    /// `c.terms[j - 1]`'s.
+    pub(super) term: usize,
 }
 
 impl<'r, 'a> Engine<'r, 'a> {
@@ -69,6 +73,7 @@ impl<'r, 'a> Engine<'r, 'a> {
             sb,
             ba,
             bb,
+            term: 0,
         }
     }
 
@@ -99,6 +104,21 @@ impl<'r, 'a> Engine<'r, 'a> {
         }
         self.start_accumulators(&mut o);
         self.pipeline(&mut o);
+        // Further sums into the accumulators (`Contraction::terms`): a
+        // pipeline of their own each, over their operands and their range
+        // of k (unsplit), after the one before has drained.
+        for (j, t) in self.region.terms.iter().enumerate() {
+            let statement = &self.c.terms[j].statement;
+            o.line(1, format!("{{ /* then {statement}'s sum */"));
+            o.line(1, format!("const pf_i pf_ek = {};", t.k_extent));
+            o.line(1, "const pf_i pf_kb = 0, pf_ke = pf_ek;");
+            Engine {
+                term: j + 1,
+                ..self.clone()
+            }
+            .pipeline(&mut o);
+            o.line(1, "}");
+        }
         self.sum_partials(&mut o);
         self.store(&mut o);
         if self.split > 1 {
@@ -162,11 +182,19 @@ impl<'r, 'a> Engine<'r, 'a> {
     fn start_accumulators(&self, o: &mut Lines) {
         let r = self.region;
         let acc = self.target.accumulator();
-        let element = (r.c_element)("pf_lm", "pf_ln");
-        let load = match r.c_dtype {
-            DType::F16 => format!("pf_h2f({element})"),
-            DType::BF16 => format!("pf_b2f({element})"),
-            _ => format!("(float)({element})"),
+        // The output's element only where the accumulators start from it:
+        // printing it notes the tensor as one the kernel touches, and an
+        // accumulator that starts at zero and is moved into another tensor
+        // (`Contraction::stored`) is never read or written.
+        let load = if r.zero_init {
+            String::new()
+        } else {
+            let element = (r.c_element)("pf_lm", "pf_ln");
+            match r.c_dtype {
+                DType::F16 => format!("pf_h2f({element})"),
+                DType::BF16 => format!("pf_b2f({element})"),
+                _ => format!("(float)({element})"),
+            }
         };
         let d = self.target.open_threads(o, 1, self.threads);
         self.fragments(o, d, false, |o, d| {

@@ -49,6 +49,16 @@ impl Engine<'_, '_> {
     pub(super) fn staged(&self) -> [Staged<'_>; 2] {
         let c = self.c;
         let r = self.region;
+        // The operands of the reduction loop being printed.
+        let (a, b, a_address, b_address) = match self.term {
+            0 => (&c.a, &c.b, r.a_address, r.b_address),
+            j => (
+                &c.terms[j - 1].a,
+                &c.terms[j - 1].b,
+                r.terms[j - 1].a_address,
+                r.terms[j - 1].b_address,
+            ),
+        };
         let operand = |name, x, rows, buf, len, address, ext, origin| {
             let (lines, pitch) = c.layout(x, rows);
             let per_line = (pitch - SHARED_ROW_PAD) / 8;
@@ -73,24 +83,10 @@ impl Engine<'_, '_> {
         };
         [
             operand(
-                "A",
-                &c.a,
-                self.tm,
-                &self.ba,
-                self.sa,
-                r.a_address,
-                "pf_em",
-                "pf_m0",
+                "A", a, self.tm, &self.ba, self.sa, a_address, "pf_em", "pf_m0",
             ),
             operand(
-                "B",
-                &c.b,
-                self.tn,
-                &self.bb,
-                self.sb,
-                r.b_address,
-                "pf_en",
-                "pf_n0",
+                "B", b, self.tn, &self.bb, self.sb, b_address, "pf_en", "pf_n0",
             ),
         ]
     }

@@ -9,8 +9,9 @@
 //! (for a split contraction: the cluster) that the template runs it on,
 //! from the plan's own tiles, not from the tree's:
 //!
-//! * contraction, update `S[b.., m, n, k]`, its initialisation and its
-//!   epilogue statements over `(b.., m, n)`: `(b.., ⌊m / T_m⌋, ⌊n / T_n⌋)`;
+//! * contraction, update `S[b.., m, n, k]`, its initialisation, its
+//!   further sums (`Contraction::terms`) and its epilogue statements over
+//!   `(b.., m, n)`: `(b.., ⌊m / T_m⌋, ⌊n / T_n⌋)`;
 //! * attention over `(b.., i, ..)`: `(b.., ⌊i / R⌋)` with `R` the query
 //!   rows of a block.
 //!
@@ -77,6 +78,10 @@ fn block_map(scop: &Scop, kernel: &ScheduleNode, plan: &KernelPlan) -> Result<Op
         let source = scop.statement(&c.statement).map(|s| s.source);
         for s in scop.statements.iter().filter(|s| Some(s.source) == source) {
             keys.push((s.name.clone(), update.clone()));
+        }
+        // Further sums into the accumulator, by their own iterators.
+        for t in &c.terms {
+            keys.push((t.statement.clone(), element(&t.batch, &t.m, &t.n)));
         }
         let nb = c.batch.len();
         for e in &c.epilogue {
