@@ -185,6 +185,14 @@ def flops(kind, p):
         return p["M"] * p["N"]
     if kind == "transpose":
         return 0
+    if kind == "gemm_bias_gelu":
+        return 2 * p["M"] * p["N"] * p["K"]
+    if kind == "layernorm_matmul":  # the product; the statistics are 10 T D
+        return 2 * p["T"] * p["D"] * p["N"] + 10 * p["T"] * p["D"]
+    if kind == "rmsnorm_ffn_swiglu":  # gate, up and down products
+        return 6 * p["T"] * p["D"] * p["F"]
+    if kind == "lstm_cell":  # X W and Hp U into the four gates
+        return 8 * p["B"] * p["H"] * (p["I"] + p["H"])
     if kind == "attention_global":  # QK^T and PV, 2 flops per multiply-add
         return 4 * p["B"] * p["H"] * p["S"] * p["S"] * p["D"]
     if kind == "attention_causal":  # the pairs j <= i only
@@ -307,7 +315,53 @@ def make_kinds():
         var = ((x - mean) * (x - mean) / d).sum(dim=1, keepdim=True)
         return (x - mean) * torch.rsqrt(var + 1e-5) * t["gamma"] + t["beta"]
 
+    def gelu_tanh(x):
+        return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+    def rmsnorm(t, dtype):
+        x = t["X"].to(dtype)
+        ms = (x * x).mean(dim=1, keepdim=True)
+        return x * torch.rsqrt(ms + 1e-6) * t["w"].to(dtype)
+
+    def ffn_swiglu(t):
+        xn = rmsnorm(t, torch.float32).to(t["X"].dtype)
+        h = F.silu(torch.matmul(xn, t["Wg"]).float()) * torch.matmul(xn, t["Wu"]).float()
+        return torch.matmul(h.to(t["X"].dtype), t["Wd"])
+
+    def ffn_swiglu_ref(t):
+        xn = rmsnorm(t, torch.float64)
+        g, u = xn @ t["Wg"], xn @ t["Wu"]
+        return (g * torch.sigmoid(g) * u) @ t["Wd"]
+
+    def lstm_cell(t, ref):
+        g = torch.matmul(t["X"], t["W"]).float() + torch.matmul(t["Hp"], t["U"]).float() + t["bias"]
+        if ref:
+            g = g.double()
+        i, f, c, o = g.chunk(4, dim=1)
+        cn = torch.sigmoid(f) * t["Cp"] + torch.sigmoid(i) * torch.tanh(c)
+        hn = torch.sigmoid(o) * torch.tanh(cn)
+        return hn if ref else hn.to(t["Hp"].dtype)
+
     return {
+        "gemm_bias_gelu": (
+            [("F.gelu(A @ B + bias, tanh)",
+              lambda t: F.gelu(torch.matmul(t["A"], t["B"]) + t["bias"], approximate="tanh"))],
+            lambda t: gelu_tanh(t["A"] @ t["B"] + t["bias"]),
+        ),
+        "layernorm_matmul": (
+            [("F.layer_norm then matmul",
+              lambda t: torch.matmul(
+                  F.layer_norm(t["X"], (t["X"].shape[1],), t["gamma"], t["beta"], eps=1e-5), t["W"]))],
+            lambda t: layernorm_ref(t) @ t["W"],
+        ),
+        "rmsnorm_ffn_swiglu": (
+            [("RMSNorm, silu(x Wg) * (x Wu), then Wd", ffn_swiglu)],
+            ffn_swiglu_ref,
+        ),
+        "lstm_cell": (
+            [("two matmuls, gates (h only)", lambda t: lstm_cell(t, False))],
+            lambda t: lstm_cell(t, True),
+        ),
         "gemm": (
             [("torch.matmul", lambda t: torch.matmul(t["A"], t["B"]))],
             lambda t: torch.einsum("ik,kj->ij", t["A"], t["B"]),
@@ -380,6 +434,7 @@ KINDS = [
     "gemm", "gemm_nt", "matvec", "fcrelu", "conv2d", "conv2d_strided", "maxpool2x2", "tbmm",
     "gemm_chain", "softmax", "layernorm", "scale_add", "rowsum", "transpose",
     "attention_global", "attention_causal", "attention_decode_causal",
+    "gemm_bias_gelu", "layernorm_matmul", "rmsnorm_ffn_swiglu", "lstm_cell",
 ]
 
 
