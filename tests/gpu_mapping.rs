@@ -2095,9 +2095,11 @@ fn triangular_register_tiles_off_the_diagonal_run_without_slot_tests() {
                        "C0": {{"dtype": "f32", "shape": ["N", "N"]}}}},
             "outputs": {{"C": {{"dtype": "f32", "shape": ["N", "N"]}}}},
             "body": ["C(i, j) = 1.2 * C0(i, j) where {lower}",
-                     "C(i, j) += 1.5 * A(i, k) * A(j, k) where {lower}",
+                     "C(i, j) += A(i, k) * A(j, k) where {lower}",
                      "C(i, j) = C0(i, j) where {upper}"]}}"#
         );
+        // (Without a constant factor in the sum, which would move out of
+        // it into an epilogue: `repair::factor`.)
         let p = load_str(&json, "triangle.json").unwrap();
         let mut auto = gpu_options(&[32]);
         auto.gpu = Some(GpuOptions {
@@ -2128,6 +2130,11 @@ fn triangular_register_tiles_off_the_diagonal_run_without_slot_tests() {
                 .unwrap()
                 .trim()
         };
+        // The corner of the upper triangle (a slot loop of one iteration,
+        // isl may print it without its loop) is proven by the register
+        // tile's owner rule, not with a barrier in every step
+        // (`gpu::race`'s `conflicts` leave the tile's tensor out).
+        assert!(!cuda.contains("barrier_for_race_freedom"), "{name}\n{cuda}");
         for &u in full {
             assert_eq!(test_above(u), "if (1) {", "{name}\n{cuda}");
         }

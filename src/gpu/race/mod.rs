@@ -185,19 +185,34 @@ pub fn prove(
                 prove_private_reads(program, scop, &node, region)?;
             }
         }
-        prove_kernel(program, scop, node.copy()?, &mark, &reorderable, threads)?;
-        if let Some(super::lanes::LaneAxis::Y(c)) =
-            plan.and_then(KernelPlan::threads).map(|t| t.lane_axis)
-        {
+        // The register tile first: once every access of its tensor is
+        // proven to stay in one register of one thread (`prove_tile`), the
+        // tensor's global element is touched only by that thread, at the
+        // region's load and store, and its accesses leave the global
+        // proof. (Counted there, an instance isl prints without its
+        // thread loop, such as the corner of a triangle, counts as on a
+        // thread of its own, and the proof would put a barrier in every
+        // step of the reduction.)
+        let thread_plan = plan.and_then(KernelPlan::threads);
+        let tile = thread_plan.and_then(|t| t.registers.as_ref().map(|r| r.tile()));
+        if let Some(tile) = tile {
+            registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
+        }
+        let in_registers = tile.map(|t| t.tensor.as_str());
+        prove_kernel(
+            program,
+            scop,
+            node.copy()?,
+            &mark,
+            &reorderable,
+            threads,
+            in_registers,
+        )?;
+        if let Some(super::lanes::LaneAxis::Y(c)) = thread_plan.map(|t| t.lane_axis) {
             columns::prove(program, &node, &mark, c)?;
         }
-        if let Some(t) = plan.and_then(KernelPlan::threads) {
-            if let Some(scope) = &t.scope {
-                shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
-            }
-            if let Some(tile) = t.registers.as_ref().map(|r| r.tile()) {
-                registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
-            }
+        if let Some(scope) = thread_plan.and_then(|t| t.scope.as_ref()) {
+            shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
         }
     }
     Ok(())
@@ -233,8 +248,9 @@ fn prove_kernel(
     mark: &str,
     reorderable: &UnionMap,
     threads: Threads,
+    in_registers: Option<&str>,
 ) -> Result<()> {
-    let conflicts = conflicts(scop, &kernel)?;
+    let conflicts = conflicts(scop, &kernel, in_registers)?;
     if conflicts.is_empty()? {
         return Ok(());
     }
@@ -261,11 +277,23 @@ fn prove_kernel(
 /// instances that touch one element, one of them writing (`C` above), at
 /// one value of the schedule above the kernel's mark (`P`): below a host
 /// loop (`schedule::host`) each iteration is a launch of its own, after
-/// the previous one finished.
-pub(super) fn conflicts(scop: &Scop, kernel: &ScheduleNode) -> Result<UnionMap> {
+/// the previous one finished. The accesses of tensor `in_registers` are
+/// left out: a proven register tile keeps each of its elements on one
+/// thread (`registers::prove_tile`).
+pub(super) fn conflicts(
+    scop: &Scop,
+    kernel: &ScheduleNode,
+    in_registers: Option<&str>,
+) -> Result<UnionMap> {
     let domain = kernel.get_domain()?;
-    let writes = scop.writes()?.intersect_domain(domain.copy()?)?;
-    let reads = scop.reads()?.intersect_domain(domain.copy()?)?;
+    let (mut writes, mut reads) = (scop.writes()?, scop.reads()?);
+    if let Some(tensor) = in_registers {
+        let (tile_reads, tile_writes) = accesses_of(scop, tensor, &domain)?;
+        writes = writes.subtract(tile_writes)?;
+        reads = reads.subtract(tile_reads)?;
+    }
+    let writes = writes.intersect_domain(domain.copy()?)?;
+    let reads = reads.intersect_domain(domain.copy()?)?;
     let touch = |a: &UnionMap, b: &UnionMap| -> Result<UnionMap> {
         Ok(a.copy()?.apply_range(b.copy()?.reverse()?)?)
     };

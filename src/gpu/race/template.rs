@@ -39,7 +39,7 @@ pub(super) fn prove_blocks(
     let Some(blocks) = block_map(scop, kernel, plan)? else {
         return Ok(());
     };
-    let conflicts = super::conflicts(scop, kernel)?;
+    let conflicts = super::conflicts(scop, kernel, None)?;
     if conflicts.is_empty()? {
         return Ok(());
     }

@@ -197,7 +197,6 @@ asm volatile("griddepcontrol.launch_dependents;");
         if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_4_U[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_U[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
       }
       __syncthreads();
-      /* barrier_for_race_freedom */
       #pragma unroll
       for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
         if (blockIdx.y == 0 && blockIdx.x == 0)
@@ -220,7 +219,6 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        __syncthreads();
       }
     }
     #pragma unroll
@@ -307,7 +305,6 @@ asm volatile("griddepcontrol.launch_dependents;");
         if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_5_U[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_U[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
       }
       __syncthreads();
-      /* barrier_for_race_freedom */
       #pragma unroll
       for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
         if (blockIdx.y == 0 && blockIdx.x == 0)
@@ -330,7 +327,6 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        __syncthreads();
       }
     }
     #pragma unroll
