@@ -393,6 +393,9 @@ mod tests {
         let skewed =
             empty("{ S[i, k] -> [(k - (k) mod 16)]; T[i] -> [(256 + 3743i - (-i) mod 16)] }");
         assert!((7_000..7_300).contains(&skewed), "{skewed}");
-        assert_eq!(empty("{ S[i, k] -> [(k - (k) mod 16)]; T[i] -> [(64)] }"), 0);
+        assert_eq!(
+            empty("{ S[i, k] -> [(k - (k) mod 16)]; T[i] -> [(64)] }"),
+            0
+        );
     }
 }
