@@ -576,12 +576,7 @@ impl Printed<'_> {
         };
         let scope = thread_plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
         let arrays = scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]);
-        let stages = if scope.is_some_and(|s| s.double_buffered) {
-            2
-        } else {
-            1
-        };
-        self.declare_shared(mark, arrays, stages, contraction);
+        self.declare_shared(mark, arrays, contraction);
         let threads: u32 = plan.block.iter().product();
         let ctx = Ctx {
             program,
@@ -624,9 +619,9 @@ impl Printed<'_> {
         // statement; templates print their own accesses (`codegen::race`).
         let race = contraction.is_none() && thread_plan.lanes.is_none();
         if race {
-            self.watch_races(mark, plan.block, arrays, stages);
+            self.watch_races(mark, plan.block, arrays);
         }
-        self.emulate_shared(mark, arrays, stages, contraction);
+        self.emulate_shared(mark, arrays, contraction);
         let emu = Ctx {
             emulate: Some(plan.block),
             ..ctx
@@ -638,13 +633,12 @@ impl Printed<'_> {
         Ok(())
     }
 
-    /// The shared arrays of kernel `mark` (`stages` copies of each
-    /// promoted tile, and a contraction's own), declared in its CUDA.
+    /// The shared arrays of kernel `mark` (each promoted tile's, every
+    /// stage of it, and a contraction's own), declared in its CUDA.
     fn declare_shared(
         &mut self,
         mark: &str,
         arrays: &[Promotion],
-        stages: i64,
         contraction: Option<&Contraction>,
     ) {
         for a in arrays {
@@ -656,7 +650,7 @@ impl Printed<'_> {
                 "  __shared__ {align}{} {}[{}];",
                 storage_type(a.dtype),
                 a.buffer,
-                a.len * stages
+                a.layout.elements()
             );
         }
         if let Some(c) = contraction {
@@ -667,7 +661,7 @@ impl Printed<'_> {
 
     /// The race detector's start of kernel `mark` in the emulation: its
     /// block size, and its shared arrays as memory the detector watches.
-    fn watch_races(&mut self, mark: &str, block: [u32; 3], arrays: &[Promotion], stages: i64) {
+    fn watch_races(&mut self, mark: &str, block: [u32; 3], arrays: &[Promotion]) {
         let [x, y, z] = block;
         let _ = writeln!(
             self.emulation,
@@ -680,7 +674,7 @@ impl Printed<'_> {
                 self.scop.tensors.len() + k,
                 a.buffer,
                 a.tensor,
-                a.len * stages
+                a.layout.elements()
             );
         }
     }
@@ -691,7 +685,6 @@ impl Printed<'_> {
         &mut self,
         mark: &str,
         arrays: &[Promotion],
-        stages: i64,
         contraction: Option<&Contraction>,
     ) {
         for a in arrays {
@@ -700,7 +693,7 @@ impl Printed<'_> {
                 "    static {} {}[{}];",
                 super::c::storage_type(a.dtype),
                 a.buffer,
-                a.len * stages
+                a.layout.elements()
             );
         }
         if let Some(c) = contraction {
@@ -1123,12 +1116,12 @@ fn constant_trip(
 /// The start of the current stage of a double-buffered shared array, as
 /// the prefix `expr + ` of an index (see `Ctx::copy_in_stages`).
 fn this_stage(a: &Promotion) -> String {
-    format!("pf_stage * {} + ", a.len)
+    format!("pf_stage * {} + ", a.layout.stage_len)
 }
 
 /// The start of the other stage (the next step's tiles).
 fn other_stage(a: &Promotion) -> String {
-    format!("(1 - pf_stage) * {} + ", a.len)
+    format!("(1 - pf_stage) * {} + ", a.layout.stage_len)
 }
 
 fn id_of(p: &Pending) -> String {
@@ -1672,7 +1665,7 @@ impl Ctx<'_> {
         let pad = "  ".repeat(depth);
         let _ = writeln!(out, "{pad}{{");
         let staged = match (self.scope, self.step_loop) {
-            (Some(scope), Some(step)) if scope.double_buffered => {
+            (Some(scope), Some(step)) if scope.double_buffered() => {
                 self.copy_in_stages(step, depth + 1, out);
                 true
             }
@@ -2982,7 +2975,7 @@ impl Ctx<'_> {
                 let a = &scope.arrays[*k];
                 let idx: Vec<String> = subs
                     .iter()
-                    .zip(&a.pitch)
+                    .zip(&a.layout.pitch)
                     .enumerate()
                     .map(|(d, (e, p))| {
                         format!("({} - pf_o{k}_{d}) * {p}", self.printer.affine(e, env))
@@ -3313,7 +3306,7 @@ impl Ctx<'_> {
                 .affine(&tensor.shape[d], &std::collections::HashMap::new());
             let _ = writeln!(out, "{pad}const pf_i pf_g{d} = {offsets}{k}_{d} + pf_a{d};");
             conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
-            local.push(format!("pf_a{d} * {}", a.pitch[d]));
+            local.push(format!("pf_a{d} * {}", a.layout.pitch[d]));
             global = if d == 0 {
                 format!("pf_g{d}")
             } else {
@@ -3338,7 +3331,7 @@ impl Ctx<'_> {
     /// innermost). `base` (empty or `expr + `) selects a stage of a
     /// double-buffered array.
     fn group_index(a: &Promotion, base: &str, local: &str, j: i64) -> String {
-        let step = j * a.pitch[a.sizes.len().max(1) - 1];
+        let step = j * a.layout.pitch[a.sizes.len().max(1) - 1];
         format!("{base}{local} + {step}")
     }
 
