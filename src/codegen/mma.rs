@@ -62,7 +62,7 @@ mod writer;
 use engine::Engine;
 
 use crate::frontend::ast::DType;
-use crate::gpu::contraction::{narrow, Contraction, Operand};
+use crate::gpu::contraction::Contraction;
 
 /// CUDA helpers for the tensor-core path (sm_80 and later).
 pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_async16(void *dst, const void *src, int bytes) {
@@ -261,20 +261,6 @@ static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int
 }
 "#;
 
-/// Elements from one line of operand `x`'s shared tile (`rows` rows) to
-/// the next: the padded pitch for `mma.sync` (`wg` false), else the
-/// swizzle's line, 32 elements in the 64-byte swizzle ([`narrow`]) and 64
-/// in the 128-byte one.
-fn line_len(c: &Contraction, x: &Operand, rows: i64, wg: bool) -> i64 {
-    if !wg {
-        c.layout(x, rows).1
-    } else if narrow(x, rows) {
-        32
-    } else {
-        64
-    }
-}
-
 /// For kernels with a `wgmma` path (`wgmma_kernel`, both of their
 /// engines): when every thread's chunks of an operand (`per_line` chunks to
 /// a line, `threads` threads) lie in the same column, `Some(L)` with L the
@@ -319,18 +305,18 @@ pub fn buffers(mark: &str) -> (String, String) {
 pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String {
     let (na, nb) = buffers(mark);
     if emulate {
-        let (a, b) = c.stage_len(c.wgmma);
+        let t = c.shared_tiles(c.wgmma);
         format!(
             "{pad}static uint16_t {na}[{}];\n{pad}static uint16_t {nb}[{}];\n",
-            c.stages * a,
-            c.stages * b
+            t.a.end() - t.a.start,
+            t.b.end() - t.b.start
         )
     } else {
         // B follows A's stages, whose length depends on the engine (padded
         // rows for mma.sync, the swizzled tile for wgmma): each engine's B
         // starts after its own A.
-        let a_sync = c.stage_len(false).0;
-        let a_wgmma = if c.wgmma { c.stage_len(true).0 } else { a_sync };
+        let sync = c.shared_tiles(false);
+        let wgmma = if c.wgmma { c.shared_tiles(true) } else { sync };
         // The operands' descriptors at their buffers' starts, once: a
         // step's descriptor is one of these moved by its offset
         // (`pf_wgmma_desc_at`, one add), not built from its address.
@@ -358,11 +344,9 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
              {pad}#else\n\
              {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
              {pad}#endif\n{descriptors}",
-            c.stages * a_wgmma,
-            c.stages * a_sync,
-            // The swizzle's XOR takes the row from address bits 7-9: the
-            // stages start on 1024-byte boundaries.
-            align = if c.wgmma { 1024 } else { 128 },
+            wgmma.b.start,
+            sync.b.start,
+            align = sync.align,
         )
     }
 }

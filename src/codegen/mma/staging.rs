@@ -12,9 +12,9 @@
 //! multiple of 16 bytes).
 
 use super::engine::Engine;
+use super::uniform_lines;
 use super::writer::Lines;
-use super::{line_len, narrow, uniform_lines};
-use crate::gpu::contraction::{Operand, SHARED_ROW_PAD};
+use crate::gpu::contraction::{narrow, Operand, SharedTile};
 
 /// One operand's tile as the copies see it.
 pub(super) struct Staged<'e> {
@@ -31,8 +31,6 @@ pub(super) struct Staged<'e> {
     /// The domain's extent along the rows and the block's origin there.
     ext: &'static str,
     origin: &'static str,
-    /// The padded layout's pitch (elements from one line to the next).
-    pitch: i64,
     /// Chunks of a line, of the tile, and of a thread (at most).
     per_line: i64,
     chunks: i64,
@@ -49,26 +47,24 @@ impl Engine<'_, '_> {
     pub(super) fn staged(&self) -> [Staged<'_>; 2] {
         let c = self.c;
         let r = self.region;
-        let operand = |name, x, rows, buf, len, address, ext, origin| {
-            let (lines, pitch) = c.layout(x, rows);
-            let per_line = (pitch - SHARED_ROW_PAD) / 8;
-            let chunks = lines * per_line;
+        let operand = |name, x, rows, buf, tile: SharedTile, address, ext, origin| {
+            let per_line = tile.chunks_per_line;
+            let chunks = tile.lines * per_line;
             let threads = i64::from(self.threads);
             Staged {
                 name,
                 x,
                 rows,
                 buf,
-                len,
+                len: tile.stage_len,
                 address,
                 ext,
                 origin,
-                pitch,
                 per_line,
                 chunks,
                 per_thread: (chunks + threads - 1) / threads,
                 uniform: uniform_lines(c.wgmma, self.wg, per_line, self.threads),
-                line_len: line_len(c, x, rows, self.wg),
+                line_len: tile.line_len,
             }
         };
         [
@@ -77,7 +73,7 @@ impl Engine<'_, '_> {
                 &c.a,
                 self.tm,
                 &self.ba,
-                self.sa,
+                self.tiles.a,
                 r.a_address,
                 "pf_em",
                 "pf_m0",
@@ -87,7 +83,7 @@ impl Engine<'_, '_> {
                 &c.b,
                 self.tn,
                 &self.bb,
-                self.sb,
+                self.tiles.b,
                 r.b_address,
                 "pf_en",
                 "pf_n0",
@@ -172,7 +168,7 @@ impl Engine<'_, '_> {
         } else {
             o.line(
                 d,
-                format!("const pf_i {v}_dst = {v}_line * {} + {v}_col;", s.pitch),
+                format!("const pf_i {v}_dst = {v}_line * {} + {v}_col;", s.line_len),
             );
         }
         let origin = s.origin;

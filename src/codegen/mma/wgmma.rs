@@ -18,7 +18,7 @@ impl Engine<'_, '_> {
     /// (SBO), 64-row groups `tk` lines apart (LBO).
     pub(super) fn wgmma_step(&self, o: &mut Lines, d: usize) {
         let c = self.c;
-        let (tk, sa, sb) = (self.tk, self.sa, self.sb);
+        let (tk, sa, sb) = (self.tk, self.tiles.a.stage_len, self.tiles.b.stage_len);
         // Start in elements of operand `mn` at 64-row group `group` of its
         // stage `base`; the other fields of the descriptors from
         // `wgmma_fields`.
