@@ -2161,7 +2161,7 @@ impl Ctx<'_> {
             // `c5 >= max(0, (c0 - c1) + c4)`): every slot is past it when
             // its largest value over them is at most 0. A start in other
             // names (a sequential loop's) keeps the slot's own test.
-            if let Some(test) = self.start_test(&iterator, &init, &slots) {
+            if let Some(test) = self.start_test(regs, &iterator, &init, &slots) {
                 if !tests.contains(&test) {
                     tests.push(test);
                 }
@@ -2200,16 +2200,17 @@ impl Ctx<'_> {
         })
     }
 
-    /// The test that the start `init` of slot loop `iterator` is at most 0
-    /// for every value of the other slots, when it names other slots and
-    /// nothing but them, the block iterators and the parameters.
+    /// The test that the start `init` of slot loop `iterator` of tile
+    /// `regs` is at most 0 for every value of the other slots, when it
+    /// names other slots and nothing but them, the tile's block iterators
+    /// and the parameters.
     fn start_test(
         &self,
+        regs: &RegisterTile,
         iterator: &str,
         init: &Expr,
         slots: &BTreeMap<String, i64>,
     ) -> Option<String> {
-        let regs = self.regs?;
         let mut others = slots.clone();
         others.remove(iterator);
         let names = init.ids();
