@@ -62,7 +62,7 @@ mod writer;
 use engine::Engine;
 
 use crate::frontend::ast::DType;
-use crate::gpu::contraction::Contraction;
+use crate::gpu::contraction::{Contraction, SharedTile};
 
 /// CUDA helpers for the tensor-core path (sm_80 and later).
 pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_async16(void *dst, const void *src, int bytes) {
@@ -276,23 +276,19 @@ fn uniform_lines(wgmma_kernel: bool, wg: bool, per_line: i64, threads: u32) -> O
     (wgmma_kernel && threads % per_line == 0 && (!wg || lines % 8 == 0)).then_some(lines)
 }
 
-/// The fields of the `wgmma` descriptors other than the start address:
-/// (A's leading byte offset, B's leading and stride byte offsets, whether
-/// B is narrow). K-major operands: LBO unused (16), 8-row groups 1024
-/// bytes apart; MN-major: 64-row groups `tk` lines of 128 bytes apart; a
-/// narrow B (the 64-byte swizzle, 32 wide): 8-line groups 512 bytes apart.
-fn wgmma_fields(c: &Contraction) -> (i64, i64, i64, bool) {
-    let tk = c.tile[2];
-    let a_lbo = if c.a.k_contiguous { 16 } else { tk * 128 };
-    let narrow = c.narrow_b();
-    let b_lbo = if narrow {
-        tk * 64
-    } else if c.b.k_contiguous {
-        16
+/// A `wgmma` descriptor's fields of a tile laid out by the gpu stage
+/// (`SharedTile::descriptor`): (leading and stride byte offsets, the
+/// helper that builds it, by its swizzle).
+fn descriptor_fields(tile: &SharedTile) -> (i64, i64, &'static str) {
+    let d = tile
+        .descriptor
+        .expect("the wgmma engine's tiles have descriptors");
+    let make = if d.swizzle == 64 {
+        "pf_wgmma_desc_sw64"
     } else {
-        tk * 128
+        "pf_wgmma_desc"
     };
-    (a_lbo, b_lbo, if narrow { 512 } else { 1024 }, narrow)
+    (d.lbo, d.sbo, make)
 }
 
 /// The shared buffers' names for kernel `mark`.
@@ -321,17 +317,13 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
         // step's descriptor is one of these moved by its offset
         // (`pf_wgmma_desc_at`, one add), not built from its address.
         let descriptors = if c.wgmma {
-            let (a_lbo, b_lbo, b_sbo, narrow) = wgmma_fields(c);
+            let (a_lbo, a_sbo, a_make) = descriptor_fields(&wgmma.a);
+            let (b_lbo, b_sbo, b_make) = descriptor_fields(&wgmma.b);
             format!(
                 "{pad}#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
-                 {pad}const unsigned long long {na}_desc = pf_wgmma_desc({na}, {a_lbo}, 1024);\n\
-                 {pad}const unsigned long long {nb}_desc = {}({nb}, {b_lbo}, {b_sbo});\n\
-                 {pad}#endif\n",
-                if narrow {
-                    "pf_wgmma_desc_sw64"
-                } else {
-                    "pf_wgmma_desc"
-                }
+                 {pad}const unsigned long long {na}_desc = {a_make}({na}, {a_lbo}, {a_sbo});\n\
+                 {pad}const unsigned long long {nb}_desc = {b_make}({nb}, {b_lbo}, {b_sbo});\n\
+                 {pad}#endif\n"
             )
         } else {
             String::new()

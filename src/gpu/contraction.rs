@@ -147,6 +147,40 @@ pub struct SharedTile {
     pub lines: i64,
     pub chunks_per_line: i64,
     pub line_len: i64,
+    /// How a `wgmma` descriptor names the tile (the `wgmma` engine's).
+    pub descriptor: Option<Descriptor>,
+}
+
+/// The fields of a `wgmma` descriptor of an operand's tile other than its
+/// start address, in bytes. K-major operands: LBO unused (16), 8-row
+/// groups 1024 bytes apart (SBO); MN-major: 64-row groups `tk` lines of
+/// 128 bytes apart; a narrow one (the 64-byte swizzle, 32 wide, see
+/// [`narrow`]): the tile's one group `tk` lines of 64 bytes long, 8-line
+/// groups 512 bytes apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor {
+    pub lbo: i64,
+    pub sbo: i64,
+    /// Bytes of a line of the swizzle: 128, or 64 for a narrow tile.
+    pub swizzle: i64,
+}
+
+/// The descriptor's fields of operand `x`'s tile of `rows` rows and a k
+/// tile of `tk`.
+fn descriptor(x: &Operand, rows: i64, tk: i64) -> Descriptor {
+    if narrow(x, rows) {
+        Descriptor {
+            lbo: tk * 64,
+            sbo: 512,
+            swizzle: 64,
+        }
+    } else {
+        Descriptor {
+            lbo: if x.k_contiguous { 16 } else { tk * 128 },
+            sbo: 1024,
+            swizzle: 128,
+        }
+    }
 }
 
 impl SharedTile {
@@ -222,6 +256,7 @@ impl Contraction {
             lines,
             chunks_per_line: (pitch - SHARED_ROW_PAD) / 8,
             line_len,
+            descriptor: wgmma.then(|| descriptor(x, rows, tk)),
         }
     }
 
@@ -1388,6 +1423,17 @@ mod tests {
             (w.a.lines, w.a.chunks_per_line),
             (t.a.lines, t.a.chunks_per_line)
         );
+        // Descriptors on the wgmma engine only: K-major A's 8-row groups
+        // 1024 bytes apart, MN-major B's 64-row groups 32 lines of 128
+        // bytes apart.
+        assert_eq!(t.a.descriptor, None);
+        let d = |lbo, sbo, swizzle| Some(Descriptor { lbo, sbo, swizzle });
+        assert_eq!(w.a.descriptor, d(16, 1024, 128));
+        assert_eq!(w.b.descriptor, d(32 * 128, 1024, 128));
+        // A 32-wide MN-major B: the 64-byte swizzle.
+        c.tile = [64, 32, 64];
+        let n = c.shared_tiles(true);
+        assert_eq!((n.b.line_len, n.b.descriptor), (32, d(64 * 64, 512, 64)));
     }
 
     #[test]
