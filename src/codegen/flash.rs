@@ -853,6 +853,7 @@ impl Emit<'_> {
 
     fn declare(&mut self) {
         let a = self.a;
+        let layout = a.shared_layout();
         // One array, the buffers at the layout's offsets (the same on the
         // CPU, so a layout whose buffers overlap fails there too).
         if self.emu {
@@ -862,15 +863,14 @@ impl Emit<'_> {
                 a.shared_bytes() / 2
             );
         } else {
-            // The swizzle's XOR takes the line from address bits 7-9.
-            let align = if a.wgmma() { 1024 } else { 128 };
+            let align = layout.align;
             let _ = writeln!(
                 self.out,
                 "extern __shared__ __align__({align}) unsigned short pf_dynamic_shared[];"
             );
         }
         let ty = self.u16();
-        for b in a.shared_layout().all() {
+        for b in layout.all() {
             let _ = writeln!(
                 self.out,
                 "{ty} *const {} = pf_dynamic_shared + {};",

@@ -194,6 +194,8 @@ pub struct SharedBuffers {
     pub keys: SharedBuffer,
     /// One per value operand (`Attention::contractions`).
     pub values: Vec<SharedBuffer>,
+    /// Bytes the dynamic shared memory is aligned to.
+    pub align: usize,
 }
 
 impl SharedBuffers {
@@ -485,6 +487,8 @@ impl Attention {
             query,
             keys,
             values,
+            // The swizzle's XOR takes the line from address bits 7-9.
+            align: if self.wgmma() { 1024 } else { 128 },
         }
     }
     /// Bytes of shared memory a block takes (see [`Self::shared_layout`]);
@@ -1834,6 +1838,7 @@ mod tests {
             (l.keys.end(), tile)
         );
         assert_eq!(l.end(), l.values[0].end());
+        assert_eq!(l.align, 128);
         assert_eq!(att.shared_bytes(), 2 * l.end() as usize);
     }
 
