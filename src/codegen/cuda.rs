@@ -1007,12 +1007,6 @@ fn slot_point(tid: &str, r: &str, b: i64, w: i64) -> String {
     }
 }
 
-/// The most register updates (steps times a thread's register slots) an
-/// unrolled step loop may print: a gemm's 16 steps on 8 x 8 registers.
-/// Beyond, the unrolled body grows the compile time of NVRTC by minutes
-/// for no gain.
-const MAX_UNROLLED_UPDATES: i64 = 1024;
-
 /// A loop with a constant trip count (`constant_trip`) and no test
 /// beyond its bound: every one of its `trips` iterations `start + k step`
 /// runs.
@@ -1512,14 +1506,13 @@ impl Ctx<'_> {
             printed: [init, cond, inc],
             body,
         } = *head;
-        // A register tile's step loop (`GpuOptions::unroll`)
-        // runs to its constant bound, the rest of its
-        // condition tested inside.
-        let steps = match self.regs {
-            Some(r) if !self.emulate && self.in_regs && self.in_scope && r.unroll => {
-                let slots: i64 = r.counts(self.plan.block).iter().product();
+        // A register tile's step loop of at most the steps the gpu stage
+        // unrolls (`RegisterTile::unrolled_steps`) runs to its constant
+        // bound, the rest of its condition tested inside.
+        let steps = match self.regs.and_then(|r| r.unrolled_steps) {
+            Some(most) if !self.emulate && self.in_regs && self.in_scope => {
                 constant_trip(iterator, n_init, n_cond, n_inc)
-                    .filter(|(_, _, trips)| trips.saturating_mul(slots) <= MAX_UNROLLED_UPDATES)
+                    .filter(|(_, _, trips)| *trips <= most)
             }
             _ => None,
         };
