@@ -2559,15 +2559,6 @@ impl Ctx<'_> {
             .as_ref()
             .and_then(|(t, _, _)| self.scop.tensor(t))
             .map(|t| t.dtype);
-        // Every tile whole: the extents are known (parameters with values)
-        // and multiples of the tile sizes.
-        let values = self.program.known_params();
-        let known = |e: &Expr| crate::gpu::eval(e, &values).ok();
-        let full_tiles = c
-            .extents
-            .iter()
-            .zip(c.tile)
-            .all(|(e, t)| known(e).is_some_and(|x| x > 0 && x % t == 0));
         let region = super::mma::Region {
             c,
             mark: self.kernel_mark(),
@@ -2588,7 +2579,7 @@ impl Ctx<'_> {
             moved: moved_dtype.map(|t| (&moved_element as &super::mma::ElementAt, t)),
             zero_init: regs.init.is_some(),
             epilogue,
-            full_tiles,
+            full_tiles: c.every_tile_whole(self.program),
         };
         out.push_str(&region.print(depth + 1));
         let _ = writeln!(out, "{pad}}}");

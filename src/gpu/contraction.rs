@@ -295,6 +295,20 @@ impl Contraction {
         narrow(&self.b, self.tile[1])
     }
 
+    /// Whether every tile is whole, known when the kernel is compiled: the
+    /// extents are constants in `program`'s parameter values, multiples
+    /// of the tile sizes along `m`, `n` and `k` (then the region's copies
+    /// need no test of the k tile's end and its epilogue none of the
+    /// output's bounds; see `codegen::mma::Region::full_tiles`).
+    pub fn every_tile_whole(&self, program: &Program) -> bool {
+        let values = program.known_params();
+        let known = |e: &Expr| super::eval(e, &values).ok();
+        self.extents
+            .iter()
+            .zip(self.tile)
+            .all(|(e, t)| known(e).is_some_and(|x| x > 0 && x % t == 0))
+    }
+
     /// Threads per block.
     pub fn threads(&self) -> u32 {
         (32 * self.warps[0] * self.warps[1]) as u32
@@ -1434,6 +1448,30 @@ mod tests {
         c.tile = [64, 32, 64];
         let n = c.shared_tiles(true);
         assert_eq!((n.b.line_len, n.b.descriptor), (32, d(64 * 64, 512, 64)));
+    }
+
+    #[test]
+    fn every_tile_is_whole_where_the_known_extents_are_multiples_of_the_tile() {
+        let json = program(
+            "f16",
+            ROW_MAJOR,
+            C_F32,
+            "",
+            &["C(i, j) +=! A(i, k) * B(k, j)"],
+        );
+        let p = crate::frontend::load_str(&json, "mm.json").unwrap();
+        let mut c = contraction(&json, &user_sizes()).expect("recognised");
+        // 256 x 192 x 160 in tiles of 64 x 64 x 32.
+        assert!(c.every_tile_whole(&p));
+        // 192 columns in tiles of 128: the last is partial.
+        c.tile = [64, 128, 32];
+        assert!(!c.every_tile_whole(&p));
+        // An extent without a value is not known to be whole.
+        let symbolic = json.replace(r#""M": 256"#, r#""M": null"#);
+        let q = crate::frontend::load_str(&symbolic, "mm.json").unwrap();
+        let c = contraction(&symbolic, &user_sizes()).expect("recognised");
+        assert_eq!(c.tile, [64, 64, 32]);
+        assert!(!c.every_tile_whole(&q));
     }
 
     #[test]
