@@ -492,6 +492,11 @@ fn double_buffered_tiles_fetch_the_next_step_while_computing_on_this_one() {
     ] {
         assert!(cuda.contains(text), "{text}\n{cuda}");
     }
+    // The launch record counts what the kernel declares: both stages of
+    // both arrays (2 x 2112 f32 each).
+    let c = compile(&p, &options).unwrap();
+    let kernels = &c.cuda.as_ref().unwrap().kernels;
+    assert_eq!(kernels[0].static_shared, 2 * 4224 * 4, "{kernels:?}");
     // Without the vector layout, with a batch (tiles of one) and odd
     // sizes.
     let mut plain = gpu_options(&[1, 32]);

@@ -593,38 +593,25 @@ impl Printed<'_> {
         };
         let scope = thread_plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
         let arrays = scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]);
-        let stages = if scope.is_some_and(|s| s.double_buffered) {
-            2
-        } else {
-            1
-        };
-        self.declare_shared(mark, arrays, stages, contraction);
-        let threads: u32 = plan.block.iter().product();
+        self.declare_shared(mark, arrays, contraction);
         let ctx = Ctx {
             program,
             scop,
             printer: self.printer,
             params: self.params,
-            has_threads: threads > 1,
-            emulate: None,
-            scope,
+            plan,
+            threads: thread_plan,
+            emulate: false,
             in_scope: false,
-            reduce_x: thread_plan.reduce_x,
             regs: regs_of_kernel.as_ref(),
             in_regs: false,
-            block: plan.block,
             full_tile: None,
             slot_tests: &[],
             nosync: false,
-            mma: contraction,
-            private: &thread_plan.private,
             repeated_private: &repeated,
-            mark,
             bound: host_iterators,
             step_loop: None,
             staged: false,
-            lanes: thread_plan.lanes.as_deref(),
-            lane_axis: thread_plan.lane_axis,
             in_lanes: false,
             row_caches: &[],
             store_in_fours: false,
@@ -641,11 +628,11 @@ impl Printed<'_> {
         // statement; templates print their own accesses (`codegen::race`).
         let race = contraction.is_none() && thread_plan.lanes.is_none();
         if race {
-            self.watch_races(mark, plan.block, arrays, stages);
+            self.watch_races(mark, plan.block, arrays);
         }
-        self.emulate_shared(mark, arrays, stages, contraction);
+        self.emulate_shared(mark, arrays, contraction);
         let emu = Ctx {
-            emulate: Some(plan.block),
+            emulate: true,
             ..ctx
         };
         self.printer.race.set(race);
@@ -655,13 +642,12 @@ impl Printed<'_> {
         Ok(())
     }
 
-    /// The shared arrays of kernel `mark` (`stages` copies of each
-    /// promoted tile, and a contraction's own), declared in its CUDA.
+    /// The shared arrays of kernel `mark` (each promoted tile's, every
+    /// stage of it, and a contraction's own), declared in its CUDA.
     fn declare_shared(
         &mut self,
         mark: &str,
         arrays: &[Promotion],
-        stages: i64,
         contraction: Option<&Contraction>,
     ) {
         for a in arrays {
@@ -673,7 +659,7 @@ impl Printed<'_> {
                 "  __shared__ {align}{} {}[{}];",
                 storage_type(a.dtype),
                 a.buffer,
-                a.len * stages
+                a.layout.elements()
             );
         }
         if let Some(c) = contraction {
@@ -684,7 +670,7 @@ impl Printed<'_> {
 
     /// The race detector's start of kernel `mark` in the emulation: its
     /// block size, and its shared arrays as memory the detector watches.
-    fn watch_races(&mut self, mark: &str, block: [u32; 3], arrays: &[Promotion], stages: i64) {
+    fn watch_races(&mut self, mark: &str, block: [u32; 3], arrays: &[Promotion]) {
         let [x, y, z] = block;
         let _ = writeln!(
             self.emulation,
@@ -697,7 +683,7 @@ impl Printed<'_> {
                 self.scop.tensors.len() + k,
                 a.buffer,
                 a.tensor,
-                a.len * stages
+                a.layout.elements()
             );
         }
     }
@@ -708,7 +694,6 @@ impl Printed<'_> {
         &mut self,
         mark: &str,
         arrays: &[Promotion],
-        stages: i64,
         contraction: Option<&Contraction>,
     ) {
         for a in arrays {
@@ -717,7 +702,7 @@ impl Printed<'_> {
                 "    static {} {}[{}];",
                 super::c::storage_type(a.dtype),
                 a.buffer,
-                a.len * stages
+                a.layout.elements()
             );
         }
         if let Some(c) = contraction {
@@ -957,21 +942,17 @@ struct Ctx<'a> {
     scop: &'a Scop,
     printer: &'a Printer<'a>,
     params: &'a [String],
-    has_threads: bool,
-    /// `Some(block)`: print the CPU emulation for this block size.
-    emulate: Option<[u32; 3]>,
-    /// The kernel's shared-memory promotions, if any.
-    scope: Option<&'a Scope>,
+    /// The kernel's plan and its thread mapping: its block, its mark,
+    /// its promotions, its contraction, its private regions, its lanes.
+    plan: &'a KernelPlan,
+    threads: &'a ThreadPlan,
+    /// Print the CPU emulation (of the plan's block size).
+    emulate: bool,
     /// Inside the promotion scope: promoted reads use the shared copies.
     in_scope: bool,
-    /// The kernel runs a reduction across `threadIdx.x`: statements of the
-    /// thread region outside that reduction run on lane 0 only.
-    reduce_x: bool,
     /// The kernel's register tile, and whether we are inside its region.
     regs: Option<&'a RegisterTile>,
     in_regs: bool,
-    /// Threads per block (x, y, z).
-    block: [u32; 3],
     /// Inside a register region whose tile is known to be full: the
     /// counted thread loops need no bound test, and the slot loops named
     /// here need no test of their start either (`FullTile`).
@@ -983,15 +964,9 @@ struct Ctx<'a> {
     /// The next loop needs no barrier after each iteration (no dependence
     /// it carries crosses threads).
     nosync: bool,
-    /// The kernel's contraction on tensor cores, if any.
-    mma: Option<&'a Contraction>,
-    /// The kernel's thread-private regions (`private_<k>` marks).
-    private: &'a [PrivateRegion],
     /// Private regions whose mark isl printed more than once (see
     /// [`repeated_marks`]).
     repeated_private: &'a [String],
-    /// The kernel's mark (`kernel_K`).
-    mark: &'a str,
     /// The iterators of the loops printed around this point.
     bound: &'a [String],
     /// The plain loop whose body is the node being printed: (iterator,
@@ -1000,11 +975,6 @@ struct Ctx<'a> {
     /// Inside a double-buffered promotion scope: shared reads take the
     /// stage `pf_stage` of their array.
     staged: bool,
-    /// A warp per row whose lanes share the row's loops (`gpu::lanes`):
-    /// the states of the split reduction loops.
-    lanes: Option<&'a [LaneLoop]>,
-    /// The thread axis of the lanes (`gpu::lanes::LaneAxis`).
-    lane_axis: crate::gpu::lanes::LaneAxis,
     /// Inside a loop the lanes share: every lane runs its statements.
     in_lanes: bool,
     /// Input rows the lanes keep in registers across the row's loops.
@@ -1053,12 +1023,6 @@ fn slot_point(tid: &str, r: &str, b: i64, w: i64) -> String {
         format!("({r} / {w}) * {} + {tid} * {w} + {r} % {w}", b * w)
     }
 }
-
-/// The most register updates (steps times a thread's register slots) an
-/// unrolled step loop may print: a gemm's 16 steps on 8 x 8 registers.
-/// Beyond, the unrolled body grows the compile time of NVRTC by minutes
-/// for no gain.
-const MAX_UNROLLED_UPDATES: i64 = 1024;
 
 /// A loop with a constant trip count (`constant_trip`) and no test
 /// beyond its bound: every one of its `trips` iterations `start + k step`
@@ -1159,12 +1123,12 @@ fn constant_trip(
 /// The start of the current stage of a double-buffered shared array, as
 /// the prefix `expr + ` of an index (see `Ctx::copy_in_stages`).
 fn this_stage(a: &Promotion) -> String {
-    format!("pf_stage * {} + ", a.len)
+    format!("pf_stage * {} + ", a.layout.stage_len)
 }
 
 /// The start of the other stage (the next step's tiles).
 fn other_stage(a: &Promotion) -> String {
-    format!("(1 - pf_stage) * {} + ", a.len)
+    format!("(1 - pf_stage) * {} + ", a.layout.stage_len)
 }
 
 fn id_of(p: &Pending) -> String {
@@ -1219,10 +1183,38 @@ fn has_work(n: &Node) -> bool {
     matches!(n, Node::User { .. }) || n.children().into_iter().any(has_work)
 }
 
+impl<'a> Ctx<'a> {
+    /// The block has more than one thread.
+    fn has_threads(&self) -> bool {
+        self.plan.block.iter().product::<u32>() > 1
+    }
+
+    /// The kernel's shared-memory promotions, if it has any.
+    fn scope(&self) -> Option<&'a Scope> {
+        self.threads.scope.as_ref().filter(|s| !s.arrays.is_empty())
+    }
+
+    /// The kernel's contraction on tensor cores, if any.
+    fn mma(&self) -> Option<&'a Contraction> {
+        self.plan.contraction()
+    }
+
+    /// The kernel's mark (`kernel_K`).
+    fn kernel_mark(&self) -> &'a str {
+        &self.plan.mark
+    }
+
+    /// A warp per row whose lanes share the row's loops (`gpu::lanes`):
+    /// the states of the split reduction loops.
+    fn lanes(&self) -> Option<&'a [LaneLoop]> {
+        self.threads.lanes.as_deref()
+    }
+}
+
 impl Ctx<'_> {
     /// Printing an emulation the race detector watches (`codegen::race`).
     fn race(&self) -> bool {
-        self.emulate.is_some() && self.printer.race.get()
+        self.emulate && self.printer.race.get()
     }
 
     /// The emulation's barrier: the next epoch of the block for the race
@@ -1367,15 +1359,15 @@ impl Ctx<'_> {
                 // part of the row, so a part's lanes load what lane 0
                 // stored at the end of the part before; the row's threads
                 // wait for it.
-                let row_parts = self.lanes.is_some()
+                let row_parts = self.lanes().is_some()
                     && !self.in_lanes
                     && in_thread
                     && pending.iter().any(|p| p.0)
-                    && self.emulate.is_none();
+                    && !self.emulate;
                 for (i, c) in v.iter().enumerate() {
-                    if i > 0 && !in_thread && self.has_threads && self.emulate.is_none() {
+                    if i > 0 && !in_thread && self.has_threads() && !self.emulate {
                         let _ = writeln!(out, "{pad}__syncthreads();");
-                    } else if i > 0 && !in_thread && self.has_threads {
+                    } else if i > 0 && !in_thread && self.has_threads() {
                         self.race_barrier(&pad, out);
                     } else if i > 0 && row_parts {
                         let _ = writeln!(out, "{pad}{};", self.lane_barrier());
@@ -1407,9 +1399,9 @@ impl Ctx<'_> {
         let (iterator, body) = (head.iterator, head.body);
         let unmapped = pending.iter().all(|p| p.2 != iterator);
         if unmapped
-            && (in_thread || !self.has_threads)
+            && (in_thread || !self.has_threads())
             && !self.in_regs
-            && self.lanes.is_none()
+            && self.lanes().is_none()
             && self.narrow_fold_loop(n, depth, pending, in_thread, out)
         {
             return;
@@ -1418,7 +1410,7 @@ impl Ctx<'_> {
         // Inside a thread (no barrier in the loop, whose threads
         // may take different copies): unswitched on a select the
         // loop does not change (`unswitch`).
-        if matched.is_none() && in_thread && self.lanes.is_none() {
+        if matched.is_none() && in_thread && self.lanes().is_none() {
             if let Some(c) = self.invariant_select(body) {
                 for (arm, open) in [(true, format!("if ({c})")), (false, "} else".into())] {
                     let _ = writeln!(out, "{pad}{open} {{");
@@ -1452,12 +1444,12 @@ impl Ctx<'_> {
         bound.push(iterator.to_string());
         // Each step ends with a barrier on the GPU when a thread's
         // next step may read what another thread wrote.
-        let synced = !self.nosync && !opened.in_thread && self.has_threads && has_work(body);
-        let step_barrier = self.emulate.is_none() && synced;
+        let synced = !self.nosync && !opened.in_thread && self.has_threads() && has_work(body);
+        let step_barrier = !self.emulate && synced;
         // A promotion point right below this loop may be double
         // buffered along it when the steps are ordered by that
         // barrier (in the emulation, by running one after another).
-        let shared_body = (step_barrier || self.emulate.is_some())
+        let shared_body = (step_barrier || self.emulate)
             && matches!(body, Node::Mark { name, .. } if name == "shared");
         let step_loop = match (matched, head.inc) {
             (None, Expr::Int(step)) if *step > 0 && !opened.step_guard && shared_body => {
@@ -1499,33 +1491,31 @@ impl Ctx<'_> {
     ) -> OpenLoop {
         let pad = "  ".repeat(depth);
         let (iterator, cond) = (head.iterator, head.printed[1]);
-        let (id, count) = match self.emulate {
-            Some(block) => {
-                let axis = (p.1 as u8).saturating_sub(b'x') as usize;
-                let (var, count) = if p.0 {
-                    (format!("pf_thread_{}", p.1), block[axis.min(2)])
-                } else {
-                    (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
-                };
-                let test = self.emulated_test(&var, count, true, p.0, p.1);
-                let _ = writeln!(
-                    out,
-                    "{pad}for (pf_i {var} = {}; {test}; {var}--)",
-                    count - 1
-                );
-                (var, count.to_string())
+        let (id, count) = if self.emulate {
+            let block = self.plan.block;
+            let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+            let (var, count) = if p.0 {
+                (format!("pf_thread_{}", p.1), block[axis.min(2)])
+            } else {
+                (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
+            };
+            let test = self.emulated_test(&var, count, true, p.0, p.1);
+            let _ = writeln!(
+                out,
+                "{pad}for (pf_i {var} = {}; {test}; {var}--)",
+                count - 1
+            );
+            (var, count.to_string())
+        } else {
+            // Mappings above this one lost their loop: index 0.
+            let guard = self.guard(above);
+            if !guard.is_empty() {
+                let _ = writeln!(out, "{pad}if ({guard})");
             }
-            None => {
-                // Mappings above this one lost their loop: index 0.
-                let guard = self.guard(above);
-                if !guard.is_empty() {
-                    let _ = writeln!(out, "{pad}if ({guard})");
-                }
-                (
-                    format!("(pf_i){}", id_of(p)),
-                    format!("(pf_i){}", count_of(p)),
-                )
-            }
+            (
+                format!("(pf_i){}", id_of(p)),
+                format!("(pf_i){}", count_of(p)),
+            )
         };
         let head = self.distributed_head(iterator, (head.init, cond, head.inc), (&id, &count), p.0);
         let _ = writeln!(out, "{pad}{head}");
@@ -1560,24 +1550,26 @@ impl Ctx<'_> {
             printed: [init, cond, inc],
             body,
         } = *head;
-        // A register tile's step loop (`GpuOptions::unroll`)
-        // runs to its constant bound, the rest of its
-        // condition tested inside.
-        let steps = match self.regs {
-            Some(r) if self.emulate.is_none() && self.in_regs && self.in_scope && r.unroll => {
-                let slots: i64 = r.counts(self.block).iter().product();
+        // A register tile's step loop of at most the steps the gpu stage
+        // unrolls (`RegisterTile::unrolled_steps`) runs to its constant
+        // bound, the rest of its condition tested inside.
+        let steps = match self.regs.and_then(|r| r.unrolled_steps) {
+            Some(most) if !self.emulate && self.in_regs && self.in_scope => {
                 constant_trip(iterator, n_init, n_cond, n_inc)
-                    .filter(|(_, _, trips)| trips.saturating_mul(slots) <= MAX_UNROLLED_UPDATES)
+                    .filter(|(_, _, trips)| *trips <= most)
             }
             _ => None,
         };
-        let unrolled_private = self.emulate.is_none() && self.indexes_private(body, iterator);
+        let unrolled_private = !self.emulate && self.indexes_private(body, iterator);
         let counted = counted_loop(iterator, n_init, n_cond, n_inc);
         // Reads this loop takes from registers loaded ahead of it.
         let mut run_reads = 0;
-        if let (true, true, true, Some(l)) =
-            (unrolled_private, in_thread, self.lanes.is_none(), &counted)
-        {
+        if let (true, true, true, Some(l)) = (
+            unrolled_private,
+            in_thread,
+            self.lanes().is_none(),
+            &counted,
+        ) {
             let copies = self.row_copies(body, l, depth, out);
             run_reads = copies.len();
             self.printer
@@ -1638,7 +1630,7 @@ impl Ctx<'_> {
                 };
                 inner.node(body, depth, pending, in_thread, out);
             }
-            "registers" => match (self.mma, self.regs) {
+            "registers" => match (self.mma(), self.regs) {
                 (Some(c), Some(regs)) => {
                     if runs_statement(body, &c.statement) {
                         self.mma_region(c, regs, depth, out)
@@ -1652,6 +1644,7 @@ impl Ctx<'_> {
             },
             _ if name.starts_with("private_") => {
                 match self
+                    .threads
                     .private
                     .iter()
                     .find(|r| r.mark == name && !self.names_unbound(&r.prefix_values))
@@ -1664,7 +1657,7 @@ impl Ctx<'_> {
             }
             _ if LaneLoop::index(name).is_some() => {
                 let k = LaneLoop::index(name).unwrap_or(usize::MAX);
-                match self.lanes.and_then(|l| l.get(k)) {
+                match self.lanes().and_then(|l| l.get(k)) {
                     Some(l) => self.lane_loop(k, l, body, depth, pending, in_thread, out),
                     None => self.node(body, depth, pending, in_thread, out),
                 }
@@ -1686,7 +1679,7 @@ impl Ctx<'_> {
                     // statements inside a loop its lanes share were
                     // guarded to lane 0 and separated by barriers, which
                     // lanes with different trip counts never all reach.
-                    let rows = m.0 && self.lanes.is_some();
+                    let rows = m.0 && self.lanes().is_some();
                     let mut p = pending.to_vec();
                     p.push(m);
                     self.node(body, depth, &p, in_thread || rows, out);
@@ -1711,7 +1704,7 @@ impl Ctx<'_> {
         out: &mut String,
     ) {
         let opens = self
-            .scope
+            .scope()
             .is_some_and(|s| !self.in_scope && !self.names_unbound(&s.prefix_values));
         if !opens {
             self.node(body, depth, pending, in_thread, out);
@@ -1719,8 +1712,8 @@ impl Ctx<'_> {
         }
         let pad = "  ".repeat(depth);
         let _ = writeln!(out, "{pad}{{");
-        let staged = match (self.scope, self.step_loop) {
-            (Some(scope), Some(step)) if scope.double_buffered => {
+        let staged = match (self.scope(), self.step_loop) {
+            (Some(scope), Some(step)) if scope.double_buffered() => {
                 self.copy_in_stages(step, depth + 1, out);
                 true
             }
@@ -2100,12 +2093,12 @@ impl Ctx<'_> {
             );
         };
         let _ = writeln!(out, "{pad}{{");
-        if self.emulate.is_some() {
+        if self.emulate {
             let all = self.printer.combine(op, t, "pf_red_all", "pf_red");
             let _ = writeln!(out, "{pad}  {ty} pf_red_all = {ident};");
             // Lane `l` is thread `l` along x for the race detector (a
             // warp along x, as the GPU code assumes).
-            let test = if self.block[0] == 32 {
+            let test = if self.plan.block[0] == 32 {
                 self.emulated_test("pf_lane", 32, true, true, 'x')
             } else {
                 "pf_lane >= 0".to_string()
@@ -2147,7 +2140,7 @@ impl Ctx<'_> {
     /// A bound or start that names other slots is tested where it is
     /// tightest over them (`slot_box`).
     fn full_tile_test(&self, regs: &RegisterTile, body: &Node) -> Option<FullTile> {
-        let counts = regs.counts(self.block);
+        let counts = regs.counts(self.plan.block);
         let nt = regs.thread_dims;
         let allowed = &regs.block_iterators;
         let mut tests = Vec::new();
@@ -2202,7 +2195,7 @@ impl Ctx<'_> {
         // The last slot of each counted thread loop.
         let last_slot = |axis: char| {
             let axis = (axis as u8).saturating_sub(b'x') as usize;
-            let b = i64::from(self.block[axis.min(2)]);
+            let b = i64::from(self.plan.block[axis.min(2)]);
             counts[nt - 1 - axis.min(nt - 1)] * b - 1
         };
         let slots: BTreeMap<String, i64> = found
@@ -2216,7 +2209,7 @@ impl Ctx<'_> {
             // `c5 >= max(0, (c0 - c1) + c4)`): every slot is past it when
             // its largest value over them is at most 0. A start in other
             // names (a sequential loop's) keeps the slot's own test.
-            if let Some(test) = self.start_test(&iterator, &init, &slots) {
+            if let Some(test) = self.start_test(regs, &iterator, &init, &slots) {
                 if !tests.contains(&test) {
                     tests.push(test);
                 }
@@ -2255,16 +2248,17 @@ impl Ctx<'_> {
         })
     }
 
-    /// The test that the start `init` of slot loop `iterator` is at most 0
-    /// for every value of the other slots, when it names other slots and
-    /// nothing but them, the block iterators and the parameters.
+    /// The test that the start `init` of slot loop `iterator` of tile
+    /// `regs` is at most 0 for every value of the other slots, when it
+    /// names other slots and nothing but them, the tile's block iterators
+    /// and the parameters.
     fn start_test(
         &self,
+        regs: &RegisterTile,
         iterator: &str,
         init: &Expr,
         slots: &BTreeMap<String, i64>,
     ) -> Option<String> {
-        let regs = self.regs?;
         let mut others = slots.clone();
         others.remove(iterator);
         let names = init.ids();
@@ -2305,7 +2299,7 @@ impl Ctx<'_> {
         let nt = regs.thread_dims;
         let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
         let mut idx = String::new();
-        if self.emulate.is_some() {
+        if self.emulate {
             for a in &axes {
                 let _ = write!(idx, "[pf_thread_{a}]");
             }
@@ -2329,13 +2323,13 @@ impl Ctx<'_> {
     ) {
         let pad = "  ".repeat(depth);
         let nt = regs.thread_dims;
-        let counts = regs.counts(self.block);
+        let counts = regs.counts(self.plan.block);
         let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
         let tensor = self
             .scop
             .tensor(&regs.tensor)
             .expect("register tiles come from the model");
-        let emulate = self.emulate.is_some();
+        let emulate = self.emulate;
         // f16 and bf16 elements are held in f32 (see
         // `expr::WIDE_REGISTER_PREFIX`): converted when loaded and stored.
         let narrow = regs.dtype.is_narrow_float();
@@ -2350,7 +2344,7 @@ impl Ctx<'_> {
         let mut dims = String::new();
         if emulate {
             for a in &axes {
-                let b = self.block[(*a as u8 - b'x') as usize];
+                let b = self.plan.block[(*a as u8 - b'x') as usize];
                 let _ = write!(dims, "[{b}]");
             }
         }
@@ -2625,18 +2619,6 @@ impl Ctx<'_> {
             .as_ref()
             .and_then(|(t, _, _)| self.scop.tensor(t))
             .map(|t| t.dtype);
-        // Every tile whole: the extents are known (parameters with values)
-        // and multiples of the tile sizes.
-        let values = self.program.known_params();
-        let known = |e: &Expr| crate::gpu::eval(e, &values).ok();
-        let full_tiles = c
-            .extents
-            .iter()
-            .zip(c.tile)
-            .all(|(e, t)| known(e).is_some_and(|x| x > 0 && x % t == 0))
-            && c.terms
-                .iter()
-                .all(|t| known(&t.k_extent).is_some_and(|x| x > 0 && x % c.tile[2] == 0));
         let terms: Vec<super::mma::TermRegion> = c
             .terms
             .iter()
@@ -2649,8 +2631,8 @@ impl Ctx<'_> {
             .collect();
         let region = super::mma::Region {
             c,
-            mark: self.mark,
-            emulate: self.emulate.map(|_| c.threads()),
+            mark: self.kernel_mark(),
+            emulate: self.emulate.then(|| c.threads()),
             origin: [
                 regs.block_iterators[regs.block_iterators.len() - 2].clone(),
                 regs.block_iterators[regs.block_iterators.len() - 1].clone(),
@@ -2667,7 +2649,7 @@ impl Ctx<'_> {
             moved: moved_dtype.map(|t| (&moved_element as &super::mma::ElementAt, t)),
             zero_init: regs.init.is_some(),
             epilogue,
-            full_tiles,
+            full_tiles: c.every_tile_whole(self.program),
             terms,
         };
         out.push_str(&region.print(depth + 1));
@@ -2702,7 +2684,7 @@ impl Ctx<'_> {
         if !guard.is_empty() {
             conds.push(guard.to_string());
         }
-        if self.emulate.is_none() && !in_thread && self.has_threads {
+        if !self.emulate && !in_thread && self.has_threads() {
             // Axes outside the tile: their thread 0.
             for a in ['x', 'y', 'z'] {
                 if !axes.contains(&a) {
@@ -2738,9 +2720,9 @@ impl Ctx<'_> {
         mut depth: usize,
         out: &mut String,
     ) -> (usize, Vec<String>) {
-        let emulate = self.emulate.is_some();
-        let counts = regs.counts(self.block);
-        let threads = |a: char| self.block[(a as u8 - b'x') as usize];
+        let emulate = self.emulate;
+        let counts = regs.counts(self.plan.block);
+        let threads = |a: char| self.plan.block[(a as u8 - b'x') as usize];
         let line = |out: &mut String, depth: usize, text: String| {
             let _ = writeln!(out, "{}{text}", "  ".repeat(depth));
         };
@@ -2784,7 +2766,7 @@ impl Ctx<'_> {
                 &tid,
                 &format!("pf_r{a}"),
                 i64::from(b),
-                regs.group(self.block, j),
+                regs.group(self.plan.block, j),
             );
             line(out, depth, format!("const pf_i pf_t{j} = {point};"));
         }
@@ -2817,7 +2799,7 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
             }
         }
-        let emulate = self.emulate.is_some();
+        let emulate = self.emulate;
         let mut views = std::collections::HashMap::new();
         // A region isl printed in several pieces (one iteration of the
         // thread loops split by the AST into separate code) passes its
@@ -2900,7 +2882,7 @@ impl Ctx<'_> {
         let store_guard = self.statement_guard(pending, in_thread);
         // With lanes sharing the rows, every lane keeps its own copy (and
         // lane 0 stores it).
-        let load_guard = if self.lanes.is_some() && in_thread {
+        let load_guard = if self.lanes().is_some() && in_thread {
             self.guard(pending)
         } else {
             store_guard.clone()
@@ -3003,9 +2985,9 @@ impl Ctx<'_> {
         self.printer.privates.borrow_mut().extend(views);
         // Rows of inputs the lanes read in several loops of the row stay
         // in registers (see `lanes::RowCache`).
-        let caches = if self.lanes.is_some()
+        let caches = if self.lanes().is_some()
             && in_thread
-            && matches!(self.lane_axis, crate::gpu::lanes::LaneAxis::X)
+            && matches!(self.threads.lane_axis, crate::gpu::lanes::LaneAxis::X)
         {
             self.row_caches(body)
         } else {
@@ -3046,7 +3028,7 @@ impl Ctx<'_> {
         statement: &str,
         env: &std::collections::HashMap<String, String>,
     ) {
-        if let (true, Some(scope)) = (self.in_scope, self.scope) {
+        if let (true, Some(scope)) = (self.in_scope, self.scope()) {
             let mut o = self.printer.overrides.borrow_mut();
             o.clear();
             for ((stmt, key), (k, subs)) in &scope.accesses {
@@ -3056,7 +3038,7 @@ impl Ctx<'_> {
                 let a = &scope.arrays[*k];
                 let idx: Vec<String> = subs
                     .iter()
-                    .zip(&a.pitch)
+                    .zip(&a.layout.pitch)
                     .enumerate()
                     .map(|(d, (e, p))| {
                         format!("({} - pf_o{k}_{d}) * {p}", self.printer.affine(e, env))
@@ -3185,7 +3167,7 @@ impl Ctx<'_> {
         self.prefix_constants(depth, out);
         self.offsets("pf_o", None, depth, out);
         self.copy_loops("pf_o", "", depth, out);
-        if self.emulate.is_none() {
+        if !self.emulate {
             let _ = writeln!(out, "{pad}__syncthreads();");
         } else {
             self.race_barrier(&pad, out);
@@ -3206,7 +3188,7 @@ impl Ctx<'_> {
     /// are copied to the other stage here, before the body, which reads
     /// only its own stage.
     fn copy_in_stages(&self, step: (&str, &Expr, &Expr, i64), depth: usize, out: &mut String) {
-        let Some(scope) = self.scope else {
+        let Some(scope) = self.scope() else {
             return;
         };
         let (it, start, cond, s) = step;
@@ -3222,7 +3204,7 @@ impl Ctx<'_> {
         );
         let _ = writeln!(out, "{pad}if ({it} == ({start})) {{");
         self.copy_loops("pf_o", "", depth + 1, out);
-        if self.emulate.is_none() {
+        if !self.emulate {
             let _ = writeln!(out, "{pad}  __syncthreads();");
         } else {
             self.race_barrier(&format!("{pad}  "), out);
@@ -3234,7 +3216,7 @@ impl Ctx<'_> {
             self.e(&shift(cond, it, s))
         );
         self.offsets("pf_n", Some((it, s)), depth, out);
-        if self.emulate.is_some() {
+        if self.emulate {
             let _ = writeln!(out, "{pad}if (pf_has_next) {{");
             for (k, a) in scope.arrays.iter().enumerate() {
                 self.copy_array("pf_n", k, &other_stage(a), depth + 1, out);
@@ -3271,10 +3253,10 @@ impl Ctx<'_> {
     /// [`Self::copy_in_stages`]): each thread stores the next tiles'
     /// elements it loaded into the other stage.
     fn store_next_stage(&self, depth: usize, out: &mut String) {
-        let Some(scope) = self.scope else {
+        let Some(scope) = self.scope() else {
             return;
         };
-        if self.emulate.is_some() {
+        if self.emulate {
             return;
         }
         let pad = "  ".repeat(depth);
@@ -3301,7 +3283,7 @@ impl Ctx<'_> {
 
     /// The prefix iterators isl generated no loop for, as constants.
     fn prefix_constants(&self, depth: usize, out: &mut String) {
-        let Some(scope) = self.scope else {
+        let Some(scope) = self.scope() else {
             return;
         };
         let pad = "  ".repeat(depth);
@@ -3316,7 +3298,7 @@ impl Ctx<'_> {
     /// current prefix or, with `next = (iterator, step)`, at the next
     /// iteration of that loop.
     fn offsets(&self, name: &str, next: Option<(&str, i64)>, depth: usize, out: &mut String) {
-        let Some(scope) = self.scope else {
+        let Some(scope) = self.scope() else {
             return;
         };
         let pad = "  ".repeat(depth);
@@ -3333,7 +3315,7 @@ impl Ctx<'_> {
 
     /// Four elements per step where the copy of `a` may read 16 bytes.
     fn copy_width(&self, a: &Promotion) -> i64 {
-        if a.vector4 && self.emulate.is_none() {
+        if a.vector4 && !self.emulate {
             4
         } else {
             1
@@ -3387,7 +3369,7 @@ impl Ctx<'_> {
                 .affine(&tensor.shape[d], &std::collections::HashMap::new());
             let _ = writeln!(out, "{pad}const pf_i pf_g{d} = {offsets}{k}_{d} + pf_a{d};");
             conds.push(format!("pf_g{d} >= 0 && pf_g{d} < {extent}"));
-            local.push(format!("pf_a{d} * {}", a.pitch[d]));
+            local.push(format!("pf_a{d} * {}", a.layout.pitch[d]));
             global = if d == 0 {
                 format!("pf_g{d}")
             } else {
@@ -3412,7 +3394,7 @@ impl Ctx<'_> {
     /// innermost). `base` (empty or `expr + `) selects a stage of a
     /// double-buffered array.
     fn group_index(a: &Promotion, base: &str, local: &str, j: i64) -> String {
-        let step = j * a.pitch[a.sizes.len().max(1) - 1];
+        let step = j * a.layout.pitch[a.sizes.len().max(1) - 1];
         format!("{base}{local} + {step}")
     }
 
@@ -3420,7 +3402,7 @@ impl Ctx<'_> {
     /// memory at offsets `<offsets><k>_<d>` into its shared array, at
     /// `base` (empty, or `expr + ` for a stage of a double buffer).
     fn copy_loops(&self, offsets: &str, base: &str, depth: usize, out: &mut String) {
-        let Some(scope) = self.scope else {
+        let Some(scope) = self.scope() else {
             return;
         };
         for k in 0..scope.arrays.len() {
@@ -3430,19 +3412,19 @@ impl Ctx<'_> {
 
     /// The cooperative copy of array `k` (see [`Self::copy_loops`]).
     fn copy_array(&self, offsets: &str, k: usize, base: &str, depth: usize, out: &mut String) {
-        let Some(a) = self.scope.and_then(|s| s.arrays.get(k)) else {
+        let Some(a) = self.scope().and_then(|s| s.arrays.get(k)) else {
             return;
         };
         let pad = "  ".repeat(depth);
         let box_len: i64 = a.sizes.iter().product();
         let width = self.copy_width(a);
-        if self.emulate.is_some() {
+        if self.emulate {
             let _ = writeln!(out, "{pad}for (pf_i pf_e = 0; pf_e < {box_len}; pf_e++) {{");
             if self.race() {
                 // The thread that copies this element on the GPU (groups
                 // of four where the GPU moves four at once).
                 let group = if a.vector4 { 4 } else { 1 };
-                let threads: u32 = self.block.iter().product();
+                let threads: u32 = self.plan.block.iter().product();
                 let _ = writeln!(
                     out,
                     "{pad}  pf_race_thread_linear((pf_e / {group}) % {threads});"
@@ -3512,7 +3494,7 @@ impl Ctx<'_> {
     /// `(per_thread, threads)`: the groups of array `a`'s box each of the
     /// block's `threads` moves in a double-buffered copy.
     fn groups_per_thread(&self, a: &Promotion) -> (i64, i64) {
-        let threads: i64 = self.block.iter().map(|b| i64::from(*b)).product();
+        let threads: i64 = self.plan.block.iter().map(|b| i64::from(*b)).product();
         let groups = a.sizes.iter().product::<i64>() / self.copy_width(a);
         ((groups + threads - 1) / threads, threads)
     }
@@ -3552,12 +3534,12 @@ impl Ctx<'_> {
     /// Empty: every thread (and always in the emulation).
     fn statement_guard(&self, pending: &[Pending], in_thread: bool) -> String {
         let mut guard = self.guard(pending);
-        let extra = if self.emulate.is_some() {
+        let extra = if self.emulate {
             None
-        } else if !in_thread && self.has_threads {
+        } else if !in_thread && self.has_threads() {
             Some("threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0")
-        } else if in_thread && self.reduce_x {
-            Some(match self.lane_axis {
+        } else if in_thread && self.threads.reduce_x {
+            Some(match self.threads.lane_axis {
                 crate::gpu::lanes::LaneAxis::X => "threadIdx.x == 0",
                 crate::gpu::lanes::LaneAxis::Y(_) => "threadIdx.y == 0",
             })
@@ -3600,8 +3582,8 @@ impl Ctx<'_> {
         } = *head;
         let axis = (p.1 as u8).saturating_sub(b'x') as usize;
         let nt = regs.thread_dims;
-        let count = regs.counts(self.block)[nt - 1 - axis.min(nt - 1)];
-        let b = self.block[axis.min(2)];
+        let count = regs.counts(self.plan.block)[nt - 1 - axis.min(nt - 1)];
+        let b = self.plan.block[axis.min(2)];
         let r = format!("pf_r{}", p.1);
         // Thread mappings of the tile above this one that
         // lost their loop stay pending for the statements
@@ -3638,7 +3620,7 @@ impl Ctx<'_> {
         if !guard.is_empty() {
             let _ = writeln!(out, "{pad}if ({guard})");
         }
-        let tid = if self.emulate.is_some() {
+        let tid = if self.emulate {
             let t = format!("pf_thread_{}", p.1);
             let test = self.emulated_test(&t, b, true, true, p.1);
             let _ = writeln!(out, "{pad}for (pf_i {t} = {}; {test}; {t}--)", b - 1);
@@ -3648,7 +3630,7 @@ impl Ctx<'_> {
             format!("(pf_i)threadIdx.{}", p.1)
         };
         let _ = writeln!(out, "{pad}for (int {r} = 0; {r} < {count}; {r}++) {{");
-        let w = regs.group(self.block, nt - 1 - axis.min(nt - 1));
+        let w = regs.group(self.plan.block, nt - 1 - axis.min(nt - 1));
         let point = slot_point(&tid, &r, i64::from(b), w);
         let mut slot_tests = self.slot_tests.to_vec();
         match &clamp {
@@ -3722,7 +3704,7 @@ impl Ctx<'_> {
     /// `idx == 0` for every mapping in `pending` (their loops have a single
     /// iteration, which one index runs).
     fn guard(&self, pending: &[Pending]) -> String {
-        if self.emulate.is_some() {
+        if self.emulate {
             return String::new();
         }
         pending

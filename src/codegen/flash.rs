@@ -853,6 +853,7 @@ impl Emit<'_> {
 
     fn declare(&mut self) {
         let a = self.a;
+        let layout = a.shared_layout();
         // One array, the buffers at the layout's offsets (the same on the
         // CPU, so a layout whose buffers overlap fails there too).
         if self.emu {
@@ -862,21 +863,19 @@ impl Emit<'_> {
                 a.shared_bytes() / 2
             );
         } else {
-            // The swizzle's XOR takes the line from address bits 7-9.
-            let align = if a.wgmma() { 1024 } else { 128 };
+            let align = layout.align;
             let _ = writeln!(
                 self.out,
                 "extern __shared__ __align__({align}) unsigned short pf_dynamic_shared[];"
             );
         }
         let ty = self.u16();
-        let mut offset = 0;
-        for (name, len) in a.shared_layout() {
+        for b in layout.all() {
             let _ = writeln!(
                 self.out,
-                "{ty} *const {name} = pf_dynamic_shared + {offset};"
+                "{ty} *const {} = pf_dynamic_shared + {};",
+                b.name, b.start
             );
-            offset += len;
         }
         // Per-thread state: name, C type (on the CPU), elements.
         let nb = a.warp_keys() / 8;
@@ -1055,8 +1054,8 @@ impl Emit<'_> {
     /// key tile.
     fn prologue(&mut self) {
         let a = self.a;
-        let stages = a.stages();
-        let qp = a.pitch(a.depth);
+        let layout = a.shared_layout();
+        let stages = layout.keys.stages;
         let ptr = self.u16();
         let mut c = self.copy(&a.query, "pf_i0", a.block_rows(), a.depth, "pf_fa_q");
         c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
@@ -1064,13 +1063,13 @@ impl Emit<'_> {
             let _ = writeln!(
                 self.out,
                 "{ptr} *const pf_kpre{st} = pf_fa_k + {};",
-                st * BLOCK_KEYS * qp
+                st * layout.keys.stage_len
             );
-            for (k, x) in a.contractions.iter().enumerate() {
+            for (k, v) in layout.values.iter().enumerate() {
                 let _ = writeln!(
                     self.out,
                     "{ptr} *const pf_vpre{st}_{k} = pf_fa_v{k} + {};",
-                    st * BLOCK_KEYS * a.pitch(x.width)
+                    st * v.stage_len
                 );
             }
             c.push_str(&self.copy_key_tile(
@@ -1172,10 +1171,11 @@ impl Emit<'_> {
     /// and the tile ahead is copied into (`pf_knext`, `pf_vnextK`).
     fn tile_stages(&mut self) {
         let a = self.a;
-        let stages = a.stages();
+        let layout = a.shared_layout();
+        let stages = layout.keys.stages;
         let ptr = self.u16();
         let full = self.cond(&a.full_tile);
-        let kl = BLOCK_KEYS * a.pitch(a.depth);
+        let kl = layout.keys.stage_len;
         let (cur, next) = if stages == 2 {
             (
                 "(int)((pf_kt - pf_klo) & 1)".to_string(),
@@ -1196,8 +1196,8 @@ impl Emit<'_> {
              {ptr} *const pf_kcur = pf_fa_k + pf_st * {kl};\n\
              {ptr} *const pf_knext = pf_fa_k + {next} * {kl};"
         );
-        for (k, x) in a.contractions.iter().enumerate() {
-            let vl = BLOCK_KEYS * a.pitch(x.width);
+        for (k, v) in layout.values.iter().enumerate() {
+            let vl = v.stage_len;
             let _ = writeln!(
                 self.out,
                 "{ptr} *const pf_vcur{k} = pf_fa_v{k} + pf_st * {vl};\n\

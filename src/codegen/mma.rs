@@ -62,7 +62,7 @@ mod writer;
 use engine::Engine;
 
 use crate::frontend::ast::DType;
-use crate::gpu::contraction::{narrow, Contraction, Operand};
+use crate::gpu::contraction::{Contraction, SharedTile};
 
 /// CUDA helpers for the tensor-core path (sm_80 and later).
 pub const GPU_HELPERS: &str = r#"static __device__ __forceinline__ void pf_cp_async16(void *dst, const void *src, int bytes) {
@@ -261,20 +261,6 @@ static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int
 }
 "#;
 
-/// Elements from one line of operand `x`'s shared tile (`rows` rows) to
-/// the next: the padded pitch for `mma.sync` (`wg` false), else the
-/// swizzle's line, 32 elements in the 64-byte swizzle ([`narrow`]) and 64
-/// in the 128-byte one.
-fn line_len(c: &Contraction, x: &Operand, rows: i64, wg: bool) -> i64 {
-    if !wg {
-        c.layout(x, rows).1
-    } else if narrow(x, rows) {
-        32
-    } else {
-        64
-    }
-}
-
 /// For kernels with a `wgmma` path (`wgmma_kernel`, both of their
 /// engines): when every thread's chunks of an operand (`per_line` chunks to
 /// a line, `threads` threads) lie in the same column, `Some(L)` with L the
@@ -290,23 +276,19 @@ fn uniform_lines(wgmma_kernel: bool, wg: bool, per_line: i64, threads: u32) -> O
     (wgmma_kernel && threads % per_line == 0 && (!wg || lines % 8 == 0)).then_some(lines)
 }
 
-/// The fields of the `wgmma` descriptors other than the start address:
-/// (A's leading byte offset, B's leading and stride byte offsets, whether
-/// B is narrow). K-major operands: LBO unused (16), 8-row groups 1024
-/// bytes apart; MN-major: 64-row groups `tk` lines of 128 bytes apart; a
-/// narrow B (the 64-byte swizzle, 32 wide): 8-line groups 512 bytes apart.
-fn wgmma_fields(c: &Contraction) -> (i64, i64, i64, bool) {
-    let tk = c.tile[2];
-    let a_lbo = if c.a.k_contiguous { 16 } else { tk * 128 };
-    let narrow = c.narrow_b();
-    let b_lbo = if narrow {
-        tk * 64
-    } else if c.b.k_contiguous {
-        16
+/// A `wgmma` descriptor's fields of a tile laid out by the gpu stage
+/// (`SharedTile::descriptor`): (leading and stride byte offsets, the
+/// helper that builds it, by its swizzle).
+fn descriptor_fields(tile: &SharedTile) -> (i64, i64, &'static str) {
+    let d = tile
+        .descriptor
+        .expect("the wgmma engine's tiles have descriptors");
+    let make = if d.swizzle == 64 {
+        "pf_wgmma_desc_sw64"
     } else {
-        tk * 128
+        "pf_wgmma_desc"
     };
-    (a_lbo, b_lbo, if narrow { 512 } else { 1024 }, narrow)
+    (d.lbo, d.sbo, make)
 }
 
 /// The shared buffers' names for kernel `mark`.
@@ -319,33 +301,29 @@ pub fn buffers(mark: &str) -> (String, String) {
 pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String {
     let (na, nb) = buffers(mark);
     if emulate {
-        let (a, b) = c.stage_len(c.wgmma);
+        let t = c.shared_tiles(c.wgmma);
         format!(
             "{pad}static uint16_t {na}[{}];\n{pad}static uint16_t {nb}[{}];\n",
-            c.stages * a,
-            c.stages * b
+            t.a.end() - t.a.start,
+            t.b.end() - t.b.start
         )
     } else {
         // B follows A's stages, whose length depends on the engine (padded
         // rows for mma.sync, the swizzled tile for wgmma): each engine's B
         // starts after its own A.
-        let a_sync = c.stage_len(false).0;
-        let a_wgmma = if c.wgmma { c.stage_len(true).0 } else { a_sync };
+        let sync = c.shared_tiles(false);
+        let wgmma = if c.wgmma { c.shared_tiles(true) } else { sync };
         // The operands' descriptors at their buffers' starts, once: a
         // step's descriptor is one of these moved by its offset
         // (`pf_wgmma_desc_at`, one add), not built from its address.
         let descriptors = if c.wgmma {
-            let (a_lbo, b_lbo, b_sbo, narrow) = wgmma_fields(c);
+            let (a_lbo, a_sbo, a_make) = descriptor_fields(&wgmma.a);
+            let (b_lbo, b_sbo, b_make) = descriptor_fields(&wgmma.b);
             format!(
                 "{pad}#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
-                 {pad}const unsigned long long {na}_desc = pf_wgmma_desc({na}, {a_lbo}, 1024);\n\
-                 {pad}const unsigned long long {nb}_desc = {}({nb}, {b_lbo}, {b_sbo});\n\
-                 {pad}#endif\n",
-                if narrow {
-                    "pf_wgmma_desc_sw64"
-                } else {
-                    "pf_wgmma_desc"
-                }
+                 {pad}const unsigned long long {na}_desc = {a_make}({na}, {a_lbo}, {a_sbo});\n\
+                 {pad}const unsigned long long {nb}_desc = {b_make}({nb}, {b_lbo}, {b_sbo});\n\
+                 {pad}#endif\n"
             )
         } else {
             String::new()
@@ -358,11 +336,9 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
              {pad}#else\n\
              {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
              {pad}#endif\n{descriptors}",
-            c.stages * a_wgmma,
-            c.stages * a_sync,
-            // The swizzle's XOR takes the row from address bits 7-9: the
-            // stages start on 1024-byte boundaries.
-            align = if c.wgmma { 1024 } else { 128 },
+            wgmma.b.start,
+            sync.b.start,
+            align = sync.align,
         )
     }
 }

@@ -167,6 +167,49 @@ pub struct RowContraction {
     pub rounded_once: bool,
 }
 
+/// One shared buffer of an attention block (see
+/// [`Attention::shared_layout`]): `stages` stages of `stage_len` 16-bit
+/// elements from element `start` of the block's dynamic shared memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedBuffer {
+    /// The kernel's pointer to it.
+    pub name: String,
+    pub start: i64,
+    pub stages: i64,
+    pub stage_len: i64,
+}
+
+impl SharedBuffer {
+    /// The element after its last stage.
+    pub fn end(&self) -> i64 {
+        self.start + self.stages * self.stage_len
+    }
+}
+
+/// The shared buffers of an attention block, in the order they are laid
+/// out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedBuffers {
+    pub query: SharedBuffer,
+    pub keys: SharedBuffer,
+    /// One per value operand (`Attention::contractions`).
+    pub values: Vec<SharedBuffer>,
+    /// Bytes the dynamic shared memory is aligned to.
+    pub align: usize,
+}
+
+impl SharedBuffers {
+    /// Every buffer, in order.
+    pub fn all(&self) -> impl Iterator<Item = &SharedBuffer> {
+        [&self.query, &self.keys].into_iter().chain(&self.values)
+    }
+
+    /// The element after the last buffer.
+    pub fn end(&self) -> i64 {
+        self.all().map(SharedBuffer::end).max().unwrap_or(0)
+    }
+}
+
 /// A recognised attention kernel.
 #[derive(Debug, Clone)]
 pub struct Attention {
@@ -414,35 +457,45 @@ impl Attention {
             2
         }
     }
-    /// The shared buffers of a block, in order, each with its length in
-    /// 16-bit elements: the query tile, [`Self::stages`] stages of the key
-    /// tile and of each value operand's tile. The kernel's pointers and its
-    /// launch size both come from here (and the emulation lays the buffers
+    /// The shared buffers of a block, one after the other in its dynamic
+    /// shared memory: the query tile, [`Self::stages`] stages of the key
+    /// tile and of each value operand's tile (in that order, the values
+    /// as [`Self::contractions`]). The kernel's pointers, its stages and its
+    /// launch size all come from here (and the emulation lays the buffers
     /// out in one array the same way).
-    pub fn shared_layout(&self) -> Vec<(String, i64)> {
-        let mut v = vec![
-            (
-                "pf_fa_q".to_string(),
-                self.block_rows() * self.pitch(self.depth),
-            ),
-            (
-                "pf_fa_k".to_string(),
-                self.stages() * BLOCK_KEYS * self.pitch(self.depth),
-            ),
-        ];
-        for (k, c) in self.contractions.iter().enumerate() {
-            v.push((
-                format!("pf_fa_v{k}"),
-                self.stages() * BLOCK_KEYS * self.pitch(c.width),
-            ));
+    pub fn shared_layout(&self) -> SharedBuffers {
+        let mut start = 0;
+        let mut buffer = |name: String, stages: i64, rows: i64, width: i64| {
+            let b = SharedBuffer {
+                name,
+                start,
+                stages,
+                stage_len: rows * self.pitch(width),
+            };
+            start = b.end();
+            b
+        };
+        let query = buffer("pf_fa_q".into(), 1, self.block_rows(), self.depth);
+        let keys = buffer("pf_fa_k".into(), self.stages(), BLOCK_KEYS, self.depth);
+        let values = self
+            .contractions
+            .iter()
+            .enumerate()
+            .map(|(k, c)| buffer(format!("pf_fa_v{k}"), self.stages(), BLOCK_KEYS, c.width))
+            .collect();
+        SharedBuffers {
+            query,
+            keys,
+            values,
+            // The swizzle's XOR takes the line from address bits 7-9.
+            align: if self.wgmma() { 1024 } else { 128 },
         }
-        v
     }
     /// Bytes of shared memory a block takes (see [`Self::shared_layout`]);
     /// a split kernel's merge of its warps' states reuses them after the
     /// loop (see [`Self::merge_floats`]).
     pub fn shared_bytes(&self) -> usize {
-        let tiles = self.shared_layout().iter().map(|(_, n)| n).sum::<i64>() * 2;
+        let tiles = self.shared_layout().end() * 2;
         tiles.max(self.merge_floats() * 4) as usize
     }
     /// f32 values of a split kernel's merge buffer: [`Self::merge_row_floats`]
@@ -1769,6 +1822,24 @@ mod tests {
         // Depth 32 is no whole swizzle atom: mma.sync's 64-row blocks.
         assert!(!att.wgmma());
         assert_eq!(att.block_rows(), BLOCK_ROWS);
+        // Its shared buffers, one after the other: the query tile, then
+        // two stages of the key and of the value tile, rows padded by 8.
+        let l = att.shared_layout();
+        let tile = BLOCK_KEYS * (32 + 8);
+        assert_eq!((l.query.start, l.query.stages), (0, 1));
+        assert_eq!(l.query.stage_len, BLOCK_ROWS * (32 + 8));
+        assert_eq!(
+            (l.keys.start, l.keys.stages, l.keys.stage_len),
+            (l.query.end(), 2, tile)
+        );
+        assert_eq!(l.values.len(), 1);
+        assert_eq!(
+            (l.values[0].start, l.values[0].stage_len),
+            (l.keys.end(), tile)
+        );
+        assert_eq!(l.end(), l.values[0].end());
+        assert_eq!(l.align, 128);
+        assert_eq!(att.shared_bytes(), 2 * l.end() as usize);
     }
 
     #[test]

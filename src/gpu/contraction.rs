@@ -160,13 +160,81 @@ pub struct Epilogue {
     pub element: Vec<String>,
 }
 
+/// One operand's tile in shared memory, as one engine lays it out (see
+/// [`Contraction::shared_tiles`]): `stages` stages of `stage_len` 16-bit
+/// elements from element `start` on. The copies walk a stage as `lines`
+/// lines of `chunks_per_line` 16-byte chunks (rows of a K-major operand,
+/// k of an MN-major one), whatever the engine; the engine places line `l`
+/// at `l * line_len` (the padded pitch for `mma.sync`, the swizzle's line
+/// for `wgmma`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedTile {
+    pub start: i64,
+    pub stages: i64,
+    pub stage_len: i64,
+    pub lines: i64,
+    pub chunks_per_line: i64,
+    pub line_len: i64,
+    /// How a `wgmma` descriptor names the tile (the `wgmma` engine's).
+    pub descriptor: Option<Descriptor>,
+}
+
+/// The fields of a `wgmma` descriptor of an operand's tile other than its
+/// start address, in bytes. K-major operands: LBO unused (16), 8-row
+/// groups 1024 bytes apart (SBO); MN-major: 64-row groups `tk` lines of
+/// 128 bytes apart; a narrow one (the 64-byte swizzle, 32 wide, see
+/// [`narrow`]): the tile's one group `tk` lines of 64 bytes long, 8-line
+/// groups 512 bytes apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor {
+    pub lbo: i64,
+    pub sbo: i64,
+    /// Bytes of a line of the swizzle: 128, or 64 for a narrow tile.
+    pub swizzle: i64,
+}
+
+/// The descriptor's fields of operand `x`'s tile of `rows` rows and a k
+/// tile of `tk`.
+fn descriptor(x: &Operand, rows: i64, tk: i64) -> Descriptor {
+    if narrow(x, rows) {
+        Descriptor {
+            lbo: tk * 64,
+            sbo: 512,
+            swizzle: 64,
+        }
+    } else {
+        Descriptor {
+            lbo: if x.k_contiguous { 16 } else { tk * 128 },
+            sbo: 1024,
+            swizzle: 128,
+        }
+    }
+}
+
+impl SharedTile {
+    /// The element after the buffer's last stage.
+    pub fn end(&self) -> i64 {
+        self.start + self.stages * self.stage_len
+    }
+}
+
+/// Both operands' shared tiles for one engine, and the alignment of the
+/// memory they are in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedTiles {
+    pub a: SharedTile,
+    pub b: SharedTile,
+    /// Bytes the dynamic shared memory is aligned to.
+    pub align: usize,
+}
+
 /// Padding of each shared row, in elements (16 bytes).
 pub const SHARED_ROW_PAD: i64 = 8;
 
 /// `(rows, pitch)` of one stage of operand `x` with `r` rows and a k tile
 /// of `tk`, in the padded (`mma.sync`) layout: the larger of a kernel's
 /// two layouts, so its size bounds a stage's shared memory.
-pub fn padded_layout(x: &Operand, r: i64, tk: i64) -> (i64, i64) {
+fn padded_layout(x: &Operand, r: i64, tk: i64) -> (i64, i64) {
     if x.k_contiguous {
         (r, tk + SHARED_ROW_PAD)
     } else {
@@ -177,31 +245,59 @@ pub fn padded_layout(x: &Operand, r: i64, tk: i64) -> (i64, i64) {
 impl Contraction {
     /// `(rows, pitch)` of one stage of operand `x` with `r` rows in the
     /// tile, in the padded (`mma.sync`) layout.
-    pub fn layout(&self, x: &Operand, r: i64) -> (i64, i64) {
+    fn layout(&self, x: &Operand, r: i64) -> (i64, i64) {
         padded_layout(x, r, self.tile[2])
     }
 
-    /// Elements of one stage of A and of B: padded rows for `ldmatrix`, or
-    /// (`wgmma`) the tile in the 128-byte swizzle, without padding.
-    pub fn stage_len(&self, wgmma: bool) -> (i64, i64) {
-        if wgmma {
-            return (self.tile[0] * self.tile[2], self.tile[1] * self.tile[2]);
+    /// The operands' shared tiles as engine `wgmma` (else `mma.sync`)
+    /// lays them out in the kernel's dynamic shared memory: A's stages,
+    /// then B's. `codegen::mma` declares, fills and reads the buffers from
+    /// these numbers, and the launch's bytes ([`Self::shared_bytes`]) are
+    /// theirs.
+    pub fn shared_tiles(&self, wgmma: bool) -> SharedTiles {
+        let a = self.shared_tile(&self.a, self.tile[0], wgmma, 0);
+        let b = self.shared_tile(&self.b, self.tile[1], wgmma, a.end());
+        SharedTiles {
+            a,
+            b,
+            // The swizzle's XOR takes the row from address bits 7-9: the
+            // stages start on 1024-byte boundaries.
+            align: if self.wgmma { 1024 } else { 128 },
         }
-        let (ra, pa) = self.layout(&self.a, self.tile[0]);
-        let (rb, pb) = self.layout(&self.b, self.tile[1]);
-        (ra * pa, rb * pb)
+    }
+
+    /// Operand `x`'s tile of `rows` rows, its buffer at element `start`.
+    fn shared_tile(&self, x: &Operand, rows: i64, wgmma: bool, start: i64) -> SharedTile {
+        let tk = self.tile[2];
+        let (lines, pitch) = self.layout(x, rows);
+        let (stage_len, line_len) = if !wgmma {
+            (lines * pitch, pitch)
+        } else if narrow(x, rows) {
+            (rows * tk, 32)
+        } else {
+            (rows * tk, 64)
+        };
+        SharedTile {
+            start,
+            stages: self.stages,
+            stage_len,
+            lines,
+            chunks_per_line: (pitch - SHARED_ROW_PAD) / 8,
+            line_len,
+            descriptor: wgmma.then(|| descriptor(x, rows, tk)),
+        }
     }
 
     /// Bytes of one stage (both operands; of the larger engine where the
     /// kernel has two).
     pub fn stage_bytes(&self) -> usize {
-        let (a, b) = self.stage_len(false);
-        let (wa, wb) = if self.wgmma {
-            self.stage_len(true)
+        let bytes = |t: SharedTiles| ((t.a.stage_len + t.b.stage_len) * 2) as usize;
+        let sync = bytes(self.shared_tiles(false));
+        if self.wgmma {
+            sync.max(bytes(self.shared_tiles(true)))
         } else {
-            (0, 0)
-        };
-        ((a + b).max(wa + wb) * 2) as usize
+            sync
+        }
     }
 
     /// Shared memory of the region in bytes (dynamic shared memory on the
@@ -225,6 +321,24 @@ impl Contraction {
     /// swizzle's atom (64 wide) does not fit.
     pub fn narrow_b(&self) -> bool {
         narrow(&self.b, self.tile[1])
+    }
+
+    /// Whether every tile is whole, known when the kernel is compiled: the
+    /// extents are constants in `program`'s parameter values, multiples
+    /// of the tile sizes along `m`, `n` and `k` (then the region's copies
+    /// need no test of the k tile's end and its epilogue none of the
+    /// output's bounds; see `codegen::mma::Region::full_tiles`).
+    pub fn every_tile_whole(&self, program: &Program) -> bool {
+        let values = program.known_params();
+        let known = |e: &Expr| super::eval(e, &values).ok();
+        self.extents
+            .iter()
+            .zip(self.tile)
+            .all(|(e, t)| known(e).is_some_and(|x| x > 0 && x % t == 0))
+            && self
+                .terms
+                .iter()
+                .all(|t| known(&t.k_extent).is_some_and(|x| x > 0 && x % self.tile[2] == 0))
     }
 
     /// Threads per block.
@@ -1444,6 +1558,72 @@ mod tests {
         assert_eq!(c.stages, 3);
         assert!(c.epilogue.is_empty());
         assert_eq!(c.stored, "C");
+    }
+
+    #[test]
+    fn the_shared_tiles_lie_one_after_the_other_in_the_launchs_bytes() {
+        let json = program(
+            "f16",
+            ROW_MAJOR,
+            C_F32,
+            "",
+            &["C(i, j) +=! A(i, k) * B(k, j)"],
+        );
+        let mut c = contraction(&json, &user_sizes()).expect("recognised");
+        c.split = 1;
+        let t = c.shared_tiles(false);
+        // A, K-major: 64 rows of the 32-wide k tile, padded to 40; B,
+        // MN-major: 32 lines (k) of 64 columns, padded to 72.
+        assert_eq!((t.a.lines, t.a.chunks_per_line, t.a.line_len), (64, 4, 40));
+        assert_eq!((t.b.lines, t.b.chunks_per_line, t.b.line_len), (32, 8, 72));
+        assert_eq!((t.a.stage_len, t.b.stage_len), (64 * 40, 32 * 72));
+        assert_eq!((t.a.start, t.b.start), (0, 3 * 64 * 40));
+        assert_eq!(t.align, 128);
+        assert_eq!(c.shared_bytes(), 2 * t.b.end() as usize);
+        // The swizzled layout: unpadded, 64-element lines (a 32-wide
+        // MN-major tile would take the 64-byte swizzle's 32).
+        let w = c.shared_tiles(true);
+        assert_eq!((w.a.line_len, w.b.line_len), (64, 64));
+        assert_eq!((w.a.stage_len, w.b.start), (64 * 32, 3 * 64 * 32));
+        assert_eq!(
+            (w.a.lines, w.a.chunks_per_line),
+            (t.a.lines, t.a.chunks_per_line)
+        );
+        // Descriptors on the wgmma engine only: K-major A's 8-row groups
+        // 1024 bytes apart, MN-major B's 64-row groups 32 lines of 128
+        // bytes apart.
+        assert_eq!(t.a.descriptor, None);
+        let d = |lbo, sbo, swizzle| Some(Descriptor { lbo, sbo, swizzle });
+        assert_eq!(w.a.descriptor, d(16, 1024, 128));
+        assert_eq!(w.b.descriptor, d(32 * 128, 1024, 128));
+        // A 32-wide MN-major B: the 64-byte swizzle.
+        c.tile = [64, 32, 64];
+        let n = c.shared_tiles(true);
+        assert_eq!((n.b.line_len, n.b.descriptor), (32, d(64 * 64, 512, 64)));
+    }
+
+    #[test]
+    fn every_tile_is_whole_where_the_known_extents_are_multiples_of_the_tile() {
+        let json = program(
+            "f16",
+            ROW_MAJOR,
+            C_F32,
+            "",
+            &["C(i, j) +=! A(i, k) * B(k, j)"],
+        );
+        let p = crate::frontend::load_str(&json, "mm.json").unwrap();
+        let mut c = contraction(&json, &user_sizes()).expect("recognised");
+        // 256 x 192 x 160 in tiles of 64 x 64 x 32.
+        assert!(c.every_tile_whole(&p));
+        // 192 columns in tiles of 128: the last is partial.
+        c.tile = [64, 128, 32];
+        assert!(!c.every_tile_whole(&p));
+        // An extent without a value is not known to be whole.
+        let symbolic = json.replace(r#""M": 256"#, r#""M": null"#);
+        let q = crate::frontend::load_str(&symbolic, "mm.json").unwrap();
+        let c = contraction(&symbolic, &user_sizes()).expect("recognised");
+        assert_eq!(c.tile, [64, 64, 32]);
+        assert!(!c.every_tile_whole(&q));
     }
 
     #[test]

@@ -752,7 +752,6 @@ fn map_kernel(
             thread_plan.registers = registers.map(|mut r| {
                 r.thread_tiles = member_tile[..nb].to_vec();
                 r.vector = opts.vector;
-                r.unroll = opts.unroll.unwrap_or(simt_tile);
                 Registers::Tile(r)
             });
         }
@@ -905,6 +904,14 @@ fn map_kernel(
             tile,
             contraction: c,
         });
+    }
+    // The register tile's step loops unrolled, as far as its slots on the
+    // final block allow.
+    if let Some(Registers::Tile(r) | Registers::TensorCores { tile: r, .. }) =
+        &mut thread_plan.registers
+    {
+        let unroll = opts.unroll.unwrap_or(simt_tile);
+        r.unrolled_steps = unroll.then(|| r.unrollable_steps(plan.block));
     }
     plan.static_shared = thread_plan.scope.as_ref().map_or(0, |s| s.bytes());
     plan.body = KernelBody::Threads(thread_plan);
@@ -1962,5 +1969,45 @@ mod occupied_tiles_tests {
         // tiles above the diagonal empty.
         assert_eq!(occupied(&rows("")), Some(9));
         assert_eq!(occupied(&rows(" where j <= i")), Some(6));
+    }
+}
+
+#[cfg(test)]
+mod unroll_tests {
+    use super::*;
+    use crate::gpu::registers::MAX_UNROLLED_UPDATES;
+    use crate::gpu::test_support::Analysed;
+
+    const GEMM: &str = r#"{"name": "g", "params": {"M": 256, "N": 256, "K": 64},
+        "inputs": {"A": {"dtype": "f32", "shape": ["M", "K"]},
+                   "B": {"dtype": "f32", "shape": ["K", "N"]}},
+        "outputs": {"C": {"dtype": "f32", "shape": ["M", "N"]}},
+        "body": ["C(i, j) +=! A(i, k) * B(k, j)"]}"#;
+
+    /// The register tile's steps unrolled with `unroll`, and its slots.
+    fn unrolled(unroll: Option<bool>) -> (Option<i64>, i64) {
+        let options = GpuOptions {
+            unroll,
+            block: vec![16, 16],
+            ..GpuOptions::default()
+        };
+        let plans = Analysed::new(GEMM).plans(&[64, 64, 16], &options);
+        let (plan, tile) = plans
+            .iter()
+            .find_map(|p| Some((p, p.register_tile()?)))
+            .expect("a register tile");
+        let slots = tile.counts(plan.block).iter().product();
+        (tile.unrolled_steps, slots)
+    }
+
+    #[test]
+    fn a_register_tiles_step_loops_unroll_within_the_update_budget() {
+        // 64 x 64 on 16 x 16 threads: 16 slots a thread, 64 steps.
+        let (steps, slots) = unrolled(Some(true));
+        assert_eq!(slots, 16);
+        assert_eq!(steps, Some(MAX_UNROLLED_UPDATES / 16));
+        assert_eq!(unrolled(Some(false)).0, None);
+        // Sizes given: unrolled on request only.
+        assert_eq!(unrolled(None).0, None);
     }
 }

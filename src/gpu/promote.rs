@@ -44,21 +44,48 @@ pub struct Promotion {
     pub dtype: DType,
     /// Box extents.
     pub sizes: Vec<i64>,
-    /// Element strides of the shared array, per tensor dimension: in the
-    /// tensor's order with the innermost row padded by one element when its
-    /// length is a multiple of 32 (threads walking a column then hit
-    /// different banks), or as [`Layout::Grouped`] orders and pads them.
-    pub pitch: Vec<i64>,
+    /// How the box lies in the shared array: strides, stages, size.
+    pub layout: SharedLayout,
     /// Box offset, in the prefix iterators `c0 ..` and the parameters.
     pub offset: Vec<Expr>,
-    /// Shared array length in elements.
-    pub len: i64,
     /// The copy may read four consecutive elements at once (16 bytes, f32):
     /// the box's rows and the tensor's rows are multiples of 4 elements
     /// long and every box starts at a multiple of 4 (checked in isl over
     /// all prefix values), so a group of four is wholly inside the tensor
     /// or wholly outside.
     pub vector4: bool,
+}
+
+/// The shared array of one promoted box, as the gpu stage laid it out:
+/// the printer declares, indexes and double-buffers the array from these
+/// numbers alone, and the kernel's launch record counts [`Self::bytes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedLayout {
+    /// Element strides of the shared array, per tensor dimension: in the
+    /// tensor's order with the innermost row padded by one element when its
+    /// length is a multiple of 32 (threads walking a column then hit
+    /// different banks), or as [`Layout::Grouped`] orders and pads them.
+    pub pitch: Vec<i64>,
+    /// Elements of one copy of the box, padding included: stage `s` starts
+    /// at element `s * stage_len`.
+    pub stage_len: i64,
+    /// Copies of the box: 2 where the scope is double-buffered
+    /// ([`Scope::double_buffered`]), else 1.
+    pub stages: i64,
+    /// Bytes of one element.
+    pub element_bytes: usize,
+}
+
+impl SharedLayout {
+    /// Elements of the whole array (every stage).
+    pub fn elements(&self) -> i64 {
+        self.stage_len * self.stages
+    }
+
+    /// Bytes of the whole array (every stage).
+    pub fn bytes(&self) -> usize {
+        self.elements() as usize * self.element_bytes
+    }
 }
 
 /// How the shared arrays of a kernel lay out their boxes.
@@ -91,32 +118,34 @@ pub struct Scope {
     /// `(statement, model::access_text)` -> (array index, the access's
     /// global subscripts).
     pub accesses: HashMap<(String, String), (usize, Vec<Affine>)>,
-    /// Every array holds two copies of its box (`GpuOptions::pipeline`):
-    /// the tile of the current step of the loop around the promotion
-    /// point and the next one (the next step's offsets are the current
-    /// ones with the loop's iterator advanced). Asked for, and the doubled
-    /// arrays fit the budget.
-    pub double_buffered: bool,
 }
 
 impl Scope {
+    /// Whether every array holds two copies of its box
+    /// (`GpuOptions::pipeline`, see [`Self::double_buffer`]): the tile of
+    /// the current step of the loop around the promotion point and the
+    /// next one (the next step's offsets are the current ones with the
+    /// loop's iterator advanced).
+    pub fn double_buffered(&self) -> bool {
+        self.arrays.first().is_some_and(|a| a.layout.stages == 2)
+    }
+
     /// Whether the arrays can be doubled within `limit` bytes (and there
     /// are some).
     pub fn doubles_within(&self, limit: usize) -> bool {
         !self.arrays.is_empty() && 2 * self.bytes() <= limit
     }
 
-    pub fn bytes(&self) -> usize {
-        let one: usize = self
-            .arrays
-            .iter()
-            .map(|a| a.len as usize * a.dtype.size())
-            .sum();
-        if self.double_buffered {
-            2 * one
-        } else {
-            one
+    /// Gives every array a second stage.
+    pub fn double_buffer(&mut self) {
+        for a in &mut self.arrays {
+            a.layout.stages = 2;
         }
+    }
+
+    /// Bytes of the shared arrays (every stage of each).
+    pub fn bytes(&self) -> usize {
+        self.arrays.iter().map(|a| a.layout.bytes()).sum()
     }
 }
 
@@ -271,7 +300,10 @@ pub fn promote(
             )?;
         }
     }
-    scope.double_buffered = opts.pipeline == Some(true) && scope.doubles_within(opts.shared_limit);
+    // Asked for, and the doubled arrays fit the budget.
+    if opts.pipeline == Some(true) && scope.doubles_within(opts.shared_limit) {
+        scope.double_buffer();
+    }
     Ok(scope)
 }
 
@@ -402,9 +434,13 @@ fn promote_group(
         buffer,
         dtype: tensor.dtype,
         sizes,
-        pitch,
+        layout: SharedLayout {
+            pitch,
+            stage_len: len,
+            stages: 1,
+            element_bytes: tensor.dtype.size(),
+        },
         offset,
-        len,
         vector4,
     });
     // Every read of `t`: the shared element is `R(s) - o(P(s))`, the
@@ -567,4 +603,45 @@ pub fn unique_prefix_values(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn array(stage_len: i64, dtype: DType) -> Promotion {
+        Promotion {
+            tensor: "A".into(),
+            buffer: "pf_shared_A".into(),
+            dtype,
+            sizes: vec![16, 64],
+            layout: SharedLayout {
+                pitch: vec![stage_len / 16, 1],
+                stage_len,
+                stages: 1,
+                element_bytes: dtype.size(),
+            },
+            offset: Vec::new(),
+            vector4: false,
+        }
+    }
+
+    #[test]
+    fn a_double_buffered_scope_counts_both_stages_of_every_array() {
+        let mut scope = Scope {
+            arrays: vec![array(16 * 65, DType::F32), array(16 * 64, DType::F16)],
+            ..Scope::default()
+        };
+        assert!(!scope.double_buffered());
+        assert_eq!(scope.bytes(), 16 * 65 * 4 + 16 * 64 * 2);
+        assert!(scope.doubles_within(2 * scope.bytes()));
+        assert!(!scope.doubles_within(2 * scope.bytes() - 1));
+        scope.double_buffer();
+        assert!(scope.double_buffered());
+        assert_eq!(scope.arrays[0].layout.elements(), 2 * 16 * 65);
+        assert_eq!(scope.bytes(), 2 * (16 * 65 * 4 + 16 * 64 * 2));
+        // No arrays: nothing to double.
+        assert!(!Scope::default().doubles_within(usize::MAX));
+        assert!(!Scope::default().double_buffered());
+    }
 }

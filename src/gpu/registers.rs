@@ -31,6 +31,12 @@ use crate::model::StmtKind;
 /// when the register is stored. The gpu stage names the registers.
 pub const WIDE_REGISTER_PREFIX: &str = "pf_reg_";
 
+/// The most register updates (steps times a thread's register slots) an
+/// unrolled step loop may print: a gemm's 16 steps on 8 x 8 registers.
+/// Beyond, the unrolled body grows the compile time of NVRTC by minutes
+/// for no gain.
+pub const MAX_UNROLLED_UPDATES: i64 = 1024;
+
 /// One register-tiled tensor of a kernel.
 #[derive(Debug, Clone)]
 pub struct RegisterTile {
@@ -68,8 +74,10 @@ pub struct RegisterTile {
     pub init: Option<HoistedInit>,
     /// The requested group width (`GpuOptions::vector`); see [`Self::group`].
     pub vector: u32,
-    /// Unroll the constant sequential point loops (`GpuOptions::unroll`).
-    pub unroll: bool,
+    /// The constant sequential point loops (the step loops) of at most
+    /// this many steps are printed unrolled (`GpuOptions::unroll`; see
+    /// [`Self::unrollable_steps`]); `None`: none is.
+    pub unrolled_steps: Option<i64>,
     /// Statements that may run at a slot of a partial tile moved onto a
     /// valid point, into the slot's dead register (see [`clamp_safe`]): in
     /// a tile cut by the end of the tensor, the printer runs them on every
@@ -128,6 +136,17 @@ impl RegisterTile {
     }
 
     /// Registers along each thread member (outer first) for `block`.
+    /// The most steps of a step loop that may be unrolled with `block`'s
+    /// threads: [`MAX_UNROLLED_UPDATES`] over the thread's register slots.
+    pub fn unrollable_steps(&self, block: [u32; 3]) -> i64 {
+        let slots: i64 = self.counts(block).iter().product();
+        if slots > 0 {
+            MAX_UNROLLED_UPDATES / slots
+        } else {
+            i64::MAX
+        }
+    }
+
     pub fn counts(&self, block: [u32; 3]) -> Vec<i64> {
         let nt = self.thread_dims;
         (0..nt)
@@ -226,7 +245,7 @@ pub fn candidate(
             thread_tiles: Vec::new(),
             prefix_values: Vec::new(),
             vector: 1,
-            unroll: false,
+            unrolled_steps: None,
         }));
     }
     Ok(None)

@@ -23,15 +23,15 @@ struct Slot<'s> {
 impl Ctx<'_> {
     /// Threads sharing a row: a warp, or a whole block of warps.
     pub(super) fn lane_width(&self) -> u32 {
-        match self.lane_axis {
-            LaneAxis::X => self.block[0],
-            LaneAxis::Y(_) => self.block[1],
+        match self.threads.lane_axis {
+            LaneAxis::X => self.plan.block[0],
+            LaneAxis::Y(_) => self.plan.block[1],
         }
     }
 
     /// This thread's lane: its index along the lanes' axis.
     pub(super) fn lane_index(&self) -> &'static str {
-        match self.lane_axis {
+        match self.threads.lane_axis {
             LaneAxis::X => "(pf_i)threadIdx.x",
             LaneAxis::Y(_) => "(pf_i)threadIdx.y",
         }
@@ -43,8 +43,8 @@ impl Ctx<'_> {
     /// of a column block has a row: `lanes::Columns::rows` divides the
     /// rows).
     pub(super) fn lane_barrier(&self) -> &'static str {
-        match self.lane_axis {
-            LaneAxis::X => barrier(self.block),
+        match self.threads.lane_axis {
+            LaneAxis::X => barrier(self.plan.block),
             LaneAxis::Y(_) => "__syncthreads()",
         }
     }
@@ -53,7 +53,7 @@ impl Ctx<'_> {
     /// loop the lanes share, or writing a thread-private tensor (each lane
     /// keeps its own copy of the row's states).
     pub(super) fn all_lanes(&self, s: &ModelStmt) -> bool {
-        if self.lanes.is_none() {
+        if self.lanes().is_none() {
             return false;
         }
         if self.in_lanes {
@@ -103,7 +103,7 @@ impl Ctx<'_> {
                     ..*self
                 };
                 let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
-                let emulate = self.emulate.is_some();
+                let emulate = self.emulate;
                 let width = self.lane_width();
                 let cached: Vec<&RowCache> = self
                     .row_caches
@@ -128,7 +128,7 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}  }}");
                         let _ = writeln!(out, "{pad}}}");
                     }
-                    None if !emulate && matches!(self.lane_axis, LaneAxis::Y(_)) => {
+                    None if !emulate && matches!(self.threads.lane_axis, LaneAxis::Y(_)) => {
                         let head = (
                             iterator.as_str(),
                             init.as_str(),
@@ -341,7 +341,7 @@ impl Ctx<'_> {
     /// here.
     fn slots<'s>(&self, states: &'s [(String, State)]) -> Option<Vec<Slot<'s>>> {
         let views = self.printer.privates.borrow();
-        let emulate = self.emulate.is_some();
+        let emulate = self.emulate;
         states
             .iter()
             .map(|(tensor, state)| {
@@ -386,7 +386,7 @@ impl Ctx<'_> {
             .collect();
         let identity = |s: &Slot| self.slot_identity(s);
         let _ = writeln!(out, "{pad}{{");
-        if self.emulate.is_some() {
+        if self.emulate {
             let p = format!("{pad}  ");
             for s in &carried {
                 let _ = writeln!(
@@ -452,7 +452,7 @@ impl Ctx<'_> {
             for s in &carried {
                 let _ = writeln!(out, "{p}{b} = pf_lane_{b}[0];", b = s.buffer);
             }
-        } else if let LaneAxis::Y(columns) = self.lane_axis {
+        } else if let LaneAxis::Y(columns) = self.threads.lane_axis {
             self.split_loop_columns(columns, &carried, slots, share, depth, out);
         } else {
             let p = format!("{pad}  ");
@@ -476,8 +476,8 @@ impl Ctx<'_> {
                 // by every thread in warp order (so all hold the same).
                 // One set of parts per group of rows along y.
                 let warps = width / 32;
-                let groups = self.block[1];
-                let sync = barrier(self.block);
+                let groups = self.plan.block[1];
+                let sync = barrier(self.plan.block);
                 for s in &carried {
                     let _ = writeln!(
                         out,
@@ -836,8 +836,8 @@ impl Ctx<'_> {
     /// us, so rows side by side (and warps' rows, not measured) keep
     /// `l + W t`.
     pub(super) fn in_fours(&self) -> bool {
-        self.block[0] > 32
-            && self.block[1] == 1
+        self.plan.block[0] > 32
+            && self.plan.block[1] == 1
             && !self.row_caches.is_empty()
             && self
                 .row_caches
@@ -875,7 +875,7 @@ impl Ctx<'_> {
         let Node::Block(children) = body else {
             return Vec::new();
         };
-        let Some(lanes) = self.lanes else {
+        let Some(lanes) = self.lanes() else {
             return Vec::new();
         };
         /// What the loops seen so far say of one input tensor.
@@ -962,9 +962,9 @@ impl Ctx<'_> {
             s.keys.dedup();
             let [iterator, init, cond, inc] = s.signature;
             caches.push(RowCache {
-                buffer: format!("pf_row_{}_{}", self.mark, s.tensor),
+                buffer: format!("pf_row_{}_{}", self.kernel_mark(), s.tensor),
                 dtype: t.dtype,
-                ty: if self.emulate.is_some() {
+                ty: if self.emulate {
                     super::super::c::storage_type(t.dtype)
                 } else {
                     storage_type(t.dtype)
@@ -1037,7 +1037,7 @@ impl Ctx<'_> {
     pub(super) fn declare_row_caches(&self, caches: &[RowCache], depth: usize, out: &mut String) {
         let pad = "  ".repeat(depth);
         for c in caches {
-            if self.emulate.is_some() {
+            if self.emulate {
                 let _ = writeln!(
                     out,
                     "{pad}{} {}[{}][{}];",
@@ -1055,11 +1055,11 @@ impl Ctx<'_> {
     /// Loads each lane's share of cached row `c`.
     fn load_row_cache(&self, c: &RowCache, depth: usize, out: &mut String) {
         let pad = "  ".repeat(depth);
-        if self.emulate.is_none() && self.in_fours() {
+        if !self.emulate && self.in_fours() {
             self.load_row_cache_in_fours(c, &pad, out);
             return;
         }
-        let (lane, slot, p) = if self.emulate.is_some() {
+        let (lane, slot, p) = if self.emulate {
             let _ = writeln!(
                 out,
                 "{pad}for (pf_i pf_lane = 0; pf_lane < {}; pf_lane++) {{",
@@ -1089,7 +1089,7 @@ impl Ctx<'_> {
         );
         let _ = writeln!(out, "{p}  if ({}) {slot} = {};", c.cond, c.address);
         let _ = writeln!(out, "{p}}}");
-        if self.emulate.is_some() {
+        if self.emulate {
             let _ = writeln!(out, "{pad}}}");
         }
     }
@@ -1101,7 +1101,7 @@ impl Ctx<'_> {
     /// last dimension at unit stride (consecutive slots, consecutive
     /// elements).
     fn stored_in_fours(&self, body: &Node, iterator: &str) -> Option<String> {
-        if self.emulate.is_some() || !self.in_fours() {
+        if self.emulate || !self.in_fours() {
             return None;
         }
         let Node::User { statement, args } = body else {
@@ -1209,7 +1209,7 @@ impl Ctx<'_> {
         };
         let mut o = self.printer.overrides.borrow_mut();
         for c in self.row_caches.iter().filter(|c| c.loops.contains(&k)) {
-            let slot = if self.emulate.is_some() {
+            let slot = if self.emulate {
                 format!("{}[pf_lane][pf_t]", c.buffer)
             } else {
                 format!("{}[pf_t]", c.buffer)

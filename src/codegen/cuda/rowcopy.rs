@@ -167,7 +167,7 @@ impl Ctx<'_> {
     /// copy here.
     fn promoted(&self, statement: &str, key: &str) -> bool {
         let pair = (statement.to_string(), key.to_string());
-        (self.in_scope && self.scope.is_some_and(|s| s.accesses.contains_key(&pair)))
+        (self.in_scope && self.scope().is_some_and(|s| s.accesses.contains_key(&pair)))
             || (self.in_regs && self.regs.is_some_and(|r| r.accesses.contains(&pair)))
     }
 }

@@ -7,7 +7,7 @@ use super::target::Target;
 use super::writer::Lines;
 use super::{buffers, Region};
 use crate::frontend::ast::DType;
-use crate::gpu::contraction::{Contraction, MMA_M, MMA_N};
+use crate::gpu::contraction::{Contraction, SharedTiles, MMA_M, MMA_N};
 
 /// The region of one engine, with the sizes every section reads.
 #[derive(Clone)]
@@ -32,9 +32,9 @@ pub(super) struct Engine<'r, 'a> {
     pub(super) threads: u32,
     /// Blocks of a cluster sharing the reduction (1: no split).
     pub(super) split: i64,
-    /// Elements of a stage of A and of B, and their buffers' names.
-    pub(super) sa: i64,
-    pub(super) sb: i64,
+    /// The engine's shared tiles (as the gpu stage laid them out), and
+    /// their buffers' names.
+    pub(super) tiles: SharedTiles,
     pub(super) ba: String,
     pub(super) bb: String,
     /// Whose reduction loop the copies stage: 0 for the update's, `j` for
@@ -52,7 +52,6 @@ impl<'r, 'a> Engine<'r, 'a> {
         };
         let [wm, wn] = c.warps;
         let [tm, tn, tk] = c.tile;
-        let (sa, sb) = c.stage_len(wg);
         let (ba, bb) = buffers(region.mark);
         Engine {
             region,
@@ -69,8 +68,7 @@ impl<'r, 'a> Engine<'r, 'a> {
             wtn: tn / wn,
             threads: c.threads(),
             split: c.split,
-            sa,
-            sb,
+            tiles: c.shared_tiles(wg),
             ba,
             bb,
             term: 0,

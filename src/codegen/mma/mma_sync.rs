@@ -14,7 +14,7 @@ impl Engine<'_, '_> {
     /// Shared offset (in elements) of the row lane `lane` hands to
     /// `ldmatrix` for an A fragment at warp rows `pf_ar` and k `pf_kk`.
     fn a_lane(&self, lane: &str) -> String {
-        let (_, pitch) = self.c.layout(&self.c.a, self.tm);
+        let pitch = self.tiles.a.line_len;
         if self.c.a.k_contiguous {
             format!("(pf_ar + ({lane}) % 8 + (({lane}) / 8) % 2 * 8) * {pitch} + pf_kk + ({lane}) / 16 * 8")
         } else {
@@ -24,7 +24,7 @@ impl Engine<'_, '_> {
 
     /// The same for a pair of B fragments at warp columns `pf_bc`.
     fn b_lane(&self, lane: &str) -> String {
-        let (_, pitch) = self.c.layout(&self.c.b, self.tn);
+        let pitch = self.tiles.b.line_len;
         if self.c.b.k_contiguous {
             format!("(pf_bc + (({lane}) / 8) / 2 * 8 + ({lane}) % 8) * {pitch} + pf_kk + (({lane}) / 8) % 2 * 8")
         } else {
@@ -45,7 +45,8 @@ impl Engine<'_, '_> {
     /// its lanes as arrays, `ldmatrix` and `mma` as C functions on them.
     fn emulated_mma_sync_step(&self, o: &mut Lines, d: usize) {
         let (mt, nt, wn, wtm, wtn, tk) = (self.mt, self.nt, self.wn, self.wtm, self.wtn, self.tk);
-        let (ba, bb, sa, sb) = (&self.ba, &self.bb, self.sa, self.sb);
+        let (ba, bb) = (&self.ba, &self.bb);
+        let (sa, sb) = (self.tiles.a.stage_len, self.tiles.b.stage_len);
         let a_trans = i32::from(!self.c.a.k_contiguous);
         let b_trans = i32::from(!self.c.b.k_contiguous);
         o.line(
@@ -177,7 +178,8 @@ impl Engine<'_, '_> {
     /// pair of B fragments.
     fn load_fragments(&self, o: &mut Lines, d: usize, kk: &str, buf: &str) {
         let (mt, nt) = (self.mt, self.nt);
-        let (ba, bb, sa, sb) = (&self.ba, &self.bb, self.sa, self.sb);
+        let (ba, bb) = (&self.ba, &self.bb);
+        let (sa, sb) = (self.tiles.a.stage_len, self.tiles.b.stage_len);
         let trans = |k_contiguous: bool| if k_contiguous { "" } else { "_trans" };
         o.line(d, "{");
         o.line(d + 1, format!("const int pf_kk = {kk};"));

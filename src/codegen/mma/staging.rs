@@ -12,9 +12,9 @@
 //! multiple of 16 bytes).
 
 use super::engine::Engine;
+use super::uniform_lines;
 use super::writer::Lines;
-use super::{line_len, narrow, uniform_lines};
-use crate::gpu::contraction::{Operand, SHARED_ROW_PAD};
+use crate::gpu::contraction::{narrow, Operand, SharedTile};
 
 /// One operand's tile as the copies see it.
 pub(super) struct Staged<'e> {
@@ -31,8 +31,6 @@ pub(super) struct Staged<'e> {
     /// The domain's extent along the rows and the block's origin there.
     ext: &'static str,
     origin: &'static str,
-    /// The padded layout's pitch (elements from one line to the next).
-    pitch: i64,
     /// Chunks of a line, of the tile, and of a thread (at most).
     per_line: i64,
     chunks: i64,
@@ -49,7 +47,8 @@ impl Engine<'_, '_> {
     pub(super) fn staged(&self) -> [Staged<'_>; 2] {
         let c = self.c;
         let r = self.region;
-        // The operands of the reduction loop being printed.
+        // The operands of the reduction loop being printed (a further
+        // sum's operands have the first's layouts: `gpu::contraction`).
         let (a, b, a_address, b_address) = match self.term {
             0 => (&c.a, &c.b, r.a_address, r.b_address),
             j => (
@@ -59,34 +58,46 @@ impl Engine<'_, '_> {
                 r.terms[j - 1].b_address,
             ),
         };
-        let operand = |name, x, rows, buf, len, address, ext, origin| {
-            let (lines, pitch) = c.layout(x, rows);
-            let per_line = (pitch - SHARED_ROW_PAD) / 8;
-            let chunks = lines * per_line;
+        let operand = |name, x, rows, buf, tile: SharedTile, address, ext, origin| {
+            let per_line = tile.chunks_per_line;
+            let chunks = tile.lines * per_line;
             let threads = i64::from(self.threads);
             Staged {
                 name,
                 x,
                 rows,
                 buf,
-                len,
+                len: tile.stage_len,
                 address,
                 ext,
                 origin,
-                pitch,
                 per_line,
                 chunks,
                 per_thread: (chunks + threads - 1) / threads,
                 uniform: uniform_lines(c.wgmma, self.wg, per_line, self.threads),
-                line_len: line_len(c, x, rows, self.wg),
+                line_len: tile.line_len,
             }
         };
         [
             operand(
-                "A", a, self.tm, &self.ba, self.sa, a_address, "pf_em", "pf_m0",
+                "A",
+                a,
+                self.tm,
+                &self.ba,
+                self.tiles.a,
+                a_address,
+                "pf_em",
+                "pf_m0",
             ),
             operand(
-                "B", b, self.tn, &self.bb, self.sb, b_address, "pf_en", "pf_n0",
+                "B",
+                b,
+                self.tn,
+                &self.bb,
+                self.tiles.b,
+                b_address,
+                "pf_en",
+                "pf_n0",
             ),
         ]
     }
@@ -168,7 +179,7 @@ impl Engine<'_, '_> {
         } else {
             o.line(
                 d,
-                format!("const pf_i {v}_dst = {v}_line * {} + {v}_col;", s.pitch),
+                format!("const pf_i {v}_dst = {v}_line * {} + {v}_col;", s.line_len),
             );
         }
         let origin = s.origin;

@@ -3,10 +3,11 @@
 //! descriptors; the emulation calls `pf_emu_wgmma` with the same
 //! descriptors' fields, for every warpgroup in turn.
 
+use super::descriptor_fields;
 use super::engine::Engine;
-use super::wgmma_fields;
 use super::writer::Lines;
 use crate::frontend::ast::DType;
+use crate::gpu::contraction::SharedTile;
 use crate::gpu::contraction::MMA_K;
 
 impl Engine<'_, '_> {
@@ -18,10 +19,10 @@ impl Engine<'_, '_> {
     /// (SBO), 64-row groups `tk` lines apart (LBO).
     pub(super) fn wgmma_step(&self, o: &mut Lines, d: usize) {
         let c = self.c;
-        let (tk, sa, sb) = (self.tk, self.sa, self.sb);
+        let (tk, sa, sb) = (self.tk, self.tiles.a.stage_len, self.tiles.b.stage_len);
         // Start in elements of operand `mn` at 64-row group `group` of its
-        // stage `base`; the other fields of the descriptors from
-        // `wgmma_fields`.
+        // stage `base`; the other fields of the descriptors are the
+        // tiles' (`descriptor_fields`).
         let start = |base: String, mn: bool, group: &str| -> String {
             if mn {
                 format!("{base} + {group} * {} + pf_ks * {}", tk * 64, 16 * 64)
@@ -51,8 +52,11 @@ impl Engine<'_, '_> {
         let c = self.c;
         let (tm, tn, tk) = (self.tm, self.tn, self.tk);
         let (ba, bb) = (&self.ba, &self.bb);
-        let (a_lbo, b_lbo, _, narrow) = wgmma_fields(c);
-        let b_span = if narrow { 32 } else { 64 };
+        let (a_lbo, _, _) = descriptor_fields(&self.tiles.a);
+        let (b_lbo, _, _) = descriptor_fields(&self.tiles.b);
+        // The swizzle's line in elements (64 bytes for a narrow B).
+        let span = |t: &SharedTile| t.descriptor.map_or(64, |d| d.swizzle / 2);
+        let (a_span, b_span) = (span(&self.tiles.a), span(&self.tiles.b));
         o.line(
             d,
             format!("for (int pf_wg = 0; pf_wg < {}; pf_wg++)", tm / 64),
@@ -64,7 +68,7 @@ impl Engine<'_, '_> {
         o.line(
             d + 1,
             format!(
-                "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, 64, {bb}, 2L * ({b_start}), {}, {b_lbo}, {b_span}, {tn}, {});",
+                "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, {a_span}, {bb}, 2L * ({b_start}), {}, {b_lbo}, {b_span}, {tn}, {});",
                 tn / 2,
                 i32::from(!c.a.k_contiguous),
                 i32::from(!c.b.k_contiguous),
