@@ -797,13 +797,17 @@ fn choose_by_cost(
     g: &GpuOptions,
 ) -> Result<(Mapped, Option<gpu::cost::Estimate>)> {
     let machine = gpu::cost::Machine::H100;
-    let Some(base) =
-        gpu::cost::estimate(scop, program, &default.schedule, &default.plans, &machine)?
-    else {
+    // The default's estimate is made where a candidate is weighed against
+    // it, not before: where no candidate is (one statement, or minimal
+    // fusion in as many kernels), it is only wanted with
+    // `GpuOptions::estimate`, and `compile` then makes the same one of the
+    // same mapping. Without it the default stays, as the estimate gives
+    // none where a size has no value.
+    if !gpu::cost::estimable(program) {
         return Ok((default, None));
-    };
+    }
     let Ok(min) = schedule::compute(isl, scop, deps, Strategy::Min) else {
-        return Ok((default, Some(base)));
+        return Ok((default, None));
     };
     schedule::check_legal(&program.source, &min, scop, deps)?;
     // Minimal fusion, and minimal fusion with each contraction's
@@ -818,11 +822,21 @@ fn choose_by_cost(
     // Minimal fusion in as many kernels as the default is the same
     // grouping: nothing to weigh.
     candidates.push((marked(isl, min, "minimal_fusion_by_cost")?, true));
-    let mut best: (Mapped, gpu::cost::Estimate) = (default, base.clone());
+    let mut best: (Mapped, Option<gpu::cost::Estimate>) = (default, None);
     let mut chosen = false;
     // A candidate is mapped and weighed first, and proven only where it
     // wins: the proof is most of a mapping's time.
     for (candidate, grouping_only) in candidates {
+        // Its kernels are counted before it is mapped (`map` finds them
+        // the same way before it maps any; where counting fails, so does
+        // the mapping, which skips the candidate below).
+        if grouping_only
+            && !chosen
+            && gpu::mapping::kernel_count(isl, program, scop, deps, &candidate, g)
+                .is_ok_and(|n| n == best.0.plans.len())
+        {
+            continue;
+        }
         let Ok(alt) = map_unproven(isl, program, scop, deps, candidate, options, g) else {
             continue;
         };
@@ -830,17 +844,34 @@ fn choose_by_cost(
             continue;
         }
         if let Some(e) = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
+            let best_seconds = match &best.1 {
+                Some(b) => b.seconds(),
+                None => {
+                    let Some(b) = gpu::cost::estimate(
+                        scop,
+                        program,
+                        &best.0.schedule,
+                        &best.0.plans,
+                        &machine,
+                    )?
+                    else {
+                        // (Not reached: the sizes all have values.)
+                        return Ok((best.0, None));
+                    };
+                    best.1.insert(b).seconds()
+                }
+            };
             let bar = if chosen { 1.0 } else { COST_MARGIN };
-            if e.seconds() < bar * best.1.seconds() {
+            if e.seconds() < bar * best_seconds {
                 let Ok(alt) = prove(isl, program, scop, deps, alt) else {
                     continue;
                 };
-                best = (alt, e);
+                best = (alt, Some(e));
                 chosen = true;
             }
         }
     }
-    Ok((best.0, Some(best.1)))
+    Ok(best)
 }
 
 /// The maximal-fusion schedule of `program`, when it maps to fewer GPU

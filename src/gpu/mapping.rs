@@ -270,19 +270,9 @@ pub fn map(
         tile.to_vec()
     };
     let root = schedule.get_root()?;
-    if root.n_children()? == 0 {
-        return Ok((root.get_schedule()?, Vec::new()));
-    }
-    // A rolling attention runs as one kernel on tensor cores, whatever
-    // kernels the tree's sequences would make (`attention`), where the
-    // tiles, the block and the grid are polyfuse's to choose (a user's
-    // sizes are for the tree's own mapping).
-    if opts.tensor_cores && opts.auto_tile && opts.block.is_empty() && opts.grid.is_empty() {
-        let found = match super::attention::recognise(isl, program, scop, deps)? {
-            Some(a) => Some(a),
-            None => super::decoding::recognise(isl, program, scop, deps)?,
-        };
-        if let Some(a) = found {
+    let kernels = match kernels_of(isl, program, scop, deps, &root, opts)? {
+        Kernels::Empty => return Ok((root.get_schedule()?, Vec::new())),
+        Kernels::Whole(a) => {
             let name = "kernel_0".to_string();
             let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
             let plan = KernelPlan {
@@ -295,13 +285,8 @@ pub fn map(
             };
             return Ok((node.get_schedule()?, vec![plan]));
         }
-    }
-    // Each kernel's root, as a path of child positions from the root: a
-    // sequence or set with no band above it is split into one kernel (or
-    // more) per child, in order (kernel boundaries order a sequence's
-    // children; a set's may run in any order).
-    let mut kernels = Vec::new();
-    kernel_roots(&root.copy()?.child(0)?, vec![0], &mut kernels)?;
+        Kernels::Roots(paths) => paths,
+    };
     let mut plans = Vec::new();
     let mut node = root;
     for path in kernels {
@@ -311,6 +296,72 @@ pub fn map(
         node = k;
     }
     Ok((node.get_schedule()?, plans))
+}
+
+/// The kernels [`map`] makes of a tree, found before any is mapped.
+enum Kernels {
+    /// A tree with no statements: no kernel.
+    Empty,
+    /// A rolling attention, one kernel on tensor cores.
+    Whole(Attention),
+    /// One kernel per root, each a path of child positions from the root.
+    Roots(Vec<Vec<usize>>),
+}
+
+/// The kernels [`map`] makes of the tree at `root` under `opts`, as it
+/// finds them before mapping any (the one place that decides them).
+fn kernels_of(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    root: &ScheduleNode,
+    opts: &GpuOptions,
+) -> Result<Kernels> {
+    if root.n_children()? == 0 {
+        return Ok(Kernels::Empty);
+    }
+    // A rolling attention runs as one kernel on tensor cores, whatever
+    // kernels the tree's sequences would make (`attention`), where the
+    // tiles, the block and the grid are polyfuse's to choose (a user's
+    // sizes are for the tree's own mapping).
+    if opts.tensor_cores && opts.auto_tile && opts.block.is_empty() && opts.grid.is_empty() {
+        let found = match super::attention::recognise(isl, program, scop, deps)? {
+            Some(a) => Some(a),
+            None => super::decoding::recognise(isl, program, scop, deps)?,
+        };
+        if let Some(a) = found {
+            return Ok(Kernels::Whole(a));
+        }
+    }
+    // Each kernel's root, as a path of child positions from the root: a
+    // sequence or set with no band above it is split into one kernel (or
+    // more) per child, in order (kernel boundaries order a sequence's
+    // children; a set's may run in any order).
+    let mut kernels = Vec::new();
+    kernel_roots(&root.copy()?.child(0)?, vec![0], &mut kernels)?;
+    Ok(Kernels::Roots(kernels))
+}
+
+/// The number of kernels, so of plans, that [`map`] gives `schedule` under
+/// `opts` where it maps it, found without mapping (`map` decides them the
+/// same way, in [`kernels_of`]): what `pipeline::choose_by_cost` needs to
+/// know before it maps a grouping only to count its kernels.
+pub fn kernel_count(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    schedule: &Schedule,
+    opts: &GpuOptions,
+) -> Result<usize> {
+    Ok(
+        match kernels_of(isl, program, scop, deps, &schedule.get_root()?, opts)? {
+            Kernels::Empty => 0,
+            Kernels::Whole(_) => 1,
+            Kernels::Roots(paths) => paths.len(),
+        },
+    )
 }
 
 /// Collects the kernel roots under `node` (reached by `path`): `node`

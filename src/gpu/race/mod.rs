@@ -185,7 +185,18 @@ pub fn prove(
                 prove_private_reads(program, scop, &node, region)?;
             }
         }
-        prove_kernel(program, scop, node.copy()?, &mark, &reorderable, threads)?;
+        // The kernel's thread identities, made once for the proofs below
+        // that ask for them (the walk's and the register tile's).
+        let identities = Identities::default();
+        prove_kernel(
+            program,
+            scop,
+            node.copy()?,
+            &mark,
+            &reorderable,
+            threads,
+            &identities,
+        )?;
         if let Some(super::lanes::LaneAxis::Y(c)) =
             plan.and_then(KernelPlan::threads).map(|t| t.lane_axis)
         {
@@ -196,7 +207,7 @@ pub fn prove(
                 shared::prove_copies(program, scop, &node, &mark, scope, threads)?;
             }
             if let Some(tile) = t.registers.as_ref().map(|r| r.tile()) {
-                registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
+                registers::prove_tile(program, scop, &node, &mark, tile, threads, &identities)?;
             }
         }
     }
@@ -233,13 +244,14 @@ fn prove_kernel(
     mark: &str,
     reorderable: &UnionMap,
     threads: Threads,
+    identities: &Identities,
 ) -> Result<()> {
     let conflicts = conflicts(scop, &kernel)?;
     if conflicts.is_empty()? {
         return Ok(());
     }
     let skewed = below_skewed_host_loop(&kernel)?;
-    let pairs = same_thread(&kernel, threads, false, skewed)?;
+    let pairs = same_thread(&kernel, threads, false, skewed, identities)?;
     let same_identity = match pairs.same_identity {
         Some(m) => m,
         None => UnionMap::empty(conflicts.get_space()?)?,
@@ -307,26 +319,32 @@ pub(super) fn same_thread(
     threads: Threads,
     by_owner: bool,
     with_identity: bool,
+    identities: &Identities,
 ) -> Result<ThreadPairs> {
     let domain = kernel.get_domain()?;
-    let (identity, has_threads, unknown, bands) =
-        thread_identity(kernel, &domain, threads.grouped)?;
+    let ThreadIdentity {
+        identity,
+        same,
+        has_threads,
+        unknown,
+        bands,
+    } = identities.of(kernel, &domain, threads.grouped)?;
+    let has_threads = *has_threads;
     let all = domain.copy()?.universe()?;
     // Pairs with one identity that, at every thread band, are both among
     // the instances isl may print without a loop or both not: see `decide`.
     let same_identity = match with_identity {
-        true => Some(same_identity(&identity, &domain, bands)?),
+        true => Some(same_identity(identity, &domain, bands)?),
         false => None,
     };
-    let same = identity.copy()?.apply_range(identity.reverse()?)?;
     let same_thread = if threads.single_thread {
         UnionMap::from_domain_and_range(all.copy()?, all)?
     } else if by_owner {
-        same
+        same.copy()?
     } else {
         let either_unknown = UnionMap::from_domain_and_range(unknown.copy()?, all.copy()?)?
-            .union(UnionMap::from_domain_and_range(all, unknown)?)?;
-        same.subtract(either_unknown)?
+            .union(UnionMap::from_domain_and_range(all, unknown.copy()?)?)?;
+        same.copy()?.subtract(either_unknown)?
     };
     Ok(ThreadPairs {
         same_thread,
@@ -338,11 +356,11 @@ pub(super) fn same_thread(
 /// The pairs of instances of `domain` with one thread `identity` that, at
 /// every thread band (`bands`: its instances isl may print without a
 /// loop), are both among those instances or both not.
-fn same_identity(identity: &UnionMap, domain: &UnionSet, bands: Vec<UnionSet>) -> Result<UnionMap> {
+fn same_identity(identity: &UnionMap, domain: &UnionSet, bands: &[UnionSet]) -> Result<UnionMap> {
     let mut same = identity.copy()?.apply_range(identity.copy()?.reverse()?)?;
     for u in bands {
         let rest = domain.copy()?.subtract(u.copy()?)?;
-        let agree = UnionMap::from_domain_and_range(u.copy()?, u)?
+        let agree = UnionMap::from_domain_and_range(u.copy()?, u.copy()?)?
             .union(UnionMap::from_domain_and_range(rest.copy()?, rest)?)?;
         same = same.intersect(agree)?;
     }
@@ -387,7 +405,7 @@ fn thread_identity(
     kernel: &ScheduleNode,
     domain: &UnionSet,
     grouped: bool,
-) -> Result<(UnionMap, bool, UnionSet, Vec<UnionSet>)> {
+) -> Result<ThreadIdentity> {
     let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
     let mut bands = Vec::new();
     let form = Distribution { grouped };
@@ -398,7 +416,52 @@ fn thread_identity(
     }
     let has_threads = per_axis.iter().any(Option::is_some);
     let identity = axes_identity(domain, per_axis)?;
-    Ok((identity, has_threads, unknown, bands))
+    let same = identity.copy()?.apply_range(identity.copy()?.reverse()?)?;
+    Ok(ThreadIdentity {
+        identity,
+        same,
+        has_threads,
+        unknown,
+        bands,
+    })
+}
+
+/// A kernel's [`thread_identity`]: each instance's identity, the pairs of
+/// one identity, whether the kernel has thread loops, the instances that
+/// may run without their thread loop (all, and per thread band).
+pub(super) struct ThreadIdentity {
+    identity: UnionMap,
+    /// Pairs of one identity.
+    same: UnionMap,
+    has_threads: bool,
+    unknown: UnionSet,
+    bands: Vec<UnionSet>,
+}
+
+/// One kernel's [`ThreadIdentity`], made when first asked for and kept for
+/// the kernel's other proofs: it depends on the kernel's tree and on
+/// whether its register tile comes in groups alone, which are the same for
+/// every proof of one kernel (`prove` makes one per kernel), so each gets
+/// the relations it would have made itself (what was two walks of the tree
+/// and two [`loopless_nonzero`] per thread band for gemm).
+#[derive(Default)]
+pub(super) struct Identities {
+    made: std::cell::OnceCell<(bool, ThreadIdentity)>,
+}
+
+impl Identities {
+    fn of(&self, kernel: &ScheduleNode, domain: &UnionSet, grouped: bool) -> Result<&ThreadIdentity> {
+        if self.made.get().is_none() {
+            let made = thread_identity(kernel, domain, grouped)?;
+            let _ = self.made.set((grouped, made));
+        }
+        match self.made.get() {
+            Some((g, made)) if *g == grouped => Ok(made),
+            _ => Err(Error::Internal(
+                "one kernel's thread identities asked for with and without groups".into(),
+            )),
+        }
+    }
 }
 
 /// Each instance of `domain` mapped to its values `[f_x, v_x, f_y, v_y,
