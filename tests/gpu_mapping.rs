@@ -2216,3 +2216,67 @@ fn a_start_moved_by_the_reduction_keeps_the_full_tile_copy_and_its_test() {
         );
     }
 }
+
+/// Every band of `node`'s subtree.
+fn bands_below(node: isl_rs::ScheduleNode, out: &mut Vec<isl_rs::ScheduleNode>) {
+    if node.get_type().unwrap() == isl_rs::ScheduleNodeType::Band {
+        out.push(node.copy().unwrap());
+    }
+    for i in 0..node.n_children().unwrap() {
+        bands_below(node.get_child(i).unwrap(), out);
+    }
+}
+
+/// `pairs_differing_only_at`, which the parallelism check and the
+/// mapping's barrier test use for `D ∩ differ_only_from(band)`, is that
+/// set at every band of the mapped trees of a contraction, a row chain
+/// (layer norm, its rows across lanes) and a softmax, for their
+/// dependences and for pairs that are not dependences (every two
+/// instances): the fast form decides exactly what the old one did.
+#[test]
+fn pairs_differing_only_at_a_band_are_the_dependences_the_band_separates() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let programs = [
+        load_str(&gemm(100, 70, 33), "gemm.json").unwrap(),
+        load_file(&root.join("examples/layernorm.json")).unwrap(),
+        load_file(&root.join("examples/softmax.json")).unwrap(),
+    ];
+    for p in &programs {
+        let isl = Isl::new();
+        let scop = model::build(&isl, p).unwrap();
+        let order = schedule::canonical(&isl, &scop).unwrap();
+        let d = deps::compute(&scop, &order).unwrap();
+        let sched = schedule::compute(&isl, &scop, &d, Strategy::Isl).unwrap();
+        let (mapped, _) = mapping::map(
+            &isl,
+            p,
+            &scop,
+            &d,
+            sched,
+            &[32, 16, 8],
+            &GpuOptions::default(),
+        )
+        .unwrap();
+        let domain = scop.domain().unwrap();
+        let every_two =
+            isl_rs::UnionMap::from_domain_and_range(domain.copy().unwrap(), domain.copy().unwrap())
+                .unwrap();
+        let mut bands = Vec::new();
+        bands_below(mapped.get_root().unwrap(), &mut bands);
+        assert!(bands.len() > 1, "{}", p.source);
+        for band in &bands {
+            for pairs in [d.all().unwrap(), every_two.copy().unwrap()] {
+                let fast = mapping::pairs_differing_only_at(&pairs, band).unwrap();
+                let old = pairs
+                    .intersect(mapping::differ_only_from(band).unwrap())
+                    .unwrap();
+                assert!(
+                    fast.is_equal(&old).unwrap(),
+                    "{}: {}",
+                    p.source,
+                    band.text()
+                );
+            }
+        }
+    }
+}

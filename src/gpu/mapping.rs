@@ -1054,8 +1054,10 @@ pub fn check_parallel(
         if node.get_type()? == ScheduleNodeType::Mark {
             let name = node.mark_get_id()?.get_name()?.to_string();
             if super::lanes::LaneLoop::index(&name).is_some() {
-                let violated = lane_loop_violations(&node.get_child(0)?, all, program, scop)?;
-                if !violated.is_empty()? {
+                let band = node.get_child(0)?;
+                if !lane_loop_violations(&band, all, program, scop, true)?.is_empty()? {
+                    // The same set, as the error has always printed it.
+                    let violated = lane_loop_violations(&band, all, program, scop, false)?;
                     return Err(Error::Illegal {
                         file: file.to_string(),
                         message: format!(
@@ -1067,12 +1069,20 @@ pub fn check_parallel(
             }
             let reduce = name.starts_with("reduce_");
             if name.starts_with("block_") || name.starts_with("thread_") || reduce {
-                let parallel = differ_only_from(&node.get_child(0)?)?;
-                let mut violated = all.copy()?.intersect(parallel)?;
-                if reduce {
-                    violated = violated.subtract(reorderable.copy()?)?;
-                }
-                if !violated.is_empty()? {
+                let band = node.get_child(0)?;
+                let violations = |fast: bool| -> Result<UnionMap> {
+                    let mut violated = match fast {
+                        true => pairs_differing_only_at(all, &band)?,
+                        false => all.copy()?.intersect(differ_only_from(&band)?)?,
+                    };
+                    if reduce {
+                        violated = violated.subtract(reorderable.copy()?)?;
+                    }
+                    Ok(violated)
+                };
+                if !violations(true)?.is_empty()? {
+                    // The same set, as the error has always printed it.
+                    let violated = violations(false)?;
                     let what = if reduce {
                         "the reduction loop mapped to threadIdx.x".to_string()
                     } else {
@@ -1112,8 +1122,13 @@ fn lane_loop_violations(
     all: &UnionMap,
     program: &Program,
     scop: &Scop,
+    fast: bool,
 ) -> Result<UnionMap> {
-    let violated = all.copy()?.intersect(differ_only_from(band)?)?;
+    // One set, two ways (`pairs_differing_only_at`).
+    let violated = match fast {
+        true => pairs_differing_only_at(all, band)?,
+        false => all.copy()?.intersect(differ_only_from(band)?)?,
+    };
     if band.band_member_get_coincident(0)? {
         return Ok(violated);
     }
@@ -1889,6 +1904,23 @@ pub fn differ_only_from(band: &ScheduleNode) -> Result<UnionMap> {
     let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
     let same_member = member.copy()?.apply_range(member.reverse()?)?;
     Ok(same_prefix.subtract(same_member)?)
+}
+
+/// The pairs of `pairs` that [`differ_only_from`] `band` holds, `pairs ∩
+/// ((P⁻¹ ∘ P) \ (b⁻¹ ∘ b))`, computed as `(pairs ∩ (P⁻¹ ∘ P)) \ (b⁻¹ ∘
+/// b)`: the same set, but the difference is taken from the few pairs of
+/// `pairs` (the dependences) rather than from every two instances of the
+/// band with one prefix. isl may write it with other pieces than
+/// `pairs.intersect(differ_only_from(band))`: an error that prints it
+/// should print that one.
+pub fn pairs_differing_only_at(pairs: &UnionMap, band: &ScheduleNode) -> Result<UnionMap> {
+    let (prefix, member) = prefix_and_member(band)?;
+    let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
+    let same_member = member.copy()?.apply_range(member.reverse()?)?;
+    Ok(pairs
+        .copy()?
+        .intersect(same_prefix)?
+        .subtract(same_member)?)
 }
 
 /// Blocks a kernel with register tiles should have before it takes the

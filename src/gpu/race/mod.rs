@@ -450,7 +450,12 @@ pub(super) struct Identities {
 }
 
 impl Identities {
-    fn of(&self, kernel: &ScheduleNode, domain: &UnionSet, grouped: bool) -> Result<&ThreadIdentity> {
+    fn of(
+        &self,
+        kernel: &ScheduleNode,
+        domain: &UnionSet,
+        grouped: bool,
+    ) -> Result<&ThreadIdentity> {
         if self.made.get().is_none() {
             let made = thread_identity(kernel, domain, grouped)?;
             let _ = self.made.set((grouped, made));
