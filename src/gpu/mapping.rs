@@ -280,7 +280,7 @@ pub fn map(
                 block: [a.threads(), 1, 1],
                 min_blocks: Some(a.min_blocks()),
                 dynamic_shared: a.shared_bytes(),
-                body: KernelBody::Attention(AttentionPlan::new(a, &name)),
+                body: KernelBody::Attention(AttentionPlan::new(*a, &name)),
                 ..KernelPlan::one_thread(name)
             };
             return Ok((node.get_schedule()?, vec![plan]));
@@ -303,7 +303,7 @@ enum Kernels {
     /// A tree with no statements: no kernel.
     Empty,
     /// A rolling attention, one kernel on tensor cores.
-    Whole(Attention),
+    Whole(Box<Attention>),
     /// One kernel per root, each a path of child positions from the root.
     Roots(Vec<Vec<usize>>),
 }
@@ -331,7 +331,7 @@ fn kernels_of(
             None => super::decoding::recognise(isl, program, scop, deps)?,
         };
         if let Some(a) = found {
-            return Ok(Kernels::Whole(a));
+            return Ok(Kernels::Whole(Box::new(a)));
         }
     }
     // Each kernel's root, as a path of child positions from the root: a
