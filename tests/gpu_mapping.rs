@@ -2229,10 +2229,12 @@ fn bands_below(node: isl_rs::ScheduleNode, out: &mut Vec<isl_rs::ScheduleNode>) 
 
 /// `pairs_differing_only_at`, which the parallelism check and the
 /// mapping's barrier test use for `D ∩ differ_only_from(band)`, is that
-/// set at every band of the mapped trees of a contraction, a row chain
-/// (layer norm, its rows across lanes) and a softmax, for their
-/// dependences and for pairs that are not dependences (every two
-/// instances): the fast form decides exactly what the old one did.
+/// set (and `same_value_on`, which the race proof's walk uses for `m⁻¹ ∘
+/// m`, keeps and separates the same pairs) at every band of the mapped
+/// trees of a contraction, a row chain (layer norm, its rows across lanes)
+/// and a softmax, for their dependences and for pairs that are not
+/// dependences (every two instances): the fast forms decide exactly what
+/// the old ones did.
 #[test]
 fn pairs_differing_only_at_a_band_are_the_dependences_the_band_separates() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -2267,6 +2269,31 @@ fn pairs_differing_only_at_a_band_are_the_dependences_the_band_separates() {
         for band in &bands {
             for pairs in [d.all().unwrap(), every_two.copy().unwrap()] {
                 let fast = mapping::pairs_differing_only_at(&pairs, band).unwrap();
+                // The race proof's walk keeps and separates pairs by each
+                // member with `same_value_on` in place of `m⁻¹ ∘ m`.
+                let (_, member) = mapping::prefix_and_member(band).unwrap();
+                let every = member
+                    .copy()
+                    .unwrap()
+                    .apply_range(member.copy().unwrap().reverse().unwrap())
+                    .unwrap();
+                let on_pairs = mapping::same_value_on(&pairs, &member).unwrap();
+                let kept = |same: &isl_rs::UnionMap| {
+                    pairs
+                        .copy()
+                        .unwrap()
+                        .intersect(same.copy().unwrap())
+                        .unwrap()
+                };
+                let separated = |same: &isl_rs::UnionMap| {
+                    pairs
+                        .copy()
+                        .unwrap()
+                        .subtract(same.copy().unwrap())
+                        .unwrap()
+                };
+                assert!(kept(&on_pairs).is_equal(&kept(&every)).unwrap());
+                assert!(separated(&on_pairs).is_equal(&separated(&every)).unwrap());
                 let old = pairs
                     .intersect(mapping::differ_only_from(band).unwrap())
                     .unwrap();

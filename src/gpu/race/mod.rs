@@ -136,6 +136,14 @@ pub(super) struct Kernel<'a> {
     file: &'a str,
     /// The memory the conflicts are on.
     memory: Memory<'a>,
+    /// Join each member with itself on the statement pairs of the pending
+    /// pairs alone ([`super::mapping::same_value_on`]) rather than on every
+    /// two statements: the same pairs kept and separated, so the same
+    /// answer, but isl may write them with other pieces, and a refusal's
+    /// example pair is a sample of them. [`walk_kernel`] walks fast and,
+    /// where that refuses, again the other way, for the example the
+    /// refusal has always given.
+    fast: bool,
 }
 
 /// The memory a walk's conflicts are on.
@@ -265,8 +273,25 @@ fn prove_kernel(
         mark,
         file: &program.source,
         memory: Memory::Global,
+        fast: true,
     };
-    walk(&k, kernel.get_child(0)?, conflicts, Place::START)
+    walk_kernel(k, &kernel, conflicts)
+}
+
+/// [`walk`]s the tree below `kernel` with the pairs `pending` the fast way
+/// (`Kernel::fast`); where that refuses, walks it again the other way,
+/// whose refusal (the same, by the same sets) gives the example pair it
+/// always gave. Should the second walk accept what the first refused, the
+/// first refusal stands.
+pub(super) fn walk_kernel(k: Kernel, kernel: &ScheduleNode, pending: UnionMap) -> Result<()> {
+    match walk(&k, kernel.get_child(0)?, pending.copy()?, Place::START) {
+        Ok(()) => Ok(()),
+        Err(refused) if k.fast => {
+            let k = Kernel { fast: false, ..k };
+            walk(&k, kernel.get_child(0)?, pending, Place::START).and(Err(refused))
+        }
+        Err(refused) => Err(refused),
+    }
 }
 
 /// The conflicts among the instances of `kernel`: the pairs of distinct
@@ -626,7 +651,12 @@ pub(super) fn walk(k: &Kernel, node: ScheduleNode, pending: UnionMap, place: Pla
             let matters = separation_matters(k, place, Separator::Member);
             for m in 0..n {
                 let member = project_members(&partial, m, m + 1, n)?;
-                let same = member.copy()?.apply_range(member.reverse()?)?;
+                // `m⁻¹ ∘ m` on the statement pairs of `pending` alone
+                // (`mapping::same_value_on`; see `Kernel::fast`).
+                let same = match k.fast {
+                    true => super::mapping::same_value_on(&pending, &member)?,
+                    false => member.copy()?.apply_range(member.reverse()?)?,
+                };
                 if matters {
                     let separated = pending.copy()?.subtract(same.copy()?)?;
                     decide(k, &node, separated, place, Separator::Member)?;
