@@ -347,13 +347,21 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     // takes tens of seconds (a stacked LSTM at T = 256, H = 256: 30 s),
     // and its steps' rows run on the host's steps anyway.
     let blocks = program_k.statements.iter().any(|s| !s.blocks.is_empty());
-    let fused_rows = match (options.strategy, &options.gpu) {
+    let probe = match (options.strategy, &options.gpu) {
         (Strategy::Isl, Some(gpu)) if repaired.is_none() && !blocks => {
-            rows_on_chip(&isl, program_k, &scop, &deps, options, gpu).unwrap_or(None)
+            rows_on_chip(&isl, program_k, &scop, &deps, options, gpu).unwrap_or_default()
         }
-        _ => None,
+        _ => RowsProbe::default(),
     };
+    let RowsProbe {
+        fused: fused_rows,
+        isl: probed_isl,
+    } = probe;
     let rows_fused = fused_rows.is_some();
+    // The mapping (not yet proven) of the schedule chosen below where the
+    // probe made it already: the same schedule mapped under the same
+    // options, as `map_for_race_freedom` would map it first.
+    let mut premapped: Option<Mapped> = None;
     let strategy = match options.strategy {
         Strategy::Isl if program_k.rolling.is_some() || rows_fused => Strategy::Max,
         s => s,
@@ -393,9 +401,21 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
             schedule::check_legal(file, &s, &scop, &deps).ok()?;
             Some(s)
         });
-        match symbolic.or(fused_rows) {
-            Some(s) => s,
-            None => schedule::compute(&isl, &scop, &deps, strategy)?,
+        match (symbolic, fused_rows) {
+            (Some(s), _) => s,
+            (None, Some((s, mapped))) => {
+                premapped = Some(mapped);
+                s
+            }
+            // The probe computed isl's schedule as this would, and mapped
+            // it.
+            (None, None) => match probed_isl.filter(|_| strategy == Strategy::Isl) {
+                Some((s, mapped)) => {
+                    premapped = Some(mapped);
+                    s
+                }
+                None => schedule::compute(&isl, &scop, &deps, strategy)?,
+            },
         }
     };
     // Maximal fusion also takes in a producer's loop that isl left beside
@@ -425,8 +445,9 @@ pub fn compile(program: &Program, options: &Options) -> Result<Compiled> {
     watch.lap("schedule");
     let gpu = match &options.gpu {
         Some(g) => {
-            let mapped =
-                map_for_race_freedom(&isl, program_k, &scop, &deps, &sched, strategy, options, g)?;
+            let mapped = map_for_race_freedom(
+                &isl, program_k, &scop, &deps, &sched, premapped, strategy, options, g,
+            )?;
             // Recurrences the mapping serialised run on the host's steps.
             let (mapped, stepped) =
                 step_on_host(&isl, program_k, &scop, &deps, mapped, strategy, options, g)?;
@@ -674,6 +695,8 @@ fn print_gpu(
 /// `sched` mapped and proven; where the race proof refuses it, the
 /// statements in kernels of their own (minimal fusion), then blocks of one
 /// thread, each marked so in the mapped tree; else the refusal.
+/// `premapped`, where given, is `sched`'s mapping made already (by
+/// `map_unproven` with these options), proven here as `sched`'s would be.
 #[allow(clippy::too_many_arguments)]
 fn map_for_race_freedom(
     isl: &Isl,
@@ -681,6 +704,7 @@ fn map_for_race_freedom(
     scop: &model::Scop,
     deps: &deps::Dependences,
     sched: &isl_rs::Schedule,
+    premapped: Option<Mapped>,
     strategy: Strategy,
     options: &Options,
     g: &GpuOptions,
@@ -707,7 +731,12 @@ fn map_for_race_freedom(
         let single = marked(isl, base, "single_thread_for_race_freedom")?;
         map_proven(isl, program, scop, deps, single, options, &one).map_err(|_| race)
     };
-    match map(sched.copy()?) {
+    // `sched` mapped, or its mapping made already (`premapped`), proven.
+    let first = match premapped {
+        Some(m) => prove(isl, program, scop, deps, m),
+        None => map(sched.copy()?),
+    };
+    match first {
         Err(race @ Error::Race { .. }) if strategy != Strategy::Min => {
             let min = schedule::compute(isl, scop, deps, Strategy::Min)?;
             schedule::check_legal(file, &min, scop, deps)?;
@@ -828,13 +857,17 @@ fn choose_by_cost(
     g: &GpuOptions,
 ) -> Result<(Mapped, Option<gpu::cost::Estimate>)> {
     let machine = gpu::cost::Machine::H100;
-    let Some(base) =
-        gpu::cost::estimate(scop, program, &default.schedule, &default.plans, &machine)?
-    else {
+    // The default's estimate is made where a candidate is weighed against
+    // it, not before: where no candidate is (one statement, or minimal
+    // fusion in as many kernels), it is only wanted with
+    // `GpuOptions::estimate`, and `compile` then makes the same one of the
+    // same mapping. Without it the default stays, as the estimate gives
+    // none where a size has no value.
+    if !gpu::cost::estimable(program) {
         return Ok((default, None));
-    };
+    }
     let Ok(min) = schedule::compute(isl, scop, deps, Strategy::Min) else {
-        return Ok((default, Some(base)));
+        return Ok((default, None));
     };
     schedule::check_legal(&program.source, &min, scop, deps)?;
     // Minimal fusion, and minimal fusion with each contraction's
@@ -849,11 +882,21 @@ fn choose_by_cost(
     // Minimal fusion in as many kernels as the default is the same
     // grouping: nothing to weigh.
     candidates.push((marked(isl, min, "minimal_fusion_by_cost")?, true));
-    let mut best: (Mapped, gpu::cost::Estimate) = (default, base.clone());
+    let mut best: (Mapped, Option<gpu::cost::Estimate>) = (default, None);
     let mut chosen = false;
     // A candidate is mapped and weighed first, and proven only where it
     // wins: the proof is most of a mapping's time.
     for (candidate, grouping_only) in candidates {
+        // Its kernels are counted before it is mapped (`map` finds them
+        // the same way before it maps any; where counting fails, so does
+        // the mapping, which skips the candidate below).
+        if grouping_only
+            && !chosen
+            && gpu::mapping::kernel_count(isl, program, scop, deps, &candidate, g)
+                .is_ok_and(|n| n == best.0.plans.len())
+        {
+            continue;
+        }
         let Ok(alt) = map_unproven(isl, program, scop, deps, candidate, options, g) else {
             continue;
         };
@@ -861,17 +904,34 @@ fn choose_by_cost(
             continue;
         }
         if let Some(e) = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
+            let best_seconds = match &best.1 {
+                Some(b) => b.seconds(),
+                None => {
+                    let Some(b) = gpu::cost::estimate(
+                        scop,
+                        program,
+                        &best.0.schedule,
+                        &best.0.plans,
+                        &machine,
+                    )?
+                    else {
+                        // (Not reached: the sizes all have values.)
+                        return Ok((best.0, None));
+                    };
+                    best.1.insert(b).seconds()
+                }
+            };
             let bar = if chosen { 1.0 } else { COST_MARGIN };
-            if e.seconds() < bar * best.1.seconds() {
+            if e.seconds() < bar * best_seconds {
                 let Ok(alt) = prove(isl, program, scop, deps, alt) else {
                     continue;
                 };
-                best = (alt, e);
+                best = (alt, Some(e));
                 chosen = true;
             }
         }
     }
-    Ok((best.0, Some(best.1)))
+    Ok(best)
 }
 
 /// The maximal-fusion schedule of `program`, when it maps to fewer GPU
@@ -883,7 +943,9 @@ fn choose_by_cost(
 /// result (layer norm's output after its mean and variance), so a second
 /// kernel reads every row from memory again; maximal fusion keeps the row
 /// on chip between them. Options that turn the lanes off (`reduce`, a
-/// block that is no multiple of 32) leave isl's schedule.
+/// block that is no multiple of 32) leave isl's schedule. Gives it in a
+/// [`RowsProbe`], with its mapping, or else isl's schedule and mapping
+/// where the probe made them.
 fn rows_on_chip(
     isl: &Isl,
     program: &Program,
@@ -891,34 +953,59 @@ fn rows_on_chip(
     deps: &deps::Dependences,
     options: &Options,
     gpu_options: &GpuOptions,
-) -> Result<Option<isl_rs::Schedule>> {
+) -> Result<RowsProbe> {
     if !gpu_options.reduce || gpu_options.validate().is_err() {
-        return Ok(None);
+        return Ok(RowsProbe::default());
     }
     let max = schedule::compute(isl, scop, deps, Strategy::Max)?;
     if !gpu::mapping::kernels_have_lane_rows(program, scop, &max)? {
-        return Ok(None);
+        return Ok(RowsProbe::default());
     }
-    let kernels = |sched: isl_rs::Schedule| -> Result<Vec<gpu::mapping::KernelPlan>> {
-        Ok(gpu::mapping::map(isl, program, scop, deps, sched, &options.tile, gpu_options)?.1)
+    // (`map_unproven`: the options are valid, so it maps as
+    // `gpu::mapping::map` does.)
+    let kernels = |sched: isl_rs::Schedule| -> Result<Mapped> {
+        map_unproven(isl, program, scop, deps, sched, options, gpu_options)
     };
     let fused = kernels(max.copy()?)?;
-    if fused.is_empty()
+    if fused.plans.is_empty()
         || fused
+            .plans
             .iter()
             .any(|k| k.threads().is_none_or(|t| t.lanes.is_none()))
     {
-        return Ok(None);
+        return Ok(RowsProbe::default());
     }
     // Fewer kernels than isl's schedule, or as many where some of isl's
     // run their rows without lanes (a row a thread: isl fused the row's
     // loops into one that no lane splits).
-    let isl_plans = kernels(schedule::compute(isl, scop, deps, Strategy::Isl)?)?;
-    let isl_on_lanes = isl_plans
+    let isl_schedule = schedule::compute(isl, scop, deps, Strategy::Isl)?;
+    let isl_mapped = kernels(isl_schedule.copy()?)?;
+    let isl_on_lanes = isl_mapped
+        .plans
         .iter()
         .all(|k| k.threads().is_some_and(|t| t.lanes.is_some()));
-    let better = fused.len() < isl_plans.len() || (fused.len() == isl_plans.len() && !isl_on_lanes);
-    Ok(better.then_some(max))
+    let better = fused.plans.len() < isl_mapped.plans.len()
+        || (fused.plans.len() == isl_mapped.plans.len() && !isl_on_lanes);
+    Ok(match better {
+        true => RowsProbe {
+            fused: Some((max, fused)),
+            isl: None,
+        },
+        false => RowsProbe {
+            fused: None,
+            isl: Some((isl_schedule, isl_mapped)),
+        },
+    })
+}
+
+/// What [`rows_on_chip`] found: the maximal-fusion schedule where it
+/// chose it, else isl's schedule where it computed it (as `compile` would:
+/// `schedule::compute` under `Strategy::Isl`), each with its mapping, not
+/// yet proven, for `compile` to take rather than make them again.
+#[derive(Default)]
+struct RowsProbe {
+    fused: Option<(isl_rs::Schedule, Mapped)>,
+    isl: Option<(isl_rs::Schedule, Mapped)>,
 }
 
 /// Integer bounds of each statement's iterators (all parameters fixed by

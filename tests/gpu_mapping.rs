@@ -2278,3 +2278,94 @@ fn a_bound_moved_by_the_reduction_is_tested_on_the_diagonal_steps_only() {
         "the diagonal keeps its test\n{rest}"
     );
 }
+
+/// Every band of `node`'s subtree.
+fn bands_below(node: isl_rs::ScheduleNode, out: &mut Vec<isl_rs::ScheduleNode>) {
+    if node.get_type().unwrap() == isl_rs::ScheduleNodeType::Band {
+        out.push(node.copy().unwrap());
+    }
+    for i in 0..node.n_children().unwrap() {
+        bands_below(node.get_child(i).unwrap(), out);
+    }
+}
+
+/// `pairs_differing_only_at`, which the parallelism check and the
+/// mapping's barrier test use for `D ∩ differ_only_from(band)`, is that
+/// set (and `same_value_on`, which the race proof's walk uses for `m⁻¹ ∘
+/// m`, keeps and separates the same pairs) at every band of the mapped
+/// trees of a contraction, a row chain (layer norm, its rows across lanes)
+/// and a softmax, for their dependences and for pairs that are not
+/// dependences (every two instances): the fast forms decide exactly what
+/// the old ones did.
+#[test]
+fn pairs_differing_only_at_a_band_are_the_dependences_the_band_separates() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let programs = [
+        load_str(&gemm(100, 70, 33), "gemm.json").unwrap(),
+        load_file(&root.join("examples/layernorm.json")).unwrap(),
+        load_file(&root.join("examples/softmax.json")).unwrap(),
+    ];
+    for p in &programs {
+        let isl = Isl::new();
+        let scop = model::build(&isl, p).unwrap();
+        let order = schedule::canonical(&isl, &scop).unwrap();
+        let d = deps::compute(&scop, &order).unwrap();
+        let sched = schedule::compute(&isl, &scop, &d, Strategy::Isl).unwrap();
+        let (mapped, _) = mapping::map(
+            &isl,
+            p,
+            &scop,
+            &d,
+            sched,
+            &[32, 16, 8],
+            &GpuOptions::default(),
+        )
+        .unwrap();
+        let domain = scop.domain().unwrap();
+        let every_two =
+            isl_rs::UnionMap::from_domain_and_range(domain.copy().unwrap(), domain.copy().unwrap())
+                .unwrap();
+        let mut bands = Vec::new();
+        bands_below(mapped.get_root().unwrap(), &mut bands);
+        assert!(bands.len() > 1, "{}", p.source);
+        for band in &bands {
+            for pairs in [d.all().unwrap(), every_two.copy().unwrap()] {
+                let fast = mapping::pairs_differing_only_at(&pairs, band).unwrap();
+                // The race proof's walk keeps and separates pairs by each
+                // member with `same_value_on` in place of `m⁻¹ ∘ m`.
+                let (_, member) = mapping::prefix_and_member(band).unwrap();
+                let every = member
+                    .copy()
+                    .unwrap()
+                    .apply_range(member.copy().unwrap().reverse().unwrap())
+                    .unwrap();
+                let on_pairs = mapping::same_value_on(&pairs, &member).unwrap();
+                let kept = |same: &isl_rs::UnionMap| {
+                    pairs
+                        .copy()
+                        .unwrap()
+                        .intersect(same.copy().unwrap())
+                        .unwrap()
+                };
+                let separated = |same: &isl_rs::UnionMap| {
+                    pairs
+                        .copy()
+                        .unwrap()
+                        .subtract(same.copy().unwrap())
+                        .unwrap()
+                };
+                assert!(kept(&on_pairs).is_equal(&kept(&every)).unwrap());
+                assert!(separated(&on_pairs).is_equal(&separated(&every)).unwrap());
+                let old = pairs
+                    .intersect(mapping::differ_only_from(band).unwrap())
+                    .unwrap();
+                assert!(
+                    fast.is_equal(&old).unwrap(),
+                    "{}: {}",
+                    p.source,
+                    band.text()
+                );
+            }
+        }
+    }
+}

@@ -129,6 +129,12 @@ impl Estimate {
     }
 }
 
+/// Whether [`estimate`] gives an estimate for `program`: every parameter
+/// has a value (the model weighs sizes, not shapes).
+pub fn estimable(program: &Program) -> bool {
+    program.known_params().len() == program.params.len()
+}
+
 /// The estimate of `mapped` (the gpu stage's tree, `kernel_K` marks above
 /// each kernel) with `plans`, at the program's parameter values; `None`
 /// when a parameter has none (the model weighs sizes, not shapes).
@@ -139,10 +145,10 @@ pub fn estimate(
     plans: &[KernelPlan],
     machine: &Machine,
 ) -> Result<Option<Estimate>> {
-    let params = program.known_params();
-    if params.len() != program.params.len() {
+    if !estimable(program) {
         return Ok(None);
     }
+    let params = program.known_params();
     let traffic = tile_point_traffic(scop, program, mapped.get_root()?)?;
     let mut bytes: HashMap<String, u64> = HashMap::new();
     for p in &traffic {

@@ -270,8 +270,56 @@ pub fn map(
         tile.to_vec()
     };
     let root = schedule.get_root()?;
+    let kernels = match kernels_of(isl, program, scop, deps, &root, opts)? {
+        Kernels::Empty => return Ok((root.get_schedule()?, Vec::new())),
+        Kernels::Whole(a) => {
+            let name = "kernel_0".to_string();
+            let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
+            let plan = KernelPlan {
+                grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
+                block: [a.threads(), 1, 1],
+                min_blocks: Some(a.min_blocks()),
+                dynamic_shared: a.shared_bytes(),
+                body: KernelBody::Attention(AttentionPlan::new(*a, &name)),
+                ..KernelPlan::one_thread(name)
+            };
+            return Ok((node.get_schedule()?, vec![plan]));
+        }
+        Kernels::Roots(paths) => paths,
+    };
+    let mut plans = Vec::new();
+    let mut node = root;
+    for path in kernels {
+        let k = node_at(node.root()?, &path)?;
+        let (k, plan) = map_kernel(isl, program, scop, deps, k, plans.len(), &tile, opts)?;
+        plans.push(plan);
+        node = k;
+    }
+    Ok((node.get_schedule()?, plans))
+}
+
+/// The kernels [`map`] makes of a tree, found before any is mapped.
+enum Kernels {
+    /// A tree with no statements: no kernel.
+    Empty,
+    /// A rolling attention, one kernel on tensor cores.
+    Whole(Box<Attention>),
+    /// One kernel per root, each a path of child positions from the root.
+    Roots(Vec<Vec<usize>>),
+}
+
+/// The kernels [`map`] makes of the tree at `root` under `opts`, as it
+/// finds them before mapping any (the one place that decides them).
+fn kernels_of(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    root: &ScheduleNode,
+    opts: &GpuOptions,
+) -> Result<Kernels> {
     if root.n_children()? == 0 {
-        return Ok((root.get_schedule()?, Vec::new()));
+        return Ok(Kernels::Empty);
     }
     // A rolling attention runs as one kernel on tensor cores, whatever
     // kernels the tree's sequences would make (`attention`), where the
@@ -283,17 +331,7 @@ pub fn map(
             None => super::decoding::recognise(isl, program, scop, deps)?,
         };
         if let Some(a) = found {
-            let name = "kernel_0".to_string();
-            let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
-            let plan = KernelPlan {
-                grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
-                block: [a.threads(), 1, 1],
-                min_blocks: Some(a.min_blocks()),
-                dynamic_shared: a.shared_bytes(),
-                body: KernelBody::Attention(AttentionPlan::new(a, &name)),
-                ..KernelPlan::one_thread(name)
-            };
-            return Ok((node.get_schedule()?, vec![plan]));
+            return Ok(Kernels::Whole(Box::new(a)));
         }
     }
     // Each kernel's root, as a path of child positions from the root: a
@@ -302,15 +340,28 @@ pub fn map(
     // children; a set's may run in any order).
     let mut kernels = Vec::new();
     kernel_roots(&root.copy()?.child(0)?, vec![0], &mut kernels)?;
-    let mut plans = Vec::new();
-    let mut node = root;
-    for path in kernels {
-        let k = node_at(node.root()?, &path)?;
-        let (k, plan) = map_kernel(isl, program, scop, deps, k, plans.len(), &tile, opts)?;
-        plans.push(plan);
-        node = k;
-    }
-    Ok((node.get_schedule()?, plans))
+    Ok(Kernels::Roots(kernels))
+}
+
+/// The number of kernels, so of plans, that [`map`] gives `schedule` under
+/// `opts` where it maps it, found without mapping (`map` decides them the
+/// same way, in [`kernels_of`]): what `pipeline::choose_by_cost` needs to
+/// know before it maps a grouping only to count its kernels.
+pub fn kernel_count(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    schedule: &Schedule,
+    opts: &GpuOptions,
+) -> Result<usize> {
+    Ok(
+        match kernels_of(isl, program, scop, deps, &schedule.get_root()?, opts)? {
+            Kernels::Empty => 0,
+            Kernels::Whole(_) => 1,
+            Kernels::Roots(paths) => paths.len(),
+        },
+    )
 }
 
 /// Collects the kernel roots under `node` (reached by `path`): `node`
@@ -1010,8 +1061,10 @@ pub fn check_parallel(
         if node.get_type()? == ScheduleNodeType::Mark {
             let name = node.mark_get_id()?.get_name()?.to_string();
             if super::lanes::LaneLoop::index(&name).is_some() {
-                let violated = lane_loop_violations(&node.get_child(0)?, all, program, scop)?;
-                if !violated.is_empty()? {
+                let band = node.get_child(0)?;
+                if !lane_loop_violations(&band, all, program, scop, true)?.is_empty()? {
+                    // The same set, as the error has always printed it.
+                    let violated = lane_loop_violations(&band, all, program, scop, false)?;
                     return Err(Error::Illegal {
                         file: file.to_string(),
                         message: format!(
@@ -1023,12 +1076,20 @@ pub fn check_parallel(
             }
             let reduce = name.starts_with("reduce_");
             if name.starts_with("block_") || name.starts_with("thread_") || reduce {
-                let parallel = differ_only_from(&node.get_child(0)?)?;
-                let mut violated = all.copy()?.intersect(parallel)?;
-                if reduce {
-                    violated = violated.subtract(reorderable.copy()?)?;
-                }
-                if !violated.is_empty()? {
+                let band = node.get_child(0)?;
+                let violations = |fast: bool| -> Result<UnionMap> {
+                    let mut violated = match fast {
+                        true => pairs_differing_only_at(all, &band)?,
+                        false => all.copy()?.intersect(differ_only_from(&band)?)?,
+                    };
+                    if reduce {
+                        violated = violated.subtract(reorderable.copy()?)?;
+                    }
+                    Ok(violated)
+                };
+                if !violations(true)?.is_empty()? {
+                    // The same set, as the error has always printed it.
+                    let violated = violations(false)?;
                     let what = if reduce {
                         "the reduction loop mapped to threadIdx.x".to_string()
                     } else {
@@ -1068,8 +1129,13 @@ fn lane_loop_violations(
     all: &UnionMap,
     program: &Program,
     scop: &Scop,
+    fast: bool,
 ) -> Result<UnionMap> {
-    let violated = all.copy()?.intersect(differ_only_from(band)?)?;
+    // One set, two ways (`pairs_differing_only_at`).
+    let violated = match fast {
+        true => pairs_differing_only_at(all, band)?,
+        false => all.copy()?.intersect(differ_only_from(band)?)?,
+    };
     if band.band_member_get_coincident(0)? {
         return Ok(violated);
     }
@@ -1845,6 +1911,43 @@ pub fn differ_only_from(band: &ScheduleNode) -> Result<UnionMap> {
     let same_prefix = prefix.copy()?.apply_range(prefix.reverse()?)?;
     let same_member = member.copy()?.apply_range(member.reverse()?)?;
     Ok(same_prefix.subtract(same_member)?)
+}
+
+/// The pairs of `pairs` that [`differ_only_from`] `band` holds, `pairs ∩
+/// ((P⁻¹ ∘ P) \ (b⁻¹ ∘ b))`, computed as `(pairs ∩ (P⁻¹ ∘ P)) \ (b⁻¹ ∘
+/// b)`: the same set, but the difference is taken from the few pairs of
+/// `pairs` (the dependences) rather than from every two instances of the
+/// band with one prefix. isl may write it with other pieces than
+/// `pairs.intersect(differ_only_from(band))`: an error that prints it
+/// should print that one.
+pub fn pairs_differing_only_at(pairs: &UnionMap, band: &ScheduleNode) -> Result<UnionMap> {
+    let (prefix, member) = prefix_and_member(band)?;
+    let same_prefix = pairs.copy()?.intersect(same_value_on(pairs, &prefix)?)?;
+    let same_member = same_value_on(&same_prefix, &member)?;
+    Ok(same_prefix.subtract(same_member)?)
+}
+
+/// `f⁻¹ ∘ f` (the pairs `a -> b` with one value of `f`) on the pairs of
+/// statements that `pairs` relates alone: one join of `f`'s map of `S`
+/// with that of `T` per space `S -> T` of `pairs`, rather than of every
+/// statement's with every other's (quadratic in the statements: a chain of
+/// 80 spent most of its mapping on them). Every pair of `pairs` is in one
+/// of those spaces, so `pairs ∩ (f⁻¹ ∘ f)` and `pairs \ (f⁻¹ ∘ f)` are the
+/// same sets with this in place of `f⁻¹ ∘ f`.
+pub fn same_value_on(pairs: &UnionMap, f: &UnionMap) -> Result<UnionMap> {
+    let maps = pairs.get_map_list()?;
+    let mut same = UnionMap::empty(pairs.get_space()?)?;
+    for i in 0..maps.size()? {
+        let space = maps.get_at(i)?.get_space()?;
+        let of = |s: isl_rs::Space| -> Result<UnionMap> {
+            let set = isl_rs::UnionSet::from_set(Set::universe(s)?)?;
+            Ok(f.copy()?.intersect_domain(set)?)
+        };
+        let from = of(space.copy()?.domain()?)?;
+        let to = of(space.range()?)?;
+        same = same.union(from.apply_range(to.reverse()?)?)?;
+    }
+    Ok(same)
 }
 
 /// Blocks a kernel with register tiles should have before it takes the

@@ -434,10 +434,14 @@ pub fn carries_cross_thread_dependences(
     threads: &UnionMap,
     deps: &crate::deps::Dependences,
 ) -> Result<bool> {
+    // `D ∩ (differ_only_from(band) \ (T⁻¹ ∘ T))` is `E \ (T⁻¹ ∘ T)` with
+    // `E` the dependences that differ only at `band`: the same set, with
+    // the differences taken from the dependences alone
+    // (`mapping::pairs_differing_only_at`).
     let threads = threads.copy()?.intersect_domain(band.get_domain()?)?;
     let same_thread = threads.copy()?.apply_range(threads.reverse()?)?;
-    let crossing = super::mapping::differ_only_from(band)?.subtract(same_thread)?;
-    Ok(!deps.all()?.intersect(crossing)?.is_empty()?)
+    let carried = super::mapping::pairs_differing_only_at(&deps.all()?, band)?;
+    Ok(!carried.subtract(same_thread)?.is_empty()?)
 }
 
 /// `{ t[e] : 0 <= e < shape(t) }` in the program's context: every element

@@ -136,6 +136,14 @@ pub(super) struct Kernel<'a> {
     file: &'a str,
     /// The memory the conflicts are on.
     memory: Memory<'a>,
+    /// Join each member with itself on the statement pairs of the pending
+    /// pairs alone ([`super::mapping::same_value_on`]) rather than on every
+    /// two statements: the same pairs kept and separated, so the same
+    /// answer, but isl may write them with other pieces, and a refusal's
+    /// example pair is a sample of them. [`walk_kernel`] walks fast and,
+    /// where that refuses, again the other way, for the example the
+    /// refusal has always given.
+    fast: bool,
 }
 
 /// The memory a walk's conflicts are on.
@@ -185,6 +193,9 @@ pub fn prove(
                 prove_private_reads(program, scop, &node, region)?;
             }
         }
+        // The kernel's thread identities, made once for the proofs below
+        // that ask for them (the walk's and the register tile's).
+        let identities = Identities::default();
         // The register tile first: once every access of its tensor is
         // proven to stay in one register of one thread (`prove_tile`), the
         // tensor's global element is touched only by that thread, at the
@@ -196,7 +207,7 @@ pub fn prove(
         let thread_plan = plan.and_then(KernelPlan::threads);
         let tile = thread_plan.and_then(|t| t.registers.as_ref().map(|r| r.tile()));
         if let Some(tile) = tile {
-            registers::prove_tile(program, scop, &node, &mark, tile, threads)?;
+            registers::prove_tile(program, scop, &node, &mark, tile, threads, &identities)?;
         }
         let in_registers = tile.map(|t| t.tensor.as_str());
         prove_kernel(
@@ -207,6 +218,7 @@ pub fn prove(
             &reorderable,
             threads,
             in_registers,
+            &identities,
         )?;
         if let Some(super::lanes::LaneAxis::Y(c)) = thread_plan.map(|t| t.lane_axis) {
             columns::prove(program, &node, &mark, c)?;
@@ -249,13 +261,14 @@ fn prove_kernel(
     reorderable: &UnionMap,
     threads: Threads,
     in_registers: Option<&str>,
+    identities: &Identities,
 ) -> Result<()> {
     let conflicts = conflicts(scop, &kernel, in_registers)?;
     if conflicts.is_empty()? {
         return Ok(());
     }
     let skewed = below_skewed_host_loop(&kernel)?;
-    let pairs = same_thread(&kernel, threads, false, skewed)?;
+    let pairs = same_thread(&kernel, threads, false, skewed, identities)?;
     let same_identity = match pairs.same_identity {
         Some(m) => m,
         None => UnionMap::empty(conflicts.get_space()?)?,
@@ -269,8 +282,25 @@ fn prove_kernel(
         mark,
         file: &program.source,
         memory: Memory::Global,
+        fast: true,
     };
-    walk(&k, kernel.get_child(0)?, conflicts, Place::START)
+    walk_kernel(k, &kernel, conflicts)
+}
+
+/// [`walk`]s the tree below `kernel` with the pairs `pending` the fast way
+/// (`Kernel::fast`); where that refuses, walks it again the other way,
+/// whose refusal (the same, by the same sets) gives the example pair it
+/// always gave. Should the second walk accept what the first refused, the
+/// first refusal stands.
+pub(super) fn walk_kernel(k: Kernel, kernel: &ScheduleNode, pending: UnionMap) -> Result<()> {
+    match walk(&k, kernel.get_child(0)?, pending.copy()?, Place::START) {
+        Ok(()) => Ok(()),
+        Err(refused) if k.fast => {
+            let k = Kernel { fast: false, ..k };
+            walk(&k, kernel.get_child(0)?, pending, Place::START).and(Err(refused))
+        }
+        Err(refused) => Err(refused),
+    }
 }
 
 /// The conflicts among the instances of `kernel`: the pairs of distinct
@@ -335,26 +365,32 @@ pub(super) fn same_thread(
     threads: Threads,
     by_owner: bool,
     with_identity: bool,
+    identities: &Identities,
 ) -> Result<ThreadPairs> {
     let domain = kernel.get_domain()?;
-    let (identity, has_threads, unknown, bands) =
-        thread_identity(kernel, &domain, threads.grouped)?;
+    let ThreadIdentity {
+        identity,
+        same,
+        has_threads,
+        unknown,
+        bands,
+    } = identities.of(kernel, &domain, threads.grouped)?;
+    let has_threads = *has_threads;
     let all = domain.copy()?.universe()?;
     // Pairs with one identity that, at every thread band, are both among
     // the instances isl may print without a loop or both not: see `decide`.
     let same_identity = match with_identity {
-        true => Some(same_identity(&identity, &domain, bands)?),
+        true => Some(same_identity(identity, &domain, bands)?),
         false => None,
     };
-    let same = identity.copy()?.apply_range(identity.reverse()?)?;
     let same_thread = if threads.single_thread {
         UnionMap::from_domain_and_range(all.copy()?, all)?
     } else if by_owner {
-        same
+        same.copy()?
     } else {
         let either_unknown = UnionMap::from_domain_and_range(unknown.copy()?, all.copy()?)?
-            .union(UnionMap::from_domain_and_range(all, unknown)?)?;
-        same.subtract(either_unknown)?
+            .union(UnionMap::from_domain_and_range(all, unknown.copy()?)?)?;
+        same.copy()?.subtract(either_unknown)?
     };
     Ok(ThreadPairs {
         same_thread,
@@ -366,11 +402,11 @@ pub(super) fn same_thread(
 /// The pairs of instances of `domain` with one thread `identity` that, at
 /// every thread band (`bands`: its instances isl may print without a
 /// loop), are both among those instances or both not.
-fn same_identity(identity: &UnionMap, domain: &UnionSet, bands: Vec<UnionSet>) -> Result<UnionMap> {
+fn same_identity(identity: &UnionMap, domain: &UnionSet, bands: &[UnionSet]) -> Result<UnionMap> {
     let mut same = identity.copy()?.apply_range(identity.copy()?.reverse()?)?;
     for u in bands {
         let rest = domain.copy()?.subtract(u.copy()?)?;
-        let agree = UnionMap::from_domain_and_range(u.copy()?, u)?
+        let agree = UnionMap::from_domain_and_range(u.copy()?, u.copy()?)?
             .union(UnionMap::from_domain_and_range(rest.copy()?, rest)?)?;
         same = same.intersect(agree)?;
     }
@@ -415,7 +451,7 @@ fn thread_identity(
     kernel: &ScheduleNode,
     domain: &UnionSet,
     grouped: bool,
-) -> Result<(UnionMap, bool, UnionSet, Vec<UnionSet>)> {
+) -> Result<ThreadIdentity> {
     let mut per_axis: Vec<Option<UnionMap>> = vec![None, None, None];
     let mut bands = Vec::new();
     let form = Distribution { grouped };
@@ -426,7 +462,57 @@ fn thread_identity(
     }
     let has_threads = per_axis.iter().any(Option::is_some);
     let identity = axes_identity(domain, per_axis)?;
-    Ok((identity, has_threads, unknown, bands))
+    let same = identity.copy()?.apply_range(identity.copy()?.reverse()?)?;
+    Ok(ThreadIdentity {
+        identity,
+        same,
+        has_threads,
+        unknown,
+        bands,
+    })
+}
+
+/// A kernel's [`thread_identity`]: each instance's identity, the pairs of
+/// one identity, whether the kernel has thread loops, the instances that
+/// may run without their thread loop (all, and per thread band).
+pub(super) struct ThreadIdentity {
+    identity: UnionMap,
+    /// Pairs of one identity.
+    same: UnionMap,
+    has_threads: bool,
+    unknown: UnionSet,
+    bands: Vec<UnionSet>,
+}
+
+/// One kernel's [`ThreadIdentity`], made when first asked for and kept for
+/// the kernel's other proofs: it depends on the kernel's tree and on
+/// whether its register tile comes in groups alone, which are the same for
+/// every proof of one kernel (`prove` makes one per kernel), so each gets
+/// the relations it would have made itself (what was two walks of the tree
+/// and two [`loopless_nonzero`] per thread band for gemm).
+#[derive(Default)]
+pub(super) struct Identities {
+    made: std::cell::OnceCell<(bool, ThreadIdentity)>,
+}
+
+impl Identities {
+    fn of(
+        &self,
+        kernel: &ScheduleNode,
+        domain: &UnionSet,
+        grouped: bool,
+    ) -> Result<&ThreadIdentity> {
+        if self.made.get().is_none() {
+            let made = thread_identity(kernel, domain, grouped)?;
+            let _ = self.made.set((grouped, made));
+        }
+        match self.made.get() {
+            Some((g, made)) if *g == grouped => Ok(made),
+            _ => Err(Error::Internal(
+                "one kernel's thread identities asked for with and without groups".into(),
+            )),
+        }
+    }
 }
 
 /// Each instance of `domain` mapped to its values `[f_x, v_x, f_y, v_y,
@@ -586,7 +672,12 @@ pub(super) fn walk(k: &Kernel, node: ScheduleNode, pending: UnionMap, place: Pla
             let matters = separation_matters(k, place, Separator::Member);
             for m in 0..n {
                 let member = project_members(&partial, m, m + 1, n)?;
-                let same = member.copy()?.apply_range(member.reverse()?)?;
+                // `m⁻¹ ∘ m` on the statement pairs of `pending` alone
+                // (`mapping::same_value_on`; see `Kernel::fast`).
+                let same = match k.fast {
+                    true => super::mapping::same_value_on(&pending, &member)?,
+                    false => member.copy()?.apply_range(member.reverse()?)?,
+                };
                 if matters {
                     let separated = pending.copy()?.subtract(same.copy()?)?;
                     decide(k, &node, separated, place, Separator::Member)?;

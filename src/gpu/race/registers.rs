@@ -40,6 +40,7 @@ pub(super) fn prove_tile(
     mark: &str,
     tile: &RegisterTile,
     threads: Threads,
+    identities: &super::Identities,
 ) -> Result<()> {
     let mut regions = Vec::new();
     find_marks(kernel.copy()?, "registers", &mut regions)?;
@@ -72,7 +73,7 @@ pub(super) fn prove_tile(
         .subtract(inside.copy()?.identity()?)?
         .intersect(super::one_launch(kernel)?)?;
     if !pairs.is_empty()? {
-        let same_thread = super::same_thread(kernel, threads, true, false)?.same_thread;
+        let same_thread = super::same_thread(kernel, threads, true, false, identities)?.same_thread;
         let owner = same_thread.intersect(super::same_block(kernel)?)?;
         let apart = pairs.subtract(owner)?;
         if !apart.is_empty()? {

@@ -25,7 +25,7 @@
 
 use isl_rs::{ScheduleNode, UnionMap};
 
-use super::{accesses_of, find_marks, walk, Kernel, Memory, Place, Threads};
+use super::{accesses_of, find_marks, Kernel, Memory, Threads};
 use crate::error::Result;
 use crate::frontend::ast::Program;
 use crate::gpu::promote::Scope;
@@ -77,8 +77,9 @@ pub(super) fn prove_copies(
                 mark,
                 file: &program.source,
                 memory: Memory::SharedCopy(&array.tensor),
+                fast: true,
             };
-            walk(&k, kernel.get_child(0)?, pairs, Place::START)?;
+            super::walk_kernel(k, kernel, pairs)?;
         }
     }
     Ok(())
