@@ -253,6 +253,7 @@ fn find_kernels(node: ScheduleNode, out: &mut Vec<ScheduleNode>) -> Result<()> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn prove_kernel(
     program: &Program,
     scop: &Scop,
