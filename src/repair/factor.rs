@@ -127,7 +127,7 @@ pub fn hoist(isl: &Isl, program: &Program, scop: &Scop) -> Result<Hoisted> {
             }
             None => {
                 report.push_str(&format!(
-                    "factor: statement {} `{}`: {} stays in its sum (the sum leaves elements without terms, so an epilogue would not run over exactly its elements)\n",
+                    "factor: statement {} `{}`: {} stays in its sum (no epilogue was proven to run over exactly the sum's elements)\n",
                     st.position + 1,
                     st.text,
                     plan.describe(),
