@@ -6,6 +6,9 @@
 # Two dumps made before and after a change that must not change the output
 # compare with `diff -r BEFORE AFTER`.
 #
+# EMIT=json (or tree, c, deps, gpu-tree) also dumps that --emit as
+# emit.<kind> (json holds the model, the dependences, the schedule and the C).
+#
 # Usage: scripts/dump-gpu.sh OUT [POLYFUSE]   (POLYFUSE: default target/debug/polyfuse)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +21,9 @@ dump() {
   local f=$1 dir="$out/${1%.json}"
   mkdir -p "$dir"
   "$bin" schedule "$f" --emit cuda --no-cache >"$dir/cuda.cu" 2>"$dir/stderr.txt" || echo "exit $?" >>"$dir/stderr.txt"
+  if [[ -n ${EMIT:-} ]]; then
+    "$bin" schedule "$f" --emit "$EMIT" --no-cache >"$dir/emit.$EMIT" 2>>"$dir/stderr.txt" || echo "exit $?" >>"$dir/stderr.txt"
+  fi
   "$bin" schedule "$f" --emit artifact --arch none --no-cache 2>>"$dir/stderr.txt" |
     python3 -c '
 import json, sys
@@ -34,6 +40,6 @@ open(d + "/launches.json", "w").write(json.dumps(cuda, indent=1, sort_keys=True)
 ' "$dir"
 }
 export -f dump
-export out bin
+export out bin EMIT
 ls examples/*.json bench/programs/*.json bench/suite/*.json | xargs -P "${JOBS:-2}" -I{} bash -c 'dump {}'
 echo "dumped $(ls examples/*.json bench/programs/*.json bench/suite/*.json | wc -l) programs into $out"

@@ -101,11 +101,12 @@ pub fn hoist(isl: &Isl, program: &Program, scop: &Scop) -> Result<Hoisted> {
         // (the ranges inferred from the left side), the statement's
         // conditions on the left side, then those with explicit ranges.
         let mut proven = None;
-        for wheres in epilogue_wheres(isl, s, &current.statements[k], k)? {
-            let Some(candidate) = plan.apply(&current, k, wheres)? else {
+        let want = elements(isl, s, &current.statements[k], k)?;
+        for wheres in epilogue_wheres(s, &current.statements[k], want.as_ref())? {
+            let (Some(candidate), Some(want)) = (plan.apply(&current, k, wheres)?, &want) else {
                 continue;
             };
-            if let Some(next_scop) = prove(isl, &current, s, &candidate, k)? {
+            if let Some(next_scop) = prove(isl, &current, s, &candidate, k, want)? {
                 proven = Some((candidate, next_scop));
                 break;
             }
@@ -391,18 +392,17 @@ fn elements(isl: &Isl, scop: &Scop, st: &Statement, k: usize) -> Result<Option<S
 /// Without clauses the epilogue is a plain consumer at its own element,
 /// which the contraction's epilogue fusion (`schedule::epilogue`) takes.
 fn epilogue_wheres(
-    isl: &Isl,
     scop: &Scop,
     st: &Statement,
-    k: usize,
+    elements: Option<&Set>,
 ) -> Result<Vec<Vec<WhereClause>>> {
     let conditions = model::lhs_only_wheres(st);
     let mut out = vec![Vec::new()];
     if !conditions.is_empty() {
         out.push(conditions.clone());
     }
-    if let Some(set) = elements(isl, scop, st, k)? {
-        if let Ok(mut ranges) = rewrite::ranges_of(scop, &set, &st.lhs_indices) {
+    if let Some(set) = elements {
+        if let Ok(mut ranges) = rewrite::ranges_of(scop, set, &st.lhs_indices) {
             ranges.extend(conditions);
             out.push(ranges);
         }
@@ -419,11 +419,9 @@ fn prove(
     scop: &Scop,
     next: &Program,
     k: usize,
+    want: &Set,
 ) -> Result<Option<Scop>> {
     let st = &program.statements[k];
-    let Some(want) = elements(isl, scop, st, k)? else {
-        return Ok(None);
-    };
     let Ok(next_scop) = model::build(isl, next) else {
         return Ok(None);
     };
@@ -445,7 +443,7 @@ fn prove(
     let Some(epilogue) = as_elements(&format!("S{}", k + 1))? else {
         return Ok(None);
     };
-    if !epilogue.is_equal(&want)? {
+    if !epilogue.is_equal(want)? {
         return Ok(None);
     }
     let temp_with_init = next.statements[k].lhs_tensor != st.lhs_tensor
@@ -461,7 +459,7 @@ fn prove(
             st.lhs_indices.join(", ")
         );
         let initialised = init.domain.copy()?.apply(isl.map(&map)?)?;
-        if !initialised.is_equal(&want)? {
+        if !initialised.is_equal(want)? {
             return Ok(None);
         }
     }
