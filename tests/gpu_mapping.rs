@@ -2369,3 +2369,114 @@ fn pairs_differing_only_at_a_band_are_the_dependences_the_band_separates() {
         }
     }
 }
+
+fn auto_options() -> Options {
+    let mut o = gpu_options(&[32]);
+    o.gpu = Some(GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    });
+    o
+}
+
+/// The grid of kernel `k` at the program's own sizes.
+fn grid_of(c: &polyfuse::Compiled, p: &Program, k: usize) -> [u32; 3] {
+    c.cuda.as_ref().unwrap().kernels[k]
+        .grid_dims(&p.known_params())
+        .unwrap()
+}
+
+fn pointwise_conv(n: i64, f: i64, h: i64, w: i64, ch: i64) -> String {
+    format!(
+        r#"{{"name": "pw", "params": {{"N": {n}, "F": {f}, "H": {h}, "W": {w}, "C": {ch}}},
+        "inputs": {{"X": {{"dtype": "f32", "shape": ["N", "C", "H", "W"]}}, "Wt": {{"dtype": "f32", "shape": ["F", "C"]}}}},
+        "outputs": {{"Y": {{"dtype": "f32", "shape": ["N", "F", "H", "W"]}}}},
+        "body": ["Y(n, f, h, w) +=! X(n, c, h, w) * Wt(f, c)"]}}"#
+    )
+}
+
+#[test]
+fn four_parallel_loops_all_run_on_blocks() {
+    // Batch and channel folded onto z (`fold_outer_members`): before, the
+    // batch ran one image after another inside every block. Odd sizes.
+    let json = pointwise_conv(3, 5, 37, 41, 7);
+    let p = load_str(&json, "pw.json").unwrap();
+    let c = compile(&p, &auto_options()).unwrap();
+    let tree = c.gpu_tree.as_ref().unwrap().to_string();
+    let z = tree
+        .lines()
+        .skip_while(|l| !l.contains("block_z"))
+        .nth(1)
+        .unwrap();
+    assert!(z.contains("5n + f"), "z should run n and f: {z}\n{tree}");
+    assert_eq!(grid_of(&c, &p, 0)[2], 15, "{tree}");
+    emulate_ok(&json, &auto_options());
+}
+
+#[test]
+fn register_tiles_are_no_wider_than_their_loops() {
+    // A 56 x 56 plane: 128-wide tiles would leave three quarters of their
+    // slots empty; 64 fits (enough blocks from the batch and channels).
+    let json = pointwise_conv(8, 64, 56, 56, 16);
+    let p = load_str(&json, "pw.json").unwrap();
+    let c = compile(&p, &auto_options()).unwrap();
+    let tree = c.gpu_tree.as_ref().unwrap().to_string();
+    assert!(tree.contains("(w - (w) mod 64)"), "{tree}");
+    assert!(!tree.contains("mod 128"), "{tree}");
+    assert!(c
+        .cuda
+        .as_ref()
+        .unwrap()
+        .source
+        .contains("pf_reg_kernel_0_Y"));
+}
+
+#[test]
+fn a_wavefronts_cells_run_on_blocks_of_one_launch() {
+    // Stacked LSTM, wavefront over (layer, time): the products' blocks
+    // cover the cells of one diagonal (at most L of them, times the four
+    // gates), not every time step of the recurrence, and keep their
+    // accumulators in registers; the emulation checks it at odd sizes.
+    let file = "bench/recurrences/stacked_lstm.json";
+    let mut p = load_file(std::path::Path::new(file)).unwrap();
+    apply_param_overrides(
+        &mut p,
+        &[
+            ("L".into(), 3),
+            ("T".into(), 9),
+            ("B".into(), 13),
+            ("H".into(), 37),
+        ],
+    )
+    .unwrap();
+    let c = compile(&p, &auto_options()).unwrap();
+    let cuda = c.cuda.as_ref().unwrap();
+    let products: Vec<usize> = (0..cuda.kernels.len())
+        .filter(|k| {
+            cuda.source.contains(&format!(
+                "pf_reg_kernel_{}_G",
+                cuda.kernels[*k].name.trim_start_matches("kernel_")
+            ))
+        })
+        .collect();
+    assert!(!products.is_empty(), "{}", cuda.source);
+    for k in products {
+        assert_eq!(grid_of(&c, &p, k)[2], 3 * 4, "kernel {k}");
+    }
+    emulation_checks(c, "stacked lstm");
+}
+
+#[test]
+fn a_folded_grid_stays_within_cudas_limit_on_z() {
+    // 300 x 300 images of 2 x 3: 90,000 values on z, over CUDA's 65,535;
+    // the blocks stride over the rest.
+    let json = r#"{"name": "big_batch", "params": {"N": 300, "F": 300, "H": 2, "W": 3},
+        "inputs": {"X": {"dtype": "f32", "shape": ["N", "F", "H", "W"]}},
+        "outputs": {"Y": {"dtype": "f32", "shape": ["N", "F", "H", "W"]}},
+        "body": ["Y(n, f, h, w) = X(n, f, h, w) * 2.0"]}"#;
+    let p = load_str(json, "big_batch.json").unwrap();
+    let c = compile(&p, &auto_options()).unwrap();
+    let grid = grid_of(&c, &p, 0);
+    assert_eq!(grid[2], 65_535, "{grid:?}");
+    emulate_ok(json, &auto_options());
+}

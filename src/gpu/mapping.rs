@@ -535,7 +535,16 @@ fn map_kernel(
     } else {
         1
     };
-    let lc = leading_coincident(&node)?;
+    let mut lc = leading_coincident(&node)?;
+    while lc > 3 && node.band_get_permutable()? {
+        match fold_outer_members(isl, node.copy()?)? {
+            Some(folded) => {
+                node = folded;
+                lc -= 1;
+            }
+            None => break,
+        }
+    }
     let nb = lc.min(3);
     if lc > 3 && node.band_get_permutable()? {
         // Blocks take the innermost three parallel members (the last one,
@@ -652,10 +661,18 @@ fn map_kernel(
             .enumerate()
             .map(|(i, t)| if i < nb && *t > 1 { 64 } else { *t })
             .collect();
+        // A tile wider than its member's values (rounded up to a warp)
+        // would leave most of its threads' slots empty: a 56 x 56
+        // convolution's plane on 128 x 128 tiles ran 2.2x slower than on
+        // 32 x 32 ones without registers (H100, depthwise_conv).
+        let fits = |tiles: &[i64]| {
+            (0..nb)
+                .all(|i| tiles[i] <= 1 || extents[i].is_none_or(|e| tiles[i] <= (e + 31) / 32 * 32))
+        };
         member_tile = match (blocks(&big), blocks(&medium)) {
-            (Some(b), _) if b >= ENOUGH_REGISTER_BLOCKS => big,
-            (None, _) => big,
-            (_, Some(m)) if m >= ENOUGH_REGISTER_BLOCKS => medium,
+            (Some(b), _) if b >= ENOUGH_REGISTER_BLOCKS && fits(&big) => big,
+            (None, _) if fits(&big) => big,
+            (_, Some(m)) if m >= ENOUGH_REGISTER_BLOCKS && fits(&medium) => medium,
             _ => sizes_for(false),
         };
     }
@@ -723,8 +740,19 @@ fn map_kernel(
         }
         let axis = nb - 1 - j;
         let count = tile_count(scop, &node, size)?;
-        plan.grid[axis] = match opts.grid.get(axis) {
-            Some(cap) => Expr::Op(Op::Min, vec![count, Expr::Int(i64::from(*cap))]),
+        // CUDA allows at most 65,535 blocks along y and z; the block loops
+        // stride by the grid, so a smaller grid runs every tile (a batch
+        // folded with the channels can exceed it).
+        let within = |e: &Expr| {
+            super::eval(e, &std::collections::HashMap::new()).is_ok_and(|v| v <= MAX_GRID_YZ)
+        };
+        let limit = (axis > 0 && !within(&count)).then_some(MAX_GRID_YZ);
+        let cap = match (opts.grid.get(axis).map(|c| i64::from(*c)), limit) {
+            (Some(c), Some(l)) => Some(c.min(l)),
+            (c, l) => c.or(l),
+        };
+        plan.grid[axis] = match cap {
+            Some(cap) => Expr::Op(Op::Min, vec![count, Expr::Int(cap)]),
             None => count,
         };
         let depth = node.get_schedule_depth()?;
@@ -978,28 +1006,34 @@ fn member_tile_of(tile: &[i64], n: usize) -> Vec<i64> {
 /// `size`: `(max - min) / size + 1` over the instances reaching it, as an
 /// expression in the parameters.
 fn tile_count(scop: &Scop, node: &ScheduleNode, size: i64) -> Result<Expr> {
-    let values = node
-        .band_get_partial_schedule_union_map()?
-        .intersect_domain(node.get_domain()?)?
-        .range()?;
-    if values.is_empty()? {
+    // The member's values at one value of the loops above it (host loops,
+    // outer block bands): its loop starts at their least, and each block
+    // strides over them by the grid, so the grid needs the widest span at
+    // any one prefix, `max_p (hi(p) - lo(p))`, the largest delta of
+    // `R⁻¹ ∘ R` with `R = { p -> v }`. A wavefront's cells (`l + t = w`)
+    // span at most L values on each diagonal, not the T values of `t`
+    // overall; without outer loops this is `hi - lo` as before.
+    let (prefix, member) = prefix_and_member(node)?;
+    let at_prefix = prefix.reverse()?.apply_range(member)?;
+    let spans = at_prefix
+        .copy()?
+        .reverse()?
+        .apply_range(at_prefix)?
+        .deltas()?;
+    if spans.is_empty()? {
         return Ok(Expr::Int(0));
     }
-    let set = Set::from_union_set(values)?;
+    let set = Set::from_union_set(spans)?;
     let to_expr = |pa| -> Result<Expr> {
         let e = ast_build_expr_from_pw_aff(scop.context.copy()?, pa)
             .ok_or_else(|| Error::Internal("isl could not print a grid bound".into()))?;
         ast::expr_from_isl(&e)
     };
-    let hi = to_expr(set.copy()?.dim_max(0)?)?;
-    let lo = to_expr(set.dim_min(0)?)?;
+    let span = to_expr(set.dim_max(0)?)?;
     Ok(Expr::Op(
         Op::Add,
         vec![
-            Expr::Op(
-                Op::FloorDiv,
-                vec![Expr::Op(Op::Sub, vec![hi, lo]), Expr::Int(size)],
-            ),
+            Expr::Op(Op::FloorDiv, vec![span, Expr::Int(size)]),
             Expr::Int(1),
         ],
     ))
@@ -1713,30 +1747,36 @@ fn reduction_candidate(
 fn occupied_tiles(band: &ScheduleNode, tiles: &[i64]) -> Result<Option<i64>> {
     let n = band.band_n_member()? as usize;
     let nb = tiles.len();
-    let values = project_members(
-        &band
-            .band_get_partial_schedule_union_map()?
-            .intersect_domain(band.get_domain()?)?,
-        0,
-        nb,
-        n,
-    )?
+    let (prefix, member) = prefix_and_member(band)?;
+    let members = project_members(&member, 0, nb, n)?;
+    // Under host loops (a recurrence's steps) each launch runs the tiles
+    // of one step: count (step, tile) pairs and divide by the steps, the
+    // tiles an average launch has (a wavefront's diagonal, not every
+    // cell's tile over the whole recurrence).
+    let np = band.get_schedule_depth()? as usize;
+    let values = if np > 0 {
+        prefix.flat_range_product(members)?
+    } else {
+        members
+    }
     .range()?;
     if values.is_empty()? {
         return Ok(Some(0));
     }
+    let ps: Vec<String> = (0..np).map(|i| format!("p{i}")).collect();
     let xs: Vec<String> = (0..nb).map(|i| format!("x{i}")).collect();
     let ys: Vec<String> = (0..nb).map(|i| format!("y{i}")).collect();
-    let conds: Vec<String> = (0..nb)
+    let mut conds: Vec<String> = (0..nb)
         .map(|i| format!("y{i} = floor(x{i} / {})", tiles[i]))
         .collect();
+    conds.push("0 = 0".into());
     let ctx = values.get_ctx();
     let to_tiles = isl_rs::UnionMap::read_from_str(
         &ctx,
         &format!(
             "{{ [{}] -> [{}] : {} }}",
-            xs.join(", "),
-            ys.join(", "),
+            ps.iter().chain(&xs).cloned().collect::<Vec<_>>().join(", "),
+            ps.iter().chain(&ys).cloned().collect::<Vec<_>>().join(", "),
             conds.join(" and ")
         ),
     )?;
@@ -1745,9 +1785,19 @@ fn occupied_tiles(band: &ScheduleNode, tiles: &[i64]) -> Result<Option<i64>> {
     if !set.copy()?.is_bounded()? {
         return Ok(None);
     }
-    Ok(crate::model::count::count_points(&set)
-        .ok()
-        .and_then(|c| i64::try_from(c).ok()))
+    let count = |s: &Set| {
+        crate::model::count::count_points(s)
+            .ok()
+            .and_then(|c| i64::try_from(c).ok())
+    };
+    let Some(pairs) = count(&set) else {
+        return Ok(None);
+    };
+    if np == 0 {
+        return Ok(Some(pairs));
+    }
+    let steps = set.project_out(isl_rs::DimType::Set, np as u32, nb as u32)?;
+    Ok(count(&steps).map(|s| pairs / s.max(1)))
 }
 
 /// Members `lo..hi` of a band's partial schedule (of `n` members).
@@ -1844,6 +1894,89 @@ fn auto_tile(
         (0 | 1, false) => 32,
         _ => 1,
     }
+}
+
+/// The permutable band `node` with its two outermost members, both
+/// coincident, folded into one, `E·a + (b - lo)`, where one of them (`b`)
+/// takes values in a constant range `lo..lo + E` over the band's
+/// instances; `None` where neither does. The map `(a, b) -> E·a + b - lo`
+/// is injective on those instances, so the folded member tells the same
+/// instances apart, and it carries no dependence (both members have
+/// distance 0 on every dependence the band sees, so their combination
+/// does): mapped to one block axis, it runs every pair on its own block.
+/// Blocks have three axes; a band with more parallel members than that
+/// (a wavefront's cells, `t` on the diagonal `l + t = w`, beside a gate,
+/// a row and a column) would otherwise run its outer members one after
+/// another inside each block.
+fn fold_outer_members(isl: &Isl, node: ScheduleNode) -> Result<Option<ScheduleNode>> {
+    let n = node.band_n_member()?;
+    if n < 2 || !node.band_member_get_coincident(0)? || !node.band_member_get_coincident(1)? {
+        return Ok(None);
+    }
+    let (outer, inner) = match (member_range(&node, 1)?, member_range(&node, 0)?) {
+        (Some((lo, hi)), _) => (0, (1, lo, hi)),
+        (None, Some((lo, hi))) => (1, (0, lo, hi)),
+        (None, None) => return Ok(None),
+    };
+    let (inner, lo, hi) = inner;
+    let partial = node.band_get_partial_schedule()?;
+    let domain = node.get_domain()?;
+    let constant = |v: i64| -> Result<isl_rs::UnionPwAff> {
+        Ok(isl_rs::UnionPwAff::val_on_domain(
+            domain.copy()?,
+            Val::int_from_si(&isl.ctx, v)?,
+        )?)
+    };
+    let folded = partial
+        .get_union_pw_aff(outer)?
+        .intersect_domain(domain.copy()?)?
+        .scale_val(Val::int_from_si(&isl.ctx, hi - lo + 1)?)?
+        .add(
+            partial
+                .get_union_pw_aff(inner)?
+                .intersect_domain(domain.copy()?)?
+                .sub(constant(lo)?)?,
+        )?;
+    let mut coincident = Vec::new();
+    for k in 1..n {
+        coincident.push(node.band_member_get_coincident(k)?);
+    }
+    let partial = partial
+        .set_union_pw_aff(1, folded)?
+        .drop_dims(isl_rs::DimType::Out, 0, 1)?;
+    let mut node = node.delete()?.insert_partial_schedule(partial)?;
+    node = node.band_set_permutable(1)?;
+    for (k, c) in coincident.into_iter().enumerate() {
+        node = node.band_member_set_coincident(k as i32, i32::from(c))?;
+    }
+    Ok(Some(node))
+}
+
+/// The least and greatest value of band member `i` over the instances
+/// reaching the band, where both are constants.
+fn member_range(band: &ScheduleNode, i: usize) -> Result<Option<(i64, i64)>> {
+    let n = band.band_n_member()? as usize;
+    let values = project_members(
+        &band
+            .band_get_partial_schedule_union_map()?
+            .intersect_domain(band.get_domain()?)?,
+        i,
+        i + 1,
+        n,
+    )?
+    .range()?;
+    if values.is_empty()? {
+        return Ok(None);
+    }
+    let set = Set::from_union_set(values)?;
+    let hi = set.copy()?.dim_max_val(0);
+    let lo = set.dim_min_val(0);
+    Ok(match (hi, lo) {
+        (Ok(hi), Ok(lo)) if hi.is_int()? && lo.is_int()? => {
+            Some((val_to_i64(&lo)?, val_to_i64(&hi)?))
+        }
+        _ => None,
+    })
 }
 
 /// Permutes the members of the permutable band `node` so that members
@@ -1959,6 +2092,9 @@ pub fn same_value_on(pairs: &UnionMap, f: &UnionMap) -> Result<UnionMap> {
 /// its box's 256). Measured on the H100 (bench/RESULTS.md): 2048 x 2048
 /// outputs (256 full tiles) stay faster with the large tiles.
 const ENOUGH_REGISTER_BLOCKS: i64 = 256;
+
+/// CUDA's limit on `gridDim.y` and `gridDim.z`.
+const MAX_GRID_YZ: i64 = 65_535;
 
 /// Whether a statement of `domain` reduces into an f16, bf16 or 8-bit float
 /// tensor.

@@ -188,9 +188,20 @@ pub fn candidate(
         nt,
         n,
     )?;
-    let mapped = blocks
-        .flat_range_product(threads)?
-        .intersect_domain(domain)?;
+    // The loops the host runs around the kernel (a recurrence's steps,
+    // `schedule::host`) fix their iterators for each launch, as the
+    // blocks fix theirs: a wavefront's cell is its block's and the
+    // diagonal's `l = w - t`. Their names are the AST's (`c<depth>`),
+    // which the kernel's code binds to the launch's argument.
+    let prefix = tile_band.get_prefix_schedule_union_map()?;
+    let np = tile_band.get_schedule_depth()? as usize;
+    let mapped = if np > 0 {
+        prefix.flat_range_product(blocks)?
+    } else {
+        blocks
+    }
+    .flat_range_product(threads)?
+    .intersect_domain(domain)?;
     let written: Vec<String> = stmts
         .iter()
         .map(|s| s.written_tensor())
@@ -215,12 +226,21 @@ pub fn candidate(
             continue;
         }
         let map = isl_rs::Map::from_union_map(e)?;
-        let names: Vec<String> = (0..nb)
-            .map(|j| format!("pf_b{j}"))
+        let names: Vec<String> = (0..np)
+            .map(|j| format!("c{j}"))
+            .chain((0..nb).map(|j| format!("pf_b{j}")))
             .chain((0..nt).map(|j| format!("pf_t{j}")))
             .collect();
         let running = isl_rs::Set::from_union_set(mapped.copy()?.range()?)?;
-        let guard = domain_guard(isl, scop, map.copy()?.domain()?, running, &names, nb, tiles)?;
+        let guard = domain_guard(
+            isl,
+            scop,
+            map.copy()?.domain()?,
+            running,
+            &names,
+            np + nb,
+            tiles,
+        )?;
         let pma = PwMultiAff::from_map(map)?;
         let mut element = Vec::new();
         for d in 0..tensor.shape.len() {

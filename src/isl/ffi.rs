@@ -14,6 +14,7 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
 
 extern "C" {
+    fn isl_options_set_ast_build_scale_strides(ctx: uintptr_t, val: i32) -> i32;
     fn isl_ast_build_from_context(set: uintptr_t) -> uintptr_t;
     fn isl_ast_build_node_from_schedule(build: uintptr_t, schedule: uintptr_t) -> uintptr_t;
     fn isl_ast_build_expr_from_pw_aff(build: uintptr_t, pa: uintptr_t) -> uintptr_t;
@@ -174,6 +175,18 @@ isl_print!(isl_rs::ScheduleNode, isl_schedule_node_to_str);
 isl_print!(PwAff, isl_pw_aff_to_str);
 isl_print!(isl_rs::MultiUnionPwAff, isl_multi_union_pw_aff_to_str);
 isl_print!(isl_rs::Val, isl_val_to_str);
+
+/// Keeps the AST's loop iterators equal to the schedule's values: isl
+/// otherwise divides a loop whose values share a stride by it (a block
+/// loop over `16 n` becomes a loop over `n`), while the gpu stage's plans
+/// (a register tile's element, a shared tile's offset) are functions of
+/// the schedule's values.
+pub fn keep_strides_unscaled(ctx: &isl_rs::Context) {
+    // SAFETY: `ctx` is a live context; the call only sets an option.
+    unsafe {
+        isl_options_set_ast_build_scale_strides(ctx.ptr, 0);
+    }
+}
 
 /// Builds the isl AST of `schedule` under the parameter `context`.
 /// Returns `None` when isl fails.

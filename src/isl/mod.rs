@@ -40,6 +40,7 @@ impl Isl {
         // ISL_ON_ERROR_CONTINUE: errors come back as values, never abort,
         // and are reported by polyfuse, not printed by isl.
         let _ = isl_rs::Options::set_on_error(&ctx, 1);
+        ffi::keep_strides_unscaled(&ctx);
         let abort = ffi::register_with_current_abort(ctx.ptr);
         Isl { ctx, abort }
     }

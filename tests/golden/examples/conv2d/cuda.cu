@@ -33,71 +33,180 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_KH = 3;
   const pf_i p_KW = 3;
   __shared__ float pf_shared_kernel_0_I[9248];
-  __shared__ float pf_shared_kernel_0_Wt[72];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 15); c0 += (pf_i)gridDim.z * 1) {
-    for (pf_i c3 = 0; (c3 <= 1); c3 += 1) {
-      {
-        const pf_i c1 = 0; (void)c1;
-        const pf_i c2 = 0; (void)c2;
-        const pf_i c4 = 0; (void)c4;
-        const pf_i pf_o0_0 = c3;
-        const pf_i pf_o0_1 = 0;
-        const pf_i pf_o0_2 = 0;
-        const pf_i pf_o0_3 = 0;
-        const pf_i pf_o1_0 = c0;
-        const pf_i pf_o1_1 = 0;
-        const pf_i pf_o1_2 = 0;
-        const pf_i pf_o1_3 = 0;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 9248; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a3 = (pf_e % 34);
-          const pf_i pf_a2 = ((pf_e / 34) % 34);
-          const pf_i pf_a1 = (((pf_e / 34) / 34) % 8);
-          const pf_i pf_a0 = (((pf_e / 34) / 34) / 8);
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
-          const pf_i pf_g1 = pf_o0_1 + pf_a1;
-          const pf_i pf_g2 = pf_o0_2 + pf_a2;
-          const pf_i pf_g3 = pf_o0_3 + pf_a3;
-          if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_W)) pf_shared_kernel_0_I[pf_a0 * 9248 + pf_a1 * 1156 + pf_a2 * 34 + pf_a3 * 1] = t_I[(((pf_g0) * (p_C) + pf_g1) * (p_H) + pf_g2) * (p_W) + pf_g3];
+  __shared__ float pf_shared_kernel_0_Wt[1152];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 31); c0 += (pf_i)gridDim.z * 1) {
+    {
+      float pf_reg_kernel_0_O[1][2][2];
+      const int pf_rz = 0; (void)pf_rz;
+      const int pf_ry = 0; (void)pf_ry;
+      const int pf_rx = 0; (void)pf_rx;
+      const pf_i c1 = 0; (void)c1;
+      const pf_i c2 = 0; (void)c2;
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+            const pf_i pf_b0 = c0;
+            const pf_i pf_b1 = c1;
+            const pf_i pf_b2 = c2;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 16);
+            const pf_i pf_g1 = (pf_b0 % 16);
+            const pf_i pf_g2 = pf_t1;
+            const pf_i pf_g3 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_F) && pf_g2 >= 0 && pf_g2 < (p_H + -1 * p_KH + 1) && pf_g3 >= 0 && pf_g3 < (-1 * p_KW + p_W + 1)) pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = 0.0f;
+          }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 72; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a3 = (pf_e % 3);
-          const pf_i pf_a2 = ((pf_e / 3) % 3);
-          const pf_i pf_a1 = (((pf_e / 3) / 3) % 8);
-          const pf_i pf_a0 = (((pf_e / 3) / 3) / 8);
-          const pf_i pf_g0 = pf_o1_0 + pf_a0;
-          const pf_i pf_g1 = pf_o1_1 + pf_a1;
-          const pf_i pf_g2 = pf_o1_2 + pf_a2;
-          const pf_i pf_g3 = pf_o1_3 + pf_a3;
-          if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 72 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
-        }
-        __syncthreads();
-        if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-        for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= 31); c6 += (pf_i)blockDim.y * 1) {
-          for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= 31); c7 += (pf_i)blockDim.x * 1) {
-            {
-              const pf_i c1 = 0; (void)c1;
-              const pf_i c2 = 0; (void)c2;
-              const pf_i c4 = 0; (void)c4;
-              const pf_i c5 = 0; (void)c5;
-              const pf_i pf_p0_0 = c3; (void)pf_p0_0;
-              const pf_i pf_p0_1 = c0; (void)pf_p0_1;
-              const pf_i pf_p0_2 = c6; (void)pf_p0_2;
-              const pf_i pf_p0_3 = c7; (void)pf_p0_3;
-              float pf_priv_kernel_0_O;
-              pf_priv_kernel_0_O = 0.0f;
-              for (pf_i c9 = 0; (c9 <= 7); c9 += 1) {
-                for (pf_i c10 = 0; (c10 <= 2); c10 += 1) {
-                  for (pf_i c11 = 0; (c11 <= 2); c11 += 1) {
-                    pf_priv_kernel_0_O = pf_priv_kernel_0_O + (pf_shared_kernel_0_I[(((c3)) - pf_o0_0) * 9248 + (((c9)) - pf_o0_1) * 1156 + (((c6) + (c10)) - pf_o0_2) * 34 + (((c11) + (c7)) - pf_o0_3) * 1] * pf_shared_kernel_0_Wt[(((c0)) - pf_o1_0) * 72 + (((c9)) - pf_o1_1) * 9 + (((c10)) - pf_o1_2) * 3 + (((c11)) - pf_o1_3) * 1]);
+      }
+      if ((31 <= 31)) {
+        {
+          const pf_i c1 = 0; (void)c1;
+          const pf_i c2 = 0; (void)c2;
+          const pf_i c3 = 0; (void)c3;
+          const pf_i pf_o0_0 = pf_floord(c0, 16);
+          const pf_i pf_o0_1 = 0;
+          const pf_i pf_o0_2 = 0;
+          const pf_i pf_o0_3 = 0;
+          const pf_i pf_o1_0 = 0;
+          const pf_i pf_o1_1 = 0;
+          const pf_i pf_o1_2 = 0;
+          const pf_i pf_o1_3 = 0;
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 9248; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a3 = (pf_e % 34);
+            const pf_i pf_a2 = ((pf_e / 34) % 34);
+            const pf_i pf_a1 = (((pf_e / 34) / 34) % 8);
+            const pf_i pf_a0 = (((pf_e / 34) / 34) / 8);
+            const pf_i pf_g0 = pf_o0_0 + pf_a0;
+            const pf_i pf_g1 = pf_o0_1 + pf_a1;
+            const pf_i pf_g2 = pf_o0_2 + pf_a2;
+            const pf_i pf_g3 = pf_o0_3 + pf_a3;
+            if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_W)) pf_shared_kernel_0_I[pf_a0 * 9248 + pf_a1 * 1156 + pf_a2 * 34 + pf_a3 * 1] = t_I[(((pf_g0) * (p_C) + pf_g1) * (p_H) + pf_g2) * (p_W) + pf_g3];
+          }
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1152; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a3 = (pf_e % 3);
+            const pf_i pf_a2 = ((pf_e / 3) % 3);
+            const pf_i pf_a1 = (((pf_e / 3) / 3) % 8);
+            const pf_i pf_a0 = (((pf_e / 3) / 3) / 8);
+            const pf_i pf_g0 = pf_o1_0 + pf_a0;
+            const pf_i pf_g1 = pf_o1_1 + pf_a1;
+            const pf_i pf_g2 = pf_o1_2 + pf_a2;
+            const pf_i pf_g3 = pf_o1_3 + pf_a3;
+            if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 72 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+          }
+          __syncthreads();
+          #pragma unroll
+          for (pf_i c4 = 0; (c4 <= 7); c4 += 1) {
+            if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+            #pragma unroll
+            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+              const pf_i c6 = (pf_i)threadIdx.y + pf_ry * 16;
+              if (1) {
+                #pragma unroll
+                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                  const pf_i c7 = (pf_i)threadIdx.x + pf_rx * 16;
+                  if (1) {
+                    if ((c4 == 0)) {
+                    }
+                    #pragma unroll
+                    for (pf_i c8 = 0; (c8 <= 2); c8 += 1) {
+                      #pragma unroll
+                      for (pf_i c9 = 0; (c9 <= 2); c9 += 1) {
+                        pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_I[((((c0 / 16))) - pf_o0_0) * 9248 + (((c4)) - pf_o0_1) * 1156 + (((c6) + (c8)) - pf_o0_2) * 34 + (((c9) + (c7)) - pf_o0_3) * 1] * pf_shared_kernel_0_Wt[((((c0 % 16))) - pf_o1_0) * 72 + (((c4)) - pf_o1_1) * 9 + (((c8)) - pf_o1_2) * 3 + (((c9)) - pf_o1_3) * 1]);
+                      }
+                    }
                   }
                 }
               }
-              if (pf_p0_0 >= 0 && pf_p0_0 < (p_N) && pf_p0_1 >= 0 && pf_p0_1 < (p_F) && pf_p0_2 >= 0 && pf_p0_2 < (p_H + -1 * p_KH + 1) && pf_p0_3 >= 0 && pf_p0_3 < (-1 * p_KW + p_W + 1)) t_O[(((pf_p0_0) * (p_F) + pf_p0_1) * (p_H + -1 * p_KH + 1) + pf_p0_2) * (-1 * p_KW + p_W + 1) + pf_p0_3] = pf_priv_kernel_0_O;
+            }
+          }
+        }
+      } else {
+        {
+          const pf_i c1 = 0; (void)c1;
+          const pf_i c2 = 0; (void)c2;
+          const pf_i c3 = 0; (void)c3;
+          const pf_i pf_o0_0 = pf_floord(c0, 16);
+          const pf_i pf_o0_1 = 0;
+          const pf_i pf_o0_2 = 0;
+          const pf_i pf_o0_3 = 0;
+          const pf_i pf_o1_0 = 0;
+          const pf_i pf_o1_1 = 0;
+          const pf_i pf_o1_2 = 0;
+          const pf_i pf_o1_3 = 0;
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 9248; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a3 = (pf_e % 34);
+            const pf_i pf_a2 = ((pf_e / 34) % 34);
+            const pf_i pf_a1 = (((pf_e / 34) / 34) % 8);
+            const pf_i pf_a0 = (((pf_e / 34) / 34) / 8);
+            const pf_i pf_g0 = pf_o0_0 + pf_a0;
+            const pf_i pf_g1 = pf_o0_1 + pf_a1;
+            const pf_i pf_g2 = pf_o0_2 + pf_a2;
+            const pf_i pf_g3 = pf_o0_3 + pf_a3;
+            if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_W)) pf_shared_kernel_0_I[pf_a0 * 9248 + pf_a1 * 1156 + pf_a2 * 34 + pf_a3 * 1] = t_I[(((pf_g0) * (p_C) + pf_g1) * (p_H) + pf_g2) * (p_W) + pf_g3];
+          }
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1152; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a3 = (pf_e % 3);
+            const pf_i pf_a2 = ((pf_e / 3) % 3);
+            const pf_i pf_a1 = (((pf_e / 3) / 3) % 8);
+            const pf_i pf_a0 = (((pf_e / 3) / 3) / 8);
+            const pf_i pf_g0 = pf_o1_0 + pf_a0;
+            const pf_i pf_g1 = pf_o1_1 + pf_a1;
+            const pf_i pf_g2 = pf_o1_2 + pf_a2;
+            const pf_i pf_g3 = pf_o1_3 + pf_a3;
+            if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 72 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+          }
+          __syncthreads();
+          #pragma unroll
+          for (pf_i c4 = 0; (c4 <= 7); c4 += 1) {
+            if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+            #pragma unroll
+            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+              const pf_i c6 = (pf_i)threadIdx.y + pf_ry * 16;
+              if ((c6 <= 31)) {
+                #pragma unroll
+                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                  const pf_i c7 = (pf_i)threadIdx.x + pf_rx * 16;
+                  if ((c7 <= 31)) {
+                    if ((c4 == 0)) {
+                    }
+                    #pragma unroll
+                    for (pf_i c8 = 0; (c8 <= 2); c8 += 1) {
+                      #pragma unroll
+                      for (pf_i c9 = 0; (c9 <= 2); c9 += 1) {
+                        pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_I[((((c0 / 16))) - pf_o0_0) * 9248 + (((c4)) - pf_o0_1) * 1156 + (((c6) + (c8)) - pf_o0_2) * 34 + (((c9) + (c7)) - pf_o0_3) * 1] * pf_shared_kernel_0_Wt[((((c0 % 16))) - pf_o1_0) * 72 + (((c4)) - pf_o1_1) * 9 + (((c8)) - pf_o1_2) * 3 + (((c9)) - pf_o1_3) * 1]);
+                      }
+                    }
+                  }
+                }
+              }
             }
           }
         }
       }
-      __syncthreads();
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+            const pf_i pf_b0 = c0;
+            const pf_i pf_b1 = c1;
+            const pf_i pf_b2 = c2;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 16);
+            const pf_i pf_g1 = (pf_b0 % 16);
+            const pf_i pf_g2 = pf_t1;
+            const pf_i pf_g3 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_F) && pf_g2 >= 0 && pf_g2 < (p_H + -1 * p_KH + 1) && pf_g3 >= 0 && pf_g3 < (-1 * p_KW + p_W + 1)) t_O[(((pf_g0) * (p_F) + pf_g1) * (p_H + -1 * p_KH + 1) + pf_g2) * (-1 * p_KW + p_W + 1) + pf_g3] = (pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx]);
+          }
+        }
+      }
     }
     __syncthreads();
   }

@@ -71,60 +71,141 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 17;
   const pf_i p_N = 29;
   const pf_i c0 = pf_host_c0;
-  __shared__ float pf_shared_kernel_3_W[841];
-  __shared__ float pf_shared_kernel_3_X[29];
-  __shared__ float pf_shared_kernel_3_U[841];
+  __shared__ float pf_shared_kernel_3_W[1682];
+  __shared__ float pf_shared_kernel_3_X[58];
+  __shared__ float pf_shared_kernel_3_U[1682];
   {
+    float pf_reg_kernel_3_G1[1];
+    const int pf_rx = 0; (void)pf_rx;
     const pf_i c1 = 0; (void)c1;
-    const pf_i c2 = 0; (void)c2;
-    const pf_i pf_o0_0 = 0;
-    const pf_i pf_o0_1 = 0;
-    const pf_i pf_o0_2 = 0;
-    const pf_i pf_o1_0 = (c0 - 1);
-    const pf_i pf_o1_1 = 0;
-    const pf_i pf_o2_0 = 0;
-    const pf_i pf_o2_1 = 0;
-    const pf_i pf_o2_2 = 0;
-    for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 841; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-      const pf_i pf_a2 = (pf_e % 29);
-      const pf_i pf_a1 = ((pf_e / 29) % 29);
-      const pf_i pf_a0 = ((pf_e / 29) / 29);
-      const pf_i pf_g0 = pf_o0_0 + pf_a0;
-      const pf_i pf_g1 = pf_o0_1 + pf_a1;
-      const pf_i pf_g2 = pf_o0_2 + pf_a2;
-      if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_W[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_W[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
+    #pragma unroll
+    for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+      const pf_i pf_b0 = c1;
+      const pf_i pf_t0 = (pf_i)threadIdx.x + pf_rx * 32;
+      const pf_i pf_g0 = c0;
+      const pf_i pf_g1 = pf_t0;
+      if (pf_t0 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_N) && ((pf_t0 <= 28))) pf_reg_kernel_3_G1[pf_rx] = (t_G1[(pf_g0) * (p_N) + pf_g1]);
     }
-    for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 29; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-      const pf_i pf_a1 = (pf_e % 29);
-      const pf_i pf_a0 = (pf_e / 29);
-      const pf_i pf_g0 = pf_o1_0 + pf_a0;
-      const pf_i pf_g1 = pf_o1_1 + pf_a1;
-      if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_3_X[pf_a0 * 29 + pf_a1 * 1] = t_X[(pf_g0) * (p_N) + pf_g1];
-    }
-    for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 841; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-      const pf_i pf_a2 = (pf_e % 29);
-      const pf_i pf_a1 = ((pf_e / 29) % 29);
-      const pf_i pf_a0 = ((pf_e / 29) / 29);
-      const pf_i pf_g0 = pf_o2_0 + pf_a0;
-      const pf_i pf_g1 = pf_o2_1 + pf_a1;
-      const pf_i pf_g2 = pf_o2_2 + pf_a2;
-      if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_U[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_U[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
-    }
-    __syncthreads();
-    if (blockIdx.x == 0)
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 28); c3 += (pf_i)blockDim.x * 1) {
+    if ((31 <= 28)) {
       {
         const pf_i c1 = 0; (void)c1;
         const pf_i c2 = 0; (void)c2;
-        const pf_i pf_p0_0 = c0; (void)pf_p0_0;
-        const pf_i pf_p0_1 = c3; (void)pf_p0_1;
-        float pf_priv_kernel_3_G1;
-        pf_priv_kernel_3_G1 = 0.0f;
-        for (pf_i c4 = 0; (c4 <= 28); c4 += 1) {
-          pf_priv_kernel_3_G1 = pf_priv_kernel_3_G1 + (((pf_shared_kernel_3_W[((0) - pf_o0_0) * 841 + (((c3)) - pf_o0_1) * 29 + (((c4)) - pf_o0_2) * 1] * pf_shared_kernel_3_X[(((c0) + -1) - pf_o1_0) * 29 + (((c4)) - pf_o1_1) * 1]) + (pf_shared_kernel_3_U[((0) - pf_o2_0) * 841 + (((c3)) - pf_o2_1) * 29 + (((c4)) - pf_o2_2) * 1] * t_H1[(((c0) + -1) * (p_N) + ((c4)))])) * 0.15f);
+        const pf_i pf_o0_0 = 0;
+        const pf_i pf_o0_1 = 0;
+        const pf_i pf_o0_2 = 0;
+        const pf_i pf_o1_0 = (c0 - 1);
+        const pf_i pf_o1_1 = 0;
+        const pf_i pf_o2_0 = 0;
+        const pf_i pf_o2_1 = 0;
+        const pf_i pf_o2_2 = 0;
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 841; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a2 = (pf_e % 29);
+          const pf_i pf_a1 = ((pf_e / 29) % 29);
+          const pf_i pf_a0 = ((pf_e / 29) / 29);
+          const pf_i pf_g0 = pf_o0_0 + pf_a0;
+          const pf_i pf_g1 = pf_o0_1 + pf_a1;
+          const pf_i pf_g2 = pf_o0_2 + pf_a2;
+          if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_W[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_W[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
         }
-        t_H1[(((c0)) * (p_N) + ((c3)))] = tanhf(pf_priv_kernel_3_G1);
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 29; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a1 = (pf_e % 29);
+          const pf_i pf_a0 = (pf_e / 29);
+          const pf_i pf_g0 = pf_o1_0 + pf_a0;
+          const pf_i pf_g1 = pf_o1_1 + pf_a1;
+          if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_3_X[pf_a0 * 29 + pf_a1 * 1] = t_X[(pf_g0) * (p_N) + pf_g1];
+        }
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 841; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a2 = (pf_e % 29);
+          const pf_i pf_a1 = ((pf_e / 29) % 29);
+          const pf_i pf_a0 = ((pf_e / 29) / 29);
+          const pf_i pf_g0 = pf_o2_0 + pf_a0;
+          const pf_i pf_g1 = pf_o2_1 + pf_a1;
+          const pf_i pf_g2 = pf_o2_2 + pf_a2;
+          if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_U[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_U[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
+        }
+        __syncthreads();
+        #pragma unroll
+        for (pf_i c3 = 0; (c3 <= 28); c3 += 1) {
+          if (blockIdx.x == 0)
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+            const pf_i c4 = (pf_i)threadIdx.x + pf_rx * 32;
+            if (1) {
+              if ((c3 == 0)) {
+                pf_reg_kernel_3_G1[pf_rx] = 0.0f;
+              }
+              pf_reg_kernel_3_G1[pf_rx] = pf_reg_kernel_3_G1[pf_rx] + (((pf_shared_kernel_3_W[((0) - pf_o0_0) * 841 + (((c4)) - pf_o0_1) * 29 + (((c3)) - pf_o0_2) * 1] * pf_shared_kernel_3_X[(((c0) + -1) - pf_o1_0) * 29 + (((c3)) - pf_o1_1) * 1]) + (pf_shared_kernel_3_U[((0) - pf_o2_0) * 841 + (((c4)) - pf_o2_1) * 29 + (((c3)) - pf_o2_2) * 1] * t_H1[(((c0) + -1) * (p_N) + ((c3)))])) * 0.15f);
+              if ((c3 == 28)) {
+                t_H1[(((c0)) * (p_N) + ((c4)))] = tanhf(pf_reg_kernel_3_G1[pf_rx]);
+              }
+            }
+          }
+        }
       }
+    } else {
+      {
+        const pf_i c1 = 0; (void)c1;
+        const pf_i c2 = 0; (void)c2;
+        const pf_i pf_o0_0 = 0;
+        const pf_i pf_o0_1 = 0;
+        const pf_i pf_o0_2 = 0;
+        const pf_i pf_o1_0 = (c0 - 1);
+        const pf_i pf_o1_1 = 0;
+        const pf_i pf_o2_0 = 0;
+        const pf_i pf_o2_1 = 0;
+        const pf_i pf_o2_2 = 0;
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 841; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a2 = (pf_e % 29);
+          const pf_i pf_a1 = ((pf_e / 29) % 29);
+          const pf_i pf_a0 = ((pf_e / 29) / 29);
+          const pf_i pf_g0 = pf_o0_0 + pf_a0;
+          const pf_i pf_g1 = pf_o0_1 + pf_a1;
+          const pf_i pf_g2 = pf_o0_2 + pf_a2;
+          if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_W[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_W[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
+        }
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 29; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a1 = (pf_e % 29);
+          const pf_i pf_a0 = (pf_e / 29);
+          const pf_i pf_g0 = pf_o1_0 + pf_a0;
+          const pf_i pf_g1 = pf_o1_1 + pf_a1;
+          if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_3_X[pf_a0 * 29 + pf_a1 * 1] = t_X[(pf_g0) * (p_N) + pf_g1];
+        }
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 841; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a2 = (pf_e % 29);
+          const pf_i pf_a1 = ((pf_e / 29) % 29);
+          const pf_i pf_a0 = ((pf_e / 29) / 29);
+          const pf_i pf_g0 = pf_o2_0 + pf_a0;
+          const pf_i pf_g1 = pf_o2_1 + pf_a1;
+          const pf_i pf_g2 = pf_o2_2 + pf_a2;
+          if (pf_g0 >= 0 && pf_g0 < (3) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_U[pf_a0 * 841 + pf_a1 * 29 + pf_a2 * 1] = t_U[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
+        }
+        __syncthreads();
+        #pragma unroll
+        for (pf_i c3 = 0; (c3 <= 28); c3 += 1) {
+          if (blockIdx.x == 0)
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+            const pf_i c4 = (pf_i)threadIdx.x + pf_rx * 32;
+            if ((c4 <= 28)) {
+              if ((c3 == 0)) {
+                pf_reg_kernel_3_G1[pf_rx] = 0.0f;
+              }
+              pf_reg_kernel_3_G1[pf_rx] = pf_reg_kernel_3_G1[pf_rx] + (((pf_shared_kernel_3_W[((0) - pf_o0_0) * 841 + (((c4)) - pf_o0_1) * 29 + (((c3)) - pf_o0_2) * 1] * pf_shared_kernel_3_X[(((c0) + -1) - pf_o1_0) * 29 + (((c3)) - pf_o1_1) * 1]) + (pf_shared_kernel_3_U[((0) - pf_o2_0) * 841 + (((c4)) - pf_o2_1) * 29 + (((c3)) - pf_o2_2) * 1] * t_H1[(((c0) + -1) * (p_N) + ((c3)))])) * 0.15f);
+              if ((c3 == 28)) {
+                t_H1[(((c0)) * (p_N) + ((c4)))] = tanhf(pf_reg_kernel_3_G1[pf_rx]);
+              }
+            }
+          }
+        }
+      }
+    }
+    #pragma unroll
+    for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+      const pf_i pf_b0 = c1;
+      const pf_i pf_t0 = (pf_i)threadIdx.x + pf_rx * 32;
+      const pf_i pf_g0 = c0;
+      const pf_i pf_g1 = pf_t0;
+      if (pf_t0 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_N) && ((pf_t0 <= 28))) t_G1[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_3_G1[pf_rx]);
     }
   }
 }
@@ -156,7 +237,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
         const pf_i pf_g0 = pf_t0;
         const pf_i pf_g1 = pf_t1;
-        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 2) && pf_g1 >= 0 && pf_g1 < (p_N) && ((((pf_t0 >= 2) && (pf_t0 <= 18)) && (pf_t1 <= 28)))) pf_reg_kernel_4_G2[pf_ry][pf_rx] = (t_G2[(pf_g0) * (p_N) + pf_g1]);
+        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 2) && pf_g1 >= 0 && pf_g1 < (p_N) && (((((pf_t0 >= ((2 * c0) + 2)) && (((2 * c0) + 3) >= pf_t0)) && (pf_t0 <= 18)) && (pf_t1 <= 28)))) pf_reg_kernel_4_G2[pf_ry][pf_rx] = (t_G2[(pf_g0) * (p_N) + pf_g1]);
       }
     }
     {
@@ -231,7 +312,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
         const pf_i pf_g0 = pf_t0;
         const pf_i pf_g1 = pf_t1;
-        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 2) && pf_g1 >= 0 && pf_g1 < (p_N) && ((((pf_t0 >= 2) && (pf_t0 <= 18)) && (pf_t1 <= 28)))) t_G2[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_4_G2[pf_ry][pf_rx]);
+        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 2) && pf_g1 >= 0 && pf_g1 < (p_N) && (((((pf_t0 >= ((2 * c0) + 2)) && (((2 * c0) + 3) >= pf_t0)) && (pf_t0 <= 18)) && (pf_t1 <= 28)))) t_G2[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_4_G2[pf_ry][pf_rx]);
       }
     }
   }
@@ -264,7 +345,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
         const pf_i pf_g0 = pf_t0;
         const pf_i pf_g1 = pf_t1;
-        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 4) && pf_g1 >= 0 && pf_g1 < (p_N) && ((((pf_t0 >= 4) && (pf_t0 <= 20)) && (pf_t1 <= 28)))) pf_reg_kernel_5_G3[pf_ry][pf_rx] = (t_G3[(pf_g0) * (p_N) + pf_g1]);
+        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 4) && pf_g1 >= 0 && pf_g1 < (p_N) && (((((pf_t0 >= ((4 * c0) + 4)) && (((4 * c0) + 7) >= pf_t0)) && (pf_t0 <= 20)) && (pf_t1 <= 28)))) pf_reg_kernel_5_G3[pf_ry][pf_rx] = (t_G3[(pf_g0) * (p_N) + pf_g1]);
       }
     }
     {
@@ -339,7 +420,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
         const pf_i pf_g0 = pf_t0;
         const pf_i pf_g1 = pf_t1;
-        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 4) && pf_g1 >= 0 && pf_g1 < (p_N) && ((((pf_t0 >= 4) && (pf_t0 <= 20)) && (pf_t1 <= 28)))) t_G3[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_5_G3[pf_ry][pf_rx]);
+        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 4) && pf_g1 >= 0 && pf_g1 < (p_N) && (((((pf_t0 >= ((4 * c0) + 4)) && (((4 * c0) + 7) >= pf_t0)) && (pf_t0 <= 20)) && (pf_t1 <= 28)))) t_G3[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_5_G3[pf_ry][pf_rx]);
       }
     }
   }

@@ -78,44 +78,179 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_S = 6;
   const pf_i p_N = 33;
   const pf_i c0 = pf_host_c0;
-  __shared__ float pf_shared_kernel_3_U[1056];
-  __shared__ float pf_shared_kernel_3_V[1056];
+  __shared__ float pf_shared_kernel_3_U[2112];
+  __shared__ float pf_shared_kernel_3_V[2112];
   if (blockIdx.y == 0)
   for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 32); c2 += (pf_i)gridDim.x * 32) {
-    for (pf_i c3 = 0; (c3 <= 32); c3 += 32) {
-      {
-        const pf_i c1 = 0; (void)c1;
-        const pf_i pf_o0_0 = c2;
-        const pf_i pf_o0_1 = c3;
-        const pf_i pf_o1_0 = c2;
-        const pf_i pf_o1_1 = c3;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a1 = (pf_e % 32);
-          const pf_i pf_a0 = (pf_e / 32);
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
-          const pf_i pf_g1 = pf_o0_1 + pf_a1;
-          if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_3_U[pf_a0 * 33 + pf_a1 * 1] = t_U[(pf_g0) * (p_N) + pf_g1];
+    {
+      float pf_reg_kernel_3_G[2][2];
+      const int pf_ry = 0; (void)pf_ry;
+      const int pf_rx = 0; (void)pf_rx;
+      const pf_i c1 = 0; (void)c1;
+      #pragma unroll
+      for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+        #pragma unroll
+        for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+          const pf_i pf_b0 = c1;
+          const pf_i pf_b1 = c2;
+          const pf_i pf_t0 = (pf_i)threadIdx.y + pf_ry * 16;
+          const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
+          const pf_i pf_g0 = (c0 - pf_t0);
+          const pf_i pf_g1 = pf_t0;
+          const pf_i pf_g2 = (pf_b1 + pf_t1);
+          if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_R + 1) && pf_g1 >= 0 && pf_g1 < (p_S + 1) && pf_g2 >= 0 && pf_g2 < (p_N) && ((((((pf_t0 >= 1) && (c0 >= (pf_t0 + 1))) && ((pf_t0 + 5) >= c0)) && (pf_t0 <= 6)) && ((pf_b1 + pf_t1) <= 32)))) pf_reg_kernel_3_G[pf_ry][pf_rx] = (t_G[((pf_g0) * (p_S + 1) + pf_g1) * (p_N) + pf_g2]);
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a1 = (pf_e % 32);
-          const pf_i pf_a0 = (pf_e / 32);
-          const pf_i pf_g0 = pf_o1_0 + pf_a0;
-          const pf_i pf_g1 = pf_o1_1 + pf_a1;
-          if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_3_V[pf_a0 * 33 + pf_a1 * 1] = t_V[(pf_g0) * (p_N) + pf_g1];
-        }
-        __syncthreads();
-        for (pf_i c4 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 5))), (pf_i)blockDim.y); (c4 <= pf_min(6, (c0 - 1))); c4 += (pf_i)blockDim.y) {
-          for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= pf_min(31, ((-c2) + 32))); c5 += (pf_i)blockDim.x * 1) {
-            for (pf_i c6 = 0; (c6 <= pf_min(31, ((-c3) + 32))); c6 += 1) {
-              t_G[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = t_G[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] + (((pf_shared_kernel_3_U[((((c2 + c5))) - pf_o0_0) * 33 + ((((c3 + c6))) - pf_o0_1) * 1] * t_H[(((((c0 - c4)) + -1) * (p_S + 1) + ((c4))) * (p_N) + (((c3 + c6))))]) + (pf_shared_kernel_3_V[((((c2 + c5))) - pf_o1_0) * 33 + ((((c3 + c6))) - pf_o1_1) * 1] * t_H[(((((c0 - c4))) * (p_S + 1) + ((c4) + -1)) * (p_N) + (((c3 + c6))))])) * 0.15f);
+      }
+      for (pf_i c3 = 0; (c3 <= 32); c3 += 32) {
+        {
+          const pf_i c1 = 0; (void)c1;
+          const pf_i pf_o0_0 = c2;
+          const pf_i pf_o0_1 = c3;
+          const pf_i pf_o1_0 = c2;
+          const pf_i pf_o1_1 = c3;
+          const pf_i pf_stage = ((c3 - (0)) / 32) % 2;
+          if (c3 == (0)) {
+            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+              const pf_i pf_a1 = (pf_e % 32);
+              const pf_i pf_a0 = (pf_e / 32);
+              const pf_i pf_g0 = pf_o0_0 + pf_a0;
+              const pf_i pf_g1 = pf_o0_1 + pf_a1;
+              if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_3_U[pf_a0 * 33 + pf_a1 * 1] = t_U[(pf_g0) * (p_N) + pf_g1];
             }
-            if ((c3 == 32)) {
-              t_H[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = tanhf((t_G[(((((c0 - c4))) * (p_S + 1) + ((c4))) * (p_N) + (((c2 + c5))))] + t_X[(((((c0 - c4)) + -1) * (p_S) + ((c4) + -1)) * (p_N) + (((c2 + c5))))]));
+            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+              const pf_i pf_a1 = (pf_e % 32);
+              const pf_i pf_a0 = (pf_e / 32);
+              const pf_i pf_g0 = pf_o1_0 + pf_a0;
+              const pf_i pf_g1 = pf_o1_1 + pf_a1;
+              if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_shared_kernel_3_V[pf_a0 * 33 + pf_a1 * 1] = t_V[(pf_g0) * (p_N) + pf_g1];
+            }
+            __syncthreads();
+          }
+          const int pf_has_next = ((c3 + 32) <= 32);
+          const pf_i pf_n0_0 = c2;
+          const pf_i pf_n0_1 = (c3 + 32);
+          const pf_i pf_n1_0 = c2;
+          const pf_i pf_n1_1 = (c3 + 32);
+          float pf_next0[4][1];
+          if (pf_has_next) {
+            #pragma unroll
+            for (int pf_s = 0; pf_s < 4; pf_s++) {
+              const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+              if (pf_e < 1024) {
+                const pf_i pf_a1 = (pf_e % 32);
+                const pf_i pf_a0 = (pf_e / 32);
+                const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_next0[pf_s][0] = t_U[(pf_g0) * (p_N) + pf_g1];
+              }
+            }
+          }
+          float pf_next1[4][1];
+          if (pf_has_next) {
+            #pragma unroll
+            for (int pf_s = 0; pf_s < 4; pf_s++) {
+              const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+              if (pf_e < 1024) {
+                const pf_i pf_a1 = (pf_e % 32);
+                const pf_i pf_a0 = (pf_e / 32);
+                const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_next1[pf_s][0] = t_V[(pf_g0) * (p_N) + pf_g1];
+              }
+            }
+          }
+          if ((31 <= ((-c3) + 32))) {
+            #pragma unroll
+            for (pf_i c4 = 0; (c4 <= 31); c4 += 1) {
+              #pragma unroll
+              for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                const pf_i c5 = (pf_i)threadIdx.y + pf_ry * 16;
+                if (c5 >= pf_max(1, (c0 - 5)) && (c5 <= pf_min(6, (c0 - 1)))) {
+                  if (0 <= pf_min(31, ((-c2) + 32)))
+                  #pragma unroll
+                  for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                    const pf_i pf_slot_c6 = (pf_i)threadIdx.x + pf_rx * 16;
+                    const pf_i c6 = pf_min(pf_slot_c6, pf_min(31, ((-c2) + 32)));
+                    if (1) {
+                      if (pf_slot_c6 <= pf_min(31, ((-c2) + 32))) pf_reg_kernel_3_G[pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_ry][pf_rx] + (((pf_shared_kernel_3_U[pf_stage * 1056 + ((((c2 + c6))) - pf_o0_0) * 33 + ((((c3 + c4))) - pf_o0_1) * 1] * t_H[(((((c0 - c5)) + -1) * (p_S + 1) + ((c5))) * (p_N) + (((c3 + c4))))]) + (pf_shared_kernel_3_V[pf_stage * 1056 + ((((c2 + c6))) - pf_o1_0) * 33 + ((((c3 + c4))) - pf_o1_1) * 1] * t_H[(((((c0 - c5))) * (p_S + 1) + ((c5) + -1)) * (p_N) + (((c3 + c4))))])) * 0.15f);
+                      if (((c3 == 32) && (c4 == 0))) {
+                        if (pf_slot_c6 <= pf_min(31, ((-c2) + 32))) t_H[(((((c0 - c5))) * (p_S + 1) + ((c5))) * (p_N) + (((c2 + c6))))] = tanhf((pf_reg_kernel_3_G[pf_ry][pf_rx] + t_X[(((((c0 - c5)) + -1) * (p_S) + ((c5) + -1)) * (p_N) + (((c2 + c6))))]));
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          } else {
+            #pragma unroll
+            for (pf_i c4 = 0; (c4 <= 31); c4 += 1) {
+              if ((c4 <= ((-c3) + 32))) {
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c5 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if (c5 >= pf_max(1, (c0 - 5)) && (c5 <= pf_min(6, (c0 - 1)))) {
+                    if (0 <= pf_min(31, ((-c2) + 32)))
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i pf_slot_c6 = (pf_i)threadIdx.x + pf_rx * 16;
+                      const pf_i c6 = pf_min(pf_slot_c6, pf_min(31, ((-c2) + 32)));
+                      if (1) {
+                        if (pf_slot_c6 <= pf_min(31, ((-c2) + 32))) pf_reg_kernel_3_G[pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_ry][pf_rx] + (((pf_shared_kernel_3_U[pf_stage * 1056 + ((((c2 + c6))) - pf_o0_0) * 33 + ((((c3 + c4))) - pf_o0_1) * 1] * t_H[(((((c0 - c5)) + -1) * (p_S + 1) + ((c5))) * (p_N) + (((c3 + c4))))]) + (pf_shared_kernel_3_V[pf_stage * 1056 + ((((c2 + c6))) - pf_o1_0) * 33 + ((((c3 + c4))) - pf_o1_1) * 1] * t_H[(((((c0 - c5))) * (p_S + 1) + ((c5) + -1)) * (p_N) + (((c3 + c4))))])) * 0.15f);
+                        if (((c3 == 32) && (c4 == 0))) {
+                          if (pf_slot_c6 <= pf_min(31, ((-c2) + 32))) t_H[(((((c0 - c5))) * (p_S + 1) + ((c5))) * (p_N) + (((c2 + c6))))] = tanhf((pf_reg_kernel_3_G[pf_ry][pf_rx] + t_X[(((((c0 - c5)) + -1) * (p_S) + ((c5) + -1)) * (p_N) + (((c2 + c6))))]));
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+          if (pf_has_next) {
+            #pragma unroll
+            for (int pf_s = 0; pf_s < 4; pf_s++) {
+              const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+              if (pf_e < 1024) {
+                const pf_i pf_a1 = (pf_e % 32);
+                const pf_i pf_a0 = (pf_e / 32);
+                const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  pf_shared_kernel_3_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1] = pf_next0[pf_s][0];
+                }
+              }
+            }
+            #pragma unroll
+            for (int pf_s = 0; pf_s < 4; pf_s++) {
+              const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+              if (pf_e < 1024) {
+                const pf_i pf_a1 = (pf_e % 32);
+                const pf_i pf_a0 = (pf_e / 32);
+                const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  pf_shared_kernel_3_V[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1] = pf_next1[pf_s][0];
+                }
+              }
             }
           }
         }
+        __syncthreads();
       }
-      __syncthreads();
+      #pragma unroll
+      for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+        #pragma unroll
+        for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+          const pf_i pf_b0 = c1;
+          const pf_i pf_b1 = c2;
+          const pf_i pf_t0 = (pf_i)threadIdx.y + pf_ry * 16;
+          const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
+          const pf_i pf_g0 = (c0 - pf_t0);
+          const pf_i pf_g1 = pf_t0;
+          const pf_i pf_g2 = (pf_b1 + pf_t1);
+          if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_R + 1) && pf_g1 >= 0 && pf_g1 < (p_S + 1) && pf_g2 >= 0 && pf_g2 < (p_N) && ((((((pf_t0 >= 1) && (c0 >= (pf_t0 + 1))) && ((pf_t0 + 5) >= c0)) && (pf_t0 <= 6)) && ((pf_b1 + pf_t1) <= 32)))) t_G[((pf_g0) * (p_S + 1) + pf_g1) * (p_N) + pf_g2] = (pf_reg_kernel_3_G[pf_ry][pf_rx]);
+        }
+      }
     }
     __syncthreads();
   }

@@ -29,63 +29,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_C = 16;
   const pf_i p_H = 32;
   const pf_i p_W = 32;
-  __shared__ __align__(16) float pf_shared_kernel_0_X[4160];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 15); c0 += (pf_i)gridDim.z * 1) {
-    for (pf_i c3 = 0; (c3 <= 1); c3 += 1) {
-      {
-        const pf_i c1 = 0; (void)c1;
-        const pf_i c2 = 0; (void)c2;
-        const pf_i pf_o0_0 = c3;
-        const pf_i pf_o0_1 = c0;
-        const pf_i pf_o0_2 = 0;
-        const pf_i pf_o0_3 = 0;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1024; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a3 = (pf_e % 16) * 4;
-          const pf_i pf_a2 = ((pf_e / 16) % 64);
-          const pf_i pf_a1 = (((pf_e / 16) / 64) % 1);
-          const pf_i pf_a0 = (((pf_e / 16) / 64) / 1);
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
-          const pf_i pf_g1 = pf_o0_1 + pf_a1;
-          const pf_i pf_g2 = pf_o0_2 + pf_a2;
-          const pf_i pf_g3 = pf_o0_3 + pf_a3;
-          if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (2 * p_H) && pf_g3 >= 0 && pf_g3 < (2 * p_W)) {
-            if ((((unsigned long long)t_X) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3];
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 3] = pf_v.w;
-            } else {
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 0] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 0];
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 1] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 1];
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 2] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 2];
-              pf_shared_kernel_0_X[pf_a0 * 4160 + pf_a1 * 4160 + pf_a2 * 65 + pf_a3 * 1 + 3] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 3];
-            }
-          }
-        }
-        __syncthreads();
-        if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-        for (pf_i c5 = 0 + (pf_i)threadIdx.y * 1; (c5 <= 31); c5 += (pf_i)blockDim.y * 1) {
-          for (pf_i c6 = 0 + (pf_i)threadIdx.x * 1; (c6 <= 31); c6 += (pf_i)blockDim.x * 1) {
-            {
-              const pf_i c1 = 0; (void)c1;
-              const pf_i c2 = 0; (void)c2;
-              const pf_i c4 = 0; (void)c4;
-              const pf_i pf_p0_0 = c3; (void)pf_p0_0;
-              const pf_i pf_p0_1 = c0; (void)pf_p0_1;
-              const pf_i pf_p0_2 = c5; (void)pf_p0_2;
-              const pf_i pf_p0_3 = c6; (void)pf_p0_3;
-              float pf_priv_kernel_0_P;
-              pf_priv_kernel_0_P = (-INFINITY);
-              for (pf_i c8 = 0; (c8 <= 3); c8 += 1) {
-                pf_priv_kernel_0_P = fmaxf(pf_priv_kernel_0_P, pf_shared_kernel_0_X[(((c3)) - pf_o0_0) * 4160 + (((c0)) - pf_o0_1) * 4160 + ((2 * (c5) + ((c8 / 2))) - pf_o0_2) * 65 + ((2 * (c6) + ((c8 % 2))) - pf_o0_3) * 1]);
-              }
-              if (pf_p0_0 >= 0 && pf_p0_0 < (p_B) && pf_p0_1 >= 0 && pf_p0_1 < (p_C) && pf_p0_2 >= 0 && pf_p0_2 < (p_H) && pf_p0_3 >= 0 && pf_p0_3 < (p_W)) t_P[(((pf_p0_0) * (p_C) + pf_p0_1) * (p_H) + pf_p0_2) * (p_W) + pf_p0_3] = pf_priv_kernel_0_P;
-            }
-          }
+  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 31); c0 += (pf_i)gridDim.z * 1) {
+    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+    for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 31); c4 += (pf_i)blockDim.y * 1) {
+      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 31); c5 += (pf_i)blockDim.x * 1) {
+        t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + ((c4))) * (p_W) + ((c5)))] = (-INFINITY);
+        for (pf_i c6 = 0; (c6 <= 3); c6 += 1) {
+          t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + ((c4))) * (p_W) + ((c5)))] = fmaxf(t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + ((c4))) * (p_W) + ((c5)))], t_X[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (2 * p_H) + (2 * (c4) + ((c6 / 2)))) * (2 * p_W) + (2 * (c5) + ((c6 % 2))))]);
         }
       }
-      __syncthreads();
     }
     __syncthreads();
   }

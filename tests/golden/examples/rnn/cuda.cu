@@ -43,92 +43,536 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 12;
   const pf_i p_N = 40;
   const pf_i c0 = pf_host_c0;
-  __shared__ __align__(16) float pf_shared_kernel_1_W[1056];
-  __shared__ __align__(16) float pf_shared_kernel_1_X[33];
-  __shared__ __align__(16) float pf_shared_kernel_1_U[1056];
+  __shared__ __align__(16) float pf_shared_kernel_1_W[2112];
+  __shared__ __align__(16) float pf_shared_kernel_1_X[66];
+  __shared__ __align__(16) float pf_shared_kernel_1_U[2112];
   for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 39); c1 += (pf_i)gridDim.x * 32) {
-    for (pf_i c2 = 0; (c2 <= 39); c2 += 32) {
-      {
-        const pf_i pf_o0_0 = c1;
-        const pf_i pf_o0_1 = c2;
-        const pf_i pf_o1_0 = c0;
-        const pf_i pf_o1_1 = c2;
-        const pf_i pf_o2_0 = c1;
-        const pf_i pf_o2_1 = c2;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a1 = (pf_e % 8) * 4;
-          const pf_i pf_a0 = (pf_e / 8);
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
-          const pf_i pf_g1 = pf_o0_1 + pf_a1;
-          if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
-            if ((((unsigned long long)t_W) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_W[(pf_g0) * (p_N) + pf_g1];
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+    {
+      float pf_reg_kernel_1_G[1];
+      const int pf_rx = 0; (void)pf_rx;
+      #pragma unroll
+      for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+        const pf_i pf_b0 = c1;
+        const pf_i pf_t0 = (pf_i)threadIdx.x + pf_rx * 32;
+        const pf_i pf_g0 = c0;
+        const pf_i pf_g1 = (pf_b0 + pf_t0);
+        if (pf_t0 < 32 && pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N) && (((pf_b0 + pf_t0) <= 39))) pf_reg_kernel_1_G[pf_rx] = (t_G[(pf_g0) * (p_N) + pf_g1]);
+      }
+      if ((31 <= pf_min(31, ((-c1) + 39)))) {
+        for (pf_i c2 = 0; (c2 <= 39); c2 += 32) {
+          {
+            const pf_i pf_o0_0 = c1;
+            const pf_i pf_o0_1 = c2;
+            const pf_i pf_o1_0 = c0;
+            const pf_i pf_o1_1 = c2;
+            const pf_i pf_o2_0 = c1;
+            const pf_i pf_o2_1 = c2;
+            const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
+            if (c2 == (0)) {
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  if ((((unsigned long long)t_W) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_W[(pf_g0) * (p_N) + pf_g1];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = t_W[(pf_g0) * (p_N) + pf_g1 + 0];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = t_W[(pf_g0) * (p_N) + pf_g1 + 1];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = t_W[(pf_g0) * (p_N) + pf_g1 + 2];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = t_W[(pf_g0) * (p_N) + pf_g1 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  if ((((unsigned long long)t_X) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_X[(pf_g0) * (p_N) + pf_g1];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = t_X[(pf_g0) * (p_N) + pf_g1 + 0];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = t_X[(pf_g0) * (p_N) + pf_g1 + 1];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = t_X[(pf_g0) * (p_N) + pf_g1 + 2];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = t_X[(pf_g0) * (p_N) + pf_g1 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                const pf_i pf_g1 = pf_o2_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  if ((((unsigned long long)t_U) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_U[(pf_g0) * (p_N) + pf_g1];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = t_U[(pf_g0) * (p_N) + pf_g1 + 0];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = t_U[(pf_g0) * (p_N) + pf_g1 + 1];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = t_U[(pf_g0) * (p_N) + pf_g1 + 2];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = t_U[(pf_g0) * (p_N) + pf_g1 + 3];
+                  }
+                }
+              }
+              __syncthreads();
+            }
+            const int pf_has_next = ((c2 + 32) <= 39);
+            const pf_i pf_n0_0 = c1;
+            const pf_i pf_n0_1 = (c2 + 32);
+            const pf_i pf_n1_0 = c0;
+            const pf_i pf_n1_1 = (c2 + 32);
+            const pf_i pf_n2_0 = c1;
+            const pf_i pf_n2_1 = (c2 + 32);
+            float pf_next0[8][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    if ((((unsigned long long)t_W) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_W[(pf_g0) * (p_N) + pf_g1];
+                      pf_next0[pf_s][0] = pf_v.x;
+                      pf_next0[pf_s][1] = pf_v.y;
+                      pf_next0[pf_s][2] = pf_v.z;
+                      pf_next0[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next0[pf_s][0] = t_W[(pf_g0) * (p_N) + pf_g1 + 0];
+                      pf_next0[pf_s][1] = t_W[(pf_g0) * (p_N) + pf_g1 + 1];
+                      pf_next0[pf_s][2] = t_W[(pf_g0) * (p_N) + pf_g1 + 2];
+                      pf_next0[pf_s][3] = t_W[(pf_g0) * (p_N) + pf_g1 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next1[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 8) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    if ((((unsigned long long)t_X) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_X[(pf_g0) * (p_N) + pf_g1];
+                      pf_next1[pf_s][0] = pf_v.x;
+                      pf_next1[pf_s][1] = pf_v.y;
+                      pf_next1[pf_s][2] = pf_v.z;
+                      pf_next1[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next1[pf_s][0] = t_X[(pf_g0) * (p_N) + pf_g1 + 0];
+                      pf_next1[pf_s][1] = t_X[(pf_g0) * (p_N) + pf_g1 + 1];
+                      pf_next1[pf_s][2] = t_X[(pf_g0) * (p_N) + pf_g1 + 2];
+                      pf_next1[pf_s][3] = t_X[(pf_g0) * (p_N) + pf_g1 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next2[8][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    if ((((unsigned long long)t_U) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_U[(pf_g0) * (p_N) + pf_g1];
+                      pf_next2[pf_s][0] = pf_v.x;
+                      pf_next2[pf_s][1] = pf_v.y;
+                      pf_next2[pf_s][2] = pf_v.z;
+                      pf_next2[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next2[pf_s][0] = t_U[(pf_g0) * (p_N) + pf_g1 + 0];
+                      pf_next2[pf_s][1] = t_U[(pf_g0) * (p_N) + pf_g1 + 1];
+                      pf_next2[pf_s][2] = t_U[(pf_g0) * (p_N) + pf_g1 + 2];
+                      pf_next2[pf_s][3] = t_U[(pf_g0) * (p_N) + pf_g1 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            if ((31 <= ((-c2) + 39))) {
+              #pragma unroll
+              for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+                #pragma unroll
+                for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+                  const pf_i c4 = (pf_i)threadIdx.x + pf_rx * 32;
+                  if (1) {
+                    if (((c2 == 0) && (c3 == 0))) {
+                      pf_reg_kernel_1_G[pf_rx] = 0.0f;
+                    }
+                    pf_reg_kernel_1_G[pf_rx] = pf_reg_kernel_1_G[pf_rx] + (((pf_shared_kernel_1_W[pf_stage * 1056 + ((((c1 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_1_X[pf_stage * 33 + (((c0)) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]) + (pf_shared_kernel_1_U[pf_stage * 1056 + ((((c1 + c4))) - pf_o2_0) * 33 + ((((c2 + c3))) - pf_o2_1) * 1] * t_H[(((c0) + -1) * (p_N) + (((c2 + c3))))])) * 0.15f);
+                    if (((c2 == 32) && (c3 == 7))) {
+                      t_H[(((c0)) * (p_N) + (((c1 + c4))))] = tanhf(pf_reg_kernel_1_G[pf_rx]);
+                    }
+                  }
+                }
+              }
             } else {
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = t_W[(pf_g0) * (p_N) + pf_g1 + 0];
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = t_W[(pf_g0) * (p_N) + pf_g1 + 1];
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = t_W[(pf_g0) * (p_N) + pf_g1 + 2];
-              pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = t_W[(pf_g0) * (p_N) + pf_g1 + 3];
+              #pragma unroll
+              for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+                if ((c3 <= ((-c2) + 39))) {
+                  #pragma unroll
+                  for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+                    const pf_i c4 = (pf_i)threadIdx.x + pf_rx * 32;
+                    if (1) {
+                      if (((c2 == 0) && (c3 == 0))) {
+                        pf_reg_kernel_1_G[pf_rx] = 0.0f;
+                      }
+                      pf_reg_kernel_1_G[pf_rx] = pf_reg_kernel_1_G[pf_rx] + (((pf_shared_kernel_1_W[pf_stage * 1056 + ((((c1 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_1_X[pf_stage * 33 + (((c0)) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]) + (pf_shared_kernel_1_U[pf_stage * 1056 + ((((c1 + c4))) - pf_o2_0) * 33 + ((((c2 + c3))) - pf_o2_1) * 1] * t_H[(((c0) + -1) * (p_N) + (((c2 + c3))))])) * 0.15f);
+                      if (((c2 == 32) && (c3 == 7))) {
+                        t_H[(((c0)) * (p_N) + (((c1 + c4))))] = tanhf(pf_reg_kernel_1_G[pf_rx]);
+                      }
+                    }
+                  }
+                }
+              }
+            }
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next0[pf_s][0];
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next0[pf_s][1];
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next0[pf_s][2];
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next0[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 8) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next1[pf_s][0];
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next1[pf_s][1];
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next1[pf_s][2];
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next1[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next2[pf_s][0];
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next2[pf_s][1];
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next2[pf_s][2];
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next2[pf_s][3];
+                  }
+                }
+              }
             }
           }
+          __syncthreads();
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a1 = (pf_e % 8) * 4;
-          const pf_i pf_a0 = (pf_e / 8);
-          const pf_i pf_g0 = pf_o1_0 + pf_a0;
-          const pf_i pf_g1 = pf_o1_1 + pf_a1;
-          if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
-            if ((((unsigned long long)t_X) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_X[(pf_g0) * (p_N) + pf_g1];
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+      } else {
+        for (pf_i c2 = 0; (c2 <= 39); c2 += 32) {
+          {
+            const pf_i pf_o0_0 = c1;
+            const pf_i pf_o0_1 = c2;
+            const pf_i pf_o1_0 = c0;
+            const pf_i pf_o1_1 = c2;
+            const pf_i pf_o2_0 = c1;
+            const pf_i pf_o2_1 = c2;
+            const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
+            if (c2 == (0)) {
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  if ((((unsigned long long)t_W) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_W[(pf_g0) * (p_N) + pf_g1];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 0] = t_W[(pf_g0) * (p_N) + pf_g1 + 0];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 1] = t_W[(pf_g0) * (p_N) + pf_g1 + 1];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 2] = t_W[(pf_g0) * (p_N) + pf_g1 + 2];
+                    pf_shared_kernel_1_W[pf_a0 * 33 + pf_a1 * 1 + 3] = t_W[(pf_g0) * (p_N) + pf_g1 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  if ((((unsigned long long)t_X) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_X[(pf_g0) * (p_N) + pf_g1];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = t_X[(pf_g0) * (p_N) + pf_g1 + 0];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = t_X[(pf_g0) * (p_N) + pf_g1 + 1];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = t_X[(pf_g0) * (p_N) + pf_g1 + 2];
+                    pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = t_X[(pf_g0) * (p_N) + pf_g1 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                const pf_i pf_g1 = pf_o2_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                  if ((((unsigned long long)t_U) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_U[(pf_g0) * (p_N) + pf_g1];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = t_U[(pf_g0) * (p_N) + pf_g1 + 0];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = t_U[(pf_g0) * (p_N) + pf_g1 + 1];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = t_U[(pf_g0) * (p_N) + pf_g1 + 2];
+                    pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = t_U[(pf_g0) * (p_N) + pf_g1 + 3];
+                  }
+                }
+              }
+              __syncthreads();
+            }
+            const int pf_has_next = ((c2 + 32) <= 39);
+            const pf_i pf_n0_0 = c1;
+            const pf_i pf_n0_1 = (c2 + 32);
+            const pf_i pf_n1_0 = c0;
+            const pf_i pf_n1_1 = (c2 + 32);
+            const pf_i pf_n2_0 = c1;
+            const pf_i pf_n2_1 = (c2 + 32);
+            float pf_next0[8][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    if ((((unsigned long long)t_W) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_W[(pf_g0) * (p_N) + pf_g1];
+                      pf_next0[pf_s][0] = pf_v.x;
+                      pf_next0[pf_s][1] = pf_v.y;
+                      pf_next0[pf_s][2] = pf_v.z;
+                      pf_next0[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next0[pf_s][0] = t_W[(pf_g0) * (p_N) + pf_g1 + 0];
+                      pf_next0[pf_s][1] = t_W[(pf_g0) * (p_N) + pf_g1 + 1];
+                      pf_next0[pf_s][2] = t_W[(pf_g0) * (p_N) + pf_g1 + 2];
+                      pf_next0[pf_s][3] = t_W[(pf_g0) * (p_N) + pf_g1 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next1[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 8) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    if ((((unsigned long long)t_X) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_X[(pf_g0) * (p_N) + pf_g1];
+                      pf_next1[pf_s][0] = pf_v.x;
+                      pf_next1[pf_s][1] = pf_v.y;
+                      pf_next1[pf_s][2] = pf_v.z;
+                      pf_next1[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next1[pf_s][0] = t_X[(pf_g0) * (p_N) + pf_g1 + 0];
+                      pf_next1[pf_s][1] = t_X[(pf_g0) * (p_N) + pf_g1 + 1];
+                      pf_next1[pf_s][2] = t_X[(pf_g0) * (p_N) + pf_g1 + 2];
+                      pf_next1[pf_s][3] = t_X[(pf_g0) * (p_N) + pf_g1 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next2[8][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    if ((((unsigned long long)t_U) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_U[(pf_g0) * (p_N) + pf_g1];
+                      pf_next2[pf_s][0] = pf_v.x;
+                      pf_next2[pf_s][1] = pf_v.y;
+                      pf_next2[pf_s][2] = pf_v.z;
+                      pf_next2[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next2[pf_s][0] = t_U[(pf_g0) * (p_N) + pf_g1 + 0];
+                      pf_next2[pf_s][1] = t_U[(pf_g0) * (p_N) + pf_g1 + 1];
+                      pf_next2[pf_s][2] = t_U[(pf_g0) * (p_N) + pf_g1 + 2];
+                      pf_next2[pf_s][3] = t_U[(pf_g0) * (p_N) + pf_g1 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            if ((31 <= ((-c2) + 39))) {
+              #pragma unroll
+              for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+                if (0 <= pf_min(31, ((-c1) + 39)))
+                #pragma unroll
+                for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+                  const pf_i pf_slot_c4 = (pf_i)threadIdx.x + pf_rx * 32;
+                  const pf_i c4 = pf_min(pf_slot_c4, pf_min(31, ((-c1) + 39)));
+                  if (1) {
+                    if (((c2 == 0) && (c3 == 0))) {
+                      pf_reg_kernel_1_G[pf_rx] = 0.0f;
+                    }
+                    if (pf_slot_c4 <= pf_min(31, ((-c1) + 39))) pf_reg_kernel_1_G[pf_rx] = pf_reg_kernel_1_G[pf_rx] + (((pf_shared_kernel_1_W[pf_stage * 1056 + ((((c1 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_1_X[pf_stage * 33 + (((c0)) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]) + (pf_shared_kernel_1_U[pf_stage * 1056 + ((((c1 + c4))) - pf_o2_0) * 33 + ((((c2 + c3))) - pf_o2_1) * 1] * t_H[(((c0) + -1) * (p_N) + (((c2 + c3))))])) * 0.15f);
+                    if (((c2 == 32) && (c3 == 7))) {
+                      if (pf_slot_c4 <= pf_min(31, ((-c1) + 39))) t_H[(((c0)) * (p_N) + (((c1 + c4))))] = tanhf(pf_reg_kernel_1_G[pf_rx]);
+                    }
+                  }
+                }
+              }
             } else {
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 0] = t_X[(pf_g0) * (p_N) + pf_g1 + 0];
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 1] = t_X[(pf_g0) * (p_N) + pf_g1 + 1];
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 2] = t_X[(pf_g0) * (p_N) + pf_g1 + 2];
-              pf_shared_kernel_1_X[pf_a0 * 33 + pf_a1 * 1 + 3] = t_X[(pf_g0) * (p_N) + pf_g1 + 3];
+              #pragma unroll
+              for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+                if ((c3 <= ((-c2) + 39))) {
+                  if (0 <= pf_min(31, ((-c1) + 39)))
+                  #pragma unroll
+                  for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+                    const pf_i pf_slot_c4 = (pf_i)threadIdx.x + pf_rx * 32;
+                    const pf_i c4 = pf_min(pf_slot_c4, pf_min(31, ((-c1) + 39)));
+                    if (1) {
+                      if (((c2 == 0) && (c3 == 0))) {
+                        pf_reg_kernel_1_G[pf_rx] = 0.0f;
+                      }
+                      if (pf_slot_c4 <= pf_min(31, ((-c1) + 39))) pf_reg_kernel_1_G[pf_rx] = pf_reg_kernel_1_G[pf_rx] + (((pf_shared_kernel_1_W[pf_stage * 1056 + ((((c1 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_1_X[pf_stage * 33 + (((c0)) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]) + (pf_shared_kernel_1_U[pf_stage * 1056 + ((((c1 + c4))) - pf_o2_0) * 33 + ((((c2 + c3))) - pf_o2_1) * 1] * t_H[(((c0) + -1) * (p_N) + (((c2 + c3))))])) * 0.15f);
+                      if (((c2 == 32) && (c3 == 7))) {
+                        if (pf_slot_c4 <= pf_min(31, ((-c1) + 39))) t_H[(((c0)) * (p_N) + (((c1 + c4))))] = tanhf(pf_reg_kernel_1_G[pf_rx]);
+                      }
+                    }
+                  }
+                }
+              }
+            }
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next0[pf_s][0];
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next0[pf_s][1];
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next0[pf_s][2];
+                    pf_shared_kernel_1_W[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next0[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 8) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next1[pf_s][0];
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next1[pf_s][1];
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next1[pf_s][2];
+                    pf_shared_kernel_1_X[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next1[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 8; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 32;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next2[pf_s][0];
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next2[pf_s][1];
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next2[pf_s][2];
+                    pf_shared_kernel_1_U[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next2[pf_s][3];
+                  }
+                }
+              }
             }
           }
-        }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a1 = (pf_e % 8) * 4;
-          const pf_i pf_a0 = (pf_e / 8);
-          const pf_i pf_g0 = pf_o2_0 + pf_a0;
-          const pf_i pf_g1 = pf_o2_1 + pf_a1;
-          if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_N)) {
-            if ((((unsigned long long)t_U) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_U[(pf_g0) * (p_N) + pf_g1];
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
-            } else {
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 0] = t_U[(pf_g0) * (p_N) + pf_g1 + 0];
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 1] = t_U[(pf_g0) * (p_N) + pf_g1 + 1];
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 2] = t_U[(pf_g0) * (p_N) + pf_g1 + 2];
-              pf_shared_kernel_1_U[pf_a0 * 33 + pf_a1 * 1 + 3] = t_U[(pf_g0) * (p_N) + pf_g1 + 3];
-            }
-          }
-        }
-        __syncthreads();
-        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 39))); c3 += (pf_i)blockDim.x * 1) {
-          if ((c2 == 0)) {
-            t_G[(((c0)) * (p_N) + (((c1 + c3))))] = 0.0f;
-          }
-          for (pf_i c4 = 0; (c4 <= pf_min(31, ((-c2) + 39))); c4 += 1) {
-            t_G[(((c0)) * (p_N) + (((c1 + c3))))] = t_G[(((c0)) * (p_N) + (((c1 + c3))))] + (((pf_shared_kernel_1_W[((((c1 + c3))) - pf_o0_0) * 33 + ((((c2 + c4))) - pf_o0_1) * 1] * pf_shared_kernel_1_X[(((c0)) - pf_o1_0) * 33 + ((((c2 + c4))) - pf_o1_1) * 1]) + (pf_shared_kernel_1_U[((((c1 + c3))) - pf_o2_0) * 33 + ((((c2 + c4))) - pf_o2_1) * 1] * t_H[(((c0) + -1) * (p_N) + (((c2 + c4))))])) * 0.15f);
-          }
-          if ((c2 == 32)) {
-            t_H[(((c0)) * (p_N) + (((c1 + c3))))] = tanhf(t_G[(((c0)) * (p_N) + (((c1 + c3))))]);
-          }
+          __syncthreads();
         }
       }
-      __syncthreads();
+      #pragma unroll
+      for (int pf_rx = 0; pf_rx < 1; pf_rx++) {
+        const pf_i pf_b0 = c1;
+        const pf_i pf_t0 = (pf_i)threadIdx.x + pf_rx * 32;
+        const pf_i pf_g0 = c0;
+        const pf_i pf_g1 = (pf_b0 + pf_t0);
+        if (pf_t0 < 32 && pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_N) && (((pf_b0 + pf_t0) <= 39))) t_G[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_1_G[pf_rx]);
+      }
     }
     __syncthreads();
   }

@@ -82,46 +82,117 @@ asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float pf_shared_kernel_3_U[3168];
   if (blockIdx.y == 0)
   for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 36); c2 += (pf_i)gridDim.x * 32) {
-    for (pf_i c3 = 0; (c3 <= 36); c3 += 32) {
-      {
-        const pf_i c1 = 0; (void)c1;
-        const pf_i pf_o0_0 = 0;
-        const pf_i pf_o0_1 = c2;
-        const pf_i pf_o0_2 = c3;
-        const pf_i pf_o1_0 = 0;
-        const pf_i pf_o1_1 = c2;
-        const pf_i pf_o1_2 = c3;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 3072; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a2 = (pf_e % 32);
-          const pf_i pf_a1 = ((pf_e / 32) % 32);
-          const pf_i pf_a0 = ((pf_e / 32) / 32);
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
-          const pf_i pf_g1 = pf_o0_1 + pf_a1;
-          const pf_i pf_g2 = pf_o0_2 + pf_a2;
-          if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_W[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1] = t_W[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
+    {
+      float pf_reg_kernel_3_G[2][2];
+      const int pf_ry = 0; (void)pf_ry;
+      const int pf_rx = 0; (void)pf_rx;
+      const pf_i c1 = 0; (void)c1;
+      #pragma unroll
+      for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+        #pragma unroll
+        for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+          const pf_i pf_b0 = c1;
+          const pf_i pf_b1 = c2;
+          const pf_i pf_t0 = (pf_i)threadIdx.y + pf_ry * 16;
+          const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
+          const pf_i pf_g0 = (c0 - pf_t0);
+          const pf_i pf_g1 = pf_t0;
+          const pf_i pf_g2 = (pf_b1 + pf_t1);
+          if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_N) && ((((((pf_t0 >= 1) && (c0 >= (pf_t0 + 1))) && ((pf_t0 + 3) >= c0)) && (pf_t0 <= 9)) && ((pf_b1 + pf_t1) <= 36)))) pf_reg_kernel_3_G[pf_ry][pf_rx] = (t_G[((pf_g0) * (p_T + 1) + pf_g1) * (p_N) + pf_g2]);
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 3072; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a2 = (pf_e % 32);
-          const pf_i pf_a1 = ((pf_e / 32) % 32);
-          const pf_i pf_a0 = ((pf_e / 32) / 32);
-          const pf_i pf_g0 = pf_o1_0 + pf_a0;
-          const pf_i pf_g1 = pf_o1_1 + pf_a1;
-          const pf_i pf_g2 = pf_o1_2 + pf_a2;
-          if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_U[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1] = t_U[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
-        }
-        __syncthreads();
-        for (pf_i c4 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 3))), (pf_i)blockDim.y); (c4 <= pf_min(9, (c0 - 1))); c4 += (pf_i)blockDim.y) {
-          for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= pf_min(31, ((-c2) + 36))); c5 += (pf_i)blockDim.x * 1) {
-            for (pf_i c6 = 0; (c6 <= pf_min(31, ((-c3) + 36))); c6 += 1) {
-              t_G[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = t_G[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))] + (((pf_shared_kernel_3_W[((((c0 - c4)) + -1) - pf_o0_0) * 1056 + ((((c2 + c5))) - pf_o0_1) * 33 + ((((c3 + c6))) - pf_o0_2) * 1] * t_H[(((((c0 - c4)) + -1) * (p_T + 1) + ((c4))) * (p_N) + (((c3 + c6))))]) + (pf_shared_kernel_3_U[((((c0 - c4)) + -1) - pf_o1_0) * 1056 + ((((c2 + c5))) - pf_o1_1) * 33 + ((((c3 + c6))) - pf_o1_2) * 1] * t_H[(((((c0 - c4))) * (p_T + 1) + ((c4) + -1)) * (p_N) + (((c3 + c6))))])) * 0.15f);
+      }
+      for (pf_i c3 = 0; (c3 <= 36); c3 += 32) {
+        {
+          const pf_i c1 = 0; (void)c1;
+          const pf_i pf_o0_0 = 0;
+          const pf_i pf_o0_1 = c2;
+          const pf_i pf_o0_2 = c3;
+          const pf_i pf_o1_0 = 0;
+          const pf_i pf_o1_1 = c2;
+          const pf_i pf_o1_2 = c3;
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 3072; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a2 = (pf_e % 32);
+            const pf_i pf_a1 = ((pf_e / 32) % 32);
+            const pf_i pf_a0 = ((pf_e / 32) / 32);
+            const pf_i pf_g0 = pf_o0_0 + pf_a0;
+            const pf_i pf_g1 = pf_o0_1 + pf_a1;
+            const pf_i pf_g2 = pf_o0_2 + pf_a2;
+            if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_W[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1] = t_W[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
+          }
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 3072; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            const pf_i pf_a2 = (pf_e % 32);
+            const pf_i pf_a1 = ((pf_e / 32) % 32);
+            const pf_i pf_a0 = ((pf_e / 32) / 32);
+            const pf_i pf_g0 = pf_o1_0 + pf_a0;
+            const pf_i pf_g1 = pf_o1_1 + pf_a1;
+            const pf_i pf_g2 = pf_o1_2 + pf_a2;
+            if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_N)) pf_shared_kernel_3_U[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1] = t_U[((pf_g0) * (p_N) + pf_g1) * (p_N) + pf_g2];
+          }
+          __syncthreads();
+          if ((31 <= ((-c3) + 36))) {
+            #pragma unroll
+            for (pf_i c4 = 0; (c4 <= 31); c4 += 1) {
+              #pragma unroll
+              for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                const pf_i c5 = (pf_i)threadIdx.y + pf_ry * 16;
+                if (c5 >= pf_max(1, (c0 - 3)) && (c5 <= pf_min(9, (c0 - 1)))) {
+                  if (0 <= pf_min(31, ((-c2) + 36)))
+                  #pragma unroll
+                  for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                    const pf_i pf_slot_c6 = (pf_i)threadIdx.x + pf_rx * 16;
+                    const pf_i c6 = pf_min(pf_slot_c6, pf_min(31, ((-c2) + 36)));
+                    if (1) {
+                      if (pf_slot_c6 <= pf_min(31, ((-c2) + 36))) pf_reg_kernel_3_G[pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_ry][pf_rx] + (((pf_shared_kernel_3_W[((((c0 - c5)) + -1) - pf_o0_0) * 1056 + ((((c2 + c6))) - pf_o0_1) * 33 + ((((c3 + c4))) - pf_o0_2) * 1] * t_H[(((((c0 - c5)) + -1) * (p_T + 1) + ((c5))) * (p_N) + (((c3 + c4))))]) + (pf_shared_kernel_3_U[((((c0 - c5)) + -1) - pf_o1_0) * 1056 + ((((c2 + c6))) - pf_o1_1) * 33 + ((((c3 + c4))) - pf_o1_2) * 1] * t_H[(((((c0 - c5))) * (p_T + 1) + ((c5) + -1)) * (p_N) + (((c3 + c4))))])) * 0.15f);
+                      if (((c3 == 32) && (c4 == 4))) {
+                        if (pf_slot_c6 <= pf_min(31, ((-c2) + 36))) t_H[(((((c0 - c5))) * (p_T + 1) + ((c5))) * (p_N) + (((c2 + c6))))] = tanhf(pf_reg_kernel_3_G[pf_ry][pf_rx]);
+                      }
+                    }
+                  }
+                }
+              }
             }
-            if ((c3 == 32)) {
-              t_H[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))] = tanhf(t_G[(((((c0 - c4))) * (p_T + 1) + ((c4))) * (p_N) + (((c2 + c5))))]);
+          } else {
+            #pragma unroll
+            for (pf_i c4 = 0; (c4 <= 31); c4 += 1) {
+              if ((c4 <= ((-c3) + 36))) {
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c5 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if (c5 >= pf_max(1, (c0 - 3)) && (c5 <= pf_min(9, (c0 - 1)))) {
+                    if (0 <= pf_min(31, ((-c2) + 36)))
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i pf_slot_c6 = (pf_i)threadIdx.x + pf_rx * 16;
+                      const pf_i c6 = pf_min(pf_slot_c6, pf_min(31, ((-c2) + 36)));
+                      if (1) {
+                        if (pf_slot_c6 <= pf_min(31, ((-c2) + 36))) pf_reg_kernel_3_G[pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_ry][pf_rx] + (((pf_shared_kernel_3_W[((((c0 - c5)) + -1) - pf_o0_0) * 1056 + ((((c2 + c6))) - pf_o0_1) * 33 + ((((c3 + c4))) - pf_o0_2) * 1] * t_H[(((((c0 - c5)) + -1) * (p_T + 1) + ((c5))) * (p_N) + (((c3 + c4))))]) + (pf_shared_kernel_3_U[((((c0 - c5)) + -1) - pf_o1_0) * 1056 + ((((c2 + c6))) - pf_o1_1) * 33 + ((((c3 + c4))) - pf_o1_2) * 1] * t_H[(((((c0 - c5))) * (p_T + 1) + ((c5) + -1)) * (p_N) + (((c3 + c4))))])) * 0.15f);
+                        if (((c3 == 32) && (c4 == 4))) {
+                          if (pf_slot_c6 <= pf_min(31, ((-c2) + 36))) t_H[(((((c0 - c5))) * (p_T + 1) + ((c5))) * (p_N) + (((c2 + c6))))] = tanhf(pf_reg_kernel_3_G[pf_ry][pf_rx]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
             }
           }
         }
+        __syncthreads();
       }
-      __syncthreads();
+      #pragma unroll
+      for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+        #pragma unroll
+        for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+          const pf_i pf_b0 = c1;
+          const pf_i pf_b1 = c2;
+          const pf_i pf_t0 = (pf_i)threadIdx.y + pf_ry * 16;
+          const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
+          const pf_i pf_g0 = (c0 - pf_t0);
+          const pf_i pf_g1 = pf_t0;
+          const pf_i pf_g2 = (pf_b1 + pf_t1);
+          if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_N) && ((((((pf_t0 >= 1) && (c0 >= (pf_t0 + 1))) && ((pf_t0 + 3) >= c0)) && (pf_t0 <= 9)) && ((pf_b1 + pf_t1) <= 36)))) t_G[((pf_g0) * (p_T + 1) + pf_g1) * (p_N) + pf_g2] = (pf_reg_kernel_3_G[pf_ry][pf_rx]);
+        }
+      }
     }
     __syncthreads();
   }

@@ -32,52 +32,154 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_W = 58;
   const pf_i p_KH = 3;
   const pf_i p_KW = 3;
-  __shared__ float pf_shared_kernel_0_Wt[288];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 63); c0 += (pf_i)gridDim.z * 1) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.y * 32; (c1 <= 55); c1 += (pf_i)gridDim.y * 32) {
-      for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 55); c2 += (pf_i)gridDim.x * 32) {
-        for (pf_i c3 = 0; (c3 <= 7); c3 += 1) {
-          for (pf_i c4 = 0; (c4 <= 63); c4 += 32) {
-            {
-              const pf_i pf_o0_0 = c0;
-              const pf_i pf_o0_1 = c4;
-              const pf_i pf_o0_2 = 0;
-              const pf_i pf_o0_3 = 0;
-              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 288; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                const pf_i pf_a3 = (pf_e % 3);
-                const pf_i pf_a2 = ((pf_e / 3) % 3);
-                const pf_i pf_a1 = (((pf_e / 3) / 3) % 32);
-                const pf_i pf_a0 = (((pf_e / 3) / 3) / 32);
-                const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                const pf_i pf_g2 = pf_o0_2 + pf_a2;
-                const pf_i pf_g3 = pf_o0_3 + pf_a3;
-                if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 288 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
-              }
-              __syncthreads();
-              if (threadIdx.z == 0)
-              for (pf_i c6 = 0 + (pf_i)threadIdx.y * 1; (c6 <= pf_min(31, ((-c1) + 55))); c6 += (pf_i)blockDim.y * 1) {
-                for (pf_i c7 = 0 + (pf_i)threadIdx.x * 1; (c7 <= pf_min(31, ((-c2) + 55))); c7 += (pf_i)blockDim.x * 1) {
-                  if ((c4 == 0)) {
-                    t_O[(((((c3)) * (p_F) + ((c0))) * (p_H + -1 * p_KH + 1) + (((c1 + c6)))) * (-1 * p_KW + p_W + 1) + (((c2 + c7))))] = 0.0f;
-                  }
-                  for (pf_i c9 = 0; (c9 <= 31); c9 += 1) {
-                    for (pf_i c10 = 0; (c10 <= 2); c10 += 1) {
-                      for (pf_i c11 = 0; (c11 <= 2); c11 += 1) {
-                        t_O[(((((c3)) * (p_F) + ((c0))) * (p_H + -1 * p_KH + 1) + (((c1 + c6)))) * (-1 * p_KW + p_W + 1) + (((c2 + c7))))] = t_O[(((((c3)) * (p_F) + ((c0))) * (p_H + -1 * p_KH + 1) + (((c1 + c6)))) * (-1 * p_KW + p_W + 1) + (((c2 + c7))))] + (t_I[(((((c3)) * (p_C) + (((c4 + c9)))) * (p_H) + (((c1 + c6)) + (c10))) * (p_W) + ((c11) + ((c2 + c7))))] * pf_shared_kernel_0_Wt[(((c0)) - pf_o0_0) * 288 + ((((c4 + c9))) - pf_o0_1) * 9 + (((c10)) - pf_o0_2) * 3 + (((c11)) - pf_o0_3) * 1]);
+  __shared__ float pf_shared_kernel_0_Wt[9216];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 511); c0 += (pf_i)gridDim.z * 1) {
+    {
+      float pf_reg_kernel_0_O[1][4][4];
+      const int pf_rz = 0; (void)pf_rz;
+      const int pf_ry = 0; (void)pf_ry;
+      const int pf_rx = 0; (void)pf_rx;
+      const pf_i c1 = 0; (void)c1;
+      const pf_i c2 = 0; (void)c2;
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 4; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 4; pf_rx++) {
+            const pf_i pf_b0 = c0;
+            const pf_i pf_b1 = c1;
+            const pf_i pf_b2 = c2;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 64);
+            const pf_i pf_g1 = (pf_b0 % 64);
+            const pf_i pf_g2 = pf_t1;
+            const pf_i pf_g3 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 64 && pf_t2 < 64 && pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_F) && pf_g2 >= 0 && pf_g2 < (p_H + -1 * p_KH + 1) && pf_g3 >= 0 && pf_g3 < (-1 * p_KW + p_W + 1) && (((pf_t1 <= 55) && (pf_t2 <= 55)))) pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = 0.0f;
+          }
+        }
+      }
+      if ((63 <= 55)) {
+        for (pf_i c3 = 0; (c3 <= 63); c3 += 16) {
+          {
+            const pf_i c1 = 0; (void)c1;
+            const pf_i c2 = 0; (void)c2;
+            const pf_i pf_o0_0 = 0;
+            const pf_i pf_o0_1 = c3;
+            const pf_i pf_o0_2 = 0;
+            const pf_i pf_o0_3 = 0;
+            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 9216; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+              const pf_i pf_a3 = (pf_e % 3);
+              const pf_i pf_a2 = ((pf_e / 3) % 3);
+              const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+              const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+              const pf_i pf_g0 = pf_o0_0 + pf_a0;
+              const pf_i pf_g1 = pf_o0_1 + pf_a1;
+              const pf_i pf_g2 = pf_o0_2 + pf_a2;
+              const pf_i pf_g3 = pf_o0_3 + pf_a3;
+              if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+            }
+            __syncthreads();
+            #pragma unroll
+            for (pf_i c4 = 0; (c4 <= 15); c4 += 1) {
+              if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+              #pragma unroll
+              for (int pf_ry = 0; pf_ry < 4; pf_ry++) {
+                const pf_i c6 = (pf_i)threadIdx.y + pf_ry * 16;
+                if (1) {
+                  #pragma unroll
+                  for (int pf_rx = 0; pf_rx < 4; pf_rx++) {
+                    const pf_i c7 = (pf_i)threadIdx.x + pf_rx * 16;
+                    if (1) {
+                      if (((c3 == 0) && (c4 == 0))) {
+                      }
+                      #pragma unroll
+                      for (pf_i c8 = 0; (c8 <= 2); c8 += 1) {
+                        #pragma unroll
+                        for (pf_i c9 = 0; (c9 <= 2); c9 += 1) {
+                          pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (t_I[((((((c0 / 64))) * (p_C) + (((c3 + c4)))) * (p_H) + ((c6) + (c8))) * (p_W) + ((c9) + (c7)))] * pf_shared_kernel_0_Wt[((((c0 % 64))) - pf_o0_0) * 144 + ((((c3 + c4))) - pf_o0_1) * 9 + (((c8)) - pf_o0_2) * 3 + (((c9)) - pf_o0_3) * 1]);
+                        }
                       }
                     }
                   }
                 }
               }
             }
-            __syncthreads();
           }
           __syncthreads();
         }
-        __syncthreads();
+      } else {
+        for (pf_i c3 = 0; (c3 <= 63); c3 += 16) {
+          {
+            const pf_i c1 = 0; (void)c1;
+            const pf_i c2 = 0; (void)c2;
+            const pf_i pf_o0_0 = 0;
+            const pf_i pf_o0_1 = c3;
+            const pf_i pf_o0_2 = 0;
+            const pf_i pf_o0_3 = 0;
+            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 9216; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+              const pf_i pf_a3 = (pf_e % 3);
+              const pf_i pf_a2 = ((pf_e / 3) % 3);
+              const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+              const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+              const pf_i pf_g0 = pf_o0_0 + pf_a0;
+              const pf_i pf_g1 = pf_o0_1 + pf_a1;
+              const pf_i pf_g2 = pf_o0_2 + pf_a2;
+              const pf_i pf_g3 = pf_o0_3 + pf_a3;
+              if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+            }
+            __syncthreads();
+            #pragma unroll
+            for (pf_i c4 = 0; (c4 <= 15); c4 += 1) {
+              if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+              #pragma unroll
+              for (int pf_ry = 0; pf_ry < 4; pf_ry++) {
+                const pf_i c6 = (pf_i)threadIdx.y + pf_ry * 16;
+                if ((c6 <= 55)) {
+                  #pragma unroll
+                  for (int pf_rx = 0; pf_rx < 4; pf_rx++) {
+                    const pf_i c7 = (pf_i)threadIdx.x + pf_rx * 16;
+                    if ((c7 <= 55)) {
+                      if (((c3 == 0) && (c4 == 0))) {
+                      }
+                      #pragma unroll
+                      for (pf_i c8 = 0; (c8 <= 2); c8 += 1) {
+                        #pragma unroll
+                        for (pf_i c9 = 0; (c9 <= 2); c9 += 1) {
+                          pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (t_I[((((((c0 / 64))) * (p_C) + (((c3 + c4)))) * (p_H) + ((c6) + (c8))) * (p_W) + ((c9) + (c7)))] * pf_shared_kernel_0_Wt[((((c0 % 64))) - pf_o0_0) * 144 + ((((c3 + c4))) - pf_o0_1) * 9 + (((c8)) - pf_o0_2) * 3 + (((c9)) - pf_o0_3) * 1]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+          __syncthreads();
+        }
       }
-      __syncthreads();
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 4; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 4; pf_rx++) {
+            const pf_i pf_b0 = c0;
+            const pf_i pf_b1 = c1;
+            const pf_i pf_b2 = c2;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 64);
+            const pf_i pf_g1 = (pf_b0 % 64);
+            const pf_i pf_g2 = pf_t1;
+            const pf_i pf_g3 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 64 && pf_t2 < 64 && pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_F) && pf_g2 >= 0 && pf_g2 < (p_H + -1 * p_KH + 1) && pf_g3 >= 0 && pf_g3 < (-1 * p_KW + p_W + 1) && (((pf_t1 <= 55) && (pf_t2 <= 55)))) t_O[(((pf_g0) * (p_F) + pf_g1) * (p_H + -1 * p_KH + 1) + pf_g2) * (-1 * p_KW + p_W + 1) + pf_g3] = (pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx]);
+          }
+        }
+      }
     }
     __syncthreads();
   }

@@ -29,29 +29,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_C = 64;
   const pf_i p_H = 64;
   const pf_i p_W = 64;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 63); c0 += (pf_i)gridDim.z * 1) {
-    for (pf_i c3 = 0; (c3 <= 15); c3 += 1) {
-      if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-      for (pf_i c5 = 0 + (pf_i)threadIdx.y * 1; (c5 <= 63); c5 += (pf_i)blockDim.y * 1) {
-        for (pf_i c6 = 0 + (pf_i)threadIdx.x * 1; (c6 <= 63); c6 += (pf_i)blockDim.x * 1) {
-          {
-            const pf_i c1 = 0; (void)c1;
-            const pf_i c2 = 0; (void)c2;
-            const pf_i c4 = 0; (void)c4;
-            const pf_i pf_p0_0 = c3; (void)pf_p0_0;
-            const pf_i pf_p0_1 = c0; (void)pf_p0_1;
-            const pf_i pf_p0_2 = c5; (void)pf_p0_2;
-            const pf_i pf_p0_3 = c6; (void)pf_p0_3;
-            float pf_priv_kernel_0_P;
-            pf_priv_kernel_0_P = (-INFINITY);
-            for (pf_i c8 = 0; (c8 <= 3); c8 += 1) {
-              pf_priv_kernel_0_P = fmaxf(pf_priv_kernel_0_P, t_X[(((((c3)) * (p_C) + ((c0))) * (2 * p_H) + (2 * (c5) + ((c8 / 2)))) * (2 * p_W) + (2 * (c6) + ((c8 % 2))))]);
-            }
-            if (pf_p0_0 >= 0 && pf_p0_0 < (p_B) && pf_p0_1 >= 0 && pf_p0_1 < (p_C) && pf_p0_2 >= 0 && pf_p0_2 < (p_H) && pf_p0_3 >= 0 && pf_p0_3 < (p_W)) t_P[(((pf_p0_0) * (p_C) + pf_p0_1) * (p_H) + pf_p0_2) * (p_W) + pf_p0_3] = pf_priv_kernel_0_P;
-          }
+  for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 1023); c0 += (pf_i)gridDim.z * 1) {
+    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+    for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 63); c4 += (pf_i)blockDim.y * 1) {
+      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 63); c5 += (pf_i)blockDim.x * 1) {
+        t_P[((((((c0 / 64))) * (p_C) + (((c0 % 64)))) * (p_H) + ((c4))) * (p_W) + ((c5)))] = (-INFINITY);
+        for (pf_i c6 = 0; (c6 <= 3); c6 += 1) {
+          t_P[((((((c0 / 64))) * (p_C) + (((c0 % 64)))) * (p_H) + ((c4))) * (p_W) + ((c5)))] = fmaxf(t_P[((((((c0 / 64))) * (p_C) + (((c0 % 64)))) * (p_H) + ((c4))) * (p_W) + ((c5)))], t_X[((((((c0 / 64))) * (p_C) + (((c0 % 64)))) * (2 * p_H) + (2 * (c4) + ((c6 / 2)))) * (2 * p_W) + (2 * (c5) + ((c6 % 2))))]);
         }
       }
-      __syncthreads();
     }
     __syncthreads();
   }
