@@ -590,7 +590,9 @@ fn schedule_symbolic(
         }
         None => schedule::canonical(isl, &scop).ok()?,
     };
-    let deps = deps::compute(&scop, &order).ok()?;
+    // Only the scheduler sees these dependences (its result is checked
+    // against the pinned ones, which are printed).
+    let deps = deps::compute_flat(&scop, &order).ok()?;
     schedule::compute(isl, &scop, &deps, strategy).ok()
 }
 
