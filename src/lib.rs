@@ -1,15 +1,20 @@
 //! polyfuse: a polyhedral optimizer for machine-learning kernels.
 //!
-//! The pipeline runs in one direction (see `DESIGN.md` of the project):
-//! frontend -> model -> deps -> repair -> schedule -> gpu -> codegen, which
-//! [`compile`] drives for one program, returning plain data ([`Compiled`];
-//! isl objects never leave it), and runtime, which runs what it returns.
+//! A compilation runs in one direction, stage by stage, each stage's value
+//! the next one's input ([`compile`]; `pipeline`'s comment lists the
+//! values): frontend (the typed program), then model, repair, deps,
+//! schedule, gpu, codegen, and runtime, which runs what [`compile`]
+//! returns ([`Compiled`], plain data: isl objects never leave it).
+//! `POLYFUSE_DUMP` prints a stage's value after it (`pipeline::dump`).
 //! [`session`] is the front door the command line and the C ABI compile
-//! through (parameters, options, the tuning cache, the watch).
-//! The repair proves its rewrites against the dependences, so `deps`
-//! comes before it. No stage imports a later one (`tests/architecture.rs`);
-//! `isl` (the boundary, and isl's trees as plain data) and `error` serve
-//! them all.
+//! through (parameters, options, the tuning cache, the watch); [`tune`]
+//! compares, tunes and caches compiled programs.
+//!
+//! No module imports a later one (`tests/architecture.rs`), with one
+//! exception to the run order: the repair proves its rewrites with the
+//! dependence analysis, so `deps` sits below `repair` among the modules
+//! though the compiler runs it (again) on the repaired program. `isl` (the
+//! boundary, and isl's trees as plain data) and `error` serve them all.
 
 pub mod capi;
 pub mod codegen;

@@ -207,6 +207,8 @@ fn help_names_the_exit_statuses_and_the_environment() {
         "POLYFUSE_SCHEDULE_TIMEOUT (seconds, default 60)",
         "POLYFUSE_CACHE",
         "POLYFUSE_CUDA_ARCH",
+        "POLYFUSE_DUMP:",
+        "POLYFUSE_DUMP_DIR=DIR",
     ] {
         assert!(help.contains(needle), "--help lacks `{needle}`:\n{help}");
     }
@@ -289,4 +291,81 @@ fn the_unrolled_pipeline_has_switches_both_ways() {
     assert!(!off.contains("pf_stage"), "{off}");
     let (code, _) = cuda(&["--unroll", "--no-unroll"]);
     assert_eq!(code, Some(2));
+}
+
+/// `POLYFUSE_DUMP`: the named stages on stderr, the output unchanged; with
+/// `POLYFUSE_DUMP_DIR` one file a stage; an unknown stage is bad input
+/// (status 2) that names the stages there are.
+#[test]
+fn stage_dumps_go_to_stderr_or_a_directory() {
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_polyfuse"));
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+            "schedule",
+            "examples/gemm.json",
+            "--no-cache",
+        ]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let plain = run(&[]);
+    let dumped = run(&[("POLYFUSE_DUMP", "deps,schedule")]);
+    assert!(plain.status.success() && dumped.status.success());
+    assert_eq!(plain.stdout, dumped.stdout, "a dump changed the output");
+    let err = String::from_utf8_lossy(&dumped.stderr);
+    let heads: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("polyfuse: dump of stage"))
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            "polyfuse: dump of stage deps (gemm):",
+            "polyfuse: dump of stage schedule (gemm):"
+        ],
+        "{err}"
+    );
+    assert!(
+        err.contains("S0[i, j, k] -> S0[i' = i, j' = j, k' = 1 + k]"),
+        "{err}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("polyfuse-dump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let to_dir = run(&[
+        ("POLYFUSE_DUMP", "all"),
+        ("POLYFUSE_DUMP_DIR", dir.to_str().unwrap()),
+    ]);
+    assert!(to_dir.status.success());
+    assert!(!String::from_utf8_lossy(&to_dir.stderr).contains("dump of stage"));
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "gemm.cpu.txt",
+            "gemm.deps.txt",
+            "gemm.gpu.txt",
+            "gemm.kernels.txt",
+            "gemm.model.txt",
+            "gemm.repair.txt",
+            "gemm.schedule.txt"
+        ]
+    );
+    let cpu = std::fs::read_to_string(dir.join("gemm.cpu.txt")).unwrap();
+    assert!(cpu.contains("void pf_kernel("), "{cpu}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let bad = run(&[("POLYFUSE_DUMP", "deps,tiles")]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("unknown stage `tiles`") && err.contains("kernels"),
+        "{err}"
+    );
 }

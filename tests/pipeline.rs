@@ -377,3 +377,90 @@ fn gpu_only_compilation_builds_no_cpu_kernel_and_the_same_gpu_side() {
     assert_eq!(b.tree, b.untiled_tree);
     assert_ne!(a.tree, a.untiled_tree, "the full compilation tiles");
 }
+
+/// `Options::dump`: every stage's value comes to the sink in the order the
+/// stages run, with content a wrong stage would get wrong, and asking for
+/// the dumps leaves the compiled program as it is.
+#[test]
+fn each_stage_dumps_its_value_in_order_and_the_result_is_unchanged() {
+    use polyfuse::pipeline::{Dump, Stage};
+    let p = load_str(&gemm(), "gemm.json").unwrap();
+    let gpu = Options {
+        gpu: Some(polyfuse::gpu::GpuOptions::default()),
+        ..Options::default()
+    };
+    let (dump, list) = Dump::collect(Stage::ALL.to_vec());
+    let dumped = compile(
+        &p,
+        &Options {
+            dump: Some(dump),
+            ..gpu.clone()
+        },
+    )
+    .unwrap();
+    let plain = compile(&p, &gpu).unwrap();
+    assert_eq!(dumped.kernel_c, plain.kernel_c);
+    assert_eq!(dumped.tree.to_string(), plain.tree.to_string());
+    let cuda = |c: &polyfuse::Compiled| c.cuda.as_ref().unwrap().source.clone();
+    assert_eq!(cuda(&dumped), cuda(&plain));
+
+    let list = list.lock().unwrap();
+    let stages: Vec<Stage> = list.iter().map(|d| d.stage).collect();
+    assert_eq!(stages, Stage::ALL);
+    assert!(list.iter().all(|d| d.program == "t"));
+    let text = |s: Stage| list.iter().find(|d| d.stage == s).unwrap().text.as_str();
+    let has = |s: Stage, needle: &str| {
+        assert!(
+            text(s).contains(needle),
+            "{s} lacks `{needle}`:\n{}",
+            text(s)
+        );
+    };
+    has(Stage::Model, "S0[i, j, k] -> B[k, j]");
+    has(Stage::Repair, "scheduled: the program as written");
+    // The k loop carries the accumulation: each k reads what k - 1 wrote.
+    has(Stage::Deps, "S0[i, j, k] -> S0[i' = i, j' = j, k' = 1 + k]");
+    // isl's YAML of a band over (i, j, k) whose k member is not parallel.
+    has(Stage::Schedule, "permutable: 1");
+    has(Stage::Schedule, "coincident: [ 1, 1, 0 ]");
+    has(Stage::Gpu, "mark: \"kernel_0\"");
+    has(Stage::Gpu, "kernel_0: grid [");
+    has(Stage::Kernels, "kernel_0: grid [");
+    has(Stage::Kernels, "globals [A, B, C]");
+    has(Stage::Cpu, "mark: \"tile\"");
+    has(Stage::Cpu, "void pf_kernel(");
+}
+
+/// A repaired program's repair dump names its steps and the repaired
+/// program's statements; a CPU compilation says it has no GPU stages; the
+/// dependences alone (`--emit deps`) dump the first three stages.
+#[test]
+fn a_repair_and_a_cpu_target_show_in_the_dumps() {
+    use polyfuse::pipeline::{Dump, Stage};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/softmax_fused.json");
+    let p = polyfuse::frontend::load_file(std::path::Path::new(path)).unwrap();
+    let (dump, list) = Dump::collect(Stage::ALL.to_vec());
+    let options = Options {
+        dump: Some(dump),
+        ..Options::default()
+    };
+    compile(&p, &options).unwrap();
+    {
+        let list = list.lock().unwrap();
+        let text = |s: Stage| list.iter().find(|d| d.stage == s).unwrap().text.clone();
+        let repair = text(Stage::Repair);
+        assert!(repair.contains("RollingUpdate"), "{repair}");
+        assert!(
+            repair.contains("scheduled: the repaired program"),
+            "{repair}"
+        );
+        assert!(repair.contains("its model:"), "{repair}");
+        assert!(text(Stage::Schedule).contains("strategy: max"));
+        assert_eq!(text(Stage::Gpu), "none: the target is the CPU\n");
+        assert_eq!(text(Stage::Kernels), "none: the target is the CPU\n");
+    }
+    list.lock().unwrap().clear();
+    polyfuse::pipeline::dependences(&p, &options).unwrap();
+    let stages: Vec<Stage> = list.lock().unwrap().iter().map(|d| d.stage).collect();
+    assert_eq!(stages, [Stage::Model, Stage::Repair, Stage::Deps]);
+}

@@ -173,7 +173,7 @@ pub(crate) struct ResultState {
     /// A temp that is not needs no memory and takes no workspace.
     in_memory: Vec<bool>,
     /// What the program was compiled from, for `pf_result_save`.
-    source: crate::pipeline::aot::Source,
+    source: crate::tune::aot::Source,
 }
 
 /// Alignment of each temp in the workspace, and of a caller's workspace:
@@ -697,7 +697,7 @@ fn compile_context(state: &ContextState) -> Outcome<ResultState> {
         .program_text
         .clone()
         .ok_or_else(|| Failure::internal("a program without its text"))?;
-    let source = crate::pipeline::aot::Source {
+    let source = crate::tune::aot::Source {
         text,
         name,
         params: state.params.clone(),
@@ -744,7 +744,7 @@ fn result_state(
     target: Target,
     from_cache: i32,
     arch: Option<String>,
-    source: crate::pipeline::aot::Source,
+    source: crate::tune::aot::Source,
 ) -> Outcome<ResultState> {
     let args = match (&compiled.cuda, target) {
         (Some(c), Target::Cuda) => c.args.clone(),
@@ -2166,8 +2166,7 @@ pub unsafe extern "C" fn pf_result_save(
             Target::Cpu => "cpu",
             Target::Cuda => "cuda",
         };
-        let doc =
-            crate::pipeline::aot::save(&r.source, &r.compiled, target, arch.as_deref(), &archs)?;
+        let doc = crate::tune::aot::save(&r.source, &r.compiled, target, arch.as_deref(), &archs)?;
         // SAFETY: the header's contract for `out`.
         unsafe { put_string(out, &doc.to_string()) }
     })
@@ -2196,7 +2195,7 @@ pub unsafe extern "C" fn pf_result_load(
         let bytes = unsafe { array(text.cast::<u8>(), len, "text") }?;
         let doc = std::str::from_utf8(bytes)
             .map_err(|e| Failure::argument(format!("the artifact is not UTF-8: {e}")))?;
-        let loaded = crate::pipeline::aot::load(doc)?;
+        let loaded = crate::tune::aot::load(doc)?;
         let target = if loaded.target == "cuda" {
             Target::Cuda
         } else {

@@ -345,8 +345,8 @@ fn kernels_of(
 
 /// The number of kernels, so of plans, that [`map`] gives `schedule` under
 /// `opts` where it maps it, found without mapping (`map` decides them the
-/// same way, in [`kernels_of`]): what `pipeline::choose_by_cost` needs to
-/// know before it maps a grouping only to count its kernels.
+/// same way, in [`kernels_of`]): what `pipeline::probe::choose_by_cost`
+/// needs to know before it maps a grouping only to count its kernels.
 pub fn kernel_count(
     isl: &Isl,
     program: &Program,

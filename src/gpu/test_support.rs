@@ -24,7 +24,8 @@ pub(crate) struct Analysed {
 }
 
 impl Analysed {
-    /// Loads and analyses `json` (the steps of `pipeline::Analysis`).
+    /// Loads and analyses `json` (the stages of `pipeline::analysis`:
+    /// model, repair, dependences).
     pub(crate) fn new(json: &str) -> Analysed {
         let isl = Isl::new();
         let program = frontend::load_str(json, "unit test").unwrap();

@@ -32,6 +32,13 @@ extern "C" {
     fn isl_multi_union_pw_aff_to_str(x: uintptr_t) -> *mut c_char;
     fn isl_val_to_str(x: uintptr_t) -> *mut c_char;
 
+    fn isl_schedule_get_ctx(x: uintptr_t) -> uintptr_t;
+    fn isl_printer_to_str(ctx: uintptr_t) -> uintptr_t;
+    fn isl_printer_set_yaml_style(p: uintptr_t, style: i32) -> uintptr_t;
+    fn isl_printer_print_schedule(p: uintptr_t, schedule: uintptr_t) -> uintptr_t;
+    fn isl_printer_get_str(p: uintptr_t) -> *mut c_char;
+    fn isl_printer_free(p: uintptr_t) -> uintptr_t;
+
     fn isl_version() -> *const c_char;
     fn isl_ctx_set_max_operations(ctx: uintptr_t, max_operations: libc::c_ulong);
 }
@@ -137,6 +144,33 @@ fn take_isl_string(p: *mut c_char) -> String {
         let s = CStr::from_ptr(p).to_string_lossy().into_owned();
         libc::free(p as *mut libc::c_void);
         s
+    }
+}
+
+/// `ISL_YAML_STYLE_BLOCK` of isl's `printer.h`.
+const YAML_STYLE_BLOCK: i32 = 0;
+
+/// `schedule` as isl's block-style YAML, one key a line (the form
+/// `isl_schedule_read_from_str` also reads): [`IslPrint::text`] gives the
+/// flow style, one line for the whole tree, which is hard to read for a
+/// tree of more than a few nodes (the stage dumps of `pipeline::dump`).
+pub fn schedule_yaml(schedule: &Schedule) -> String {
+    // SAFETY: `schedule.ptr` is a live isl schedule owned by the caller;
+    // the printer is created, used and freed here, and isl_printer_get_str
+    // returns a string the caller owns (freed by take_isl_string). Each
+    // printer function takes and gives back the printer (NULL after an
+    // error, which the next call and isl_printer_free accept).
+    unsafe {
+        let p = isl_printer_to_str(isl_schedule_get_ctx(schedule.ptr));
+        let p = isl_printer_set_yaml_style(p, YAML_STYLE_BLOCK);
+        let p = isl_printer_print_schedule(p, schedule.ptr);
+        let text = if p == 0 {
+            String::from("<isl error>")
+        } else {
+            take_isl_string(isl_printer_get_str(p))
+        };
+        isl_printer_free(p);
+        text
     }
 }
 

@@ -14,7 +14,7 @@ pub mod tree;
 
 pub use ffi::{
     ast_build_expr_from_pw_aff, ast_build_expr_from_set, ast_build_node_from_schedule,
-    ast_node_type, version, Abort, IslPrint,
+    ast_node_type, schedule_yaml, version, Abort, IslPrint,
 };
 pub use isl_rs::{
     ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType, Context, DimType, Map,

@@ -9,7 +9,8 @@ use crate::model;
 use crate::repair;
 use crate::schedule::{self, ScheduleTree, Strategy};
 
-use super::{Analysis, Options};
+use super::analysis::{Analysis, Repaired};
+use super::Options;
 
 /// The sizes a proxy program takes for the sizes of the real one that are
 /// larger than [`PROXY_KEEP`] (see [`schedule_at_proxy_sizes`]), tried in
@@ -116,8 +117,9 @@ fn schedule_proxy(
     strategy: Strategy,
 ) -> Option<isl_rs::Schedule> {
     let original = model::build(isl, proxy).ok()?;
-    let a = Analysis::with_steps(isl, proxy, original, options, steps.to_vec()).ok()?;
-    schedule::compute(isl, &a.scop, &a.deps, strategy).ok()
+    let r = Repaired::with_steps(isl, proxy, original, options, steps.to_vec()).ok()?;
+    let a = Analysis::of(r).ok()?;
+    schedule::compute(isl, a.scop(), &a.deps, strategy).ok()
 }
 
 /// Whether the repair wrote a constant into a statement's conditions that
@@ -183,11 +185,11 @@ mod tests {
             let original = model::build(&isl, &program).unwrap();
             let steps =
                 repair::steps_for(&isl, &program, &original, repair::Choice::Program).unwrap();
-            let a =
-                Analysis::with_steps(&isl, &program, original, &options, steps.clone()).unwrap();
+            let r = Repaired::with_steps(&isl, &program, original, &options, steps.clone());
+            let a = Analysis::of(r.unwrap()).unwrap();
             Decoding {
-                repaired: a.repaired.unwrap().program,
-                scop: a.scop,
+                repaired: a.repaired.rewrite.unwrap().program,
+                scop: a.repaired.scop,
                 deps: a.deps,
                 isl,
                 program,

@@ -5,7 +5,9 @@
 //! [`cpu`] compiles the emitted C with the system C compiler and runs it;
 //! [`cuda`] compiles the CUDA with NVRTC and launches it through the
 //! driver; [`work`] counts the bytes and flops a run performs, so both
-//! targets report rates the same way.
+//! targets report rates the same way; [`aot`] saves a compiled program
+//! with its PTX as one document and loads it back (it compiles PTX with
+//! [`cuda`], so it sits here, after the pipeline whose result it stores).
 
 pub mod cpu;
 pub mod cuda;

@@ -8,8 +8,11 @@
 //! * [`search`]: the search space and the genetic and random searches of
 //!   `polyfuse tune`;
 //! * [`canon`] and [`cache`]: the program's canonical form and the SQLite
-//!   cache of tuned options and compiled programs.
+//!   cache of tuned options and compiled programs; [`artifact`], a compiled
+//!   program as the cache stores it, and [`aot`], one document with it and
+//!   its PTX (`--emit artifact`, the C ABI's `pf_result_save`).
 
+pub mod aot;
 pub mod artifact;
 pub mod cache;
 pub mod canon;

@@ -262,6 +262,7 @@ impl Variant {
             }),
             repair: self.repair,
             cpu_kernel: true,
+            dump: None,
         }
     }
 

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use polyfuse::frontend::ast::Program;
+use polyfuse::pipeline::{Dump, Stage};
 use polyfuse::runtime::cpu::{self, RunOptions};
 use polyfuse::runtime::RunReport;
 use polyfuse::schedule::Strategy;
@@ -33,7 +34,12 @@ use polyfuse::{Error, Options};
 /// done again with minimal fusion, said on stderr (tune and compare record
 /// it as failed). POLYFUSE_CACHE: the compilation cache's file, or `off`.
 /// POLYFUSE_CUDA_ARCH: the GPU architecture to compile for instead of the
-/// device's (e.g. sm_90 for the paths without wgmma).
+/// device's (e.g. sm_90 for the paths without wgmma). POLYFUSE_DUMP:
+/// stage[,stage...] or all (stages model, repair, deps, schedule, gpu,
+/// kernels, cpu, in the order they run): `schedule` and `run` write each
+/// such stage's value as text after it to stderr, or with
+/// POLYFUSE_DUMP_DIR=DIR to DIR/PROGRAM.STAGE.txt, and compile without the
+/// cache's tuned options.
 #[derive(Parser)]
 // The version names the build's source fingerprint (the compilation
 // cache's key), so a results table says which build it timed.
@@ -282,6 +288,7 @@ impl Common {
             strategy: self.strategy.unwrap_or(Strategy::Isl),
             sink: !self.no_sink,
             repair,
+            dump: dump_from_env()?,
             ..Options::default()
         })
     }
@@ -330,8 +337,11 @@ impl Common {
     ) -> Result<Session<'a>, Error> {
         let options = self.options(program)?;
         let source = program.source.clone();
+        // A dump asks for a compilation: not the cache's tuned options or
+        // compiled program.
+        let given = self.any_option() || options.dump.is_some();
         Ok(Session::new(program.clone())
-            .options(options, self.any_option())
+            .options(options, given)
             .tile(self.tile_sizes())
             .target(target)
             .cache(self.cache.path().map(|path| TunedCache {
@@ -341,6 +351,49 @@ impl Common {
             }))
             .observe(move |e| eprintln!("{}", e.message(&source))))
     }
+}
+
+/// `POLYFUSE_DUMP` and `POLYFUSE_DUMP_DIR` (see the environment paragraph
+/// of `--help`): the stages to dump and where their text goes; `None`
+/// where no dump is asked for. The library only hands the text over.
+fn dump_from_env() -> Result<Option<Dump>, Error> {
+    let Some(list) = std::env::var_os("POLYFUSE_DUMP") else {
+        return Ok(None);
+    };
+    let stages = Stage::parse_list(&list.to_string_lossy()).map_err(|message| Error::Input {
+        file: "POLYFUSE_DUMP".into(),
+        message,
+    })?;
+    let Some(dir) = std::env::var_os("POLYFUSE_DUMP_DIR").map(PathBuf::from) else {
+        return Ok(Some(Dump::new(stages, |d| {
+            eprint!(
+                "polyfuse: dump of stage {} ({}):\n{}",
+                d.stage, d.program, d.text
+            );
+            if !d.text.ends_with('\n') {
+                eprintln!();
+            }
+            Ok(())
+        })));
+    };
+    let fault = |path: &std::path::Path, e: std::io::Error| {
+        Error::Environment(format!("POLYFUSE_DUMP_DIR: {}: {e}", path.display()))
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| fault(&dir, e))?;
+    Ok(Some(Dump::new(stages, move |d| {
+        // The program's name as a file name: anything but letters, digits,
+        // `_`, `-` and `.` becomes `_`.
+        let name: String = d
+            .program
+            .chars()
+            .map(|c| match c.is_ascii_alphanumeric() || "_-.".contains(c) {
+                true => c,
+                false => '_',
+            })
+            .collect();
+        let path = dir.join(format!("{name}.{}.txt", d.stage));
+        std::fs::write(&path, &d.text).map_err(|e| fault(&path, e))
+    })))
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {
@@ -458,7 +511,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     }
                 }
                 Emit::Artifact => {
-                    let source = polyfuse::pipeline::aot::Source {
+                    let source = polyfuse::tune::aot::Source {
                         text: std::fs::read_to_string(&common.file).map_err(|e| Error::Input {
                             file: program.source.clone(),
                             message: e.to_string(),
@@ -472,8 +525,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     } else {
                         arch.split(',').map(|a| a.trim().to_string()).collect()
                     };
-                    let doc =
-                        polyfuse::pipeline::aot::save(&source, &compiled, "cuda", None, &archs)?;
+                    let doc = polyfuse::tune::aot::save(&source, &compiled, "cuda", None, &archs)?;
                     println!("{doc}");
                 }
                 Emit::Ptx => {

@@ -109,7 +109,7 @@ pub fn save(
         program: source.clone(),
         target: target.to_string(),
         arch: arch.map(str::to_string),
-        compiled: crate::tune::artifact::to_json(compiled)?,
+        compiled: super::artifact::to_json(compiled)?,
         ptx,
     };
     serde_json::to_value(doc).map_err(|e| Error::Internal(format!("artifact: {e}")))
@@ -163,7 +163,7 @@ pub fn load(text: &str) -> Result<Loaded> {
     })?;
     let source = doc.program;
     let program = source.program()?;
-    let compiled = crate::tune::artifact::from_json(&program, &doc.compiled)?;
+    let compiled = super::artifact::from_json(&program, &doc.compiled)?;
     let target = doc.target;
     if target != "cpu" && target != "cuda" {
         return Err(bad(&format!("target `{target}`")));

@@ -1,0 +1,332 @@
+//! Strategy probing: the steps of a compilation that schedule and map a
+//! program more than once and keep one result. Each is a named step of
+//! [`super::compile`], in the order it runs them:
+//!
+//! 1. [`rows_on_chip`] (before the schedule stage decides): maximal fusion,
+//!    mapped, against isl's schedule, mapped, for rows kept across lanes
+//!    in fewer kernels.
+//! 2. [`map_for_race_freedom`] (the gpu stage): where the race proof
+//!    refuses the mapping, minimal fusion, then blocks of one thread.
+//! 3. [`step_on_host`]: a recurrence the mapping serialised, on the host's
+//!    steps (wavefronts first).
+//! 4. [`choose_by_cost`]: minimal fusion and contraction epilogues, mapped
+//!    and weighed by the cost model against the mapping so far.
+//!
+//! They live in the pipeline, not in `schedule/`, because each choice is
+//! made by mapping candidates to the GPU (`gpu` comes after `schedule`).
+//! The mapped tree carries a mark where a probe replaced the schedule
+//! (`minimal_fusion_for_race_freedom`, `minimal_fusion_by_cost`, ...).
+
+use crate::deps;
+use crate::error::{Error, Result};
+use crate::frontend::ast::Program;
+use crate::gpu::{self, GpuOptions};
+use crate::isl::Isl;
+use crate::model;
+use crate::schedule::{self, Strategy};
+
+use super::mapping::{map_proven, map_unproven, marked, prove, Mapping};
+use super::Options;
+
+/// `sched` mapped and proven; where the race proof refuses it, the
+/// statements in kernels of their own (minimal fusion), then blocks of one
+/// thread, each marked so in the mapped tree; else the refusal.
+/// `premapped`, where given, is `sched`'s mapping made already (by
+/// `map_unproven` with these options), proven here as `sched`'s would be.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn map_for_race_freedom(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    sched: &isl_rs::Schedule,
+    premapped: Option<Mapping>,
+    strategy: Strategy,
+    options: &Options,
+    g: &GpuOptions,
+) -> Result<Mapping> {
+    let file = program.source.as_str();
+    let map = |s: isl_rs::Schedule| map_proven(isl, program, scop, deps, s, options, g);
+    let blocks = program.statements.iter().any(|s| !s.blocks.is_empty());
+    // Last, blocks of one thread, which no mapping of the threads can make
+    // race. With loop blocks, in program order (the blocks' loops
+    // outermost, no skewing): the fuzzer found a skewed schedule whose
+    // register tile over a block's loop lost elements on blocks of one
+    // thread.
+    let single = |race: Error| -> Result<Mapping> {
+        let one = GpuOptions {
+            block: vec![1, 1, 1],
+            ..g.clone()
+        };
+        let base = if blocks {
+            let order = schedule::canonical(isl, scop)?;
+            schedule::annotate_bands(isl, order, deps, &scop.param_prefix)?
+        } else {
+            sched.copy()?
+        };
+        let single = marked(isl, base, "single_thread_for_race_freedom")?;
+        map_proven(isl, program, scop, deps, single, options, &one).map_err(|_| race)
+    };
+    // `sched` mapped, or its mapping made already (`premapped`), proven.
+    let first = match premapped {
+        Some(m) => prove(isl, program, scop, deps, m),
+        None => map(sched.copy()?),
+    };
+    match first {
+        Err(race @ Error::Race { .. }) if strategy != Strategy::Min => {
+            let min = schedule::compute(isl, scop, deps, Strategy::Min)?;
+            schedule::check_legal(file, &min, scop, deps)?;
+            match map(marked(isl, min, "minimal_fusion_for_race_freedom")?) {
+                Err(Error::Race { .. }) => single(race),
+                other => other,
+            }
+        }
+        // Under minimal fusion a program with loop blocks goes to blocks
+        // of one thread too, rather than being refused.
+        Err(race @ Error::Race { .. }) if blocks => single(race),
+        other => other,
+    }
+}
+
+/// Where the mapping `mapped` runs a recurrence on blocks of one thread
+/// (`gpu::mapping::serial_recurrence`) and the options allow it, the
+/// host-stepped schedule (`schedule::host`: the carrying loops on the
+/// host, with wavefronts and chains where `GpuOptions::recurrences` asks
+/// for them and the dependences allow), checked against every dependence,
+/// mapped and proven like any other; where that fails, with plain steps;
+/// else `mapped` as it is. Gives the mapping and, when host-stepped, what
+/// was built.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn step_on_host(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    mapped: Mapping,
+    strategy: Strategy,
+    options: &Options,
+    g: &GpuOptions,
+) -> Result<(Mapping, Option<schedule::host::Stepped>)> {
+    // (The probe's isl operations are not made for a program without
+    // loop blocks: they can change how isl prints its sets later.)
+    let blocks = program.statements.iter().any(|s| !s.blocks.is_empty());
+    if !blocks
+        || g.recurrences == gpu::Recurrences::Serial
+        || !gpu::mapping::serial_recurrence(program, scop, &mapped.schedule, &mapped.plans)?
+    {
+        return Ok((mapped, None));
+    }
+    let skews: &[bool] = match g.recurrences {
+        gpu::Recurrences::Wavefront => &[true, false],
+        _ => &[false],
+    };
+    let mut refused = Vec::new();
+    for &skew in skews {
+        let Some(stepped) = schedule::host::stepped(isl, scop, deps, strategy, skew)? else {
+            break;
+        };
+        if let Err(e) = schedule::check_legal(&program.source, &stepped.schedule, scop, deps) {
+            refused.push(format!("host steps refused: {e}"));
+            continue;
+        }
+        match map_proven(
+            isl,
+            program,
+            scop,
+            deps,
+            stepped.schedule.copy()?,
+            options,
+            g,
+        ) {
+            Ok(m) => {
+                let mut stepped = stepped;
+                refused.append(&mut stepped.refused);
+                stepped.refused = refused;
+                return Ok((m, Some(stepped)));
+            }
+            Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
+                refused.push(format!("host steps refused: {e}"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((mapped, None))
+}
+
+/// How much faster (by the cost model) another grouping must be expected
+/// to run before it replaces the default one: the model ranks by orders of
+/// magnitude, not by percent.
+const COST_MARGIN: f64 = 0.5;
+
+/// The default mapping, or the cheapest of two other groupings where the
+/// cost model (`gpu::cost`) expects it to take less than [`COST_MARGIN`]
+/// of the default's time (a product fused with its consumers into a
+/// kernel that loses its tiles, issue 32): minimal fusion, and minimal
+/// fusion with each product's epilogue in its band
+/// (`schedule::epilogue`), marked `minimal_fusion_by_cost` or
+/// `contraction_epilogues_by_cost` in the mapped tree. The second is
+/// verified against the dependences once more here (a group found illegal
+/// is left out inside `contraction_epilogues`). Where the default cannot
+/// be estimated (symbolic sizes) or no other grouping can be mapped, the
+/// default stays. Gives the chosen mapping with its estimate, when one was
+/// made.
+pub(crate) fn choose_by_cost(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    default: Mapping,
+    options: &Options,
+    g: &GpuOptions,
+) -> Result<(Mapping, Option<gpu::cost::Estimate>)> {
+    let machine = gpu::cost::Machine::H100;
+    // The default's estimate is made where a candidate is weighed against
+    // it, not before: where no candidate is (one statement, or minimal
+    // fusion in as many kernels), it is only wanted with
+    // `GpuOptions::estimate`, and `compile` then makes the same one of the
+    // same mapping. Without it the default stays, as the estimate gives
+    // none where a size has no value.
+    if !gpu::cost::estimable(program) {
+        return Ok((default, None));
+    }
+    let Ok(min) = schedule::compute(isl, scop, deps, Strategy::Min) else {
+        return Ok((default, None));
+    };
+    schedule::check_legal(&program.source, &min, scop, deps)?;
+    // Minimal fusion, and minimal fusion with each contraction's
+    // pointwise consumers in its band (`schedule::epilogue`: the gpu stage
+    // runs them as the epilogue of one tensor-core kernel).
+    let mut candidates = Vec::new();
+    if let Some(fused) = schedule::epilogue::contraction_epilogues(isl, program, scop, deps, &min)?
+    {
+        schedule::check_legal(&program.source, &fused, scop, deps)?;
+        candidates.push((marked(isl, fused, "contraction_epilogues_by_cost")?, false));
+    }
+    // Minimal fusion in as many kernels as the default is the same
+    // grouping: nothing to weigh.
+    candidates.push((marked(isl, min, "minimal_fusion_by_cost")?, true));
+    let mut best: (Mapping, Option<gpu::cost::Estimate>) = (default, None);
+    let mut chosen = false;
+    // A candidate is mapped and weighed first, and proven only where it
+    // wins: the proof is most of a mapping's time.
+    for (candidate, grouping_only) in candidates {
+        // Its kernels are counted before it is mapped (`map` finds them
+        // the same way before it maps any; where counting fails, so does
+        // the mapping, which skips the candidate below).
+        if grouping_only
+            && !chosen
+            && gpu::mapping::kernel_count(isl, program, scop, deps, &candidate, g)
+                .is_ok_and(|n| n == best.0.plans.len())
+        {
+            continue;
+        }
+        let Ok(alt) = map_unproven(isl, program, scop, deps, candidate, options, g) else {
+            continue;
+        };
+        if grouping_only && alt.plans.len() == best.0.plans.len() && !chosen {
+            continue;
+        }
+        if let Some(e) = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
+            let best_seconds = match &best.1 {
+                Some(b) => b.seconds(),
+                None => {
+                    let Some(b) = gpu::cost::estimate(
+                        scop,
+                        program,
+                        &best.0.schedule,
+                        &best.0.plans,
+                        &machine,
+                    )?
+                    else {
+                        // (Not reached: the sizes all have values.)
+                        return Ok((best.0, None));
+                    };
+                    best.1.insert(b).seconds()
+                }
+            };
+            let bar = if chosen { 1.0 } else { COST_MARGIN };
+            if e.seconds() < bar * best_seconds {
+                let Ok(alt) = prove(isl, program, scop, deps, alt) else {
+                    continue;
+                };
+                best = (alt, Some(e));
+                chosen = true;
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// The maximal-fusion schedule of `program`, when it maps to fewer GPU
+/// kernels than isl's schedule, each of which runs its rows across the
+/// lanes of a warp
+/// or block (`gpu::lanes`: every tensor a row's loops write is a state the
+/// lanes combine, the row's other data stays in registers). isl's
+/// scheduler separates a row's reduction from the statements that use its
+/// result (layer norm's output after its mean and variance), so a second
+/// kernel reads every row from memory again; maximal fusion keeps the row
+/// on chip between them. Options that turn the lanes off (`reduce`, a
+/// block that is no multiple of 32) leave isl's schedule. Gives it in a
+/// [`RowsProbe`], with its mapping, or else isl's schedule and mapping
+/// where the probe made them.
+pub(crate) fn rows_on_chip(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    options: &Options,
+    gpu_options: &GpuOptions,
+) -> Result<RowsProbe> {
+    if !gpu_options.reduce || gpu_options.validate().is_err() {
+        return Ok(RowsProbe::default());
+    }
+    let max = schedule::compute(isl, scop, deps, Strategy::Max)?;
+    if !gpu::mapping::kernels_have_lane_rows(program, scop, &max)? {
+        return Ok(RowsProbe::default());
+    }
+    // (`map_unproven`: the options are valid, so it maps as
+    // `gpu::mapping::map` does.)
+    let kernels = |sched: isl_rs::Schedule| -> Result<Mapping> {
+        map_unproven(isl, program, scop, deps, sched, options, gpu_options)
+    };
+    let fused = kernels(max.copy()?)?;
+    if fused.plans.is_empty()
+        || fused
+            .plans
+            .iter()
+            .any(|k| k.threads().is_none_or(|t| t.lanes.is_none()))
+    {
+        return Ok(RowsProbe::default());
+    }
+    // Fewer kernels than isl's schedule, or as many where some of isl's
+    // run their rows without lanes (a row a thread: isl fused the row's
+    // loops into one that no lane splits).
+    let isl_schedule = schedule::compute(isl, scop, deps, Strategy::Isl)?;
+    let isl_mapped = kernels(isl_schedule.copy()?)?;
+    let isl_on_lanes = isl_mapped
+        .plans
+        .iter()
+        .all(|k| k.threads().is_some_and(|t| t.lanes.is_some()));
+    let better = fused.plans.len() < isl_mapped.plans.len()
+        || (fused.plans.len() == isl_mapped.plans.len() && !isl_on_lanes);
+    Ok(match better {
+        true => RowsProbe {
+            fused: Some((max, fused)),
+            isl: None,
+        },
+        false => RowsProbe {
+            fused: None,
+            isl: Some((isl_schedule, isl_mapped)),
+        },
+    })
+}
+
+/// What [`rows_on_chip`] found: the maximal-fusion schedule where it
+/// chose it, else isl's schedule where it computed it (as `compile` would:
+/// `schedule::compute` under `Strategy::Isl`), each with its mapping, not
+/// yet proven, for `compile` to take rather than make them again.
+#[derive(Default)]
+pub(crate) struct RowsProbe {
+    pub fused: Option<(isl_rs::Schedule, Mapping)>,
+    pub isl: Option<(isl_rs::Schedule, Mapping)>,
+}
