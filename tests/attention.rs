@@ -329,6 +329,27 @@ fn bigbird_skips_the_key_tiles_between_the_global_ones_and_the_window() {
     }
 }
 
+/// Sinks and a window at decoding, split in two slices of 200 keys: the
+/// first slice holds the 4 sinks (tile 0) and the window's start (keys
+/// 150 on, tiles 2 and 3 of the slice), so its block skips tile 1; the
+/// split kernel walks the runs like the prefill kernel and matches the
+/// reference, with one query row and with three (a partial row tile).
+#[test]
+fn a_split_decoding_skips_the_tiles_between_the_sinks_and_the_window() {
+    for (nq, kv, d) in [(1, 400, 16), (3, 401, 64)] {
+        let p = load(
+            "tests/programs/decode_sink_window.json",
+            &[("NQ", nq), ("KV", kv), ("D", d), ("W", 250)],
+        );
+        let mut c = compiled_split(&p, Some(2));
+        assert!(split_on_tensor_cores(&c), "NQ={nq} KV={kv}");
+        let cuda = &c.cuda.as_ref().unwrap().source;
+        assert!(cuda.contains("const pf_i pf_khi = pf_re1;"), "NQ={nq}");
+        let err = emulation_check(&mut c, kv as u64);
+        assert!(err < 1e-3, "NQ={nq} KV={kv}: {err}");
+    }
+}
+
 #[test]
 fn an_epilogue_reading_a_value_product_at_another_column_keeps_the_ordinary_mapping() {
     // `O`'s column is `d`; read at `e` (both 16 wide) it is no element
