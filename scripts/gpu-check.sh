@@ -157,7 +157,7 @@ declare -A ODD=(
     [attention_decode_alibi]="KV=61 D=13"
     [attention_decode_gqa]="KV=61 D=32"
     [attention_decode_softcap]="KV=61 D=13"
-    [attention_bigbird]="S=53 D=16 W=5 G=3"
+    [attention_bigbird]="S=300 D=16 W=9 G=5"
     [quant_fp8]="M=37 N=53 K=29"
     [rnn]="T=11 N=37"
     [lstm]="T=7 B=5 I=19 H=37"
@@ -192,6 +192,7 @@ declare -A CHECK_AT=(
     [attention_global_f16w_b4h16s4096d64]="B=1 H=2 S=1031"
     [attention_causal_f16w_b4h16s4096d64]="B=1 H=2 S=1031"
     [attention_decode_causal_f16w_b1h32kv32768d128]="H=4 KV=8191"
+    [attention_bigbird_f16_s4096]="B=1 H=2 S=1031"
 )
 # Timed runs per benchmark program (default 30).
 declare -A BENCH_RUNS=(
@@ -200,6 +201,7 @@ declare -A BENCH_RUNS=(
     [attention_causal_b4h16s4096d64]=10
     [attention_global_f16w_b4h16s4096d64]=10
     [attention_causal_f16w_b4h16s4096d64]=10
+    [attention_bigbird_f16_s4096]=10
 )
 
 # to_args "M=1 N=2" sets args=(--param M=1 --param N=2)

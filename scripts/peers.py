@@ -23,7 +23,8 @@ The peers: torch.matmul (gemm), torch.mv (matvec), linear+relu (fcrelu),
 conv2d, max_pool2d, torch.bmm (tbmm), two matmuls (gemm_chain),
 torch.softmax, layer_norm, a*x+z, x.sum(dim=1), x.t().contiguous(),
 scaled_dot_product_attention (default, flash and cuDNN backends) and
-FlexAttention (compiled) for attention, and
+FlexAttention (compiled) for attention (for BigBird, SDPA with a dense
+boolean mask and FlexAttention with the same mask as a block mask), and
 torch.compile (mode default) of the first peer's eager function where
 --compile names the program (all, none, or a comma list of names; default
 all).
@@ -200,6 +201,8 @@ def flops(kind, p):
     if kind == "attention_decode_causal":  # j <= KV - NQ + i
         pairs = sum(p["KV"] - p["NQ"] + i + 1 for i in range(p["NQ"]))
         return 4 * p["B"] * p["H"] * pairs * p["D"]
+    if kind == "attention_bigbird":  # the pairs the mask allows
+        return 4 * p["B"] * p["H"] * bigbird_pairs(p["S"], p["W"], p["G"]) * p["D"]
     raise KeyError(kind)
 
 
@@ -287,6 +290,125 @@ def attention_kind(prog):
             return flex(t["Q"], t["K"], t["V"], block_mask=bm, scale=scale)
 
         peers.append(("FlexAttention", flex_peer))
+    except ImportError:
+        pass
+    return peers, ref
+
+
+def bigbird_pairs(s, w, g):
+    """The (i, j) that BigBird's mask allows: (i - w <= j <= i + w) or
+    j < g or i < g, over i, j < s; by rows, without torch."""
+    total = 0
+    for i in range(s):
+        if i < g:
+            total += s
+            continue
+        lo, hi = max(i - w, 0), min(i + w, s - 1)
+        band = hi - lo + 1
+        total += band + g - max(0, min(hi, g - 1) - lo + 1)
+    return total
+
+
+def where_mask(torch, prog, rows, cols, device):
+    """The mask of the program's `T(...) = ... where COND` statement as a
+    boolean [rows, cols] tensor over (i, j): COND evaluated from the text
+    (affine comparisons joined by && and ||, parameters from the file), so
+    that the reference computes what the program does, whatever the
+    peers' own masks say."""
+    stmt = next(b for b in prog.body if b.replace(" ", "").startswith("T("))
+    cond = stmt.split(" where ", 1)[1].replace("&&", " and ").replace("||", " or ")
+    env = dict(prog.params)
+    env["i"] = torch.arange(rows, device=device).unsqueeze(1)
+    env["j"] = torch.arange(cols, device=device).unsqueeze(0)
+    cmps = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq"}
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.BoolOp):
+            vals = [ev(v) for v in node.values]
+            out = vals[0]
+            for v in vals[1:]:
+                out = (out & v) if isinstance(node.op, ast.And) else (out | v)
+            return out
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            a, b = ev(node.left), ev(node.comparators[0])
+            return getattr(torch, cmps[type(node.ops[0])])(torch.as_tensor(a, device=device), b)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return env[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult):
+            a, b = ev(node.left), ev(node.right)
+            return {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b}[type(node.op)]()
+        raise SystemExit(f"peers: {prog.name}: cannot evaluate {ast.dump(node)} in the where clause")
+
+    return torch.broadcast_to(ev(ast.parse(cond, mode="eval")), (rows, cols))
+
+
+def bigbird_kind(prog):
+    """BigBird (examples/attention_bigbird.json): a window of W keys either
+    side, G global rows and G global columns. The reference applies the
+    program's own `where` clause (where_mask); the peers build the mask
+    from W and G: SDPA with it as a dense boolean mask, and FlexAttention
+    (compiled) with the same mask_mod through create_block_mask, at blocks
+    of 64 (the kernel's key tile) and at Flex's default 128. The masks are
+    built once per device, outside the timing."""
+    import torch
+    import torch.nn.functional as F
+
+    scale = attention_scale(prog)
+    p = prog.params
+    s, w, g = p["S"], p["W"], p["G"]
+
+    def mask_mod(b, h, q, kv):
+        return ((kv >= q - w) & (kv <= q + w)) | (kv < g) | (q < g)
+
+    def ref(t):
+        sc = torch.matmul(t["Q"], t["K"].transpose(-1, -2)) * scale
+        sc = sc.masked_fill(~where_mask(torch, prog, s, s, sc.device), float("-inf"))
+        return torch.matmul(torch.softmax(sc, dim=-1), t["V"])
+
+    dense = {}
+
+    def allowed(device):
+        key = str(device)
+        if key not in dense:
+            i = torch.arange(s, device=device).unsqueeze(1)
+            j = torch.arange(s, device=device).unsqueeze(0)
+            dense[key] = mask_mod(None, None, i, j)
+        return dense[key]
+
+    def sdpa(t):
+        m = allowed(t["Q"].device)
+        return F.scaled_dot_product_attention(t["Q"], t["K"], t["V"], attn_mask=m, scale=scale)
+
+    peers = [("SDPA (boolean mask)", sdpa)]
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        flex = torch.compile(flex_attention, dynamic=False)
+        block_masks = {}
+
+        def flex_peer(block, options):
+            def run(t):
+                key = (str(t["Q"].device), block)
+                if key not in block_masks:
+                    block_masks[key] = create_block_mask(
+                        mask_mod, None, None, s, s, device=t["Q"].device, BLOCK_SIZE=block)
+                return flex(t["Q"], t["K"], t["V"], block_mask=block_masks[key], scale=scale,
+                            kernel_options=options)
+
+            return run
+
+        # Blocks of 64 (the target's): the kernel's tiles must divide the
+        # mask's blocks, and its one default configuration without
+        # max-autotune has 128 query rows, so they are given. Flex's own
+        # default (blocks of 128, its default tiles) as well.
+        peers.append(("FlexAttention (blocks of 64)", flex_peer(64, {"BLOCK_M": 64, "BLOCK_N": 64})))
+        peers.append(("FlexAttention", flex_peer(128, None)))
     except ImportError:
         pass
     return peers, ref
@@ -427,13 +549,14 @@ def make_kinds():
         "attention_global": attention_kind,
         "attention_causal": attention_kind,
         "attention_decode_causal": attention_kind,
+        "attention_bigbird": bigbird_kind,
     }
 
 
 KINDS = [
     "gemm", "gemm_nt", "matvec", "fcrelu", "conv2d", "conv2d_strided", "maxpool2x2", "tbmm",
     "gemm_chain", "softmax", "layernorm", "scale_add", "rowsum", "transpose",
-    "attention_global", "attention_causal", "attention_decode_causal",
+    "attention_global", "attention_causal", "attention_decode_causal", "attention_bigbird",
     "gemm_bias_gelu", "layernorm_matmul", "rmsnorm_ffn_swiglu", "lstm_cell",
 ]
 

@@ -304,6 +304,52 @@ fn whole_tiles_copy_without_row_tests_and_step_without_element_tests() {
     assert!(cuda.contains("pf_cp_async16(pf_dst"));
 }
 
+/// BigBird (`examples/attention_bigbird.json`) at sizes off the tile grid
+/// where a block past the global rows has a gap between the global
+/// columns' tiles and its window's: the kernel visits runs of key tiles
+/// (`pf_re1`, the end of the second run, bounds the loop) and matches the
+/// reference, on `mma.sync` (D = 16, a window and global tokens that cut
+/// tiles) and on `wgmma` (D = 64, the benchmark's window of 64 and 128
+/// global tokens, so the global tiles are whole).
+#[test]
+fn bigbird_skips_the_key_tiles_between_the_global_ones_and_the_window() {
+    for (s, d, w, g) in [(300, 16, 9, 5), (333, 64, 64, 128)] {
+        let p = load(
+            "examples/attention_bigbird.json",
+            &[("S", s), ("D", d), ("W", w), ("G", g)],
+        );
+        let mut c = compiled(&p, true);
+        assert!(on_tensor_cores(&c), "S={s} D={d}");
+        assert_eq!(has_wgmma_path(&c), d == 64, "S={s} D={d}");
+        let cuda = &c.cuda.as_ref().unwrap().source;
+        assert!(cuda.contains("const pf_i pf_khi = pf_re1;"), "S={s} D={d}");
+        assert!(!cuda.contains("pf_re2"), "S={s} D={d}");
+        let err = emulation_check(&mut c, s as u64);
+        assert!(err < 1e-3, "S={s} D={d}: {err}");
+    }
+}
+
+/// Sinks and a window at decoding, split in two slices of 200 keys: the
+/// first slice holds the 4 sinks (tile 0) and the window's start (keys
+/// 150 on, tiles 2 and 3 of the slice), so its block skips tile 1; the
+/// split kernel walks the runs like the prefill kernel and matches the
+/// reference, with one query row and with three (a partial row tile).
+#[test]
+fn a_split_decoding_skips_the_tiles_between_the_sinks_and_the_window() {
+    for (nq, kv, d) in [(1, 400, 16), (3, 401, 64)] {
+        let p = load(
+            "tests/programs/decode_sink_window.json",
+            &[("NQ", nq), ("KV", kv), ("D", d), ("W", 250)],
+        );
+        let mut c = compiled_split(&p, Some(2));
+        assert!(split_on_tensor_cores(&c), "NQ={nq} KV={kv}");
+        let cuda = &c.cuda.as_ref().unwrap().source;
+        assert!(cuda.contains("const pf_i pf_khi = pf_re1;"), "NQ={nq}");
+        let err = emulation_check(&mut c, kv as u64);
+        assert!(err < 1e-3, "NQ={nq} KV={kv}: {err}");
+    }
+}
+
 #[test]
 fn an_epilogue_reading_a_value_product_at_another_column_keeps_the_ordinary_mapping() {
     // `O`'s column is `d`; read at `e` (both 16 wide) it is no element

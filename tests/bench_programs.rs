@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 mod named;
 
 use polyfuse::frontend::apply_param_overrides;
+use polyfuse::frontend::ast::Program;
+use polyfuse::pipeline::{compile_watched, Watch};
 use polyfuse::runtime::cpu::{run, RunOptions};
 use polyfuse::{compile, Options};
 
@@ -23,8 +25,7 @@ fn bench_program(name: &str) -> PathBuf {
 }
 
 /// Loads `name`, schedules it at the sizes in the file (CPU and GPU
-/// mapping), then checks it on the CPU at `odd_sizes`, tiled and with the
-/// GPU mapping emulated.
+/// mapping), then checks it at `odd_sizes` ([`check_at_odd_sizes`]).
 fn check_bench_program(name: &str, odd_sizes: &[(&str, i64)]) {
     let file = bench_program(name);
     let program = named::load_named(&file, name);
@@ -34,8 +35,12 @@ fn check_bench_program(name: &str, odd_sizes: &[(&str, i64)]) {
     // is the GPU machine's job).
     let full = named::compile_for_gpu(&program, name);
     assert!(!full.kernel_c.is_empty(), "{name}: no C generated");
+    check_at_odd_sizes(name, &program, odd_sizes);
+}
 
-    // At odd sizes: run and compare with the f64 reference.
+/// Runs `program` with `--check` at `odd_sizes` on the CPU, tiled and with
+/// the GPU mapping emulated: the f64 reference decides.
+fn check_at_odd_sizes(name: &str, program: &Program, odd_sizes: &[(&str, i64)]) {
     let mut small = program.clone();
     let overrides: Vec<(String, i64)> =
         odd_sizes.iter().map(|(p, v)| (p.to_string(), *v)).collect();
@@ -302,5 +307,40 @@ fn every_bench_program_is_tested() {
     assert_eq!(
         found, tested,
         "every file in bench/programs/ needs a test here"
+    );
+}
+
+/// BigBird: at S = 4096 isl's scheduler does not settle the union's fusion
+/// problem within a minute, so the program is compiled as the CLI
+/// compiles it (watched: minimal fusion after 60 s), which still makes the
+/// one attention kernel, its key tiles in runs (`pf_re1` ends the second:
+/// a block past the global rows skips the tiles between the global
+/// columns and its window). At the odd sizes the blocks from row 256 on
+/// skip tile 2.
+#[test]
+#[ignore = "after the watch's fall-back (minimal fusion) at S = 4096 with these options the mapping is refused: the race check flags kernel_6 (S2 at i 159, j 192 and 223); to investigate"]
+fn attention_bigbird_f16_s4096() {
+    let name = "attention_bigbird_f16_s4096";
+    let program = named::load_named(&bench_program(name), name);
+    let mut options = named::gpu_options();
+    let full = compile_watched(&program, &mut options, Watch::default(), |_| {})
+        .unwrap_or_else(|e| panic!("{name} at its own sizes: {e}"));
+    let cuda = full.cuda.expect("CUDA generated");
+    assert_eq!(cuda.kernels.len(), 1, "{name}: one kernel");
+    assert!(
+        cuda.source.contains("const pf_i pf_khi = pf_re1;"),
+        "{name}: key tiles not in runs"
+    );
+    check_at_odd_sizes(
+        name,
+        &program,
+        &[
+            ("B", 1),
+            ("H", 3),
+            ("S", 300),
+            ("D", 13),
+            ("W", 37),
+            ("G", 70),
+        ],
     );
 }

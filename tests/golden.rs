@@ -38,6 +38,13 @@ const STAGES: [(&str, &str); 5] = [
 /// files.
 const PROGRAM_DIRS: [&str; 2] = ["examples", "bench/programs"];
 
+/// Programs left out: isl's scheduler does not settle BigBird's union at
+/// S = 4096 within minutes, and with the watch's fall-back out of reach
+/// the test would wait for it. Its kernel is checked at its sizes, as the
+/// CLI compiles it, in `tests/bench_programs.rs`, and the same program at
+/// the example's sizes has its snapshots here.
+const NOT_SNAPSHOTTED: [&str; 1] = ["bench/programs/attention_bigbird_f16_s4096"];
+
 /// Files under `tests/golden/` that are no snapshot.
 const NOT_SNAPSHOTS: [&str; 1] = ["README.md"];
 
@@ -71,7 +78,10 @@ fn programs() -> Vec<String> {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|x| x == "json") && path.is_file() {
                 let stem = path.file_stem().unwrap().to_str().unwrap();
-                out.push(format!("{dir}/{stem}"));
+                let program = format!("{dir}/{stem}");
+                if !NOT_SNAPSHOTTED.contains(&program.as_str()) {
+                    out.push(program);
+                }
             }
         }
     }

@@ -43,7 +43,7 @@ use std::fmt::Write;
 
 use crate::frontend::ast::{Affine, DType, Expr, Program, Reducer};
 use crate::gpu::attention::{
-    input_reads, Attention, RowContraction, RowSum, ScoreScale, TileOperand, BLOCK_KEYS,
+    input_reads, Attention, KeyTiles, RowContraction, RowSum, ScoreScale, TileOperand, BLOCK_KEYS,
     COMBINE_WARPS, SPLIT_ROWS, THREADS, WARPS, WARP_TILES,
 };
 use crate::gpu::mapping::AttentionPlan;
@@ -678,7 +678,7 @@ impl Emit<'_> {
     /// one committed `cp.async` group.
     fn copy_key_tile(&self, tile: &str, key_buf: &str, value_buf: &str) -> String {
         let a = self.a;
-        let first = format!("{tile} * {BLOCK_KEYS}");
+        let first = format!("{} * {BLOCK_KEYS}", self.tile_of(tile));
         let mut c = format!("if ({tile} < pf_khi) {{\n");
         c.push_str(&self.copy(&a.key_operand, &first, BLOCK_KEYS, a.depth, key_buf));
         for (k, x) in a.contractions.iter().enumerate() {
@@ -1033,19 +1033,65 @@ impl Emit<'_> {
         }
     }
 
-    /// The block's key tiles, `pf_klo .. pf_khi` (none where no key of
-    /// the block's rows is in the domain).
+    /// The block's key tiles: the loop runs over `pf_kt` in `pf_klo ..
+    /// pf_khi` (none where no key of the block's rows is in the domain).
+    /// For a range, `pf_kt` is the tile; for runs, its position among the
+    /// runs' tiles, from 0: run `r` starts at tile `pf_rs{r}` and holds
+    /// `pf_rn{r}` tiles (0 where the block has no such run), positions
+    /// `.. pf_re{r}`, and a position's tile is the position plus its run's
+    /// `pf_rd{r}` ([`Self::tile_of`]). The positions keep the loop's
+    /// stages and copies ahead as they are, across the gaps.
     fn key_range(&mut self) {
         let a = self.a;
-        let any = self.cond(&a.any_key);
-        let lo = self.cond(&a.key_lo);
-        let hi = self.cond(&a.key_hi);
-        let _ = writeln!(
-            self.out,
-            "const int pf_any = {any};\n\
-             const pf_i pf_klo = pf_any ? ({lo}) / {BLOCK_KEYS} : 0;\n\
-             const pf_i pf_khi = pf_any ? ({hi}) / {BLOCK_KEYS} + 1 : 0;"
-        );
+        match &a.key_tiles {
+            KeyTiles::Range { any, lo, hi } => {
+                let any = self.cond(any);
+                let lo = self.cond(lo);
+                let hi = self.cond(hi);
+                let _ = writeln!(
+                    self.out,
+                    "const int pf_any = {any};\n\
+                     const pf_i pf_klo = pf_any ? ({lo}) / {BLOCK_KEYS} : 0;\n\
+                     const pf_i pf_khi = pf_any ? ({hi}) / {BLOCK_KEYS} + 1 : 0;"
+                );
+            }
+            KeyTiles::Runs(runs) => {
+                let mut end = "0".to_string();
+                for (r, run) in runs.iter().enumerate() {
+                    let any = self.cond(&run.any);
+                    let first = self.cond(&run.first);
+                    let last = self.cond(&run.last);
+                    let _ = writeln!(
+                        self.out,
+                        "const int pf_ra{r} = {any};\n\
+                         const pf_i pf_rs{r} = pf_ra{r} ? ({first}) : 0;\n\
+                         const pf_i pf_rn{r} = pf_ra{r} ? ({last}) - pf_rs{r} + 1 : 0;\n\
+                         const pf_i pf_rd{r} = pf_rs{r} - {end};\n\
+                         const pf_i pf_re{r} = {end} + pf_rn{r};"
+                    );
+                    end = format!("pf_re{r}");
+                }
+                let _ = writeln!(
+                    self.out,
+                    "const pf_i pf_klo = 0;\nconst pf_i pf_khi = {end};"
+                );
+            }
+        }
+    }
+
+    /// The key tile at loop position `pos` ([`Self::key_range`]): the
+    /// position itself for a range, else the position plus the offset of
+    /// the run it falls in (the first run whose end is past it).
+    fn tile_of(&self, pos: &str) -> String {
+        let KeyTiles::Runs(runs) = &self.a.key_tiles else {
+            return pos.to_string();
+        };
+        let last = runs.len() - 1;
+        let mut offset = format!("pf_rd{last}");
+        for r in (0..last).rev() {
+            offset = format!("({pos} < pf_re{r} ? pf_rd{r} : {offset})");
+        }
+        format!("({pos} + {offset})")
     }
 
     /// Prologue: the query tile and the first key and value tiles (one
@@ -1190,11 +1236,12 @@ impl Emit<'_> {
         let _ = writeln!(
             self.out,
             "for (pf_i pf_kt = pf_klo; pf_kt < pf_khi; pf_kt++) {{\n\
-             const pf_i pf_j0 = pf_kt * {BLOCK_KEYS};\n\
+             const pf_i pf_j0 = {} * {BLOCK_KEYS};\n\
              const int pf_full = {full}; (void)pf_full;\n\
              const int pf_st = {cur};\n\
              {ptr} *const pf_kcur = pf_fa_k + pf_st * {kl};\n\
-             {ptr} *const pf_knext = pf_fa_k + {next} * {kl};"
+             {ptr} *const pf_knext = pf_fa_k + {next} * {kl};",
+            self.tile_of("pf_kt")
         );
         for (k, v) in layout.values.iter().enumerate() {
             let vl = v.stage_len;

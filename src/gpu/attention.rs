@@ -40,9 +40,12 @@
 //! Elements outside the rolling statements' domain (a causal or window
 //! mask, keys past the end) take no part: their score is the predecessor
 //! reducer's identity and their terms are zero. Key tiles with no element
-//! in the domain for a block's rows are skipped, and the element test is
-//! left out where a whole tile is inside; both conditions are computed
-//! from the domain in isl.
+//! in the domain for a block's rows are skipped: a block visits one range
+//! of tiles, or, where some block has a gap (BigBird's global columns and
+//! window), up to [`MAX_KEY_RUNS`] runs of them, which isl proves to hold
+//! every tile with an element and to be disjoint. The element test is left
+//! out where a whole tile is inside. All of it is computed from the domain
+//! in isl ([`tile_conditions`]).
 
 use crate::deps::Dependences;
 use crate::error::Result;
@@ -248,17 +251,58 @@ pub struct Attention {
     pub epilogue: Vec<usize>,
     /// Conditions as expressions in the batch iterators, `pf_i0`, `pf_j0`
     /// (a tile's first row and key), and `pf_ei`, `pf_ej` (an element's
-    /// row and key): the block's key range, a tile wholly inside the
-    /// domain, an element inside it.
-    pub key_lo: AstExpr,
-    pub key_hi: AstExpr,
-    pub any_key: AstExpr,
+    /// row and key): the key tiles a block visits, a tile wholly inside
+    /// the domain, an element inside it.
+    pub key_tiles: KeyTiles,
     pub full_tile: AstExpr,
     pub element: AstExpr,
     /// A split-k form (`gpu::decoding`): the kernel computes the slices'
     /// local states, a second kernel their combination and the epilogue.
     pub split: Option<Split>,
 }
+
+/// The key tiles a block visits, as expressions in the batch iterators
+/// and `pf_i0` (the block's first row); `codegen::flash` prints the loop
+/// over them.
+#[derive(Debug, Clone)]
+pub enum KeyTiles {
+    /// The tiles from the one holding the block's least key `lo` to the
+    /// one holding its greatest `hi`, none where `any` is false. Every
+    /// tile between holds an element of the domain for some block, or no
+    /// block has a gap in its tiles: nothing is left to skip.
+    Range {
+        any: AstExpr,
+        lo: AstExpr,
+        hi: AstExpr,
+    },
+    /// Two or more runs of consecutive tiles, ascending and apart; the
+    /// tiles between them hold no element of the domain for the block's
+    /// rows, which isl proved ([`key_runs`]): a window with global
+    /// columns (BigBird) visits the global tiles and the window's, not
+    /// the dense range from key 0 to the window's end.
+    Runs(Vec<KeyRun>),
+}
+
+/// One run of a block's key tiles: tile indices (key / [`BLOCK_KEYS`])
+/// `first ..= last`, where `any` holds (else the run is empty).
+#[derive(Debug, Clone)]
+pub struct KeyRun {
+    pub any: AstExpr,
+    pub first: AstExpr,
+    pub last: AstExpr,
+}
+
+/// The conditions of a tiled loop ([`tile_conditions`]): see the fields
+/// of the same names in [`Attention`].
+pub(super) struct TileConditions {
+    pub key_tiles: KeyTiles,
+    pub full_tile: AstExpr,
+    pub element: AstExpr,
+}
+
+/// Runs past which a block's key tiles are visited as one range (each
+/// run costs a few registers and a comparison a tile).
+pub const MAX_KEY_RUNS: usize = 4;
 
 /// A map of an attention that scales the scores by a constant (see
 /// [`Attention::score_scale`]).
@@ -1316,8 +1360,12 @@ impl RollingForm {
     }
 
     /// The kernel, with the tiled loop's `conditions` ([`tile_conditions`]).
-    fn plan(self, conditions: [AstExpr; 5]) -> Attention {
-        let [key_lo, key_hi, any_key, full_tile, element] = conditions;
+    fn plan(self, conditions: TileConditions) -> Attention {
+        let TileConditions {
+            key_tiles,
+            full_tile,
+            element,
+        } = conditions;
         let (pred, ps) = (self.pred, self.statements);
         let row_subs = ps.shape.row_subs();
         Attention {
@@ -1343,9 +1391,7 @@ impl RollingForm {
             sums: self.targets.sums,
             contractions: self.targets.contractions,
             epilogue: self.around.epilogue,
-            key_lo,
-            key_hi,
-            any_key,
+            key_tiles,
             full_tile,
             element,
             split: None,
@@ -1415,7 +1461,7 @@ fn domain_conditions(
     epilogue: &[usize],
     used: &[usize],
     score: usize,
-) -> Result<Option<[AstExpr; 5]>> {
+) -> Result<Option<TileConditions>> {
     let pre = &scop.param_prefix;
     let Some(pstmt) = scop.statements.iter().find(|s| s.source == pred_update) else {
         return Ok(None);
@@ -1636,11 +1682,11 @@ pub fn input_reads(program: &Program, e: &Expr) -> Vec<(String, Vec<Affine>)> {
 }
 
 /// The conditions of the tiled loop over `v`, a set of `[bt, i, j]`
-/// (`batch` names the `bt`): the key range of a block of `block_rows`
-/// rows (its least and greatest key and whether it has one, in `bt` and
-/// `pf_i0`), whether the tile at `pf_i0, pf_j0` is wholly inside `v` (its
-/// rows below `padding` only, where given: see [`padding_rows`]), and
-/// whether element `pf_ei, pf_ej` is.
+/// (`batch` names the `bt`): the key tiles a block of `block_rows` rows
+/// visits (in `bt` and `pf_i0`: see [`KeyTiles`]), whether the tile at
+/// `pf_i0, pf_j0` is wholly inside `v` (its rows below `padding` only,
+/// where given: see [`padding_rows`]), and whether element `pf_ei, pf_ej`
+/// is.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn tile_conditions(
     isl: &Isl,
@@ -1651,7 +1697,7 @@ pub(super) fn tile_conditions(
     key: &str,
     block_rows: i64,
     padding: Option<i64>,
-) -> Result<[AstExpr; 5]> {
+) -> Result<TileConditions> {
     let pre = &scop.param_prefix;
     let mut elem = batch.to_vec();
     elem.push(row.to_string());
@@ -1691,15 +1737,47 @@ pub(super) fn tile_conditions(
         ))?
         .intersect_range(v.copy()?)?
         .project_out(isl_rs::DimType::Out, 0, nb)?;
-    // The tiles a block visits: the aligned key tiles from the one
-    // holding its least key to the one holding its greatest (those of
-    // `pf_j0` with `j0 <= some key` and `j0 >= some key - (N_T - 1)`), at
-    // aligned rows. A tile's test is only evaluated there, so it is
-    // simplified under them: where every visited tile is whole (global
-    // attention over keys a multiple of the tile), it is `1` and the
-    // kernel has no step with the element test (H100, B4 H16 S4096 D64
-    // global prefill, that step edited out of the kernel: 821-826 against
-    // 847-852 us; never run, its code still cost the loop).
+    let aligned = isl.set(&format!(
+        "{pre}{{ [{}] : pf_i0 mod {block_rows} = 0 }}",
+        block_names.join(", ")
+    ))?;
+    let mut element_names = batch.to_vec();
+    element_names.push("pf_ei".into());
+    element_names.push("pf_ej".into());
+    let element = super::promote::set_expr(isl, scop, v, &element_names)?;
+    // A tile's test is only evaluated at the tiles a block visits, so it
+    // is simplified under them: where every visited tile is whole (global
+    // attention over keys a multiple of the tile, a block-sparse mask), it
+    // is `1` and the kernel has no step with the element test (H100, B4
+    // H16 S4096 D64 global prefill, that step edited out of the kernel:
+    // 821-826 against 847-852 us; never run, its code still cost the loop).
+    let (key_tiles, visited) = match key_runs(isl, pre, &block_keys, &aligned)? {
+        Some(runs) => runs.printed(isl, scop, &block_names, &aligned)?,
+        None => key_range(isl, scop, key, block_keys, aligned, &block_names)?,
+    };
+    let full = full.gist(visited)?;
+    let full_tile = super::promote::set_expr(isl, scop, full, &tile_names)?;
+    Ok(TileConditions {
+        key_tiles,
+        full_tile,
+        element,
+    })
+}
+
+/// The key tiles of a block as one range ([`KeyTiles::Range`]) from its
+/// keys `block_keys` (`[bt, i0] -> [j]`), and the tiles visited, a set of
+/// `[bt, i0, j0]` at aligned rows: the aligned key tiles from the one
+/// holding its least key to the one holding its greatest (those of `j0`
+/// with `j0 <= some key` and `j0 >= some key - (N_T - 1)`).
+fn key_range(
+    isl: &Isl,
+    scop: &Scop,
+    key: &str,
+    block_keys: isl_rs::Map,
+    aligned: isl_rs::Set,
+    block_names: &[String],
+) -> Result<(KeyTiles, isl_rs::Set)> {
+    let pre = &scop.param_prefix;
     let nt = BLOCK_KEYS;
     let toward = |cmp: &str| {
         isl.map(&format!(
@@ -1714,25 +1792,135 @@ pub(super) fn tile_conditions(
                 .copy()?
                 .apply_range(toward(&format!(">= {key} - {}", nt - 1))?)?,
         )?
-        .intersect_domain(isl.set(&format!(
-            "{pre}{{ [{}] : pf_i0 mod {block_rows} = 0 }}",
-            block_names.join(", ")
-        ))?)?
+        .intersect_domain(aligned)?
         .wrap()?
         .flatten()?;
-    let full = full.gist(visited)?;
     let lo = block_keys.copy()?.dim_min(0)?;
     let hi = block_keys.copy()?.dim_max(0)?;
     let some = block_keys.domain()?;
-    let mut elem_names = batch.to_vec();
-    elem_names.push("pf_ei".into());
-    elem_names.push("pf_ej".into());
-    let key_lo = super::promote::expr_in(isl, lo, &block_names)?;
-    let key_hi = super::promote::expr_in(isl, hi, &block_names)?;
-    let any_key = super::promote::set_expr(isl, scop, some, &block_names)?;
-    let full_tile = super::promote::set_expr(isl, scop, full, &tile_names)?;
-    let element = super::promote::set_expr(isl, scop, v, &elem_names)?;
-    Ok([key_lo, key_hi, any_key, full_tile, element])
+    let key_tiles = KeyTiles::Range {
+        any: super::promote::set_expr(isl, scop, some, block_names)?,
+        lo: super::promote::expr_in(isl, lo, block_names)?,
+        hi: super::promote::expr_in(isl, hi, block_names)?,
+    };
+    Ok((key_tiles, visited))
+}
+
+/// A block's runs of key tiles, in isl: each run's first and last tile,
+/// maps from an aligned block `[bt, i0]` to a tile index `[kt]`, single
+/// valued, on the blocks that have the run.
+struct Runs {
+    runs: Vec<(isl_rs::Map, isl_rs::Map)>,
+    /// Their union: `[bt, i0] -> [kt]` for every tile of every run.
+    visited: isl_rs::Map,
+}
+
+/// The runs of consecutive key tiles that hold an element of the domain
+/// for an aligned block's rows, from its keys `block_keys` (`[bt, i0] ->
+/// [j]`): `None` where every block's tiles are one run (nothing to skip),
+/// where there are more than [`MAX_KEY_RUNS`], or where isl does not
+/// prove them exact.
+///
+/// With `T` the tiles that hold an element, a run starts at a tile of `T`
+/// whose predecessor is not in `T` and ends at one whose successor is not;
+/// the first run starts at the least start, each run ends at the least end
+/// at or after its start, and the next one starts at the least start after
+/// that end. The proof: the runs are pairwise disjoint (no tile is
+/// visited twice, which would add its terms twice) and their union holds
+/// `T` (the tiles skipped hold no element, so skipping them drops
+/// nothing).
+fn key_runs(
+    isl: &Isl,
+    pre: &str,
+    block_keys: &isl_rs::Map,
+    aligned: &isl_rs::Set,
+) -> Result<Option<Runs>> {
+    let m = |text: &str| isl.map(&format!("{pre}{{ {text} }}"));
+    let t = block_keys
+        .copy()?
+        .apply_range(m(&format!(
+            "[j] -> [kt] : {BLOCK_KEYS} kt <= j < {BLOCK_KEYS} kt + {BLOCK_KEYS}"
+        ))?)?
+        .intersect_domain(aligned.copy()?)?;
+    let starts = t
+        .copy()?
+        .subtract(t.copy()?.apply_range(m("[k] -> [k + 1]")?)?)?;
+    let ends = t
+        .copy()?
+        .subtract(t.copy()?.apply_range(m("[k] -> [k - 1]")?)?)?;
+    let mut runs = Vec::new();
+    let mut first = starts.copy()?.lexmin()?;
+    while !first.is_empty()? {
+        if runs.len() == MAX_KEY_RUNS {
+            return Ok(None);
+        }
+        let last = first
+            .copy()?
+            .apply_range(m("[k] -> [l] : l >= k")?)?
+            .intersect(ends.copy()?)?
+            .lexmin()?;
+        let next = last
+            .copy()?
+            .apply_range(m("[k] -> [l] : l > k")?)?
+            .intersect(starts.copy()?)?
+            .lexmin()?;
+        runs.push((first, last));
+        first = next;
+    }
+    if runs.len() < 2 {
+        return Ok(None);
+    }
+    let mut visited = t.copy()?.subtract(t.copy()?)?;
+    for (first, last) in &runs {
+        let run = first
+            .copy()?
+            .apply_range(m("[k] -> [l] : l >= k")?)?
+            .intersect(last.copy()?.apply_range(m("[k] -> [l] : l <= k")?)?)?;
+        if !visited.copy()?.intersect(run.copy()?)?.is_empty()? {
+            return Ok(None);
+        }
+        visited = visited.union(run)?;
+    }
+    if !t.is_subset(&visited)? {
+        return Ok(None);
+    }
+    Ok(Some(Runs { runs, visited }))
+}
+
+impl Runs {
+    /// The runs as [`KeyTiles::Runs`] in `block_names` (simplified for
+    /// aligned blocks, the only ones a kernel has), and the tiles visited
+    /// as a set of `[bt, i0, j0]`.
+    fn printed(
+        self,
+        isl: &Isl,
+        scop: &Scop,
+        block_names: &[String],
+        aligned: &isl_rs::Set,
+    ) -> Result<(KeyTiles, isl_rs::Set)> {
+        let mut out = Vec::new();
+        for (first, last) in self.runs {
+            // Merged while the rows are still known to be aligned (a run
+            // of blocks `0, 64` and `128 ..` is one interval of them).
+            let any = first.copy()?.domain()?.coalesce()?.gist(aligned.copy()?)?;
+            let first = first.dim_min(0)?.coalesce()?.gist(aligned.copy()?)?;
+            let last = last.dim_min(0)?.coalesce()?.gist(aligned.copy()?)?;
+            out.push(KeyRun {
+                any: super::promote::set_expr(isl, scop, any, block_names)?,
+                first: super::promote::expr_in(isl, first, block_names)?,
+                last: super::promote::expr_in(isl, last, block_names)?,
+            });
+        }
+        let visited = self
+            .visited
+            .apply_range(isl.map(&format!(
+                "{}{{ [kt] -> [pf_j0] : pf_j0 = {BLOCK_KEYS} kt }}",
+                scop.param_prefix
+            ))?)?
+            .wrap()?
+            .flatten()?;
+        Ok((KeyTiles::Runs(out), visited))
+    }
 }
 
 #[cfg(test)]
@@ -1858,6 +2046,154 @@ mod tests {
         let att = found.expect("recognised");
         assert!(!att.every_tile_whole());
         assert_eq!(names(&att.maps, |m| &m.0), ["T"]);
+    }
+
+    /// `e` at the values `env` gives its names (a test's reading of the
+    /// conditions the kernel prints).
+    fn eval(e: &AstExpr, env: &std::collections::HashMap<&str, i64>) -> i64 {
+        use crate::isl::ast::Op;
+        let AstExpr::Op(op, args) = e else {
+            return match e {
+                AstExpr::Int(v) => *v,
+                AstExpr::Id(n) => env[n.as_str()],
+                AstExpr::Op(..) => unreachable!(),
+            };
+        };
+        let v: Vec<i64> = args.iter().map(|a| eval(a, env)).collect();
+        let b = |x: bool| i64::from(x);
+        match op {
+            Op::And => b(v.iter().all(|x| *x != 0)),
+            Op::Or => b(v.iter().any(|x| *x != 0)),
+            Op::Max => *v.iter().max().unwrap(),
+            Op::Min => *v.iter().min().unwrap(),
+            Op::Neg => -v[0],
+            Op::Add => v[0] + v[1],
+            Op::Sub => v[0] - v[1],
+            Op::Mul => v[0] * v[1],
+            Op::Div | Op::PosDiv => v[0] / v[1],
+            Op::FloorDiv => v[0].div_euclid(v[1]),
+            Op::PosRem | Op::ZeroRem => v[0] % v[1],
+            Op::Select => {
+                if v[0] != 0 {
+                    v[1]
+                } else {
+                    v[2]
+                }
+            }
+            Op::Eq => b(v[0] == v[1]),
+            Op::Le => b(v[0] <= v[1]),
+            Op::Lt => b(v[0] < v[1]),
+            Op::Ge => b(v[0] >= v[1]),
+            Op::Gt => b(v[0] > v[1]),
+            Op::Call => panic!("a call in a condition: {e:?}"),
+        }
+    }
+
+    /// The key tiles the kernel visits for the block of batch (0, 0) whose
+    /// first row is `i0`, in the order it visits them.
+    fn visited_tiles(att: &Attention, i0: i64) -> Vec<i64> {
+        let env: std::collections::HashMap<&str, i64> =
+            [("b", 0), ("h", 0), ("pf_i0", i0)].into_iter().collect();
+        match &att.key_tiles {
+            KeyTiles::Range { any, lo, hi } => match eval(any, &env) {
+                0 => vec![],
+                _ => (eval(lo, &env) / BLOCK_KEYS..=eval(hi, &env) / BLOCK_KEYS).collect(),
+            },
+            KeyTiles::Runs(runs) => runs
+                .iter()
+                .filter(|r| eval(&r.any, &env) != 0)
+                .flat_map(|r| eval(&r.first, &env)..=eval(&r.last, &env))
+                .collect(),
+        }
+    }
+
+    /// BigBird's body: a window of `w` keys either side, `g` global rows
+    /// and columns.
+    fn bigbird_body(w: i64, g: i64) -> Vec<String> {
+        let mask = format!("(j >= i - {w} && j <= i + {w}) || j < {g} || i < {g}");
+        BODY.iter()
+            .enumerate()
+            .map(|(k, l)| match k {
+                1..=5 => format!("{l} where {mask}"),
+                _ => l.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bigbird_visits_the_global_tiles_and_the_windows_not_the_gap_between() {
+        let (s, w, g) = (300, 9, 5);
+        let body = bigbird_body(w, g);
+        let body: Vec<&str> = body.iter().map(String::as_str).collect();
+        let (_, found) = recognised(&program(s, 32, "f16", K_ROWS, "", &body));
+        let att = found.expect("recognised");
+        let KeyTiles::Runs(runs) = &att.key_tiles else {
+            panic!("one range of key tiles: {:?}", att.key_tiles);
+        };
+        assert_eq!(runs.len(), 2);
+        // Rows 192..255 read keys 0..4 (tile 0) and 183..264 (tiles 2 to
+        // 4): tile 1 is skipped. The first blocks' windows reach tile 0.
+        assert_eq!(visited_tiles(&att, 0), [0, 1, 2, 3, 4]);
+        assert_eq!(visited_tiles(&att, 64), [0, 1, 2]);
+        assert_eq!(visited_tiles(&att, 192), [0, 2, 3, 4]);
+        assert_eq!(visited_tiles(&att, 256), [0, 3, 4]);
+        // Every block visits exactly the tiles that hold an element of
+        // the domain for its rows, once each, in order.
+        let inside = |i: i64, j: i64| (j >= i - w && j <= i + w) || j < g || i < g;
+        for i0 in (0..s).step_by(BLOCK_ROWS as usize) {
+            let holding: Vec<i64> = (0..(s + BLOCK_KEYS - 1) / BLOCK_KEYS)
+                .filter(|t| {
+                    (i0..(i0 + BLOCK_ROWS).min(s)).any(|i| {
+                        (t * BLOCK_KEYS..((t + 1) * BLOCK_KEYS).min(s)).any(|j| inside(i, j))
+                    })
+                })
+                .collect();
+            assert_eq!(visited_tiles(&att, i0), holding, "block {i0}");
+        }
+        // A window narrower than a tile and a global column of 5 keys: no
+        // tile of a block past the global rows is whole.
+        assert!(!att.every_tile_whole());
+    }
+
+    #[test]
+    fn tiles_without_a_gap_stay_one_range() {
+        // Causal: every block's tiles from 0 to its diagonal hold keys.
+        let body: Vec<String> = BODY
+            .iter()
+            .enumerate()
+            .map(|(k, l)| match k {
+                1..=5 => format!("{l} where j <= i"),
+                _ => l.to_string(),
+            })
+            .collect();
+        let body: Vec<&str> = body.iter().map(String::as_str).collect();
+        let (_, found) = recognised(&program(300, 32, "f16", K_ROWS, "", &body));
+        let att = found.expect("recognised");
+        assert!(matches!(att.key_tiles, KeyTiles::Range { .. }));
+        assert_eq!(visited_tiles(&att, 192), [0, 1, 2, 3]);
+        // BigBird with global tokens as wide as the window's reach: the
+        // window of every block touches the global tiles, no gap.
+        let body = bigbird_body(64, 64);
+        let body: Vec<&str> = body.iter().map(String::as_str).collect();
+        let (_, found) = recognised(&program(160, 32, "f16", K_ROWS, "", &body));
+        let att = found.expect("recognised");
+        assert!(matches!(att.key_tiles, KeyTiles::Range { .. }));
+    }
+
+    #[test]
+    fn block_aligned_bigbird_visits_whole_tiles_only() {
+        // The benchmark's shape at 640 keys: a window of 64 either side and
+        // 128 global rows and columns. Past the global rows a block reads
+        // tiles 0 and 1 (whole), and its window's three tiles (the middle
+        // one whole).
+        let body = bigbird_body(64, 128);
+        let body: Vec<&str> = body.iter().map(String::as_str).collect();
+        let (_, found) = recognised(&program(640, 64, "f16", K_ROWS, "", &body));
+        let att = found.expect("recognised");
+        assert!(matches!(&att.key_tiles, KeyTiles::Runs(r) if r.len() == 2));
+        assert_eq!(visited_tiles(&att, 320), [0, 1, 4, 5, 6]);
+        assert_eq!(visited_tiles(&att, 576), [0, 1, 8, 9]);
+        assert_eq!(visited_tiles(&att, 128), [0, 1, 2, 3]);
     }
 
     #[test]

@@ -39,14 +39,13 @@ use super::attention::{
     boxed_set, dim_extent, domain_on, extents, f32_temps, one_width_a_column, padding_rows, reads,
     step_expressions, tile_conditions, uncast, var_list, within_rows, writes, Attention, Extents,
     Roles, RowContraction, RowKernel, RowShape, RowSum, Score, Split, Surroundings, TargetForm,
-    Targets, SPLIT_ROWS,
+    Targets, TileConditions, SPLIT_ROWS,
 };
 use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Program, Reducer, Statement,
 };
-use crate::isl::ast::Expr as AstExpr;
 use crate::isl::Isl;
 use crate::model::{access_text, ModelStmt, Scop};
 
@@ -492,8 +491,12 @@ impl SplitForm {
 
     /// The kernel, with the first kernel's tiled loop's `conditions`
     /// ([`tile_conditions`]).
-    fn plan(self, conditions: [AstExpr; 5]) -> Attention {
-        let [key_lo, key_hi, any_key, full_tile, element] = conditions;
+    fn plan(self, conditions: TileConditions) -> Attention {
+        let TileConditions {
+            key_tiles,
+            full_tile,
+            element,
+        } = conditions;
         let mut local_idx = self.shape.row_idx.clone();
         local_idx.push(self.split.slice.clone());
         let pred_local_read = access_text(&self.global.local, &var_list(&local_idx));
@@ -526,9 +529,7 @@ impl SplitForm {
             sums: self.targets.sums,
             contractions: self.targets.contractions,
             epilogue: self.around.epilogue,
-            key_lo,
-            key_hi,
-            any_key,
+            key_tiles,
             full_tile,
             element,
             split: Some(self.split),
