@@ -46,6 +46,10 @@ if (($# > 0)); then
     programs=("$@")
 else
     programs=(examples/*.json bench/programs/*.json)
+    # BigBird at S = 4096 waits the scheduler's 60 s and falls back (about
+    # two minutes a compilation here); gpu-check.sh compiles and checks it
+    # at S = 1031, and the example's union compiles below.
+    programs=("${programs[@]/bench\/programs\/attention_bigbird_f16_s4096.json/}")
 fi
 
 if [[ -n "${CUDA_CHECK_DIR:-}" ]]; then
@@ -102,6 +106,7 @@ polyfuse_to() {
 first_line() { head -n 3 "$1" | tr '\n' ' ' | sed 's/ *$//'; }
 
 for file in "${programs[@]}"; do
+    [[ -n $file ]] || continue
     name=$(basename "$file" .json)
     case "$file" in
         bench/*) name="bench/$name" ;;
