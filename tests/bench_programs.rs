@@ -266,6 +266,7 @@ fn lstm_cell_f16_b256i1024h1024() {
 #[test]
 fn every_bench_program_is_tested() {
     let tested = [
+        "attention_bigbird_f16_s4096",
         "attention_causal_b4h16s4096d64",
         "attention_causal_f16w_b4h16s4096d64",
         "attention_decode_causal_b1h32kv32768d128",
