@@ -1913,12 +1913,13 @@ fn fold_outer_members(isl: &Isl, node: ScheduleNode) -> Result<Option<ScheduleNo
     if n < 2 || !node.band_member_get_coincident(0)? || !node.band_member_get_coincident(1)? {
         return Ok(None);
     }
-    let (outer, inner) = match (member_range(&node, 1)?, member_range(&node, 0)?) {
-        (Some((lo, hi)), _) => (0, (1, lo, hi)),
-        (None, Some((lo, hi))) => (1, (0, lo, hi)),
+    // `scaled` is the member `a`, `ranged` the member `b` whose values lie
+    // in `lo..=hi` (the inner one where both do).
+    let (scaled, ranged, lo, hi) = match (member_range(&node, 1)?, member_range(&node, 0)?) {
+        (Some((lo, hi)), _) => (0, 1, lo, hi),
+        (None, Some((lo, hi))) => (1, 0, lo, hi),
         (None, None) => return Ok(None),
     };
-    let (inner, lo, hi) = inner;
     let partial = node.band_get_partial_schedule()?;
     let domain = node.get_domain()?;
     let constant = |v: i64| -> Result<isl_rs::UnionPwAff> {
@@ -1928,12 +1929,12 @@ fn fold_outer_members(isl: &Isl, node: ScheduleNode) -> Result<Option<ScheduleNo
         )?)
     };
     let folded = partial
-        .get_union_pw_aff(outer)?
+        .get_union_pw_aff(scaled)?
         .intersect_domain(domain.copy()?)?
         .scale_val(Val::int_from_si(&isl.ctx, hi - lo + 1)?)?
         .add(
             partial
-                .get_union_pw_aff(inner)?
+                .get_union_pw_aff(ranged)?
                 .intersect_domain(domain.copy()?)?
                 .sub(constant(lo)?)?,
         )?;
