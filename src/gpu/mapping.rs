@@ -1766,10 +1766,9 @@ fn occupied_tiles(band: &ScheduleNode, tiles: &[i64]) -> Result<Option<i64>> {
     let ps: Vec<String> = (0..np).map(|i| format!("p{i}")).collect();
     let xs: Vec<String> = (0..nb).map(|i| format!("x{i}")).collect();
     let ys: Vec<String> = (0..nb).map(|i| format!("y{i}")).collect();
-    let mut conds: Vec<String> = (0..nb)
+    let conds: Vec<String> = (0..nb)
         .map(|i| format!("y{i} = floor(x{i} / {})", tiles[i]))
         .collect();
-    conds.push("0 = 0".into());
     let ctx = values.get_ctx();
     let to_tiles = isl_rs::UnionMap::read_from_str(
         &ctx,
@@ -2012,8 +2011,15 @@ fn permute_members(node: ScheduleNode, order: &[usize]) -> Result<ScheduleNode> 
 /// The number of values band member `i` takes over the instances reaching
 /// the band, when the parameters fix it.
 pub fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
+    if member_values_empty(band, i)? {
+        return Ok(Some(0));
+    }
+    Ok(member_range(band, i)?.map(|(lo, hi)| hi - lo + 1))
+}
+
+fn member_values_empty(band: &ScheduleNode, i: usize) -> Result<bool> {
     let n = band.band_n_member()? as usize;
-    let values = project_members(
+    Ok(project_members(
         &band
             .band_get_partial_schedule_union_map()?
             .intersect_domain(band.get_domain()?)?,
@@ -2021,19 +2027,8 @@ pub fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
         i + 1,
         n,
     )?
-    .range()?;
-    if values.is_empty()? {
-        return Ok(Some(0));
-    }
-    let set = Set::from_union_set(values)?;
-    let hi = set.copy()?.dim_max_val(0);
-    let lo = set.dim_min_val(0);
-    Ok(match (hi, lo) {
-        (Ok(hi), Ok(lo)) if hi.is_int()? && lo.is_int()? => {
-            Some(val_to_i64(&hi)? - val_to_i64(&lo)? + 1)
-        }
-        _ => None,
-    })
+    .range()?
+    .is_empty()?)
 }
 
 /// Pairs of instances below the band `band` that agree on every loop above
