@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::frontend::ast::Program;
 use crate::isl::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
-use crate::model::count::{count_points, flops_per_instance};
+use crate::model::count::{estimated_points, flops_per_instance};
 use crate::model::Scop;
 
 use super::mapping::KernelPlan;
@@ -241,7 +241,7 @@ fn kernel_flops(scop: &Scop, program: &Program, domain: &UnionSet) -> Result<u64
             .project_out_all_params()?;
         // A domain too coupled to count stays uncounted: the bytes still
         // weigh the kernel.
-        let n = count_points(&fixed).unwrap_or(0);
+        let n = estimated_points(&fixed).unwrap_or(0);
         flops = flops.saturating_add(n.saturating_mul(per));
     }
     Ok(flops)
@@ -361,8 +361,8 @@ fn member_empty_steps(blocks: &UnionMap, member: UnionMap) -> Option<u64> {
     }
     let steps = (span.get_num_si().ok()? / stride + 1).max(0) as u64;
     let fixed = points.copy().ok()?.project_out_all_params().ok()?;
-    let distinct = count_points(&fixed).ok()?;
-    let n_blocks = count_points(&fixed.project_out(isl_rs::DimType::Set, nb, 1).ok()?)
+    let distinct = estimated_points(&fixed).ok()?;
+    let n_blocks = estimated_points(&fixed.project_out(isl_rs::DimType::Set, nb, 1).ok()?)
         .ok()?
         .max(1);
     Some(steps.saturating_sub(distinct / n_blocks))

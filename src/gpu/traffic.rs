@@ -13,7 +13,8 @@
 //! once and store its write footprint once:
 //!
 //! * tiles: the number of points of dom F (tile origins divided by their
-//!   stride, then counted exactly, as `model::count` counts domains);
+//!   stride), counted by `model::count::estimated_points`: exactly for
+//!   boxes and triangles, estimated for sets too coupled to slice cheaply;
 //! * footprint: the size of isl's fixed box hull of the range of F
 //!   (`isl_map_get_range_simple_fixed_box_hull`): exact for a full tile of
 //!   an affine access, an upper bound at partial edge tiles. Where isl finds
@@ -30,8 +31,8 @@
 
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Program, TensorRole};
-use crate::isl::{DimType, IslPrint, Map, ScheduleNode, ScheduleNodeType, Set, UnionMap};
-use crate::model::count::count_points;
+use crate::isl::{IslPrint, Map, ScheduleNode, ScheduleNodeType, Set, UnionMap};
+use crate::model::count::estimated_points;
 use crate::model::Scop;
 
 /// The traffic of one tile point: the kernel it is in (the name of the
@@ -186,39 +187,14 @@ fn pairs(f: &Map) -> Result<(u64, bool)> {
         }
         Ok((tiles.saturating_mul(n), true))
     } else {
-        Ok((count_points(&f.copy()?.range()?)?, false))
+        Ok((estimated_points(&f.copy()?.range()?)?, false))
     }
 }
 
-/// Points of a set of tile origins: each strided dimension is divided by
-/// its stride first, so the count needs no slicing along empty values.
+/// Points of a set of tile origins (strided dimensions count as their
+/// quotients: `model::count` compresses them).
 fn count_tiles(set: Set) -> Result<u64> {
-    let n = set.dim(DimType::Set)?;
-    if n == 0 {
-        return Ok(if set.is_empty()? { 0 } else { 1 });
-    }
-    let mut from = Vec::new();
-    let mut to = Vec::new();
-    let mut strided = false;
-    for d in 0..n {
-        let s = crate::isl::val_to_i64(&set.get_stride(d)?)?;
-        from.push(format!("x{d}"));
-        if s > 1 {
-            strided = true;
-            to.push(format!("floor((x{d})/{s})"));
-        } else {
-            to.push(format!("x{d}"));
-        }
-    }
-    let set = if strided {
-        let text = format!("{{ [{}] -> [{}] }}", from.join(", "), to.join(", "));
-        let isl_map = Map::read_from_str(&set.get_ctx(), &text)
-            .map_err(|e| Error::Internal(format!("stride map {text}: {e:?}")))?;
-        set.apply(isl_map)?
-    } else {
-        set
-    };
-    count_points(&set).map_err(|e| match e {
+    estimated_points(&set).map_err(|e| match e {
         Error::Internal(m) => Error::Internal(format!("counting tiles of {}: {m}", set.text())),
         other => other,
     })

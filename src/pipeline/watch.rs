@@ -76,7 +76,7 @@ impl WatchEvent {
     pub fn message(&self, source: &str) -> String {
         match self {
             WatchEvent::StillCompiling(t) => format!(
-                "polyfuse: {source}: still compiling after {} s (isl's scheduler)",
+                "polyfuse: {source}: still compiling after {} s",
                 t.as_secs()
             ),
             WatchEvent::FellBack(t) => format!(
