@@ -2480,3 +2480,83 @@ fn a_folded_grid_stays_within_cudas_limit_on_z() {
     assert_eq!(grid[2], 65_535, "{grid:?}");
     emulate_ok(json, &auto_options());
 }
+
+/// An MLP layer on the SIMT units at sizes off every tile: `body` after
+/// the product `Z +=! X W1`.
+fn mlp_layer(body: &[&str]) -> String {
+    let body: Vec<String> = body.iter().map(|s| format!("\"{s}\"")).collect();
+    format!(
+        r#"{{"name": "mlp_layer", "params": {{"B": 67, "D": 45, "F": 133}},
+        "inputs": {{"X": {{"dtype": "f32", "shape": ["B", "D"]}},
+                   "W1": {{"dtype": "f32", "shape": ["D", "F"]}},
+                   "b1": {{"dtype": "f32", "shape": ["F"]}}}},
+        "outputs": {{"H": {{"dtype": "f32", "shape": ["B", "F"]}}}},
+        "temps": {{"Z": {{"dtype": "f32", "shape": ["B", "F"]}}}},
+        "body": ["Z(b, f) +=! X(b, d) * W1(d, f)", {}]}}"#,
+        body.join(", ")
+    )
+}
+
+/// The lines of `source` that write tensor `t`: `t_T[...] = ...`.
+fn writes_of<'a>(source: &'a str, t: &str) -> Vec<&'a str> {
+    let at = format!("t_{t}[");
+    source
+        .lines()
+        .filter(|l| {
+            l.match_indices(&at).any(|(i, _)| {
+                let rest = &l[i..];
+                let end = rest.find(';').unwrap_or(rest.len());
+                let lhs_end = rest.find("] = ").unwrap_or(usize::MAX);
+                lhs_end < end && !rest[..lhs_end].contains(" = ")
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_products_epilogue_runs_where_its_registers_are_stored() {
+    // SiLU after the product (the suite's f32 MLP): run once per element
+    // after the k loop, with the store of the registers, not inside the
+    // unrolled steps behind a test of the last one; its bias is read from
+    // global memory there, not copied to shared memory at every step.
+    for body in [
+        vec!["H(b, f) = (Z(b, f) + b1(f)) * sigmoid(Z(b, f) + b1(f))"],
+        // A chain: in place on the accumulator, then moved out.
+        vec!["Z(b, f) = Z(b, f) + b1(f)", "H(b, f) = tanh(Z(b, f))"],
+    ] {
+        let json = mlp_layer(&body);
+        let p = load_str(&json, "mlp_layer.json").unwrap();
+        let c = compile(&p, &auto_options()).unwrap();
+        let source = c.cuda.as_ref().unwrap().source.clone();
+        let h = writes_of(&source, "H");
+        assert!(!h.is_empty(), "{source}");
+        for line in &h {
+            // The store's line: the element `pf_g`, the register, and the
+            // store of the accumulator after the epilogue.
+            assert!(
+                line.contains("pf_g0") && line.contains("pf_reg_") && line.contains("t_Z["),
+                "{body:?}: {line}\n{source}"
+            );
+        }
+        assert!(!source.contains("pf_shared_kernel_0_b1"), "{source}");
+        emulation_checks(c, "mlp layer");
+    }
+}
+
+#[test]
+fn an_epilogue_on_part_of_the_tensor_stays_in_the_loop() {
+    // The epilogue's domain is not every element of Z: at the store it
+    // would also run on the elements it excludes, so it keeps its place
+    // at the last step.
+    let json = mlp_layer(&[
+        "H(b, f) = Z(b, f) * 2.0 where f in 0:F-3",
+        "H(b, f) = 0.0 where f in F-3:F",
+    ]);
+    let p = load_str(&json, "mlp_layer.json").unwrap();
+    let c = compile(&p, &auto_options()).unwrap();
+    let source = c.cuda.as_ref().unwrap().source.clone();
+    let h = writes_of(&source, "H");
+    assert!(!h.is_empty(), "{source}");
+    assert!(h.iter().all(|l| !l.contains("t_Z[")), "{h:?}\n{source}");
+    emulation_checks(c, "partial epilogue");
+}

@@ -1750,12 +1750,13 @@ impl Ctx<'_> {
     ) {
         let pad = "  ".repeat(depth);
         if self.in_regs
-            && self
-                .regs
-                .and_then(|r| r.init.as_ref())
-                .is_some_and(|i| i.statement == statement)
+            && self.regs.is_some_and(|r| {
+                r.init.as_ref().is_some_and(|i| i.statement == statement)
+                    || r.store.iter().any(|e| e.statement == statement)
+            })
         {
-            // Hoisted to the start of the register region.
+            // Hoisted to the start of the register region, or run where
+            // its registers are stored (`registers::store_statements`).
             return;
         }
         let s = self
@@ -2454,10 +2455,47 @@ impl Ctx<'_> {
             }
             None => inner.node(body, depth + 1, pending, in_thread, out),
         }
+        let epilogue = self.store_statements(regs);
         each(out, Some(true), &|reg, el| {
-            format!("{el} = {narrow_to}({reg});")
+            if epilogue.is_empty() {
+                format!("{el} = {narrow_to}({reg});")
+            } else {
+                format!("{{ {epilogue}{el} = {narrow_to}({reg}); }}")
+            }
         });
         let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// The statements `regs` runs where its registers are stored (see
+    /// `gpu::registers::store_statements`), in order, on the slot's
+    /// element `pf_g<d>` and its register, as one line.
+    fn store_statements(&self, regs: &RegisterTile) -> String {
+        let mut text = String::new();
+        for e in &regs.store {
+            let Some(s) = self.scop.statement(&e.statement) else {
+                continue;
+            };
+            let env: std::collections::HashMap<String, String> = s
+                .iterators
+                .iter()
+                .zip(&e.element_dims)
+                .map(|(it, d)| (it.clone(), format!("pf_g{d}")))
+                .collect();
+            {
+                let mut o = self.printer.overrides.borrow_mut();
+                o.clear();
+                for (stmt, key) in &regs.accesses {
+                    if *stmt == e.statement {
+                        o.insert(key.clone(), self.register_element(regs));
+                    }
+                }
+            }
+            let st = &self.program.statements[s.source];
+            let line = self.printer.statement(st, s.kind, &env);
+            self.printer.overrides.borrow_mut().clear();
+            let _ = write!(text, "{} ", line.trim());
+        }
+        text
     }
 
     /// The register region of a contraction on tensor cores (see

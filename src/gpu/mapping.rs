@@ -828,9 +828,31 @@ fn map_kernel(
                 node = node.insert_mark(mark(isl, "nosync")?)?.child(0)?;
             }
             node = node.child(0)?;
+            let promoted: Vec<String> = thread_plan
+                .scope
+                .iter()
+                .flat_map(|s| s.arrays.iter().map(|a| a.tensor.clone()))
+                .collect();
+            let store = match (&registers, &contraction) {
+                (Some(r), None) => super::registers::store_statements(
+                    isl,
+                    program,
+                    scop,
+                    deps,
+                    &kernel_domain,
+                    r,
+                    &promoted,
+                )?,
+                _ => Vec::new(),
+            };
+            if let Some(scope) = thread_plan.scope.as_mut() {
+                let moved: Vec<String> = store.iter().map(|e| e.statement.clone()).collect();
+                scope.without_statements(&moved);
+            }
             thread_plan.registers = registers.map(|mut r| {
                 r.thread_tiles = member_tile[..nb].to_vec();
                 r.vector = opts.vector;
+                r.store = store;
                 Registers::Tile(r)
             });
         }

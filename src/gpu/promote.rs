@@ -147,6 +147,31 @@ impl Scope {
     pub fn bytes(&self) -> usize {
         self.arrays.iter().map(|a| a.layout.bytes()).sum()
     }
+
+    /// The scope without the accesses of `statements` (statements that run
+    /// elsewhere: a register tile's store), and without the arrays only
+    /// they read, which would be copied at every step for nothing.
+    pub fn without_statements(&mut self, statements: &[String]) {
+        self.accesses
+            .retain(|(stmt, _), _| !statements.iter().any(|s| s == stmt));
+        let used: Vec<bool> = (0..self.arrays.len())
+            .map(|k| self.accesses.values().any(|(a, _)| *a == k))
+            .collect();
+        let mut new_index = Vec::with_capacity(used.len());
+        let mut next = 0;
+        for u in &used {
+            new_index.push(next);
+            next += usize::from(*u);
+        }
+        let mut k = 0;
+        self.arrays.retain(|_| {
+            k += 1;
+            used[k - 1]
+        });
+        for (a, _) in self.accesses.values_mut() {
+            *a = new_index[*a];
+        }
+    }
 }
 
 /// The tuple of identifiers `names` over `space` (for `bind`).

@@ -16,6 +16,9 @@
 
 use std::collections::HashSet;
 
+mod store;
+pub use store::{store_statements, StoreStatement};
+
 use isl_rs::{PwMultiAff, ScheduleNode, UnionMap};
 
 use crate::error::Result;
@@ -84,6 +87,11 @@ pub struct RegisterTile {
     /// slot, so a thread's slots run the same straight-line code as in a
     /// full tile; the other statements keep the test of their slot.
     pub clamp_safe: HashSet<String>,
+    /// Epilogue statements run where the registers are stored, after the
+    /// region's loops, instead of at the last step inside them (see
+    /// [`store_statements`]); the gpu stage fills it once the kernel's
+    /// promotions are known.
+    pub store: Vec<StoreStatement>,
 }
 
 /// An `op=!` initialisation executed on the registers before the region's
@@ -266,6 +274,7 @@ pub fn candidate(
             prefix_values: Vec::new(),
             vector: 1,
             unrolled_steps: None,
+            store: Vec::new(),
         }));
     }
     Ok(None)
