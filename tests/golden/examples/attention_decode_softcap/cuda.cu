@@ -101,7 +101,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                     pf_reg_kernel_0_P[pf_ry][pf_rx] = pf_reg_kernel_0_P[pf_ry][pf_rx] + (pf_h2f(pf_shared_kernel_0_Q[(((0)) - pf_o0_0) * 64 + (((c4)) - pf_o0_1) * 16 + (((c3)) - pf_o0_2) * 1]) * pf_h2f(pf_shared_kernel_0_K[(((0)) - pf_o1_0) * 2176 + (((c4)) - pf_o1_1) * 544 + ((((c1 + c5))) - pf_o1_2) * 17 + (((c3)) - pf_o1_3) * 1]));
                     if ((c3 == 15)) {
-                      t_T[((((0)) * (p_H) + ((c4))) * (p_KV) + (((c1 + c5))))] = (tanhf(((pf_reg_kernel_0_P[pf_ry][pf_rx] * 0.25f) / 20.0f)) * 20.0f);
                     }
                   }
                 }
@@ -157,7 +156,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                     pf_reg_kernel_0_P[pf_ry][pf_rx] = pf_reg_kernel_0_P[pf_ry][pf_rx] + (pf_h2f(pf_shared_kernel_0_Q[(((0)) - pf_o0_0) * 64 + (((c4)) - pf_o0_1) * 16 + (((c3)) - pf_o0_2) * 1]) * pf_h2f(pf_shared_kernel_0_K[(((0)) - pf_o1_0) * 2176 + (((c4)) - pf_o1_1) * 544 + ((((c1 + c5))) - pf_o1_2) * 17 + (((c3)) - pf_o1_3) * 1]));
                     if ((c3 == 15)) {
-                      if (pf_slot_c5 <= 31) t_T[((((0)) * (p_H) + ((c4))) * (p_KV) + (((c1 + c5))))] = (tanhf(((pf_reg_kernel_0_P[pf_ry][pf_rx] * 0.25f) / 20.0f)) * 20.0f);
                     }
                   }
                 }
@@ -177,7 +175,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_g0 = 0;
           const pf_i pf_g1 = pf_t0;
           const pf_i pf_g2 = (pf_b1 + pf_t1);
-          if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && ((pf_t0 <= 3))) t_P[((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2] = (pf_reg_kernel_0_P[pf_ry][pf_rx]);
+          if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_KV) && ((pf_t0 <= 3))) { t_T[((((pf_g0)) * (p_H) + ((pf_g1))) * (p_KV) + ((pf_g2)))] = (tanhf(((pf_reg_kernel_0_P[pf_ry][pf_rx] * 0.25f) / 20.0f)) * 20.0f); t_P[((pf_g0) * (p_H) + pf_g1) * (p_KV) + pf_g2] = (pf_reg_kernel_0_P[pf_ry][pf_rx]); }
         }
       }
     }
@@ -773,7 +771,6 @@ asm volatile("griddepcontrol.launch_dependents;");
   __shared__ __align__(16) float pf_shared_kernel_4_M_local[32];
   __shared__ __align__(16) float pf_shared_kernel_4_M[8];
   __shared__ __align__(16) float pf_shared_kernel_4_O_local[640];
-  __shared__ __align__(16) float pf_shared_kernel_4_L[8];
   {
     float pf_reg_kernel_4_O[2][2];
     const int pf_ry = 0; (void)pf_ry;
@@ -808,8 +805,6 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_o2_1 = 0;
         const pf_i pf_o2_2 = 0;
         const pf_i pf_o2_3 = 0;
-        const pf_i pf_o3_0 = 0;
-        const pf_i pf_o3_1 = 0;
         for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 4; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a2 = (pf_e % 1) * 4;
           const pf_i pf_a1 = ((pf_e / 1) % 4);
@@ -876,26 +871,6 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a1 = (pf_e % 1) * 4;
-          const pf_i pf_a0 = (pf_e / 1);
-          const pf_i pf_g0 = pf_o3_0 + pf_a0;
-          const pf_i pf_g1 = pf_o3_1 + pf_a1;
-          if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-            if ((((unsigned long long)t_L) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_L[(pf_g0) * (p_H) + pf_g1];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 3] = pf_v.w;
-            } else {
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 0] = t_L[(pf_g0) * (p_H) + pf_g1 + 0];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 1] = t_L[(pf_g0) * (p_H) + pf_g1 + 1];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 2] = t_L[(pf_g0) * (p_H) + pf_g1 + 2];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 3] = t_L[(pf_g0) * (p_H) + pf_g1 + 3];
-            }
-          }
-        }
         __syncthreads();
         #pragma unroll
         for (pf_i c3 = 0; (c3 <= 3); c3 += 1) {
@@ -912,7 +887,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                   }
                   pf_reg_kernel_4_O[pf_ry][pf_rx] = pf_reg_kernel_4_O[pf_ry][pf_rx] + ((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] == pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]) ? pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1] : (expf((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] + (-pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]))) * pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1]));
                   if ((c3 == 3)) {
-                    t_Y[((((0)) * (p_H) + ((c4))) * (p_D) + ((c5)))] = pf_f2h((pf_reg_kernel_4_O[pf_ry][pf_rx] / pf_shared_kernel_4_L[(((0)) - pf_o3_0) * 4 + (((c4)) - pf_o3_1) * 1]));
                   }
                 }
               }
@@ -934,8 +908,6 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_o2_1 = 0;
         const pf_i pf_o2_2 = 0;
         const pf_i pf_o2_3 = 0;
-        const pf_i pf_o3_0 = 0;
-        const pf_i pf_o3_1 = 0;
         for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 4; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a2 = (pf_e % 1) * 4;
           const pf_i pf_a1 = ((pf_e / 1) % 4);
@@ -1002,26 +974,6 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a1 = (pf_e % 1) * 4;
-          const pf_i pf_a0 = (pf_e / 1);
-          const pf_i pf_g0 = pf_o3_0 + pf_a0;
-          const pf_i pf_g1 = pf_o3_1 + pf_a1;
-          if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-            if ((((unsigned long long)t_L) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_L[(pf_g0) * (p_H) + pf_g1];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 3] = pf_v.w;
-            } else {
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 0] = t_L[(pf_g0) * (p_H) + pf_g1 + 0];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 1] = t_L[(pf_g0) * (p_H) + pf_g1 + 1];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 2] = t_L[(pf_g0) * (p_H) + pf_g1 + 2];
-              pf_shared_kernel_4_L[pf_a0 * 4 + pf_a1 * 1 + 3] = t_L[(pf_g0) * (p_H) + pf_g1 + 3];
-            }
-          }
-        }
         __syncthreads();
         #pragma unroll
         for (pf_i c3 = 0; (c3 <= 3); c3 += 1) {
@@ -1038,7 +990,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                   }
                   pf_reg_kernel_4_O[pf_ry][pf_rx] = pf_reg_kernel_4_O[pf_ry][pf_rx] + ((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] == pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]) ? pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1] : (expf((pf_shared_kernel_4_M_local[(((0)) - pf_o0_0) * 16 + (((c4)) - pf_o0_1) * 4 + (((c3)) - pf_o0_2) * 1] + (-pf_shared_kernel_4_M[(((0)) - pf_o1_0) * 4 + (((c4)) - pf_o1_1) * 1]))) * pf_shared_kernel_4_O_local[(((0)) - pf_o2_0) * 320 + (((c4)) - pf_o2_1) * 80 + (((c5)) - pf_o2_2) * 5 + (((c3)) - pf_o2_3) * 1]));
                   if ((c3 == 3)) {
-                    t_Y[((((0)) * (p_H) + ((c4))) * (p_D) + ((c5)))] = pf_f2h((pf_reg_kernel_4_O[pf_ry][pf_rx] / pf_shared_kernel_4_L[(((0)) - pf_o3_0) * 4 + (((c4)) - pf_o3_1) * 1]));
                   }
                 }
               }
@@ -1058,7 +1009,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_g0 = 0;
         const pf_i pf_g1 = pf_t0;
         const pf_i pf_g2 = pf_t1;
-        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_D) && (((pf_t0 <= 3) && (pf_t1 <= 15)))) t_O[((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2] = (pf_reg_kernel_4_O[pf_ry][pf_rx]);
+        if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_D) && (((pf_t0 <= 3) && (pf_t1 <= 15)))) { t_Y[((((pf_g0)) * (p_H) + ((pf_g1))) * (p_D) + ((pf_g2)))] = pf_f2h((pf_reg_kernel_4_O[pf_ry][pf_rx] / t_L[(((pf_g0)) * (p_H) + ((pf_g1)))])); t_O[((pf_g0) * (p_H) + pf_g1) * (p_D) + pf_g2] = (pf_reg_kernel_4_O[pf_ry][pf_rx]); }
       }
     }
   }

@@ -30,7 +30,6 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_N = 256;
   __shared__ __align__(16) float pf_shared_kernel_0_I[2112];
   __shared__ __align__(16) float pf_shared_kernel_0_W1[2112];
-  __shared__ __align__(16) float pf_shared_kernel_0_B1[64];
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 32; (c0 <= 63); c0 += (pf_i)gridDim.y * 32) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 255); c1 += (pf_i)gridDim.x * 32) {
       {
@@ -57,7 +56,6 @@ asm volatile("griddepcontrol.launch_dependents;");
               const pf_i pf_o0_1 = c2;
               const pf_i pf_o1_0 = c1;
               const pf_i pf_o1_1 = c2;
-              const pf_i pf_o2_0 = c1;
               const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
               if (c2 == (0)) {
                 for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
@@ -100,24 +98,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                 }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a0 = pf_e * 4;
-                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
-                  if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                    if ((((unsigned long long)t_B1) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_B1[pf_g0];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 0] = t_B1[pf_g0 + 0];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 1] = t_B1[pf_g0 + 1];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 2] = t_B1[pf_g0 + 2];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 3] = t_B1[pf_g0 + 3];
-                    }
-                  }
-                }
                 __syncthreads();
               }
               const int pf_has_next = ((c2 + 32) <= 127);
@@ -125,7 +105,6 @@ asm volatile("griddepcontrol.launch_dependents;");
               const pf_i pf_n0_1 = (c2 + 32);
               const pf_i pf_n1_0 = c1;
               const pf_i pf_n1_1 = (c2 + 32);
-              const pf_i pf_n2_0 = c1;
               float pf_next0[1][4];
               if (pf_has_next) {
                 #pragma unroll
@@ -180,31 +159,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                   }
                 }
               }
-              float pf_next2[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a0 = pf_e * 4;
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                      if ((((unsigned long long)t_B1) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_B1[pf_g0];
-                        pf_next2[pf_s][0] = pf_v.x;
-                        pf_next2[pf_s][1] = pf_v.y;
-                        pf_next2[pf_s][2] = pf_v.z;
-                        pf_next2[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next2[pf_s][0] = t_B1[pf_g0 + 0];
-                        pf_next2[pf_s][1] = t_B1[pf_g0 + 1];
-                        pf_next2[pf_s][2] = t_B1[pf_g0 + 2];
-                        pf_next2[pf_s][3] = t_B1[pf_g0 + 3];
-                      }
-                    }
-                  }
-                }
-              }
               #pragma unroll
               for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
                 #pragma unroll
@@ -219,7 +173,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                         }
                         pf_reg_kernel_0_O1[pf_ry][pf_rx] = pf_reg_kernel_0_O1[pf_ry][pf_rx] + (pf_shared_kernel_0_I[pf_stage * 1056 + ((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_0_W1[pf_stage * 1056 + ((((c1 + c5))) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]);
                         if (((c2 == 96) && (c3 == 31))) {
-                          pf_reg_kernel_0_O1[pf_ry][pf_rx] = fmaxf((pf_reg_kernel_0_O1[pf_ry][pf_rx] + pf_shared_kernel_0_B1[pf_stage * 32 + ((((c1 + c5))) - pf_o2_0) * 1]), 0.0f);
                         }
                       }
                     }
@@ -259,20 +212,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                 }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a0 = pf_e * 4;
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 0] = pf_next2[pf_s][0];
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 1] = pf_next2[pf_s][1];
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 2] = pf_next2[pf_s][2];
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 3] = pf_next2[pf_s][3];
-                    }
-                  }
-                }
               }
             }
             __syncthreads();
@@ -284,7 +223,6 @@ asm volatile("griddepcontrol.launch_dependents;");
               const pf_i pf_o0_1 = c2;
               const pf_i pf_o1_0 = c1;
               const pf_i pf_o1_1 = c2;
-              const pf_i pf_o2_0 = c1;
               const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
               if (c2 == (0)) {
                 for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
@@ -327,24 +265,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                 }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a0 = pf_e * 4;
-                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
-                  if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                    if ((((unsigned long long)t_B1) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_B1[pf_g0];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 0] = t_B1[pf_g0 + 0];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 1] = t_B1[pf_g0 + 1];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 2] = t_B1[pf_g0 + 2];
-                      pf_shared_kernel_0_B1[pf_a0 * 1 + 3] = t_B1[pf_g0 + 3];
-                    }
-                  }
-                }
                 __syncthreads();
               }
               const int pf_has_next = ((c2 + 32) <= 127);
@@ -352,7 +272,6 @@ asm volatile("griddepcontrol.launch_dependents;");
               const pf_i pf_n0_1 = (c2 + 32);
               const pf_i pf_n1_0 = c1;
               const pf_i pf_n1_1 = (c2 + 32);
-              const pf_i pf_n2_0 = c1;
               float pf_next0[1][4];
               if (pf_has_next) {
                 #pragma unroll
@@ -402,31 +321,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                         pf_next1[pf_s][1] = t_W1[(pf_g0) * (p_M) + pf_g1 + 1];
                         pf_next1[pf_s][2] = t_W1[(pf_g0) * (p_M) + pf_g1 + 2];
                         pf_next1[pf_s][3] = t_W1[(pf_g0) * (p_M) + pf_g1 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              float pf_next2[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a0 = pf_e * 4;
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                      if ((((unsigned long long)t_B1) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_B1[pf_g0];
-                        pf_next2[pf_s][0] = pf_v.x;
-                        pf_next2[pf_s][1] = pf_v.y;
-                        pf_next2[pf_s][2] = pf_v.z;
-                        pf_next2[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next2[pf_s][0] = t_B1[pf_g0 + 0];
-                        pf_next2[pf_s][1] = t_B1[pf_g0 + 1];
-                        pf_next2[pf_s][2] = t_B1[pf_g0 + 2];
-                        pf_next2[pf_s][3] = t_B1[pf_g0 + 3];
                       }
                     }
                   }
@@ -450,7 +344,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                         }
                         pf_reg_kernel_0_O1[pf_ry][pf_rx] = pf_reg_kernel_0_O1[pf_ry][pf_rx] + (pf_shared_kernel_0_I[pf_stage * 1056 + ((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_0_W1[pf_stage * 1056 + ((((c1 + c5))) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]);
                         if (((c2 == 96) && (c3 == 31))) {
-                          pf_reg_kernel_0_O1[pf_ry][pf_rx] = fmaxf((pf_reg_kernel_0_O1[pf_ry][pf_rx] + pf_shared_kernel_0_B1[pf_stage * 32 + ((((c1 + c5))) - pf_o2_0) * 1]), 0.0f);
                         }
                       }
                     }
@@ -490,20 +383,6 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                 }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a0 = pf_e * 4;
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N)) {
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 0] = pf_next2[pf_s][0];
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 1] = pf_next2[pf_s][1];
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 2] = pf_next2[pf_s][2];
-                      pf_shared_kernel_0_B1[(1 - pf_stage) * 32 + pf_a0 * 1 + 3] = pf_next2[pf_s][3];
-                    }
-                  }
-                }
               }
             }
             __syncthreads();
@@ -519,7 +398,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_t1 = (pf_i)threadIdx.x + pf_rx * 16;
             const pf_i pf_g0 = (pf_b0 + pf_t0);
             const pf_i pf_g1 = (pf_b1 + pf_t1);
-            if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N)) t_O1[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_0_O1[pf_ry][pf_rx]);
+            if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N)) { pf_reg_kernel_0_O1[pf_ry][pf_rx] = fmaxf((pf_reg_kernel_0_O1[pf_ry][pf_rx] + t_B1[((pf_g1))]), 0.0f); t_O1[(pf_g0) * (p_N) + pf_g1] = (pf_reg_kernel_0_O1[pf_ry][pf_rx]); }
           }
         }
       }
