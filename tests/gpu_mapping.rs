@@ -2043,9 +2043,10 @@ fn rows_on_a_block_come_two_to_a_tile_and_rows_on_a_warp_eight() {
 /// A register tile cut by the end of the tensor (300 rows, 270 columns)
 /// runs its slots clamped onto the tensor (`codegen::cuda::clamp`): the
 /// product's update, which writes only the register tile, runs on every
-/// slot without a test, while the epilogue into another tensor tests the
-/// thread's slots; the emulation checks the result against the f64
-/// reference.
+/// slot without a test, while the epilogue into another tensor runs where
+/// the registers are stored, under the store's test of each slot's element
+/// (`gpu::registers::store_statements`); the emulation checks the result
+/// against the f64 reference.
 #[test]
 fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
     let json = r#"{"name": "epilogue", "params": {"M": 300, "N": 270, "K": 20},
@@ -2069,7 +2070,8 @@ fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
     let update = |l: &&&str| l.contains("pf_reg_kernel_0_Z[pf_ry][pf_rx] = pf_reg_kernel_0_Z");
     let store = |l: &&&str| l.contains("t_H[");
     // Inside the clamped slots (after a `pf_slot_` definition), the
-    // epilogue's store tests the slot and the update does not.
+    // update runs without a test; the epilogue's store is the registers'
+    // store, which tests each slot's element against the tensor.
     let clamped = lines
         .iter()
         .position(|l| l.contains("const pf_i pf_slot_c"))
@@ -2077,7 +2079,12 @@ fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
     let rest = &lines[clamped..];
     let stores: Vec<_> = rest.iter().filter(store).collect();
     assert!(!stores.is_empty(), "{cuda}");
-    assert!(stores.iter().all(|l| l.contains("pf_slot_c")), "{stores:?}");
+    assert!(
+        stores.iter().all(|l| l.contains("pf_g0 < (p_M)")
+            && l.contains("pf_g1 < (p_N)")
+            && l.contains("t_Z[")),
+        "{stores:?}"
+    );
     let updates: Vec<_> = rest.iter().filter(update).collect();
     assert!(!updates.is_empty(), "{cuda}");
     assert!(

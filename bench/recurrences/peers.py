@@ -141,7 +141,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="*")
     ap.add_argument("--out")
+    ap.add_argument("--peers", help="comma-separated peer names to time (default: all)")
     a = ap.parse_args()
+    only = set(a.peers.split(",")) if a.peers else None
     sink = open(a.out, "w") if a.out else sys.stdout
     for make in PROGRAMS:
         name = make.__name__
@@ -153,6 +155,8 @@ def main():
         with torch.no_grad():
             ref = reference(*[x.double() for x in args])
         for peer, fn in candidates:
+            if only is not None and peer not in only:
+                continue
             try:
                 with torch.no_grad():
                     out = fn(*args)

@@ -13,6 +13,7 @@
 #
 #   cargo build --release && bash bench/recurrences/run.sh
 #   POLYFUSE=target/release/polyfuse OUT=/tmp/recurrences NAMES="stacked_lstm" ...
+#   PEERS="torch.nn.LSTM (cuDNN)" times only the peers named (comma-separated)
 #
 # Writes $OUT/runs.jsonl (one line per polyfuse run: the check line, or the
 # `run --bench --json` object), $OUT/peers.jsonl and $OUT/errors.log
@@ -56,7 +57,7 @@ for name in $names; do
     echo "recurrences: $name done" >&2
 done
 # shellcheck disable=SC2086
-python3 bench/recurrences/peers.py ${NAMES:-} --out "$OUT/peers.jsonl"
+python3 bench/recurrences/peers.py ${NAMES:-} ${PEERS:+--peers "$PEERS"} --out "$OUT/peers.jsonl"
 # A summary: polyfuse's default time over each peer's.
 python3 - "$OUT" <<'PY'
 import json, sys
