@@ -31,11 +31,11 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::frontend::ast::Program;
 use crate::isl::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
-use crate::model::count::{estimated_points, flops_per_instance};
+use crate::model::count::{flops_per_instance, Counts};
 use crate::model::Scop;
 
 use super::mapping::KernelPlan;
-use super::traffic::tile_point_traffic;
+use super::traffic::tile_point_traffic_counted;
 
 /// The machine the estimate is for.
 #[derive(Debug, Clone, Copy)]
@@ -137,19 +137,22 @@ pub fn estimable(program: &Program) -> bool {
 
 /// The estimate of `mapped` (the gpu stage's tree, `kernel_K` marks above
 /// each kernel) with `plans`, at the program's parameter values; `None`
-/// when a parameter has none (the model weighs sizes, not shapes).
+/// when a parameter has none (the model weighs sizes, not shapes). Its
+/// sets are counted through `counts`: one memo for every estimate of a
+/// compilation, whose candidates count many of the same sets.
 pub fn estimate(
     scop: &Scop,
     program: &Program,
     mapped: &crate::isl::Schedule,
     plans: &[KernelPlan],
     machine: &Machine,
+    counts: &Counts,
 ) -> Result<Option<Estimate>> {
     if !estimable(program) {
         return Ok(None);
     }
     let params = program.known_params();
-    let traffic = tile_point_traffic(scop, program, mapped.get_root()?)?;
+    let traffic = tile_point_traffic_counted(scop, program, mapped.get_root()?, counts)?;
     let mut bytes: HashMap<String, u64> = HashMap::new();
     for p in &traffic {
         if let Some(k) = &p.kernel {
@@ -163,11 +166,11 @@ pub fn estimate(
     for plan in plans {
         let kernel = domains.iter().find(|(m, _, _)| m == &plan.mark);
         let flops = match kernel {
-            Some((_, d, _)) => kernel_flops(scop, program, d)?,
+            Some((_, d, _)) => kernel_flops(scop, program, d, counts)?,
             None => 0,
         };
         let empty = match kernel {
-            Some((_, _, node)) => empty_steps(node)?,
+            Some((_, _, node)) => empty_steps(node, counts)?,
             None => 0,
         };
         let engine = Engine::of(plan);
@@ -220,7 +223,7 @@ fn kernel_domains(
 }
 
 /// Σ over the statements of `domain` of instances x flops per instance.
-fn kernel_flops(scop: &Scop, program: &Program, domain: &UnionSet) -> Result<u64> {
+fn kernel_flops(scop: &Scop, program: &Program, domain: &UnionSet, counts: &Counts) -> Result<u64> {
     let mut flops: u64 = 0;
     let sets = domain.get_set_list()?;
     for k in 0..sets.size()? {
@@ -241,7 +244,7 @@ fn kernel_flops(scop: &Scop, program: &Program, domain: &UnionSet) -> Result<u64
             .project_out_all_params()?;
         // A domain too coupled to count stays uncounted: the bytes still
         // weigh the kernel.
-        let n = estimated_points(&fixed).unwrap_or(0);
+        let n = counts.estimated_points(&fixed).unwrap_or(0);
         flops = flops.saturating_add(n.saturating_mul(per));
     }
     Ok(flops)
@@ -266,9 +269,9 @@ const EMPTY_STEP_SECONDS: f64 = 2.5e-8;
 /// in every block. Counted: the largest span of one block, less the
 /// distinct values a block has on average; 0 where a set cannot be
 /// counted.
-pub fn empty_steps(node: &ScheduleNode) -> Result<u64> {
+pub fn empty_steps(node: &ScheduleNode, counts: &Counts) -> Result<u64> {
     let mut worst = 0;
-    walk_sequential(node.copy()?, None, false, &mut worst)?;
+    walk_sequential(node.copy()?, None, false, counts, &mut worst)?;
     Ok(worst)
 }
 
@@ -276,6 +279,7 @@ fn walk_sequential(
     node: ScheduleNode,
     blocks: Option<&UnionMap>,
     mapped: bool,
+    counts: &Counts,
     worst: &mut u64,
 ) -> Result<()> {
     let mut blocks = blocks.map(|b| b.copy()).transpose()?;
@@ -292,7 +296,7 @@ fn walk_sequential(
                     Some(b) => b.flat_range_product(partial)?,
                 });
             }
-            return walk_sequential(child, blocks.as_ref(), block || thread, worst);
+            return walk_sequential(child, blocks.as_ref(), block || thread, counts, worst);
         }
         ScheduleNodeType::Band if !mapped => {
             if let Some(b) = &blocks {
@@ -307,7 +311,7 @@ fn walk_sequential(
                     let maps = member.get_map_list()?;
                     for k in 0..maps.size()? {
                         let one = UnionMap::from_map(maps.get_at(k)?)?;
-                        let steps = member_empty_steps(b, one).unwrap_or(0);
+                        let steps = member_empty_steps(b, one, counts).unwrap_or(0);
                         *worst = (*worst).max(steps);
                     }
                 }
@@ -316,14 +320,14 @@ fn walk_sequential(
         _ => {}
     }
     for i in 0..node.n_children()? {
-        walk_sequential(node.get_child(i)?, blocks.as_ref(), false, worst)?;
+        walk_sequential(node.get_child(i)?, blocks.as_ref(), false, counts, worst)?;
     }
     Ok(())
 }
 
 /// The empty steps of one member (see [`empty_steps`]); `None` where isl
 /// cannot bound or count them.
-fn member_empty_steps(blocks: &UnionMap, member: UnionMap) -> Option<u64> {
+fn member_empty_steps(blocks: &UnionMap, member: UnionMap, counts: &Counts) -> Option<u64> {
     let nb = {
         let r = blocks.copy().ok()?.range().ok()?;
         crate::isl::Set::from_union_set(r)
@@ -361,8 +365,9 @@ fn member_empty_steps(blocks: &UnionMap, member: UnionMap) -> Option<u64> {
     }
     let steps = (span.get_num_si().ok()? / stride + 1).max(0) as u64;
     let fixed = points.copy().ok()?.project_out_all_params().ok()?;
-    let distinct = estimated_points(&fixed).ok()?;
-    let n_blocks = estimated_points(&fixed.project_out(isl_rs::DimType::Set, nb, 1).ok()?)
+    let distinct = counts.estimated_points(&fixed).ok()?;
+    let n_blocks = counts
+        .estimated_points(&fixed.project_out(isl_rs::DimType::Set, nb, 1).ok()?)
         .ok()?
         .max(1);
     Some(steps.saturating_sub(distinct / n_blocks))
@@ -394,7 +399,7 @@ mod tests {
         let empty = |inner: &str| {
             let s = isl.schedule(&text(inner)).unwrap();
             let kernel = s.get_root().unwrap().get_child(0).unwrap();
-            empty_steps(&kernel).unwrap()
+            empty_steps(&kernel, &Counts::default()).unwrap()
         };
         let skewed =
             empty("{ S[i, k] -> [(k - (k) mod 16)]; T[i] -> [(256 + 3743i - (-i) mod 16)] }");

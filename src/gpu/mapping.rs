@@ -30,7 +30,9 @@
 //! generated no loop for, because it has one iteration, is not mapped to
 //! some deeper loop).
 
-use isl_rs::{Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, UnionMap, Val};
+use isl_rs::{
+    Id, MultiVal, Schedule, ScheduleNode, ScheduleNodeType, Set, UnionMap, UnionSet, Val,
+};
 
 use super::attention::Attention;
 use super::GpuOptions;
@@ -1977,8 +1979,17 @@ fn fold_outer_members(isl: &Isl, node: ScheduleNode) -> Result<Option<ScheduleNo
 /// The least and greatest value of band member `i` over the instances
 /// reaching the band, where both are constants.
 fn member_range(band: &ScheduleNode, i: usize) -> Result<Option<(i64, i64)>> {
+    let values = member_values(band, i)?;
+    if values.is_empty()? {
+        return Ok(None);
+    }
+    constant_bounds(values)
+}
+
+/// The values band member `i` takes over the instances reaching the band.
+fn member_values(band: &ScheduleNode, i: usize) -> Result<UnionSet> {
     let n = band.band_n_member()? as usize;
-    let values = project_members(
+    Ok(project_members(
         &band
             .band_get_partial_schedule_union_map()?
             .intersect_domain(band.get_domain()?)?,
@@ -1986,10 +1997,12 @@ fn member_range(band: &ScheduleNode, i: usize) -> Result<Option<(i64, i64)>> {
         i + 1,
         n,
     )?
-    .range()?;
-    if values.is_empty()? {
-        return Ok(None);
-    }
+    .range()?)
+}
+
+/// The least and greatest of the (non-empty) `values` of one member,
+/// where both are constants.
+fn constant_bounds(values: UnionSet) -> Result<Option<(i64, i64)>> {
     let set = Set::from_union_set(values)?;
     let hi = set.copy()?.dim_max_val(0);
     let lo = set.dim_min_val(0);
@@ -2031,26 +2044,15 @@ fn permute_members(node: ScheduleNode, order: &[usize]) -> Result<ScheduleNode> 
 }
 
 /// The number of values band member `i` takes over the instances reaching
-/// the band, when the parameters fix it.
+/// the band, when the parameters fix it. (Its values are projected once,
+/// for the emptiness and the bounds: the mapping asks this of most bands
+/// several times.)
 pub fn member_extent(band: &ScheduleNode, i: usize) -> Result<Option<i64>> {
-    if member_values_empty(band, i)? {
+    let values = member_values(band, i)?;
+    if values.is_empty()? {
         return Ok(Some(0));
     }
-    Ok(member_range(band, i)?.map(|(lo, hi)| hi - lo + 1))
-}
-
-fn member_values_empty(band: &ScheduleNode, i: usize) -> Result<bool> {
-    let n = band.band_n_member()? as usize;
-    Ok(project_members(
-        &band
-            .band_get_partial_schedule_union_map()?
-            .intersect_domain(band.get_domain()?)?,
-        i,
-        i + 1,
-        n,
-    )?
-    .range()?
-    .is_empty()?)
+    Ok(constant_bounds(values)?.map(|(lo, hi)| hi - lo + 1))
 }
 
 /// Pairs of instances below the band `band` that agree on every loop above

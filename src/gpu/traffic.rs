@@ -32,7 +32,7 @@
 use crate::error::{Error, Result};
 use crate::frontend::ast::{Program, TensorRole};
 use crate::isl::{IslPrint, Map, ScheduleNode, ScheduleNodeType, Set, UnionMap};
-use crate::model::count::estimated_points;
+use crate::model::count::Counts;
 use crate::model::Scop;
 
 /// The traffic of one tile point: the kernel it is in (the name of the
@@ -60,6 +60,17 @@ pub fn tile_point_traffic(
     scop: &Scop,
     program: &Program,
     root: ScheduleNode,
+) -> Result<Vec<PointTraffic>> {
+    tile_point_traffic_counted(scop, program, root, &Counts::default())
+}
+
+/// [`tile_point_traffic`] with its sets counted through `counts` (the
+/// cost model's, shared by every estimate of one compilation).
+pub fn tile_point_traffic_counted(
+    scop: &Scop,
+    program: &Program,
+    root: ScheduleNode,
+    counts: &Counts,
 ) -> Result<Vec<PointTraffic>> {
     let mut points = Vec::new();
     tile_points(root, None, &mut points)?;
@@ -107,7 +118,7 @@ pub fn tile_point_traffic(
             let w = footprints(&writes)?;
             let r = footprints(&reads)?;
             if let Some((w, each)) = &w {
-                let (n, exact) = moved(w, each)?;
+                let (n, exact) = moved(w, each, counts)?;
                 here.exact &= exact;
                 here.tensors[ti].1 += n * size;
             }
@@ -118,7 +129,7 @@ pub fn tile_point_traffic(
                         None => false,
                     };
                 if !on_chip {
-                    let (n, exact) = moved(r, each)?;
+                    let (n, exact) = moved(r, each, counts)?;
                     here.exact &= exact;
                     here.tensors[ti].0 += n * size;
                 }
@@ -155,15 +166,15 @@ fn accesses(scop: &Scop, program: &Program, name: &str) -> Result<(Vec<UnionMap>
 /// hulls where that is smaller (accesses far apart in one tile, as a
 /// shifted fused statement makes, would otherwise count the gap between
 /// them).
-fn moved(union: &Map, each: &[Map]) -> Result<(u64, bool)> {
-    let (n, exact) = pairs(union)?;
+fn moved(union: &Map, each: &[Map], counts: &Counts) -> Result<(u64, bool)> {
+    let (n, exact) = pairs(union, counts)?;
     if each.len() < 2 {
         return Ok((n, exact));
     }
     let mut sum: u64 = 0;
     let mut all_exact = true;
     for m in each {
-        let (k, e) = pairs(m)?;
+        let (k, e) = pairs(m, counts)?;
         sum = sum.saturating_add(k);
         all_exact &= e;
     }
@@ -175,8 +186,8 @@ fn moved(union: &Map, each: &[Map]) -> Result<(u64, bool)> {
 }
 
 /// Σ over tiles of the footprint: (tiles × box size, exact?).
-fn pairs(f: &Map) -> Result<(u64, bool)> {
-    let tiles = count_tiles(f.copy()?.domain()?)?;
+fn pairs(f: &Map, counts: &Counts) -> Result<(u64, bool)> {
+    let tiles = count_tiles(f.copy()?.domain()?, counts)?;
     let hull = f.get_range_simple_fixed_box_hull()?;
     if hull.is_valid()? {
         let size = hull.get_size()?;
@@ -187,14 +198,14 @@ fn pairs(f: &Map) -> Result<(u64, bool)> {
         }
         Ok((tiles.saturating_mul(n), true))
     } else {
-        Ok((estimated_points(&f.copy()?.range()?)?, false))
+        Ok((counts.estimated_points(&f.copy()?.range()?)?, false))
     }
 }
 
 /// Points of a set of tile origins (strided dimensions count as their
 /// quotients: `model::count` compresses them).
-fn count_tiles(set: Set) -> Result<u64> {
-    estimated_points(&set).map_err(|e| match e {
+fn count_tiles(set: Set, counts: &Counts) -> Result<u64> {
+    counts.estimated_points(&set).map_err(|e| match e {
         Error::Internal(m) => Error::Internal(format!("counting tiles of {}: {m}", set.text())),
         other => other,
     })

@@ -4,9 +4,12 @@
 //! repair's split, the gpu stage's cost model, the runtime's figures)
 //! counts here, so none of them reaches into a later stage for it.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use crate::error::{Error, Result};
 use crate::frontend::ast::{BinOp, Expr, ExprKind, Statement};
-use crate::isl::{DimType, Set, Val};
+use crate::isl::{DimType, IslPrint, Set, Val};
 use crate::model::StmtKind;
 
 /// Operations of one instance of an isl statement of `stmt`:
@@ -86,6 +89,38 @@ const ESTIMATE_BUDGET: u64 = 1 << 14;
 pub fn estimated_points(set: &Set) -> Result<u64> {
     let mut budget = ESTIMATE_BUDGET;
     count(set.copy()?, &mut budget)
+}
+
+/// [`estimated_points`] of the sets one compilation's cost model counts,
+/// remembered by each set's text. The model weighs the default mapping
+/// and every candidate grouping, which count the same statement domains
+/// again, and at each tile point every tensor's footprint counts the same
+/// tiles again: correlation counted 25 sets 146 times, 0.23 s of its
+/// 0.32 s of counting in repeats. isl's text of a set is the whole set
+/// (every constraint, every local variable), so an equal text is an equal
+/// set, with the same count. Failed counts are not kept (each caller
+/// decides what a failure means).
+#[derive(Default)]
+pub struct Counts {
+    known: RefCell<HashMap<String, u64>>,
+}
+
+impl Counts {
+    /// [`estimated_points`] of `set`, counted once per distinct set.
+    pub fn estimated_points(&self, set: &Set) -> Result<u64> {
+        let key = set.text();
+        if let Some(&n) = self.known.borrow().get(&key) {
+            return Ok(n);
+        }
+        let n = estimated_points(set)?;
+        self.known.borrow_mut().insert(key, n);
+        Ok(n)
+    }
+
+    /// How many distinct sets have been counted.
+    pub fn remembered(&self) -> usize {
+        self.known.borrow().len()
+    }
 }
 
 fn count(set: Set, budget: &mut u64) -> Result<u64> {
@@ -299,6 +334,34 @@ mod tests {
     fn points(text: &str) -> u64 {
         let isl = Isl::new();
         count_points(&isl.set(text).unwrap()).unwrap()
+    }
+
+    /// A set counted again (the same set built anew, so another isl
+    /// object with the same text) comes from the memo with the same count;
+    /// another set is counted on its own.
+    #[test]
+    fn counts_are_remembered_by_the_sets_text() {
+        let isl = Isl::new();
+        let counts = Counts::default();
+        let triangle = "{ [i, j] : 0 <= i < 300 and 0 <= j <= i }";
+        let first = counts
+            .estimated_points(&isl.set(triangle).unwrap())
+            .unwrap();
+        assert_eq!(first, 300 * 301 / 2);
+        assert_eq!(counts.remembered(), 1);
+        let again = counts
+            .estimated_points(&isl.set(triangle).unwrap())
+            .unwrap();
+        assert_eq!((again, counts.remembered()), (first, 1));
+        let square = isl
+            .set("{ [i, j] : 0 <= i < 300 and 0 <= j < 300 }")
+            .unwrap();
+        assert_eq!(counts.estimated_points(&square).unwrap(), 300 * 300);
+        assert_eq!(counts.remembered(), 2);
+        // An empty set counts 0, and is remembered as such.
+        let none = isl.set("{ [i] : 0 <= i < 0 }").unwrap();
+        assert_eq!(counts.estimated_points(&none).unwrap(), 0);
+        assert_eq!(counts.remembered(), 3);
     }
 
     /// Tile origins and k steps of a 4096³ gemm: every dimension strided.

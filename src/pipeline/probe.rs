@@ -23,6 +23,7 @@ use crate::frontend::ast::Program;
 use crate::gpu::{self, GpuOptions};
 use crate::isl::Isl;
 use crate::model;
+use crate::model::count::Counts;
 use crate::schedule::{self, Strategy};
 
 use super::mapping::{map_proven, map_unproven, marked, prove, Mapping};
@@ -170,6 +171,7 @@ const COST_MARGIN: f64 = 0.5;
 /// be estimated (symbolic sizes) or no other grouping can be mapped, the
 /// default stays. Gives the chosen mapping with its estimate, when one was
 /// made.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn choose_by_cost(
     isl: &Isl,
     program: &Program,
@@ -178,6 +180,7 @@ pub(crate) fn choose_by_cost(
     default: Mapping,
     options: &Options,
     g: &GpuOptions,
+    counts: &Counts,
 ) -> Result<(Mapping, Option<gpu::cost::Estimate>)> {
     let machine = gpu::cost::Machine::H100;
     // The default's estimate is made where a candidate is weighed against
@@ -226,7 +229,8 @@ pub(crate) fn choose_by_cost(
         if grouping_only && alt.plans.len() == best.0.plans.len() && !chosen {
             continue;
         }
-        if let Some(e) = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine)? {
+        let e = gpu::cost::estimate(scop, program, &alt.schedule, &alt.plans, &machine, counts)?;
+        if let Some(e) = e {
             let best_seconds = match &best.1 {
                 Some(b) => b.seconds(),
                 None => {
@@ -236,6 +240,7 @@ pub(crate) fn choose_by_cost(
                         &best.0.schedule,
                         &best.0.plans,
                         &machine,
+                        counts,
                     )?
                     else {
                         // (Not reached: the sizes all have values.)

@@ -13,6 +13,7 @@ use crate::gpu::{self, CudaProgram, GpuOptions};
 use crate::isl::ast::c_expr;
 use crate::isl::{aff_in_params, schedule_yaml, Isl, IslPrint};
 use crate::model;
+use crate::model::count::Counts;
 use crate::schedule::{self, ScheduleTree, Strategy};
 
 use super::analysis::Analysis;
@@ -258,9 +259,11 @@ impl Mapped {
         // minimal fusion where the model expects it to be faster (not for
         // loop blocks: minimal fusion at pinned sizes is as slow as the
         // rows probe, and the model counts no host loop).
+        // The cost model's counted sets, for every estimate made here.
+        let counts = Counts::default();
         let (mapped, estimate) = match (options.strategy, &r.rewrite) {
             (Strategy::Isl, None) if g.fusion_by_cost && !scheduled.blocks => {
-                probe::choose_by_cost(isl, program_k, scop, deps, mapped, options, g)?
+                probe::choose_by_cost(isl, program_k, scop, deps, mapped, options, g, &counts)?
             }
             _ => (mapped, None),
         };
@@ -271,6 +274,7 @@ impl Mapped {
                 &mapped.schedule,
                 &mapped.plans,
                 &gpu::cost::Machine::H100,
+                &counts,
             )?,
             e => e.filter(|_| g.estimate),
         };
