@@ -129,25 +129,29 @@ pub(crate) fn step_on_host(
             refused.push(format!("host steps refused: {e}"));
             continue;
         }
-        match map_proven(
-            isl,
-            program,
-            scop,
-            deps,
-            stepped.schedule.copy()?,
-            options,
-            g,
-        ) {
-            Ok(m) => {
-                let mut stepped = stepped;
-                refused.append(&mut stepped.refused);
-                stepped.refused = refused;
-                return Ok((m, Some(stepped)));
+        // Under the default strategy, a step's sums into one accumulator
+        // (an LSTM step's gates: `G +=! H W; G += H' U; G = G + b`) share
+        // one band, so one kernel (`schedule::sums`, legal or not made);
+        // where that mapping is refused, the steps as isl scheduled them.
+        let fused = match strategy {
+            Strategy::Isl => {
+                schedule::sums::fuse_sibling_sums(isl, program, scop, deps, &stepped.schedule)?
             }
-            Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
-                refused.push(format!("host steps refused: {e}"));
+            _ => None,
+        };
+        for schedule in fused.into_iter().chain([stepped.schedule.copy()?]) {
+            match map_proven(isl, program, scop, deps, schedule, options, g) {
+                Ok(m) => {
+                    let mut stepped = stepped;
+                    refused.append(&mut stepped.refused);
+                    stepped.refused = refused;
+                    return Ok((m, Some(stepped)));
+                }
+                Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
+                    refused.push(format!("host steps refused: {e}"));
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
     }
     Ok((mapped, None))
