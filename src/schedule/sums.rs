@@ -556,6 +556,98 @@ mod tests {
         }
     }
 
+    /// An RNN step's gates under its loop block: `G +=! X W`, `G += H U`,
+    /// `G = G + c`, then a consumer of two elements of `G` (no epilogue).
+    fn recurrent_gates(second: &str) -> String {
+        format!(
+            r#"{{"name": "p", "params": {{"T": 5, "B": 4, "I": 24, "H": 16}},
+            "inputs": {{"X": {{"dtype": "f32", "shape": ["T", "B", "I"]}},
+                       "W": {{"dtype": "f32", "shape": ["I", "H"]}},
+                       "U": {{"dtype": "f32", "shape": ["H", "H"]}},
+                       "c": {{"dtype": "f32", "shape": ["H"]}},
+                       "H0": {{"dtype": "f32", "shape": ["B", "H"]}}}},
+            "outputs": {{"Hs": {{"dtype": "f32", "shape": ["T+1", "B", "H"]}}}},
+            "temps": {{"G": {{"dtype": "f32", "shape": ["T+1", "B", "H"]}}}},
+            "body": ["Hs(t, b, h) = H0(b, h) where t in 0:1",
+                     {{"for": "t in 1:T+1", "body": [
+                        "G(t, b, n) +=! X(t - 1, b, k) * W(k, n)",
+                        "{second}",
+                        "G(t, b, n) = G(t, b, n) + c(n)",
+                        "Hs(t, b, h) = tanh(G(t, b, h)) * G(t, b, H - 1 - h)"]}}]}}"#
+        )
+    }
+
+    /// The host-stepped schedule of `json` (one step a value of `t`), and
+    /// that schedule with its sums fused where they are (its text and
+    /// tree).
+    fn stepped_and_fused(json: &str) -> (String, Option<(String, Tree)>) {
+        let program = load_str(json, "p.json").unwrap();
+        let isl = Isl::new();
+        let scop = crate::model::build(&isl, &program).unwrap();
+        let order = crate::schedule::canonical(&isl, &scop).unwrap();
+        let deps = crate::deps::compute(&scop, &order).unwrap();
+        let strategy = crate::schedule::Strategy::Isl;
+        let stepped = crate::schedule::host::stepped(&isl, &scop, &deps, strategy, true)
+            .unwrap()
+            .unwrap();
+        let before = stepped.schedule.get_root().unwrap().text();
+        let fused = fuse_sibling_sums(&isl, &program, &scop, &deps, &stepped.schedule).unwrap();
+        let fused = fused.map(|f| {
+            crate::schedule::check_legal("p.json", &f, &scop, &deps).unwrap();
+            let root = f.get_root().unwrap();
+            (root.text(), ScheduleTree::from_isl(&root).unwrap().root)
+        });
+        (before, fused)
+    }
+
+    /// The first band whose child is a sequence of leaves (a fused run).
+    fn fused_band(tree: &Tree) -> Option<&Band> {
+        match tree {
+            Tree::Band(b, c) => match c.as_ref() {
+                Tree::Sequence(ch) if ch.iter().all(|(_, t)| *t == Tree::Leaf) => Some(b),
+                c => fused_band(c),
+            },
+            Tree::Mark(_, c) => fused_band(c),
+            Tree::Sequence(ch) | Tree::Set(ch) => ch.iter().find_map(|(_, c)| fused_band(c)),
+            Tree::Leaf => None,
+        }
+    }
+
+    /// Below the host loop over `t` the initialisation, both sums and the
+    /// bias share one band over `(b, n, κ)`: `t`, which the host band
+    /// fixes, is no member of it (one value per step).
+    #[test]
+    fn sums_under_a_host_loop_share_one_band_without_its_index() {
+        let json = recurrent_gates("G(t, b, n) += Hs(t - 1, b, j) * U(j, n)");
+        let (before, fused) = stepped_and_fused(&json);
+        let (text, tree) = fused.unwrap_or_else(|| panic!("not fused:\n{before}"));
+        assert!(text.contains("host_loop_steps"), "{text}");
+        let band = fused_band(&tree).unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(band.coincident, [true, true, false], "{text}");
+        for member in [
+            "S1_init[t, b, n] -> [(0)]",
+            "S1[t, b, n, k] -> [(k)]",
+            "S2[t, b, n, j] -> [(24 + j)]",
+            "S3[t, b, n] -> [(39)]",
+        ] {
+            assert!(band.schedule.contains(member), "{member}: {text}");
+        }
+        assert!(!band.schedule.contains("-> [(t)]"), "{text}");
+    }
+
+    /// The second sum reads the accumulator (the last step's gates): not
+    /// a run, nothing changes.
+    #[test]
+    fn a_sum_that_reads_its_accumulator_is_not_fused() {
+        let first = r#""Hs(t, b, h) = H0(b, h) where t in 0:1","#;
+        let json = recurrent_gates("G(t, b, n) += G(t - 1, b, j) * U(j, n)").replace(
+            first,
+            &format!(r#"{first} "G(t, b, h) = H0(b, h) where t in 0:1","#),
+        );
+        let (before, fused) = stepped_and_fused(&json);
+        assert!(fused.is_none(), "{before}");
+    }
+
     /// A second `+=!` starts the accumulator over: no run of sums, nothing
     /// changes.
     #[test]
