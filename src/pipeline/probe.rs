@@ -8,7 +8,8 @@
 //! 2. [`map_for_race_freedom`] (the gpu stage): where the race proof
 //!    refuses the mapping, minimal fusion, then blocks of one thread.
 //! 3. [`step_on_host`]: a recurrence the mapping serialised, on the host's
-//!    steps (wavefronts first).
+//!    steps (wavefronts first), each step's sums into one accumulator in
+//!    one band where that maps.
 //! 4. [`choose_by_cost`]: minimal fusion and contraction epilogues, mapped
 //!    and weighed by the cost model against the mapping so far.
 //!
@@ -139,7 +140,13 @@ pub(crate) fn step_on_host(
             }
             _ => None,
         };
-        for schedule in fused.into_iter().chain([stepped.schedule.copy()?]) {
+        // (A mapping of the fused band that the gpu stage refuses for what
+        // it cannot map falls back the same way.)
+        let candidates = fused
+            .into_iter()
+            .map(|s| (s, true))
+            .chain([(stepped.schedule.copy()?, false)]);
+        for (schedule, fused) in candidates {
             match map_proven(isl, program, scop, deps, schedule, options, g) {
                 Ok(m) => {
                     let mut stepped = stepped;
@@ -148,7 +155,15 @@ pub(crate) fn step_on_host(
                     return Ok((m, Some(stepped)));
                 }
                 Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
-                    refused.push(format!("host steps refused: {e}"));
+                    let what = if fused {
+                        "sums in one band"
+                    } else {
+                        "host steps"
+                    };
+                    refused.push(format!("{what} refused: {e}"));
+                }
+                Err(e @ (Error::Input { .. } | Error::Statement { .. })) if fused => {
+                    refused.push(format!("sums in one band refused: {e}"));
                 }
                 Err(e) => return Err(e),
             }
