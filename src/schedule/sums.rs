@@ -184,7 +184,8 @@ impl Fusion<'_> {
             return Ok(false);
         };
         let mut children = children.clone();
-        let prefix = prefix_at(self.isl, self.domain, root, path)?;
+        // Made where a run is found (most sequences hold none).
+        let mut prefix = None;
         let mut changed = false;
         let mut i = 0;
         while i + 1 < children.len() {
@@ -193,7 +194,13 @@ impl Fusion<'_> {
                 i += 1;
                 continue;
             };
-            let merged = merged_child(self.isl, self.program, self.scop, &run, &prefix)?;
+            let p = match prefix.take() {
+                Some(p) => p,
+                None => prefix_at(self.isl, self.domain, root, path)?,
+            };
+            let merged = merged_child(self.isl, self.program, self.scop, &run, &p)?;
+            // A rewrite leaves the outer bands, so the prefix, as they are.
+            prefix = Some(p);
             let mut next: Vec<(String, Tree)> = children[..i].to_vec();
             next.push(merged);
             next.extend(children[i + run.count..].iter().cloned());
