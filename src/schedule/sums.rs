@@ -12,15 +12,15 @@
 //! exceeds the constants it may use (`MAX_CONSTANT_SHIFT`, at realistic
 //! sizes), isl fuses them over the element's loops with each reduction in
 //! a loop below, a form the contraction recogniser does not take (and the
-//! mapping runs each loop across the lanes of a warp). The rewrite, on
-//! consecutive children of any sequence of the tree where the first holds
-//! exactly `C`'s initialisation `I` (or `I` alone, its update then
-//! opening the next child), its update `U_1[e, k_1]` and any number of
-//! further updates, each following one exactly a further update
-//! `U_j[e, k_j]` of `C` at its own element (a `+=` without `!`: the sum
-//! goes on from `U_{j-1}`'s), then any number of children that each hold
-//! one in-place epilogue `T_t[e]` of `C` (`C(e) = f(C(e), ..)`, reading
-//! `C` at no other element):
+//! mapping runs each loop across the lanes of a warp). The rewrite takes
+//! consecutive children of any sequence of the tree: the first holds
+//! `C`'s initialisation `I` and its update `U_1[e, k_1]` (or `I` alone,
+//! `U_1` then in the next child), and every child taken holds only further
+//! updates `U_j[e, k_j]` of `C` at their own element (a `+=` without `!`:
+//! the sum goes on from `U_{j-1}`'s, reading no `C` on its right side)
+//! and in-place epilogues `T_t[e]` of `C` (`C(e) = f(C(e), ..)`, reading
+//! `C` at no other element), every update before every epilogue in
+//! program order and at least two sums in all:
 //!
 //! ```text
 //!   sequence [I, U_1: ..., U_2: ..., .., U_n: ..., T_1: ..., .., T_m: ...]
@@ -40,19 +40,23 @@
 //!
 //! Below outer bands (the sequence of one host step of a loop block, under
 //! `band [l + t]` of a wavefront or `band [l], band [t]` of steps) the
-//! outer bands stay as they are and the rewrite applies to the instances
-//! of one value `p` of their prefix schedule `P`: the new band orders
-//! `(P(x), σ(x))` lexicographically, so instances at different `p` keep
-//! the order the outer bands give them, and those at one `p` get the
-//! order above. A subscript `e_d` that `P` and the members kept before it
-//! determine (`[P, e_{d_0}, ..]^{-1} ∘ e_d` single-valued over the run's
-//! instances: `t = w - l` under the wavefront's `w = l + t`, `l` and `t`
-//! under steps) is left out of the band: it would add a member with one
-//! value per `p` (a grid dimension of empty blocks on the GPU) without
-//! changing the order. Whether the order is legal then depends on how the
-//! outer bands order the run's instances against the rest, which the
-//! rewrite does not see: the result, top-level or nested, is checked
-//! against every dependence (`check_legal`) and kept only where it is
+//! outer bands stay as they are: an instance `x` is scheduled at `(P(x),
+//! n, σ(x), s)`, `P` the outer bands' prefix schedule, `n` the position of
+//! the merged child in the sequence (where the run's consecutive children
+//! were), `σ` the new band and `s` the statement's position in the
+//! program. A dependence `x -> y` with `P(x) ≠ P(y)` is ordered by `P` as
+//! before; one with `P(x) = P(y)` and an end outside the run by `n` as
+//! before (the other children keep their positions around the run); one
+//! with both ends in the run relates one element (see above), which `σ`
+//! and `s` order as the program does. A subscript `e_d` that `P` and the
+//! members kept before it determine (`[P, e_{d_0}, ..]^{-1} ∘ e_d`
+//! single-valued over the run's instances: `t = w - l` under the
+//! wavefront's `w = l + t`, `l` and `t` under steps) is left out of the
+//! band: it would add a member with one value per value of the others (a
+//! grid dimension of empty blocks on the GPU), and the instances it tells
+//! apart differ in `P` or in a kept member already, so the order stays
+//! the same. The result, top-level or nested, is checked against every
+//! dependence all the same (`check_legal`) and kept only where it is
 //! legal.
 //!
 //! On the GPU the band is one kernel: a tensor-core contraction with one
