@@ -248,3 +248,46 @@ fn sums_the_rewrite_must_not_fuse_stay_apart_and_check() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+#[test]
+fn an_accumulator_that_every_step_reuses_is_fused_too() {
+    // `Y(b, n)` names no block index: each step starts it over (`+=!`),
+    // sums both products into it and reads it (at two elements, so after
+    // the band). The host loop orders the steps; inside one, the
+    // initialisation and both sums share one kernel.
+    let json = r#"{"name": "reuse", "params": {"T": 6, "B": 5, "I": 19, "H": 37},
+        "inputs": {"X": {"dtype": "f32", "shape": ["T", "B", "I"]},
+                   "W": {"dtype": "f32", "shape": ["I", "H"]},
+                   "U": {"dtype": "f32", "shape": ["H", "H"]},
+                   "H0": {"dtype": "f32", "shape": ["B", "H"]}},
+        "outputs": {"Hs": {"dtype": "f32", "shape": ["T+1", "B", "H"]}},
+        "temps": {"Y": {"dtype": "f32", "shape": ["B", "H"]}},
+        "body": ["Hs(t, b, h) = H0(b, h) where t in 0:1",
+                 {"for": "t in 1:T+1", "body": [
+                    "Y(b, n) +=! X(t - 1, b, k) * W(k, n) * 0.1",
+                    "Y(b, n) += Hs(t - 1, b, j) * U(j, n) * 0.1",
+                    "Hs(t, b, h) = tanh(Y(b, h)) * Y(b, H - 1 - h)"]}]}"#;
+    let dir = std::env::temp_dir().join(format!("polyfuse-gates-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("reuse.json");
+    std::fs::write(&file, json).unwrap();
+    let file = file.to_str().unwrap();
+    let mut failures = Vec::new();
+    for recurrence in ["wavefront", "steps"] {
+        let kernels = kernels_per_step(file, &["--recurrence", recurrence]);
+        assert_eq!(kernels.len(), 2, "{recurrence}: {kernels:#?}");
+        for s in ["S1_init[", "S1[", "S2["] {
+            assert!(kernels[0].contains(s), "{recurrence}: {s} {kernels:#?}");
+        }
+        for small in [false, true] {
+            let mut args = vec!["--target", "emulate", "--recurrence", recurrence];
+            if small {
+                args.extend(["--tile", "16,8,4", "--block", "4,2", "--grid", "2,3"]);
+            }
+            if let Err(e) = checks(file, &args) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -243,7 +243,11 @@ fn statements<'a>(
 
 /// A sum of one reduction index whose left side is distinct plain indices
 /// and whose right side does not read its own tensor: its reduction range
-/// `(lo, hi)` where both are constants.
+/// `(lo, hi)` where both are constants. Its iterators are its loop
+/// blocks' indices, its left side's and the reduction index (last): at
+/// one value of the blocks' indices the element's instances are one per
+/// reduction step, whether or not the element names the blocks' indices
+/// (an accumulator reused by every step of a block).
 fn sum_range(program: &Program, s: &ModelStmt) -> Result<Option<(i64, i64)>> {
     let st = &program.statements[s.source];
     let is_sum = matches!(
@@ -256,18 +260,26 @@ fn sum_range(program: &Program, s: &ModelStmt) -> Result<Option<(i64, i64)>> {
     let mut lhs = st.lhs_indices.clone();
     lhs.sort();
     lhs.dedup();
+    let mut named: Vec<&String> = st
+        .lhs_indices
+        .iter()
+        .chain(st.blocks.iter().map(|b| &b.index))
+        .collect();
+    named.sort();
+    named.dedup();
     let mut reads = Vec::new();
     collect_reads(&st.rhs, &mut reads);
     if s.kind != StmtKind::Update
         || !is_sum
         || st.reduction_indices.len() != 1
         || lhs.len() != st.lhs_indices.len()
-        || s.iterators.len() != lhs.len() + 1
+        || s.iterators.len() != named.len() + 1
+        || s.iterators.last() != st.reduction_indices.first()
         || reads.iter().any(|(t, _)| *t == st.lhs_tensor)
     {
         return Ok(None);
     }
-    let k = st.lhs_indices.len() as i32;
+    let k = (s.iterators.len() - 1) as i32;
     let (Ok(lo), Ok(hi)) = (
         constant(s.domain.copy()?.dim_min_val(k)),
         constant(s.domain.copy()?.dim_max_val(k)),
