@@ -8,7 +8,8 @@
 //! 2. [`map_for_race_freedom`] (the gpu stage): where the race proof
 //!    refuses the mapping, minimal fusion, then blocks of one thread.
 //! 3. [`step_on_host`]: a recurrence the mapping serialised, on the host's
-//!    steps (wavefronts first).
+//!    steps (wavefronts first), each step's sums into one accumulator in
+//!    one band where that maps.
 //! 4. [`choose_by_cost`]: minimal fusion and contraction epilogues, mapped
 //!    and weighed by the cost model against the mapping so far.
 //!
@@ -130,25 +131,43 @@ pub(crate) fn step_on_host(
             refused.push(format!("host steps refused: {e}"));
             continue;
         }
-        match map_proven(
-            isl,
-            program,
-            scop,
-            deps,
-            stepped.schedule.copy()?,
-            options,
-            g,
-        ) {
-            Ok(m) => {
-                let mut stepped = stepped;
-                refused.append(&mut stepped.refused);
-                stepped.refused = refused;
-                return Ok((m, Some(stepped)));
+        // Under the default strategy, a step's sums into one accumulator
+        // (an LSTM step's gates: `G +=! H W; G += H' U; G = G + b`) share
+        // one band, so one kernel (`schedule::sums`, legal or not made);
+        // where that mapping is refused, the steps as isl scheduled them.
+        let fused = match strategy {
+            Strategy::Isl => {
+                schedule::sums::fuse_sibling_sums(isl, program, scop, deps, &stepped.schedule)?
             }
-            Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
-                refused.push(format!("host steps refused: {e}"));
+            _ => None,
+        };
+        // (A mapping of the fused band that the gpu stage refuses for what
+        // it cannot map falls back the same way.)
+        let candidates = fused
+            .into_iter()
+            .map(|s| (s, true))
+            .chain([(stepped.schedule.copy()?, false)]);
+        for (schedule, fused) in candidates {
+            match map_proven(isl, program, scop, deps, schedule, options, g) {
+                Ok(m) => {
+                    let mut stepped = stepped;
+                    refused.append(&mut stepped.refused);
+                    stepped.refused = refused;
+                    return Ok((m, Some(stepped)));
+                }
+                Err(e @ (Error::Race { .. } | Error::Illegal { .. })) => {
+                    let what = if fused {
+                        "sums in one band"
+                    } else {
+                        "host steps"
+                    };
+                    refused.push(format!("{what} refused: {e}"));
+                }
+                Err(e @ (Error::Input { .. } | Error::Statement { .. })) if fused => {
+                    refused.push(format!("sums in one band refused: {e}"));
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
     }
     Ok((mapped, None))

@@ -210,7 +210,9 @@ fn fused_further(
     // Under the default strategy, sums into one accumulator that isl left
     // in loop nests of their own (an LSTM cell's `G +=! X W; G += H U`)
     // share one band: one kernel, the accumulator never in memory between
-    // them (`schedule::sums`; kept only where legal).
+    // them (`schedule::sums`; kept only where legal). With loop blocks
+    // the host steps' schedule is made in the gpu stage, and the sums in
+    // each step are fused there (`probe::step_on_host`).
     Ok(match strategy {
         Strategy::Isl if analysis.repaired.rewrite.is_none() && !blocks => {
             schedule::sums::fuse_sibling_sums(isl, program, scop, deps, &sched)?.unwrap_or(sched)

@@ -231,19 +231,26 @@ fn touches(program: &Program, t: &ModelStmt, c: &str) -> bool {
     st.lhs_tensor == c || reads.iter().any(|(tensor, _)| tensor == c)
 }
 
-/// For a consumer `t` of tensor `c` (rank `rank`), outside loop blocks: an
-/// assignment over as
+/// For a consumer `t` of tensor `c` (rank `rank`): an assignment over as
 /// many iterators as `c` has dimensions, with no `where` of its own, that
 /// reads `c` only at subscripts which are its iterators in some order (in
 /// place, `c(e) = f(c(e))`, at its own element); those subscripts (the
-/// iterator of each of `c`'s dimensions).
-fn element_of(program: &Program, t: &ModelStmt, c: &str, rank: usize) -> Option<Vec<String>> {
+/// iterator of each of `c`'s dimensions). A loop block's index counts as
+/// one of the iterators (`schedule::sums` fuses an epilogue under the
+/// block's host loops); here the contraction is outside blocks
+/// (`group_at`), and the result is checked against the dependences either
+/// way.
+pub(crate) fn element_of(
+    program: &Program,
+    t: &ModelStmt,
+    c: &str,
+    rank: usize,
+) -> Option<Vec<String>> {
     let st = &program.statements[t.source];
     if t.kind != StmtKind::Assign
         || st.op != AssignOp::Assign
         || t.iterators.len() != rank
         || !st.wheres.is_empty()
-        || !st.blocks.is_empty()
     {
         return None;
     }
