@@ -2,8 +2,9 @@
 //! block's host loops, the initialisation of the gates `G`, both products
 //! into it and its bias (`G +=! H W; G += H' U; G = G + b`) share one band
 //! (`schedule::sums` on the sequence of one host step), so each step
-//! launches two kernels (the gates, the cell) instead of five. Checked
-//! here: the kernels per step of the LSTM programs in both recurrence
+//! launches two kernels (the gates, the cell) instead of five, with
+//! `--fuse-step-sums` (off by default: slower on the H100, see
+//! `GpuOptions::fuse_step_sums`). Checked here: the kernels per step of the LSTM programs in both recurrence
 //! modes, the accumulators in registers, the fused programs executed in
 //! the emulation (race detector on) at sizes off every tile grid, and
 //! programs the rewrite must not fuse.
@@ -31,7 +32,14 @@ fn text(out: &Output) -> String {
 
 /// `polyfuse schedule FILE ARGS --emit EMIT`'s output; it must succeed.
 fn emit(file: &str, emit: &str, args: &[&str]) -> String {
-    let mut all = vec!["schedule", file, "--emit", emit, "--no-cache"];
+    let mut all = vec![
+        "schedule",
+        file,
+        "--emit",
+        emit,
+        "--no-cache",
+        "--fuse-step-sums",
+    ];
     all.extend(args);
     let out = polyfuse(&all);
     assert!(out.status.success(), "{}", text(&out));
@@ -61,7 +69,7 @@ fn kernels_per_step(file: &str, args: &[&str]) -> Vec<String> {
 
 /// Whether `run FILE --check` with `args` checks.
 fn checks(file: &str, args: &[&str]) -> Result<(), String> {
-    let mut all = vec!["run", file, "--check", "--no-cache"];
+    let mut all = vec!["run", file, "--check", "--no-cache", "--fuse-step-sums"];
     all.extend(args);
     let out = polyfuse(&all);
     let ok = out.status.success()
@@ -290,4 +298,23 @@ fn an_accumulator_that_every_step_reuses_is_fused_too() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn by_default_a_steps_gates_stay_in_kernels_of_their_own() {
+    // Without `--fuse-step-sums`: the initialisation, each sum and the
+    // bias keep a kernel each (the faster mapping on the H100).
+    let out = polyfuse(&[
+        "schedule",
+        "bench/recurrences/stacked_lstm.json",
+        "--emit",
+        "gpu-tree",
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let host = tree.find("mark: host_loop_").expect("a host loop");
+    let kernels = tree[host..].matches("mark: kernel_").count();
+    // Five a step (init, two sums, bias, cell) and the output's copy.
+    assert_eq!(kernels, 6, "{tree}");
 }

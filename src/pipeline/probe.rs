@@ -131,12 +131,13 @@ pub(crate) fn step_on_host(
             refused.push(format!("host steps refused: {e}"));
             continue;
         }
-        // Under the default strategy, a step's sums into one accumulator
-        // (an LSTM step's gates: `G +=! H W; G += H' U; G = G + b`) share
-        // one band, so one kernel (`schedule::sums`, legal or not made);
-        // where that mapping is refused, the steps as isl scheduled them.
+        // With `GpuOptions::fuse_step_sums`, under the default strategy, a
+        // step's sums into one accumulator (an LSTM step's gates: `G +=! H
+        // W; G += H' U; G = G + b`) share one band, so one kernel
+        // (`schedule::sums`, legal or not made); where that mapping is
+        // refused, the steps as isl scheduled them.
         let fused = match strategy {
-            Strategy::Isl => {
+            Strategy::Isl if g.fuse_step_sums => {
                 schedule::sums::fuse_sibling_sums(isl, program, scop, deps, &stepped.schedule)?
             }
             _ => None,

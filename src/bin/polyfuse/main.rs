@@ -221,6 +221,13 @@ struct Common {
     /// `--emit gpu-tree` shows the `host_loop_*` marks.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(polyfuse::gpu::Recurrences::NAMES))]
     recurrence: Option<String>,
+    /// GPU, default strategy, recurrences on the host's steps: fuse each
+    /// step's sums into one accumulator (an LSTM step's gates: the
+    /// initialisation, both products and the bias) into one kernel, where
+    /// that is legal and maps. Off by default: the stacked LSTM of
+    /// `bench/recurrences` ran 1.2x slower with it on the H100.
+    #[arg(long)]
+    fuse_step_sums: bool,
     /// Algebraic repair of reduction chains (softmax, attention): program
     /// (the file's "schedule" key, or polyfuse's choice without one: rolling
     /// update for long reductions with many rows, split-k for few rows),
@@ -262,6 +269,7 @@ impl Common {
             || self.no_sink
             || self.no_fusion_by_cost
             || self.recurrence.is_some()
+            || self.fuse_step_sums
             || self.repair.is_some()
             || self.split.is_some()
     }
@@ -322,6 +330,7 @@ impl Common {
                 .as_deref()
                 .and_then(polyfuse::gpu::Recurrences::parse)
                 .unwrap_or(polyfuse::gpu::Recurrences::Wavefront),
+            fuse_step_sums: self.fuse_step_sums,
             ..Default::default()
         }
     }
