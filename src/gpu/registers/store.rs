@@ -28,6 +28,7 @@
 //! * within `E`, every dependence relates instances of the same element,
 //!   from an earlier statement of the program to a later one (the order in
 //!   which the store runs them);
+//! * every instance of a statement of `E` is in the kernel;
 //! * the tensors `E` writes other than `T` are not promoted in the kernel
 //!   (a promoted copy would be written back over them), and the tensors
 //!   `E` reads other than `T` are not written in the kernel (their values
@@ -95,7 +96,7 @@ pub fn store_statements(
         let reads_written = s.accesses(program).iter().any(|a| {
             !a.write && &a.tensor != t && written_in_kernel.iter().any(|w| w == &a.tensor)
         });
-        if reads_written || !covers_the_tensor(isl, scop, s, t)? {
+        if reads_written || !wholly_in(scop, s, kernel)? || !covers_the_tensor(isl, scop, s, t)? {
             return Ok(Vec::new());
         }
         out.push(StoreStatement {
@@ -129,6 +130,15 @@ fn element_dims(program: &Program, s: &ModelStmt, t: &str) -> Option<Vec<usize>>
         dims[i] = d;
     }
     Some(dims)
+}
+
+/// Whether every instance of `s` (in the program's context) is one of the
+/// kernel's: the store runs the statement on every element of its tile,
+/// so none of its instances may belong to another kernel.
+fn wholly_in(scop: &Scop, s: &ModelStmt, kernel: &UnionSet) -> Result<bool> {
+    let all = UnionSet::from_set(s.domain.copy()?.intersect_params(scop.context.copy()?)?)?;
+    let here = all.copy()?.intersect(kernel.copy()?)?;
+    Ok(all.is_subset(&here)?)
 }
 
 /// Whether `s`'s instances, through its access to `t`, are every element
