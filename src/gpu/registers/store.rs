@@ -218,8 +218,7 @@ fn deltas_are_zero(deltas: UnionSet) -> Result<bool> {
     for k in 0..sets.size()? {
         let s = sets.get_at(k)?;
         let n = s.dim(isl_rs::DimType::Set)?;
-        let zero = isl_rs::Set::universe(s.get_space()?)?;
-        let mut zero = zero;
+        let mut zero = isl_rs::Set::universe(s.get_space()?)?;
         for d in 0..n {
             zero = zero.fix_si(isl_rs::DimType::Set, d as u32, 0)?;
         }
