@@ -437,8 +437,8 @@ const COLUMN_THREADS: u32 = 512;
 /// operands are reused instead). `None` keeps the lanes along x.
 ///
 /// The rows per block `b` are a divisor of the member's extent `C` (a
-/// constant), at most 32 and covering at least one 32-byte sector of the
-/// element (`C` itself where `C <= 32`): the largest that still gives
+/// constant), at most 32 and a multiple of the 32-byte sector's elements
+/// (else covering at least one sector; `C` itself where `C <= 32`): the largest that still gives
 /// [`COLUMN_BLOCKS`] blocks, else the smallest (the most blocks); where no
 /// divisor covers a sector, the largest divisor from 2 (a warp per row
 /// reads one useful element a sector, these `b`). The
@@ -534,11 +534,25 @@ pub fn columns(
     let divisors: Vec<i64> = (1..=32)
         .filter(|d| extent % d == 0 && (*d >= 2 || *d == extent))
         .collect();
-    let whole: Vec<i64> = divisors
+    // Whole sectors: a multiple of the sector keeps every block's rows on
+    // sector boundaries (25 rows of f32 at N = 8000 put a block's rows
+    // across four sectors where 16 take two, and gemver's column pass ran
+    // at a quarter of the bandwidth); a divisor that only covers a sector
+    // is the next choice.
+    let aligned: Vec<i64> = divisors
         .iter()
         .copied()
-        .filter(|d| *d >= sector || *d == extent)
+        .filter(|d| *d % sector == 0 || *d == extent)
         .collect();
+    let whole: Vec<i64> = if aligned.is_empty() {
+        divisors
+            .iter()
+            .copied()
+            .filter(|d| *d >= sector || *d == extent)
+            .collect()
+    } else {
+        aligned
+    };
     let rows = match (whole.first(), divisors.last()) {
         (Some(&smallest), _) => whole
             .iter()
