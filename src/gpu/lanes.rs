@@ -581,24 +581,19 @@ pub fn columns(
     }))
 }
 
-/// The rows band of the kernel band `band` when it is a column reduction
-/// ([`LaneAxis::Y`]), with the rows' loops and the block: `band` itself
-/// where its members are all parallel (the reduction loops below it),
-/// or, for a band of `lc` parallel members and one reduction member
-/// (`S(c) +=! X(r, c)` scheduled as one band over `(c, r)`), the band
-/// split after its parallel members, the reduction member a loop below
-/// them, and the initialisations (whose value on that member is a
-/// constant) taken out of it and ordered before it: isl's
-/// `order_before`, then the initialisations' copy of the loop (one
-/// iteration) deleted. The pipeline checks the mapped schedule against
-/// every dependence (`schedule::check_legal`), so this reordering is
-/// proven like any other; it is only tried, and the band kept as it was,
-/// where the result is no column reduction.
-pub fn column_rows(
-    program: &Program,
-    scop: &Scop,
-    band: &ScheduleNode,
-) -> Result<Option<(ScheduleNode, Vec<LaneLoop>, Columns)>> {
+/// The rows of the kernel band `band` (its `lc` leading members
+/// parallel, at most two) with their loops below them: `band` itself
+/// where its members are all parallel, or, for a band of `lc` parallel
+/// members and one reduction member (`S(c) +=! X(r, c)` scheduled as one
+/// band over `(c, r)`), the band split after its parallel members, the
+/// reduction member a loop below them, and the initialisations (whose
+/// value on that member is a constant) taken out of it and ordered before
+/// it: isl's `order_before`, then the initialisations' copy of the loop
+/// (one iteration) deleted. `None` where the band has another shape. The
+/// pipeline checks the mapped schedule against every dependence
+/// (`schedule::check_legal`), so this reordering is proven like any
+/// other.
+pub fn split_rows(scop: &Scop, band: &ScheduleNode) -> Result<Option<ScheduleNode>> {
     let n = band.band_n_member()? as usize;
     let lc = super::mapping::leading_coincident(band)?;
     if lc == 0 || lc > 2 || !band.band_get_permutable()? {
@@ -635,9 +630,21 @@ pub fn column_rows(
     } else {
         return Ok(None);
     };
-    if rows.get_type()? != ScheduleNodeType::Band {
+    Ok((rows.get_type()? == ScheduleNodeType::Band).then_some(rows))
+}
+
+/// The rows band of the kernel band `band` when it is a column reduction
+/// ([`LaneAxis::Y`]), with the rows' loops and the block: the rows as
+/// [`split_rows`] gives them; the band kept as it was where the result is
+/// no column reduction.
+pub fn column_rows(
+    program: &Program,
+    scop: &Scop,
+    band: &ScheduleNode,
+) -> Result<Option<(ScheduleNode, Vec<LaneLoop>, Columns)>> {
+    let Some(rows) = split_rows(scop, band)? else {
         return Ok(None);
-    }
+    };
     let Some(loops) = candidate(program, scop, &rows)? else {
         return Ok(None);
     };

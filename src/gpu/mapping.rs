@@ -439,7 +439,7 @@ fn mark(isl: &Isl, name: &str) -> Result<Id> {
 }
 
 /// Number of leading coincident members of a band.
-pub(super) fn leading_coincident(band: &ScheduleNode) -> Result<usize> {
+pub fn leading_coincident(band: &ScheduleNode) -> Result<usize> {
     let n = band.band_n_member()?;
     let mut k = 0;
     while k < n && band.band_member_get_coincident(k)? {

@@ -22,7 +22,7 @@ use crate::deps;
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
 use crate::gpu::{self, GpuOptions};
-use crate::isl::Isl;
+use crate::isl::{Isl, IslPrint};
 use crate::model;
 use crate::model::count::Counts;
 use crate::schedule::{self, Strategy};
@@ -305,6 +305,22 @@ pub(crate) fn rows_on_chip(
     if !gpu_options.reduce || gpu_options.validate().is_err() {
         return Ok(RowsProbe::default());
     }
+    let probe = max_rows(isl, program, scop, deps, options, gpu_options)?;
+    if probe.fused.is_some() {
+        return Ok(probe);
+    }
+    sibling_rows(isl, program, scop, deps, options, gpu_options, probe)
+}
+
+/// [`rows_on_chip`]'s first try: maximal fusion.
+fn max_rows(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    options: &Options,
+    gpu_options: &GpuOptions,
+) -> Result<RowsProbe> {
     let max = schedule::compute(isl, scop, deps, Strategy::Max)?;
     if !gpu::mapping::kernels_have_lane_rows(program, scop, &max)? {
         return Ok(RowsProbe::default());
@@ -338,12 +354,100 @@ pub(crate) fn rows_on_chip(
         true => RowsProbe {
             fused: Some((max, fused)),
             isl: None,
+            siblings: false,
         },
         false => RowsProbe {
             fused: None,
             isl: Some((isl_schedule, isl_mapped)),
+            siblings: false,
         },
     })
+}
+
+/// [`rows_on_chip`]'s second try: isl's schedule with its independent
+/// sibling loops that read the same data fused (`schedule::siblings`: a
+/// row's sum and its maximum, each a kernel of its own that reads every
+/// row, in one loop), where that gives fewer kernels than isl's schedule,
+/// every one of them with its rows across lanes. `probe` is the first
+/// try's result, whose schedule and mapping of isl's are reused.
+fn sibling_rows(
+    isl: &Isl,
+    program: &Program,
+    scop: &model::Scop,
+    deps: &deps::Dependences,
+    options: &Options,
+    gpu_options: &GpuOptions,
+    probe: RowsProbe,
+) -> Result<RowsProbe> {
+    let kernels = |sched: isl_rs::Schedule| -> Result<Mapping> {
+        map_unproven(isl, program, scop, deps, sched, options, gpu_options)
+    };
+    let isl_schedule = match &probe.isl {
+        Some((s, _)) => s.copy()?,
+        None => schedule::compute(isl, scop, deps, Strategy::Isl)?,
+    };
+    let fused = schedule::siblings::shared_reads(isl, isl_schedule.copy()?, scop, deps)?;
+    if fused.text() == isl_schedule.text() {
+        return Ok(probe);
+    }
+    let fused = rows_split(scop, fused)?;
+    let Ok(mapped) = kernels(fused.copy()?) else {
+        return Ok(probe);
+    };
+    let isl_kernels = match &probe.isl {
+        Some((_, m)) => m.plans.len(),
+        None => kernels(isl_schedule)?.plans.len(),
+    };
+    let on_lanes = mapped
+        .plans
+        .iter()
+        .all(|k| k.threads().is_some_and(|t| t.lanes.is_some()));
+    Ok(match on_lanes && mapped.plans.len() < isl_kernels {
+        true => RowsProbe {
+            fused: Some((fused, mapped)),
+            isl: None,
+            siblings: true,
+        },
+        false => probe,
+    })
+}
+
+/// `schedule` with each kernel band of parallel members and one
+/// reduction member (isl's `(r, c)` band over a row's initialisations and
+/// updates, and the siblings' fused band) split into its rows and the
+/// reduction loop below them, the initialisations before that loop
+/// (`gpu::lanes::split_rows`), so that the rows go across lanes with both
+/// siblings' states in one loop. Legal as any reordering is: the mapped
+/// schedule is checked against every dependence.
+fn rows_split(scop: &model::Scop, schedule: isl_rs::Schedule) -> Result<isl_rs::Schedule> {
+    use crate::isl::ScheduleNodeType as T;
+    let split = |band: &isl_rs::ScheduleNode| -> Result<Option<isl_rs::ScheduleNode>> {
+        if band.get_type()? != T::Band
+            || band.band_n_member()? as usize != gpu::mapping::leading_coincident(band)? + 1
+        {
+            return Ok(None);
+        }
+        gpu::lanes::split_rows(scop, band)
+    };
+    let top = schedule.get_root()?.child(0)?;
+    match top.get_type()? {
+        T::Band => Ok(match split(&top)? {
+            Some(rows) => rows.get_schedule()?,
+            None => schedule,
+        }),
+        T::Set | T::Sequence => {
+            let mut node = top;
+            for i in 0..node.n_children()? {
+                let band = node.child(i)?.child(0)?;
+                node = match split(&band)? {
+                    Some(rows) => rows.parent()?.parent()?,
+                    None => band.parent()?.parent()?,
+                };
+            }
+            Ok(node.get_schedule()?)
+        }
+        _ => Ok(schedule),
+    }
 }
 
 /// What [`rows_on_chip`] found: the maximal-fusion schedule where it
@@ -354,4 +458,7 @@ pub(crate) fn rows_on_chip(
 pub(crate) struct RowsProbe {
     pub fused: Option<(isl_rs::Schedule, Mapping)>,
     pub isl: Option<(isl_rs::Schedule, Mapping)>,
+    /// `fused` is isl's schedule with sibling loops fused, not maximal
+    /// fusion.
+    pub siblings: bool,
 }

@@ -166,6 +166,11 @@ fn scheduler(
     Ok(match (symbolic, probe.fused) {
         (Some(s), _) if proxied => (s, None, "isl's scheduler at proxy sizes"),
         (Some(s), _) => (s, None, "isl's scheduler with the sizes symbolic"),
+        (None, Some((s, mapped))) if probe.siblings => (
+            s,
+            Some(mapped),
+            "the rows probe: isl's scheduler, sibling loops that read the same rows fused",
+        ),
         (None, Some((s, mapped))) => (
             s,
             Some(mapped),

@@ -9,6 +9,7 @@
 pub mod epilogue;
 pub mod fuse;
 pub mod host;
+pub mod siblings;
 pub mod sums;
 
 use crate::deps::Dependences;
