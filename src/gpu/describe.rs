@@ -1,7 +1,8 @@
 //! The gpu stage's kernel plans as text, for its dump (`POLYFUSE_DUMP=gpu`):
 //! per kernel its launch on one line, then one line per decision the
 //! mapping made (shared copies, the register tile and its engine, private
-//! arrays, lanes, the attention and its second kernel). The plans' `Debug`
+//! arrays, lanes, the attention and its second kernel); and the kernels'
+//! arguments and host loops for the `kernels` stage's. The plans' `Debug`
 //! output prints every field and every isl expression on one line, which
 //! hides the decision one is looking for; this prints what a reader of the
 //! CUDA would want to know first, and `Debug` stays for the rest.
@@ -15,6 +16,7 @@ use super::mapping::{AttentionPlan, CombineKernel, KernelBody, KernelPlan, Regis
 use super::private::PrivateRegion;
 use super::promote::Promotion;
 use super::registers::RegisterTile;
+use super::{HostLoop, KernelArg};
 use crate::isl::ast::{c_expr, Expr};
 
 /// `[a, b, c]`.
@@ -260,10 +262,56 @@ fn combine(f: &mut fmt::Formatter<'_>, c: &CombineKernel) -> fmt::Result {
     )
 }
 
+impl fmt::Display for KernelArg {
+    /// `tensor X: f32[N, D]`, `param N`, `step t`: an argument as the
+    /// kernels take it (the `kernels` stage's dump).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelArg::Tensor { name, dtype, shape } => {
+                write!(f, "tensor {name}: {dtype}[{}]", shape.join(", "))
+            }
+            KernelArg::Param { name } => write!(f, "param {name}"),
+            KernelArg::Step { name } => write!(f, "step {name}"),
+        }
+    }
+}
+
+impl fmt::Display for HostLoop {
+    /// The loop as C, and the kernels each iteration launches.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |n: &str| n.to_string();
+        write!(
+            f,
+            "for ({} = {}; {}; {} += {}) kernels {}..{}, mark {}",
+            self.iterator,
+            c_expr(&self.init, &name),
+            c_expr(&self.cond, &name),
+            self.iterator,
+            c_expr(&self.inc, &name),
+            self.first,
+            self.end,
+            self.step.mark()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::frontend::ast::DType;
     use crate::gpu::test_support::Analysed;
-    use crate::gpu::GpuOptions;
+    use crate::gpu::{GpuOptions, KernelArg};
+
+    #[test]
+    fn kernel_arguments_read_as_declarations() {
+        let tensor = KernelArg::Tensor {
+            name: "X".into(),
+            dtype: DType::F16,
+            shape: vec!["N".into(), "D - 1".into()],
+        };
+        assert_eq!(tensor.to_string(), "tensor X: f16[N, D - 1]");
+        assert_eq!(KernelArg::Param { name: "N".into() }.to_string(), "param N");
+        assert_eq!(KernelArg::Step { name: "t".into() }.to_string(), "step t");
+    }
 
     /// examples/gemm.json's one kernel: a register tile on the SIMT cores
     /// reading shared copies of A and B, each decision on its own line.

@@ -354,10 +354,10 @@ impl Kernels {
             );
         }
         for a in &self.cuda.args {
-            let _ = writeln!(out, "arg: {a:?}");
+            let _ = writeln!(out, "arg: {a}");
         }
         for l in &self.cuda.host_loops {
-            let _ = writeln!(out, "host loop: {l:?}");
+            let _ = writeln!(out, "host loop: {l}");
         }
         out
     }
