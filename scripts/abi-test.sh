@@ -23,8 +23,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 # What this script needs beyond scripts/setup.sh: g++ for the C++ example,
-# valgrind, python3 and nm (binutils) for the exports check. Missing ones are
-# installed with apt-get, as setup.sh does.
+# valgrind, python3 for the torch module's test and nm (binutils) for the
+# exports check. Missing ones are installed with apt-get, as setup.sh does.
 declare -A package_of=([g++]=g++ [valgrind]=valgrind [python3]=python3 [nm]=binutils [make]=make)
 packages=()
 for tool in g++ valgrind python3 nm make; do
