@@ -425,6 +425,9 @@ fn each_stage_dumps_its_value_in_order_and_the_result_is_unchanged() {
     has(Stage::Schedule, "coincident: [ 1, 1, 0 ]");
     has(Stage::Gpu, "mark: \"kernel_0\"");
     has(Stage::Gpu, "kernel_0: grid [");
+    // The plan's decisions, a line each (gpu::describe), not its Debug.
+    has(Stage::Gpu, "\n  shared A: f32 ");
+    has(Stage::Gpu, "\n  registers C: f32 in pf_reg_kernel_0_C");
     has(Stage::Kernels, "kernel_0: grid [");
     has(Stage::Kernels, "globals [A, B, C]");
     has(Stage::Cpu, "mark: \"tile\"");

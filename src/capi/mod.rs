@@ -14,10 +14,11 @@
 //!   misuse of the ABI itself) plus a message, kept on the handle the call
 //!   was about and, for every call, on the calling thread.
 //!
-//! The header and these definitions are kept in step by
-//! `scripts/check-abi.sh`, which CI runs: every `pf_` declaration of the
-//! header must have a definition here with the same parameter and return
-//! types, and the reverse.
+//! The header is generated from these definitions by cbindgen
+//! (`cbindgen.toml`) and checked in; `tests/capi_header.rs` fails when it
+//! is out of date. So the doc comments of the C-visible items here (the
+//! `pf_` functions, types and constants) are the header's documentation,
+//! written for C callers: what each does, who owns what, which errors.
 #![allow(non_camel_case_types)]
 
 mod handles;
@@ -39,58 +40,79 @@ use crate::Error;
 
 use handles::Object;
 
-/// Status of every call; `PF_OK` or one of the `PF_ERR_` codes.
+/// Status of every call that can fail: PF_OK or one of the PF_ERR_ codes,
+/// which mirror the command line's exit statuses.
 pub type pf_status = i32;
+/// Success.
 pub const PF_OK: pf_status = 0;
-/// Bad input: JSON, program, option value; or an illegal transformation.
+/// Bad JSON, program or option value; or an illegal transformation.
 pub const PF_ERR_INPUT: pf_status = 2;
 /// Something the machine lacks: the CUDA driver, NVRTC, a CUDA context.
 pub const PF_ERR_ENVIRONMENT: pf_status = 3;
-/// A bug in polyfuse (including a caught panic).
+/// A bug in polyfuse (a caught panic among them).
 pub const PF_ERR_INTERNAL: pf_status = 4;
-/// A null, freed or never-issued handle or string.
+/// A null, destroyed or forged handle or string.
 pub const PF_ERR_INVALID_HANDLE: pf_status = 5;
-/// A null output pointer, an index out of range, a string that is not
-/// UTF-8, or a query the result cannot answer (CUDA source of a CPU result).
+/// A null output, an index out of range, a string that is not UTF-8, or a
+/// query the result cannot answer (the CUDA source of a cpu result: the
+/// wrong target).
 pub const PF_ERR_INVALID_ARGUMENT: pf_status = 6;
 
-/// Element type of a tensor argument.
+/// Element type of a tensor argument: one of the PF_DTYPE_ values.
 pub type pf_dtype = i32;
+/// 32-bit IEEE float.
 pub const PF_DTYPE_F32: pf_dtype = 0;
+/// Stored as 16-bit IEEE half.
 pub const PF_DTYPE_F16: pf_dtype = 1;
+/// Stored as 16-bit bfloat16.
 pub const PF_DTYPE_BF16: pf_dtype = 2;
+/// 64-bit IEEE float.
 pub const PF_DTYPE_F64: pf_dtype = 3;
+/// 32-bit signed integer.
 pub const PF_DTYPE_I32: pf_dtype = 4;
+/// 64-bit signed integer.
 pub const PF_DTYPE_I64: pf_dtype = 5;
+/// 8-bit unsigned integer.
 pub const PF_DTYPE_U8: pf_dtype = 6;
+/// One byte, 0 or 1.
 pub const PF_DTYPE_BOOL: pf_dtype = 7;
+/// One byte: 8-bit float, 4 exponent bits (no infinity, max 448).
 pub const PF_DTYPE_F8E4M3: pf_dtype = 8;
+/// One byte: 8-bit float, 5 exponent bits (max 57344).
 pub const PF_DTYPE_F8E5M2: pf_dtype = 9;
 
-/// What an argument of the kernels is.
+/// What an argument of the kernels is (pf_result_arg_kind): one of the
+/// PF_ARG_ values.
 pub type pf_arg_kind = i32;
+/// A device pointer.
 pub const PF_ARG_TENSOR: pf_arg_kind = 0;
+/// A parameter value, passed as a 64-bit long.
 pub const PF_ARG_PARAM: pf_arg_kind = 1;
+/// A host loop's iterator, passed as a 64-bit long: set by
+/// pf_result_launch_all for each launch.
 pub const PF_ARG_STEP: pf_arg_kind = 2;
 
-/// The version of the ABI this library implements (`PF_ABI_VERSION`).
-pub const ABI_VERSION: i32 = 1;
+/// The ABI version this header describes; compare with pf_abi_version().
+pub const PF_ABI_VERSION: i32 = 1;
 
-/// A compiler context: one program, its options. Opaque.
-#[repr(C)]
+/// A compiler context: one program and its options. Opaque: the library
+/// hands out handles and never dereferences them.
+// Not `repr(C)`, so that cbindgen declares it opaque.
 pub struct pf_context {
     _private: [u8; 0],
 }
 
 /// What one compilation produced. Opaque; immutable once made, so it may be
 /// queried from several threads at once.
-#[repr(C)]
+// Not `repr(C)`, so that cbindgen declares it opaque.
 pub struct pf_result {
     _private: [u8; 0],
 }
 
 /// The CUDA driver's stream type, declared opaque so that the header needs
-/// no `cuda.h`; the same pointer type as the driver's `CUstream`.
+/// no `cuda.h`; the same pointer type as the driver's `CUstream`. The
+/// header declares it by hand (`cbindgen.toml`'s after_includes), only
+/// where `cuda.h` has not.
 #[repr(C)]
 pub struct CUstream_st {
     _private: [u8; 0],
@@ -361,18 +383,19 @@ fn dtype_bytes(t: DType) -> u64 {
     t.size() as u64
 }
 
-/// `pf_role`: what a tensor argument is to the program.
+/// What a tensor argument is to the program (pf_result_arg_role): one of
+/// the PF_ROLE_ values.
 pub type pf_role = i32;
 /// Read by the kernels, never written.
 pub const PF_ROLE_INPUT: pf_role = 0;
-/// Written by the kernels: every element, by the program's contract.
+/// Written by the kernels, every element.
 pub const PF_ROLE_OUTPUT: pf_role = 1;
 /// An intermediate the program declared or inferred (or a repair added).
 pub const PF_ROLE_TEMP: pf_role = 2;
-/// The most dimensions `pf_tensor_info` holds.
+/// The most dimensions pf_tensor_info holds.
 pub const PF_MAX_RANK: usize = 8;
 
-/// One tensor argument, as `pf_result_tensors` describes it.
+/// One tensor argument, as pf_result_tensors describes it.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct pf_tensor_info {
@@ -380,12 +403,15 @@ pub struct pf_tensor_info {
     pub name: *const c_char,
     /// Its index among the kernel arguments (for `device_ptrs`).
     pub arg_index: usize,
+    /// PF_ROLE_INPUT, PF_ROLE_OUTPUT or PF_ROLE_TEMP.
     pub role: pf_role,
+    /// Its element type, a PF_DTYPE_ value.
     pub dtype: pf_dtype,
+    /// Its number of dimensions, at most PF_MAX_RANK.
     pub rank: usize,
     /// Extents for the given parameters; those past `rank` are 0.
     pub extents: [i64; PF_MAX_RANK],
-    /// Bytes to allocate (row-major, storage type).
+    /// Bytes to allocate: row-major, storage type.
     pub bytes: usize,
 }
 
@@ -611,19 +637,25 @@ impl ResultState {
 /// library never dereferences it, only hands it back).
 #[derive(Clone, Copy)]
 pub(crate) struct LogSink {
-    callback: pf_log_fn,
+    /// A `pf_log_fn` that is not NULL.
+    callback: unsafe extern "C" fn(*mut c_void, i32, *const c_char),
     user: usize,
 }
 
-/// `pf_log_fn`: the caller's function that receives the library's notices.
-pub type pf_log_fn = unsafe extern "C" fn(user: *mut c_void, level: i32, message: *const c_char);
+/// Where the library's notices go (pf_context_set_log): called on the
+/// thread that called pf_compile, with the user pointer given, a level
+/// (PF_LOG_INFO or PF_LOG_WARNING) and a message valid for the call only.
+/// It must not throw into polyfuse.
+// An `Option` so that C's NULL is a value of the type (cbindgen writes a
+// nullable function pointer as the plain C function pointer type).
+pub type pf_log_fn =
+    Option<unsafe extern "C" fn(user: *mut c_void, level: i32, message: *const c_char)>;
 
-/// A notice: something the caller may want to know, nothing went wrong (a
-/// tuned configuration from the cache was used).
+/// Something to know, nothing went wrong (a tuned configuration from the
+/// cache was used).
 pub const PF_LOG_INFO: i32 = 0;
-/// A warning: polyfuse did something other than asked, and says what (a
-/// schedule isl did not finish replaced by minimal fusion; a cache that
-/// could not be read).
+/// Polyfuse did other than asked, and says what (a schedule isl did not
+/// finish replaced by minimal fusion; a cache it could not read).
 pub const PF_LOG_WARNING: i32 = 1;
 
 impl LogSink {
@@ -832,21 +864,21 @@ fn cache_arch(state: &ContextState) -> Result<String, String> {
 // Version, strings, errors
 // ---------------------------------------------------------------------------
 
-/// The library's version, e.g. `"0.1.0"`; a static string, not to be freed.
+/// The library's version, e.g. "0.1.0": a static string, not to be freed.
 #[no_mangle]
 pub extern "C" fn pf_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }
 
-/// The ABI version; equals `PF_ABI_VERSION` of the header the caller was
-/// built with unless header and library disagree.
+/// The ABI version the library implements; equals PF_ABI_VERSION of the
+/// header the caller was built with unless header and library disagree.
 #[no_mangle]
 pub extern "C" fn pf_abi_version() -> i32 {
-    ABI_VERSION
+    PF_ABI_VERSION
 }
 
-/// Frees a string handed out by polyfuse. Null is accepted and ignored; a
-/// pointer polyfuse did not hand out, or already freed, is refused.
+/// Frees a string handed out by polyfuse. NULL is ignored; a string freed
+/// already or not handed out is refused (PF_ERR_INVALID_HANDLE).
 ///
 /// # Safety
 /// `s` is null or any pointer value; it is never dereferenced unless
@@ -867,8 +899,8 @@ pub unsafe extern "C" fn pf_string_free(s: *mut c_char) -> pf_status {
 }
 
 /// The message of the latest failed call on the calling thread (whatever
-/// handle it was about, including calls refused for a bad handle); null when
-/// none failed. Free it with `pf_string_free`.
+/// handle it was about, including calls refused for a bad handle), or NULL
+/// when none failed. Free it with pf_string_free.
 #[no_mangle]
 pub extern "C" fn pf_last_error_message() -> *mut c_char {
     catch_unwind(|| {
@@ -881,8 +913,8 @@ pub extern "C" fn pf_last_error_message() -> *mut c_char {
     .unwrap_or(std::ptr::null_mut())
 }
 
-/// The message of the latest call on `ctx` if it failed; null when it
-/// succeeded or `ctx` is not a live context. Free it with `pf_string_free`.
+/// The message of the latest call on `ctx` if it failed, or NULL when it
+/// succeeded or `ctx` is not a live context. Free it with pf_string_free.
 ///
 /// # Safety
 /// Any pointer value is accepted; handles are never dereferenced.
@@ -897,8 +929,8 @@ pub unsafe extern "C" fn pf_context_error_message(ctx: *const pf_context) -> *mu
     .unwrap_or(std::ptr::null_mut())
 }
 
-/// The message of the latest call on `result` if it failed; null otherwise.
-/// Free it with `pf_string_free`.
+/// The message of the latest call on `result` if it failed, or NULL
+/// otherwise. Free it with pf_string_free.
 ///
 /// # Safety
 /// Any pointer value is accepted; handles are never dereferenced.
@@ -917,9 +949,9 @@ pub unsafe extern "C" fn pf_result_error_message(result: *const pf_result) -> *m
 // Contexts
 // ---------------------------------------------------------------------------
 
-/// Creates a context with the command line's defaults: target cpu,
-/// strategy isl, tile 32, sinking on, GPU block and grid chosen by
-/// polyfuse, shared-memory promotion on.
+/// Creates a context with the command line's defaults: target cpu, strategy
+/// isl, tile 32, sinking on, GPU block and grid chosen by polyfuse,
+/// shared-memory promotion on.
 ///
 /// # Safety
 /// `out` is null or points to writable memory for one handle.
@@ -965,8 +997,11 @@ pub unsafe extern "C" fn pf_context_destroy(ctx: *mut pf_context) -> pf_status {
     })
 }
 
-/// Loads a program from JSON text (the program format); replaces any
-/// program loaded before. Messages name it `<json>`.
+/// Loads a program from JSON text (the program format), replacing any
+/// program loaded before; messages name it `<json>`. The text ends at its
+/// first NUL byte; to pass text whose length you know (a buffer that is not
+/// NUL-terminated, or to have a NUL inside refused rather than the prefix
+/// before it compiled), use pf_context_load_json_n.
 ///
 /// # Safety
 /// `json` is null or a NUL-terminated string.
@@ -984,9 +1019,9 @@ pub unsafe extern "C" fn pf_context_load_json(
     })
 }
 
-/// Loads a program from the `len` bytes at `json` (issue 33, item 9: a
-/// NUL inside the text is refused instead of compiling the prefix before
-/// it, and the text needs no terminator). Messages name it `<json>`.
+/// Loads a program from the `len` bytes at `json` (UTF-8, no terminator
+/// needed), replacing any program loaded before; messages name it `<json>`.
+/// A NUL byte among them is an input error naming its offset.
 ///
 /// # Safety
 /// `json` is null or points to `len` readable bytes.
@@ -1015,7 +1050,7 @@ pub unsafe extern "C" fn pf_context_load_json_n(
     })
 }
 
-/// Loads a program file; replaces any program loaded before.
+/// Loads a program file, replacing any program loaded before.
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
@@ -1038,7 +1073,7 @@ pub unsafe extern "C" fn pf_context_load_file(
     })
 }
 
-/// Sets the target: `"cpu"` (C source) or `"cuda"` (CUDA kernels).
+/// Sets the target: "cpu" (C source) or "cuda" (CUDA kernels).
 ///
 /// # Safety
 /// `target` is null or a NUL-terminated string.
@@ -1062,8 +1097,8 @@ pub unsafe extern "C" fn pf_context_set_target(
     })
 }
 
-/// Sets the scheduling strategy: `"isl"`, `"min"`, `"max"` or
-/// `"canonical"` (see the README).
+/// Sets the scheduling strategy: "isl", "min", "max" or "canonical" (see the
+/// README).
 ///
 /// # Safety
 /// `strategy` is null or a NUL-terminated string.
@@ -1085,9 +1120,10 @@ pub unsafe extern "C" fn pf_context_set_strategy(
     })
 }
 
-/// Gives a parameter a value, `"NAME=VALUE"` as `--param` does; overrides
-/// the file. Checked against the program when it is compiled (the program
-/// may be loaded after), and at once when one is loaded already.
+/// Gives a parameter a value, "NAME=VALUE" (a positive integer) as the
+/// command line's --param does; overrides the file. Checked against the
+/// program when it is compiled (the program may be loaded after), and at
+/// once when one is loaded already.
 ///
 /// # Safety
 /// `assignment` is null or a NUL-terminated string.
@@ -1110,7 +1146,7 @@ pub unsafe extern "C" fn pf_context_set_param(
 }
 
 /// Sets parameter `name` to `value` (a positive integer), overriding the
-/// file: `pf_context_set_param` without the text.
+/// file: pf_context_set_param without the text.
 ///
 /// # Safety
 /// `name` is a NUL-terminated string.
@@ -1137,8 +1173,11 @@ pub unsafe extern "C" fn pf_context_set_param_value(
     })
 }
 
-/// Sets the tile sizes of each permutable band (the last repeats);
-/// `count == 0` turns tiling off. Every size must be at least 1.
+/// Sets the tile sizes of each permutable band (the last repeats); `count`
+/// 0 turns tiling off. Every size must be at least 1. Without this call
+/// the "cuda" target chooses its tiles per kernel, as the command line does
+/// without --tile (contractions and attention on tensor cores among them),
+/// and the "cpu" target tiles by 32.
 ///
 /// # Safety
 /// `sizes` points to `count` values (may be null when `count` is 0).
@@ -1163,8 +1202,8 @@ pub unsafe extern "C" fn pf_context_set_tile(
     })
 }
 
-/// TC's imperfectly nested tiling (sink point loops below inner tile
-/// loops): nonzero on (the default), zero off.
+/// TC's imperfectly nested tiling (sink point loops below inner tile loops):
+/// nonzero on (the default), zero off.
 ///
 /// # Safety
 /// Any pointer value is accepted for `ctx`.
@@ -1182,8 +1221,8 @@ fn gpu_sizes(sizes: &[u32], what: &str) -> Outcome<Vec<u32>> {
     Ok(sizes.to_vec())
 }
 
-/// GPU threads per block along x, y, z; `count == 0`: chosen from the tile
-/// sizes (at most 256 threads).
+/// GPU threads per block along x, y, z (1 to 3 values); `count` 0:
+/// automatic, chosen from the tile sizes (at most 256 threads).
 ///
 /// # Safety
 /// `sizes` points to `count` values (may be null when `count` is 0).
@@ -1201,8 +1240,7 @@ pub unsafe extern "C" fn pf_context_set_block(
     })
 }
 
-/// Upper bounds on GPU blocks along x, y, z; `count == 0`: one block per
-/// tile.
+/// Upper bounds on GPU blocks along x, y, z; `count` 0: one block per tile.
 ///
 /// # Safety
 /// `sizes` points to `count` values (may be null when `count` is 0).
@@ -1234,10 +1272,10 @@ pub unsafe extern "C" fn pf_context_set_shared(ctx: *mut pf_context, enabled: c_
     })
 }
 
-/// The compilation cache `pf_compile` consults when no schedule option
-/// was set on the context: `path` (a SQLite file, created by
-/// `polyfuse tune`), or null for none. Without this call there is none:
-/// the library reads no file of the user's unless asked.
+/// The compilation cache pf_compile consults when no schedule option was set
+/// on the context (tuned options from `polyfuse tune`; said to the log):
+/// `path` to its SQLite file, or NULL for none. Default: none (the library
+/// reads and writes no file of the user's unless asked).
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
@@ -1257,10 +1295,8 @@ pub unsafe extern "C" fn pf_context_set_cache(
     })
 }
 
-/// Where the library's notices go: `callback(user, level, message)` on
-/// the thread that called `pf_compile`, `level` `PF_LOG_INFO` or
-/// `PF_LOG_WARNING`, `message` valid for the call only; null: nowhere (the
-/// default). The library never writes to stderr.
+/// Sends the library's notices to `callback` (see pf_log_fn), with `user`;
+/// NULL: nowhere, the default. The library never writes to stderr.
 ///
 /// # Safety
 /// `callback` is null or a function that may be called with `user` and a
@@ -1269,7 +1305,7 @@ pub unsafe extern "C" fn pf_context_set_cache(
 #[no_mangle]
 pub unsafe extern "C" fn pf_context_set_log(
     ctx: *mut pf_context,
-    callback: Option<pf_log_fn>,
+    callback: pf_log_fn,
     user: *mut c_void,
 ) -> pf_status {
     with_context(ctx, |s| {
@@ -1281,14 +1317,15 @@ pub unsafe extern "C" fn pf_context_set_log(
     })
 }
 
-/// Seconds after which a compilation whose schedule isl has not finished
-/// is replaced by one with minimal fusion (said to the context's log, as the command
-/// line does). isl's scheduler can run for minutes, or not end, on some
-/// fusion problems; the abandoned compilation is stopped (see
-/// `pipeline::watch`). Default: `POLYFUSE_SCHEDULE_TIMEOUT`, else 60.
+/// Seconds after which a compilation whose schedule isl has not finished is
+/// replaced by one with minimal fusion (said to the log as a warning, as
+/// the command line does). isl's scheduler can run for minutes, or not end,
+/// on some fusion problems; the abandoned compilation is stopped. Default:
+/// POLYFUSE_SCHEDULE_TIMEOUT, else 60.
 ///
 /// # Safety
 /// Any pointer value is accepted for `ctx`.
+// The watchdog is pipeline::watch's.
 #[no_mangle]
 pub unsafe extern "C" fn pf_context_set_schedule_timeout(
     ctx: *mut pf_context,
@@ -1300,12 +1337,12 @@ pub unsafe extern "C" fn pf_context_set_schedule_timeout(
     })
 }
 
-/// The GPU architecture the result's launches compile for, `sm_NN` or
-/// `sm_NNa` (`sm_90` runs the portable paths of kernels that also have a
-/// Hopper-only one); null: the device's choice, as the command line makes
-/// it (`sm_90a` where a kernel has a `wgmma` path on an sm_90 device),
-/// unless `POLYFUSE_CUDA_ARCH` names one. An architecture the device cannot
-/// run fails the launch with `PF_ERR_INPUT`.
+/// The GPU architecture the result's launches compile for: "sm_NN" or
+/// "sm_NNa" ("sm_90" runs the portable paths of kernels that also have a
+/// Hopper-only one). NULL: the device's choice, as the command line makes
+/// it ("sm_90a" where a kernel has a wgmma path on an sm_90 device), unless
+/// POLYFUSE_CUDA_ARCH names one. A malformed name is refused here
+/// (PF_ERR_INPUT); one the device cannot run fails the launch.
 ///
 /// # Safety
 /// `arch` is null or a NUL-terminated string.
@@ -1334,13 +1371,13 @@ pub unsafe extern "C" fn pf_context_set_arch(
     })
 }
 
-/// The CUDA device (an ordinal of the driver's list) a cuda result is
-/// meant for: the tuning cache (`pf_context_set_cache`) is looked up for
-/// its architecture. -1: the device of the thread's current context at
-/// `pf_compile`, else device 0, the default. Launches run on the device of
-/// their stream or tensors whatever this says; an ordinal the driver does
-/// not have is refused at `pf_compile`'s lookup (the cache is then not
-/// used, said to the log).
+/// The CUDA device (driver ordinal) a cuda result is meant for: the tuning
+/// cache (pf_context_set_cache) is looked up for its architecture. -1, the
+/// default: the device of the thread's current CUDA context at pf_compile,
+/// else device 0. Launches run on the device of their stream or tensors
+/// whatever this says. A value below -1 is refused (PF_ERR_INPUT); an
+/// ordinal the driver does not have is refused at pf_compile's lookup (the
+/// cache is then not used, said to the log).
 ///
 /// # Safety
 /// Any handle value is accepted.
@@ -1357,11 +1394,11 @@ pub unsafe extern "C" fn pf_context_set_device(ctx: *mut pf_context, device: i32
     })
 }
 
-/// Transformation directives as JSON text, used as the program's
-/// `schedule` key (see the README: rolling-update, split-k, privatize,
-/// tile); null clears them. A template `pf_compile` cannot apply fails
-/// there with `PF_ERR_INPUT` or `PF_ERR_ILLEGAL`. Text that is not JSON is
-/// refused here.
+/// Transformation directives as JSON text, used as the program's "schedule"
+/// key (a list of steps, see the README: rolling-update, split-k,
+/// privatize, tile); NULL clears them. Text that is not JSON is refused
+/// here; a template pf_compile cannot apply makes it fail with
+/// PF_ERR_INPUT (an illegal transformation is an input error).
 ///
 /// # Safety
 /// `json` is null or a NUL-terminated string.
@@ -1407,14 +1444,21 @@ pub unsafe extern "C" fn pf_compile(ctx: *mut pf_context, out: *mut *mut pf_resu
 // Results
 // ---------------------------------------------------------------------------
 
-/// Destroys a result and unloads the CUDA modules it loaded for launches,
-/// each with its context current; then releases the primary contexts the
-/// result retained for them (see `launch`), so the caller may release its
-/// context before or after this call. The handle is gone in every case;
-/// `PF_ERR_ENVIRONMENT` says the driver refused to unload a module.
+/// Destroys a result. A result that launched kernels unloads its CUDA
+/// modules here, and frees the workspaces it allocated, each with its
+/// context current. When that context is the device's primary context
+/// (cuDevicePrimaryCtxRetain, or the CUDA runtime's context), the result
+/// holds a reference of its own on it from its first launch there until the
+/// module is unloaded, so the caller may release the primary context
+/// (cuDevicePrimaryCtxRelease, cudaDeviceReset) before or after destroying
+/// the result. A context made with cuCtxCreate cannot be retained: destroy
+/// the results that launched in it before cuCtxDestroy. The handle is
+/// destroyed in every case; PF_ERR_ENVIRONMENT says that the driver refused
+/// to unload a module (the message says why).
 ///
 /// # Safety
 /// Any pointer value is accepted; handles are never dereferenced.
+// The retained primary contexts are launch.rs's.
 #[no_mangle]
 pub unsafe extern "C" fn pf_result_destroy(result: *mut pf_result) -> pf_status {
     guard(|| {
@@ -1443,9 +1487,9 @@ unsafe fn put_string(out: *mut *mut c_char, s: &str) -> Outcome {
     unsafe { put(out, handles::give_string(s), "out") }
 }
 
-/// Where the result's options came from: 0 the context's options, 1
-/// tuned options from the cache (compiled now), 2 a compiled program from
-/// the cache, 3 an artifact (`pf_result_load`).
+/// Where the result came from: 0 the context's options, 1 tuned options
+/// from the cache (compiled now), 2 a compiled program from the cache, 3 an
+/// artifact (pf_result_load).
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -1460,7 +1504,7 @@ pub unsafe extern "C" fn pf_result_from_cache(
     })
 }
 
-/// The target the result was compiled for: `"cpu"` or `"cuda"`.
+/// The target the result was compiled for: "cpu" or "cuda".
 ///
 /// # Safety
 /// `out` is null or writable for one pointer.
@@ -1479,8 +1523,8 @@ pub unsafe extern "C" fn pf_result_target(
     })
 }
 
-/// Number of CUDA kernels, launched in order on one stream; 0 for the cpu
-/// target.
+/// Number of CUDA kernels, to be launched in index order on one stream; 0
+/// for the cpu target.
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -1499,8 +1543,8 @@ pub unsafe extern "C" fn pf_result_num_kernels(
     })
 }
 
-/// The name of kernel `kernel`: its `extern "C" __global__` function in
-/// the CUDA source.
+/// The name of kernel `kernel`: its extern "C" __global__ function in the
+/// CUDA source.
 ///
 /// # Safety
 /// `out` is null or writable for one pointer.
@@ -1533,7 +1577,7 @@ pub unsafe extern "C" fn pf_result_cuda_source(
     })
 }
 
-/// Threads per block of kernel `kernel`, x, y, z into `block[0..3]`.
+/// Threads per block of kernel `kernel`: block[0..2] = x, y, z.
 ///
 /// # Safety
 /// `block` is null or writable for three values.
@@ -1550,9 +1594,12 @@ pub unsafe extern "C" fn pf_result_kernel_block(
     })
 }
 
-/// Blocks of kernel `kernel` along x, y, z into `grid[0..3]`, for the
-/// values of the symbolic parameters (`params`, `num_params` of them, in
-/// `pf_result_param_name` order). A zero dimension means: skip the kernel.
+/// Blocks of kernel `kernel` for the given parameter values: grid[0..2] =
+/// x, y, z. A zero dimension means there is nothing to do: skip the kernel.
+/// A contraction whose reduction is split (sm_90 and later) declares its
+/// cluster in the source (__cluster_dims__, blocks along z): launch it with
+/// this grid as it is; cuLaunchKernel and <<<>>> both honour the declared
+/// cluster.
 ///
 /// # Safety
 /// `params` points to `num_params` values; `grid` is null or writable for
@@ -1575,8 +1622,8 @@ pub unsafe extern "C" fn pf_result_kernel_grid(
     })
 }
 
-/// Bytes of dynamic shared memory to launch kernel `kernel` with, and
-/// bytes it declares statically; either output may be null.
+/// Bytes of dynamic shared memory to launch kernel `kernel` with, and bytes
+/// of static shared memory it declares; either output may be NULL.
 ///
 /// # Safety
 /// Each output is null or writable for one value.
@@ -1601,11 +1648,17 @@ pub unsafe extern "C" fn pf_result_kernel_shared_memory(
     })
 }
 
-/// Whether kernel `kernel` is a programmatic dependent of the kernel
-/// before it (1) or not (0): see `gpu::Kernel::dependent`.
+/// 1 when kernel `kernel` is a programmatic dependent of the kernel before
+/// it (0 otherwise; every kernel of this version is): its first statement
+/// waits (griddepcontrol.wait, sm_90 and later) for that kernel, whichever
+/// it is, to finish, so it may be launched with
+/// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION to overlap that
+/// kernel's end, as pf_result_launch does on compute capability 9.0 and
+/// later. A plain launch is correct too.
 ///
 /// # Safety
 /// `out` is writable for one value.
+// See gpu::Kernel::dependent.
 #[no_mangle]
 pub unsafe extern "C" fn pf_result_kernel_dependent(
     result: *const pf_result,
@@ -1635,7 +1688,7 @@ pub unsafe extern "C" fn pf_result_num_params(
     })
 }
 
-/// The name of symbolic parameter `index`.
+/// The name of parameter `index` (of those without a compile-time value).
 ///
 /// # Safety
 /// `out` is null or writable for one pointer.
@@ -1657,8 +1710,10 @@ pub unsafe extern "C" fn pf_result_param_name(
     })
 }
 
-/// Number of kernel arguments: one device pointer per tensor (inputs,
-/// outputs, temps, in the model's order), then one per symbolic parameter.
+/// Number of kernel arguments, in order: one device pointer per tensor
+/// (inputs, outputs, temps), then one per parameter without a compile-time
+/// value, then (for a program whose recurrences run on host loops) one per
+/// host loop iterator (PF_ARG_STEP).
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -1673,7 +1728,7 @@ pub unsafe extern "C" fn pf_result_num_args(
     })
 }
 
-/// Whether argument `index` is a tensor or a parameter.
+/// What argument `index` is: PF_ARG_TENSOR, PF_ARG_PARAM or PF_ARG_STEP.
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -1694,7 +1749,7 @@ pub unsafe extern "C" fn pf_result_arg_kind(
     })
 }
 
-/// The tensor's or parameter's name of argument `index`.
+/// The name of argument `index`: its tensor's, parameter's or host loop iterator's.
 ///
 /// # Safety
 /// `out` is null or writable for one pointer.
@@ -1727,7 +1782,8 @@ fn tensor_arg(r: &ResultState, index: usize) -> Outcome<(DType, &[String])> {
     }
 }
 
-/// The element type of tensor argument `index`.
+/// The element type of tensor argument `index` (tensor arguments only, as
+/// for its rank and extents).
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -1761,8 +1817,8 @@ pub unsafe extern "C" fn pf_result_arg_rank(
     })
 }
 
-/// Extent `dim` of tensor argument `index` as text in the parameters
-/// (e.g. `"M"`, `"H - 2"`).
+/// Extent `dim` of tensor argument `index` as text in the parameters, e.g.
+/// "M" or "H - 2".
 ///
 /// # Safety
 /// `out` is null or writable for one pointer.
@@ -1786,8 +1842,7 @@ pub unsafe extern "C" fn pf_result_arg_dim(
     })
 }
 
-/// Extent `dim` of tensor argument `index` for the given symbolic
-/// parameter values.
+/// Extent `dim` of tensor argument `index` for the given parameter values.
 ///
 /// # Safety
 /// `params` points to `num_params` values; `out` is null or writable.
@@ -1809,9 +1864,8 @@ pub unsafe extern "C" fn pf_result_arg_extent(
     })
 }
 
-/// Bytes of tensor argument `index` (row-major, its storage type: 2 bytes
-/// for f16 and bf16) for the given symbolic parameter values: what to
-/// allocate for it.
+/// Bytes to allocate for tensor argument `index` (row-major, its storage
+/// type: 2 bytes for f16 and bf16) for the given parameter values.
 ///
 /// # Safety
 /// `params` points to `num_params` values; `out` is null or writable.
@@ -1833,8 +1887,8 @@ pub unsafe extern "C" fn pf_result_arg_bytes(
     })
 }
 
-/// The role of tensor argument `index`: `PF_ROLE_INPUT`, `PF_ROLE_OUTPUT`
-/// or `PF_ROLE_TEMP`.
+/// The role of tensor argument `index`: PF_ROLE_INPUT, PF_ROLE_OUTPUT or
+/// PF_ROLE_TEMP (tensor arguments only).
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -1851,12 +1905,12 @@ pub unsafe extern "C" fn pf_result_arg_role(
     })
 }
 
-/// Every tensor argument in one call, for the given symbolic parameter
-/// values: `*count` is set to the number of tensor arguments, and the
-/// first `min(capacity, *count)` are written to `out` (which may be null
-/// when `capacity` is 0, to ask for the count). A tensor of more than
-/// `PF_MAX_RANK` dimensions is refused (`PF_ERR_INVALID_ARGUMENT`); its
-/// extents are in `pf_result_arg_extent`.
+/// Every tensor argument in one call, for the given parameter values:
+/// *count is set to their number and the first min(capacity, *count) are
+/// written to `out` (NULL with capacity 0 asks for the count). A tensor of
+/// more than PF_MAX_RANK dimensions is refused (PF_ERR_INVALID_ARGUMENT);
+/// its extents are in pf_result_arg_extent. A rank-0 input is a runtime
+/// scalar passed like any tensor: a device pointer to its one element.
 ///
 /// # Safety
 /// `params` points to `num_params` values; `out` is null or writable for
@@ -1913,7 +1967,7 @@ pub unsafe extern "C" fn pf_result_tensors(
 }
 
 /// The final schedule tree as text (what `polyfuse schedule` prints; for
-/// the cuda target the tree that was mapped to blocks and threads).
+/// the cuda target, the tree that was mapped to blocks and threads).
 ///
 /// # Safety
 /// `out` is null or writable for one pointer.
@@ -1932,9 +1986,9 @@ pub unsafe extern "C" fn pf_result_schedule_tree(
     })
 }
 
-/// The generated C (prelude and `void pf_kernel(const long *pf_params,
-/// void **pf_tensors)`; `pf_params` holds every parameter in file order,
-/// `pf_tensors` the tensor arguments in order). Available for both targets.
+/// C source: void pf_kernel(const long *pf_params, void **pf_tensors), where
+/// pf_params holds every parameter in file order and pf_tensors the tensor
+/// arguments in order, after its prelude. Available for both targets.
 ///
 /// # Safety
 /// `out` is null or writable for one pointer.
@@ -1949,17 +2003,44 @@ pub unsafe extern "C" fn pf_result_c_source(
     })
 }
 
-/// Launches kernel `kernel` on `stream` (null: the default stream of the
-/// context the tensors live in; see `launch`). `params` holds the symbolic
-/// parameter values (`pf_result_num_params` of them; may be null when
-/// there are none); `device_ptrs` one device pointer per tensor argument,
-/// in argument order, temps included (null for a temp no kernel touches;
-/// a null pointer for a tensor this kernel touches is refused).
-/// The kernel is compiled with NVRTC for the stream's device on first use
-/// and cached per CUDA context. The call returns once the launch is queued;
-/// kernels of one result must be launched in index order. A kernel inside
-/// a host loop (a recurrence stepped by the host) is refused: its launches
-/// take the loop's iterator, which `pf_result_launch_all` supplies.
+/// Launches kernel `kernel` on `stream` with the caller's device buffers:
+/// `device_ptrs` holds one device pointer per tensor argument, temps
+/// included, in argument order, each at least pf_result_arg_bytes large. A
+/// temp no kernel touches (pf_result_arg_workspace_offset -1) may be NULL; a
+/// NULL pointer for a tensor this kernel reads or writes is refused
+/// (PF_ERR_INVALID_ARGUMENT). The kernel is compiled with NVRTC for the
+/// stream's device on first use and cached per CUDA context. Returns once
+/// the launch is queued; kernels of one result must be launched in index
+/// order. A kernel inside a host loop (a recurrence stepped by the host) is
+/// refused: its launches take the loop's iterator, which
+/// pf_result_launch_all supplies. PF_ERR_ENVIRONMENT when there is no CUDA
+/// driver, NVRTC or context.
+///
+/// Contexts and streams. A launch runs in the context of its stream
+/// (cuStreamGetCtx). For the null stream (NULL, CU_STREAM_LEGACY or
+/// CU_STREAM_PER_THREAD) it runs in the context the tensors live in: the
+/// context the first tensor pointer the kernel uses was allocated in
+/// (CU_POINTER_ATTRIBUTE_CONTEXT), or for memory the driver names no context
+/// for (virtual memory management, e.g. PyTorch's expandable segments) the
+/// primary context of its device (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+/// cuDevicePrimaryCtxRetain). The thread's current context is used only
+/// when the launch has no pointer at all, and is left as it was. So a fresh
+/// thread may launch on the default stream. A pointer the driver does not
+/// know is PF_ERR_INVALID_ARGUMENT. The CUDA source is compiled with NVRTC
+/// once per compute capability and loaded once per context; the module
+/// stays loaded until pf_result_destroy (which says what that means for the
+/// context's life).
+///
+/// Temps and the workspace. Inputs and outputs are the caller's. A temp
+/// takes memory only when some kernel's code reads or writes it in global
+/// memory (decided from the kernels' launch records when the result is
+/// compiled; every temp of a cpu result); the others (attention's row
+/// states and M_prev, an accumulator kept in registers) are never touched
+/// and take none. The temps that take memory live in one workspace, in
+/// argument order, each at a multiple of PF_WORKSPACE_ALIGN bytes:
+/// pf_result_workspace_size gives its size, pf_result_arg_workspace_offset
+/// where each temp lies. pf_result_launch_workspace takes the caller's
+/// workspace, or NULL to use one the result allocates and keeps.
 ///
 /// # Safety
 /// `params` and `device_ptrs` point to as many values as described;
@@ -1997,16 +2078,14 @@ pub unsafe extern "C" fn pf_result_launch(
     })
 }
 
-/// Bytes of the workspace the temps need for the given symbolic parameter
-/// values: the temps some kernel reads or writes in global memory
-/// (`gpu::Kernel::globals`; every temp for a cpu result), in argument
-/// order, each at a multiple of `PF_WORKSPACE_ALIGN`. Temps that never reach
-/// memory (attention's row states and `M_prev`, an accumulator its
-/// epilogue consumes in registers) take none: issue 33 measured 3.0 GiB
-/// allocated for temps nothing touched. 0 when no temp reaches memory.
+/// Bytes of the workspace for the given parameter values: the temps that
+/// take memory (see pf_result_launch), each at a multiple of
+/// PF_WORKSPACE_ALIGN; 0 when none does.
 ///
 /// # Safety
 /// `params` points to `num_params` values; `bytes` is null or writable.
+// Which temps reach memory is gpu::Kernel::globals; issue 33 measured
+// 3.0 GiB allocated for temps nothing touched before.
 #[no_mangle]
 pub unsafe extern "C" fn pf_result_workspace_size(
     result: *const pf_result,
@@ -2023,10 +2102,9 @@ pub unsafe extern "C" fn pf_result_workspace_size(
     })
 }
 
-/// Where temp argument `index` lies in the workspace, for a caller that
-/// launches the kernels itself: its byte offset, or -1 when no kernel
-/// touches it (pass a null pointer for it). Inputs, outputs and
-/// parameters are refused (`PF_ERR_INVALID_ARGUMENT`).
+/// Where temp argument `index` lies in the workspace: its byte offset, or
+/// -1 when no kernel touches it (pass NULL for it). For callers that launch
+/// the kernels themselves. Not a temp: PF_ERR_INVALID_ARGUMENT.
 ///
 /// # Safety
 /// `params` points to `num_params` values; `offset` is null or writable.
@@ -2058,14 +2136,19 @@ pub unsafe extern "C" fn pf_result_arg_workspace_offset(
 }
 
 /// Launches kernel `kernel` with the caller's inputs and outputs only:
-/// `io_ptrs` holds one device pointer per tensor argument whose role is
-/// not `PF_ROLE_TEMP`, in argument order. The temps live in `workspace`
-/// (a device buffer of `workspace_bytes`, at least
-/// `pf_result_workspace_size` and aligned to `PF_WORKSPACE_ALIGN`) or, where
-/// `workspace` is null, in a buffer the result allocates in the launch's
-/// context and keeps (grown when larger sizes need more, after that
-/// context's work is done; freed by `pf_result_destroy`). Contexts and
-/// streams as `pf_result_launch`.
+/// `io_ptrs` holds one device pointer per tensor argument whose role is not
+/// PF_ROLE_TEMP, in argument order (the pf_tensor_info entries that are
+/// inputs or outputs, in order). The temps live in `workspace`, a device
+/// buffer of `workspace_bytes` (at least pf_result_workspace_size, aligned
+/// to PF_WORKSPACE_ALIGN, else PF_ERR_INVALID_ARGUMENT), or, where
+/// `workspace` is NULL, in a buffer the result allocates in the launch's
+/// context on first need and keeps until pf_result_destroy. That buffer is
+/// grown when larger sizes need more, after the context's queued work is
+/// done (cuCtxSynchronize), and serves one stream at a time: launches that
+/// may overlap on several streams, or run inside a CUDA graph capture
+/// (where allocating is not allowed), pass their own workspace, or launch
+/// once with the largest sizes before. Kernels of one launch sequence use
+/// the same workspace. Contexts and streams as for pf_result_launch.
 ///
 /// # Safety
 /// `params` points to the symbolic parameters' values, `io_ptrs` to as
@@ -2126,18 +2209,19 @@ pub unsafe extern "C" fn pf_result_launch_workspace(
     })
 }
 
-/// The result as an artifact (issue 33 item 5): one JSON document with the
-/// program's text and the values it was compiled with, the compiled
-/// program (trees, C, CUDA source, launch records, tensors) and PTX for
-/// each architecture of `archs` (comma-separated device architectures,
-/// `"sm_90,sm_80"`; null or empty for none), each under the architecture a
-/// launch on such a device compiles for (`sm_90a` for kernels with a
-/// `wgmma` path). Making PTX needs NVRTC (`PF_ERR_ENVIRONMENT` without),
-/// not a GPU. `pf_result_load` reads it back without isl, and launches on
-/// those architectures without NVRTC.
+/// The result as an artifact: one JSON document (freed with pf_string_free)
+/// holding the program's text and the values it was compiled with, the
+/// compiled program (trees, C and CUDA source, launch records, tensors),
+/// and PTX for each architecture of `archs` ("sm_90,sm_80": the devices'
+/// architectures, comma-separated; NULL or "" for none), stored under the
+/// architecture a launch on such a device compiles for ("sm_90a" on sm_90
+/// for kernels with a wgmma path). Making PTX needs NVRTC, not a GPU
+/// (PF_ERR_ENVIRONMENT without it). `polyfuse schedule --emit artifact`
+/// writes the same document; pf_result_load reads it back.
 ///
 /// # Safety
 /// `archs` is null or a NUL-terminated string; `out` is null or writable.
+// Issue 33, item 5.
 #[no_mangle]
 pub unsafe extern "C" fn pf_result_save(
     result: *const pf_result,
@@ -2172,12 +2256,13 @@ pub unsafe extern "C" fn pf_result_save(
     })
 }
 
-/// A result from an artifact `pf_result_save` wrote (the `len` bytes at
-/// `text`), without compiling: the program is parsed (no isl) and the
-/// compiled program taken from the artifact. Launches on a device whose
-/// architecture the artifact has PTX for load that PTX (no NVRTC); on
-/// others they compile the CUDA source with NVRTC as a compiled result
-/// does. Not an artifact, or of another version: `PF_ERR_INPUT`.
+/// A result from an artifact pf_result_save wrote (the `len` bytes at
+/// `text`) without compiling: the program is parsed and the compiled
+/// program taken from the artifact; no isl runs. Launches on a device whose
+/// architecture the artifact has PTX for load that PTX without NVRTC (the
+/// driver finishes it); on other devices they compile the CUDA source with
+/// NVRTC as any result does. Not an artifact, or of another version:
+/// PF_ERR_INPUT. Destroy it with pf_result_destroy.
 ///
 /// # Safety
 /// `text` points to `len` readable bytes; `out` is null or writable.
@@ -2216,10 +2301,14 @@ pub unsafe extern "C" fn pf_result_load(
     })
 }
 
-/// Launches every kernel of the result in order on `stream`, those inside
-/// host loops once per iteration with the loop's iterator as their
-/// argument: one execution of the program. Arguments as for
-/// `pf_result_launch`.
+/// Launches one execution of the whole program on `stream`: every kernel in
+/// index order, and the kernels of a host loop once per iteration with the
+/// iterator as their PF_ARG_STEP argument. A program with loop blocks whose
+/// loops carry a dependence (a recurrence) runs those loops on the host: its
+/// kernels inside them cannot be launched with pf_result_launch (which
+/// refuses them with PF_ERR_INVALID_ARGUMENT); launch it with this call.
+/// For every other program it is the same as pf_result_launch of each
+/// kernel in order. Arguments and errors as for pf_result_launch.
 ///
 /// # Safety
 /// As for `pf_result_launch`.

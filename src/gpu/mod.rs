@@ -14,6 +14,7 @@ pub mod attention;
 pub mod contraction;
 pub mod cost;
 pub mod decoding;
+pub mod describe;
 pub mod lanes;
 pub mod mapping;
 pub mod private;

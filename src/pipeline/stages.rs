@@ -292,24 +292,13 @@ impl Mapped {
         })
     }
 
-    /// The dump: the mapped schedule as isl's YAML, each kernel's plan,
-    /// the estimate and the notes.
+    /// The dump: the mapped schedule as isl's YAML, each kernel's plan (its
+    /// launch and its decisions, a line each: `gpu::describe`), the
+    /// estimate and the notes.
     pub fn dump(&self) -> String {
         let mut out = schedule_yaml(&self.mapping.schedule);
-        let name = |n: &str| n.to_string();
         for p in &self.mapping.plans {
-            let grid: Vec<String> = p.grid.iter().map(|e| c_expr(e, &name)).collect();
-            let _ = writeln!(
-                out,
-                "{}: grid [{}], block {:?}, min blocks {:?}, shared {} B dynamic, {} B static",
-                p.mark,
-                grid.join(", "),
-                p.block,
-                p.min_blocks,
-                p.dynamic_shared,
-                p.static_shared
-            );
-            let _ = writeln!(out, "  body: {:?}", p.body);
+            out.push_str(&p.to_string());
         }
         if let Some(e) = &self.estimate {
             let _ = writeln!(out, "estimate: {e:#?}");
@@ -370,10 +359,10 @@ impl Kernels {
             );
         }
         for a in &self.cuda.args {
-            let _ = writeln!(out, "arg: {a:?}");
+            let _ = writeln!(out, "arg: {a}");
         }
         for l in &self.cuda.host_loops {
-            let _ = writeln!(out, "host loop: {l:?}");
+            let _ = writeln!(out, "host loop: {l}");
         }
         out
     }
