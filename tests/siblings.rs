@@ -66,6 +66,13 @@ fn sibling_row_reductions_share_one_kernel_with_their_rows_across_lanes() {
         let tree = c.gpu_tree.as_ref().unwrap().to_string();
         assert_eq!(cuda.kernels.len(), 1, "{n} siblings:\n{tree}");
         assert!(tree.contains("lanes_"), "{n} siblings: no lanes\n{tree}");
+        // The siblings read each element in one iteration on one thread:
+        // no reuse for shared memory to serve (`gpu::promote`), so X is
+        // read straight from memory, not copied to a shared tile first.
+        assert!(
+            !cuda.source.contains("pf_shared_kernel_0_X"),
+            "{n} siblings: X copied to shared memory"
+        );
         // Every sibling is a state of the one split loop: X is read in one
         // loop of the kernel.
         assert_eq!(

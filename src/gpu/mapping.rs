@@ -569,6 +569,10 @@ fn map_kernel(
     let x_iterator = match site {
         Some(ReductionSite::Member) => x_iterators(scop, &node, lc)?,
         Some(ReductionSite::Below(k)) => x_iterators(scop, &band_below(&node, k)?, 0)?,
+        // Rows across lanes: `threadIdx.x` walks each row's loops.
+        None if lanes && columns.is_none() => {
+            lane_iterators(scop, &node, x_iterators(scop, &node, nb - 1)?)?
+        }
         None => x_iterators(scop, &node, nb - 1)?,
     };
     // With register groups (`GpuOptions::vector`), the iterator on
@@ -1271,6 +1275,36 @@ pub fn parse_mapping_mark(mark: &str) -> Option<(bool, char, String)> {
 /// For each statement, the position of the iterator that band member
 /// `member` of `band` runs along, when the member is that single iterator
 /// (coefficient 1, no other term): the iterator mapped to `threadIdx.x`.
+/// Per statement, the position of its iterator that the lanes of a row
+/// walk (`threadIdx.x`): the one of the row's loop below the kernel band
+/// `band` that holds it (`gpu::lanes`); `rows`' for a statement outside
+/// every loop (an initialisation, which a row runs once).
+fn lane_iterators(
+    scop: &Scop,
+    band: &ScheduleNode,
+    rows: HashMap<String, Option<usize>>,
+) -> Result<HashMap<String, Option<usize>>> {
+    fn walk(
+        scop: &Scop,
+        node: &ScheduleNode,
+        out: &mut HashMap<String, Option<usize>>,
+    ) -> Result<()> {
+        if node.get_type()? == ScheduleNodeType::Band {
+            for (s, it) in x_iterators(scop, node, 0)? {
+                out.insert(s, it);
+            }
+            return Ok(());
+        }
+        for i in 0..node.n_children()? {
+            walk(scop, &node.get_child(i)?, out)?;
+        }
+        Ok(())
+    }
+    let mut out = rows;
+    walk(scop, &band.get_child(0)?, &mut out)?;
+    Ok(out)
+}
+
 pub(super) fn x_iterators(
     scop: &Scop,
     band: &ScheduleNode,
