@@ -8,7 +8,7 @@ use std::fmt::Write;
 use crate::codegen::{self, c::Boxes};
 use crate::deps;
 use crate::error::{Error, Result};
-use crate::frontend::ast::{Affine, Program, WhereClause};
+use crate::frontend::ast::{collect_reads, Affine, Program, Statement, WhereClause};
 use crate::gpu::{self, CudaProgram, GpuOptions};
 use crate::isl::ast::c_expr;
 use crate::isl::{aff_in_params, schedule_yaml, Isl, IslPrint};
@@ -482,20 +482,19 @@ fn schedule_symbolic(
     }
     // A repair writes its statements' ranges with the sizes' values
     // (`i in 0:4096`); a bound equal to one parameter's value alone is read
-    // as that parameter here.
+    // as that parameter here (see `range_parameter`).
     let mut by_value: HashMap<i64, Vec<&str>> = HashMap::new();
     for p in &program.params {
         if let Some(v) = p.value {
             by_value.entry(v).or_default().push(p.name.as_str());
         }
     }
-    for st in &mut symbolic.statements {
+    for (st, original) in symbolic.statements.iter_mut().zip(&program.statements) {
         for w in &mut st.wheres {
-            if let WhereClause::Range { hi, .. } = w {
-                if let Some(name) = hi.as_constant().and_then(|c| match by_value.get(&c) {
-                    Some(names) if names.len() == 1 => Some(names[0]),
-                    _ => None,
-                }) {
+            if let WhereClause::Range { index, hi, .. } = w {
+                let names = hi.as_constant().and_then(|c| by_value.get(&c));
+                if let Some(name) = names.and_then(|n| range_parameter(program, original, index, n))
+                {
                     *hi = Affine::var(name);
                 }
             }
@@ -514,6 +513,49 @@ fn schedule_symbolic(
     // against the pinned ones, which are printed).
     let deps = deps::compute_flat(&scop, &order).ok()?;
     schedule::compute(isl, &scop, &deps, strategy).ok()
+}
+
+/// The parameter a range's constant bound stands for, of `names` (the
+/// parameters whose value it is): the only one, or, where several share
+/// the value (`D = W = 64`), the only one of them that is the extent of a
+/// tensor dimension that `index` alone subscripts in the statement (`d` in
+/// `O(b, h, i, d)`, `O` of shape `[B, H, S, D]`: `D`). A bound left a
+/// constant kept the scheduler's integer programs from finishing (bigbird
+/// attention at S = 4096 with `d in 0:64`: past two minutes, against
+/// seconds with `D`).
+fn range_parameter<'a>(
+    program: &Program,
+    st: &Statement,
+    index: &str,
+    names: &[&'a str],
+) -> Option<&'a str> {
+    if let [name] = names {
+        return Some(name);
+    }
+    let mut accesses = vec![(
+        st.lhs_tensor.clone(),
+        st.lhs_indices.iter().map(|i| Affine::var(i)).collect(),
+    )];
+    collect_reads(&st.rhs, &mut accesses);
+    let by_index = Affine::var(index);
+    let mut found: Vec<&'a str> = Vec::new();
+    for (tensor, subscripts) in &accesses {
+        let Some(shape) = program.tensor(tensor).and_then(|t| t.shape.as_ref()) else {
+            continue;
+        };
+        for (subscript, extent) in subscripts.iter().zip(shape) {
+            let named = names.iter().find(|n| *extent == Affine::var(n));
+            if let (true, Some(&n)) = (*subscript == by_index, named) {
+                if !found.contains(&n) {
+                    found.push(n);
+                }
+            }
+        }
+    }
+    match found.as_slice() {
+        [name] => Some(name),
+        _ => None,
+    }
 }
 
 /// Integer bounds of each statement's iterators (all parameters fixed by
@@ -571,6 +613,27 @@ mod tests {
     fn gemm() -> Program {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gemm.json");
         crate::frontend::load_file(&path).unwrap()
+    }
+
+    #[test]
+    fn a_range_bound_shared_by_two_sizes_reads_as_the_subscripted_dimensions() {
+        let program = crate::frontend::load_str(
+            r#"{"name": "t", "params": {"D": 64, "W": 64},
+                "inputs": {"A": {"dtype": "f32", "shape": ["W", "D"]}},
+                "outputs": {"Y": {"dtype": "f32", "shape": ["D"]}},
+                "temps": {},
+                "body": ["Y(d) +=! A(w, d) where d in 0:64, w in 0:64"]}"#,
+            "<test>",
+        )
+        .unwrap();
+        let st = &program.statements[0];
+        let both = ["D", "W"];
+        assert_eq!(range_parameter(&program, st, "d", &both), Some("D"));
+        assert_eq!(range_parameter(&program, st, "w", &both), Some("W"));
+        // An index that subscripts no dimension of those sizes stays a
+        // constant; a value of one size alone reads as that size.
+        assert_eq!(range_parameter(&program, st, "k", &both), None);
+        assert_eq!(range_parameter(&program, st, "k", &["W"]), Some("W"));
     }
 
     #[test]
