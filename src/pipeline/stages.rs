@@ -667,6 +667,33 @@ mod tests {
     }
 
     #[test]
+    fn a_grouping_by_cost_equal_to_the_default_keeps_the_default_unmapped_again() {
+        // fcrelu: isl's schedule already runs the product's bias and ReLU
+        // in its band, as the contraction-epilogue candidate would; that
+        // candidate is the default's own schedule, so the default stays
+        // (with no mark of the probe) without the candidate being mapped.
+        let isl = Isl::new();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fcrelu.json");
+        let program = crate::frontend::load_file(&path).unwrap();
+        let options = Options {
+            gpu: Some(GpuOptions::default()),
+            ..Options::default()
+        };
+        let a = gemm_analysis(&isl, &program, &options);
+        let mut s = Scheduled::new(&isl, &program, &a).unwrap();
+        let (scop, deps) = (a.scop(), &a.deps);
+        let min = schedule::compute(&isl, scop, deps, Strategy::Min).unwrap();
+        let fused = schedule::epilogue::contraction_epilogues(&isl, &program, scop, deps, &min)
+            .unwrap()
+            .expect("an epilogue candidate");
+        assert!(fused.plain_is_equal(&s.schedule).unwrap());
+        let mapped = Mapped::new(&isl, &program, &a, &mut s, &GpuOptions::default()).unwrap();
+        assert!(mapped.mapping.source.plain_is_equal(&s.schedule).unwrap());
+        let tree = ScheduleTree::from_isl(&mapped.mapping.schedule.get_root().unwrap()).unwrap();
+        assert!(!tree.to_string().contains("_by_cost"), "{tree}");
+    }
+
+    #[test]
     fn the_gpu_stages_map_then_print_one_launch_record_a_kernel() {
         let (isl, program) = (Isl::new(), gemm());
         let options = Options {
