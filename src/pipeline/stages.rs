@@ -492,9 +492,10 @@ fn schedule_symbolic(
     for (st, original) in symbolic.statements.iter_mut().zip(&program.statements) {
         for w in &mut st.wheres {
             if let WhereClause::Range { index, hi, .. } = w {
-                let names = hi.as_constant().and_then(|c| by_value.get(&c));
-                if let Some(name) = names.and_then(|n| range_parameter(program, original, index, n))
-                {
+                let name = hi
+                    .as_constant()
+                    .and_then(|c| range_parameter(program, original, index, c, by_value.get(&c)?));
+                if let Some(name) = name {
                     *hi = Affine::var(name);
                 }
             }
@@ -515,22 +516,28 @@ fn schedule_symbolic(
     schedule::compute(isl, &scop, &deps, strategy).ok()
 }
 
-/// The parameter a range's constant bound stands for, of `names` (the
-/// parameters whose value it is): the only one, or, where several share
-/// the value (`D = W = 64`), the only one of them that is the extent of a
-/// tensor dimension that `index` alone subscripts in the statement (`d` in
-/// `O(b, h, i, d)`, `O` of shape `[B, H, S, D]`: `D`). A bound left a
-/// constant kept the scheduler's integer programs from finishing (bigbird
-/// attention at S = 4096 with `d in 0:64`: past two minutes, against
-/// seconds with `D`).
+/// The parameter a range's constant bound `value` stands for, of `names`
+/// (the parameters whose value it is): the only one, or, where several
+/// share a value larger than `proxy::PROXY_KEEP` (`D = W = 64`), the only
+/// one of them that is the extent of a tensor dimension that `index`
+/// alone subscripts in the statement (`d` in `O(b, h, i, d)`, `O` of
+/// shape `[B, H, S, D]`: `D`). A large bound left a constant kept the
+/// scheduler's integer programs from finishing (bigbird attention at S =
+/// 4096 with `d in 0:64`: past two minutes, against seconds with `D`); a
+/// small shared one (`B = H = 2`) stays a constant, as isl schedules it
+/// fast and the examples' schedules were made with it.
 fn range_parameter<'a>(
     program: &Program,
     st: &Statement,
     index: &str,
+    value: i64,
     names: &[&'a str],
 ) -> Option<&'a str> {
     if let [name] = names {
         return Some(name);
+    }
+    if value <= proxy::PROXY_KEEP {
+        return None;
     }
     let mut accesses = vec![(
         st.lhs_tensor.clone(),
@@ -628,12 +635,14 @@ mod tests {
         .unwrap();
         let st = &program.statements[0];
         let both = ["D", "W"];
-        assert_eq!(range_parameter(&program, st, "d", &both), Some("D"));
-        assert_eq!(range_parameter(&program, st, "w", &both), Some("W"));
+        assert_eq!(range_parameter(&program, st, "d", 64, &both), Some("D"));
+        assert_eq!(range_parameter(&program, st, "w", 64, &both), Some("W"));
         // An index that subscripts no dimension of those sizes stays a
-        // constant; a value of one size alone reads as that size.
-        assert_eq!(range_parameter(&program, st, "k", &both), None);
-        assert_eq!(range_parameter(&program, st, "k", &["W"]), Some("W"));
+        // constant, and so does a small shared value; a value of one size
+        // alone reads as that size.
+        assert_eq!(range_parameter(&program, st, "k", 64, &both), None);
+        assert_eq!(range_parameter(&program, st, "d", 2, &both), None);
+        assert_eq!(range_parameter(&program, st, "k", 64, &["W"]), Some("W"));
     }
 
     #[test]
