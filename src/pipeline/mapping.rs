@@ -18,6 +18,10 @@ use super::Options;
 pub(crate) struct Mapping {
     pub schedule: isl_rs::Schedule,
     pub plans: Vec<gpu::mapping::KernelPlan>,
+    /// The schedule this is the mapping of, as [`map_unproven`] took it:
+    /// a probe's candidate equal to it maps the same, so it need not be
+    /// mapped again to be weighed (`probe::choose_by_cost`).
+    pub source: isl_rs::Schedule,
 }
 
 /// Maps `schedule` and proves the mapping: legal, parallel where it says
@@ -51,6 +55,7 @@ pub(crate) fn map_unproven(
         file: program.source.clone(),
         message,
     })?;
+    let source = schedule.copy()?;
     let (mapped, plans) = gpu::mapping::map(
         isl,
         program,
@@ -63,6 +68,7 @@ pub(crate) fn map_unproven(
     Ok(Mapping {
         schedule: mapped,
         plans,
+        source,
     })
 }
 
@@ -79,6 +85,7 @@ pub(crate) fn prove(
     let Mapping {
         schedule: mapped,
         plans,
+        source,
     } = mapped;
     schedule::check_legal(&program.source, &mapped, scop, deps)?;
     gpu::mapping::check_parallel(program, &mapped, scop, deps)?;
@@ -94,6 +101,7 @@ pub(crate) fn prove(
     Ok(Mapping {
         schedule: mapped,
         plans,
+        source,
     })
 }
 

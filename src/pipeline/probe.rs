@@ -223,7 +223,12 @@ pub(crate) fn choose_by_cost(
     if let Some(fused) = schedule::epilogue::contraction_epilogues(isl, program, scop, deps, &min)?
     {
         schedule::check_legal(&program.source, &fused, scop, deps)?;
-        candidates.push((marked(isl, fused, "contraction_epilogues_by_cost")?, false));
+        // The default's own schedule (isl fused each epilogue alike: a
+        // product and its bias and activation) would map to the default's
+        // mapping, and the same estimate never wins by the margin.
+        if !fused.plain_is_equal(&default.source)? {
+            candidates.push((marked(isl, fused, "contraction_epilogues_by_cost")?, false));
+        }
     }
     // Minimal fusion in as many kernels as the default is the same
     // grouping: nothing to weigh.

@@ -31,8 +31,9 @@ fn proxy_sizes(steps: &[repair::Step]) -> [i64; 3] {
     [base, base + 4, base + 12]
 }
 
-/// Sizes up to this are kept as they are in a proxy program.
-const PROXY_KEEP: i64 = 32;
+/// Sizes up to this are kept as they are in a proxy program (and a bound
+/// that several sizes share stays a constant in `schedule_symbolic`).
+pub(super) const PROXY_KEEP: i64 = 32;
 
 /// The schedule of a repaired program computed on a proxy: the same
 /// program with its large sizes shrunk, repaired by the same steps and
