@@ -192,7 +192,7 @@ impl Fuser<'_> {
         b: &(String, Tree),
         prefix: Option<&UnionMap>,
     ) -> Result<Option<(String, Tree)>> {
-        let (Tree::Band(band_a, sub_a), Tree::Band(band_b, sub_b)) = (&a.1, &b.1) else {
+        let (Tree::Band(band_a, _), Tree::Band(band_b, _)) = (&a.1, &b.1) else {
             return Ok(None);
         };
         if band_a.coincident.len() != band_b.coincident.len() {
@@ -242,22 +242,39 @@ impl Fuser<'_> {
                 .map(|k| band_a.coincident[k] && band_b.coincident[k] && aligned)
                 .collect(),
         };
-        let mut parts = Vec::new();
-        for (filter, outer, sub) in [(&a.0, &fa, sub_a), (&b.0, &fb, sub_b)] {
-            match &**sub {
-                Tree::Sequence(inner) => {
-                    for (f, t) in inner {
-                        let f = self.isl.union_set(f)?.intersect(outer.copy()?)?.text();
-                        parts.push((f, t.clone()));
-                    }
-                }
-                other => parts.push((filter.clone(), other.clone())),
-            }
-        }
-        let filter = fa.union(fb)?.text();
-        Ok(Some((
-            filter,
-            Tree::Band(band, Box::new(Tree::Sequence(parts))),
-        )))
+        Ok(Some(fused_band(self.isl, band, a, b)?))
     }
+}
+
+/// Children `a` and `b` (filter, band subtree) of a set or sequence as one
+/// child: `band` over a sequence of `a`'s subtree and then `b`'s (their
+/// own sequences' children spliced in, each filter restricted to its
+/// child's), on the union of both filters. Shared by the producer fusion
+/// here and the sibling fusion (`schedule::siblings`).
+pub(super) fn fused_band(
+    isl: &Isl,
+    band: Band,
+    a: &(String, Tree),
+    b: &(String, Tree),
+) -> Result<(String, Tree)> {
+    let fa = isl.union_set(&a.0)?;
+    let fb = isl.union_set(&b.0)?;
+    let mut parts = Vec::new();
+    for (filter, outer, sub) in [(&a.0, &fa, &a.1), (&b.0, &fb, &b.1)] {
+        let Tree::Band(_, sub) = sub else {
+            parts.push((filter.clone(), sub.clone()));
+            continue;
+        };
+        match &**sub {
+            Tree::Sequence(inner) => {
+                for (f, t) in inner {
+                    let f = isl.union_set(f)?.intersect(outer.copy()?)?.text();
+                    parts.push((f, t.clone()));
+                }
+            }
+            other => parts.push((filter.clone(), other.clone())),
+        }
+    }
+    let filter = fa.union(fb)?.text();
+    Ok((filter, Tree::Band(band, Box::new(Tree::Sequence(parts)))))
 }

@@ -225,7 +225,7 @@ impl Siblings<'_> {
         b: &(String, Tree),
         prefix: Option<&UnionMap>,
     ) -> Result<Option<(String, Tree)>> {
-        let (Tree::Band(band_a, sub_a), Tree::Band(band_b, sub_b)) = (&a.1, &b.1) else {
+        let (Tree::Band(band_a, _), Tree::Band(band_b, _)) = (&a.1, &b.1) else {
             return Ok(None);
         };
         if band_a.coincident.len() != band_b.coincident.len()
@@ -258,23 +258,7 @@ impl Siblings<'_> {
                 .map(|k| band_a.coincident[k] && band_b.coincident[k])
                 .collect(),
         };
-        let mut parts = Vec::new();
-        for (filter, outer, sub) in [(&a.0, &fa, sub_a), (&b.0, &fb, sub_b)] {
-            match &**sub {
-                Tree::Sequence(inner) => {
-                    for (f, t) in inner {
-                        let f = self.isl.union_set(f)?.intersect(outer.copy()?)?.text();
-                        parts.push((f, t.clone()));
-                    }
-                }
-                other => parts.push((filter.clone(), other.clone())),
-            }
-        }
-        let filter = fa.union(fb)?.text();
-        Ok(Some((
-            filter,
-            Tree::Band(band, Box::new(Tree::Sequence(parts))),
-        )))
+        Ok(Some(super::fuse::fused_band(self.isl, band, a, b)?))
     }
 }
 
