@@ -1272,9 +1272,6 @@ pub fn parse_mapping_mark(mark: &str) -> Option<(bool, char, String)> {
     Some((thread, axis, format!("c{depth}")))
 }
 
-/// For each statement, the position of the iterator that band member
-/// `member` of `band` runs along, when the member is that single iterator
-/// (coefficient 1, no other term): the iterator mapped to `threadIdx.x`.
 /// Per statement, the position of its iterator that the lanes of a row
 /// walk (`threadIdx.x`): the one of the row's loop below the kernel band
 /// `band` that holds it (`gpu::lanes`); `rows`' for a statement outside
@@ -1305,6 +1302,9 @@ fn lane_iterators(
     Ok(out)
 }
 
+/// For each statement, the position of the iterator that band member
+/// `member` of `band` runs along, when the member is that single iterator
+/// (coefficient 1, no other term): the iterator mapped to `threadIdx.x`.
 pub(super) fn x_iterators(
     scop: &Scop,
     band: &ScheduleNode,

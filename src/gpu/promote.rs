@@ -299,6 +299,11 @@ pub fn promote(
         }
     }
     let mut budget = opts.shared_limit;
+    let mut same_point = SamePoint {
+        isl,
+        band,
+        pairs: None,
+    };
     for t in tensors {
         let groups = reference_groups(program, &in_kernel, &t, &prefix, &domain)?;
         let several = groups.len() > 1;
@@ -312,7 +317,7 @@ pub fn promote(
             };
             promote_group(
                 isl,
-                band,
+                &mut same_point,
                 program,
                 scop,
                 &in_kernel,
@@ -336,16 +341,37 @@ pub fn promote(
     Ok(scope)
 }
 
+/// The pairs of instances below a kernel's thread band that run at the
+/// same point of its loops ([`loop_points`]), made once per kernel where
+/// a promotion first asks for them.
+struct SamePoint<'a> {
+    isl: &'a Isl,
+    band: &'a ScheduleNode,
+    pairs: Option<UnionMap>,
+}
+
+impl SamePoint<'_> {
+    fn pairs(&mut self) -> Result<&UnionMap> {
+        if let Some(p) = self.pairs.take() {
+            return Ok(self.pairs.insert(p));
+        }
+        let mut next = 0;
+        let points = loop_points(self.isl, self.band, None, &mut next)?;
+        Ok(self
+            .pairs
+            .insert(points.copy()?.apply_range(points.reverse()?)?))
+    }
+}
+
 /// Whether two instances under one value of `prefix` read one element of
 /// `reads` at different points of the loops below it (TC's reuse: the map
 /// `s -> (P(s), R(s))` not injective), not counting instances at the same
-/// point ([`loop_points`]): a row's sum and maximum read `X(r, c)` in one
-/// iteration of one loop, on one thread, which a register serves (the
-/// copy to shared memory and its barrier made such a kernel take 52 us
-/// instead of 34 on the H200).
+/// point: a row's sum and maximum read `X(r, c)` in one iteration of one
+/// loop, on one thread, which a register serves (the copy to shared
+/// memory and its barrier made such a kernel take 52 us instead of 34 on
+/// the H200).
 fn reused_across_points(
-    isl: &Isl,
-    band: &ScheduleNode,
+    same_point: &mut SamePoint,
     prefix: &UnionMap,
     reads: &UnionMap,
 ) -> Result<bool> {
@@ -354,10 +380,7 @@ fn reused_across_points(
         return Ok(false);
     }
     let pairs = at.copy()?.apply_range(at.reverse()?)?;
-    let mut next = 0;
-    let points = loop_points(isl, band, None, &mut next)?;
-    let same_point = points.copy()?.apply_range(points.reverse()?)?;
-    Ok(!pairs.subtract(same_point)?.is_empty()?)
+    Ok(!pairs.subtract(same_point.pairs()?.copy()?)?.is_empty()?)
 }
 
 /// Each instance below `node` to its point in the loops on its path from
@@ -422,7 +445,7 @@ fn loop_points(
 #[allow(clippy::too_many_arguments)]
 fn promote_group(
     isl: &Isl,
-    band: &ScheduleNode,
+    same_point: &mut SamePoint,
     program: &Program,
     scop: &Scop,
     in_kernel: &[&crate::model::ModelStmt],
@@ -452,7 +475,7 @@ fn promote_group(
         }
     }
     let reads = reads.intersect_domain(domain.copy()?)?;
-    let reused = reused_across_points(isl, band, prefix, &reads)?;
+    let reused = reused_across_points(same_point, prefix, &reads)?;
     if !reused && all_coalesced {
         return Ok(());
     }

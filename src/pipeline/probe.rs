@@ -22,7 +22,7 @@ use crate::deps;
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
 use crate::gpu::{self, GpuOptions};
-use crate::isl::{Isl, IslPrint};
+use crate::isl::Isl;
 use crate::model;
 use crate::model::count::Counts;
 use crate::schedule::{self, Strategy};
@@ -363,7 +363,7 @@ fn max_rows(
         },
         false => RowsProbe {
             fused: None,
-            isl: Some((isl_schedule, isl_mapped)),
+            isl: Some((isl_schedule, Some(isl_mapped))),
             siblings: false,
         },
     })
@@ -387,34 +387,44 @@ fn sibling_rows(
     let kernels = |sched: isl_rs::Schedule| -> Result<Mapping> {
         map_unproven(isl, program, scop, deps, sched, options, gpu_options)
     };
-    let isl_schedule = match &probe.isl {
-        Some((s, _)) => s.copy()?,
-        None => schedule::compute(isl, scop, deps, Strategy::Isl)?,
+    // isl's schedule, made here where the first try did not: kept in the
+    // probe either way, so that `compile` does not make it again.
+    let (isl_schedule, isl_mapped) = match probe.isl {
+        Some(made) => made,
+        None => (schedule::compute(isl, scop, deps, Strategy::Isl)?, None),
     };
-    let fused = schedule::siblings::shared_reads(isl, isl_schedule.copy()?, scop, deps)?;
-    if fused.text() == isl_schedule.text() {
-        return Ok(probe);
-    }
+    let unfused = |isl_mapped| -> Result<RowsProbe> {
+        Ok(RowsProbe {
+            fused: None,
+            isl: Some((isl_schedule.copy()?, isl_mapped)),
+            siblings: false,
+        })
+    };
+    let Some(fused) = schedule::siblings::shared_reads(isl, &isl_schedule, scop, deps)? else {
+        return unfused(isl_mapped);
+    };
     let fused = rows_split(scop, fused)?;
     let Ok(mapped) = kernels(fused.copy()?) else {
-        return Ok(probe);
+        return unfused(isl_mapped);
     };
-    let isl_kernels = match &probe.isl {
-        Some((_, m)) => m.plans.len(),
-        None => kernels(isl_schedule)?.plans.len(),
+    let isl_mapped = match isl_mapped {
+        Some(m) => m,
+        None => kernels(isl_schedule.copy()?)?,
     };
     let on_lanes = mapped
         .plans
         .iter()
         .all(|k| k.threads().is_some_and(|t| t.lanes.is_some()));
-    Ok(match on_lanes && mapped.plans.len() < isl_kernels {
-        true => RowsProbe {
-            fused: Some((fused, mapped)),
-            isl: None,
-            siblings: true,
+    Ok(
+        match on_lanes && mapped.plans.len() < isl_mapped.plans.len() {
+            true => RowsProbe {
+                fused: Some((fused, mapped)),
+                isl: None,
+                siblings: true,
+            },
+            false => unfused(Some(isl_mapped))?,
         },
-        false => probe,
-    })
+    )
 }
 
 /// `schedule` with each kernel band of parallel members and one
@@ -455,14 +465,16 @@ fn rows_split(scop: &model::Scop, schedule: isl_rs::Schedule) -> Result<isl_rs::
     }
 }
 
-/// What [`rows_on_chip`] found: the maximal-fusion schedule where it
-/// chose it, else isl's schedule where it computed it (as `compile` would:
-/// `schedule::compute` under `Strategy::Isl`), each with its mapping, not
+/// What [`rows_on_chip`] found: the fused schedule where it chose one
+/// (maximal fusion, or isl's with sibling loops fused), with its mapping,
+/// else isl's schedule (as `compile` would make it: `schedule::compute`
+/// under `Strategy::Isl`), with its mapping where the probe made one; not
 /// yet proven, for `compile` to take rather than make them again.
 #[derive(Default)]
 pub(crate) struct RowsProbe {
     pub fused: Option<(isl_rs::Schedule, Mapping)>,
-    pub isl: Option<(isl_rs::Schedule, Mapping)>,
+    /// isl's schedule, with its mapping where the probe made one.
+    pub isl: Option<(isl_rs::Schedule, Option<Mapping>)>,
     /// `fused` is isl's schedule with sibling loops fused, not maximal
     /// fusion.
     pub siblings: bool,

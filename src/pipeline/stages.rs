@@ -178,7 +178,7 @@ fn scheduler(
         ),
         // The probe computed isl's schedule as this would, and mapped it.
         (None, None) => match probe.isl.filter(|_| strategy == Strategy::Isl) {
-            Some((s, mapped)) => (s, Some(mapped), "isl's scheduler (the rows probe's)"),
+            Some((s, mapped)) => (s, mapped, "isl's scheduler (the rows probe's)"),
             None => (
                 schedule::compute(isl, scop, deps, strategy)?,
                 None,

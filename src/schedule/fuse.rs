@@ -52,21 +52,65 @@ pub fn aligned_loops(
     scop: &Scop,
     deps: &Dependences,
 ) -> Result<Schedule> {
-    let mut tree = ScheduleTree::from_isl(&schedule.get_root()?)?;
     let fuser = Fuser {
         isl,
         flow: deps.flow.copy()?,
         all: deps.all()?,
     };
-    if !fuser.visit(&mut tree.root, None)? {
-        return Ok(schedule);
+    // The local conditions imply legality; checked all the same.
+    let fused = rewritten(isl, &schedule, scop, deps, |root| fuser.visit(root, None))?;
+    Ok(fused.unwrap_or(schedule))
+}
+
+/// `schedule`'s tree rewritten by `rewrite` (true when it changed
+/// something), as a schedule, where it changed something and the result
+/// respects every dependence; `None` otherwise. The one driver of the tree
+/// rewrites here and in `schedule::siblings`.
+pub(super) fn rewritten(
+    isl: &Isl,
+    schedule: &Schedule,
+    scop: &Scop,
+    deps: &Dependences,
+    rewrite: impl FnOnce(&mut Tree) -> Result<bool>,
+) -> Result<Option<Schedule>> {
+    let mut tree = ScheduleTree::from_isl(&schedule.get_root()?)?;
+    if !rewrite(&mut tree.root)? {
+        return Ok(None);
     }
     let fused = isl.schedule(&tree.to_isl_text())?;
-    // The local conditions imply this; checked all the same.
-    match super::check_legal("", &fused, scop, deps) {
-        Ok(()) => Ok(fused),
-        Err(_) => Ok(schedule),
-    }
+    Ok(super::check_legal("", &fused, scop, deps)
+        .is_ok()
+        .then_some(fused))
+}
+
+/// The prefix below band `schedule` (isl text): `prefix`, then the band's
+/// members.
+pub(super) fn prefix_below(
+    isl: &Isl,
+    schedule: &str,
+    prefix: Option<&UnionMap>,
+) -> Result<UnionMap> {
+    let own = band_map(isl, schedule)?;
+    Ok(match prefix {
+        Some(p) => p.copy()?.flat_range_product(own)?,
+        None => own,
+    })
+}
+
+/// Band schedule `schedule` (isl text) as a map.
+pub(super) fn band_map(isl: &Isl, schedule: &str) -> Result<UnionMap> {
+    Ok(UnionMap::from_multi_union_pw_aff(
+        MultiUnionPwAff::read_from_str(&isl.ctx, schedule)?,
+    )?)
+}
+
+/// The pairs of `d` whose instances share the prefix schedule `prefix`
+/// (all of `d` at the root).
+pub(super) fn same_prefix(d: UnionMap, prefix: Option<&UnionMap>) -> Result<UnionMap> {
+    Ok(match prefix {
+        Some(p) => d.intersect(p.copy()?.apply_range(p.copy()?.reverse()?)?)?,
+        None => d,
+    })
 }
 
 struct Fuser<'a> {
@@ -83,11 +127,7 @@ impl Fuser<'_> {
             Tree::Leaf => Ok(false),
             Tree::Mark(_, c) => self.visit(c, prefix),
             Tree::Band(b, c) => {
-                let own = self.band_map(&b.schedule)?;
-                let inner = match prefix {
-                    Some(p) => p.copy()?.flat_range_product(own)?,
-                    None => own,
-                };
+                let inner = prefix_below(self.isl, &b.schedule, prefix)?;
                 self.visit(c, Some(&inner))
             }
             Tree::Set(children) => {
@@ -110,12 +150,6 @@ impl Fuser<'_> {
                 Ok(changed)
             }
         }
-    }
-
-    fn band_map(&self, schedule: &str) -> Result<UnionMap> {
-        Ok(UnionMap::from_multi_union_pw_aff(
-            MultiUnionPwAff::read_from_str(&self.isl.ctx, schedule)?,
-        )?)
     }
 
     /// Fuses adjacent children of one sequence, left to right; a fused
@@ -205,10 +239,7 @@ impl Fuser<'_> {
                 .copy()?
                 .intersect_domain(fa.copy()?)?
                 .intersect_range(fb.copy()?)?;
-            Ok(match prefix {
-                Some(p) => d.intersect(p.copy()?.apply_range(p.copy()?.reverse()?)?)?,
-                None => d,
-            })
+            same_prefix(d, prefix)
         };
         let flow = between(&self.flow)?;
         if flow.is_empty()? {

@@ -23,42 +23,35 @@
 //! for the same reason: a member coincident in both bands stays
 //! coincident. Done only where it pays: `A` and `B` read the same
 //! elements at the same points of the fused band (the fused loop reads
-//! them once, or from cache; `Siblings::read_together`). In a sequence, children between `A` and `B`
-//! are first moved before `A`, each only where it has no dependence with
-//! the children it passes (then any order of them is the program's).
+//! them once, or from cache; `Siblings::read_together`). In a sequence,
+//! the children between `A` and `B` first move, in their order, before
+//! `A`, where none has a dependence with `A` (the one child they pass).
 //! The whole result is checked against every dependence again; if that
-//! check fails, the schedule is returned as it was.
+//! check fails, nothing is fused.
 
+use super::fuse::{band_map, fused_band, prefix_below, rewritten, same_prefix};
 use crate::deps::Dependences;
 use crate::error::Result;
-use crate::isl::tree::{Band, ScheduleTree, Tree};
+use crate::isl::tree::{Band, Tree};
 use crate::isl::{Isl, IslPrint, Schedule};
 use crate::model::Scop;
 use isl_rs::{MultiUnionPwAff, UnionMap, UnionSet};
 
 /// `schedule` with every pair of independent sibling loops that read the
-/// same elements at the same iterations fused (module documentation), or
-/// as it was where none is.
+/// same elements at the same iterations fused (module documentation);
+/// `None` where none is, or where the result fails the dependence check.
 pub fn shared_reads(
     isl: &Isl,
-    schedule: Schedule,
+    schedule: &Schedule,
     scop: &Scop,
     deps: &Dependences,
-) -> Result<Schedule> {
-    let mut tree = ScheduleTree::from_isl(&schedule.get_root()?)?;
+) -> Result<Option<Schedule>> {
     let fuser = Siblings {
         isl,
         reads: scop.reads()?,
         all: deps.all()?,
     };
-    if !fuser.visit(&mut tree.root, None)? {
-        return Ok(schedule);
-    }
-    let fused = isl.schedule(&tree.to_isl_text())?;
-    match super::check_legal("", &fused, scop, deps) {
-        Ok(()) => Ok(fused),
-        Err(_) => Ok(schedule),
-    }
+    rewritten(isl, schedule, scop, deps, |root| fuser.visit(root, None))
 }
 
 struct Siblings<'a> {
@@ -71,32 +64,29 @@ impl Siblings<'_> {
     /// Fuses in `t` and below; `prefix` maps each instance to the band
     /// members above `t`. True when something was fused.
     fn visit(&self, t: &mut Tree, prefix: Option<&UnionMap>) -> Result<bool> {
-        match t {
-            Tree::Leaf => Ok(false),
-            Tree::Mark(_, c) => self.visit(c, prefix),
+        let ordered = matches!(t, Tree::Sequence(_));
+        let changed = match t {
+            Tree::Leaf => return Ok(false),
+            Tree::Mark(_, c) => return self.visit(c, prefix),
             Tree::Band(b, c) => {
-                let own = band_map(self.isl, &b.schedule)?;
-                let inner = match prefix {
-                    Some(p) => p.copy()?.flat_range_product(own)?,
-                    None => own,
-                };
-                self.visit(c, Some(&inner))
+                let inner = prefix_below(self.isl, &b.schedule, prefix)?;
+                return self.visit(c, Some(&inner));
             }
-            Tree::Set(_) | Tree::Sequence(_) => {
-                let ordered = matches!(t, Tree::Sequence(_));
-                let (Tree::Set(children) | Tree::Sequence(children)) = t else {
-                    return Ok(false);
-                };
+            Tree::Set(children) | Tree::Sequence(children) => {
                 let mut changed = self.fuse_children(children, ordered, prefix)?;
                 for (_, c) in children.iter_mut() {
                     changed |= self.visit(c, prefix)?;
                 }
-                if children.len() == 1 {
-                    *t = children.pop().map(|(_, c)| c).unwrap_or(Tree::Leaf);
-                }
-                Ok(changed)
+                changed
+            }
+        };
+        // All fused into one: the set or sequence is that child.
+        if let Tree::Set(children) | Tree::Sequence(children) = t {
+            if children.len() == 1 {
+                *t = children.pop().map(|(_, c)| c).unwrap_or(Tree::Leaf);
             }
         }
+        Ok(changed)
     }
 
     /// Fuses band children pairwise, the first with each later one that
@@ -113,27 +103,25 @@ impl Siblings<'_> {
         while i < children.len() {
             let mut j = i + 1;
             while j < children.len() {
-                let between_moves = !ordered || self.movable_before(children, i, j, prefix)?;
-                match between_moves {
-                    true => match self.try_fuse(&children[i], &children[j], prefix)? {
-                        Some(f) => {
-                            children.remove(j);
-                            if ordered {
-                                // The children between go before the fused
-                                // loop, in their order.
-                                let moved: Vec<_> = children.drain(i + 1..j).collect();
-                                let n = moved.len();
-                                children.splice(i..i, moved);
-                                i += n;
-                            }
-                            children[i] = f;
-                            changed = true;
-                            j = i + 1;
-                        }
-                        None => j += 1,
-                    },
-                    false => j += 1,
-                }
+                let movable = !ordered || self.movable_before(children, i, j, prefix)?;
+                let fused = match movable {
+                    true => self.try_fuse(&children[i], &children[j], prefix)?,
+                    false => None,
+                };
+                let Some(f) = fused else {
+                    j += 1;
+                    continue;
+                };
+                children.remove(j);
+                // The children between go before the fused loop, in their
+                // order (in a set, any order is theirs).
+                let moved: Vec<_> = children.drain(i + 1..j).collect();
+                let n = moved.len();
+                children.splice(i..i, moved);
+                i += n;
+                children[i] = f;
+                changed = true;
+                j = i + 1;
             }
             i += 1;
         }
@@ -141,8 +129,8 @@ impl Siblings<'_> {
     }
 
     /// Whether every child strictly between `i` and `j` of a sequence may
-    /// run before child `i`: no dependence joins it with `i` or with any
-    /// child between them.
+    /// run before child `i`: they move together in their order, so each
+    /// passes only `i`, and must have no dependence with it.
     fn movable_before(
         &self,
         children: &[(String, Tree)],
@@ -151,10 +139,8 @@ impl Siblings<'_> {
         prefix: Option<&UnionMap>,
     ) -> Result<bool> {
         for k in i + 1..j {
-            for m in i..k {
-                if !self.independent(&children[m].0, &children[k].0, prefix)? {
-                    return Ok(false);
-                }
+            if !self.independent(&children[i].0, &children[k].0, prefix)? {
+                return Ok(false);
             }
         }
         Ok(true)
@@ -235,21 +221,18 @@ impl Siblings<'_> {
         }
         let fa = self.isl.union_set(&a.0)?;
         let fb = self.isl.union_set(&b.0)?;
-        let sigma_a = MultiUnionPwAff::read_from_str(&self.isl.ctx, &band_a.schedule)?
-            .intersect_domain(fa.copy()?)?;
-        let sigma_b = MultiUnionPwAff::read_from_str(&self.isl.ctx, &band_b.schedule)?
-            .intersect_domain(fb.copy()?)?;
-        let sigma_mupa = sigma_a.union_add(sigma_b)?;
-        let schedule = sigma_mupa.text();
-        if !self.read_together(
-            &fa,
-            &band_on(&band_a.schedule, &fa, self.isl)?,
-            &fb,
-            &band_on(&band_b.schedule, &fb, self.isl)?,
-            prefix,
-        )? {
+        let sa = band_map(self.isl, &band_a.schedule)?.intersect_domain(fa.copy()?)?;
+        let sb = band_map(self.isl, &band_b.schedule)?.intersect_domain(fb.copy()?)?;
+        if !self.read_together(&fa, &sa, &fb, &sb, prefix)? {
             return Ok(None);
         }
+        let schedule = MultiUnionPwAff::read_from_str(&self.isl.ctx, &band_a.schedule)?
+            .intersect_domain(fa)?
+            .union_add(
+                MultiUnionPwAff::read_from_str(&self.isl.ctx, &band_b.schedule)?
+                    .intersect_domain(fb)?,
+            )?
+            .text();
         let n = band_a.coincident.len();
         let band = Band {
             schedule,
@@ -258,26 +241,6 @@ impl Siblings<'_> {
                 .map(|k| band_a.coincident[k] && band_b.coincident[k])
                 .collect(),
         };
-        Ok(Some(super::fuse::fused_band(self.isl, band, a, b)?))
+        Ok(Some(fused_band(self.isl, band, a, b)?))
     }
-}
-
-/// The band schedule `schedule` on the instances of filter `f`, as a map.
-fn band_on(schedule: &str, f: &UnionSet, isl: &Isl) -> Result<UnionMap> {
-    Ok(band_map(isl, schedule)?.intersect_domain(f.copy()?)?)
-}
-
-fn band_map(isl: &Isl, schedule: &str) -> Result<UnionMap> {
-    Ok(UnionMap::from_multi_union_pw_aff(
-        MultiUnionPwAff::read_from_str(&isl.ctx, schedule)?,
-    )?)
-}
-
-/// The pairs of `d` whose instances share the prefix schedule (all of `d`
-/// at the root).
-fn same_prefix(d: UnionMap, prefix: Option<&UnionMap>) -> Result<UnionMap> {
-    Ok(match prefix {
-        Some(p) => d.intersect(p.copy()?.apply_range(p.copy()?.reverse()?)?)?,
-        None => d,
-    })
 }
