@@ -167,3 +167,94 @@ fn sibling_column_reductions_share_one_kernel() {
     let check = out.check.unwrap();
     assert!(check.ok, "{}", check.line());
 }
+
+/// Near variants (one kernel each, right in the emulation at odd sizes):
+/// a sum through a temp with its epilogue into another tensor beside the
+/// maximum (the epilogue moves after the fused loop), a triangular
+/// domain, literal sizes (each in one loop), and a consumer of both
+/// siblings (one kernel).
+#[test]
+fn near_variants_of_siblings_fuse_and_compute_what_the_reference_computes() {
+    let program = |body: &str, temps: &str, outputs: &str, params: &str, shape: &str| {
+        let json = format!(
+            r#"{{"name": "v", "params": {{{params}}},
+ "inputs": {{"X": {{"dtype": "f32", "shape": {shape}}}}},
+ "outputs": {{{outputs}}}, "temps": {{{temps}}}, "body": {body}}}"#
+        );
+        load_str(&json, "variant.json").unwrap()
+    };
+    let row = r#"{"dtype": "f32", "shape": ["R"]}"#;
+    let cases = [
+        (
+            r#"["T(r) +=! X(r, c)", "S(r) = T(r) * 2.0", "M(r) max=! X(r, c)"]"#.to_string(),
+            format!(r#""T": {row}"#),
+            format!(r#""S": {row}, "M": {row}"#),
+        ),
+        (
+            r#"["S(r) +=! X(r, c) where c <= r", "M(r) max=! X(r, c) where c <= r"]"#.to_string(),
+            String::new(),
+            format!(r#""S": {row}, "M": {row}"#),
+        ),
+        (
+            r#"["S(r) +=! X(r, c)", "M(r) max=! X(r, c)", "Y(r) = S(r) - M(r)"]"#.to_string(),
+            format!(r#""S": {row}, "M": {row}"#),
+            format!(r#""Y": {row}"#),
+        ),
+    ];
+    for (body, temps, outputs) in &cases {
+        let big = program(
+            body,
+            temps,
+            outputs,
+            r#""R": 4000, "C": 4000"#,
+            r#"["R", "C"]"#,
+        );
+        let c = compile(&big, &gpu()).unwrap();
+        let tree = c.gpu_tree.as_ref().unwrap().to_string();
+        assert_eq!(c.cuda.as_ref().unwrap().kernels.len(), 1, "{body}\n{tree}");
+        // (A consumer of both takes maximal fusion's rows first, which
+        // keeps the two loops apart in the one kernel.)
+        if !body.contains("Y(r)") {
+            assert_eq!(tree.matches("mark: lanes_").count(), 1, "{body}\n{tree}");
+        }
+        let small = program(
+            body,
+            temps,
+            outputs,
+            r#""R": 37, "C": 1001"#,
+            r#"["R", "C"]"#,
+        );
+        let mut compiled = compile(&small, &gpu()).unwrap();
+        compiled.kernel_c = compiled.emulation_c.clone().unwrap();
+        let out = run(
+            &compiled,
+            &RunOptions {
+                check: true,
+                bench_runs: 0,
+                seed: 7,
+            },
+        )
+        .unwrap();
+        let check = out.check.unwrap();
+        assert!(check.ok, "{body}: {}", check.line());
+    }
+    // Literal sizes.
+    let literal = r#"{"name": "lit", "params": {},
+ "inputs": {"X": {"dtype": "f32", "shape": [37, 1001]}},
+ "outputs": {"S": {"dtype": "f32", "shape": [37]}, "M": {"dtype": "f32", "shape": [37]}},
+ "body": ["S(r) +=! X(r, c)", "M(r) max=! X(r, c)"]}"#;
+    let mut compiled = compile(&load_str(literal, "lit.json").unwrap(), &gpu()).unwrap();
+    assert_eq!(compiled.cuda.as_ref().unwrap().kernels.len(), 1);
+    compiled.kernel_c = compiled.emulation_c.clone().unwrap();
+    let out = run(
+        &compiled,
+        &RunOptions {
+            check: true,
+            bench_runs: 0,
+            seed: 8,
+        },
+    )
+    .unwrap();
+    let check = out.check.unwrap();
+    assert!(check.ok, "literal sizes: {}", check.line());
+}

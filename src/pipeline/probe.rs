@@ -400,10 +400,13 @@ fn sibling_rows(
             siblings: false,
         })
     };
-    let Some(fused) = schedule::siblings::shared_reads(isl, &isl_schedule, scop, deps)? else {
+    // Rows split first, so that a row whose reduction isl put in its
+    // `(r, c)` band and one whose loop runs below its `r` band (a temp's
+    // sum and its epilogue) meet as bands of one member each.
+    let split = rows_split(scop, isl_schedule.copy()?)?;
+    let Some(fused) = schedule::siblings::shared_reads(isl, &split, scop, deps)? else {
         return unfused(isl_mapped);
     };
-    let fused = rows_split(scop, fused)?;
     let Ok(mapped) = kernels(fused.copy()?) else {
         return unfused(isl_mapped);
     };
@@ -429,10 +432,10 @@ fn sibling_rows(
 
 /// `schedule` with each kernel band of parallel members and one
 /// reduction member (isl's `(r, c)` band over a row's initialisations and
-/// updates, and the siblings' fused band) split into its rows and the
-/// reduction loop below them, the initialisations before that loop
-/// (`gpu::lanes::split_rows`), so that the rows go across lanes with both
-/// siblings' states in one loop. Legal as any reordering is: the mapped
+/// updates) split into its rows and the reduction loop below them, the
+/// initialisations before that loop (`gpu::lanes::split_rows`), so that
+/// siblings fuse on their rows and then on their loops, and the rows go
+/// across lanes with both siblings' states in one loop. Legal as any reordering is: the mapped
 /// schedule is checked against every dependence.
 fn rows_split(scop: &model::Scop, schedule: isl_rs::Schedule) -> Result<isl_rs::Schedule> {
     use crate::isl::ScheduleNodeType as T;

@@ -24,8 +24,10 @@
 //! coincident. Done only where it pays: `A` and `B` read the same
 //! elements at the same points of the fused band (the fused loop reads
 //! them once, or from cache; `Siblings::read_together`). In a sequence,
-//! the children between `A` and `B` first move, in their order, before
-//! `A`, where none has a dependence with `A` (the one child they pass).
+//! each child between `A` and `B` moves before the fused loop where it has
+//! no dependence with `A`, else after it where it has none with `B` (a
+//! temp's epilogue `S = T * 2` after `T`'s loop, beside `M`'s), and two
+//! of them that swap must have none with each other.
 //! The whole result is checked against every dependence again; if that
 //! check fails, nothing is fused.
 
@@ -91,7 +93,7 @@ impl Siblings<'_> {
 
     /// Fuses band children pairwise, the first with each later one that
     /// qualifies, then the next; in a sequence, the children between two
-    /// that fuse move before the first where they may.
+    /// that fuse go before or after the fused loop ([`Self::place_between`]).
     fn fuse_children(
         &self,
         children: &mut Vec<(String, Tree)>,
@@ -103,23 +105,34 @@ impl Siblings<'_> {
         while i < children.len() {
             let mut j = i + 1;
             while j < children.len() {
-                let movable = !ordered || self.movable_before(children, i, j, prefix)?;
-                let fused = match movable {
-                    true => self.try_fuse(&children[i], &children[j], prefix)?,
-                    false => None,
+                let placed = match ordered {
+                    true => self.place_between(children, i, j, prefix)?,
+                    false => Some((Vec::new(), Vec::new())),
                 };
-                let Some(f) = fused else {
+                let fused = match &placed {
+                    Some(_) => self.try_fuse(&children[i], &children[j], prefix)?,
+                    None => None,
+                };
+                let (Some(f), Some((before, after))) = (fused, placed) else {
                     j += 1;
                     continue;
                 };
-                children.remove(j);
-                // The children between go before the fused loop, in their
-                // order (in a set, any order is theirs).
-                let moved: Vec<_> = children.drain(i + 1..j).collect();
-                let n = moved.len();
-                children.splice(i..i, moved);
-                i += n;
-                children[i] = f;
+                // The children between go before the fused loop or after
+                // it, each list in its order (in a set there are none to
+                // place: any order is theirs).
+                let between: Vec<_> = children.drain(i + 1..=j).collect();
+                children.remove(i);
+                let mut run: Vec<(String, Tree)> = Vec::new();
+                for k in &before {
+                    run.push(between[k - i - 1].clone());
+                }
+                run.push(f);
+                for k in &after {
+                    run.push(between[k - i - 1].clone());
+                }
+                let at = i + before.len();
+                children.splice(i..i, run);
+                i = at;
                 changed = true;
                 j = i + 1;
             }
@@ -128,22 +141,36 @@ impl Siblings<'_> {
         Ok(changed)
     }
 
-    /// Whether every child strictly between `i` and `j` of a sequence may
-    /// run before child `i`: they move together in their order, so each
-    /// passes only `i`, and must have no dependence with it.
-    fn movable_before(
+    /// Where the children strictly between `i` and `j` of a sequence go
+    /// when `i` and `j` fuse: before the fused loop those with no
+    /// dependence on `i` (they pass it), the others after it where they
+    /// have none with `j` (they pass it); a child placed before that came
+    /// after one placed after must have no dependence with it (the two
+    /// swap). `None` where a child can go neither way.
+    fn place_between(
         &self,
         children: &[(String, Tree)],
         i: usize,
         j: usize,
         prefix: Option<&UnionMap>,
-    ) -> Result<bool> {
+    ) -> Result<Option<(Vec<usize>, Vec<usize>)>> {
+        let (mut before, mut after): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
         for k in i + 1..j {
-            if !self.independent(&children[i].0, &children[k].0, prefix)? {
-                return Ok(false);
+            let filter = &children[k].0;
+            if self.independent(&children[i].0, filter, prefix)? {
+                for m in &after {
+                    if !self.independent(&children[*m].0, filter, prefix)? {
+                        return Ok(None);
+                    }
+                }
+                before.push(k);
+            } else if self.independent(&children[j].0, filter, prefix)? {
+                after.push(k);
+            } else {
+                return Ok(None);
             }
         }
-        Ok(true)
+        Ok(Some((before, after)))
     }
 
     /// No dependence between an instance of filter `a` and one of `b` at
