@@ -2096,10 +2096,11 @@ fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
 /// A triangular output (`where j <= i`, `where j >= i`) bounds one slot
 /// loop of the register tile by the other slot: the tiles off the diagonal
 /// are full, and run the region's copy without the slots' tests
-/// (`codegen::cuda::slot_box`); the diagonal tiles keep them. Checked in
+/// (`codegen::cuda::slot_box`); the diagonal tiles run every slot, those
+/// beyond the triangle clamped onto it into dead registers. Checked in
 /// the emulation against the f64 reference at sizes off the tile grid.
 #[test]
-fn triangular_register_tiles_off_the_diagonal_run_without_slot_tests() {
+fn triangular_register_tiles_run_without_slot_tests() {
     for (name, lower, upper) in [("lower", "j <= i", "j > i"), ("upper", "j >= i", "j < i")] {
         let json = format!(
             r#"{{"name": "{name}", "params": {{"N": 200, "M": 37}},
@@ -2155,10 +2156,19 @@ fn triangular_register_tiles_off_the_diagonal_run_without_slot_tests() {
             let t = test_above(u);
             assert!(t == "if (1) {" || t.contains("c5"), "{name}: {t}\n{cuda}");
         }
+        // The diagonal tiles run every slot instead of testing it, moved
+        // onto the triangle's bound in the other slot
+        // (`gpu::registers::closed`; the kinds that must keep their
+        // tests: tests/triangles.rs).
         assert!(
-            updates.iter().any(|&u| test_above(u).contains("c5")),
-            "{name}: the diagonal tiles test the slot\n{cuda}"
+            cuda.lines().any(|l| l.contains("const pf_i c5 = ")
+                && l.contains("pf_slot_c5")
+                && l.contains("c4")),
+            "{name}: the diagonal tiles clamp the slot\n{cuda}"
         );
+        for &u in &updates {
+            assert!(!test_above(u).contains("pf_slot_c5"), "{name}\n{cuda}");
+        }
     }
 }
 

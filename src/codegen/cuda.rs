@@ -20,7 +20,7 @@
 //!   `cuda_fp16.h` and `cuda_bf16.h`; the 8-bit floats as bytes through
 //!   `cuda_fp8.h` (see [`storage_type`] and `dtype_helpers`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 
 mod chains;
@@ -572,6 +572,13 @@ impl Printed<'_> {
             if !repeated_marks(body, "registers").is_empty() && contraction.is_none() {
                 r.init = None;
             }
+            // A statement runs at a slot beyond its loop's points only where
+            // that loop holds all its instances at the values of the loops
+            // around it (`gpu::registers::closed`): where isl printed the
+            // statement once. (The copies `full_steps` and the full tile make
+            // are each run for different values of the loops around them.)
+            let repeated = repeated_statements(body);
+            r.slot_closed.retain(|s| !repeated.contains(s));
             r
         });
         // A register tile's step loops: full tiles with a constant trip
@@ -607,6 +614,7 @@ impl Printed<'_> {
             in_regs: false,
             full_tile: None,
             slot_tests: &[],
+            slot_loops: &[],
             nosync: false,
             repeated_private: &repeated,
             bound: host_iterators,
@@ -957,10 +965,14 @@ struct Ctx<'a> {
     /// counted thread loops need no bound test, and the slot loops named
     /// here need no test of their start either (`FullTile`).
     full_tile: Option<&'a FullTile>,
-    /// Inside a partial register tile's clamped thread loops: the tests
-    /// that the thread's slot is a point of the loops, which a statement
-    /// not in `RegisterTile::clamp_safe` must pass.
-    slot_tests: &'a [String],
+    /// Inside a register tile's clamped thread loops: the tests that the
+    /// thread's slot is a point of the loops, which the statements the
+    /// clamp does not allow must pass.
+    slot_tests: &'a [SlotTest],
+    /// The iterators of the register tile's slot loops printed around
+    /// this point.
+    slot_loops: &'a [String],
+
     /// The next loop needs no barrier after each iteration (no dependence
     /// it carries crosses threads).
     nosync: bool,
@@ -994,6 +1006,31 @@ struct Ctx<'a> {
 struct FullTile {
     test: String,
     starts: Vec<(String, Expr)>,
+}
+
+/// The clamp of a register tile's slot loop (`Ctx::register_slots`): a
+/// slot beyond the loop's points runs the statements that allow it at
+/// `max(min(slot, upper), lower)`.
+struct SlotClamp {
+    /// The bound, and whether it is the tensor's end (`slot_clamp`: the
+    /// statements of `RegisterTile::clamp_safe` run beyond it) or a bound
+    /// in other slots (`Ctx::closed_clamp`: those of
+    /// `RegisterTile::slot_closed` do).
+    upper: Option<(String, bool)>,
+    /// A start in other slots (`Ctx::closed_clamp`).
+    lower: Option<String>,
+}
+
+/// A clamped slot loop's test that the thread's slot is one of the loop's
+/// points (`Ctx::register_slots`).
+#[derive(Clone)]
+struct SlotTest {
+    test: String,
+    /// The clamp is the one at the tensor's end (`slot_clamp`): the
+    /// statements of `RegisterTile::clamp_safe` run at clamped slots.
+    /// Otherwise it is a bound in other slots or the block values (a
+    /// triangle's), and only `RegisterTile::slot_closed` ones do.
+    at_tensor_end: bool,
 }
 
 /// One reduction's steps folded into a register (see `Ctx::folded`).
@@ -1167,6 +1204,36 @@ fn repeated_marks(n: &Node, prefix: &str) -> Vec<String> {
         .collect();
     repeated.sort();
     repeated.dedup();
+    repeated
+}
+
+/// The bound `B` of a loop condition `iterator <= B` or `iterator < B`
+/// (with its comparison), where `B` does not name the iterator.
+fn upper_bound<'e>(iterator: &str, cond: &'e Expr) -> Option<(Op, &'e Expr)> {
+    let Expr::Op(op @ (Op::Le | Op::Lt), a) = cond else {
+        return None;
+    };
+    let [Expr::Id(it), bound] = a.as_slice() else {
+        return None;
+    };
+    (it == iterator && !bound.mentions(iterator)).then_some((*op, bound))
+}
+
+/// The statements that isl's AST prints at more than one place in `n`.
+fn repeated_statements(n: &Node) -> HashSet<String> {
+    fn walk(n: &Node, seen: &mut HashSet<String>, repeated: &mut HashSet<String>) {
+        if let Node::User { statement, .. } = n {
+            if !seen.insert(statement.clone()) {
+                repeated.insert(statement.clone());
+            }
+        }
+        n.children()
+            .into_iter()
+            .for_each(|c| walk(c, seen, repeated));
+    }
+    let mut seen = HashSet::new();
+    let mut repeated = HashSet::new();
+    walk(n, &mut seen, &mut repeated);
     repeated
 }
 
@@ -1775,11 +1842,6 @@ impl Ctx<'_> {
         }
         let text = self.printer.statement(st, s.kind, &env);
         self.printer.overrides.borrow_mut().clear();
-        // At a clamped slot of a partial register tile (its
-        // element beyond the tensor, its register never stored),
-        // a statement that allows it runs at the clamped point
-        // without a test.
-        let clamp_safe = self.regs.is_some_and(|r| r.clamp_safe.contains(statement));
         if let Some((regs, axes, lost)) = self.lost_owner(statement, pending) {
             // The mappings along the axes the element moves on are the
             // owner's to run.
@@ -1804,7 +1866,7 @@ impl Ctx<'_> {
                 &axes,
                 &lost,
                 &subs,
-                &self.with_slot_tests(self.guard(&pending)),
+                &self.with_slot_tests(self.guard(&pending), None),
                 in_thread,
                 &text,
                 depth,
@@ -1817,11 +1879,10 @@ impl Ctx<'_> {
         } else {
             self.statement_guard(pending, in_thread)
         };
-        let guard = if clamp_safe {
-            guard
-        } else {
-            self.with_slot_tests(guard)
-        };
+        // At a clamped slot (its register dead: the element beyond the
+        // tensor, or no statement of the tile's there), a statement that
+        // allows it runs at the clamped point without a test.
+        let guard = self.with_slot_tests(guard, Some(statement));
         if guard.is_empty() {
             let _ = writeln!(out, "{pad}{text}");
         } else {
@@ -2281,17 +2342,9 @@ impl Ctx<'_> {
         last: i64,
         others: &BTreeMap<String, i64>,
     ) -> Option<String> {
-        let Expr::Op(op @ (Op::Le | Op::Lt), a) = cond else {
-            return None;
-        };
-        let [Expr::Id(it), bound] = a.as_slice() else {
-            return None;
-        };
-        if it != iterator || bound.mentions(iterator) {
-            return None;
-        }
+        let (op, bound) = upper_bound(iterator, cond)?;
         let lowest = slot_box::extreme(bound, others, true)?;
-        Some(self.e(&Expr::Op(*op, vec![Expr::Int(last), lowest])))
+        Some(self.e(&Expr::Op(op, vec![Expr::Int(last), lowest])))
     }
 
     /// The register of the current thread point: `pf_reg[pf_ry][pf_rx]` (on
@@ -3640,15 +3693,34 @@ impl Ctx<'_> {
         // slot (`slot_tests`). Whether the loop has an
         // iteration at all is the same for every slot:
         // tested once, around the slots.
+        // In a full tile nothing is clamped; in the others, a start that
+        // other slots move is clamped too where the bound is.
+        let tested_for_tile = self
+            .full_tile
+            .is_some_and(|t| t.starts.iter().any(|(s, e)| s == iterator && e == n_init));
         let clamp = (self.full_tile.is_none() && n_inc == &Expr::Int(1))
             .then(|| {
                 let dim = nt - 1 - axis.min(nt - 1);
-                self.slot_clamp(regs, dim, count * i64::from(b), iterator, n_cond)
+                let at_end = self.slot_clamp(regs, dim, count * i64::from(b), iterator, n_cond);
+                let closed = self.closed_clamp(regs, iterator, n_init, n_cond);
+                let upper = match (at_end, &closed) {
+                    (Some(u), _) => Some((u, true)),
+                    (None, Some((Some(u), _))) => Some((u.clone(), false)),
+                    _ => None,
+                };
+                let lower = closed.and_then(|(_, l)| l).filter(|_| !tested_for_tile);
+                (upper.is_some() || lower.is_some()).then_some(SlotClamp { upper, lower })
             })
             .flatten();
         let mut guard = self.guard(&others);
-        if let Some(bound) = &clamp {
-            let any = format!("{init} <= {bound}");
+        if let Some(SlotClamp {
+            upper: Some((upper, _)),
+            lower,
+            ..
+        }) = &clamp
+        {
+            let start = lower.as_deref().unwrap_or(init);
+            let any = format!("{start} <= {upper}");
             guard = if guard.is_empty() {
                 any
             } else {
@@ -3672,14 +3744,25 @@ impl Ctx<'_> {
         let point = slot_point(&tid, &r, i64::from(b), w);
         let mut slot_tests = self.slot_tests.to_vec();
         match &clamp {
-            Some(bound) => {
+            Some(c) => {
                 let slot = format!("pf_slot_{iterator}");
                 let _ = writeln!(out, "{pad}  const pf_i {slot} = {point};");
-                let _ = writeln!(
-                    out,
-                    "{pad}  const pf_i {iterator} = pf_min({slot}, {bound});"
-                );
-                slot_tests.push(format!("{slot} <= {bound}"));
+                let mut value = slot.clone();
+                if let Some((upper, at_tensor_end)) = &c.upper {
+                    value = format!("pf_min({value}, {upper})");
+                    slot_tests.push(SlotTest {
+                        test: format!("{slot} <= {upper}"),
+                        at_tensor_end: *at_tensor_end,
+                    });
+                }
+                if let Some(lower) = &c.lower {
+                    value = format!("pf_max({value}, {lower})");
+                    slot_tests.push(SlotTest {
+                        test: format!("{slot} >= {lower}"),
+                        at_tensor_end: false,
+                    });
+                }
+                let _ = writeln!(out, "{pad}  const pf_i {iterator} = {value};");
             }
             None => {
                 let _ = writeln!(out, "{pad}  const pf_i {iterator} = {point};");
@@ -3693,11 +3776,9 @@ impl Ctx<'_> {
         // iteration at all).
         let mut tests = Vec::new();
         // In a full tile, a start that other slots move was tested for the
-        // whole tile (`full_tile_test`).
-        let tested_for_tile = self
-            .full_tile
-            .is_some_and(|t| t.starts.iter().any(|(s, e)| s == iterator && e == n_init));
-        if n_init != &Expr::Int(0) && !tested_for_tile {
+        // whole tile (`full_tile_test`); a clamped start holds by the clamp.
+        let lower_clamped = clamp.as_ref().is_some_and(|c| c.lower.is_some());
+        if n_init != &Expr::Int(0) && !tested_for_tile && !lower_clamped {
             tests.push(format!("{iterator} >= {init}"));
         }
         if n_inc != &Expr::Int(1) {
@@ -3705,7 +3786,7 @@ impl Ctx<'_> {
                 "({iterator} - ({init})) - ({inc}) * pf_floord({iterator} - ({init}), {inc}) == 0"
             ));
         }
-        if clamp.is_none() && self.full_tile.is_none() {
+        if clamp.as_ref().is_none_or(|c| c.upper.is_none()) && self.full_tile.is_none() {
             tests.push(cond.to_string());
         }
         let guard = if tests.is_empty() {
@@ -3714,8 +3795,11 @@ impl Ctx<'_> {
             tests.join(" && ")
         };
         let _ = writeln!(out, "{pad}  if ({guard}) {{");
+        let mut slot_loops = self.slot_loops.to_vec();
+        slot_loops.push(iterator.to_string());
         let inner = Ctx {
             slot_tests: &slot_tests,
+            slot_loops: &slot_loops,
             nosync: false,
             ..*self
         };
@@ -3724,14 +3808,62 @@ impl Ctx<'_> {
         let _ = writeln!(out, "{pad}}}");
     }
 
-    /// `guard` and the tests that the thread's slots of a partial register
-    /// tile are points (for a statement that does not run at a clamped
-    /// slot).
-    fn with_slot_tests(&self, guard: String) -> String {
-        if self.slot_tests.is_empty() {
+    /// The clamp of the slot loop `iterator` (start `init`, condition
+    /// `cond`) of a tile whose gpu stage let statements run at any slot
+    /// beyond the loop's points (`RegisterTile::slot_closed`: where the
+    /// loop has no point, the slot's register is dead): onto its bound
+    /// `it <= B` and, where it is not 0, its start. Only where the start
+    /// or the bound names another slot (a triangle's diagonal tile, whose
+    /// slots each test their own bound): a bound in the block values or a
+    /// constant is one test for all of a thread's slots along the loop,
+    /// and there the slots beyond it skip their work. None where the tile
+    /// has no such statement or the bounds are of another form.
+    fn closed_clamp(
+        &self,
+        regs: &RegisterTile,
+        iterator: &str,
+        init: &Expr,
+        cond: &Expr,
+    ) -> Option<(Option<String>, Option<String>)> {
+        if regs.slot_closed.is_empty() || init.mentions(iterator) {
+            return None;
+        }
+        let (op, bound) = upper_bound(iterator, cond)?;
+        let names_a_slot = |e: &Expr| self.slot_loops.iter().any(|s| e.mentions(s));
+        let upper = names_a_slot(bound).then(|| match op {
+            Op::Le => self.e(bound),
+            _ => format!("({}) - 1", self.e(bound)),
+        });
+        let lower = names_a_slot(init).then(|| self.e(init));
+        (upper.is_some() || lower.is_some()).then_some((upper, lower))
+    }
+
+    /// `guard` and the tests that the thread's slots of a clamped register
+    /// tile are points, those that `statement` must pass (all of them for
+    /// `None`): a statement runs at a clamped slot where the tile's gpu
+    /// stage allows it (`RegisterTile::clamp_safe` at the tensor's end,
+    /// `RegisterTile::slot_closed` for any other bound).
+    fn with_slot_tests(&self, guard: String, statement: Option<&str>) -> String {
+        let allowed = |t: &SlotTest| {
+            let Some((regs, s)) = self.regs.zip(statement) else {
+                return false;
+            };
+            if t.at_tensor_end {
+                regs.clamp_safe.contains(s)
+            } else {
+                regs.slot_closed.contains(s)
+            }
+        };
+        let tests: Vec<&str> = self
+            .slot_tests
+            .iter()
+            .filter(|t| !allowed(t))
+            .map(|t| t.test.as_str())
+            .collect();
+        if tests.is_empty() {
             return guard;
         }
-        let slots = self.slot_tests.join(" && ");
+        let slots = tests.join(" && ");
         if guard.is_empty() {
             slots
         } else {

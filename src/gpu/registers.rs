@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 
+mod closed;
 mod store;
 pub use store::{store_statements, StoreStatement};
 
@@ -87,6 +88,11 @@ pub struct RegisterTile {
     /// slot, so a thread's slots run the same straight-line code as in a
     /// full tile; the other statements keep the test of their slot.
     pub clamp_safe: HashSet<String>,
+    /// Statements of `clamp_safe` that may also run at a slot beyond a
+    /// bound in other slots or the block values (a triangle's diagonal
+    /// tile), moved onto the bound, into the slot's register, which no
+    /// statement of the tile uses there (see [`closed`]).
+    pub slot_closed: HashSet<String>,
     /// Epilogue statements run where the registers are stored, after the
     /// region's loops, instead of at the last step inside them (see
     /// [`store_statements`]); the gpu stage fills it once the kernel's
@@ -203,13 +209,22 @@ pub fn candidate(
     // which the kernel's code binds to the launch's argument.
     let prefix = tile_band.get_prefix_schedule_union_map()?;
     let np = tile_band.get_schedule_depth()? as usize;
+    let band_maps = closed::BandMaps::new(
+        tile_band,
+        point_band,
+        nb,
+        nt,
+        (np > 0).then(|| prefix.copy()).transpose()?,
+        blocks.copy()?,
+        threads.copy()?,
+    )?;
     let mapped = if np > 0 {
         prefix.flat_range_product(blocks)?
     } else {
         blocks
     }
     .flat_range_product(threads)?
-    .intersect_domain(domain)?;
+    .intersect_domain(domain.copy()?)?;
     let written: Vec<String> = stmts
         .iter()
         .map(|s| s.written_tensor())
@@ -259,8 +274,11 @@ pub fn candidate(
         }
         let init = hoistable_init(isl, program, scop, &stmts, t)?;
         let clamp_safe = clamp_safe(program, &stmts, t);
+        let slot_closed =
+            closed::slot_closed(program, &stmts, t, &clamp_safe, &domain, &band_maps)?;
         return Ok(Some(RegisterTile {
             clamp_safe,
+            slot_closed,
             init,
             tensor: t.clone(),
             dtype: tensor.dtype,
