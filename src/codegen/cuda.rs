@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 
+mod box_reads;
 mod chains;
 mod clamp;
 mod full_steps;
@@ -1006,6 +1007,8 @@ struct Ctx<'a> {
 struct FullTile {
     test: String,
     starts: Vec<(String, Expr)>,
+    /// Every tile runs this copy (`box_reads`): no other is printed.
+    whole_box: bool,
 }
 
 /// The clamp of a register tile's slot loop (`Ctx::register_slots`): a
@@ -2264,6 +2267,22 @@ impl Ctx<'_> {
             .iter()
             .map(|(it, axis, _, _)| (it.clone(), last_slot(*axis)))
             .collect();
+        // Where the region may run over the whole box (`box_reads`: a slot
+        // beyond any bound or start of its loops holds a dead register,
+        // and its reads stay in the shared copies), every tile takes the
+        // copy without tests: a triangle's diagonal, the tensor's end.
+        if self.box_safe_region(regs, body, &slots) {
+            let starts = found
+                .into_iter()
+                .filter(|(_, _, init, _)| init != &Expr::Int(0))
+                .map(|(iterator, _, init, _)| (iterator, init))
+                .collect();
+            return Some(FullTile {
+                test: "1".to_string(),
+                starts,
+                whole_box: true,
+            });
+        }
         let outer = |n: &String| allowed.contains(n) || self.params.contains(n);
         for (iterator, axis, init, cond) in found {
             let last = last_slot(axis);
@@ -2307,6 +2326,7 @@ impl Ctx<'_> {
         (ok && !tests.is_empty()).then(|| FullTile {
             test: tests.join(" && "),
             starts,
+            whole_box: false,
         })
     }
 
@@ -2492,6 +2512,13 @@ impl Ctx<'_> {
             ..*self
         };
         match self.full_tile_test(regs, body) {
+            Some(tile) if tile.whole_box => {
+                let full = Ctx {
+                    full_tile: Some(&tile),
+                    ..inner
+                };
+                full.node(body, depth + 1, pending, in_thread, out);
+            }
             Some(tile) => {
                 // Full tiles (most of them) without bound tests, so that
                 // the compiler can keep operands in registers across a

@@ -58,373 +58,186 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
           }
-          if ((31 <= 31)) {
-            for (pf_i c3 = 0; (c3 <= 63); c3 += 32) {
-              {
-                const pf_i pf_o0_0 = c0;
-                const pf_i pf_o0_1 = c1;
-                const pf_i pf_o0_2 = c3;
-                const pf_i pf_o1_0 = c0;
-                const pf_i pf_o1_1 = c2;
-                const pf_i pf_o1_2 = c3;
-                const pf_i pf_stage = ((c3 - (0)) / 32) % 2;
-                if (c3 == (0)) {
-                  for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          for (pf_i c3 = 0; (c3 <= 63); c3 += 32) {
+            {
+              const pf_i pf_o0_0 = c0;
+              const pf_i pf_o0_1 = c1;
+              const pf_i pf_o0_2 = c3;
+              const pf_i pf_o1_0 = c0;
+              const pf_i pf_o1_1 = c2;
+              const pf_i pf_o1_2 = c3;
+              const pf_i pf_stage = ((c3 - (0)) / 32) % 2;
+              if (c3 == (0)) {
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 32);
+                  const pf_i pf_a0 = ((pf_e / 8) / 32);
+                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
+                    if ((((unsigned long long)t_X) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2];
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 0];
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 1];
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 2];
+                      pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 32);
+                  const pf_i pf_a0 = ((pf_e / 8) / 32);
+                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o1_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
+                    if ((((unsigned long long)t_Y) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2];
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
+                      pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
+                    }
+                  }
+                }
+                __syncthreads();
+              }
+              const int pf_has_next = ((c3 + 32) <= 63);
+              const pf_i pf_n0_0 = c0;
+              const pf_i pf_n0_1 = c1;
+              const pf_i pf_n0_2 = (c3 + 32);
+              const pf_i pf_n1_0 = c0;
+              const pf_i pf_n1_1 = c2;
+              const pf_i pf_n1_2 = (c3 + 32);
+              float pf_next0[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
                     const pf_i pf_a2 = (pf_e % 8) * 4;
                     const pf_i pf_a1 = ((pf_e / 8) % 32);
                     const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                    const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
                     if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
                       if ((((unsigned long long)t_X) & 15) == 0) {
                         const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                        pf_next0[pf_s][0] = pf_v.x;
+                        pf_next0[pf_s][1] = pf_v.y;
+                        pf_next0[pf_s][2] = pf_v.z;
+                        pf_next0[pf_s][3] = pf_v.w;
                       } else {
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 0];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 1];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 2];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                  for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 32);
-                    const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_o1_1 + pf_a1;
-                    const pf_i pf_g2 = pf_o1_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                      if ((((unsigned long long)t_Y) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                      } else {
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                  __syncthreads();
-                }
-                const int pf_has_next = ((c3 + 32) <= 63);
-                const pf_i pf_n0_0 = c0;
-                const pf_i pf_n0_1 = c1;
-                const pf_i pf_n0_2 = (c3 + 32);
-                const pf_i pf_n1_0 = c0;
-                const pf_i pf_n1_1 = c2;
-                const pf_i pf_n1_2 = (c3 + 32);
-                float pf_next0[1][4];
-                if (pf_has_next) {
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        if ((((unsigned long long)t_X) & 15) == 0) {
-                          const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2];
-                          pf_next0[pf_s][0] = pf_v.x;
-                          pf_next0[pf_s][1] = pf_v.y;
-                          pf_next0[pf_s][2] = pf_v.z;
-                          pf_next0[pf_s][3] = pf_v.w;
-                        } else {
-                          pf_next0[pf_s][0] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 0];
-                          pf_next0[pf_s][1] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 1];
-                          pf_next0[pf_s][2] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 2];
-                          pf_next0[pf_s][3] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 3];
-                        }
-                      }
-                    }
-                  }
-                }
-                float pf_next1[1][4];
-                if (pf_has_next) {
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        if ((((unsigned long long)t_Y) & 15) == 0) {
-                          const float4 pf_v = *(const float4 *)&t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2];
-                          pf_next1[pf_s][0] = pf_v.x;
-                          pf_next1[pf_s][1] = pf_v.y;
-                          pf_next1[pf_s][2] = pf_v.z;
-                          pf_next1[pf_s][3] = pf_v.w;
-                        } else {
-                          pf_next1[pf_s][0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
-                          pf_next1[pf_s][1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
-                          pf_next1[pf_s][2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
-                          pf_next1[pf_s][3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
-                        }
-                      }
-                    }
-                  }
-                }
-                #pragma unroll
-                for (pf_i c4 = 0; (c4 <= 31); c4 += 1) {
-                  if (threadIdx.z == 0)
-                  #pragma unroll
-                  for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                    const pf_i c6 = (pf_i)threadIdx.y + pf_ry * 16;
-                    if (1) {
-                      #pragma unroll
-                      for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                        const pf_i c7 = (pf_i)threadIdx.x + pf_rx * 16;
-                        if (1) {
-                          if (((c3 == 0) && (c4 == 0))) {
-                          }
-                          pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[pf_stage * 1056 + (((c0)) - pf_o0_0) * 1056 + ((((c1 + c6))) - pf_o0_1) * 33 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[pf_stage * 1056 + (((c0)) - pf_o1_0) * 1056 + ((((c2 + c7))) - pf_o1_1) * 33 + ((((c3 + c4))) - pf_o1_2) * 1]);
-                        }
-                      }
-                    }
-                  }
-                }
-                if (pf_has_next) {
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next0[pf_s][0];
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next0[pf_s][1];
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next0[pf_s][2];
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next0[pf_s][3];
-                      }
-                    }
-                  }
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next1[pf_s][0];
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next1[pf_s][1];
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next1[pf_s][2];
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next1[pf_s][3];
+                        pf_next0[pf_s][0] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 0];
+                        pf_next0[pf_s][1] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 1];
+                        pf_next0[pf_s][2] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 2];
+                        pf_next0[pf_s][3] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 3];
                       }
                     }
                   }
                 }
               }
-              __syncthreads();
-            }
-          } else {
-            for (pf_i c3 = 0; (c3 <= 63); c3 += 32) {
-              {
-                const pf_i pf_o0_0 = c0;
-                const pf_i pf_o0_1 = c1;
-                const pf_i pf_o0_2 = c3;
-                const pf_i pf_o1_0 = c0;
-                const pf_i pf_o1_1 = c2;
-                const pf_i pf_o1_2 = c3;
-                const pf_i pf_stage = ((c3 - (0)) / 32) % 2;
-                if (c3 == (0)) {
-                  for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+              float pf_next1[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
                     const pf_i pf_a2 = (pf_e % 8) * 4;
                     const pf_i pf_a1 = ((pf_e / 8) % 32);
                     const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                    const pf_i pf_g2 = pf_o0_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                      if ((((unsigned long long)t_X) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                      } else {
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 0];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 1];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 2];
-                        pf_shared_kernel_0_X[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                  for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 32);
-                    const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_o1_1 + pf_a1;
-                    const pf_i pf_g2 = pf_o1_2 + pf_a2;
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
                     if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
                       if ((((unsigned long long)t_Y) & 15) == 0) {
                         const float4 pf_v = *(const float4 *)&t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                        pf_next1[pf_s][0] = pf_v.x;
+                        pf_next1[pf_s][1] = pf_v.y;
+                        pf_next1[pf_s][2] = pf_v.z;
+                        pf_next1[pf_s][3] = pf_v.w;
                       } else {
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
-                        pf_shared_kernel_0_Y[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                  __syncthreads();
-                }
-                const int pf_has_next = ((c3 + 32) <= 63);
-                const pf_i pf_n0_0 = c0;
-                const pf_i pf_n0_1 = c1;
-                const pf_i pf_n0_2 = (c3 + 32);
-                const pf_i pf_n1_0 = c0;
-                const pf_i pf_n1_1 = c2;
-                const pf_i pf_n1_2 = (c3 + 32);
-                float pf_next0[1][4];
-                if (pf_has_next) {
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        if ((((unsigned long long)t_X) & 15) == 0) {
-                          const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2];
-                          pf_next0[pf_s][0] = pf_v.x;
-                          pf_next0[pf_s][1] = pf_v.y;
-                          pf_next0[pf_s][2] = pf_v.z;
-                          pf_next0[pf_s][3] = pf_v.w;
-                        } else {
-                          pf_next0[pf_s][0] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 0];
-                          pf_next0[pf_s][1] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 1];
-                          pf_next0[pf_s][2] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 2];
-                          pf_next0[pf_s][3] = t_X[((pf_g0) * (p_N) + pf_g1) * (p_K) + pf_g2 + 3];
-                        }
-                      }
-                    }
-                  }
-                }
-                float pf_next1[1][4];
-                if (pf_has_next) {
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        if ((((unsigned long long)t_Y) & 15) == 0) {
-                          const float4 pf_v = *(const float4 *)&t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2];
-                          pf_next1[pf_s][0] = pf_v.x;
-                          pf_next1[pf_s][1] = pf_v.y;
-                          pf_next1[pf_s][2] = pf_v.z;
-                          pf_next1[pf_s][3] = pf_v.w;
-                        } else {
-                          pf_next1[pf_s][0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
-                          pf_next1[pf_s][1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
-                          pf_next1[pf_s][2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
-                          pf_next1[pf_s][3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
-                        }
-                      }
-                    }
-                  }
-                }
-                #pragma unroll
-                for (pf_i c4 = 0; (c4 <= 31); c4 += 1) {
-                  if (threadIdx.z == 0 && 0 <= 31)
-                  #pragma unroll
-                  for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                    const pf_i pf_slot_c6 = (pf_i)threadIdx.y + pf_ry * 16;
-                    const pf_i c6 = pf_min(pf_slot_c6, 31);
-                    if (1) {
-                      if (0 <= 31)
-                      #pragma unroll
-                      for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                        const pf_i pf_slot_c7 = (pf_i)threadIdx.x + pf_rx * 16;
-                        const pf_i c7 = pf_min(pf_slot_c7, 31);
-                        if (1) {
-                          if (((c3 == 0) && (c4 == 0))) {
-                          }
-                          pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[pf_stage * 1056 + (((c0)) - pf_o0_0) * 1056 + ((((c1 + c6))) - pf_o0_1) * 33 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[pf_stage * 1056 + (((c0)) - pf_o1_0) * 1056 + ((((c2 + c7))) - pf_o1_1) * 33 + ((((c3 + c4))) - pf_o1_2) * 1]);
-                        }
-                      }
-                    }
-                  }
-                }
-                if (pf_has_next) {
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next0[pf_s][0];
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next0[pf_s][1];
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next0[pf_s][2];
-                        pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next0[pf_s][3];
-                      }
-                    }
-                  }
-                  #pragma unroll
-                  for (int pf_s = 0; pf_s < 1; pf_s++) {
-                    const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                    if (pf_e < 256) {
-                      const pf_i pf_a2 = (pf_e % 8) * 4;
-                      const pf_i pf_a1 = ((pf_e / 8) % 32);
-                      const pf_i pf_a0 = ((pf_e / 8) / 32);
-                      const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                      const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                      const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                      if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next1[pf_s][0];
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next1[pf_s][1];
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next1[pf_s][2];
-                        pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next1[pf_s][3];
+                        pf_next1[pf_s][0] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 0];
+                        pf_next1[pf_s][1] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 1];
+                        pf_next1[pf_s][2] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 2];
+                        pf_next1[pf_s][3] = t_Y[((pf_g0) * (p_M) + pf_g1) * (p_K) + pf_g2 + 3];
                       }
                     }
                   }
                 }
               }
-              __syncthreads();
+              #pragma unroll
+              for (pf_i c4 = 0; (c4 <= 31); c4 += 1) {
+                if (threadIdx.z == 0)
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c6 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if (1) {
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i c7 = (pf_i)threadIdx.x + pf_rx * 16;
+                      if (1) {
+                        if (((c3 == 0) && (c4 == 0))) {
+                        }
+                        pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_Z[pf_rz][pf_ry][pf_rx] + (pf_shared_kernel_0_X[pf_stage * 1056 + (((c0)) - pf_o0_0) * 1056 + ((((c1 + c6))) - pf_o0_1) * 33 + ((((c3 + c4))) - pf_o0_2) * 1] * pf_shared_kernel_0_Y[pf_stage * 1056 + (((c0)) - pf_o1_0) * 1056 + ((((c2 + c7))) - pf_o1_1) * 33 + ((((c3 + c4))) - pf_o1_2) * 1]);
+                      }
+                    }
+                  }
+                }
+              }
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 32);
+                    const pf_i pf_a0 = ((pf_e / 8) / 32);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N) && pf_g2 >= 0 && pf_g2 < (p_K)) {
+                      pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next0[pf_s][0];
+                      pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next0[pf_s][1];
+                      pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next0[pf_s][2];
+                      pf_shared_kernel_0_X[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next0[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 32);
+                    const pf_i pf_a0 = ((pf_e / 8) / 32);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M) && pf_g2 >= 0 && pf_g2 < (p_K)) {
+                      pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next1[pf_s][0];
+                      pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next1[pf_s][1];
+                      pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next1[pf_s][2];
+                      pf_shared_kernel_0_Y[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next1[pf_s][3];
+                    }
+                  }
+                }
+              }
             }
+            __syncthreads();
           }
           #pragma unroll
           for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
