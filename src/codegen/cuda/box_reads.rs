@@ -27,6 +27,14 @@
 //!
 //! Anything else (a read from global memory, a slot and a step moving one
 //! index together) keeps the clamped copy.
+//!
+//! Two shapes of the AST are asked for, so that what the copy drops is
+//! only the slots' own range: the slot loops' bounds and starts name no
+//! step (then a slot beyond them is outside every step's range, and the
+//! statement's live slots, which it runs at every step it runs, lie
+//! inside), and no test inside the region names a slot (then where the
+//! statement's tests hold at a step, it has instances at that step, and
+//! an index no slot moves is the one they read).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,7 +63,21 @@ impl Ctx<'_> {
         let mut steps = BTreeSet::new();
         collect(body, false, &mut users, &mut steps);
         steps.retain(|s| !slots.contains_key(s));
-        !users.is_empty()
+        let mut shape_ok = true;
+        visit(body, &mut |n| match n {
+            Node::For {
+                iterator,
+                init,
+                cond,
+                ..
+            } if slots.contains_key(iterator) => {
+                shape_ok &= !names_any(init, steps.iter()) && !names_any(cond, steps.iter());
+            }
+            Node::If { cond, .. } => shape_ok &= !names_any(cond, slots.keys()),
+            _ => {}
+        });
+        shape_ok
+            && !users.is_empty()
             && users.iter().all(|&(statement, args, in_scope)| {
                 // A statement outside the shared copies' scope reads
                 // global memory.
@@ -114,6 +136,17 @@ fn collect<'n>(
     n.children()
         .into_iter()
         .for_each(|c| collect(c, in_scope, users, loops));
+}
+
+/// Whether `e` names any of `names`.
+fn names_any<'a>(e: &Expr, mut names: impl Iterator<Item = &'a String>) -> bool {
+    names.any(|n| e.mentions(n))
+}
+
+/// Calls `f` on every node of `n`.
+fn visit(n: &Node, f: &mut dyn FnMut(&Node)) {
+    f(n);
+    n.children().into_iter().for_each(|c| visit(c, f));
 }
 
 /// `sub` with each statement iterator replaced by isl's argument for it,
