@@ -448,31 +448,34 @@ pub fn leading_coincident(band: &ScheduleNode) -> Result<usize> {
     Ok(k as usize)
 }
 
-/// Maps the kernel whose subtree starts at `node`; returns some node of
-/// the modified tree and the plan.
-#[allow(clippy::too_many_arguments)]
-fn map_kernel(
+/// How a kernel's rows run (the first of `map_kernel`'s steps): a warp per
+/// row with its lanes across the reduction (`warp_reduction`), rows across
+/// lanes (`lanes::candidate`), or columns of rows along x
+/// (`lanes::column_rows`); none of them for other bands.
+struct RowMapping {
+    /// The kernel's band, maybe with marks on its lane loops or its
+    /// members with one instance moved above it.
+    band: ScheduleNode,
+    /// The update statement whose reduction loop a warp's lanes share.
+    reduction: Option<String>,
+    site: Option<ReductionSite>,
+    lane_loops: Option<Vec<super::lanes::LaneLoop>>,
+    /// Threads of a row along x.
+    lane_width: u32,
+    columns: Option<super::lanes::Columns>,
+    /// Rows of a block tile side by side on y.
+    row_groups: u32,
+}
+
+/// The rows of the kernel whose band is `node` (see [`RowMapping`]).
+fn row_mapping(
     isl: &Isl,
     program: &Program,
     scop: &Scop,
     deps: &Dependences,
     node: ScheduleNode,
-    index: usize,
-    tile: &[i64],
     opts: &GpuOptions,
-) -> Result<(ScheduleNode, KernelPlan)> {
-    let name = format!("kernel_{index}");
-    let mut node = node.insert_mark(mark(isl, &name)?)?.child(0)?;
-    let mut plan = KernelPlan::one_thread(name);
-    let mut thread_plan = ThreadPlan::default();
-    let kernel_domain = node.get_domain()?;
-    while node.get_type()? == ScheduleNodeType::Mark {
-        node = node.child(0)?;
-    }
-    if node.get_type()? != ScheduleNodeType::Band || leading_coincident(&node)? == 0 {
-        // Nothing parallel on top: one block of one thread runs it.
-        return Ok((node, plan));
-    }
+) -> Result<RowMapping> {
     // A warp per row, its lanes across the reduction, where
     // `warp_reduction` says so; the members with one instance may then
     // have moved to a band of their own above the rows.
@@ -489,6 +492,7 @@ fn map_kernel(
         warp_reduction(program, scop, deps, &node, opts)?
     };
     let warped = warp.is_some();
+    let mut node = node;
     let (reduction, site) = match warp {
         Some(w) => {
             node = w.band;
@@ -537,6 +541,32 @@ fn map_kernel(
     } else {
         1
     };
+    Ok(RowMapping {
+        band: node,
+        reduction,
+        site,
+        lane_loops,
+        lane_width,
+        columns,
+        row_groups,
+    })
+}
+
+/// The kernel band `node` with its parallel members in the order blocks
+/// take them (the second of `map_kernel`'s steps): the outer members
+/// folded while more than three are parallel (`fold_outer_members`), else
+/// the innermost three moved to the front; with `free_x` (no warp or lanes
+/// own x), the member that coalesces the most accesses on x. Gives the
+/// band, its leading parallel members and how many go on blocks.
+fn order_members(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    node: ScheduleNode,
+    free_x: bool,
+    opts: &GpuOptions,
+) -> Result<(ScheduleNode, usize, usize)> {
+    let mut node = node;
     let mut lc = leading_coincident(&node)?;
     while lc > 3 && node.band_get_permutable()? {
         match fold_outer_members(isl, node.copy()?)? {
@@ -554,7 +584,7 @@ fn map_kernel(
         // run inside each block. A permutable band may be permuted.
         node = move_to_front(node, lc - 3, lc)?;
     }
-    if site.is_none() && !lanes && opts.auto_tile && nb >= 2 && node.band_get_permutable()? {
+    if free_x && opts.auto_tile && nb >= 2 && node.band_get_permutable()? {
         // The innermost parallel member goes to x unless another one
         // coalesces more of the kernel's memory accesses.
         if let Some(x) = coalescing_member(program, scop, &node, nb)? {
@@ -566,6 +596,167 @@ fn map_kernel(
             node = permute_members(node, &order)?;
         }
     }
+    Ok((node, lc, nb))
+}
+
+/// The tile sizes of a band with a register tile whose sizes the mapping
+/// chooses: large register tiles (`big`, 128 x 128) where they still give
+/// every multiprocessor a block, 64 x 64 where those do, else `small`
+/// (the sizes without registers). `nb` members go on blocks.
+fn register_tile_sizes(
+    node: &ScheduleNode,
+    nb: usize,
+    big: Vec<i64>,
+    small: Vec<i64>,
+) -> Result<Vec<i64>> {
+    let extents: Vec<Option<i64>> = (0..nb)
+        .map(|i| member_extent(node, i))
+        .collect::<Result<_>>()?;
+    // The tiles that hold instances (a triangle's half of the box),
+    // else the box's tiles.
+    let blocks = |tiles: &[i64]| -> Option<i64> {
+        if let Ok(Some(b)) = occupied_tiles(node, &tiles[..nb]) {
+            return Some(b);
+        }
+        let mut b = 1i64;
+        for (i, e) in extents.iter().enumerate() {
+            b = b.saturating_mul((e.as_ref()? + tiles[i] - 1) / tiles[i]);
+        }
+        Some(b)
+    };
+    let medium: Vec<i64> = big
+        .iter()
+        .enumerate()
+        .map(|(i, t)| if i < nb && *t > 1 { 64 } else { *t })
+        .collect();
+    // A tile wider than its member's values (rounded up to a warp)
+    // would leave most of its threads' slots empty: a 56 x 56
+    // convolution's plane on 128 x 128 tiles ran 2.2x slower than on
+    // 32 x 32 ones without registers (H100, depthwise_conv).
+    let fits = |tiles: &[i64]| {
+        (0..nb).all(|i| tiles[i] <= 1 || extents[i].is_none_or(|e| tiles[i] <= (e + 31) / 32 * 32))
+    };
+    Ok(match (blocks(&big), blocks(&medium)) {
+        (Some(b), _) if b >= ENOUGH_REGISTER_BLOCKS && fits(&big) => big,
+        (None, _) if fits(&big) => big,
+        (_, Some(m)) if m >= ENOUGH_REGISTER_BLOCKS && fits(&medium) => medium,
+        _ => small,
+    })
+}
+
+/// What decides a kernel's threads per block (`thread_shape`).
+struct ThreadShapeOf {
+    /// A register tile (the mapping's 16 x 16 threads).
+    registers: bool,
+    /// The band has a sequential member.
+    has_reduction: bool,
+    /// A warp per row, its lanes across the reduction.
+    warp_rows: bool,
+    /// Rows across lanes (`lanes::candidate` or columns).
+    lanes: bool,
+    lane_width: u32,
+    row_groups: u32,
+    columns: Option<super::lanes::Columns>,
+}
+
+/// A kernel's threads per block (x, y, z) and how its rows sit on them.
+struct ThreadShape {
+    block: [u32; 3],
+    /// `Some` where the lanes run along y (columns).
+    lane_axis: Option<super::lanes::LaneAxis>,
+    /// The reduction (or the row's loops) runs across `threadIdx.x`.
+    reduce_x: bool,
+}
+
+/// The threads per block of a kernel whose thread-mapped members have
+/// tiles `tiles` (one of `map_kernel`'s steps; see [`ThreadShapeOf`]).
+fn thread_shape(of: ThreadShapeOf, tiles: &[i64], opts: &GpuOptions) -> ThreadShape {
+    let nt = tiles.len();
+    let mut lane_axis = None;
+    let mut reduce_x = false;
+    let mut block = if of.registers && opts.block.is_empty() && nt >= 2 {
+        [16, 16, 1]
+    } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !of.has_reduction {
+        [32, 8, 1]
+    } else {
+        thread_block(tiles, opts)
+    };
+    if let Some(c) = of.columns.filter(|_| of.lanes) {
+        // Consecutive rows (columns of the tensors) along x, each
+        // on `c.lanes` threads along y.
+        block = [c.rows, c.lanes, 1];
+        lane_axis = Some(super::lanes::LaneAxis::Y(c));
+        reduce_x = true;
+    } else if of.lanes && of.lane_width > 32 {
+        // A row on `lane_width` threads along x, the block tile's
+        // rows side by side along y (see [`block_row_groups`]).
+        block = [of.lane_width, of.row_groups, 1];
+        reduce_x = true;
+    } else if of.warp_rows || of.lanes {
+        // Rows on y (and z), the reduction on x: a warp per row.
+        block = if opts.block.is_empty() {
+            // 256 threads: 8 warps, one row each at a time.
+            let rows = thread_block(tiles, opts);
+            let y = rows[0].min(8);
+            [32, y, rows[1].min(8 / y).max(1)]
+        } else {
+            // The user's rows per block (x is 32: checked above).
+            let user = GpuOptions {
+                block: opts.block.iter().skip(1).copied().collect(),
+                ..opts.clone()
+            };
+            let rows = thread_block(tiles, &user);
+            [32, rows[0], rows[1]]
+        };
+        // The lanes share the row's loops (marked already); other
+        // statements run on lane 0.
+        reduce_x = true;
+    }
+    ThreadShape {
+        block,
+        lane_axis,
+        reduce_x,
+    }
+}
+
+/// Maps the kernel whose subtree starts at `node`; returns some node of
+/// the modified tree and the plan.
+#[allow(clippy::too_many_arguments)]
+fn map_kernel(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    node: ScheduleNode,
+    index: usize,
+    tile: &[i64],
+    opts: &GpuOptions,
+) -> Result<(ScheduleNode, KernelPlan)> {
+    let name = format!("kernel_{index}");
+    let mut node = node.insert_mark(mark(isl, &name)?)?.child(0)?;
+    let mut plan = KernelPlan::one_thread(name);
+    let mut thread_plan = ThreadPlan::default();
+    let kernel_domain = node.get_domain()?;
+    while node.get_type()? == ScheduleNodeType::Mark {
+        node = node.child(0)?;
+    }
+    if node.get_type()? != ScheduleNodeType::Band || leading_coincident(&node)? == 0 {
+        // Nothing parallel on top: one block of one thread runs it.
+        return Ok((node, plan));
+    }
+    let RowMapping {
+        band,
+        reduction,
+        site,
+        mut lane_loops,
+        lane_width,
+        columns,
+        row_groups,
+    } = row_mapping(isl, program, scop, deps, node, opts)?;
+    node = band;
+    let lanes = lane_loops.is_some();
+    let (band, lc, nb) = order_members(isl, program, scop, node, site.is_none() && !lanes, opts)?;
+    node = band;
     let x_iterator = match site {
         Some(ReductionSite::Member) => x_iterators(scop, &node, lc)?,
         Some(ReductionSite::Below(k)) => x_iterators(scop, &band_below(&node, k)?, 0)?,
@@ -644,43 +835,7 @@ fn map_kernel(
         None
     };
     if registers.is_some() && opts.auto_tile {
-        // Large register tiles where they still give every multiprocessor
-        // a block; smaller ones for small problems.
-        let big = sizes_for(true);
-        let extents: Vec<Option<i64>> = (0..nb)
-            .map(|i| member_extent(&node, i))
-            .collect::<Result<_>>()?;
-        // The tiles that hold instances (a triangle's half of the box),
-        // else the box's tiles.
-        let blocks = |tiles: &[i64]| -> Option<i64> {
-            if let Ok(Some(b)) = occupied_tiles(&node, &tiles[..nb]) {
-                return Some(b);
-            }
-            let mut b = 1i64;
-            for (i, e) in extents.iter().enumerate() {
-                b = b.saturating_mul((e.as_ref()? + tiles[i] - 1) / tiles[i]);
-            }
-            Some(b)
-        };
-        let medium: Vec<i64> = big
-            .iter()
-            .enumerate()
-            .map(|(i, t)| if i < nb && *t > 1 { 64 } else { *t })
-            .collect();
-        // A tile wider than its member's values (rounded up to a warp)
-        // would leave most of its threads' slots empty: a 56 x 56
-        // convolution's plane on 128 x 128 tiles ran 2.2x slower than on
-        // 32 x 32 ones without registers (H100, depthwise_conv).
-        let fits = |tiles: &[i64]| {
-            (0..nb)
-                .all(|i| tiles[i] <= 1 || extents[i].is_none_or(|e| tiles[i] <= (e + 31) / 32 * 32))
-        };
-        member_tile = match (blocks(&big), blocks(&medium)) {
-            (Some(b), _) if b >= ENOUGH_REGISTER_BLOCKS && fits(&big) => big,
-            (None, _) if fits(&big) => big,
-            (_, Some(m)) if m >= ENOUGH_REGISTER_BLOCKS && fits(&medium) => medium,
-            _ => sizes_for(false),
-        };
+        member_tile = register_tile_sizes(&node, nb, sizes_for(true), sizes_for(false))?;
     }
     // A contraction of f16 or bf16 operands runs on tensor cores, with the
     // tile sizes and warps of its fragments.
@@ -912,44 +1067,24 @@ fn map_kernel(
                 }
                 thread_plan.private = regions;
             }
-            plan.block = if thread_plan.registers.is_some() && opts.block.is_empty() && nt >= 2 {
-                [16, 16, 1]
-            } else if opts.auto_tile && opts.block.is_empty() && nt >= 2 && !has_reduction {
-                [32, 8, 1]
-            } else {
-                thread_block(&member_tile[..nt], opts)
-            };
-            if let Some(c) = columns.filter(|_| lanes) {
-                // Consecutive rows (columns of the tensors) along x, each
-                // on `c.lanes` threads along y.
-                plan.block = [c.rows, c.lanes, 1];
-                thread_plan.lane_axis = super::lanes::LaneAxis::Y(c);
-                thread_plan.reduce_x = true;
-            } else if lanes && lane_width > 32 {
-                // A row on `lane_width` threads along x, the block tile's
-                // rows side by side along y (see [`block_row_groups`]).
-                plan.block = [lane_width, row_groups, 1];
-                thread_plan.reduce_x = true;
-            } else if reduction.is_some() || lanes {
-                // Rows on y (and z), the reduction on x: a warp per row.
-                plan.block = if opts.block.is_empty() {
-                    // 256 threads: 8 warps, one row each at a time.
-                    let rows = thread_block(&member_tile[..nt], opts);
-                    let y = rows[0].min(8);
-                    [32, y, rows[1].min(8 / y).max(1)]
-                } else {
-                    // The user's rows per block (x is 32: checked above).
-                    let user = GpuOptions {
-                        block: opts.block.iter().skip(1).copied().collect(),
-                        ..opts.clone()
-                    };
-                    let rows = thread_block(&member_tile[..nt], &user);
-                    [32, rows[0], rows[1]]
-                };
-                // The lanes share the row's loops (marked already); other
-                // statements run on lane 0.
-                thread_plan.reduce_x = true;
+            let shape = thread_shape(
+                ThreadShapeOf {
+                    registers: thread_plan.registers.is_some(),
+                    has_reduction,
+                    warp_rows: reduction.is_some(),
+                    lanes,
+                    lane_width,
+                    row_groups,
+                    columns,
+                },
+                &member_tile[..nt],
+                opts,
+            );
+            plan.block = shape.block;
+            if let Some(axis) = shape.lane_axis {
+                thread_plan.lane_axis = axis;
             }
+            thread_plan.reduce_x |= shape.reduce_x;
             if let Some(update) = &reduction {
                 match site {
                     Some(ReductionSite::Below(k)) => {
