@@ -719,6 +719,91 @@ fn thread_shape(of: ThreadShapeOf, tiles: &[i64], opts: &GpuOptions) -> ThreadSh
     }
 }
 
+/// The reduction loop of `update` below the rows' thread loops (`node`,
+/// the band below them) under a `reduce_x` mark, the kernel's other
+/// statements ordered around it: where a sequence below the rows holds it
+/// (`ReductionSite::Below`), its child; else the band's first member, the
+/// other statements (the reduction's initialisation) before it.
+fn mark_reduction(
+    isl: &Isl,
+    scop: &Scop,
+    node: ScheduleNode,
+    update: &str,
+    site: Option<ReductionSite>,
+    kernel: &str,
+) -> Result<ScheduleNode> {
+    let mut node = node;
+    match site {
+        Some(ReductionSite::Below(k)) => {
+            // The sequence below the rows already orders the
+            // other statements around the reduction loop.
+            if node.get_type()? != ScheduleNodeType::Sequence {
+                return Err(Error::Internal(format!(
+                    "{}: no sequence above the reduction loop",
+                    kernel
+                )));
+            }
+            node = node.child(k as i32)?.child(0)?;
+        }
+        _ => {
+            // The other statements (the reduction's
+            // initialisation) run before the reduction loop of
+            // the update.
+            let others = node.get_domain()?.subtract(isl_rs::UnionSet::from_set(
+                scop.statement(update)
+                    .ok_or_else(|| Error::Internal(format!("no statement {update}")))?
+                    .domain
+                    .copy()?,
+            )?)?;
+            if node.band_n_member()? > 1 {
+                node = node.band_split(1)?;
+            }
+            if !others.is_empty()? {
+                node = node.order_before(others)?;
+            }
+        }
+    }
+    let depth = node.get_schedule_depth()?;
+    Ok(node.insert_mark(mark(isl, &format!("reduce_x_{depth}"))?)?)
+}
+
+/// The first `nt` members of the point band `node`, each in a band of its
+/// own under a mark naming its thread axis: the innermost on x, or on y
+/// where `rows_on_x` (a warp's lanes or a row's take x), or, for
+/// `columns`, the innermost row member on x and an outer one on z. Gives
+/// the node below the last.
+fn mark_threads(
+    isl: &Isl,
+    node: ScheduleNode,
+    nt: usize,
+    columns: bool,
+    rows_on_x: bool,
+) -> Result<ScheduleNode> {
+    let mut node = node;
+    for j in 0..nt {
+        if j + 1 < nt {
+            node = node.band_split(1)?;
+        }
+        let axis = match columns {
+            // The innermost row member on x, an outer one on z
+            // (y is the lanes').
+            true if j + 1 == nt => 0,
+            true => 2,
+            false => nt - 1 - j + usize::from(rows_on_x),
+        };
+        let depth = node.get_schedule_depth()?;
+        if columns && axis == 0 {
+            // Shows the decision in `--emit gpu-tree`; the
+            // printers take it from the plan (`lane_axis`).
+            node = node.insert_mark(mark(isl, super::lanes::COLUMNS_MARK)?)?;
+            node = node.child(0)?;
+        }
+        node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
+        node = node.child(0)?.child(0)?;
+    }
+    Ok(node)
+}
+
 /// Maps the kernel whose subtree starts at `node`; returns some node of
 /// the modified tree and the plan.
 #[allow(clippy::too_many_arguments)]
@@ -1022,27 +1107,13 @@ fn map_kernel(
             if (nt as i32) < node.band_n_member()? {
                 node = node.band_split(nt as i32)?;
             }
-            for j in 0..nt {
-                if j + 1 < nt {
-                    node = node.band_split(1)?;
-                }
-                let axis = match columns {
-                    // The innermost row member on x, an outer one on z
-                    // (y is the lanes').
-                    Some(_) if j + 1 == nt => 0,
-                    Some(_) => 2,
-                    None => nt - 1 - j + usize::from(reduction.is_some() || lanes),
-                };
-                let depth = node.get_schedule_depth()?;
-                if columns.is_some() && axis == 0 {
-                    // Shows the decision in `--emit gpu-tree`; the
-                    // printers take it from the plan (`lane_axis`).
-                    node = node.insert_mark(mark(isl, super::lanes::COLUMNS_MARK)?)?;
-                    node = node.child(0)?;
-                }
-                node = node.insert_mark(mark(isl, &format!("thread_{}_{depth}", AXES[axis]))?)?;
-                node = node.child(0)?.child(0)?;
-            }
+            node = mark_threads(
+                isl,
+                node,
+                nt,
+                columns.is_some(),
+                reduction.is_some() || lanes,
+            )?;
             if registers_on && reduction.is_none() && thread_plan.registers.is_none() {
                 // Below the thread loops: what one thread owns stays in
                 // its registers.
@@ -1086,38 +1157,7 @@ fn map_kernel(
             }
             thread_plan.reduce_x |= shape.reduce_x;
             if let Some(update) = &reduction {
-                match site {
-                    Some(ReductionSite::Below(k)) => {
-                        // The sequence below the rows already orders the
-                        // other statements around the reduction loop.
-                        if node.get_type()? != ScheduleNodeType::Sequence {
-                            return Err(Error::Internal(format!(
-                                "{}: no sequence above the reduction loop",
-                                plan.mark
-                            )));
-                        }
-                        node = node.child(k as i32)?.child(0)?;
-                    }
-                    _ => {
-                        // The other statements (the reduction's
-                        // initialisation) run before the reduction loop of
-                        // the update.
-                        let others = node.get_domain()?.subtract(isl_rs::UnionSet::from_set(
-                            scop.statement(update)
-                                .ok_or_else(|| Error::Internal(format!("no statement {update}")))?
-                                .domain
-                                .copy()?,
-                        )?)?;
-                        if node.band_n_member()? > 1 {
-                            node = node.band_split(1)?;
-                        }
-                        if !others.is_empty()? {
-                            node = node.order_before(others)?;
-                        }
-                    }
-                }
-                let depth = node.get_schedule_depth()?;
-                node = node.insert_mark(mark(isl, &format!("reduce_x_{depth}"))?)?;
+                node = mark_reduction(isl, scop, node, update, site, &plan.mark)?;
                 thread_plan.reduce_x = true;
             }
         }
