@@ -804,6 +804,78 @@ fn mark_threads(
     Ok(node)
 }
 
+/// The point band of a register tile's kernel and what its last step
+/// needs (`finish_register_tile`).
+struct RegisterBand<'a> {
+    node: ScheduleNode,
+    /// Members on blocks (and threads).
+    nb: usize,
+    /// The kernel's instances to their thread point.
+    thread_values: &'a UnionMap,
+    kernel_domain: &'a UnionSet,
+    on_tensor_cores: bool,
+}
+
+/// The register tile's last step in `map_kernel`: the point band's
+/// sequential members first, so that each step works on all of a
+/// thread's registers ((k, i, j) instead of (i, j, k)), with a `nosync`
+/// mark where no dependence they carry crosses threads; the epilogue
+/// statements that run where the registers are stored (on the SIMT
+/// units), which then leave the shared copies' statements. Gives the node
+/// below the sequential members and the tile.
+#[allow(clippy::too_many_arguments)]
+fn finish_register_tile(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    band: RegisterBand<'_>,
+    mut tile: super::registers::RegisterTile,
+    scope: Option<&mut super::promote::Scope>,
+    thread_tiles: &[i64],
+    vector: u32,
+) -> Result<(ScheduleNode, Registers)> {
+    let RegisterBand {
+        mut node,
+        nb,
+        thread_values,
+        kernel_domain,
+        on_tensor_cores,
+    } = band;
+    let m = node.band_n_member()? as usize;
+    node = move_to_front(node, nb, m)?;
+    node = node.band_split((m - nb) as i32)?;
+    if !super::registers::carries_cross_thread_dependences(&node, thread_values, deps)? {
+        node = node.insert_mark(mark(isl, "nosync")?)?.child(0)?;
+    }
+    node = node.child(0)?;
+    let promoted: Vec<String> = scope
+        .iter()
+        .flat_map(|s| s.arrays.iter().map(|a| a.tensor.clone()))
+        .collect();
+    let store = if on_tensor_cores {
+        Vec::new()
+    } else {
+        super::registers::store_statements(
+            isl,
+            program,
+            scop,
+            deps,
+            kernel_domain,
+            &tile,
+            &promoted,
+        )?
+    };
+    if let Some(scope) = scope {
+        let moved: Vec<String> = store.iter().map(|e| e.statement.clone()).collect();
+        scope.without_statements(&moved);
+    }
+    tile.thread_tiles = thread_tiles.to_vec();
+    tile.vector = vector;
+    tile.store = store;
+    Ok((node, Registers::Tile(tile)))
+}
+
 /// Maps the kernel whose subtree starts at `node`; returns some node of
 /// the modified tree and the plan.
 #[allow(clippy::too_many_arguments)]
@@ -1064,43 +1136,26 @@ fn map_kernel(
             &promote_opts,
         )?);
         node = node.insert_mark(mark(isl, "shared")?)?.child(0)?;
-        if registers.is_some() {
-            // Sequential point loops first, so that each step works on all
-            // of a thread's registers: (k, i, j) instead of (i, j, k).
-            let m = node.band_n_member()? as usize;
-            node = move_to_front(node, nb, m)?;
-            node = node.band_split((m - nb) as i32)?;
-            if !super::registers::carries_cross_thread_dependences(&node, &thread_values, deps)? {
-                node = node.insert_mark(mark(isl, "nosync")?)?.child(0)?;
-            }
-            node = node.child(0)?;
-            let promoted: Vec<String> = thread_plan
-                .scope
-                .iter()
-                .flat_map(|s| s.arrays.iter().map(|a| a.tensor.clone()))
-                .collect();
-            let store = match (&registers, &contraction) {
-                (Some(r), None) => super::registers::store_statements(
-                    isl,
-                    program,
-                    scop,
-                    deps,
-                    &kernel_domain,
-                    r,
-                    &promoted,
-                )?,
-                _ => Vec::new(),
-            };
-            if let Some(scope) = thread_plan.scope.as_mut() {
-                let moved: Vec<String> = store.iter().map(|e| e.statement.clone()).collect();
-                scope.without_statements(&moved);
-            }
-            thread_plan.registers = registers.map(|mut r| {
-                r.thread_tiles = member_tile[..nb].to_vec();
-                r.vector = opts.vector;
-                r.store = store;
-                Registers::Tile(r)
-            });
+        if let Some(r) = registers {
+            let (below, tile) = finish_register_tile(
+                isl,
+                program,
+                scop,
+                deps,
+                RegisterBand {
+                    node,
+                    nb,
+                    thread_values: &thread_values,
+                    kernel_domain: &kernel_domain,
+                    on_tensor_cores: contraction.is_some(),
+                },
+                r,
+                thread_plan.scope.as_mut(),
+                &member_tile[..nb],
+                opts.vector,
+            )?;
+            node = below;
+            thread_plan.registers = Some(tile);
         }
         let nt = leading_coincident(&node)?.min(3);
         if nt > 0 {
