@@ -28,13 +28,14 @@
 //! Anything else (a read from global memory, a slot and a step moving one
 //! index together) keeps the clamped copy.
 //!
-//! Two shapes of the AST are asked for, so that what the copy drops is
+//! Three shapes of the AST are asked for, so that what the copy drops is
 //! only the slots' own range: the slot loops' bounds and starts name no
 //! step (then a slot beyond them is outside every step's range, and the
 //! statement's live slots, which it runs at every step it runs, lie
-//! inside), and no test inside the region names a slot (then where the
-//! statement's tests hold at a step, it has instances at that step, and
-//! an index no slot moves is the one they read).
+//! inside), the other loops' bounds and starts name no slot, and no test
+//! inside the region names a slot (then where the statement's tests hold
+//! at a step, it has instances at that step, and an index no slot moves
+//! is the one they read).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,6 +73,11 @@ impl Ctx<'_> {
                 ..
             } if slots.contains_key(iterator) => {
                 shape_ok &= !names_any(init, steps.iter()) && !names_any(cond, steps.iter());
+            }
+            // A step loop whose range a slot moves would run, at a slot
+            // beyond the bounds, steps no valid instance there runs.
+            Node::For { init, cond, .. } => {
+                shape_ok &= !names_any(init, slots.keys()) && !names_any(cond, slots.keys());
             }
             Node::If { cond, .. } => shape_ok &= !names_any(cond, slots.keys()),
             _ => {}
