@@ -264,3 +264,68 @@ fn a_triangle_in_the_reduction_index_is_not_clamped() {
         check_in_emulation(compile(&p, &gpu()).unwrap(), cond);
     }
 }
+
+/// The block axes each kernel with a register tile starts at its last
+/// tile (`KernelPlan::reversed`, `gpu::block_order`).
+fn reversed_axes(p: &Program) -> Vec<[bool; 3]> {
+    let isl = Isl::new();
+    let scop = model::build(&isl, p).unwrap();
+    let order = schedule::canonical(&isl, &scop).unwrap();
+    let d = deps::compute(&scop, &order).unwrap();
+    let sched = schedule::compute(&isl, &scop, &d, Strategy::Isl).unwrap();
+    let opts = GpuOptions {
+        auto_tile: true,
+        ..GpuOptions::default()
+    };
+    let (_, plans) = mapping::map(&isl, p, &scop, &d, sched, &[32], &opts).unwrap();
+    plans
+        .iter()
+        .filter(|k| matches!(&k.body, KernelBody::Threads(t) if t.registers.is_some()))
+        .map(|k| k.reversed)
+        .collect()
+}
+
+/// Generated triangles in the reduction index, whose blocks' work grows
+/// or shrinks along the rows: the rows' axis (y) starts at the last tile
+/// exactly where a row tile further down runs more steps (`k < i`, `k <=
+/// i + 5`: symm's lower product), never where it runs fewer (`k > i`, `k
+/// < M - i`) or as many (a plain product, whose last tile is cut short);
+/// every one checks in the emulation, whose three blocks stride over
+/// the tiles in the reversed order too.
+#[test]
+fn blocks_whose_work_grows_along_an_axis_start_at_its_last_tile() {
+    let cases = [
+        ("k < i", true),
+        ("k <= i + 5", true),
+        ("k > i", false),
+        ("k < M - i", false),
+        ("k >= 0", false),
+    ];
+    for (n, (cond, heavier_last)) in cases.iter().enumerate() {
+        // Three or more row tiles of 128, off the grid.
+        let (m, cols) = (301 + 13 * n as i64, 150 + 7 * n as i64);
+        let json = format!(
+            r#"{{"name": "ktri", "params": {{"M": {m}, "N": {cols}}},
+            "inputs": {{"A": {{"dtype": "f32", "shape": ["M", "M"]}},
+                       "B": {{"dtype": "f32", "shape": ["M", "N"]}}}},
+            "outputs": {{"C": {{"dtype": "f32", "shape": ["M", "N"]}}}},
+            "body": ["C(i, j) = B(i, j)",
+                     "C(i, j) += A(i, k) * B(k, j) where {cond}"]}}"#
+        );
+        let p = load_str(&json, "ktri.json").unwrap();
+        let axes = reversed_axes(&p);
+        assert!(!axes.is_empty(), "{cond}: no register tile");
+        for a in &axes {
+            assert_eq!(a[1], *heavier_last, "{cond} at M = {m}: reversed {a:?}");
+            assert!(!a[0] && !a[2], "{cond}: columns reversed {a:?}");
+        }
+        let c = compile(&p, &gpu()).unwrap();
+        let cuda = c.cuda.as_ref().unwrap().source.clone();
+        assert_eq!(
+            cuda.contains("(pf_i)gridDim.y - 1 - (pf_i)blockIdx.y"),
+            *heavier_last,
+            "{cond}"
+        );
+        check_in_emulation(c, cond);
+    }
+}

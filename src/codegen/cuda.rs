@@ -1531,17 +1531,28 @@ impl Ctx<'_> {
                 "{pad}for (pf_i {var} = {}; {test}; {var}--)",
                 count - 1
             );
-            (var, count.to_string())
+            let id = if self.reversed(p) {
+                format!("({} - {var})", count - 1)
+            } else {
+                var
+            };
+            (id, count.to_string())
         } else {
             // Mappings above this one lost their loop: index 0.
             let guard = self.guard(above);
             if !guard.is_empty() {
                 let _ = writeln!(out, "{pad}if ({guard})");
             }
-            (
+            let (id, count) = (
                 format!("(pf_i){}", id_of(p)),
                 format!("(pf_i){}", count_of(p)),
-            )
+            );
+            let id = if self.reversed(p) {
+                format!("({count} - 1 - {id})")
+            } else {
+                id
+            };
+            (id, count)
         };
         let head = self.distributed_head(iterator, (head.init, cond, head.inc), (&id, &count), p.0);
         let _ = writeln!(out, "{pad}{head}");
@@ -1551,6 +1562,13 @@ impl Ctx<'_> {
             step_guard: false,
             run_reads: 0,
         }
+    }
+
+    /// Whether `p` is a block axis the gpu stage starts at the last tile
+    /// (`KernelPlan::reversed`): block `b` of `G` runs tile `G - 1 - b`.
+    fn reversed(&self, p: &Pending) -> bool {
+        let axis = (p.1 as u8).saturating_sub(b'x') as usize;
+        !p.0 && self.plan.reversed.get(axis).copied().unwrap_or(false)
     }
 
     /// The head of a loop of an unmapped member (or of a deeper band while

@@ -54,6 +54,13 @@ impl fmt::Display for KernelPlan {
             write!(f, ", launch bounds for {n} blocks a multiprocessor")?;
         }
         writeln!(f)?;
+        for (axis, _) in self.reversed.iter().enumerate().filter(|(_, r)| **r) {
+            writeln!(
+                f,
+                "  blocks along {} start at the last tile (the heaviest)",
+                ['x', 'y', 'z'][axis]
+            )?;
+        }
         match &self.body {
             KernelBody::Threads(t) => threads(f, t),
             KernelBody::Attention(a) => attention(f, a),

@@ -58,6 +58,10 @@ pub struct KernelPlan {
     pub grid: [Expr; 3],
     /// Threads along x, y, z.
     pub block: [u32; 3],
+    /// Grid axes x, y, z whose blocks start at the last tile (block `b` of
+    /// `G` runs tile `G - 1 - b`): where the last tile holds the most work
+    /// (see `gpu::block_order`).
+    pub reversed: [bool; 3],
     /// Blocks per multiprocessor its registers are limited for (the second
     /// argument of `__launch_bounds__`), where its engine asks for some.
     pub min_blocks: Option<u32>,
@@ -187,6 +191,7 @@ impl KernelPlan {
             mark,
             grid: [one(), one(), one()],
             block: [1, 1, 1],
+            reversed: [false; 3],
             min_blocks: None,
             dynamic_shared: 0,
             static_shared: 0,
@@ -1041,6 +1046,21 @@ fn map_kernel(
     };
     let contraction = contraction.filter(|_| registers.is_some());
     node = tile_band(node, &member_tile)?;
+    // The instances at their block values, for the order of the blocks:
+    // the long sequential loops are a register tile's, and only there can
+    // the blocks' work differ enough for the order to matter.
+    let block_values = match &registers {
+        Some(_) => Some(
+            project_members(
+                &node.band_get_partial_schedule_union_map()?,
+                0,
+                nb.min(n),
+                n,
+            )?
+            .intersect_domain(node.get_domain()?)?,
+        ),
+        None => None,
+    };
     let thread_values = project_members(
         &node.get_child(0)?.band_get_partial_schedule_union_map()?,
         0,
@@ -1073,6 +1093,9 @@ fn map_kernel(
             Some(cap) => Expr::Op(Op::Min, vec![count, Expr::Int(cap)]),
             None => count,
         };
+        if let Some(values) = &block_values {
+            plan.reversed[axis] = super::block_order::heaviest_last(scop, values, j)?;
+        }
         let depth = node.get_schedule_depth()?;
         block_iterators.push(format!("c{depth}"));
         node = node.insert_mark(mark(isl, &format!("block_{}_{depth}", AXES[axis]))?)?;

@@ -11,6 +11,7 @@
 //! has host loops.
 
 pub mod attention;
+pub mod block_order;
 pub mod contraction;
 pub mod cost;
 pub mod decoding;
