@@ -91,11 +91,6 @@ assemble() {
     fi
 }
 
-rows=()     # one line per kernel, tab-separated
-failures=() # one line per failing program
-wgmma_programs=() # programs whose wgmma path was assembled for sm_90a
-no_ptx=0    # polyfuse has no --emit ptx at all
-
 # Runs polyfuse; stdout to $1, stderr to $2; returns polyfuse's status.
 polyfuse_to() {
     local out=$1 err=$2
@@ -105,8 +100,12 @@ polyfuse_to() {
 
 first_line() { head -n 3 "$1" | tr '\n' ' ' | sed 's/ *$//'; }
 
-for file in "${programs[@]}"; do
-    [[ -n $file ]] || continue
+# check_one FILE: one program's checks, adding to the arrays `rows` (a
+# line per kernel), `failures` (a line per failure) and `wgmma_programs`,
+# and setting `no_ptx` (polyfuse has no --emit ptx), which are its
+# caller's (check_and_record's).
+check_one() {
+    local file=$1 name base start status kernels
     name=$(basename "$file" .json)
     case "$file" in
         bench/*) name="bench/$name" ;;
@@ -119,15 +118,15 @@ for file in "${programs[@]}"; do
     if ((status != 0)); then
         failures+=("$name: --emit cuda failed (status $status): $(first_line "$base.cu.err")")
         say "$name: --emit cuda FAILED"
-        continue
+        return 0
     fi
     if [[ ! -s "$base.cu" ]]; then
         failures+=("$name: --emit cuda printed nothing")
         say "$name: --emit cuda printed nothing"
-        continue
+        return 0
     fi
 
-    assemble "$name" "$file" sm_90 "$base" '\.entry' "a kernel entry" || continue
+    assemble "$name" "$file" sm_90 "$base" '\.entry' "a kernel entry" || return 0
 
     # ptxas -v, per entry:
     #   ptxas info    : Compiling entry function 'kernel_0' for 'sm_90'
@@ -162,18 +161,67 @@ for file in "${programs[@]}"; do
     if [[ -z "$kernels" ]]; then
         failures+=("$name: ptxas reported no kernel")
         say "$name: ptxas reported no kernel"
-        continue
+        return 0
     fi
     while IFS= read -r line; do rows+=("$line"); done <<<"$kernels"
 
     # Kernels with a wgmma path (only compiled for sm_90a, under
     # __CUDA_ARCH_FEAT_SM90_ALL): assemble that path too.
     if grep -q 'wgmma.mma_async' "$base.cu"; then
-        assemble "$name" "$file" sm_90a "$base.90a" 'wgmma\.mma_async' "wgmma" || continue
+        assemble "$name" "$file" sm_90a "$base.90a" 'wgmma\.mma_async' "wgmma" || return 0
         wgmma_programs+=("$name")
         say "$name: wgmma path assembled for sm_90a: $(grep -m1 -o 'Used [0-9]* registers' "$base.90a.ptxas"), $(grep -m1 -o '[0-9]* bytes spill stores' "$base.90a.ptxas")"
     fi
     say "$name: ok ($(wc -l <<<"$kernels") kernels, $((SECONDS - start)) s)"
+}
+
+# Where program FILE's results go: $work/NAME.rows, .fail, .wgmma, .noptx.
+result_base() {
+    local name
+    name=$(basename "$1" .json)
+    case "$1" in
+        bench/*) name="bench/$name" ;;
+    esac
+    echo "$work/${name//\//_}"
+}
+
+# check_and_record FILE: check_one in a job of its own (as many at once as
+# the machine has cores), its results written to files, since a job cannot
+# add to the parent's arrays.
+check_and_record() {
+    local -a failures=() rows=() wgmma_programs=()
+    local no_ptx=0 out
+    out=$(result_base "$1")
+    check_one "$1"
+    if ((${#rows[@]})); then printf '%s\n' "${rows[@]}" >"$out.rows"; fi
+    if ((${#failures[@]})); then printf '%s\n' "${failures[@]}" >"$out.fail"; fi
+    if ((${#wgmma_programs[@]})); then printf '%s\n' "${wgmma_programs[@]}" >"$out.wgmma"; fi
+    if ((no_ptx)); then touch "$out.noptx"; fi
+}
+
+jobs_at_once=$(nproc 2>/dev/null || echo 2)
+for file in "${programs[@]}"; do
+    [[ -n $file ]] || continue
+    while (($(jobs -rp | wc -l) >= jobs_at_once)); do wait -n || true; done
+    check_and_record "$file" &
+done
+wait
+
+rows=()     # one line per kernel, in the programs' order
+failures=() # one line per failing program
+wgmma_programs=() # programs whose wgmma path was assembled for sm_90a
+no_ptx=0    # polyfuse has no --emit ptx at all
+for file in "${programs[@]}"; do
+    [[ -n $file ]] || continue
+    name=$(basename "$file" .json)
+    case "$file" in
+        bench/*) name="bench/$name" ;;
+    esac
+    base=$(result_base "$file")
+    if [[ -f $base.rows ]]; then while IFS= read -r line; do rows+=("$line"); done <"$base.rows"; fi
+    if [[ -f $base.fail ]]; then while IFS= read -r line; do failures+=("$line"); done <"$base.fail"; fi
+    if [[ -f $base.wgmma ]]; then wgmma_programs+=("$name"); fi
+    if [[ -f $base.noptx ]]; then no_ptx=1; fi
 done
 
 {

@@ -9,6 +9,9 @@ cd "$root"
 scripts/setup.sh
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
-cargo test "$@"
+# The tests compile hundreds of small C programs (the CPU targets and the
+# GPU emulation, at check sizes); -O0 compiles them about four times as
+# fast. tests/examples.rs keeps -O2 for its tiled CPU runs.
+POLYFUSE_CFLAGS=${POLYFUSE_CFLAGS:--O0} cargo test "$@"
 scripts/abi-test.sh   # the C ABI: header vs exports, C99 and C++ programs, valgrind
 scripts/cuda-compile-check.sh   # CUDA of every example and bench program through NVRTC and ptxas for sm_90 (no GPU)

@@ -369,3 +369,26 @@ fn stage_dumps_go_to_stderr_or_a_directory() {
         "{err}"
     );
 }
+
+/// `POLYFUSE_CFLAGS` replaces the C compiler's flags (the test script
+/// asks for `-O0`): a flag the compiler rejects reaches it, and the run
+/// stops with the compiler's message instead of running old code.
+#[test]
+fn polyfuse_cflags_reach_the_c_compiler() {
+    let run = |flags: &str| {
+        Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["run", "examples/matvec.json", "--check", "--no-cache"])
+            .env("POLYFUSE_CFLAGS", flags)
+            .output()
+            .unwrap()
+    };
+    let good = run("-O1");
+    let stdout = String::from_utf8_lossy(&good.stdout);
+    assert!(good.status.success(), "{stdout}");
+    assert!(stdout.contains("check: ok"), "{stdout}");
+    let bad = run("-O1 --no-such-flag-for-polyfuse");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "{stderr}");
+    assert!(stderr.contains("no-such-flag-for-polyfuse"), "{stderr}");
+}

@@ -93,7 +93,13 @@ fn check_variants(name: &str, odd_sizes: &[(&str, i64)], sampled: bool) {
                 args.extend(size_args.iter().cloned());
 
                 let label = format!("[{size_label}, --strategy {strategy}, {tile_label}]");
-                let out = match polyfuse().args(&args).output() {
+                let mut cmd = polyfuse();
+                // The tiled CPU runs keep the C compiler's default flags
+                // (`-O2`), whatever the test script asks for the others.
+                if n_tiling == 0 {
+                    cmd.env_remove("POLYFUSE_CFLAGS");
+                }
+                let out = match cmd.args(&args).output() {
                     Ok(out) => out,
                     Err(e) => {
                         failures.push(format!("{label} could not start polyfuse: {e}"));
@@ -278,9 +284,14 @@ fn quant_fp8() {
 #[test]
 fn attention_bigbird() {
     // A window, global columns and global rows as one disjunctive `where`.
+    // Off the grid in S, W and G; D a multiple of 16, so that the odd
+    // sizes run the tensor-core kernel its users get (at D = 13 the rolling
+    // update's SIMT mapping is refused by the race proof, and its fallback
+    // to blocks of one thread took 27 s to map; the other attention
+    // examples keep D = 13 and test that fallback).
     check_example_sampled(
         "attention_bigbird",
-        &[("S", 37), ("D", 13), ("W", 5), ("G", 3)],
+        &[("S", 37), ("D", 16), ("W", 5), ("G", 3)],
     );
 }
 

@@ -39,7 +39,8 @@ use polyfuse::{Error, Options};
 /// kernels, cpu, in the order they run): `schedule` and `run` write each
 /// such stage's value as text after it to stderr, or with
 /// POLYFUSE_DUMP_DIR=DIR to DIR/PROGRAM.STAGE.txt, and compile without the
-/// cache's tuned options.
+/// cache's tuned options. CC: the C compiler for the CPU targets (`cc`);
+/// POLYFUSE_CFLAGS: its optimisation flags (default `-O2 -march=native`).
 #[derive(Parser)]
 // The version names the build's source fingerprint (the compilation
 // cache's key), so a results table says which build it timed.
