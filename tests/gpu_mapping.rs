@@ -2043,12 +2043,16 @@ fn rows_on_a_block_come_two_to_a_tile_and_rows_on_a_warp_eight() {
 }
 
 /// A register tile cut by the end of the tensor (300 rows, 270 columns)
-/// runs its slots clamped onto the tensor (`codegen::cuda::clamp`): the
-/// product's update, which writes only the register tile, runs on every
-/// slot without a test, while the epilogue into another tensor runs where
-/// the registers are stored, under the store's test of each slot's element
-/// (`gpu::registers::store_statements`); the emulation checks the result
-/// against the f64 reference.
+/// runs its slots clamped onto the tensor (`codegen::cuda::clamp`) where
+/// it reads global memory (no shared copies): the product's update, which
+/// writes only the register tile, runs on every slot without a test, while
+/// the epilogue into another tensor runs where the registers are stored,
+/// under the store's test of each slot's element
+/// (`gpu::registers::store_statements`). With shared copies, whose reads
+/// stay inside them at every slot, the whole box runs (`box_reads`: the
+/// epilogue at the store and the hoisted initialisation do not count):
+/// one copy of the region, no slot clamped or tested. The emulation checks
+/// both against the f64 reference.
 #[test]
 fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
     let json = r#"{"name": "epilogue", "params": {"M": 300, "N": 270, "K": 20},
@@ -2063,6 +2067,19 @@ fn partial_register_tiles_clamp_their_slots_and_test_other_writes() {
     let mut auto = gpu_options(&[32]);
     auto.gpu = Some(GpuOptions {
         auto_tile: true,
+        ..GpuOptions::default()
+    });
+    let whole = emulated_cuda(&p, &auto);
+    assert!(whole.contains("pf_reg_kernel_0_Z["), "{whole}");
+    assert!(!whole.contains("pf_slot_c"), "{whole}");
+    let whole_updates = whole
+        .lines()
+        .filter(|l| l.contains("pf_reg_kernel_0_Z[pf_ry][pf_rx] = pf_reg_kernel_0_Z"))
+        .count();
+    assert_eq!(whole_updates, 1, "the region printed once: {whole}");
+    auto.gpu = Some(GpuOptions {
+        auto_tile: true,
+        shared: false,
         ..GpuOptions::default()
     });
     let cuda = emulated_cuda(&p, &auto);

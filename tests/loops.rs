@@ -118,14 +118,26 @@ fn reductions_that_start_over_in_each_iteration_check_everywhere() {
     // spread over a warp's lanes across iterations (found by the fuzzer:
     // the mapping folded both iterations into one, an illegal schedule).
     check_everywhere("tests/programs/reinit_in_block.json", &[]);
+}
+
+#[test]
+fn register_tiles_that_start_over_in_each_iteration_check_everywhere() {
     // The same with a register tile over the block's loop: its
     // initialisation may not be hoisted out of the loop (found by the
     // fuzzer: the registers started at 0 once and summed both iterations).
     check_everywhere("tests/programs/reinit_registers_in_block.json", &[]);
+}
+
+#[test]
+fn a_skewed_block_on_blocks_of_one_thread_checks_everywhere() {
     // A block whose statements isl skews together: the race proof sends
     // it to blocks of one thread, which now map the program order (found
     // by the fuzzer: on the skewed schedule a register tile lost elements).
     check_everywhere("tests/programs/skewed_block_single_thread.json", &[]);
+}
+
+#[test]
+fn a_softmax_in_each_iteration_checks_everywhere() {
     // A softmax applied three times in place, with row reductions (on
     // the lanes of a warp on the GPU) in every iteration.
     check_everywhere("tests/programs/softmax_in_block.json", &["N=37", "D=45"]);
@@ -379,13 +391,31 @@ fn check_stepped(file: &str, params: &[&str]) {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+// Host steps and wavefronts checked in the emulation, at sizes off every
+// tile grid (16, 8, 4, 32, 64); a test each, so that they run side by side.
+
 #[test]
-fn host_steps_and_wavefronts_check_in_the_emulation() {
-    // Sizes off every tile grid (16, 8, 4, 32, 64).
+fn host_steps_check_in_the_emulation_rnn() {
     check_stepped("examples/rnn.json", &["T=13", "N=37"]);
+}
+
+#[test]
+fn host_steps_and_wavefronts_check_in_the_emulation_stacked_rnn() {
     check_stepped("examples/stacked_rnn.json", &["L=3", "T=11", "N=35"]);
+}
+
+#[test]
+fn host_steps_check_in_the_emulation_lstm() {
     check_stepped("examples/lstm.json", &["T=7", "B=5", "H=33"]);
+}
+
+#[test]
+fn host_steps_and_wavefronts_check_in_the_emulation_grid_rnn() {
     check_stepped("examples/grid_rnn.json", &["R=5", "S=7", "N=19"]);
+}
+
+#[test]
+fn host_steps_and_chains_check_in_the_emulation_dilated_rnn() {
     check_stepped("examples/dilated_rnn.json", &["T=19", "N=21"]);
 }
 

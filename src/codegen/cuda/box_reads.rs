@@ -64,6 +64,14 @@ impl Ctx<'_> {
         let mut steps = BTreeSet::new();
         collect(body, false, &mut users, &mut steps);
         steps.retain(|s| !slots.contains_key(s));
+        // The hoisted initialisation and the statements run at the store
+        // are not printed in the region (`Ctx::statement`): they run once
+        // per register, before and after its loops, under the slot's own
+        // test, whichever copy the region takes.
+        users.retain(|&(statement, _, _)| {
+            !regs.init.as_ref().is_some_and(|i| i.statement == statement)
+                && !regs.store.iter().any(|e| e.statement == statement)
+        });
         let mut shape_ok = true;
         visit(body, &mut |n| match n {
             Node::For {
