@@ -49,344 +49,171 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_t0 < 32 && pf_t1 < 32 && pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_N)) pf_reg_kernel_0_O1[pf_ry][pf_rx] = 0.0f;
           }
         }
-        if ((31 <= 31)) {
-          for (pf_i c2 = 0; (c2 <= 127); c2 += 32) {
-            {
-              const pf_i pf_o0_0 = c0;
-              const pf_i pf_o0_1 = c2;
-              const pf_i pf_o1_0 = c1;
-              const pf_i pf_o1_1 = c2;
-              const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
-              if (c2 == (0)) {
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i c2 = 0; (c2 <= 127); c2 += 32) {
+          {
+            const pf_i pf_o0_0 = c0;
+            const pf_i pf_o0_1 = c2;
+            const pf_i pf_o1_0 = c1;
+            const pf_i pf_o1_1 = c2;
+            const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
+            if (c2 == (0)) {
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
+                  if ((((unsigned long long)t_I) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_I[(pf_g0) * (p_M) + pf_g1];
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 0] = t_I[(pf_g0) * (p_M) + pf_g1 + 0];
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 1] = t_I[(pf_g0) * (p_M) + pf_g1 + 1];
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 2] = t_I[(pf_g0) * (p_M) + pf_g1 + 2];
+                    pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 3] = t_I[(pf_g0) * (p_M) + pf_g1 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a1 = (pf_e % 8) * 4;
+                const pf_i pf_a0 = (pf_e / 8);
+                const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
+                  if ((((unsigned long long)t_W1) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_W1[(pf_g0) * (p_M) + pf_g1];
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 0] = t_W1[(pf_g0) * (p_M) + pf_g1 + 0];
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 1] = t_W1[(pf_g0) * (p_M) + pf_g1 + 1];
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 2] = t_W1[(pf_g0) * (p_M) + pf_g1 + 2];
+                    pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 3] = t_W1[(pf_g0) * (p_M) + pf_g1 + 3];
+                  }
+                }
+              }
+              __syncthreads();
+            }
+            const int pf_has_next = ((c2 + 32) <= 127);
+            const pf_i pf_n0_0 = c0;
+            const pf_i pf_n0_1 = (c2 + 32);
+            const pf_i pf_n1_0 = c1;
+            const pf_i pf_n1_1 = (c2 + 32);
+            float pf_next0[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 256) {
                   const pf_i pf_a1 = (pf_e % 8) * 4;
                   const pf_i pf_a0 = (pf_e / 8);
-                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
                   if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
                     if ((((unsigned long long)t_I) & 15) == 0) {
                       const float4 pf_v = *(const float4 *)&t_I[(pf_g0) * (p_M) + pf_g1];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                      pf_next0[pf_s][0] = pf_v.x;
+                      pf_next0[pf_s][1] = pf_v.y;
+                      pf_next0[pf_s][2] = pf_v.z;
+                      pf_next0[pf_s][3] = pf_v.w;
                     } else {
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 0] = t_I[(pf_g0) * (p_M) + pf_g1 + 0];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 1] = t_I[(pf_g0) * (p_M) + pf_g1 + 1];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 2] = t_I[(pf_g0) * (p_M) + pf_g1 + 2];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 3] = t_I[(pf_g0) * (p_M) + pf_g1 + 3];
-                    }
-                  }
-                }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a1 = (pf_e % 8) * 4;
-                  const pf_i pf_a0 = (pf_e / 8);
-                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
-                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                    if ((((unsigned long long)t_W1) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_W1[(pf_g0) * (p_M) + pf_g1];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 0] = t_W1[(pf_g0) * (p_M) + pf_g1 + 0];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 1] = t_W1[(pf_g0) * (p_M) + pf_g1 + 1];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 2] = t_W1[(pf_g0) * (p_M) + pf_g1 + 2];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 3] = t_W1[(pf_g0) * (p_M) + pf_g1 + 3];
-                    }
-                  }
-                }
-                __syncthreads();
-              }
-              const int pf_has_next = ((c2 + 32) <= 127);
-              const pf_i pf_n0_0 = c0;
-              const pf_i pf_n0_1 = (c2 + 32);
-              const pf_i pf_n1_0 = c1;
-              const pf_i pf_n1_1 = (c2 + 32);
-              float pf_next0[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      if ((((unsigned long long)t_I) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_I[(pf_g0) * (p_M) + pf_g1];
-                        pf_next0[pf_s][0] = pf_v.x;
-                        pf_next0[pf_s][1] = pf_v.y;
-                        pf_next0[pf_s][2] = pf_v.z;
-                        pf_next0[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next0[pf_s][0] = t_I[(pf_g0) * (p_M) + pf_g1 + 0];
-                        pf_next0[pf_s][1] = t_I[(pf_g0) * (p_M) + pf_g1 + 1];
-                        pf_next0[pf_s][2] = t_I[(pf_g0) * (p_M) + pf_g1 + 2];
-                        pf_next0[pf_s][3] = t_I[(pf_g0) * (p_M) + pf_g1 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              float pf_next1[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      if ((((unsigned long long)t_W1) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_W1[(pf_g0) * (p_M) + pf_g1];
-                        pf_next1[pf_s][0] = pf_v.x;
-                        pf_next1[pf_s][1] = pf_v.y;
-                        pf_next1[pf_s][2] = pf_v.z;
-                        pf_next1[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next1[pf_s][0] = t_W1[(pf_g0) * (p_M) + pf_g1 + 0];
-                        pf_next1[pf_s][1] = t_W1[(pf_g0) * (p_M) + pf_g1 + 1];
-                        pf_next1[pf_s][2] = t_W1[(pf_g0) * (p_M) + pf_g1 + 2];
-                        pf_next1[pf_s][3] = t_W1[(pf_g0) * (p_M) + pf_g1 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              #pragma unroll
-              for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
-                #pragma unroll
-                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                  const pf_i c4 = (pf_i)threadIdx.y + pf_ry * 16;
-                  if (1) {
-                    #pragma unroll
-                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                      const pf_i c5 = (pf_i)threadIdx.x + pf_rx * 16;
-                      if (1) {
-                        if (((c2 == 0) && (c3 == 0))) {
-                        }
-                        pf_reg_kernel_0_O1[pf_ry][pf_rx] = pf_reg_kernel_0_O1[pf_ry][pf_rx] + (pf_shared_kernel_0_I[pf_stage * 1056 + ((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_0_W1[pf_stage * 1056 + ((((c1 + c5))) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]);
-                        if (((c2 == 96) && (c3 == 31))) {
-                        }
-                      }
-                    }
-                  }
-                }
-              }
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next0[pf_s][0];
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next0[pf_s][1];
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next0[pf_s][2];
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next0[pf_s][3];
-                    }
-                  }
-                }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next1[pf_s][0];
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next1[pf_s][1];
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next1[pf_s][2];
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next1[pf_s][3];
+                      pf_next0[pf_s][0] = t_I[(pf_g0) * (p_M) + pf_g1 + 0];
+                      pf_next0[pf_s][1] = t_I[(pf_g0) * (p_M) + pf_g1 + 1];
+                      pf_next0[pf_s][2] = t_I[(pf_g0) * (p_M) + pf_g1 + 2];
+                      pf_next0[pf_s][3] = t_I[(pf_g0) * (p_M) + pf_g1 + 3];
                     }
                   }
                 }
               }
             }
-            __syncthreads();
-          }
-        } else {
-          for (pf_i c2 = 0; (c2 <= 127); c2 += 32) {
-            {
-              const pf_i pf_o0_0 = c0;
-              const pf_i pf_o0_1 = c2;
-              const pf_i pf_o1_0 = c1;
-              const pf_i pf_o1_1 = c2;
-              const pf_i pf_stage = ((c2 - (0)) / 32) % 2;
-              if (c2 == (0)) {
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+            float pf_next1[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 256) {
                   const pf_i pf_a1 = (pf_e % 8) * 4;
                   const pf_i pf_a0 = (pf_e / 8);
-                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                  if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                    if ((((unsigned long long)t_I) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_I[(pf_g0) * (p_M) + pf_g1];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 0] = t_I[(pf_g0) * (p_M) + pf_g1 + 0];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 1] = t_I[(pf_g0) * (p_M) + pf_g1 + 1];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 2] = t_I[(pf_g0) * (p_M) + pf_g1 + 2];
-                      pf_shared_kernel_0_I[pf_a0 * 33 + pf_a1 * 1 + 3] = t_I[(pf_g0) * (p_M) + pf_g1 + 3];
-                    }
-                  }
-                }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a1 = (pf_e % 8) * 4;
-                  const pf_i pf_a0 = (pf_e / 8);
-                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
                   if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
                     if ((((unsigned long long)t_W1) & 15) == 0) {
                       const float4 pf_v = *(const float4 *)&t_W1[(pf_g0) * (p_M) + pf_g1];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                      pf_next1[pf_s][0] = pf_v.x;
+                      pf_next1[pf_s][1] = pf_v.y;
+                      pf_next1[pf_s][2] = pf_v.z;
+                      pf_next1[pf_s][3] = pf_v.w;
                     } else {
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 0] = t_W1[(pf_g0) * (p_M) + pf_g1 + 0];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 1] = t_W1[(pf_g0) * (p_M) + pf_g1 + 1];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 2] = t_W1[(pf_g0) * (p_M) + pf_g1 + 2];
-                      pf_shared_kernel_0_W1[pf_a0 * 33 + pf_a1 * 1 + 3] = t_W1[(pf_g0) * (p_M) + pf_g1 + 3];
-                    }
-                  }
-                }
-                __syncthreads();
-              }
-              const int pf_has_next = ((c2 + 32) <= 127);
-              const pf_i pf_n0_0 = c0;
-              const pf_i pf_n0_1 = (c2 + 32);
-              const pf_i pf_n1_0 = c1;
-              const pf_i pf_n1_1 = (c2 + 32);
-              float pf_next0[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      if ((((unsigned long long)t_I) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_I[(pf_g0) * (p_M) + pf_g1];
-                        pf_next0[pf_s][0] = pf_v.x;
-                        pf_next0[pf_s][1] = pf_v.y;
-                        pf_next0[pf_s][2] = pf_v.z;
-                        pf_next0[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next0[pf_s][0] = t_I[(pf_g0) * (p_M) + pf_g1 + 0];
-                        pf_next0[pf_s][1] = t_I[(pf_g0) * (p_M) + pf_g1 + 1];
-                        pf_next0[pf_s][2] = t_I[(pf_g0) * (p_M) + pf_g1 + 2];
-                        pf_next0[pf_s][3] = t_I[(pf_g0) * (p_M) + pf_g1 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              float pf_next1[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      if ((((unsigned long long)t_W1) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_W1[(pf_g0) * (p_M) + pf_g1];
-                        pf_next1[pf_s][0] = pf_v.x;
-                        pf_next1[pf_s][1] = pf_v.y;
-                        pf_next1[pf_s][2] = pf_v.z;
-                        pf_next1[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next1[pf_s][0] = t_W1[(pf_g0) * (p_M) + pf_g1 + 0];
-                        pf_next1[pf_s][1] = t_W1[(pf_g0) * (p_M) + pf_g1 + 1];
-                        pf_next1[pf_s][2] = t_W1[(pf_g0) * (p_M) + pf_g1 + 2];
-                        pf_next1[pf_s][3] = t_W1[(pf_g0) * (p_M) + pf_g1 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              #pragma unroll
-              for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
-                if (0 <= 31)
-                #pragma unroll
-                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                  const pf_i pf_slot_c4 = (pf_i)threadIdx.y + pf_ry * 16;
-                  const pf_i c4 = pf_min(pf_slot_c4, 31);
-                  if (1) {
-                    if (0 <= 31)
-                    #pragma unroll
-                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                      const pf_i pf_slot_c5 = (pf_i)threadIdx.x + pf_rx * 16;
-                      const pf_i c5 = pf_min(pf_slot_c5, 31);
-                      if (1) {
-                        if (((c2 == 0) && (c3 == 0))) {
-                        }
-                        pf_reg_kernel_0_O1[pf_ry][pf_rx] = pf_reg_kernel_0_O1[pf_ry][pf_rx] + (pf_shared_kernel_0_I[pf_stage * 1056 + ((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_0_W1[pf_stage * 1056 + ((((c1 + c5))) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]);
-                        if (((c2 == 96) && (c3 == 31))) {
-                        }
-                      }
-                    }
-                  }
-                }
-              }
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next0[pf_s][0];
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next0[pf_s][1];
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next0[pf_s][2];
-                      pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next0[pf_s][3];
-                    }
-                  }
-                }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next1[pf_s][0];
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next1[pf_s][1];
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next1[pf_s][2];
-                      pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next1[pf_s][3];
+                      pf_next1[pf_s][0] = t_W1[(pf_g0) * (p_M) + pf_g1 + 0];
+                      pf_next1[pf_s][1] = t_W1[(pf_g0) * (p_M) + pf_g1 + 1];
+                      pf_next1[pf_s][2] = t_W1[(pf_g0) * (p_M) + pf_g1 + 2];
+                      pf_next1[pf_s][3] = t_W1[(pf_g0) * (p_M) + pf_g1 + 3];
                     }
                   }
                 }
               }
             }
-            __syncthreads();
+            #pragma unroll
+            for (pf_i c3 = 0; (c3 <= 31); c3 += 1) {
+              #pragma unroll
+              for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                const pf_i c4 = (pf_i)threadIdx.y + pf_ry * 16;
+                if (1) {
+                  #pragma unroll
+                  for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                    const pf_i c5 = (pf_i)threadIdx.x + pf_rx * 16;
+                    if (1) {
+                      if (((c2 == 0) && (c3 == 0))) {
+                      }
+                      pf_reg_kernel_0_O1[pf_ry][pf_rx] = pf_reg_kernel_0_O1[pf_ry][pf_rx] + (pf_shared_kernel_0_I[pf_stage * 1056 + ((((c0 + c4))) - pf_o0_0) * 33 + ((((c2 + c3))) - pf_o0_1) * 1] * pf_shared_kernel_0_W1[pf_stage * 1056 + ((((c1 + c5))) - pf_o1_0) * 33 + ((((c2 + c3))) - pf_o1_1) * 1]);
+                      if (((c2 == 96) && (c3 == 31))) {
+                      }
+                    }
+                  }
+                }
+              }
+            }
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_M)) {
+                    pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next0[pf_s][0];
+                    pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next0[pf_s][1];
+                    pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next0[pf_s][2];
+                    pf_shared_kernel_0_I[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next0[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 256) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_M)) {
+                    pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next1[pf_s][0];
+                    pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next1[pf_s][1];
+                    pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next1[pf_s][2];
+                    pf_shared_kernel_0_W1[(1 - pf_stage) * 1056 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next1[pf_s][3];
+                  }
+                }
+              }
+            }
           }
+          __syncthreads();
         }
         #pragma unroll
         for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
