@@ -69,7 +69,7 @@ impl Ctx<'_> {
         // per register, before and after its loops, under the slot's own
         // test, whichever copy the region takes.
         users.retain(|&(statement, _, _)| {
-            !regs.init.as_ref().is_some_and(|i| i.statement == statement)
+            regs.init.as_ref().is_none_or(|i| i.statement != statement)
                 && !regs.store.iter().any(|e| e.statement == statement)
         });
         let mut shape_ok = true;
