@@ -12,7 +12,7 @@
 #
 # NVRTC, the CUDA headers and ptxas come from scripts/cuda-tools.sh (PyPI
 # wheels in ./.cuda-tools). The polyfuse binary is $POLYFUSE; without it the
-# script runs `cargo build` and uses target/debug/polyfuse. The generated
+# script runs `cargo build --tests` and uses target/debug/polyfuse. The generated
 # files and logs stay in $CUDA_CHECK_DIR (default: a temporary folder that
 # is removed at the end).
 set -euo pipefail
@@ -34,7 +34,9 @@ command -v ptxas >/dev/null 2>&1 || {
 }
 
 if [[ -z "${POLYFUSE:-}" ]]; then
-    cargo build --quiet --bin polyfuse
+    # The binary as `cargo test` builds it (`--tests`: the test targets'
+    # features), so that after `cargo test` nothing is compiled again.
+    cargo build --quiet --tests
     POLYFUSE="$root/target/debug/polyfuse"
 fi
 [[ -x "$POLYFUSE" ]] || {
