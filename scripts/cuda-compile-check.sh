@@ -199,6 +199,7 @@ check_and_record() {
     if ((${#failures[@]})); then printf '%s\n' "${failures[@]}" >"$out.fail"; fi
     if ((${#wgmma_programs[@]})); then printf '%s\n' "${wgmma_programs[@]}" >"$out.wgmma"; fi
     if ((no_ptx)); then touch "$out.noptx"; fi
+    touch "$out.done"
 }
 
 jobs_at_once=$(nproc 2>/dev/null || echo 2)
@@ -220,6 +221,11 @@ for file in "${programs[@]}"; do
         bench/*) name="bench/$name" ;;
     esac
     base=$(result_base "$file")
+    # A job that a failing command stopped (set -e) wrote no marker: a
+    # failure, not a program silently left out.
+    if [[ ! -f $base.done ]]; then
+        failures+=("$name: its check stopped before the end (see the messages above)")
+    fi
     if [[ -f $base.rows ]]; then while IFS= read -r line; do rows+=("$line"); done <"$base.rows"; fi
     if [[ -f $base.fail ]]; then while IFS= read -r line; do failures+=("$line"); done <"$base.fail"; fi
     if [[ -f $base.wgmma ]]; then wgmma_programs+=("$name"); fi

@@ -1149,11 +1149,9 @@ fn count_of(p: &Pending) -> String {
 
 /// `e` with `name` replaced by `name + by`.
 fn shift(e: &Expr, name: &str, by: i64) -> Expr {
-    match e {
-        Expr::Id(s) if s == name => Expr::Op(Op::Add, vec![Expr::Id(s.clone()), Expr::Int(by)]),
-        Expr::Op(op, a) => Expr::Op(*op, a.iter().map(|x| shift(x, name, by)).collect()),
-        other => other.clone(),
-    }
+    e.replace_ids(&|s| {
+        (s == name).then(|| Expr::Op(Op::Add, vec![Expr::Id(s.to_string()), Expr::Int(by)]))
+    })
 }
 
 /// The marks starting with `prefix` that occur more than once in `n`.
@@ -2395,16 +2393,13 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
             }
         }
-        fn subst(e: &Expr, map: &[(String, String)]) -> Expr {
-            match e {
-                Expr::Id(s) => match map.iter().find(|(k, _)| k == s) {
-                    Some((_, v)) => Expr::Id(v.clone()),
-                    None => e.clone(),
-                },
-                Expr::Op(op, a) => Expr::Op(*op, a.iter().map(|x| subst(x, map)).collect()),
-                other => other.clone(),
-            }
-        }
+        let subst = |e: &Expr, map: &[(String, String)]| {
+            e.replace_ids(&|s| {
+                map.iter()
+                    .find(|(k, _)| k == s)
+                    .map(|(_, v)| Expr::Id(v.clone()))
+            })
+        };
         let tensor = self
             .scop
             .tensor(&regs.tensor)

@@ -34,6 +34,16 @@ impl Expr {
             Expr::Int(_) => false,
         }
     }
+
+    /// The expression with each identifier for which `by` gives an
+    /// expression replaced by it (the others kept).
+    pub fn replace_ids(&self, by: &dyn Fn(&str) -> Option<Expr>) -> Expr {
+        match self {
+            Expr::Id(s) => by(s).unwrap_or_else(|| self.clone()),
+            Expr::Op(op, args) => Expr::Op(*op, args.iter().map(|a| a.replace_ids(by)).collect()),
+            Expr::Int(_) => self.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

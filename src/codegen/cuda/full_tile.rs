@@ -36,13 +36,8 @@ impl Ctx<'_> {
         let mut tests = Vec::new();
         let mut starts = Vec::new();
         let mut ok = true;
-        fn subst(e: &Expr, name: &str, v: i64) -> Expr {
-            match e {
-                Expr::Id(s) if s == name => Expr::Int(v),
-                Expr::Op(op, a) => Expr::Op(*op, a.iter().map(|x| subst(x, name, v)).collect()),
-                other => other.clone(),
-            }
-        }
+        let subst =
+            |e: &Expr, name: &str, v: i64| e.replace_ids(&|s| (s == name).then_some(Expr::Int(v)));
         type Found = Vec<(String, char, Expr, Expr)>;
         fn visit(n: &Node, mapped: &[(String, char)], found: &mut Found) {
             match n {
