@@ -1082,15 +1082,11 @@ fn constant_trip(
     let (Expr::Int(first), Expr::Int(step)) = (init, inc) else {
         return None;
     };
-    let Expr::Op(op @ (Op::Le | Op::Lt), a) = cond else {
-        return None;
-    };
-    let [it @ Expr::Id(i), bound] = a.as_slice() else {
-        return None;
-    };
-    if i != iterator || *step <= 0 {
+    let (op, bound) = upper_bound(iterator, cond)?;
+    if *step <= 0 {
         return None;
     }
+    let it = Expr::Id(iterator.to_string());
     // `min(min(15, e1), e2)` is `min(15, min(e1, e2))`: isl nests the
     // clips of a triangle and of the tensor's end.
     fn flatten<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
@@ -1118,8 +1114,8 @@ fn constant_trip(
         1 => others.into_iter().next(),
         _ => Some(Expr::Op(Op::Min, others)),
     };
-    let test = |b: Expr| Expr::Op(*op, vec![it.clone(), b]);
-    let last = if *op == Op::Le { c } else { c - 1 };
+    let test = |b: Expr| Expr::Op(op, vec![it.clone(), b]);
+    let last = if op == Op::Le { c } else { c - 1 };
     let trips = if last < *first {
         0
     } else {

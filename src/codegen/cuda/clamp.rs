@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Ctx;
+use super::{upper_bound, Ctx};
 use crate::gpu::registers::RegisterTile;
 use crate::isl::ast::{Expr, Op};
 
@@ -46,16 +46,8 @@ impl Ctx<'_> {
         iterator: &str,
         cond: &Expr,
     ) -> Option<String> {
-        let Expr::Op(op @ (Op::Le | Op::Lt), a) = cond else {
-            return None;
-        };
-        let [Expr::Id(it), bound] = a.as_slice() else {
-            return None;
-        };
-        if it != iterator {
-            return None;
-        }
-        let shift = if *op == Op::Lt { 1 } else { 0 };
+        let (op, bound) = upper_bound(iterator, cond)?;
+        let shift = if op == Op::Lt { 1 } else { 0 };
         let last = self.last_index(regs, dim)?;
         let extent_bound =
             |e: &Expr| linear(e).is_some_and(|(terms, c)| terms == last.0 && c - shift == last.1);
