@@ -58,10 +58,10 @@ check_exports() {
 
 profile=${ABI_PROFILE:-debug}
 case "$profile" in
-    # `--tests`, not `--lib`: the library as `cargo test` builds it (the
+    # `--lib --tests`: the library as `cargo test` builds it (the
     # test targets' features), so that after `cargo test` (scripts/test.sh)
     # nothing is compiled again.
-    debug) cargo build --tests ;;
+    debug) cargo build --lib --tests ;;
     release) cargo build --release --lib ;;
     *) echo "abi-test: ABI_PROFILE is debug or release, not $profile" >&2; exit 2 ;;
 esac
