@@ -81,11 +81,11 @@ static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wa
 static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-static __device__ __forceinline__ void pf_wgmma_f16_n32_t01(float *d, unsigned long long da, unsigned long long db) {
+static __device__ __forceinline__ void pf_wgmma_f16_n32_t01(float *d, unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
     "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 1;\n}\n"
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-    : "l"(da), "l"(db), "r"(1));
+    : "l"(da), "l"(db), "r"(scale_d));
 }
 #endif
 
@@ -121,6 +121,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_ek = (71 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
           float pf_acc[1][4][4];
+          float pf_step[1][4][4] = {};
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
@@ -444,7 +445,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 2048 + pf_ks * 512));
-                  pf_wgmma_f16_n32_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                  pf_wgmma_f16_n32_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -580,7 +581,14 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait1();
+                pf_wgmma_wait0();
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 4; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
               }
             }
           }
@@ -900,7 +908,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 2048 + pf_ks * 512));
-                  pf_wgmma_f16_n32_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                  pf_wgmma_f16_n32_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -1036,7 +1044,14 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait1();
+                pf_wgmma_wait0();
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 4; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
               }
             }
           }
@@ -1709,7 +1724,11 @@ asm volatile("griddepcontrol.launch_dependents;");
                   for (int pf_mt = 0; pf_mt < 2; pf_mt++)
                   #pragma unroll
                   for (int pf_nt = 0; pf_nt < 2; pf_nt++)
-                    pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  {
+                    float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    pf_mma_f16(pf_p, pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                    for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];
+                  }
                 }
               }
             }
@@ -2331,7 +2350,11 @@ asm volatile("griddepcontrol.launch_dependents;");
                   for (int pf_mt = 0; pf_mt < 2; pf_mt++)
                   #pragma unroll
                   for (int pf_nt = 0; pf_nt < 2; pf_nt++)
-                    pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  {
+                    float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    pf_mma_f16(pf_p, pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                    for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];
+                  }
                 }
               }
             }

@@ -81,15 +81,15 @@ static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wa
 static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-static __device__ __forceinline__ void pf_wgmma_f16_n128_t01(float *d, unsigned long long da, unsigned long long db) {
+static __device__ __forceinline__ void pf_wgmma_f16_n128_t01(float *d, unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-    : "l"(da), "l"(db), "r"(1));
+    : "l"(da), "l"(db), "r"(scale_d));
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(128, 2) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
+extern "C" __global__ void __launch_bounds__(128, 1) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Hp, unsigned short *__restrict__ t_U, float *__restrict__ t_bias, float *__restrict__ t_Cp, float *__restrict__ t_Cn, unsigned short *__restrict__ t_Hn, float *__restrict__ t_G) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -121,6 +121,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_ek = (1023 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
           float pf_acc[1][16][4];
+          float pf_step[1][16][4] = {};
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
@@ -753,7 +754,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -1033,7 +1034,14 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait1();
+                pf_wgmma_wait0();
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
               }
             }
           }
@@ -1662,7 +1670,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -1942,7 +1950,14 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait1();
+                pf_wgmma_wait0();
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
               }
             }
           }
@@ -3212,7 +3227,11 @@ asm volatile("griddepcontrol.launch_dependents;");
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++)
                   #pragma unroll
                   for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-                    pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  {
+                    float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    pf_mma_f16(pf_p, pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                    for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];
+                  }
                 }
               }
             }
@@ -4431,7 +4450,11 @@ asm volatile("griddepcontrol.launch_dependents;");
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++)
                   #pragma unroll
                   for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-                    pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  {
+                    float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    pf_mma_f16(pf_p, pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                    for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];
+                  }
                 }
               }
             }

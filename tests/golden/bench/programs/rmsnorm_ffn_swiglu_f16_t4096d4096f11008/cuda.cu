@@ -81,11 +81,19 @@ static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wa
 static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-static __device__ __forceinline__ void pf_wgmma_f16_n256_t01(float *d, unsigned long long da, unsigned long long db) {
+static __device__ __forceinline__ void pf_wgmma_f16_n128_t01(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(scale_d));
+}
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void pf_wgmma_f16_n256_t01(float *d, unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-    : "l"(da), "l"(db), "r"(1));
+    : "l"(da), "l"(db), "r"(scale_d));
 }
 #endif
 
@@ -252,23 +260,24 @@ asm volatile("griddepcontrol.launch_dependents;");
   const unsigned long long pf_mma_kernel_5_B_desc = pf_wgmma_desc(pf_mma_kernel_5_B, 8192, 1024);
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 128; (c0 <= 4095); c0 += (pf_i)gridDim.y * 128) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 256; (c1 <= 11007); c1 += (pf_i)gridDim.x * 256) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 128; (c1 <= 11007); c1 += (pf_i)gridDim.x * 128) {
       {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         {
-          /* tensor cores: 128 x 256 x 64 tiles, 2 warpgroups of 64 x 256 (wgmma.m64n256k16) (4 stages) */
+          /* tensor cores: 128 x 128 x 64 tiles, 2 warpgroups of 64 x 128 (wgmma.m64n128k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (4095 + 1);
           const pf_i pf_en = (11007 + 1);
           const pf_i pf_ek = (4095 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[1][32][4];
+          float pf_acc[1][16][4];
+          float pf_step[1][16][4] = {};
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 32; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r++) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
@@ -292,9 +301,9 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
           const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(32 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 96 < pf_em;
           const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 2048;
-          const pf_i pf_B0_line = pf_B0_e / 32;
-          const pf_i pf_B0_col = (pf_B0_e % 32) * 8;
+          const int pf_B0_live = pf_B0_e < 1024;
+          const pf_i pf_B0_line = pf_B0_e / 16;
+          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
           const pf_i pf_B0_dst = (pf_B0_col / 64) * 4096 + pf_B0_line * 64 + ((((pf_B0_col % 64) / 8) ^ (pf_B0_line % 8)) * 8);
           const pf_i pf_B0_row = pf_n0 + pf_B0_col;
           const pf_i pf_B0_k = pf_B0_line;
@@ -304,7 +313,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(16 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
           if (pf_A_all && pf_B_all) {
             #pragma unroll
             for (int pf_s = 0; pf_s < 2; pf_s++) {
@@ -313,14 +322,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -416,19 +421,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -438,19 +439,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -461,19 +462,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 2048;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -484,114 +485,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 3072;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -693,19 +602,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -715,19 +620,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -738,19 +643,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 2048;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -761,114 +666,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 3072;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -895,8 +708,8 @@ asm volatile("griddepcontrol.launch_dependents;");
                 #pragma unroll
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_5_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_5_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_5_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -990,19 +803,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1012,19 +821,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B1_live = pf_tid + 256 < 2048;
-                      const pf_i pf_B1_dst = pf_B0_dst + 512;
+                      const int pf_B1_live = pf_tid + 256 < 1024;
+                      const pf_i pf_B1_dst = pf_B0_dst + 1024;
                       const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 8;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                      const pf_i pf_B1_k = pf_B0_k + 16;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                       const pf_i pf_B1_ks = pf_B0_ks;
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1035,19 +844,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B2_live = pf_tid + 512 < 2048;
-                      const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                      const int pf_B2_live = pf_tid + 512 < 1024;
+                      const pf_i pf_B2_dst = pf_B0_dst + 2048;
                       const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                      const pf_i pf_B2_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                       const pf_i pf_B2_ks = pf_B0_ks;
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1058,114 +867,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B3_live = pf_tid + 768 < 2048;
-                      const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                      const int pf_B3_live = pf_tid + 768 < 1024;
+                      const pf_i pf_B3_dst = pf_B0_dst + 3072;
                       const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 24;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                      const pf_i pf_B3_k = pf_B0_k + 48;
+                      const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                       const pf_i pf_B3_ks = pf_B0_ks;
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B4_live = pf_tid + 1024 < 2048;
-                      const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                      const pf_i pf_B4_row = pf_B0_row;
-                      const pf_i pf_B4_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                      const pf_i pf_B4_ks = pf_B0_ks;
-                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
-                      else if (pf_B4_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B4_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
-                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B5_live = pf_tid + 1280 < 2048;
-                      const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                      const pf_i pf_B5_row = pf_B0_row;
-                      const pf_i pf_B5_k = pf_B0_k + 40;
-                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                      const pf_i pf_B5_ks = pf_B0_ks;
-                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
-                      else if (pf_B5_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B5_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
-                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B6_live = pf_tid + 1536 < 2048;
-                      const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                      const pf_i pf_B6_row = pf_B0_row;
-                      const pf_i pf_B6_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                      const pf_i pf_B6_ks = pf_B0_ks;
-                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
-                      else if (pf_B6_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B6_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
-                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B7_live = pf_tid + 1792 < 2048;
-                      const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                      const pf_i pf_B7_row = pf_B0_row;
-                      const pf_i pf_B7_k = pf_B0_k + 56;
-                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                      const pf_i pf_B7_ks = pf_B0_ks;
-                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
-                      else if (pf_B7_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B7_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
-                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                           else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                         } else {
                           *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -1176,7 +893,14 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait1();
+                pf_wgmma_wait0();
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
               }
             }
           }
@@ -1186,7 +910,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 32; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r += 2) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
@@ -1215,24 +939,24 @@ asm volatile("griddepcontrol.launch_dependents;");
         }
 #else
         {
-          /* tensor cores: 128 x 256 x 64 tiles, 2 x 4 warps of 64 x 64 (mma.m16n8k16) (4 stages) */
+          /* tensor cores: 128 x 128 x 64 tiles, 2 x 4 warps of 64 x 32 (mma.m16n8k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (4095 + 1);
           const pf_i pf_en = (11007 + 1);
           const pf_i pf_ek = (4095 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[4][8][4];
+          float pf_acc[4][4][4];
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 4; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 8; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r++) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
             pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_Gt[((c0 + pf_lm)) * (p_F) + (c1 + pf_ln)]) : 0.0f;
           }
@@ -1251,10 +975,10 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
           const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(32 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 96 < pf_em;
           const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 2048;
-          const pf_i pf_B0_line = pf_B0_e / 32;
-          const pf_i pf_B0_col = (pf_B0_e % 32) * 8;
-          const pf_i pf_B0_dst = pf_B0_line * 264 + pf_B0_col;
+          const int pf_B0_live = pf_B0_e < 1024;
+          const pf_i pf_B0_line = pf_B0_e / 16;
+          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
+          const pf_i pf_B0_dst = pf_B0_line * 136 + pf_B0_col;
           const pf_i pf_B0_row = pf_n0 + pf_B0_col;
           const pf_i pf_B0_k = pf_B0_line;
           const unsigned short *const pf_B0_src = (const unsigned short *)&t_Wg[(((pf_B0_k)) * (p_F) + ((pf_B0_row)))];
@@ -1263,7 +987,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(16 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
           if (pf_A_all && pf_B_all) {
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
@@ -1272,14 +996,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 2112], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 4224], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 6336], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 8448], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 10560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 12672], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 14784], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -1375,19 +1095,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1397,19 +1113,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 2176;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1420,19 +1136,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 4352;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1443,114 +1159,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 6528;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -1652,19 +1276,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1674,19 +1294,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 2176;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1697,19 +1317,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 4352;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1720,114 +1340,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 6528;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -1929,19 +1457,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1951,19 +1475,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 2176;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1974,19 +1498,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 4352;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1997,114 +1521,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 6528;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -2216,19 +1648,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2238,19 +1666,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B1_live = pf_tid + 256 < 2048;
-                      const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                      const int pf_B1_live = pf_tid + 256 < 1024;
+                      const pf_i pf_B1_dst = pf_B0_dst + 2176;
                       const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 8;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                      const pf_i pf_B1_k = pf_B0_k + 16;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                       const pf_i pf_B1_ks = pf_B0_ks;
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2261,19 +1689,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B2_live = pf_tid + 512 < 2048;
-                      const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                      const int pf_B2_live = pf_tid + 512 < 1024;
+                      const pf_i pf_B2_dst = pf_B0_dst + 4352;
                       const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                      const pf_i pf_B2_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                       const pf_i pf_B2_ks = pf_B0_ks;
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2284,114 +1712,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B3_live = pf_tid + 768 < 2048;
-                      const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                      const int pf_B3_live = pf_tid + 768 < 1024;
+                      const pf_i pf_B3_dst = pf_B0_dst + 6528;
                       const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 24;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                      const pf_i pf_B3_k = pf_B0_k + 48;
+                      const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                       const pf_i pf_B3_ks = pf_B0_ks;
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B4_live = pf_tid + 1024 < 2048;
-                      const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                      const pf_i pf_B4_row = pf_B0_row;
-                      const pf_i pf_B4_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                      const pf_i pf_B4_ks = pf_B0_ks;
-                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
-                      else if (pf_B4_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B4_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks);
-                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B5_live = pf_tid + 1280 < 2048;
-                      const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                      const pf_i pf_B5_row = pf_B0_row;
-                      const pf_i pf_B5_k = pf_B0_k + 40;
-                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                      const pf_i pf_B5_ks = pf_B0_ks;
-                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
-                      else if (pf_B5_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B5_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks);
-                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B6_live = pf_tid + 1536 < 2048;
-                      const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                      const pf_i pf_B6_row = pf_B0_row;
-                      const pf_i pf_B6_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                      const pf_i pf_B6_ks = pf_B0_ks;
-                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
-                      else if (pf_B6_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B6_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks);
-                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B7_live = pf_tid + 1792 < 2048;
-                      const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                      const pf_i pf_B7_row = pf_B0_row;
-                      const pf_i pf_B7_k = pf_B0_k + 56;
-                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                      const pf_i pf_B7_ks = pf_B0_ks;
-                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
-                      else if (pf_B7_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B7_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks);
-                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                           else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                         } else {
                           *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -2404,8 +1740,8 @@ asm volatile("griddepcontrol.launch_dependents;");
                 else pf_cp_async_commit();
                 const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
                 const pf_i pf_wr = (pf_warp / 4) * 64;
-                const pf_i pf_wc = (pf_warp % 4) * 64;
-                unsigned pf_fa[2][4][4], pf_fb[2][8][2];
+                const pf_i pf_wc = (pf_warp % 4) * 32;
+                unsigned pf_fa[2][4][4], pf_fb[2][4][2];
                 {
                   const int pf_kk = 0;
                   #pragma unroll
@@ -2414,10 +1750,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                     pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_5_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
-                  for (int pf_np = 0; pf_np < 4; pf_np++) {
+                  for (int pf_np = 0; pf_np < 2; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -2433,10 +1769,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_5_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
-                    for (int pf_np = 0; pf_np < 4; pf_np++) {
+                    for (int pf_np = 0; pf_np < 2; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -2444,8 +1780,12 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++)
                   #pragma unroll
-                  for (int pf_nt = 0; pf_nt < 8; pf_nt++)
-                    pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  for (int pf_nt = 0; pf_nt < 4; pf_nt++)
+                  {
+                    float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    pf_mma_f16(pf_p, pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                    for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];
+                  }
                 }
               }
             }
@@ -2455,12 +1795,12 @@ asm volatile("griddepcontrol.launch_dependents;");
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 4; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 8; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r += 2) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             __align__(8) float pf_two[2];
             int pf_inside[2];
             #pragma unroll
@@ -3154,7 +2494,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_6_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_6_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                  pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db, 1);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -4772,23 +4112,24 @@ asm volatile("griddepcontrol.launch_dependents;");
   const unsigned long long pf_mma_kernel_7_B_desc = pf_wgmma_desc(pf_mma_kernel_7_B, 8192, 1024);
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 128; (c0 <= 4095); c0 += (pf_i)gridDim.y * 128) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 256; (c1 <= 4095); c1 += (pf_i)gridDim.x * 256) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 128; (c1 <= 4095); c1 += (pf_i)gridDim.x * 128) {
       {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         {
-          /* tensor cores: 128 x 256 x 64 tiles, 2 warpgroups of 64 x 256 (wgmma.m64n256k16) (4 stages) */
+          /* tensor cores: 128 x 128 x 64 tiles, 2 warpgroups of 64 x 128 (wgmma.m64n128k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (4095 + 1);
           const pf_i pf_en = (4095 + 1);
           const pf_i pf_ek = (11007 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[1][32][4];
+          float pf_acc[1][16][4];
+          float pf_step[1][16][4] = {};
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 32; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r++) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
@@ -4812,9 +4153,9 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
           const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(32 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 96 < pf_em;
           const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 2048;
-          const pf_i pf_B0_line = pf_B0_e / 32;
-          const pf_i pf_B0_col = (pf_B0_e % 32) * 8;
+          const int pf_B0_live = pf_B0_e < 1024;
+          const pf_i pf_B0_line = pf_B0_e / 16;
+          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
           const pf_i pf_B0_dst = (pf_B0_col / 64) * 4096 + pf_B0_line * 64 + ((((pf_B0_col % 64) / 8) ^ (pf_B0_line % 8)) * 8);
           const pf_i pf_B0_row = pf_n0 + pf_B0_col;
           const pf_i pf_B0_k = pf_B0_line;
@@ -4824,7 +4165,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(16 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
           if (pf_A_all && pf_B_all) {
             #pragma unroll
             for (int pf_s = 0; pf_s < 2; pf_s++) {
@@ -4833,14 +4174,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -4936,19 +4273,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4958,19 +4291,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4981,19 +4314,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 2048;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5004,114 +4337,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 3072;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16384 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -5213,19 +4454,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5235,19 +4472,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 1024;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5258,19 +4495,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 2048;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5281,114 +4518,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 3072;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16384 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -5415,8 +4560,8 @@ asm volatile("griddepcontrol.launch_dependents;");
                 #pragma unroll
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_7_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_7_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db);
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_7_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -5510,19 +4655,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5532,19 +4673,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B1_live = pf_tid + 256 < 2048;
-                      const pf_i pf_B1_dst = pf_B0_dst + 512;
+                      const int pf_B1_live = pf_tid + 256 < 1024;
+                      const pf_i pf_B1_dst = pf_B0_dst + 1024;
                       const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 8;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                      const pf_i pf_B1_k = pf_B0_k + 16;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                       const pf_i pf_B1_ks = pf_B0_ks;
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5555,19 +4696,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B2_live = pf_tid + 512 < 2048;
-                      const pf_i pf_B2_dst = pf_B0_dst + 1024;
+                      const int pf_B2_live = pf_tid + 512 < 1024;
+                      const pf_i pf_B2_dst = pf_B0_dst + 2048;
                       const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                      const pf_i pf_B2_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                       const pf_i pf_B2_ks = pf_B0_ks;
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5578,114 +4719,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B3_live = pf_tid + 768 < 2048;
-                      const pf_i pf_B3_dst = pf_B0_dst + 1536;
+                      const int pf_B3_live = pf_tid + 768 < 1024;
+                      const pf_i pf_B3_dst = pf_B0_dst + 3072;
                       const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 24;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                      const pf_i pf_B3_k = pf_B0_k + 48;
+                      const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                       const pf_i pf_B3_ks = pf_B0_ks;
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B4_live = pf_tid + 1024 < 2048;
-                      const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                      const pf_i pf_B4_row = pf_B0_row;
-                      const pf_i pf_B4_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                      const pf_i pf_B4_ks = pf_B0_ks;
-                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
-                      else if (pf_B4_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B4_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
-                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B5_live = pf_tid + 1280 < 2048;
-                      const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                      const pf_i pf_B5_row = pf_B0_row;
-                      const pf_i pf_B5_k = pf_B0_k + 40;
-                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                      const pf_i pf_B5_ks = pf_B0_ks;
-                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
-                      else if (pf_B5_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B5_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
-                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B6_live = pf_tid + 1536 < 2048;
-                      const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                      const pf_i pf_B6_row = pf_B0_row;
-                      const pf_i pf_B6_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                      const pf_i pf_B6_ks = pf_B0_ks;
-                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
-                      else if (pf_B6_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B6_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
-                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B7_live = pf_tid + 1792 < 2048;
-                      const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                      const pf_i pf_B7_row = pf_B0_row;
-                      const pf_i pf_B7_k = pf_B0_k + 56;
-                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                      const pf_i pf_B7_ks = pf_B0_ks;
-                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
-                      else if (pf_B7_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16384 + pf_B7_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
-                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                           else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                         } else {
                           *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -5696,7 +4745,14 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait1();
+                pf_wgmma_wait0();
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
               }
             }
           }
@@ -5706,7 +4762,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 32; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r += 2) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
@@ -5735,24 +4791,24 @@ asm volatile("griddepcontrol.launch_dependents;");
         }
 #else
         {
-          /* tensor cores: 128 x 256 x 64 tiles, 2 x 4 warps of 64 x 64 (mma.m16n8k16) (4 stages) */
+          /* tensor cores: 128 x 128 x 64 tiles, 2 x 4 warps of 64 x 32 (mma.m16n8k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (4095 + 1);
           const pf_i pf_en = (4095 + 1);
           const pf_i pf_ek = (11007 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[4][8][4];
+          float pf_acc[4][4][4];
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 4; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 8; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r++) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
             pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)]) : 0.0f;
           }
@@ -5771,10 +4827,10 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
           const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(32 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 96 < pf_em;
           const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 2048;
-          const pf_i pf_B0_line = pf_B0_e / 32;
-          const pf_i pf_B0_col = (pf_B0_e % 32) * 8;
-          const pf_i pf_B0_dst = pf_B0_line * 264 + pf_B0_col;
+          const int pf_B0_live = pf_B0_e < 1024;
+          const pf_i pf_B0_line = pf_B0_e / 16;
+          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
+          const pf_i pf_B0_dst = pf_B0_line * 136 + pf_B0_col;
           const pf_i pf_B0_row = pf_n0 + pf_B0_col;
           const pf_i pf_B0_k = pf_B0_line;
           const unsigned short *const pf_B0_src = (const unsigned short *)&t_Wd[(((pf_B0_k)) * (p_D) + ((pf_B0_row)))];
@@ -5783,7 +4839,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(16 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
           if (pf_A_all && pf_B_all) {
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
@@ -5792,14 +4848,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
                 pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 2112], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 4224], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 6336], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 8448], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 10560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 12672], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 16896 + pf_B0_dst + 14784], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -5895,19 +4947,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5917,19 +4965,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 2176;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5940,19 +4988,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 4352;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5963,114 +5011,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 6528;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 16896 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -6172,19 +5128,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6194,19 +5146,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 2176;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6217,19 +5169,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 4352;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6240,114 +5192,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 6528;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 16896 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -6449,19 +5309,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6471,19 +5327,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                const int pf_B1_live = pf_tid + 256 < 1024;
+                const pf_i pf_B1_dst = pf_B0_dst + 2176;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 16;
+                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6494,19 +5350,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                const int pf_B2_live = pf_tid + 512 < 1024;
+                const pf_i pf_B2_dst = pf_B0_dst + 4352;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 32;
+                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6517,114 +5373,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                const int pf_B3_live = pf_tid + 768 < 1024;
+                const pf_i pf_B3_dst = pf_B0_dst + 6528;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 48;
+                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 16896 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -6736,19 +5500,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6758,19 +5518,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B1_live = pf_tid + 256 < 2048;
-                      const pf_i pf_B1_dst = pf_B0_dst + 2112;
+                      const int pf_B1_live = pf_tid + 256 < 1024;
+                      const pf_i pf_B1_dst = pf_B0_dst + 2176;
                       const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 8;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
+                      const pf_i pf_B1_k = pf_B0_k + 16;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
                       const pf_i pf_B1_ks = pf_B0_ks;
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6781,19 +5541,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B2_live = pf_tid + 512 < 2048;
-                      const pf_i pf_B2_dst = pf_B0_dst + 4224;
+                      const int pf_B2_live = pf_tid + 512 < 1024;
+                      const pf_i pf_B2_dst = pf_B0_dst + 4352;
                       const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
+                      const pf_i pf_B2_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
                       const pf_i pf_B2_ks = pf_B0_ks;
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -6804,114 +5564,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B3_live = pf_tid + 768 < 2048;
-                      const pf_i pf_B3_dst = pf_B0_dst + 6336;
+                      const int pf_B3_live = pf_tid + 768 < 1024;
+                      const pf_i pf_B3_dst = pf_B0_dst + 6528;
                       const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 24;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
+                      const pf_i pf_B3_k = pf_B0_k + 48;
+                      const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
                       const pf_i pf_B3_ks = pf_B0_ks;
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B4_live = pf_tid + 1024 < 2048;
-                      const pf_i pf_B4_dst = pf_B0_dst + 8448;
-                      const pf_i pf_B4_row = pf_B0_row;
-                      const pf_i pf_B4_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                      const pf_i pf_B4_ks = pf_B0_ks;
-                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
-                      else if (pf_B4_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B4_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks);
-                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B5_live = pf_tid + 1280 < 2048;
-                      const pf_i pf_B5_dst = pf_B0_dst + 10560;
-                      const pf_i pf_B5_row = pf_B0_row;
-                      const pf_i pf_B5_k = pf_B0_k + 40;
-                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                      const pf_i pf_B5_ks = pf_B0_ks;
-                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
-                      else if (pf_B5_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B5_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks);
-                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B6_live = pf_tid + 1536 < 2048;
-                      const pf_i pf_B6_dst = pf_B0_dst + 12672;
-                      const pf_i pf_B6_row = pf_B0_row;
-                      const pf_i pf_B6_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                      const pf_i pf_B6_ks = pf_B0_ks;
-                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
-                      else if (pf_B6_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B6_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks);
-                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B7_live = pf_tid + 1792 < 2048;
-                      const pf_i pf_B7_dst = pf_B0_dst + 14784;
-                      const pf_i pf_B7_row = pf_B0_row;
-                      const pf_i pf_B7_k = pf_B0_k + 56;
-                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                      const pf_i pf_B7_ks = pf_B0_ks;
-                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
-                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
-                      else if (pf_B7_live) {
-                        const int pf_count = ((pf_kt + 192) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 16896 + pf_B7_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks);
-                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                           else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                         } else {
                           *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -6924,8 +5592,8 @@ asm volatile("griddepcontrol.launch_dependents;");
                 else pf_cp_async_commit();
                 const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
                 const pf_i pf_wr = (pf_warp / 4) * 64;
-                const pf_i pf_wc = (pf_warp % 4) * 64;
-                unsigned pf_fa[2][4][4], pf_fb[2][8][2];
+                const pf_i pf_wc = (pf_warp % 4) * 32;
+                unsigned pf_fa[2][4][4], pf_fb[2][4][2];
                 {
                   const int pf_kk = 0;
                   #pragma unroll
@@ -6934,10 +5602,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                     pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_7_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
-                  for (int pf_np = 0; pf_np < 4; pf_np++) {
+                  for (int pf_np = 0; pf_np < 2; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_7_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_7_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -6953,10 +5621,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_7_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
-                    for (int pf_np = 0; pf_np < 4; pf_np++) {
+                    for (int pf_np = 0; pf_np < 2; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_7_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_7_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -6964,8 +5632,12 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++)
                   #pragma unroll
-                  for (int pf_nt = 0; pf_nt < 8; pf_nt++)
-                    pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  for (int pf_nt = 0; pf_nt < 4; pf_nt++)
+                  {
+                    float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    pf_mma_f16(pf_p, pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                    for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];
+                  }
                 }
               }
             }
@@ -6975,12 +5647,12 @@ asm volatile("griddepcontrol.launch_dependents;");
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 4; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 8; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r += 2) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             __align__(8) float pf_two[2];
             int pf_inside[2];
             #pragma unroll
