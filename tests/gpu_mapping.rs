@@ -839,11 +839,25 @@ fn register_tiles_start_at_the_identity_of_their_reduction() {
 }
 
 fn contraction(a: &str, b: &str, body: &str, dtype: &str, sizes: (i64, i64, i64)) -> String {
+    contraction_into(a, b, body, dtype, sizes, "f32")
+}
+
+/// The same with an output of dtype `out`: an f16 output keeps the tensor
+/// cores' chained accumulation, an f32 one adds each step's sums in IEEE
+/// f32 (`Accumulation`, tests/accumulation.rs).
+fn contraction_into(
+    a: &str,
+    b: &str,
+    body: &str,
+    dtype: &str,
+    sizes: (i64, i64, i64),
+    out: &str,
+) -> String {
     let (m, n, k) = sizes;
     format!(
         r#"{{ "name": "mm", "params": {{ "M": {m}, "N": {n}, "K": {k} }},
              "inputs": {{ "A": {{"dtype": "{dtype}", "shape": {a}}}, "B": {{"dtype": "{dtype}", "shape": {b}}} }},
-             "outputs": {{ "C": {{"dtype": "f32", "shape": ["M", "N"]}} }},
+             "outputs": {{ "C": {{"dtype": "{out}", "shape": ["M", "N"]}} }},
              "body": [ "{body}" ] }}"#
     )
 }
@@ -1093,11 +1107,13 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
                 // Neighbouring outputs stored in pairs where they can be.
                 assert!(src.contains("*(float2 *)&t_C["), "{tile:?}");
                 assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");
-                assert!(c
-                    .emulation_c
-                    .as_ref()
-                    .unwrap()
-                    .contains("pf_emu_wgmma(&pf_acc"));
+                assert!(
+                    c.emulation_c
+                        .as_ref()
+                        .unwrap()
+                        .contains("pf_emu_wgmma(&pf_step"),
+                    "an f32 output: promoted"
+                );
                 emulate_ok(&json, &o);
             }
         }
@@ -1142,7 +1158,9 @@ fn a_32_wide_mn_major_tile_takes_the_64_byte_swizzle() {
         for dtype in ["f16", "bf16"] {
             for k in [100, 1100] {
                 let body = format!("C(i, j) +=! A(i, k) * {b_use}");
-                let json = contraction(r#"["M","K"]"#, b, &body, dtype, (130, 70, k));
+                // An output of the operands' type: chained accumulation,
+                // whose refilled stages wait for the step before.
+                let json = contraction_into(r#"["M","K"]"#, b, &body, dtype, (130, 70, k), dtype);
                 let mut o = gpu_options(&[64, 32, 64]);
                 // Unsplit (the automatic split would share k = 1100 among
                 // four blocks of a cluster, five tiles each).
@@ -1341,7 +1359,16 @@ fn a_deeper_pipeline_refills_its_stages_in_order() {
     // 12 blocks of 64 x 64 whose 16 k tiles do not fit in shared memory
     // at once (unsplit): six stages, four tiles ahead, refilled as the
     // tensor cores finish with them; partial tiles along m, n and k.
-    let json = gemm_f16(130, 200, 1000);
+    // An f16 output: the chained accumulation keeps each step's wgmma in
+    // flight until the next step's wait.
+    let json = contraction_into(
+        r#"["M","K"]"#,
+        r#"["K","N"]"#,
+        "C(i, j) +=! A(i, k) * B(k, j)",
+        "f16",
+        (130, 200, 1000),
+        "f16",
+    );
     let mut o = gpu_options(&[64, 64, 64]);
     o.gpu.as_mut().unwrap().k_split = Some(1);
     let c = compile(&load_str(&json, "mm.json").unwrap(), &o).unwrap();

@@ -15,14 +15,18 @@ for r in $(seq 1 "$ROUNDS"); do
         POLYFUSE=$bin OUT=$OUT/$side-$r bash bench/suite/variants.sh
     done
 done
+# CHECK_SIDES="A B" checks with both binaries (default B).
 if [[ -n ${CHECKS:-} ]]; then
-    echo "== checks with B"
-    while read -r name args; do
-        [[ -z $name || $name == \#* ]] && continue
-        f=bench/suite/$name.json
-        [[ -f $f ]] || f=$name
-        # shellcheck disable=SC2086
-        res=$(timeout 300 "$B" run "$f" --target cuda $args </dev/null 2>&1 | grep -E '^check|error' | head -3)
-        echo "$name $args: $res" | tee -a "$OUT/checks.txt"
-    done <"$CHECKS"
+    for side in ${CHECK_SIDES:-B}; do
+        bin=${!side}
+        echo "== checks with $side"
+        while read -r name args; do
+            [[ -z $name || $name == \#* ]] && continue
+            f=bench/suite/$name.json
+            [[ -f $f ]] || f=$name
+            # shellcheck disable=SC2086
+            res=$(timeout 300 "$bin" run "$f" --target cuda $args </dev/null 2>&1 | grep -E '^check|error' | head -3)
+            echo "$side $name $args: $res" | tee -a "$OUT/checks.txt"
+        done <"$CHECKS"
+    done
 fi

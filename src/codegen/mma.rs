@@ -154,21 +154,22 @@ static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wa
 #endif
 "#;
 
-/// `pf_wgmma_<ty>_n<n>_t<ta><tb>(d, desc_a, desc_b)`: `d += A B` for a
-/// warpgroup, m64 n`n` k16, both operands in shared memory, each K-major
-/// (`t` 0) or MN-major (`t` 1, the instruction's transpose flag); `d`
-/// holds the thread's `n / 2` accumulators.
+/// `pf_wgmma_<ty>_n<n>_t<ta><tb>(d, desc_a, desc_b, scale_d)`: `d += A B`
+/// (`d = A B` where `scale_d` is 0) for a warpgroup, m64 n`n` k16, both
+/// operands in shared memory, each K-major (`t` 0) or MN-major (`t` 1, the
+/// instruction's transpose flag); `d` holds the thread's `n / 2`
+/// accumulators.
 pub fn wgmma_helper(ty: &str, n: i64, trans: [bool; 2]) -> String {
     let (ta, tb) = (u8::from(trans[0]), u8::from(trans[1]));
     let regs = n / 2;
     let (outs, cons) = accumulator_operands(n);
     format!(
         "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
-         static __device__ __forceinline__ void pf_wgmma_{ty}_n{n}_t{ta}{tb}(float *d, unsigned long long da, unsigned long long db) {{\n\
+         static __device__ __forceinline__ void pf_wgmma_{ty}_n{n}_t{ta}{tb}(float *d, unsigned long long da, unsigned long long db, int scale_d) {{\n\
          \x20 asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale}, 0;\\n\"\n\
          \x20   \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{da}, %{db}, p, 1, 1, {ta}, {tb};\\n}}\\n\"\n\
          \x20   : {cons}\n\
-         \x20   : \"l\"(da), \"l\"(db), \"r\"(1));\n\
+         \x20   : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n\
          }}\n#endif\n",
         da = regs,
         db = regs + 1,

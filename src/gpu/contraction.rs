@@ -45,6 +45,10 @@ use crate::isl::ast::{self, Expr};
 use crate::isl::{ast_build_expr_from_pw_aff, DimType, Isl};
 use crate::model::{ModelStmt, Scop, StmtKind};
 
+/// The widest automatic wgmma tile (columns) of a promoted contraction
+/// (`Accumulation::Promoted`).
+const PROMOTED_WGMMA_N: i64 = 128;
+
 /// Rows, columns and depth of one `mma.sync` instruction.
 pub const MMA_M: i64 = 16;
 pub const MMA_N: i64 = 8;
@@ -132,6 +136,48 @@ pub struct Contraction {
     /// descriptors), their element box is the update's, and the
     /// reduction is not split (`split` is 1).
     pub terms: Vec<Term>,
+    /// How the products reach the f32 accumulators (see [`Accumulation`]).
+    pub accumulation: Accumulation,
+}
+
+/// How a contraction's products are summed into its f32 accumulators.
+///
+/// The tensor cores' f32 accumulation is not IEEE f32 addition: inside one
+/// `mma` or `wgmma` the products and the incoming accumulator are aligned to
+/// the largest exponent and the sum is truncated, not rounded to nearest.
+/// Chained over a long reduction (k / 16 instructions on one accumulator)
+/// the truncations add up with one sign. The spec's numerics hold a value
+/// stored as f32 to twice the error of the declared-precision run, whose
+/// f32 sum rounds each step to nearest; measured on the H200 (an LSTM
+/// cell's gates, k = 2 x 1024, its f32 cell state a difference of two
+/// products), the chained accumulation gave 3.3 times that run's error.
+/// A value that is rounded to f16 or bf16 before it is stored carries that
+/// rounding's error (2^-11 or 2^-8), far above the truncations' (about
+/// k / 16 units of 2^-24), so only an f32 result needs the IEEE sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accumulation {
+    /// Every instruction adds onto the running accumulators.
+    Chained,
+    /// Each `mma.sync` (16 of k), or each k tile's `wgmma` group, sums its
+    /// products from zero into fresh registers, which are then added to the
+    /// accumulators by ordinary (IEEE, round to nearest) f32 additions: the
+    /// truncation touches sums of at most one k tile's products, and the
+    /// running sum is rounded as the declared-precision run rounds it (in
+    /// another order). What FP8 GEMMs call promotion. For `wgmma` this
+    /// waits for each k tile's group before the next is issued.
+    Promoted,
+}
+
+impl Accumulation {
+    /// The accumulation a contraction whose region stores `stored` (of
+    /// dtype `stored_dtype`) needs: promoted when the stored value is f32
+    /// or wider, so that the tensor cores' truncation reaches memory.
+    pub fn for_stored(stored_dtype: DType) -> Self {
+        match stored_dtype {
+            DType::F32 | DType::F64 => Accumulation::Promoted,
+            _ => Accumulation::Chained,
+        }
+    }
 }
 
 /// A further sum into the accumulator ([`Contraction::terms`]).
@@ -346,10 +392,16 @@ impl Contraction {
         (32 * self.warps[0] * self.warps[1]) as u32
     }
     /// Blocks per multiprocessor to keep registers for: two when the
-    /// accumulators of a thread fit in 64 registers, else one.
+    /// accumulators of a thread fit in 64 registers, else one. A promoted
+    /// wgmma step holds a second set (its k tile's sums).
     pub fn min_blocks(&self) -> u32 {
         let [mt, nt] = self.fragments();
-        if mt * nt * 4 <= 64 {
+        let sets = if self.wgmma && self.accumulation == Accumulation::Promoted {
+            2
+        } else {
+            1
+        };
+        if sets * mt * nt * 4 <= 64 {
             2
         } else {
             1
@@ -1123,9 +1175,21 @@ pub fn recognise(
     };
     let auto = user.is_none();
     let wgmma = wgmma_fits(&a, &b, tile, warps, auto);
+    let stored_dtype = program.tensor(&stored).map_or(DType::F32, |t| t.dtype);
+    let accumulation = Accumulation::for_stored(stored_dtype);
     // The automatic tile takes wgmma's k tile: one 128-byte swizzled row.
+    // A promoted wgmma step keeps a second set of accumulators (the k
+    // tile's sums, `codegen::mma`): at most 128 columns, so that a thread's
+    // 64 accumulators and 64 sums fit its registers. Measured on the H200
+    // (f16 4096^3 into f32, promoted): 128 x 256 tiles, 128 + 128 registers,
+    // spilled and took 786 us against 211 us chained.
     let tile = if wgmma && auto {
-        [tile[0], tile[1], WGMMA_TILE_K]
+        let n = if accumulation == Accumulation::Promoted {
+            tile[1].min(PROMOTED_WGMMA_N)
+        } else {
+            tile[1]
+        };
+        [tile[0], n, WGMMA_TILE_K]
     } else {
         tile
     };
@@ -1154,6 +1218,7 @@ pub fn recognise(
         epilogue,
         stored,
         terms,
+        accumulation,
     };
     // The latency regime sizes the stages by the update's k tiles alone.
     let latency = if c.terms.is_empty() {

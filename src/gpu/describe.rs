@@ -10,7 +10,7 @@
 use std::fmt;
 
 use super::attention::{Attention, ScoreScale};
-use super::contraction::Contraction;
+use super::contraction::{Accumulation, Contraction};
 use super::lanes::{LaneAxis, LaneLoop, State};
 use super::mapping::{AttentionPlan, CombineKernel, KernelBody, KernelPlan, Registers, ThreadPlan};
 use super::private::PrivateRegion;
@@ -172,6 +172,10 @@ fn tensor_cores(f: &mut fmt::Formatter<'_>, c: &Contraction) -> fmt::Result {
     if !c.epilogue.is_empty() {
         let names: Vec<&str> = c.epilogue.iter().map(|e| e.statement.as_str()).collect();
         write!(f, ", epilogue {}", names.join(", "))?;
+    }
+    if c.accumulation == Accumulation::Promoted {
+        let each = if c.wgmma { "k tile" } else { "16 of k" };
+        write!(f, ", sums added in IEEE f32 each {each} (an f32 store)")?;
     }
     writeln!(f)
 }

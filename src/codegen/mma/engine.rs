@@ -7,7 +7,7 @@ use super::target::Target;
 use super::writer::Lines;
 use super::{buffers, Region};
 use crate::frontend::ast::DType;
-use crate::gpu::contraction::{Contraction, SharedTiles, MMA_M, MMA_N};
+use crate::gpu::contraction::{Accumulation, Contraction, SharedTiles, MMA_M, MMA_N};
 
 /// The region of one engine, with the sizes every section reads.
 #[derive(Clone)]
@@ -77,6 +77,12 @@ impl<'r, 'a> Engine<'r, 'a> {
 
     pub(super) fn emulated(&self) -> bool {
         self.target == Target::Emulation
+    }
+
+    /// Each step's products are summed from zero and added to the
+    /// accumulators in IEEE f32 (`Accumulation::Promoted`).
+    pub(super) fn promoted(&self) -> bool {
+        self.c.accumulation == Accumulation::Promoted
     }
 
     /// The region in one block, `depth` levels into the kernel: the
@@ -164,15 +170,56 @@ impl<'r, 'a> Engine<'r, 'a> {
     /// index), one static array of every thread's in the emulation.
     fn declare_accumulators(&self, o: &mut Lines) {
         let (mt, nt) = (self.mt, self.nt);
+        // A promoted wgmma step's sums (`pf_step`), the accumulators'
+        // shape; mma.sync's are four registers per instruction.
+        let part = self.wg && self.promoted();
         if self.emulated() {
             o.line(
                 1,
                 format!("static float pf_acc[{}][{mt}][{nt}][4];", self.threads),
             );
+            if part {
+                o.line(
+                    1,
+                    format!("static float pf_step[{}][{mt}][{nt}][4];", self.threads),
+                );
+            }
         } else {
             o.line(1, format!("float pf_acc[{mt}][{nt}][4];"));
+            if part {
+                o.line(1, format!("float pf_step[{mt}][{nt}][4] = {{}};"));
+            }
             o.line(1, "const int pf_tid = (int)threadIdx.x;");
         }
+    }
+
+    /// `pf_acc += pf_step`, every register of the thread's (every thread's
+    /// in the emulation): a promoted wgmma step's sums added in IEEE f32.
+    pub(super) fn add_part(&self, o: &mut Lines, d: usize) {
+        let (mt, nt) = (self.mt, self.nt);
+        let (acc, part) = if self.emulated() {
+            o.line(
+                d,
+                format!("for (int pf_t = 0; pf_t < {}; pf_t++)", self.threads),
+            );
+            ("pf_acc[pf_t]", "pf_step[pf_t]")
+        } else {
+            o.line(d, "#pragma unroll");
+            ("pf_acc", "pf_step")
+        };
+        o.line(d, format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
+        if !self.emulated() {
+            o.line(d, "#pragma unroll");
+        }
+        o.line(d, format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
+        if !self.emulated() {
+            o.line(d, "#pragma unroll");
+        }
+        o.line(d, "for (int pf_r = 0; pf_r < 4; pf_r++)");
+        o.line(
+            d + 1,
+            format!("{acc}[pf_mt][pf_nt][pf_r] += {part}[pf_mt][pf_nt][pf_r];"),
+        );
     }
 
     /// Accumulators: zero, or the output's current values (in the block

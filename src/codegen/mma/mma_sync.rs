@@ -43,6 +43,9 @@ impl Engine<'_, '_> {
 
     /// Each warp in turn (from the last), each 16 of k: the fragments of
     /// its lanes as arrays, `ldmatrix` and `mma` as C functions on them.
+    /// `pf_emu_mma` sums the 16 products from zero and adds them to the
+    /// accumulators: a promoted step (`Accumulation::Promoted`); a chained
+    /// one differs on the GPU only in the tensor cores' rounding.
     fn emulated_mma_sync_step(&self, o: &mut Lines, d: usize) {
         let (mt, nt, wn, wtm, wtn, tk) = (self.mt, self.nt, self.wn, self.wtm, self.wtn, self.tk);
         let (ba, bb) = (&self.ba, &self.bb);
@@ -166,10 +169,24 @@ impl Engine<'_, '_> {
         o.line(d + 1, format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
         o.line(d + 1, "#pragma unroll");
         o.line(d + 1, format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
-        o.line(
-            d + 2,
-            format!("pf_mma_{mma}(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);"),
-        );
+        let operands = "pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]";
+        if self.promoted() {
+            // The instruction's 16 products summed from zero, then added
+            // in IEEE f32 (`Accumulation::Promoted`).
+            o.line(d + 1, "{");
+            o.line(d + 2, "float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
+            o.line(d + 2, format!("pf_mma_{mma}(pf_p, {operands});"));
+            o.line(
+                d + 2,
+                "for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];",
+            );
+            o.line(d + 1, "}");
+        } else {
+            o.line(
+                d + 2,
+                format!("pf_mma_{mma}(pf_acc[pf_mt][pf_nt], {operands});"),
+            );
+        }
         o.line(d, "}");
     }
 

@@ -178,6 +178,12 @@ impl Engine<'_, '_> {
         }
         if !self.wg {
             self.mma_sync_step(o, 4);
+        } else if gpu && self.promoted() {
+            // The step's sums must be complete before they are added (and
+            // before the next step overwrites them): this step's group is
+            // waited for here, not at the next step.
+            o.line(4, "pf_wgmma_wait0();");
+            self.add_part(o, 4);
         } else if gpu && !self.c.whole_k {
             o.line(4, "pf_wgmma_wait1();");
         }

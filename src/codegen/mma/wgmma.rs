@@ -57,6 +57,13 @@ impl Engine<'_, '_> {
         // The swizzle's line in elements (64 bytes for a narrow B).
         let span = |t: &SharedTile| t.descriptor.map_or(64, |d| d.swizzle / 2);
         let (a_span, b_span) = (span(&self.tiles.a), span(&self.tiles.b));
+        // Promoted: the step's sums from zero in `pf_step`, then added.
+        let into = if self.promoted() {
+            o.line(d, "memset(pf_step, 0, sizeof pf_step);");
+            "pf_step"
+        } else {
+            "pf_acc"
+        };
         o.line(
             d,
             format!("for (int pf_wg = 0; pf_wg < {}; pf_wg++)", tm / 64),
@@ -68,13 +75,16 @@ impl Engine<'_, '_> {
         o.line(
             d + 1,
             format!(
-                "pf_emu_wgmma(&pf_acc[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, {a_span}, {bb}, 2L * ({b_start}), {}, {b_lbo}, {b_span}, {tn}, {});",
+                "pf_emu_wgmma(&{into}[pf_wg * 128][0][0][0], {}, {ba}, 2L * ({a_start}), {}, {a_lbo}, {a_span}, {bb}, 2L * ({b_start}), {}, {b_lbo}, {b_span}, {tn}, {});",
                 tn / 2,
                 i32::from(!c.a.k_contiguous),
                 i32::from(!c.b.k_contiguous),
                 i32::from(c.dtype == DType::BF16),
             ),
         );
+        if self.promoted() {
+            self.add_part(o, d);
+        }
     }
 
     /// The warpgroup's step: each 16 of k, the buffers' descriptors moved
@@ -113,10 +123,17 @@ impl Engine<'_, '_> {
             d + 1,
             format!("const unsigned long long pf_db = pf_wgmma_desc_at({bb}_desc, 2u * (unsigned)({b_start}));"),
         );
+        // Promoted: the group's first instruction starts `pf_step` from
+        // zero (scale-d 0); the main loop waits for the group and adds it.
+        let (into, scale) = if self.promoted() {
+            ("pf_step", "pf_ks > 0")
+        } else {
+            ("pf_acc", "1")
+        };
         o.line(
             d + 1,
             format!(
-                "pf_wgmma_{ty}_n{tn}_t{}{}(&pf_acc[0][0][0], pf_da, pf_db);",
+                "pf_wgmma_{ty}_n{tn}_t{}{}(&{into}[0][0][0], pf_da, pf_db, {scale});",
                 u8::from(!c.a.k_contiguous),
                 u8::from(!c.b.k_contiguous)
             ),

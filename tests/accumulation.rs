@@ -1,0 +1,184 @@
+//! How tensor-core sums reach their f32 accumulators
+//! (`gpu::contraction::Accumulation`): a contraction whose stored value is
+//! f32 adds each step's sums to its accumulators in IEEE f32 (promoted);
+//! one whose value is rounded to f16 or bf16 before it is stored chains
+//! them in the tensor cores. Generated programs over the forms a
+//! contraction takes (output dtype, an f32 temp accumulator moved into
+//! another tensor by an epilogue, two products summed into one
+//! accumulator, f16 and bf16 operands), on both engines, each checked in
+//! the CPU emulation at sizes off the tile grid.
+
+use polyfuse::frontend::ast::Program;
+use polyfuse::frontend::load_str;
+use polyfuse::gpu::GpuOptions;
+use polyfuse::runtime::cpu::{run, RunOptions};
+use polyfuse::{compile, Options};
+
+/// One generated contraction: its name, whether its stored value is f32,
+/// and the program at sizes `m`, `n`, `k`.
+struct Case {
+    name: String,
+    stored_f32: bool,
+    json: String,
+}
+
+/// The forms, for operand type `op` (f16 or bf16).
+fn cases(op: &str, m: i64, n: i64, k: i64) -> Vec<Case> {
+    let header = |name: &str, outputs: &str, temps: &str, body: &str| -> String {
+        format!(
+            r#"{{ "name": "{name}", "params": {{"M": {m}, "N": {n}, "K": {k}}},
+  "inputs": {{ "A": {{"dtype": "{op}", "shape": ["M", "K"]}}, "B": {{"dtype": "{op}", "shape": ["K", "N"]}},
+              "A2": {{"dtype": "{op}", "shape": ["M", "K"]}}, "B2": {{"dtype": "{op}", "shape": ["K", "N"]}},
+              "bias": {{"dtype": "f32", "shape": ["N"]}} }},
+  "outputs": {{ {outputs} }}, "temps": {{ {temps} }},
+  "body": [ {body} ] }}"#
+        )
+    };
+    let mut v = Vec::new();
+    for out in ["f32", op] {
+        v.push(Case {
+            name: format!("{op} product into {out}"),
+            stored_f32: out == "f32",
+            json: header(
+                "product",
+                &format!(r#""C": {{"dtype": "{out}", "shape": ["M", "N"]}}"#),
+                "",
+                r#""C(i, j) +=! A(i, k) * B(k, j)""#,
+            ),
+        });
+        // An f32 temp accumulator and an epilogue into another tensor: the
+        // stored value is the epilogue's, of the output's dtype.
+        let cast = if out == "f32" { "" } else { out };
+        v.push(Case {
+            name: format!("{op} product in an f32 temp, tanh epilogue into {out}"),
+            stored_f32: out == "f32",
+            json: header(
+                "epilogue",
+                &format!(r#""D": {{"dtype": "{out}", "shape": ["M", "N"]}}"#),
+                r#""acc": {"dtype": "f32", "shape": ["M", "N"]}"#,
+                &format!(
+                    r#""acc(i, j) +=! f32(A(i, k)) * f32(B(k, j))", "D(i, j) = {cast}(tanh(acc(i, j) + bias(j)))""#
+                ),
+            ),
+        });
+    }
+    // Two products summed into one f32 accumulator that is stored (an
+    // LSTM cell's gates).
+    v.push(Case {
+        name: format!("two {op} products into one f32 accumulator"),
+        stored_f32: true,
+        json: header(
+            "two_terms",
+            r#""G": {"dtype": "f32", "shape": ["M", "N"]}"#,
+            "",
+            r#""G(i, j) +=! A(i, k) * B(k, j)", "G(i, j) += A2(i, k) * B2(k, j)""#,
+        ),
+    });
+    v
+}
+
+/// The GPU with tile sizes `tile`, or (empty) chosen per kernel as the
+/// command line chooses them.
+fn options(tile: &[i64]) -> Options {
+    Options {
+        tile: if tile.is_empty() {
+            vec![32]
+        } else {
+            tile.to_vec()
+        },
+        gpu: Some(GpuOptions {
+            auto_tile: tile.is_empty(),
+            ..GpuOptions::default()
+        }),
+        ..Options::default()
+    }
+}
+
+fn load(case: &Case) -> Program {
+    load_str(&case.json, "generated.json").unwrap_or_else(|e| panic!("{}: {e}", case.name))
+}
+
+/// Compiles `case` with `tile`, checks its emulation against the f64
+/// reference and returns the CUDA source.
+fn emulated(case: &Case, tile: &[i64]) -> String {
+    let mut c = compile(&load(case), &options(tile))
+        .unwrap_or_else(|e| panic!("{} {tile:?}: {e}", case.name));
+    let source = c.cuda.as_ref().unwrap().source.clone();
+    c.kernel_c = c.emulation_c.clone().unwrap();
+    let r = run(
+        &c,
+        &RunOptions {
+            check: true,
+            bench_runs: 0,
+            seed: 11,
+        },
+    )
+    .unwrap();
+    let check = r.check.unwrap();
+    assert!(check.ok, "{} {tile:?}: {}", case.name, check.line());
+    source
+}
+
+#[test]
+fn f32_stores_add_each_steps_sums_in_ieee_f32_on_both_engines() {
+    for op in ["f16", "bf16"] {
+        for case in cases(op, 70, 83, 45) {
+            // wgmma: the k tile's group into `pf_step` from zero, waited
+            // for and added; mma.sync: each instruction into four fresh
+            // registers, added.
+            let wg = emulated(&case, &[64, 64, 64]);
+            assert!(wg.contains("wgmma.mma_async"), "{}", case.name);
+            assert_eq!(
+                wg.contains("pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];"),
+                case.stored_f32,
+                "{}: wgmma promoted",
+                case.name
+            );
+            assert_eq!(
+                wg.contains("&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);"),
+                case.stored_f32,
+                "{}: the group's first wgmma starts from zero",
+                case.name
+            );
+            let sync = emulated(&case, &[32, 32, 32]);
+            assert!(!sync.contains("wgmma.mma_async"), "{}", case.name);
+            assert_eq!(
+                sync.contains("pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];"),
+                case.stored_f32,
+                "{}: mma.sync promoted",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn promoted_wgmma_tiles_leave_registers_for_the_steps_sums() {
+    // At 4096^3 the automatic wgmma tile is 128 x 256 (128 accumulators a
+    // thread); promoted, the step's sums need as many again, so the tile
+    // is 128 wide and the block keeps one block's registers.
+    for case in cases("f16", 4096, 4096, 4096) {
+        let c =
+            compile(&load(&case), &options(&[])).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let source = &c.cuda.as_ref().unwrap().source;
+        let tile = if case.stored_f32 {
+            "128 x 128 x 64 tiles"
+        } else {
+            "128 x 256 x 64 tiles"
+        };
+        let found = source.lines().find(|l| l.contains("/* tensor cores: "));
+        assert!(
+            source.contains(&format!("/* tensor cores: {tile}")),
+            "{}: {found:?}",
+            case.name
+        );
+        // 64 accumulators a thread would ask for two blocks' registers
+        // (`__launch_bounds__(256, 2)`, 128 registers); with the step's
+        // sums, one.
+        assert!(
+            source.contains("__launch_bounds__(256, 1)"),
+            "{}",
+            case.name
+        );
+    }
+}
