@@ -754,7 +754,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !(pf_u % 4 == 0) || pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -1034,14 +1034,18 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait0();
-                #pragma unroll
-                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-                #pragma unroll
-                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
-                #pragma unroll
-                for (int pf_r = 0; pf_r < 4; pf_r++)
-                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                if ((pf_u + 1) % 4 == 0 || pf_kt + 64 >= pf_ke) {
+                  pf_wgmma_wait0();
+                  #pragma unroll
+                  for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                  #pragma unroll
+                  for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                  #pragma unroll
+                  for (int pf_r = 0; pf_r < 4; pf_r++)
+                    pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                } else {
+                  pf_wgmma_wait1();
+                }
               }
             }
           }
@@ -1670,7 +1674,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !(pf_u % 4 == 0) || pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -1950,14 +1954,18 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait0();
-                #pragma unroll
-                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-                #pragma unroll
-                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
-                #pragma unroll
-                for (int pf_r = 0; pf_r < 4; pf_r++)
-                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                if ((pf_u + 1) % 4 == 0 || pf_kt + 64 >= pf_ke) {
+                  pf_wgmma_wait0();
+                  #pragma unroll
+                  for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                  #pragma unroll
+                  for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                  #pragma unroll
+                  for (int pf_r = 0; pf_r < 4; pf_r++)
+                    pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                } else {
+                  pf_wgmma_wait1();
+                }
               }
             }
           }

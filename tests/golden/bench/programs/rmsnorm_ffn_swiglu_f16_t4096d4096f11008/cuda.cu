@@ -709,7 +709,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_5_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_5_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !(pf_u % 4 == 0) || pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -893,14 +893,18 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait0();
-                #pragma unroll
-                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-                #pragma unroll
-                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
-                #pragma unroll
-                for (int pf_r = 0; pf_r < 4; pf_r++)
-                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                if ((pf_u + 1) % 4 == 0 || pf_kt + 64 >= pf_ke) {
+                  pf_wgmma_wait0();
+                  #pragma unroll
+                  for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                  #pragma unroll
+                  for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                  #pragma unroll
+                  for (int pf_r = 0; pf_r < 4; pf_r++)
+                    pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                } else {
+                  pf_wgmma_wait1();
+                }
               }
             }
           }
@@ -4561,7 +4565,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_7_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_7_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !(pf_u % 4 == 0) || pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
@@ -4745,14 +4749,18 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                pf_wgmma_wait0();
-                #pragma unroll
-                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-                #pragma unroll
-                for (int pf_nt = 0; pf_nt < 16; pf_nt++)
-                #pragma unroll
-                for (int pf_r = 0; pf_r < 4; pf_r++)
-                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                if ((pf_u + 1) % 4 == 0 || pf_kt + 64 >= pf_ke) {
+                  pf_wgmma_wait0();
+                  #pragma unroll
+                  for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                  #pragma unroll
+                  for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+                  #pragma unroll
+                  for (int pf_r = 0; pf_r < 4; pf_r++)
+                    pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+                } else {
+                  pf_wgmma_wait1();
+                }
               }
             }
           }
