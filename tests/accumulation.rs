@@ -121,8 +121,10 @@ fn emulated(case: &Case, tile: &[i64]) -> String {
 
 #[test]
 fn f32_stores_add_each_steps_sums_in_ieee_f32_on_both_engines() {
+    // k = 333: six k tiles of 64 (the last partial), so wgmma's runs of
+    // four tiles end once in the middle and once at the block's last tile.
     for op in ["f16", "bf16"] {
-        for case in cases(op, 70, 83, 45) {
+        for case in cases(op, 70, 83, 333) {
             // wgmma: the k tile's group into `pf_step` from zero, waited
             // for and added; mma.sync: each instruction into four fresh
             // registers, added.
@@ -135,9 +137,9 @@ fn f32_stores_add_each_steps_sums_in_ieee_f32_on_both_engines() {
                 case.name
             );
             assert_eq!(
-                wg.contains("&pf_step[0][0][0], pf_da, pf_db, pf_ks > 0);"),
+                wg.contains("&pf_step[0][0][0], pf_da, pf_db, !(pf_u % 4 == 0) || pf_ks > 0);"),
                 case.stored_f32,
-                "{}: the group's first wgmma starts from zero",
+                "{}: a run's first wgmma starts from zero",
                 case.name
             );
             let sync = emulated(&case, &[32, 32, 32]);
@@ -149,6 +151,56 @@ fn f32_stores_add_each_steps_sums_in_ieee_f32_on_both_engines() {
                 case.name
             );
         }
+    }
+}
+
+#[test]
+fn promoted_runs_end_with_the_pipelines_round_and_the_blocks_k_range() {
+    // Six stages (12 blocks of 64 x 64, 16 k tiles unsplit: the deeper
+    // pipeline): runs of four tiles do not divide the round of six, so the
+    // round's last step ends a run. A split over a cluster: each block's
+    // range of k its own runs. Few blocks with two k tiles each (the
+    // latency regime): every tile its own stage, the loop rolled.
+    let product = |m: i64, n: i64, k: i64| Case {
+        name: format!("f16 product into f32 {m} x {n} x {k}"),
+        stored_f32: true,
+        json: cases("f16", m, n, k).remove(0).json,
+    };
+    for (case, split, stages) in [
+        (product(130, 200, 1000), Some(1), "(6 stages)"),
+        (product(130, 200, 1000), Some(3), "(6 stages)"),
+        (product(70, 83, 100), None, "(2 stages)"),
+    ] {
+        let mut o = options(&[64, 64, 64]);
+        o.gpu.as_mut().unwrap().k_split = split;
+        let mut c = compile(&load(&case), &o).unwrap();
+        let src = c.cuda.as_ref().unwrap().source.clone();
+        assert!(src.contains(stages), "{} {split:?}", case.name);
+        assert_eq!(
+            src.contains("__cluster_dims__(1, 1, 3)"),
+            split == Some(3),
+            "{}",
+            case.name
+        );
+        let round_end = stages == "(6 stages)";
+        assert_eq!(
+            src.contains("((pf_u + 1) % 4 == 0 || pf_u + 1 == 6 || pf_kt + 64 >= pf_ke)"),
+            round_end,
+            "{} {split:?}",
+            case.name
+        );
+        c.kernel_c = c.emulation_c.clone().unwrap();
+        let r = run(
+            &c,
+            &RunOptions {
+                check: true,
+                bench_runs: 0,
+                seed: 3,
+            },
+        )
+        .unwrap();
+        let check = r.check.unwrap();
+        assert!(check.ok, "{} {split:?}: {}", case.name, check.line());
     }
 }
 

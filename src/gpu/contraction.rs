@@ -148,35 +148,54 @@ pub struct Contraction {
 /// Chained over a long reduction (k / 16 instructions on one accumulator)
 /// the truncations add up with one sign. The spec's numerics hold a value
 /// stored as f32 to twice the error of the declared-precision run, whose
-/// f32 sum rounds each step to nearest; measured on the H200 (an LSTM
-/// cell's gates, k = 2 x 1024, its f32 cell state a difference of two
-/// products), the chained accumulation gave 3.3 times that run's error.
-/// A value that is rounded to f16 or bf16 before it is stored carries that
+/// f32 sum rounds each step to nearest. Measured on the H200: an LSTM
+/// cell's f32 cell state (gates from two f16 products of k = 1024) had 3.3
+/// times that run's error, an f16 gemm into f32 at k = 8192 2.4 times.
+/// A value rounded to f16 or bf16 before it is stored carries that
 /// rounding's error (2^-11 or 2^-8), far above the truncations' (about
 /// k / 16 units of 2^-24), so only an f32 result needs the IEEE sum.
+///
+/// A model of the truncation (terms aligned to the largest and cut after
+/// 24 to 26 bits, the sum cut to 24; `bench/tc-model.c`, 20,000 outputs at
+/// k = 8192) gives the chained sum 1.4 to 3.4 times the sequential f32
+/// sum's largest error, and a sum promoted every instruction, every 64 or
+/// every 256 of k 0.11 to 0.26 times: a sum of sums is more accurate than
+/// the sequential sum the declared-precision run does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accumulation {
     /// Every instruction adds onto the running accumulators.
     Chained,
-    /// Each `mma.sync` (16 of k), or each k tile's `wgmma` group, sums its
-    /// products from zero into fresh registers, which are then added to the
-    /// accumulators by ordinary (IEEE, round to nearest) f32 additions: the
-    /// truncation touches sums of at most one k tile's products, and the
-    /// running sum is rounded as the declared-precision run rounds it (in
-    /// another order). What FP8 GEMMs call promotion. For `wgmma` this
-    /// waits for each k tile's group before the next is issued.
-    Promoted,
+    /// Each `mma.sync` (16 of k) sums its products from zero into four
+    /// fresh registers; on `wgmma`, each run of `wgmma_k_tiles` k tiles
+    /// sums into a second register set started from zero. Those sums are
+    /// then added to the accumulators by ordinary (IEEE, round to
+    /// nearest) f32 additions: the truncation touches sums of at most one
+    /// run's products. What FP8 GEMMs call promotion. The wgmma engine
+    /// waits for the run's last group before adding it, so a run of
+    /// several tiles keeps the tensor cores busy across its other steps.
+    Promoted { wgmma_k_tiles: i64 },
 }
 
+/// k tiles (of 64) a promoted wgmma contraction sums before each IEEE add:
+/// 256 of k, within the model's accuracy above, one wait for the tensor
+/// cores every four steps.
+const PROMOTED_WGMMA_K_TILES: i64 = 4;
+
 impl Accumulation {
-    /// The accumulation a contraction whose region stores `stored` (of
-    /// dtype `stored_dtype`) needs: promoted when the stored value is f32
-    /// or wider, so that the tensor cores' truncation reaches memory.
+    /// The accumulation a contraction whose region stores a value of
+    /// dtype `stored_dtype` needs: promoted when the stored value is f32
+    /// or wider, so that the tensor cores' truncation would reach memory.
     pub fn for_stored(stored_dtype: DType) -> Self {
         match stored_dtype {
-            DType::F32 | DType::F64 => Accumulation::Promoted,
+            DType::F32 | DType::F64 => Accumulation::Promoted {
+                wgmma_k_tiles: PROMOTED_WGMMA_K_TILES,
+            },
             _ => Accumulation::Chained,
         }
+    }
+
+    pub fn is_promoted(self) -> bool {
+        matches!(self, Accumulation::Promoted { .. })
     }
 }
 
@@ -396,7 +415,7 @@ impl Contraction {
     /// wgmma step holds a second set (its k tile's sums).
     pub fn min_blocks(&self) -> u32 {
         let [mt, nt] = self.fragments();
-        let sets = if self.wgmma && self.accumulation == Accumulation::Promoted {
+        let sets = if self.wgmma && self.accumulation.is_promoted() {
             2
         } else {
             1
@@ -1184,7 +1203,7 @@ pub fn recognise(
     // (f16 4096^3 into f32, promoted): 128 x 256 tiles, 128 + 128 registers,
     // spilled and took 786 us against 211 us chained.
     let tile = if wgmma && auto {
-        let n = if accumulation == Accumulation::Promoted {
+        let n = if accumulation.is_promoted() {
             tile[1].min(PROMOTED_WGMMA_N)
         } else {
             tile[1]

@@ -79,10 +79,38 @@ impl<'r, 'a> Engine<'r, 'a> {
         self.target == Target::Emulation
     }
 
-    /// Each step's products are summed from zero and added to the
-    /// accumulators in IEEE f32 (`Accumulation::Promoted`).
+    /// Each step's (or run of steps') products are summed from zero and
+    /// added to the accumulators in IEEE f32 (`Accumulation::Promoted`).
     pub(super) fn promoted(&self) -> bool {
-        self.c.accumulation == Accumulation::Promoted
+        self.c.accumulation.is_promoted()
+    }
+
+    /// A promoted wgmma engine's run: `(first, last)`, C conditions true
+    /// at the first step of a run of `wgmma_k_tiles` k tiles (its sums
+    /// start from zero) and at its last (they are added), the block's last
+    /// k tile ending a run too. Runs start at the block's first k tile and
+    /// never cross the main loop's round of `stages` steps (`pf_u` starts
+    /// again at 0): where the run does not divide the round, its last step
+    /// ends a run.
+    pub(super) fn promotion_run(&self) -> Option<(String, String)> {
+        match self.c.accumulation {
+            Accumulation::Promoted { wgmma_k_tiles: r } if self.wg => {
+                let st = self.c.stages;
+                let round_end = if st % r == 0 {
+                    String::new()
+                } else {
+                    format!(" || pf_u + 1 == {st}")
+                };
+                Some((
+                    format!("pf_u % {r} == 0"),
+                    format!(
+                        "((pf_u + 1) % {r} == 0{round_end} || pf_kt + {} >= pf_ke)",
+                        self.tk
+                    ),
+                ))
+            }
+            _ => None,
+        }
     }
 
     /// The region in one block, `depth` levels into the kernel: the

@@ -178,12 +178,19 @@ impl Engine<'_, '_> {
         }
         if !self.wg {
             self.mma_sync_step(o, 4);
-        } else if gpu && self.promoted() {
-            // The step's sums must be complete before they are added (and
-            // before the next step overwrites them): this step's group is
-            // waited for here, not at the next step.
-            o.line(4, "pf_wgmma_wait0();");
-            self.add_part(o, 4);
+        } else if let (true, Some((_, last))) = (gpu, self.promotion_run()) {
+            // A run's sums must be complete before they are added (and
+            // before the next run's first step overwrites them): its last
+            // group is waited for at its own step; its other steps wait as
+            // chained ones do.
+            o.line(4, format!("if {last} {{"));
+            o.line(5, "pf_wgmma_wait0();");
+            self.add_part(o, 5);
+            if !self.c.whole_k {
+                o.line(4, "} else {");
+                o.line(5, "pf_wgmma_wait1();");
+            }
+            o.line(4, "}");
         } else if gpu && !self.c.whole_k {
             o.line(4, "pf_wgmma_wait1();");
         }

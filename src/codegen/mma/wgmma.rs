@@ -57,9 +57,13 @@ impl Engine<'_, '_> {
         // The swizzle's line in elements (64 bytes for a narrow B).
         let span = |t: &SharedTile| t.descriptor.map_or(64, |d| d.swizzle / 2);
         let (a_span, b_span) = (span(&self.tiles.a), span(&self.tiles.b));
-        // Promoted: the step's sums from zero in `pf_step`, then added.
-        let into = if self.promoted() {
-            o.line(d, "memset(pf_step, 0, sizeof pf_step);");
+        // Promoted: a run's sums from zero in `pf_step`, added at its end.
+        let run = self.promotion_run();
+        let into = if let Some((first, _)) = &run {
+            o.line(
+                d,
+                format!("if ({first}) memset(pf_step, 0, sizeof pf_step);"),
+            );
             "pf_step"
         } else {
             "pf_acc"
@@ -82,8 +86,9 @@ impl Engine<'_, '_> {
                 i32::from(c.dtype == DType::BF16),
             ),
         );
-        if self.promoted() {
-            self.add_part(o, d);
+        if let Some((_, last)) = &run {
+            o.line(d, format!("if {last}"));
+            self.add_part(o, d + 1);
         }
     }
 
@@ -123,12 +128,12 @@ impl Engine<'_, '_> {
             d + 1,
             format!("const unsigned long long pf_db = pf_wgmma_desc_at({bb}_desc, 2u * (unsigned)({b_start}));"),
         );
-        // Promoted: the group's first instruction starts `pf_step` from
-        // zero (scale-d 0); the main loop waits for the group and adds it.
-        let (into, scale) = if self.promoted() {
-            ("pf_step", "pf_ks > 0")
-        } else {
-            ("pf_acc", "1")
+        // Promoted: a run's first instruction starts `pf_step` from zero
+        // (scale-d 0); the main loop waits for the run's last group and
+        // adds it.
+        let (into, scale) = match self.promotion_run() {
+            Some((first, _)) => ("pf_step", format!("!({first}) || pf_ks > 0")),
+            None => ("pf_acc", "1".to_string()),
         };
         o.line(
             d + 1,
