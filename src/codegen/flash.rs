@@ -80,21 +80,23 @@ static void pf_round2(float a, float b, uint32_t *hi, int bf16) {
    16 w + l / 4 (+ 8) at columns 2 (l % 4) (+ 1) and 8 on, as the A
    fragment of mma.m16n8k16 (register 0: row g, 1: row g + 8, 2 and 3:
    the same rows 8 columns on; low half first), its registers `as` apart;
-   B as in pf_emu_wgmma. */
+   B as in pf_emu_wgmma, summed by the tensor cores' rule as there. */
 static void pf_emu_wgmma_ra(float *acc, long stride, const uint32_t *a, long as, const uint16_t *b, long b_off,
                             int b_mn, long b_lbo, int n, int bf16) {
   for (int r = 0; r < 64; r++)
     for (int c = 0; c < n; c++) {
-      float s = 0.0f;
+      double terms[17];
       for (int k = 0; k < 16; k++) {
         int w = r / 16, g = r % 8, hi = (r % 16) / 8, t = (k % 8) / 2;
         uint16_t x = (uint16_t)(a[(long)(w * 32 + g * 4 + t) * as + hi + 2 * (k / 8)] >> (16 * (k % 2)));
         uint16_t y = pf_emu_sw(b, b_off, b_mn, b_lbo, 64, c, k);
-        s += (bf16 ? pf_b2f(x) : pf_h2f(x)) * (bf16 ? pf_b2f(y) : pf_h2f(y));
+        terms[k] = (double)(bf16 ? pf_b2f(x) : pf_h2f(x)) * (double)(bf16 ? pf_b2f(y) : pf_h2f(y));
       }
       int w = r / 16, g = (r % 16) % 8, hi = (r % 16) / 8;
       int j = c / 8, t = (c % 8) / 2, lo = c % 2;
-      acc[(long)(w * 32 + g * 4 + t) * stride + 4 * j + 2 * hi + lo] += s;
+      float *d = &acc[(long)(w * 32 + g * 4 + t) * stride + 4 * j + 2 * hi + lo];
+      terms[16] = *d;
+      *d = pf_emu_tc_sum(terms, 17);
     }
 }
 /* mma.m16n8k16 on lanes whose fragments are `ds`, `as`, `bs` apart. */

@@ -217,27 +217,51 @@ static uint16_t pf_emu_sw(const uint16_t *base, long off, int mn, long lbo, int 
   a ^= ((a >> 7) & (line / 16 - 1)) << 4;
   return base[a / 2];
 }
+/* The tensor cores' f32 sum of one instruction's terms t[0 .. n) (the
+   exact products and the incoming accumulator), as modelled in
+   bench/tc-model.c: each term cut (toward zero) 25 bits below the largest
+   one's leading bit, the terms added exactly, the sum cut to 24 bits. Not
+   IEEE's round to nearest: chained over a long reduction the cuts add up
+   with one sign, which is what `Accumulation::Promoted` avoids. */
+static float pf_emu_tc_sum(const double *t, int n) {
+  double big = 0.0, sum = 0.0;
+  for (int i = 0; i < n; i++) if (fabs(t[i]) > big) big = fabs(t[i]);
+  if (big == 0.0) return 0.0f;
+  int e;
+  frexp(big, &e);
+  double q = ldexp(1.0, e - 25);
+  for (int i = 0; i < n; i++) sum += trunc(t[i] / q) * q;
+  if (sum == 0.0) return 0.0f;
+  frexp(sum, &e);
+  q = ldexp(1.0, e - 24);
+  return (float)(trunc(sum / q) * q);
+}
 /* wgmma.m64nNk16 for one warpgroup: thread 32 w + l holds rows 16 w + l / 4
    (+ 8) and columns 8 j + 2 (l % 4) (+ 1) at 4 j + (0 .. 3) of its
-   `stride` accumulators. */
+   `stride` accumulators, each summed with its 16 products by the tensor
+   cores' rule (pf_emu_tc_sum). */
 static void pf_emu_wgmma(float *acc, long stride, const uint16_t *a, long a_off, int a_mn, long a_lbo, int a_span,
                          const uint16_t *b, long b_off, int b_mn, long b_lbo, int b_span, int n, int bf16) {
   for (int r = 0; r < 64; r++)
     for (int c = 0; c < n; c++) {
-      float s = 0.0f;
+      double terms[17];
       for (int k = 0; k < 16; k++) {
         uint16_t x = pf_emu_sw(a, a_off, a_mn, a_lbo, a_span, r, k);
         uint16_t y = pf_emu_sw(b, b_off, b_mn, b_lbo, b_span, c, k);
-        s += (bf16 ? pf_b2f(x) : pf_h2f(x)) * (bf16 ? pf_b2f(y) : pf_h2f(y));
+        terms[k] = (double)(bf16 ? pf_b2f(x) : pf_h2f(x)) * (double)(bf16 ? pf_b2f(y) : pf_h2f(y));
       }
       int w = r / 16, g = (r % 16) % 8, hi = (r % 16) / 8;
       int j = c / 8, t = (c % 8) / 2, lo = c % 2;
-      acc[(long)(w * 32 + g * 4 + t) * stride + 4 * j + 2 * hi + lo] += s;
+      float *d = &acc[(long)(w * 32 + g * 4 + t) * stride + 4 * j + 2 * hi + lo];
+      terms[16] = *d;
+      *d = pf_emu_tc_sum(terms, 17);
     }
 }
-/* mma.m16n8k16.row.col with f32 accumulators d (per lane, 4 each). */
+/* mma.m16n8k16.row.col with f32 accumulators d (per lane, 4 each), each
+   summed with its 16 products by the tensor cores' rule (pf_emu_tc_sum). */
 static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int bf16) {
-  float A[16][16], B[16][8], C[16][8];
+  float A[16][16], B[16][8];
+  float *D[16][8];
   for (int l = 0; l < 32; l++) {
     int g = l / 4, t = l % 4;
     for (int h = 0; h < 2; h++) {
@@ -248,17 +272,18 @@ static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int
       B[2 * t + h][g] = w[0]; B[2 * t + 8 + h][g] = w[1];
     }
   }
-  for (int i = 0; i < 16; i++)
-    for (int j = 0; j < 8; j++) {
-      float s = 0.0f;
-      for (int k = 0; k < 16; k++) s += A[i][k] * B[k][j];
-      C[i][j] = s;
-    }
   for (int l = 0; l < 32; l++) {
     int g = l / 4, t = l % 4;
-    d[l][0] += C[g][2 * t]; d[l][1] += C[g][2 * t + 1];
-    d[l][2] += C[g + 8][2 * t]; d[l][3] += C[g + 8][2 * t + 1];
+    D[g][2 * t] = &d[l][0]; D[g][2 * t + 1] = &d[l][1];
+    D[g + 8][2 * t] = &d[l][2]; D[g + 8][2 * t + 1] = &d[l][3];
   }
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 8; j++) {
+      double terms[17];
+      for (int k = 0; k < 16; k++) terms[k] = (double)A[i][k] * (double)B[k][j];
+      terms[16] = *D[i][j];
+      *D[i][j] = pf_emu_tc_sum(terms, 17);
+    }
 }
 "#;
 

@@ -112,6 +112,13 @@ pub struct GpuOptions {
     /// time, so the model can be checked); off by default, as it costs a
     /// traffic count per compilation.
     pub estimate: bool,
+    /// Keep every tensor-core contraction's sums chained in the tensor
+    /// cores, also where its stored value is f32 and the mapping would add
+    /// them in IEEE f32 (`contraction::Accumulation`). Numerically weaker
+    /// than the spec admits at long reductions: for tests of the check and
+    /// for measuring what the promotion costs; no command-line flag sets
+    /// it. The tiles stay those of the promoted form.
+    pub chained_accumulation: bool,
 }
 
 impl Default for GpuOptions {
@@ -133,6 +140,7 @@ impl Default for GpuOptions {
             recurrences: Recurrences::Wavefront,
             fuse_step_sums: false,
             estimate: false,
+            chained_accumulation: false,
         }
     }
 }

@@ -43,9 +43,10 @@ impl Engine<'_, '_> {
 
     /// Each warp in turn (from the last), each 16 of k: the fragments of
     /// its lanes as arrays, `ldmatrix` and `mma` as C functions on them.
-    /// `pf_emu_mma` sums the 16 products from zero and adds them to the
-    /// accumulators: a promoted step (`Accumulation::Promoted`); a chained
-    /// one differs on the GPU only in the tensor cores' rounding.
+    /// `pf_emu_mma` models the tensor cores' truncated sum
+    /// (`pf_emu_tc_sum`): a promoted step (`Accumulation::Promoted`) runs
+    /// it on zeros and adds the result in IEEE f32, a chained one runs it
+    /// on the accumulators.
     fn emulated_mma_sync_step(&self, o: &mut Lines, d: usize) {
         let (mt, nt, wn, wtm, wtn, tk) = (self.mt, self.nt, self.wn, self.wtm, self.wtn, self.tk);
         let (ba, bb) = (&self.ba, &self.bb);
@@ -125,7 +126,14 @@ impl Engine<'_, '_> {
             format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++) {{"),
         );
         o.line(d + 3, "static float pf_d[32][4];");
-        o.line(d + 3, "for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_d[pf_l][pf_r] = pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r];");
+        // Promoted: the instruction's sums from zero, added in IEEE f32 as
+        // on the GPU; chained: onto the accumulators.
+        let (start, finish) = if self.promoted() {
+            ("0.0f", "+=")
+        } else {
+            ("pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r]", "=")
+        };
+        o.line(d + 3, format!("for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_d[pf_l][pf_r] = {start};"));
         o.line(
             d + 3,
             format!(
@@ -133,7 +141,7 @@ impl Engine<'_, '_> {
                 i32::from(self.c.dtype == DType::BF16)
             ),
         );
-        o.line(d + 3, "for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r] = pf_d[pf_l][pf_r];");
+        o.line(d + 3, format!("for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r] {finish} pf_d[pf_l][pf_r];"));
         o.line(d + 2, "}");
         o.line(d + 1, "}");
         o.line(d, "}");

@@ -382,7 +382,12 @@ impl Mapper<'_> {
                 .statements_in(&node.get_domain()?)?
                 .iter()
                 .any(|s| s.kind == StmtKind::Init);
-        Ok(c.filter(|_| !init_inside))
+        Ok(c.filter(|_| !init_inside).map(|mut c| {
+            if opts.chained_accumulation {
+                c.accumulation = crate::gpu::contraction::Accumulation::Chained;
+            }
+            c
+        }))
     }
 
     /// Step 3: the band `node` (`n` members, `nb` on blocks) tiled by
