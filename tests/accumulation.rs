@@ -280,3 +280,56 @@ fn chained_sums_fail_the_check_at_a_long_reduction_and_promoted_ones_pass() {
         }
     }
 }
+
+/// `examples/attention_global.json` with its output `Y` declared f32 (and
+/// its weights f32, as the example declares them), at `S`, `D`.
+fn attention_into_f32(s: i64, d: i64) -> Program {
+    let text = std::fs::read_to_string("examples/attention_global.json").unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["outputs"]["Y"]["dtype"] = "f32".into();
+    for (name, value) in [("B", 1), ("H", 1), ("S", s), ("D", d)] {
+        json["params"][name] = value.into();
+    }
+    load_str(&json.to_string(), "attention_f32.json").unwrap()
+}
+
+#[test]
+fn attention_stored_as_f32_adds_each_key_tiles_value_sums_in_ieee_f32() {
+    // The rolling attention's value products, chained over 3072 keys in
+    // the tensor cores, failed the check in the emulation (1.8e-4 against
+    // a bound of 1.2e-4, twice the declared run's 6.1e-5); each key tile's
+    // sums from zero, added in IEEE f32, pass. D = 16 runs mma.sync; D =
+    // 64 wgmma (at S = 512, for its code: the emulation of 3072 keys at
+    // that depth takes a minute at -O0).
+    for (s, d, engine) in [
+        (3072, 16, "pf_mma_f16(&pf_ot0"),
+        (512, 64, "pf_fa_wgmma_rs_n64(pf_ot0"),
+    ] {
+        let mut c = compile(&attention_into_f32(s, d), &options(&[]))
+            .unwrap_or_else(|e| panic!("S {s} D {d}: {e}"));
+        let source = c.cuda.as_ref().unwrap().source.clone();
+        assert!(source.contains(engine), "S {s} D {d}: no {engine}");
+        assert!(
+            source.contains("pf_o0[pf_i] += pf_ot0[pf_i];"),
+            "S {s} D {d}"
+        );
+        c.kernel_c = c.emulation_c.clone().unwrap();
+        let r = run(
+            &c,
+            &RunOptions {
+                check: true,
+                bench_runs: 0,
+                seed: 11,
+            },
+        )
+        .unwrap();
+        let check = r.check.unwrap();
+        assert!(check.ok, "S {s} D {d}: {}", check.line());
+    }
+    // An f16 output keeps the chained sums.
+    let mut p = attention_into_f32(64, 16);
+    p.tensors.iter_mut().find(|t| t.name == "Y").unwrap().dtype =
+        polyfuse::frontend::ast::DType::F16;
+    let c = compile(&p, &options(&[])).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("pf_ot0"));
+}

@@ -795,6 +795,7 @@ impl Emit<'_> {
         let bf = i32::from(a.dtype == DType::BF16);
         if self.emu {
             for (k, x) in a.contractions.iter().enumerate() {
+                self.start_tile_sums(k, x);
                 let lo = WARP_TILES * x.width / 8 * 4;
                 let _ = writeln!(
                     self.out,
@@ -802,39 +803,50 @@ impl Emit<'_> {
                      for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{",
                     a.warps() / 4
                 );
+                let o = Self::value_sums(k, x);
                 for part in weight_parts(x) {
                     let _ = writeln!(
                         self.out,
-                        "pf_emu_wgmma_ra(&pf_o{k}[pf_wg * 128][0], {lo}, &pf_{part}{k}[pf_wg * 128][pf_kc * 4], {frags}, \
+                        "pf_emu_wgmma_ra(&{o}[pf_wg * 128][0], {lo}, &pf_{part}{k}[pf_wg * 128][pf_kc * 4], {frags}, \
                          pf_dynamic_shared, 2L * (pf_vcur{k} - pf_dynamic_shared + pf_kc * 1024), 1, {lbo}, {}, {bf});",
                         x.width
                     );
                 }
                 self.line("}");
+                self.add_tile_values(k, x);
             }
             return;
         }
-        self.line("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{\npf_wgmma_fence();");
+        self.line("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{");
+        // Promoted sums start at zero before the fence orders the
+        // registers' writes before the tensor cores'.
         for (k, x) in a.contractions.iter().enumerate() {
+            self.start_tile_sums(k, x);
+        }
+        self.line("pf_wgmma_fence();");
+        for (k, x) in a.contractions.iter().enumerate() {
+            let o = Self::value_sums(k, x);
             let _ = writeln!(
                 self.out,
                 "#pragma unroll\n\
                  for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{\n\
                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_dv0, pf_shared_bytes(&pf_vcur{k}[pf_kc * 1024]));\n\
-                 pf_fa_wgmma_rs_n{n}(pf_o{k}, &pf_pa{k}[pf_kc * 4], pf_db);\n\
+                 pf_fa_wgmma_rs_n{n}({o}, &pf_pa{k}[pf_kc * 4], pf_db);\n\
                  {remainder}\
                  }}",
                 n = x.width,
                 remainder = if x.rounded_once {
                     String::new()
                 } else {
-                    format!("pf_fa_wgmma_rs_n{}(pf_o{k}, &pf_pl{k}[pf_kc * 4], pf_db);\n", x.width)
+                    format!("pf_fa_wgmma_rs_n{}({o}, &pf_pl{k}[pf_kc * 4], pf_db);\n", x.width)
                 }
             );
         }
         self.line("pf_wgmma_commit();\npf_wgmma_wait0();");
         for (k, x) in a.contractions.iter().enumerate() {
-            let _ = writeln!(self.out, "pf_fa_keep_n{}(pf_o{k});", x.width);
+            let o = Self::value_sums(k, x);
+            let _ = writeln!(self.out, "pf_fa_keep_n{}({o});", x.width);
+            self.add_tile_values(k, x);
         }
         self.line("}\n#endif");
     }
@@ -899,6 +911,10 @@ impl Emit<'_> {
         for (k, c) in a.contractions.iter().enumerate() {
             let frags = WARP_TILES * a.warp_keys() / 16 * 4;
             vars.push((format!("pf_o{k}"), "float", WARP_TILES * c.width / 8 * 4));
+            if c.promoted {
+                // A key tile's value sums, added to `pf_o` in IEEE f32.
+                vars.push((format!("pf_ot{k}"), "float", WARP_TILES * c.width / 8 * 4));
+            }
             vars.push((format!("pf_cf{k}"), "float", SLOTS));
             vars.push((format!("pf_pa{k}"), "uint32_t", frags));
             if !c.rounded_once {
@@ -1332,6 +1348,7 @@ impl Emit<'_> {
     fn mma_values(&mut self) {
         let a = self.a;
         for (k, x) in a.contractions.iter().enumerate() {
+            self.start_tile_sums(k, x);
             let mut w = String::new();
             let _ = writeln!(
                 w,
@@ -1347,7 +1364,7 @@ impl Emit<'_> {
                 "pf_ep * 16 + 8 * (pf_l / 16)",
             );
             w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_vcur{k}[{at}]"), true));
-            let o = format!("pf_o{k}");
+            let o = Self::value_sums(k, x);
             let w8 = x.width / 8;
             let kc = a.warp_keys() / 16;
             let _ = writeln!(
@@ -1379,6 +1396,43 @@ impl Emit<'_> {
             w.push_str("}\n");
             w.push_str("}\n");
             self.warps(&w);
+            self.add_tile_values(k, x);
+        }
+    }
+
+    /// Where contraction `k`'s value products go: its accumulators, or
+    /// (promoted) the key tile's sums.
+    fn value_sums(k: usize, x: &RowContraction) -> String {
+        if x.promoted {
+            format!("pf_ot{k}")
+        } else {
+            format!("pf_o{k}")
+        }
+    }
+
+    /// A promoted contraction's key-tile sums start at zero.
+    fn start_tile_sums(&mut self, k: usize, x: &RowContraction) {
+        if x.promoted {
+            let code = format!(
+                "for (int pf_i = 0; pf_i < {}; pf_i++) {} = 0.0f;\n",
+                WARP_TILES * x.width / 8 * 4,
+                self.at(&format!("pf_ot{k}"), "pf_i")
+            );
+            self.threads(&code);
+        }
+    }
+
+    /// A promoted contraction's key-tile sums added to its accumulators in
+    /// IEEE f32 (`RowContraction::promoted`).
+    fn add_tile_values(&mut self, k: usize, x: &RowContraction) {
+        if x.promoted {
+            let code = format!(
+                "for (int pf_i = 0; pf_i < {}; pf_i++) {} += {};\n",
+                WARP_TILES * x.width / 8 * 4,
+                self.at(&format!("pf_o{k}"), "pf_i"),
+                self.at(&format!("pf_ot{k}"), "pf_i")
+            );
+            self.threads(&code);
         }
     }
 

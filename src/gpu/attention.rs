@@ -168,6 +168,24 @@ pub struct RowContraction {
     /// precision the program declares (spec, "Numerics": a value may be
     /// kept wider than declared, never narrower).
     pub rounded_once: bool,
+    /// Each key tile's value products are summed from zero and added to
+    /// the accumulators in IEEE f32, instead of chained onto them in the
+    /// tensor cores, whose f32 sums are truncated (see
+    /// `contraction::Accumulation`): where the program stores an f32 or
+    /// f64 output ([`stores_wide_outputs`]). An f16 output carries its own
+    /// rounding, far above the truncations'.
+    pub promoted: bool,
+}
+
+/// Whether `program` has an f32 or f64 output: an attention kernel's
+/// value sums are then promoted ([`RowContraction::promoted`]). Any such
+/// output counts, whether or not it is computed from the attention: an
+/// over-approximation, which costs the adds, never accuracy.
+pub(super) fn stores_wide_outputs(program: &Program) -> bool {
+    program.tensors.iter().any(|t| {
+        t.role == crate::frontend::ast::TensorRole::Output
+            && matches!(t.dtype, DType::F32 | DType::F64)
+    })
 }
 
 /// One shared buffer of an attention block (see
@@ -832,6 +850,7 @@ impl Roles<'_> {
             weight,
             value,
             rounded_once,
+            promoted: stores_wide_outputs(self.program),
         });
         Some((form, u, n))
     }

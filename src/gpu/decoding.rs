@@ -337,6 +337,7 @@ impl SplitMatch<'_> {
                 repair: g.rhs.clone(),
                 repair_self: access_text(local, &lsubs),
                 rounded_once: super::attention::declared_in(program, &weight, roles.dtype),
+                promoted: super::attention::stores_wide_outputs(program),
                 weight,
                 value,
             })
