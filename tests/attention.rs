@@ -244,12 +244,14 @@ fn depths_and_widths_in_whole_swizzle_atoms_run_on_wgmma_and_match_the_reference
     .unwrap();
     let mut c = compiled(&p, true);
     assert!(on_tensor_cores(&c) && has_wgmma_path(&c));
-    assert!(c
-        .cuda
-        .as_ref()
-        .unwrap()
-        .source
-        .contains("pf_fa_wgmma_rs_n128(pf_o1, "));
+    assert!(
+        c.cuda
+            .as_ref()
+            .unwrap()
+            .source
+            .contains("pf_fa_wgmma_rs_n128(pf_ot1, "),
+        "Z is stored as f32: each key tile's value sums are added in IEEE f32"
+    );
     emulation_check(&mut c, 5);
     // Depth 32 is no whole atom: `mma.sync` only.
     let p = load("examples/attention_global.json", &[("S", 40), ("D", 32)]);
