@@ -120,7 +120,6 @@ float pf_mt[2];
 float pf_sum0[2];
 float pf_st0[2];
 float pf_o0[16];
-float pf_ot0[16];
 float pf_cf0[2];
 unsigned pf_pa0[16];
 unsigned pf_pl0[16];
@@ -480,9 +479,6 @@ pf_m[pf_r] = pf_mn[pf_r]; }
 }
 }
 {
-for (int pf_i = 0; pf_i < 16; pf_i++) pf_ot0[pf_i] = 0.0f;
-}
-{
 #pragma unroll
 for (int pf_kc = 0; pf_kc < 4; pf_kc++)
 #pragma unroll
@@ -490,15 +486,12 @@ for (int pf_ep = 0; pf_ep < 2; pf_ep++) {
 pf_ldmatrix_x4_trans(&pf_kb[0], &pf_vcur0[(0 + pf_kc * 16 + pf_l % 16) * 40 + (pf_ep * 16 + 8 * (pf_l / 16))]);
 #pragma unroll
 for (int pf_mi = 0; pf_mi < 1; pf_mi++) {
-pf_mma_f16(&pf_ot0[(pf_mi * 4 + 2 * pf_ep + 0) * 4], &pf_pa0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[0]);
-pf_mma_f16(&pf_ot0[(pf_mi * 4 + 2 * pf_ep + 1) * 4], &pf_pa0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[2]);
-pf_mma_f16(&pf_ot0[(pf_mi * 4 + 2 * pf_ep + 0) * 4], &pf_pl0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[0]);
-pf_mma_f16(&pf_ot0[(pf_mi * 4 + 2 * pf_ep + 1) * 4], &pf_pl0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[2]);
+pf_mma_f16(&pf_o0[(pf_mi * 4 + 2 * pf_ep + 0) * 4], &pf_pa0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[0]);
+pf_mma_f16(&pf_o0[(pf_mi * 4 + 2 * pf_ep + 1) * 4], &pf_pa0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[2]);
+pf_mma_f16(&pf_o0[(pf_mi * 4 + 2 * pf_ep + 0) * 4], &pf_pl0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[0]);
+pf_mma_f16(&pf_o0[(pf_mi * 4 + 2 * pf_ep + 1) * 4], &pf_pl0[(pf_mi * 4 + pf_kc) * 4], &pf_kb[2]);
 }
 }
-}
-{
-for (int pf_i = 0; pf_i < 16; pf_i++) pf_o0[pf_i] += pf_ot0[pf_i];
 }
 {
 for (int pf_i = 0; pf_i < 8; pf_i++) pf_ot1[pf_i] = 0.0f;
