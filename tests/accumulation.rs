@@ -332,4 +332,16 @@ fn attention_stored_as_f32_adds_each_key_tiles_value_sums_in_ieee_f32() {
         polyfuse::frontend::ast::DType::F16;
     let c = compile(&p, &options(&[])).unwrap();
     assert!(!c.cuda.as_ref().unwrap().source.contains("pf_ot0"));
+    // So does an f32 output computed from the row states alone (the
+    // log-sum-exp beside an f16 `Y`).
+    let text = std::fs::read_to_string("examples/attention_lse.json").unwrap();
+    let p = load_str(&text, "attention_lse.json").unwrap();
+    assert!(p
+        .tensors
+        .iter()
+        .any(|t| t.dtype == polyfuse::frontend::ast::DType::F32
+            && t.role == polyfuse::frontend::ast::TensorRole::Output));
+    let c = compile(&p, &options(&[])).unwrap();
+    let source = &c.cuda.as_ref().unwrap().source;
+    assert!(source.contains("pf_o0[") && !source.contains("pf_ot0"));
 }

@@ -171,21 +171,11 @@ pub struct RowContraction {
     /// Each key tile's value products are summed from zero and added to
     /// the accumulators in IEEE f32, instead of chained onto them in the
     /// tensor cores, whose f32 sums are truncated (see
-    /// `contraction::Accumulation`): where the program stores an f32 or
-    /// f64 output ([`stores_wide_outputs`]). An f16 output carries its own
+    /// `contraction::Accumulation`): where an epilogue statement stores a
+    /// value computed from the contraction as f32 or f64
+    /// ([`Attention::with_promotion`]). An f16 store carries its own
     /// rounding, far above the truncations'.
     pub promoted: bool,
-}
-
-/// Whether `program` has an f32 or f64 output: an attention kernel's
-/// value sums are then promoted ([`RowContraction::promoted`]). Any such
-/// output counts, whether or not it is computed from the attention: an
-/// over-approximation, which costs the adds, never accuracy.
-pub(super) fn stores_wide_outputs(program: &Program) -> bool {
-    program.tensors.iter().any(|t| {
-        t.role == crate::frontend::ast::TensorRole::Output
-            && matches!(t.dtype, DType::F32 | DType::F64)
-    })
 }
 
 /// One shared buffer of an attention block (see
@@ -379,6 +369,36 @@ impl Split {
 }
 
 impl Attention {
+    /// Each contraction promoted ([`RowContraction::promoted`]) where the
+    /// epilogue stores a value computed from it as f32 or f64: following
+    /// the epilogue's statements in order, a statement that reads the
+    /// contraction's tensor, or a tensor an earlier one computed from it,
+    /// computes from it too. The accumulators leave the kernel through the
+    /// epilogue only (a split's partial states are the kernel's own, kept
+    /// in f32 and summed in f32 before the epilogue).
+    pub fn with_promotion(mut self, program: &Program) -> Self {
+        let statements: Vec<&crate::frontend::ast::Statement> = self
+            .epilogue
+            .iter()
+            .filter_map(|p| program.statements.get(*p))
+            .collect();
+        for x in &mut self.contractions {
+            let mut from = vec![x.tensor.clone()];
+            for st in &statements {
+                let mut reads = Vec::new();
+                crate::frontend::ast::collect_reads(&st.rhs, &mut reads);
+                if reads.iter().any(|(t, _)| from.contains(t)) {
+                    let wide = program
+                        .tensor(&st.lhs_tensor)
+                        .is_some_and(|t| matches!(t.dtype, DType::F32 | DType::F64));
+                    x.promoted |= wide;
+                    from.push(st.lhs_tensor.clone());
+                }
+            }
+        }
+        self
+    }
+
     /// Query rows of a block.
     pub fn block_rows(&self) -> i64 {
         if self.split.is_some() {
@@ -850,7 +870,7 @@ impl Roles<'_> {
             weight,
             value,
             rounded_once,
-            promoted: stores_wide_outputs(self.program),
+            promoted: false,
         });
         Some((form, u, n))
     }
@@ -1452,7 +1472,7 @@ pub fn recognise(
     if !within_rows(isl, scop, deps, &shape.row_idx)? {
         return Ok(None);
     }
-    let attention = form.plan(conditions);
+    let attention = form.plan(conditions).with_promotion(program);
     // One block row per batch combination (CUDA's grid y), and the tiles
     // in the shared memory a block may have on the H100.
     if attention.batches() > 65535 || attention.shared_bytes() > MAX_SHARED_BYTES {

@@ -337,7 +337,7 @@ impl SplitMatch<'_> {
                 repair: g.rhs.clone(),
                 repair_self: access_text(local, &lsubs),
                 rounded_once: super::attention::declared_in(program, &weight, roles.dtype),
-                promoted: super::attention::stores_wide_outputs(program),
+                promoted: false,
                 weight,
                 value,
             })
@@ -587,7 +587,7 @@ pub fn recognise(
     cond_batch.push(split.slice.clone());
     let padding = form.padding(program);
     let conditions = tile_conditions(isl, scop, v, &cond_batch, row, key, SPLIT_ROWS, padding)?;
-    let attention = form.plan(conditions);
+    let attention = form.plan(conditions).with_promotion(program);
     if attention.batches() > 65535
         || attention.grid_x() > i64::from(i32::MAX)
         || attention.shared_bytes() > super::attention::MAX_SHARED_BYTES
