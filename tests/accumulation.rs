@@ -12,6 +12,7 @@ use polyfuse::frontend::ast::Program;
 use polyfuse::frontend::load_str;
 use polyfuse::gpu::GpuOptions;
 use polyfuse::runtime::cpu::{run, RunOptions};
+use polyfuse::runtime::data::CheckResult;
 use polyfuse::{compile, Options};
 
 /// One generated contraction: its name, whether its stored value is f32,
@@ -98,23 +99,29 @@ fn load(case: &Case) -> Program {
     load_str(&case.json, "generated.json").unwrap_or_else(|e| panic!("{}: {e}", case.name))
 }
 
-/// Compiles `case` with `tile`, checks its emulation against the f64
-/// reference and returns the CUDA source.
-fn emulated(case: &Case, tile: &[i64]) -> String {
-    let mut c = compile(&load(case), &options(tile))
-        .unwrap_or_else(|e| panic!("{} {tile:?}: {e}", case.name));
-    let source = c.cuda.as_ref().unwrap().source.clone();
+/// Runs the CPU emulation of `c`'s GPU mapping on inputs from `seed` and
+/// returns its check against the f64 reference.
+fn emulation_check(mut c: polyfuse::Compiled, seed: u64) -> CheckResult {
     c.kernel_c = c.emulation_c.clone().unwrap();
     let r = run(
         &c,
         &RunOptions {
             check: true,
             bench_runs: 0,
-            seed: 11,
+            seed,
         },
     )
     .unwrap();
-    let check = r.check.unwrap();
+    r.check.unwrap()
+}
+
+/// Compiles `case` with `tile`, checks its emulation against the f64
+/// reference and returns the CUDA source.
+fn emulated(case: &Case, tile: &[i64]) -> String {
+    let c = compile(&load(case), &options(tile))
+        .unwrap_or_else(|e| panic!("{} {tile:?}: {e}", case.name));
+    let source = c.cuda.as_ref().unwrap().source.clone();
+    let check = emulation_check(c, 11);
     assert!(check.ok, "{} {tile:?}: {}", case.name, check.line());
     source
 }
@@ -173,7 +180,7 @@ fn promoted_runs_end_with_the_pipelines_round_and_the_blocks_k_range() {
     ] {
         let mut o = options(&[64, 64, 64]);
         o.gpu.as_mut().unwrap().k_split = split;
-        let mut c = compile(&load(&case), &o).unwrap();
+        let c = compile(&load(&case), &o).unwrap();
         let src = c.cuda.as_ref().unwrap().source.clone();
         assert!(src.contains(stages), "{} {split:?}", case.name);
         assert_eq!(
@@ -189,17 +196,7 @@ fn promoted_runs_end_with_the_pipelines_round_and_the_blocks_k_range() {
             "{} {split:?}",
             case.name
         );
-        c.kernel_c = c.emulation_c.clone().unwrap();
-        let r = run(
-            &c,
-            &RunOptions {
-                check: true,
-                bench_runs: 0,
-                seed: 3,
-            },
-        )
-        .unwrap();
-        let check = r.check.unwrap();
+        let check = emulation_check(c, 3);
         assert!(check.ok, "{} {split:?}: {}", case.name, check.line());
     }
 }
@@ -254,18 +251,8 @@ fn chained_sums_fail_the_check_at_a_long_reduction_and_promoted_ones_pass() {
             let gpu = o.gpu.as_mut().unwrap();
             gpu.k_split = Some(1);
             gpu.chained_accumulation = chained;
-            let mut c = compile(&load(&case), &o).unwrap();
-            c.kernel_c = c.emulation_c.clone().unwrap();
-            let r = run(
-                &c,
-                &RunOptions {
-                    check: true,
-                    bench_runs: 0,
-                    seed: 11,
-                },
-            )
-            .unwrap();
-            let check = r.check.unwrap();
+            let c = compile(&load(&case), &o).unwrap();
+            let check = emulation_check(c, 11);
             let ratio = check.max_rel_err / check.declared_rel_err;
             if chained {
                 assert!(!check.ok, "{tile:?} chained: {}", check.line());
@@ -305,7 +292,7 @@ fn attention_stored_as_f32_adds_each_key_tiles_value_sums_in_ieee_f32() {
         (3072, 16, "pf_mma_f16(&pf_ot0"),
         (512, 64, "pf_fa_wgmma_rs_n64(pf_ot0"),
     ] {
-        let mut c = compile(&attention_into_f32(s, d), &options(&[]))
+        let c = compile(&attention_into_f32(s, d), &options(&[]))
             .unwrap_or_else(|e| panic!("S {s} D {d}: {e}"));
         let source = c.cuda.as_ref().unwrap().source.clone();
         assert!(source.contains(engine), "S {s} D {d}: no {engine}");
@@ -313,17 +300,7 @@ fn attention_stored_as_f32_adds_each_key_tiles_value_sums_in_ieee_f32() {
             source.contains("pf_o0[pf_i] += pf_ot0[pf_i];"),
             "S {s} D {d}"
         );
-        c.kernel_c = c.emulation_c.clone().unwrap();
-        let r = run(
-            &c,
-            &RunOptions {
-                check: true,
-                bench_runs: 0,
-                seed: 11,
-            },
-        )
-        .unwrap();
-        let check = r.check.unwrap();
+        let check = emulation_check(c, 11);
         assert!(check.ok, "S {s} D {d}: {}", check.line());
     }
     // An f16 output keeps the chained sums.

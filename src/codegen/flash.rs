@@ -796,7 +796,7 @@ impl Emit<'_> {
         if self.emu {
             for (k, x) in a.contractions.iter().enumerate() {
                 self.start_tile_sums(k, x);
-                let lo = WARP_TILES * x.width / 8 * 4;
+                let lo = Self::accumulators(x);
                 let _ = writeln!(
                     self.out,
                     "for (int pf_wg = 0; pf_wg < {}; pf_wg++)\n\
@@ -910,10 +910,10 @@ impl Emit<'_> {
         }
         for (k, c) in a.contractions.iter().enumerate() {
             let frags = WARP_TILES * a.warp_keys() / 16 * 4;
-            vars.push((format!("pf_o{k}"), "float", WARP_TILES * c.width / 8 * 4));
+            vars.push((format!("pf_o{k}"), "float", Self::accumulators(c)));
             if c.promoted {
                 // A key tile's value sums, added to `pf_o` in IEEE f32.
-                vars.push((format!("pf_ot{k}"), "float", WARP_TILES * c.width / 8 * 4));
+                vars.push((format!("pf_ot{k}"), "float", Self::accumulators(c)));
             }
             vars.push((format!("pf_cf{k}"), "float", SLOTS));
             vars.push((format!("pf_pa{k}"), "uint32_t", frags));
@@ -1400,6 +1400,12 @@ impl Emit<'_> {
         }
     }
 
+    /// A thread's accumulators of contraction `x` (and, promoted, its key
+    /// tile's sums).
+    fn accumulators(x: &RowContraction) -> i64 {
+        WARP_TILES * x.width / 8 * 4
+    }
+
     /// Where contraction `k`'s value products go: its accumulators, or
     /// (promoted) the key tile's sums.
     fn value_sums(k: usize, x: &RowContraction) -> String {
@@ -1415,7 +1421,7 @@ impl Emit<'_> {
         if x.promoted {
             let code = format!(
                 "for (int pf_i = 0; pf_i < {}; pf_i++) {} = 0.0f;\n",
-                WARP_TILES * x.width / 8 * 4,
+                Self::accumulators(x),
                 self.at(&format!("pf_ot{k}"), "pf_i")
             );
             self.threads(&code);
@@ -1428,7 +1434,7 @@ impl Emit<'_> {
         if x.promoted {
             let code = format!(
                 "for (int pf_i = 0; pf_i < {}; pf_i++) {} += {};\n",
-                WARP_TILES * x.width / 8 * 4,
+                Self::accumulators(x),
                 self.at(&format!("pf_o{k}"), "pf_i"),
                 self.at(&format!("pf_ot{k}"), "pf_i")
             );
