@@ -32,23 +32,34 @@ static double tc_sum(const double *t, int n, int bits) {
 }
 int main(int argc, char **argv) {
   int K = atoi(argv[1]), NOUT = atoi(argv[2]), bits = atoi(argv[3]);
+  enum { NRUN = 6 };
+  const int run[NRUN] = {16, 64, 256, 512, 1024, 2048};
   double *a = malloc(sizeof(double) * K), *b = malloc(sizeof(double) * K);
-  double maxr = 0; double *R = malloc(8 * NOUT), *D = malloc(8 * NOUT), *C = malloc(8 * NOUT), *P1 = malloc(8 * NOUT), *P4 = malloc(8 * NOUT), *PI = malloc(8 * NOUT);
+  double maxr = 0, *R = malloc(8 * NOUT), *D = malloc(8 * NOUT), *C = malloc(8 * NOUT), *P[NRUN];
+  for (int q = 0; q < NRUN; q++) P[q] = malloc(8 * NOUT);
   for (int o = 0; o < NOUT; o++) {
     for (int k = 0; k < K; k++) { a[k] = f16(rnd()); b[k] = f16(rnd()); }
     double r = 0; float d = 0; for (int k = 0; k < K; k++) { r += a[k] * b[k]; d = d + (float)(a[k] * b[k]); }
     // chained: per 16 of k, terms = 16 products + acc
     double acc = 0, t[17];
     for (int k = 0; k < K; k += 16) { for (int j = 0; j < 16; j++) t[j] = a[k + j] * b[k + j]; t[16] = acc; acc = tc_sum(t, 17, bits); }
-    // promoted each instruction: tc sum of 16 from zero, then f32 RN add
-    float pi = 0; for (int k = 0; k < K; k += 16) { for (int j = 0; j < 16; j++) t[j] = a[k + j] * b[k + j]; t[16] = 0; pi = pi + (float)tc_sum(t, 17, bits); }
-    // promoted each k tile of 64 (4 chained instructions)
-    float p1 = 0; for (int k = 0; k < K; k += 64) { double part = 0; for (int q = 0; q < 64; q += 16) { for (int j = 0; j < 16; j++) t[j] = a[k + q + j] * b[k + q + j]; t[16] = part; part = tc_sum(t, 17, bits); } p1 = p1 + (float)part; }
-    float p4 = 0; for (int k = 0; k < K; k += 256) { double part = 0; for (int q = 0; q < 256; q += 16) { for (int j = 0; j < 16; j++) t[j] = a[k + q + j] * b[k + q + j]; t[16] = part; part = tc_sum(t, 17, bits); } p4 = p4 + (float)part; }
-    R[o] = r; D[o] = d; C[o] = acc; P1[o] = p1; P4[o] = p4; PI[o] = pi; if (fabs(r) > maxr) maxr = fabs(r);
+    // promoted every run[q] of k: that run's instructions chained from zero, then an f32 RN add
+    for (int q = 0; q < NRUN; q++) {
+      float p = 0;
+      for (int k0 = 0; k0 < K; k0 += run[q]) {
+        double part = 0;
+        for (int k = k0; k < k0 + run[q] && k < K; k += 16) { for (int j = 0; j < 16; j++) t[j] = a[k + j] * b[k + j]; t[16] = part; part = tc_sum(t, 17, bits); }
+        p = p + (float)part;
+      }
+      P[q][o] = p;
+    }
+    R[o] = r; D[o] = d; C[o] = acc; if (fabs(r) > maxr) maxr = fabs(r);
   }
-  double fl = 0.01 * maxr, ed = 0, ec = 0, e1 = 0, e4 = 0, ei = 0;
+  double fl = 0.01 * maxr, ed = 0, ec = 0, ep[NRUN] = {0};
   for (int o = 0; o < NOUT; o++) { double den = fmax(fabs(R[o]), fl);
-    ed = fmax(ed, fabs(D[o] - R[o]) / den); ec = fmax(ec, fabs(C[o] - R[o]) / den); e1 = fmax(e1, fabs(P1[o] - R[o]) / den); e4 = fmax(e4, fabs(P4[o] - R[o]) / den); ei = fmax(ei, fabs(PI[o] - R[o]) / den); }
-  printf("K=%d n=%d bits=%d declared %.3e chained %.3e (%.2fx) promoted/instr %.3e (%.2fx) promoted/64 %.3e (%.2fx) promoted/256 %.3e (%.2fx)\n", K, NOUT, bits, ed, ec, ec / ed, ei, ei / ed, e1, e1 / ed, e4, e4 / ed);
+    ed = fmax(ed, fabs(D[o] - R[o]) / den); ec = fmax(ec, fabs(C[o] - R[o]) / den);
+    for (int q = 0; q < NRUN; q++) ep[q] = fmax(ep[q], fabs(P[q][o] - R[o]) / den); }
+  printf("K=%d n=%d bits=%d declared %.3e chained %.3e (%.2fx)", K, NOUT, bits, ed, ec, ec / ed);
+  for (int q = 0; q < NRUN; q++) printf(" /%d %.2fx", run[q], ep[q] / ed);
+  printf("\n");
 }

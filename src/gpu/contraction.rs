@@ -157,40 +157,50 @@ pub struct Contraction {
 ///
 /// A model of the truncation (terms aligned to the largest and cut after
 /// 24 to 26 bits, the sum cut to 24; `bench/tc-model.c`, 20,000 outputs at
-/// k = 8192) gives the chained sum 1.4 to 3.4 times the sequential f32
-/// sum's largest error, and a sum promoted every instruction, every 64 or
-/// every 256 of k 0.11 to 0.26 times: a sum of sums is more accurate than
-/// the sequential sum the declared-precision run does.
+/// k = 2048, 8192 and 32768) gives the chained sum 1.1 to 5.7 times the
+/// sequential f32 sum's largest error, and sums promoted every 16, 64,
+/// 256 or 512 of k 0.08 to 0.41 times (every 1024, up to 0.65; every
+/// 2048, up to 1.1): a sum of short sums is more accurate than the
+/// sequential sum the declared-precision run does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accumulation {
     /// Every instruction adds onto the running accumulators.
     Chained,
-    /// Each `mma.sync` (16 of k) sums its products from zero into four
-    /// fresh registers; on `wgmma`, each run of `wgmma_k_tiles` k tiles
-    /// sums into a second register set started from zero. Those sums are
-    /// then added to the accumulators by ordinary (IEEE, round to
-    /// nearest) f32 additions: the truncation touches sums of at most one
-    /// run's products. What FP8 GEMMs call promotion. The wgmma engine
-    /// waits for the run's last group before adding it, so a run of
-    /// several tiles keeps the tensor cores busy across its other steps.
-    Promoted { wgmma_k_tiles: i64 },
+    /// Each run of `k_tiles` k tiles (the block's k tiles counted from
+    /// its first) sums its products into a second register set started
+    /// from zero (wgmma's scale-d 0, or zeroed before `mma.sync`); at the
+    /// run's end that set is added to the accumulators by ordinary (IEEE,
+    /// round to nearest) f32 additions: the truncation touches sums of at
+    /// most one run's products. What FP8 GEMMs call promotion. The wgmma
+    /// engine waits for the run's last group before adding it, so the
+    /// tensor cores drain once a run; a longer run drains less often.
+    Promoted { k_tiles: i64 },
 }
 
-/// k tiles (of 64) a promoted wgmma contraction sums before each IEEE add:
-/// 256 of k, within the model's accuracy above, one wait for the tensor
-/// cores every four steps.
-const PROMOTED_WGMMA_K_TILES: i64 = 4;
+/// Elements of k a promoted contraction sums before each IEEE add: within
+/// the model's 0.41 times the declared run's error above (the check
+/// admits 2), one wait for the tensor cores every 512 of k. Measured on
+/// the H200 (f16 4096^3 into f32, wgmma 128 x 128 x 64): runs of 256
+/// took 279 us against 213 us for the chained sum's 128 x 256 tiles.
+const PROMOTED_RUN_K: i64 = 512;
 
 impl Accumulation {
-    /// The accumulation a contraction whose region stores a value of
-    /// dtype `stored_dtype` needs: promoted when the stored value is f32
-    /// or wider, so that the tensor cores' truncation would reach memory.
-    pub fn for_stored(stored_dtype: DType) -> Self {
-        match stored_dtype {
-            DType::F32 | DType::F64 => Accumulation::Promoted {
-                wgmma_k_tiles: PROMOTED_WGMMA_K_TILES,
-            },
-            _ => Accumulation::Chained,
+    /// Whether a contraction whose region stores a value of dtype
+    /// `stored_dtype` needs its sums promoted: where the stored value is
+    /// f32 or wider, so that the tensor cores' truncation would reach
+    /// memory.
+    pub fn promotes(stored_dtype: DType) -> bool {
+        matches!(stored_dtype, DType::F32 | DType::F64)
+    }
+
+    /// The accumulation for that store with k tiles of `tile_k`.
+    pub fn for_stored(stored_dtype: DType, tile_k: i64) -> Self {
+        if Self::promotes(stored_dtype) {
+            Accumulation::Promoted {
+                k_tiles: (PROMOTED_RUN_K / tile_k.max(1)).max(1),
+            }
+        } else {
+            Accumulation::Chained
         }
     }
 
@@ -412,10 +422,10 @@ impl Contraction {
     }
     /// Blocks per multiprocessor to keep registers for: two when the
     /// accumulators of a thread fit in 64 registers, else one. A promoted
-    /// wgmma step holds a second set (its k tile's sums).
+    /// contraction holds a second set (its run's sums).
     pub fn min_blocks(&self) -> u32 {
         let [mt, nt] = self.fragments();
-        let sets = if self.wgmma && self.accumulation.is_promoted() {
+        let sets = if self.accumulation.is_promoted() {
             2
         } else {
             1
@@ -1195,15 +1205,15 @@ pub fn recognise(
     let auto = user.is_none();
     let wgmma = wgmma_fits(&a, &b, tile, warps, auto);
     let stored_dtype = program.tensor(&stored).map_or(DType::F32, |t| t.dtype);
-    let accumulation = Accumulation::for_stored(stored_dtype);
+    let promoted = Accumulation::promotes(stored_dtype);
     // The automatic tile takes wgmma's k tile: one 128-byte swizzled row.
     // A promoted wgmma step keeps a second set of accumulators (the k
-    // tile's sums, `codegen::mma`): at most 128 columns, so that a thread's
+    // run's sums, `codegen::mma`): at most 128 columns, so that a thread's
     // 64 accumulators and 64 sums fit its registers. Measured on the H200
     // (f16 4096^3 into f32, promoted): 128 x 256 tiles, 128 + 128 registers,
     // spilled and took 786 us against 211 us chained.
     let tile = if wgmma && auto {
-        let n = if accumulation.is_promoted() {
+        let n = if promoted {
             tile[1].min(PROMOTED_WGMMA_N)
         } else {
             tile[1]
@@ -1237,7 +1247,7 @@ pub fn recognise(
         epilogue,
         stored,
         terms,
-        accumulation,
+        accumulation: Accumulation::for_stored(stored_dtype, tile[2]),
     };
     // The latency regime sizes the stages by the update's k tiles alone.
     let latency = if c.terms.is_empty() {

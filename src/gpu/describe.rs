@@ -173,13 +173,11 @@ fn tensor_cores(f: &mut fmt::Formatter<'_>, c: &Contraction) -> fmt::Result {
         let names: Vec<&str> = c.epilogue.iter().map(|e| e.statement.as_str()).collect();
         write!(f, ", epilogue {}", names.join(", "))?;
     }
-    if let Accumulation::Promoted { wgmma_k_tiles } = c.accumulation {
-        let each = if c.wgmma {
-            format!("{wgmma_k_tiles} k tile(s)")
-        } else {
-            "16 of k".to_string()
-        };
-        write!(f, ", sums added in IEEE f32 every {each} (an f32 store)")?;
+    if let Accumulation::Promoted { k_tiles } = c.accumulation {
+        write!(
+            f,
+            ", sums added in IEEE f32 every {k_tiles} k tile(s) (an f32 store)"
+        )?;
     }
     writeln!(f)
 }

@@ -85,31 +85,20 @@ impl<'r, 'a> Engine<'r, 'a> {
         self.c.accumulation.is_promoted()
     }
 
-    /// A promoted wgmma engine's run: `(first, last)`, C conditions true
-    /// at the first step of a run of `wgmma_k_tiles` k tiles (its sums
-    /// start from zero) and at its last (they are added), the block's last
-    /// k tile ending a run too. Runs start at the block's first k tile and
-    /// never cross the main loop's round of `stages` steps (`pf_u` starts
-    /// again at 0): where the run does not divide the round, its last step
-    /// ends a run.
+    /// A promoted engine's run: `(first, last)`, C conditions true at
+    /// the first step of a run of `k_tiles` k tiles (its sums start from
+    /// zero) and at its last (they are added), counted from the block's
+    /// first k tile; the block's last k tile ends a run too.
     pub(super) fn promotion_run(&self) -> Option<(String, String)> {
         match self.c.accumulation {
-            Accumulation::Promoted { wgmma_k_tiles: r } if self.wg => {
-                let st = self.c.stages;
-                let round_end = if st % r == 0 {
-                    String::new()
-                } else {
-                    format!(" || pf_u + 1 == {st}")
-                };
+            Accumulation::Promoted { k_tiles } => {
+                let (tk, span) = (self.tk, k_tiles * self.tk);
                 Some((
-                    format!("pf_u % {r} == 0"),
-                    format!(
-                        "((pf_u + 1) % {r} == 0{round_end} || pf_kt + {} >= pf_ke)",
-                        self.tk
-                    ),
+                    format!("(pf_kt - pf_kb) % {span} == 0"),
+                    format!("((pf_kt - pf_kb + {tk}) % {span} == 0 || pf_kt + {tk} >= pf_ke)"),
                 ))
             }
-            _ => None,
+            Accumulation::Chained => None,
         }
     }
 
@@ -198,9 +187,8 @@ impl<'r, 'a> Engine<'r, 'a> {
     /// index), one static array of every thread's in the emulation.
     fn declare_accumulators(&self, o: &mut Lines) {
         let (mt, nt) = (self.mt, self.nt);
-        // A promoted wgmma step's sums (`pf_step`), the accumulators'
-        // shape; mma.sync's are four registers per instruction.
-        let part = self.wg && self.promoted();
+        // A promoted run's sums (`pf_step`), the accumulators' shape.
+        let part = self.promoted();
         if self.emulated() {
             o.line(
                 1,
@@ -222,7 +210,7 @@ impl<'r, 'a> Engine<'r, 'a> {
     }
 
     /// `pf_acc += pf_step`, every register of the thread's (every thread's
-    /// in the emulation): a promoted wgmma step's sums added in IEEE f32.
+    /// in the emulation): a promoted run's sums added in IEEE f32.
     pub(super) fn add_part(&self, o: &mut Lines, d: usize) {
         let (mt, nt) = (self.mt, self.nt);
         let (acc, part) = if self.emulated() {

@@ -32,12 +32,39 @@ impl Engine<'_, '_> {
         }
     }
 
-    /// The step on stage `pf_stage`, on the GPU or emulated.
+    /// The step on stage `pf_stage`, on the GPU or emulated. A promoted
+    /// run (`Accumulation::Promoted`) starts its sums from zero at its
+    /// first step and adds them to the accumulators after its last.
     pub(super) fn mma_sync_step(&self, o: &mut Lines, d: usize) {
+        let run = self.promotion_run();
+        if let Some((first, _)) = &run {
+            if self.emulated() {
+                o.line(
+                    d,
+                    format!("if ({first}) memset(pf_step, 0, sizeof pf_step);"),
+                );
+            } else {
+                let (mt, nt) = (self.mt, self.nt);
+                o.line(d, format!("if ({first})"));
+                o.line(d + 1, "#pragma unroll");
+                o.line(d + 1, format!("for (int pf_mt = 0; pf_mt < {mt}; pf_mt++)"));
+                o.line(d + 1, "#pragma unroll");
+                o.line(d + 1, format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
+                o.line(d + 1, "#pragma unroll");
+                o.line(
+                    d + 1,
+                    "for (int pf_r = 0; pf_r < 4; pf_r++) pf_step[pf_mt][pf_nt][pf_r] = 0.0f;",
+                );
+            }
+        }
         if self.emulated() {
             self.emulated_mma_sync_step(o, d);
         } else {
             self.gpu_mma_sync_step(o, d);
+        }
+        if let Some((_, last)) = &run {
+            o.line(d, format!("if {last}"));
+            self.add_part(o, d + 1);
         }
     }
 
@@ -45,8 +72,7 @@ impl Engine<'_, '_> {
     /// its lanes as arrays, `ldmatrix` and `mma` as C functions on them.
     /// `pf_emu_mma` models the tensor cores' truncated sum
     /// (`pf_emu_tc_sum`): a promoted step (`Accumulation::Promoted`) runs
-    /// it on zeros and adds the result in IEEE f32, a chained one runs it
-    /// on the accumulators.
+    /// it on its run's sums, a chained one on the accumulators.
     fn emulated_mma_sync_step(&self, o: &mut Lines, d: usize) {
         let (mt, nt, wn, wtm, wtn, tk) = (self.mt, self.nt, self.wn, self.wtm, self.wtn, self.tk);
         let (ba, bb) = (&self.ba, &self.bb);
@@ -126,14 +152,11 @@ impl Engine<'_, '_> {
             format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++) {{"),
         );
         o.line(d + 3, "static float pf_d[32][4];");
-        // Promoted: the instruction's sums from zero, added in IEEE f32 as
-        // on the GPU; chained: onto the accumulators.
-        let (start, finish) = if self.promoted() {
-            ("0.0f", "+=")
-        } else {
-            ("pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r]", "=")
-        };
-        o.line(d + 3, format!("for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_d[pf_l][pf_r] = {start};"));
+        // Promoted: onto the run's sums (`pf_step`, from zero at its
+        // start), chained: onto the accumulators.
+        let into = if self.promoted() { "pf_step" } else { "pf_acc" };
+        let reg = format!("{into}[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r]");
+        o.line(d + 3, format!("for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_d[pf_l][pf_r] = {reg};"));
         o.line(
             d + 3,
             format!(
@@ -141,7 +164,7 @@ impl Engine<'_, '_> {
                 i32::from(self.c.dtype == DType::BF16)
             ),
         );
-        o.line(d + 3, format!("for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_warp * 32 + pf_l][pf_mt][pf_nt][pf_r] {finish} pf_d[pf_l][pf_r];"));
+        o.line(d + 3, format!("for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_r = 0; pf_r < 4; pf_r++) {reg} = pf_d[pf_l][pf_r];"));
         o.line(d + 2, "}");
         o.line(d + 1, "}");
         o.line(d, "}");
@@ -178,23 +201,11 @@ impl Engine<'_, '_> {
         o.line(d + 1, "#pragma unroll");
         o.line(d + 1, format!("for (int pf_nt = 0; pf_nt < {nt}; pf_nt++)"));
         let operands = "pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]";
-        if self.promoted() {
-            // The instruction's 16 products summed from zero, then added
-            // in IEEE f32 (`Accumulation::Promoted`).
-            o.line(d + 1, "{");
-            o.line(d + 2, "float pf_p[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
-            o.line(d + 2, format!("pf_mma_{mma}(pf_p, {operands});"));
-            o.line(
-                d + 2,
-                "for (int pf_r = 0; pf_r < 4; pf_r++) pf_acc[pf_mt][pf_nt][pf_r] += pf_p[pf_r];",
-            );
-            o.line(d + 1, "}");
-        } else {
-            o.line(
-                d + 2,
-                format!("pf_mma_{mma}(pf_acc[pf_mt][pf_nt], {operands});"),
-            );
-        }
+        let into = if self.promoted() { "pf_step" } else { "pf_acc" };
+        o.line(
+            d + 2,
+            format!("pf_mma_{mma}({into}[pf_mt][pf_nt], {operands});"),
+        );
         o.line(d, "}");
     }
 
