@@ -335,6 +335,8 @@ fn gemm_keeps_its_accumulators_in_registers() {
     // stay within a thread.
     assert!(c.gpu_tree.as_ref().unwrap().to_string().contains("nosync"));
     emulate_ok(&json, &auto);
+    // Without register tiles (emulated at 300 x 270, its automatic tile
+    // there).
     let mut off = auto.clone();
     off.gpu = Some(GpuOptions {
         auto_tile: true,
@@ -343,7 +345,7 @@ fn gemm_keeps_its_accumulators_in_registers() {
     });
     let c = compile(&p, &off).unwrap();
     assert!(!c.cuda.as_ref().unwrap().source.contains("pf_reg_"));
-    emulate_ok(&json, &off);
+    emulate_ok(&gemm(300, 270, 33), &off);
 }
 
 /// Auto-tiled GPU options with register groups of `vector` points.
@@ -368,11 +370,18 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     // groups stay 16-byte aligned. Odd M and N take the guarded path.
     let json = gemm(2100, 2092, 36);
     let p = load_str(&json, "gemm.json").unwrap();
+    // The variants with their tiles given are emulated at 300 x 270 (the
+    // same code, partial tiles along every axis).
+    let small = load_str(&gemm(300, 270, 36), "gemm.json").unwrap();
     // The code with each line's indentation dropped: whether the region is
     // printed once for every tile (`codegen::cuda::box_reads`) or twice
     // moves it by a level.
     let flat = |c: String| c.lines().map(str::trim).collect::<Vec<_>>().join("\n");
-    let cuda = flat(emulated_cuda(&p, &grouped(4, &[])));
+    // The automatic tile (128 x 128 x 16, unrolled, double-buffered) is
+    // the code that
+    // `double_buffered_tiles_fetch_the_next_step_while_computing_on_this_one`
+    // emulates.
+    let cuda = flat(compile(&p, &grouped(4, &[])).unwrap().cuda.unwrap().source);
     for text in [
         "const pf_i pf_t1 = (pf_rx / 4) * 64 + (pf_i)threadIdx.x * 4 + pf_rx % 4;",
         "const pf_i c4 = (pf_ry / 4) * 64 + (pf_i)threadIdx.y * 4 + pf_ry % 4;",
@@ -404,7 +413,7 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     if let Some(g) = given.gpu.as_mut() {
         g.auto_tile = false;
     }
-    let cuda = flat(emulated_cuda(&p, &given));
+    let cuda = flat(cuda_emulated_on(&p, &small, &given));
     assert!(cuda.contains(full_steps), "{cuda}");
     assert!(!cuda.contains(unroll_step), "{cuda}");
     assert!(!cuda.contains(unroll_full), "{cuda}");
@@ -412,7 +421,7 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
     if let Some(g) = unrolled.gpu.as_mut() {
         g.unroll = Some(true);
     }
-    let cuda = flat(emulated_cuda(&p, &unrolled));
+    let cuda = flat(cuda_emulated_on(&p, &small, &unrolled));
     assert!(cuda.contains(unroll_step), "{cuda}");
     assert!(cuda.contains(unroll_full), "{cuda}");
     // 32 steps on 8 x 8 registers: past the unrolling limit (NVRTC's
@@ -423,7 +432,7 @@ fn register_groups_give_each_thread_neighbouring_points_read_as_vectors() {
         g.auto_tile = false;
         g.block = vec![16, 16];
     }
-    let cuda = emulated_cuda(&p, &deep);
+    let cuda = cuda_emulated_on(&p, &small, &deep);
     let step = cuda.find("for (pf_i c3 = 0;").unwrap();
     assert!(
         !cuda[..step].trim_end().ends_with("#pragma unroll"),
@@ -482,7 +491,20 @@ fn double_buffered_tiles_fetch_the_next_step_while_computing_on_this_one() {
         g.pipeline = Some(true);
         g.unroll = Some(true);
     }
-    let cuda = emulated_cuda(&p, &options);
+    // The automatic tile here is 128 x 128 x 16 on 16 x 16 threads: given
+    // so, the code is the same, and is emulated at 300 x 270.
+    let mut given = options.clone();
+    given.tile = vec![128, 128, 16];
+    if let Some(g) = given.gpu.as_mut() {
+        g.auto_tile = false;
+        g.block = vec![16, 16];
+    }
+    let small = load_str(&gemm(300, 270, 36), "gemm.json").unwrap();
+    let cuda = cuda_emulated_on(&p, &small, &given);
+    for auto in [&options, &grouped(4, &[])] {
+        let c = compile(&p, auto).unwrap();
+        assert_eq!(c.cuda.as_ref().unwrap().source, cuda, "the automatic tile");
+    }
     for text in [
         "__shared__ __align__(16) float pf_shared_kernel_0_A[4224];",
         "const pf_i pf_stage = ((c2 - (0)) / 16) % 2;",
@@ -1079,7 +1101,7 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
         let body = format!("C(i, j) +=! {a_use} * {b_use}");
         let trans = format!("t{}{}", u8::from(a_mn), u8::from(b_mn));
         for dtype in ["f16", "bf16"] {
-            let json = contraction(a, b, &body, dtype, (300, 520, 100));
+            let json = contraction(a, b, &body, dtype, (150, 300, 100));
             let p = load_str(&json, "mm.json").unwrap();
             for tile in [[128, 256, 64], [64, 128, 64]] {
                 let o = gpu_options(&tile);
@@ -1261,11 +1283,14 @@ fn a_contractions_reduction_split_over_a_cluster_is_emulated() {
     // each block stores the registers it owns. Both engines (wgmma at
     // 64 x 64 x 64, mma.sync at 32 x 32 x 32), splits that leave the last
     // block a shorter range or none (8 ranks of 777 = 13 k tiles of 64:
-    // two each, the last one none), partial tiles along m, n and k.
-    let json = gemm_f16(130, 200, 777);
-    let p = load_str(&json, "mm.json").unwrap();
+    // two each, the last one none), partial tiles along m, n and k. The
+    // split of 8 at 130 x 200 (35 tiles of 32 x 32: 280 blocks) unrolls
+    // the pipeline; the others, at 70 x 83, roll it.
     for tile in [[64, 64, 64], [32, 32, 32]] {
         for split in [2u32, 3, 8] {
+            let (m, n) = if split == 8 { (130, 200) } else { (70, 83) };
+            let json = gemm_f16(m, n, 777);
+            let p = load_str(&json, "mm.json").unwrap();
             let mut o = gpu_options(&tile);
             o.gpu.as_mut().unwrap().k_split = Some(split);
             let c = compile(&p, &o).unwrap();
@@ -1290,7 +1315,7 @@ fn a_contractions_reduction_split_over_a_cluster_is_emulated() {
             // tile of a block fits a stage: the pipeline's loops roll (no
             // unrolled copies); 35 tiles of 32 x 32 split 8 are 280 blocks.
             let blocks =
-                (130 + tile[0] - 1) / tile[0] * ((200 + tile[1] - 1) / tile[1]) * i64::from(split);
+                (m + tile[0] - 1) / tile[0] * ((n + tile[1] - 1) / tile[1]) * i64::from(split);
             assert_eq!(
                 src.contains("for (int pf_s = 0; pf_s <"),
                 blocks <= 132,
@@ -1302,7 +1327,7 @@ fn a_contractions_reduction_split_over_a_cluster_is_emulated() {
     // A long k (79 tiles, 40 a block): more than shared memory holds, so
     // the unrolled pipeline, split in two; one wave of 64 x 64 tiles: six
     // stages, four tiles ahead.
-    let long = gemm_f16(130, 200, 5000);
+    let long = gemm_f16(70, 83, 5000);
     let mut o = gpu_options(&[64, 64, 64]);
     o.gpu.as_mut().unwrap().k_split = Some(2);
     let c = compile(&load_str(&long, "mm.json").unwrap(), &o).unwrap();
@@ -1471,6 +1496,15 @@ fn emulated_cuda(p: &Program, options: &Options) -> String {
     let source = c.cuda.as_ref().unwrap().source.clone();
     emulation_checks(c, "");
     source
+}
+
+/// The CUDA of `p` under `options`, its text only; the same options'
+/// emulation is checked on `small` instead (a smaller program of the same
+/// statements: the mapping's code paths at a tenth of the emulated work).
+fn cuda_emulated_on(p: &Program, small: &Program, options: &Options) -> String {
+    let c = compile(p, options).unwrap_or_else(|e| panic!("{e}"));
+    emulated_cuda(small, options);
+    c.cuda.as_ref().unwrap().source.clone()
 }
 
 /// Runs the CPU emulation of `c`'s GPU mapping and checks it against the
