@@ -63,34 +63,34 @@ fn emulation_check(c: &mut Compiled, seed: u64) -> f64 {
 
 #[test]
 fn every_prefill_example_runs_on_tensor_cores_and_matches_the_reference_off_the_tile_grid() {
-    // S = 75 and 131: partial tiles of 64 rows and of 64 keys; D = 32: two
-    // k steps of the scores, four column tiles of the values.
-    for (name, extra) in [
-        ("attention_global", vec![]),
-        ("attention_causal", vec![]),
-        ("attention_alibi", vec![]),
-        ("attention_softcap", vec![]),
-        ("attention_gqa", vec![]),
-        ("attention_window", vec![("W", 37)]),
+    // S = 75 or 131 (in turn, so that each size meets masked and unmasked
+    // programs): partial tiles of 64 rows and of 64 keys, two or three of
+    // them; D = 32: two k steps of the scores, four column tiles of the
+    // values.
+    for (name, extra, s) in [
+        ("attention_global", vec![], 75),
+        ("attention_causal", vec![], 131),
+        ("attention_alibi", vec![], 75),
+        ("attention_softcap", vec![], 131),
+        ("attention_gqa", vec![], 75),
+        ("attention_window", vec![("W", 37)], 131),
     ] {
-        for s in [75, 131] {
-            let mut sizes = vec![("S", s), ("D", 32)];
-            sizes.extend(extra.iter().copied());
-            let p = load(&format!("examples/{name}.json"), &sizes);
-            let mut c = compiled(&p, true);
-            assert!(on_tensor_cores(&c), "{name} S={s} is not on tensor cores");
-            let cuda = c.cuda.as_ref().unwrap();
-            // One block of 128 threads per 64 rows of each (batch, head).
-            assert_eq!(cuda.kernels[0].block, [128, 1, 1], "{name}");
-            // The value products never go through memory: no temp is read.
-            for t in ["t_P[", "t_T[", "t_E[", "t_M[", "t_L[", "t_O["] {
-                assert!(!cuda.source.contains(t), "{name}: {t} in the kernel");
-            }
-            let err = emulation_check(&mut c, s as u64);
-            // The weights are split in two f16 terms: the output's own
-            // rounding (f16, 2^-11) dominates the error.
-            assert!(err < 1e-3, "{name} S={s}: {err}");
+        let mut sizes = vec![("S", s), ("D", 32)];
+        sizes.extend(extra.iter().copied());
+        let p = load(&format!("examples/{name}.json"), &sizes);
+        let mut c = compiled(&p, true);
+        assert!(on_tensor_cores(&c), "{name} S={s} is not on tensor cores");
+        let cuda = c.cuda.as_ref().unwrap();
+        // One block of 128 threads per 64 rows of each (batch, head).
+        assert_eq!(cuda.kernels[0].block, [128, 1, 1], "{name}");
+        // The value products never go through memory: no temp is read.
+        for t in ["t_P[", "t_T[", "t_E[", "t_M[", "t_L[", "t_O["] {
+            assert!(!cuda.source.contains(t), "{name}: {t} in the kernel");
         }
+        let err = emulation_check(&mut c, s as u64);
+        // The weights are split in two f16 terms: the output's own
+        // rounding (f16, 2^-11) dominates the error.
+        assert!(err < 1e-3, "{name} S={s}: {err}");
     }
 }
 
