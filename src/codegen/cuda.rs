@@ -1808,7 +1808,7 @@ impl Ctx<'_> {
             let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
             self.printer.overrides.borrow_mut().insert(
                 crate::model::access_text(&st.lhs_tensor, &subs),
-                "pf_vs[pf_r]".to_string(),
+                "pf_vs[pf_r]".into(),
             );
         }
         let text = self.printer.statement(st, s.kind, &env);
@@ -2166,8 +2166,9 @@ impl Ctx<'_> {
     }
 
     /// The register of the current thread point: `pf_reg[pf_ry][pf_rx]` (on
-    /// the CPU also indexed by the emulated thread).
-    fn register_element(&self, regs: &RegisterTile) -> String {
+    /// the CPU also indexed by the emulated thread), read and written
+    /// without conversion (`expr::Element::unconverted`).
+    fn register_element(&self, regs: &RegisterTile) -> super::expr::Element {
         let nt = regs.thread_dims;
         let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
         let mut idx = String::new();
@@ -2179,7 +2180,7 @@ impl Ctx<'_> {
         for a in &axes {
             let _ = write!(idx, "[pf_r{a}]");
         }
-        format!("{}{idx}", regs.buffer)
+        super::expr::Element::unconverted(format!("{}{idx}", regs.buffer))
     }
 
     /// The register region: declare the registers, load the thread's
@@ -2268,7 +2269,7 @@ impl Ctx<'_> {
                     depth,
                     format!(
                         "if ({cond}) {}",
-                        statement(&self.register_element(regs), &el)
+                        statement(&self.register_element(regs).text, &el)
                     ),
                 );
                 for _ in &axes {
@@ -2507,14 +2508,14 @@ impl Ctx<'_> {
                 .collect();
             self.printer.overrides.borrow_mut().insert(
                 crate::model::access_text(&regs.tensor, &element),
-                "pf_cv".to_string(),
+                "pf_cv".into(),
             );
             // The statement the gpu stage chose to move the value out
             // (`Contraction::stored`): the one that writes that tensor.
             if c.stored != regs.tensor && st.lhs_tensor == c.stored {
                 self.printer.overrides.borrow_mut().insert(
                     crate::model::access_text(&st.lhs_tensor, &lhs),
-                    "pf_dv".to_string(),
+                    "pf_dv".into(),
                 );
                 moved_to = Some((st.lhs_tensor.clone(), lhs, e.iterators.clone()));
             }
@@ -2721,9 +2722,10 @@ impl Ctx<'_> {
         let repeated = self.repeated_private.contains(&region.mark);
         // A read-only copy of an f16 or bf16 input is held in f32, converted
         // once when it is loaded, not at every read (attention reads each
-        // element of its query row once per key). Such an array's name
-        // starts with `WIDE_REGISTER_PREFIX`, which the printer reads
-        // without conversion. Not in a repeated region: that stores every
+        // element of its query row once per key). Its view tells the
+        // printer to read it without conversion (`PrivateView::unconverted`);
+        // its name starts with `WIDE_REGISTER_PREFIX`, for the reader of the
+        // CUDA. Not in a repeated region: that stores every
         // array back to its tensor, which holds f16 or bf16.
         //
         // An f16 or bf16 array the region writes is held in f32 too, and
@@ -2784,6 +2786,7 @@ impl Ctx<'_> {
                 a.tensor.clone(),
                 super::expr::PrivateView {
                     buffer: buffer.clone(),
+                    unconverted: wide(a),
                     sizes: a.sizes.clone(),
                     offset: offsets,
                 },
@@ -2973,7 +2976,7 @@ impl Ctx<'_> {
                 } else {
                     format!("{}[{stage}{idx}]", a.buffer)
                 };
-                o.insert(key.clone(), el);
+                o.insert(key.clone(), el.into());
             }
         }
         if let (true, Some(regs)) = (self.in_regs, self.regs) {
@@ -2989,7 +2992,7 @@ impl Ctx<'_> {
             let mut o = self.printer.overrides.borrow_mut();
             for (stmt, key, element) in self.printer.run_reads.borrow().iter() {
                 if stmt == statement {
-                    o.insert(key.clone(), element.clone());
+                    o.insert(key.clone(), element.clone().into());
                 }
             }
         }

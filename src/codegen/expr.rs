@@ -104,8 +104,43 @@ impl GlobalAccesses {
     }
 }
 
-fn is_wide_register(el: &str) -> bool {
-    el.starts_with(WIDE_REGISTER_PREFIX)
+/// An element as the printer addresses it: its C text, and whether it is
+/// read and written as it is, with no conversion from or to its tensor's
+/// storage type: a register tile's register, or a private copy of an f16
+/// or bf16 tensor widened once when loaded, both holding f16 and bf16
+/// values in f32 (`gpu::registers::WIDE_REGISTER_PREFIX`). Decided where
+/// the element is made (the register tile, the private region), carried
+/// here rather than read back from its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Element {
+    pub text: String,
+    pub unconverted: bool,
+}
+
+impl Element {
+    /// An element read and written without conversion.
+    pub fn unconverted(text: impl Into<String>) -> Self {
+        Element {
+            text: text.into(),
+            unconverted: true,
+        }
+    }
+}
+
+/// An element held in its tensor's storage type.
+impl From<String> for Element {
+    fn from(text: String) -> Self {
+        Element {
+            text,
+            unconverted: false,
+        }
+    }
+}
+
+impl From<&str> for Element {
+    fn from(text: &str) -> Self {
+        text.to_string().into()
+    }
 }
 
 /// Everything needed to print statement bodies of one program.
@@ -115,7 +150,7 @@ pub struct Printer<'a> {
     pub mode: Mode,
     /// Element references that replace `t_X[...]` for some accesses (keyed
     /// by `model::access_text`): reads of tiles promoted to shared memory.
-    pub overrides: std::cell::RefCell<HashMap<String, String>>,
+    pub overrides: std::cell::RefCell<HashMap<String, Element>>,
     /// Tensors held in thread-private arrays where the printer is (see
     /// `gpu::private`): every access to them names the array instead.
     pub privates: std::cell::RefCell<HashMap<String, PrivateView>>,
@@ -150,6 +185,8 @@ pub struct Printer<'a> {
 #[derive(Debug, Clone)]
 pub struct PrivateView {
     pub buffer: String,
+    /// Read and written without conversion (see [`Element::unconverted`]).
+    pub unconverted: bool,
     pub sizes: Vec<i64>,
     /// C text of the box offset along each dimension.
     pub offset: Vec<String>,
@@ -194,6 +231,17 @@ impl Printer<'_> {
         env: &HashMap<String, String>,
         write: Option<bool>,
     ) -> String {
+        self.element_ref(tensor, subs, env, write).text
+    }
+
+    /// [`Self::element_access`] with whether the element is converted.
+    fn element_ref(
+        &self,
+        tensor: &str,
+        subs: &[Affine],
+        env: &HashMap<String, String>,
+        write: Option<bool>,
+    ) -> Element {
         if let Some(e) = self
             .overrides
             .borrow()
@@ -214,10 +262,14 @@ impl Printer<'_> {
                     format!("({idx} * {} + {local})", v.sizes[d])
                 };
             }
-            return if idx.is_empty() {
+            let text = if idx.is_empty() {
                 v.buffer.clone()
             } else {
                 format!("{}[{idx}]", v.buffer)
+            };
+            return Element {
+                text,
+                unconverted: v.unconverted,
             };
         }
         let t = self.tensor(tensor);
@@ -244,12 +296,15 @@ impl Printer<'_> {
             idx = format!("{f}({k}, {idx})");
         }
         self.globals.note(tensor);
-        format!("{}[{idx}]", tensor_name(tensor))
+        format!("{}[{idx}]", tensor_name(tensor)).into()
     }
 
     fn load(&self, tensor: &str, subs: &[Affine], env: &HashMap<String, String>) -> String {
-        let el = self.element_access(tensor, subs, env, Some(false));
-        if is_wide_register(&el) {
+        let Element {
+            text: el,
+            unconverted,
+        } = self.element_ref(tensor, subs, env, Some(false));
+        if unconverted {
             return el;
         }
         match (self.mode, self.tensor(tensor).dtype) {
@@ -533,7 +588,7 @@ impl Printer<'_> {
         };
         let lhs = self.tensor(&st.lhs_tensor);
         let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-        let el = self.element_access(&st.lhs_tensor, &subs, env, Some(true));
+        let el = self.element_ref(&st.lhs_tensor, &subs, env, Some(true));
         let t = lhs.dtype.compute();
         let acc = self.load(&st.lhs_tensor, &subs, env);
         let value = self.combine(op, t, &acc, v);
@@ -543,9 +598,13 @@ impl Printer<'_> {
     /// `el = value;` into an element of dtype `t`, `value` in the compute
     /// type; `running` for a reduction's update, whose value the
     /// declared-precision run holds in [`accumulator_dtype`].
-    fn store(&self, el: &str, t: DType, running: bool, value: &str) -> String {
+    fn store(&self, el: &Element, t: DType, running: bool, value: &str) -> String {
+        let Element {
+            text: el,
+            unconverted,
+        } = el;
         match (self.mode, t) {
-            _ if is_wide_register(el) => format!("{el} = {value};"),
+            _ if *unconverted => format!("{el} = {value};"),
             (Mode::Native, DType::F16) => format!("{el} = pf_f2h({value});"),
             (Mode::Native, DType::BF16) => format!("{el} = pf_f2b({value});"),
             (Mode::Native, t) if t.is_narrow_float() => {
@@ -576,7 +635,7 @@ impl Printer<'_> {
     ) -> String {
         let lhs = self.tensor(&st.lhs_tensor);
         let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
-        let el = self.element_access(&st.lhs_tensor, &subs, env, Some(true));
+        let el = self.element_ref(&st.lhs_tensor, &subs, env, Some(true));
         let t = lhs.dtype.compute();
         let value = match (kind, st.op) {
             (StmtKind::Init, AssignOp::Reduce { op, .. }) => self.stored_identity(op, lhs.dtype),

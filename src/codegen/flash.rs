@@ -487,7 +487,9 @@ impl Emit<'_> {
             tensors: &self.scop.tensors,
             params: &[],
             mode: Mode::Native,
-            overrides: std::cell::RefCell::new(overrides),
+            overrides: std::cell::RefCell::new(
+                overrides.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            ),
             privates: Default::default(),
             fixed_selects: Default::default(),
             run_reads: Default::default(),

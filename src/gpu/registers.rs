@@ -29,10 +29,11 @@ use crate::isl::Isl;
 use crate::model::Scop;
 use crate::model::StmtKind;
 
-/// Overrides whose text starts with this name are registers that hold an
-/// f16 or bf16 element in f32 (a register tile's accumulator): the printer
-/// reads and writes them without conversion, so a reduction rounds once,
-/// when the register is stored. The gpu stage names the registers.
+/// The name prefix of registers that hold an f16 or bf16 element in f32 (a
+/// register tile's accumulator, a widened private copy), so that a
+/// reduction rounds once, when the register is stored. A name for the
+/// reader of the CUDA: the printer is told by `codegen::expr::Element`,
+/// not by the name, to read and write them without conversion.
 pub const WIDE_REGISTER_PREFIX: &str = "pf_reg_";
 
 /// The most register updates (steps times a thread's register slots) an

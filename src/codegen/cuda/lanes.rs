@@ -1215,7 +1215,7 @@ impl Ctx<'_> {
                 format!("{}[pf_t]", c.buffer)
             };
             for key in &c.keys {
-                o.insert(key.clone(), slot.clone());
+                o.insert(key.clone(), slot.clone().into());
             }
         }
     }
