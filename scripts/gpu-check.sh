@@ -162,6 +162,7 @@ declare -A ODD=(
     [rnn]="T=11 N=37"
     [lstm]="T=7 B=5 I=19 H=37"
     [stacked_rnn]="L=3 T=7 N=29"
+    [stacked_lstm]="L=3 T=5 B=3 H=37"
     [dilated_rnn]="T=19 N=37"
     [grid_rnn]="R=7 S=5 N=37"
     [gemm_bias_gelu_f16]="M=37 N=53 K=29"

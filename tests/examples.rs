@@ -356,6 +356,14 @@ fn rnn() {
 }
 
 #[test]
+fn stacked_lstm() {
+    // LSTM layers stacked in nested loop blocks: each cell's gates two
+    // products into one tensor, reading the layer below at the same time
+    // and its own layer one step before (a wavefront over l + t).
+    check_example_sampled("stacked_lstm", &[("L", 2), ("T", 5), ("B", 3), ("H", 37)]);
+}
+
+#[test]
 fn stacked_rnn() {
     // Nested loop blocks over layers and time.
     check_example("stacked_rnn", &[("L", 2), ("T", 11), ("N", 35)]);
@@ -423,6 +431,7 @@ fn every_example_is_tested() {
         "rnn",
         "softmax",
         "softmax_fused",
+        "stacked_lstm",
         "stacked_rnn",
         "tbmm",
         "tbmm_bf16",

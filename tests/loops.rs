@@ -302,6 +302,10 @@ fn the_mapped_tree_shows_host_steps_wavefronts_and_chains() {
         assert_eq!(host_loops("examples/lstm.json", &s).0, ["steps"]);
         // Layer and time skewed to w = l + t: one host loop.
         assert_eq!(host_loops("examples/stacked_rnn.json", &s).0, ["wavefront"]);
+        assert_eq!(
+            host_loops("examples/stacked_lstm.json", &s).0,
+            ["wavefront"]
+        );
         assert_eq!(host_loops("examples/grid_rnn.json", &s).0, ["wavefront"]);
         // Dilations 1, 2, 4: the first layer one step at a time, the
         // others 2 and 4 independent chains per launch.
