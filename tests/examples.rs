@@ -61,7 +61,9 @@ enum Sampling {
     /// strategies in turn (8 runs).
     Strategies,
     /// Strategy i with tiling i, at the odd sizes for odd i (4 runs): the
-    /// programs whose compilation alone takes seconds.
+    /// programs whose compilation alone takes seconds, and the prefill
+    /// attention examples (one template kernel whatever the strategy,
+    /// checked on its own paths by tests/attention.rs).
     Diagonal,
 }
 
@@ -250,32 +252,52 @@ fn softmax_fused() {
 
 #[test]
 fn attention_global() {
-    check_example_sampled("attention_global", &[("S", 37), ("D", 13)]);
+    check_variants(
+        "attention_global",
+        &[("S", 37), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
 fn attention_causal() {
-    check_example_sampled("attention_causal", &[("S", 37), ("D", 13)]);
+    check_variants(
+        "attention_causal",
+        &[("S", 37), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
 fn attention_alibi() {
-    check_example_sampled("attention_alibi", &[("S", 37), ("D", 13)]);
+    check_variants(
+        "attention_alibi",
+        &[("S", 37), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
 fn attention_gqa() {
-    check_example_sampled("attention_gqa", &[("S", 37), ("D", 13)]);
+    check_variants("attention_gqa", &[("S", 37), ("D", 13)], Sampling::Diagonal);
 }
 
 #[test]
 fn attention_softcap() {
-    check_example_sampled("attention_softcap", &[("S", 37), ("D", 13)]);
+    check_variants(
+        "attention_softcap",
+        &[("S", 37), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
 fn attention_window() {
-    check_example_sampled("attention_window", &[("S", 37), ("D", 13), ("W", 5)]);
+    check_variants(
+        "attention_window",
+        &[("S", 37), ("D", 13), ("W", 5)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
