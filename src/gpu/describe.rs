@@ -176,7 +176,8 @@ fn tensor_cores(f: &mut fmt::Formatter<'_>, c: &Contraction) -> fmt::Result {
     if let Accumulation::Promoted { k_tiles } = c.accumulation {
         write!(
             f,
-            ", sums added in IEEE f32 every {k_tiles} k tile(s) (an f32 store)"
+            ", sums added in IEEE f32 every {} of k ({k_tiles} k tiles; an f32 store)",
+            k_tiles * c.tile[2]
         )?;
     }
     writeln!(f)
@@ -356,5 +357,23 @@ mod tests {
             );
         }
         assert!(!text.contains("Some("), "Debug output leaked:\n{text}");
+    }
+
+    /// examples/gemm_f16.json stores its f16 product as f32: the
+    /// tensor-core line says how often its sums are added in IEEE f32.
+    #[test]
+    fn a_promoted_contraction_says_how_often_it_adds_its_sums() {
+        let a = Analysed::new(include_str!("../../examples/gemm_f16.json"));
+        for (tile, every) in [
+            ([64, 64, 64], "every 512 of k (8 k tiles"),
+            ([32, 32, 32], "every 512 of k (16 k tiles"),
+        ] {
+            let plans = a.plans(&tile, &GpuOptions::default());
+            let text: String = plans.iter().map(|p| p.to_string()).collect();
+            assert!(
+                text.contains(&format!("sums added in IEEE f32 {every}; an f32 store)")),
+                "{tile:?}:\n{text}"
+            );
+        }
     }
 }
