@@ -1,6 +1,7 @@
 //! How tensor-core sums reach their f32 accumulators
 //! (`gpu::contraction::Accumulation`): a contraction whose stored value is
-//! f32 adds each step's sums to its accumulators in IEEE f32 (promoted);
+//! f32 adds each run's sums (512 of k) to its accumulators in IEEE f32
+//! (promoted);
 //! one whose value is rounded to f16 or bf16 before it is stored chains
 //! them in the tensor cores. Generated programs over the forms a
 //! contraction takes (output dtype, an f32 temp accumulator moved into
@@ -127,7 +128,7 @@ fn emulated(case: &Case, tile: &[i64]) -> String {
 }
 
 #[test]
-fn f32_stores_add_each_steps_sums_in_ieee_f32_on_both_engines() {
+fn f32_stores_add_each_runs_sums_in_ieee_f32_on_both_engines() {
     // k = 1100: runs of 512 of k (eight k tiles of 64, sixteen of 32) end
     // twice in the middle and once at the block's last, partial, tile.
     for op in ["f16", "bf16"] {
@@ -209,9 +210,9 @@ fn promoted_runs_cross_the_pipelines_rounds_and_end_with_the_blocks_k_range() {
 }
 
 #[test]
-fn promoted_wgmma_tiles_leave_registers_for_the_steps_sums() {
+fn promoted_wgmma_tiles_leave_registers_for_the_runs_sums() {
     // At 4096^3 the automatic wgmma tile is 128 x 256 (128 accumulators a
-    // thread); promoted, the step's sums need as many again, so the tile
+    // thread); promoted, the run's sums need as many again, so the tile
     // is 128 wide and the block keeps one block's registers.
     for case in cases("f16", 4096, 4096, 4096) {
         let c =

@@ -865,7 +865,7 @@ fn contraction(a: &str, b: &str, body: &str, dtype: &str, sizes: (i64, i64, i64)
 }
 
 /// The same with an output of dtype `out`: an f16 output keeps the tensor
-/// cores' chained accumulation, an f32 one adds each step's sums in IEEE
+/// cores' chained accumulation, an f32 one adds each run's sums in IEEE
 /// f32 (`Accumulation`, tests/accumulation.rs).
 fn contraction_into(
     a: &str,
