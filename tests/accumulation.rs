@@ -176,19 +176,30 @@ fn promoted_runs_cross_the_pipelines_rounds_and_end_with_the_blocks_k_range() {
     // Six stages (12 blocks of 64 x 64, 16 k tiles unsplit: the deeper
     // pipeline): runs of eight tiles are counted from the block's first k
     // tile, across rounds of six. A split over a cluster: each block's
-    // range of k its own runs. Few blocks with two k tiles each (the
-    // latency regime): every tile its own stage, the loop rolled.
+    // range of k its own runs. Few blocks with all their k tiles resident
+    // (the latency regime, the automatic tile at 64 x 96 x 600): every
+    // tile its own stage, the loop rolled, a run ending inside it.
     let product = |m: i64, n: i64, k: i64| Case {
         name: format!("f16 product into f32 {m} x {n} x {k}"),
         stored_f32: true,
         json: cases("f16", m, n, k).remove(0).json,
     };
-    for (case, split, stages) in [
-        (product(130, 200, 1000), Some(1), "(6 stages)"),
-        (product(130, 200, 1000), Some(3), "(6 stages)"),
-        (product(70, 83, 100), None, "(2 stages)"),
+    for (case, split, tile, stages) in [
+        (
+            product(130, 200, 1000),
+            Some(1),
+            &[64, 64, 64][..],
+            "(6 stages)",
+        ),
+        (
+            product(130, 200, 1000),
+            Some(3),
+            &[64, 64, 64][..],
+            "(6 stages)",
+        ),
+        (product(64, 96, 600), None, &[][..], "(10 stages)"),
     ] {
-        let mut o = options(&[64, 64, 64]);
+        let mut o = options(tile);
         o.gpu.as_mut().unwrap().k_split = split;
         let c = compile(&load(&case), &o).unwrap();
         let src = c.cuda.as_ref().unwrap().source.clone();
@@ -207,6 +218,54 @@ fn promoted_runs_cross_the_pipelines_rounds_and_end_with_the_blocks_k_range() {
         let check = emulation_check(c, 3);
         assert!(check.ok, "{} {split:?}: {}", case.name, check.line());
     }
+}
+
+#[test]
+fn a_reduction_within_one_run_stays_chained() {
+    // k = 512 in all is one run: promoted, the same truncated sums in a
+    // second register set. Chained, the automatic wgmma tile keeps its 256
+    // columns; at 513 it is promoted.
+    for (m, n, k, promoted) in [(4096, 4096, 512, false), (4096, 4096, 513, true)] {
+        let case = &cases("f16", m, n, k)[0];
+        assert!(case.stored_f32, "{}", case.name);
+        let c = compile(&load(case), &options(&[])).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert_eq!(src.contains("pf_step"), promoted, "k = {k}");
+        let tile = if promoted {
+            "128 x 128 x 64"
+        } else {
+            "128 x 256 x 64"
+        };
+        assert!(src.contains(&format!("/* tensor cores: {tile}")), "k = {k}");
+    }
+    // Two products into one accumulator (examples/lstm_cell.json's gates,
+    // `G +=! X W; G += Hp U`, one kernel): I + H = 400 of k is one run,
+    // 300 + 300 is not, though each product alone is.
+    let json = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lstm_cell.json"),
+    )
+    .unwrap();
+    for (i, h, promoted) in [(200, 200, false), (300, 300, true)] {
+        let mut p = load_str(&json, "lstm_cell.json").unwrap();
+        let sizes = [
+            ("B".to_string(), 37),
+            ("I".to_string(), i),
+            ("H".to_string(), h),
+        ];
+        polyfuse::frontend::apply_param_overrides(&mut p, &sizes).unwrap();
+        let c = compile(&p, &options(&[])).unwrap();
+        let src = &c.cuda.as_ref().unwrap().source;
+        assert!(src.contains("/* tensor cores: "), "I = {i}, H = {h}");
+        assert_eq!(src.contains("pf_step"), promoted, "I = {i}, H = {h}");
+        let check = emulation_check(c, 7);
+        assert!(check.ok, "lstm_cell I = {i}, H = {h}: {}", check.line());
+    }
+    // Checked in the emulation off the tile grid, chained at k = 500.
+    let short = &cases("f16", 70, 83, 500)[0];
+    let c = compile(&load(short), &options(&[64, 64, 64])).unwrap();
+    assert!(!c.cuda.as_ref().unwrap().source.contains("pf_step"));
+    let check = emulation_check(c, 5);
+    assert!(check.ok, "{}: {}", short.name, check.line());
 }
 
 #[test]

@@ -179,23 +179,29 @@ pub enum Accumulation {
 
 /// Elements of k a promoted contraction sums before each IEEE add: within
 /// the model's 0.41 times the declared run's error above (the check
-/// admits 2), one wait for the tensor cores every 512 of k. Measured on
-/// the H200 (f16 4096^3 into f32, wgmma 128 x 128 x 64): runs of 256
-/// took 279 us against 213 us for the chained sum's 128 x 256 tiles.
+/// admits 2). Measured on the H200 (f16 4096^3 into f32, wgmma 128 x 128
+/// x 64): runs of 256 and of 512 both took 283 us (the drain once a run
+/// costs nothing visible), against 213 us for the chained sum's 128 x 256
+/// tiles.
 const PROMOTED_RUN_K: i64 = 512;
 
 impl Accumulation {
     /// Whether a contraction whose region stores a value of dtype
-    /// `stored_dtype` needs its sums promoted: where the stored value is
-    /// f32 or wider, so that the tensor cores' truncation would reach
-    /// memory.
-    pub fn promotes(stored_dtype: DType) -> bool {
+    /// `stored_dtype`, over `k_sums` elements of k in all (the update's
+    /// and its further terms' reductions, where known), needs its sums
+    /// promoted: where the stored value is f32 or wider, so that the
+    /// tensor cores' truncation would reach memory, and the reduction is
+    /// longer than one run. A reduction within one run would be one run
+    /// promoted: the same truncated sums, for a second register set and
+    /// a narrower tile.
+    pub fn promotes(stored_dtype: DType, k_sums: Option<i64>) -> bool {
         matches!(stored_dtype, DType::F32 | DType::F64)
+            && k_sums.is_none_or(|k| k > PROMOTED_RUN_K)
     }
 
-    /// The accumulation for that store with k tiles of `tile_k`.
-    pub fn for_stored(stored_dtype: DType, tile_k: i64) -> Self {
-        if Self::promotes(stored_dtype) {
+    /// The accumulation of such a contraction with k tiles of `tile_k`.
+    pub fn for_stored(stored_dtype: DType, k_sums: Option<i64>, tile_k: i64) -> Self {
+        if Self::promotes(stored_dtype, k_sums) {
             Accumulation::Promoted {
                 k_tiles: (PROMOTED_RUN_K / tile_k.max(1)).max(1),
             }
@@ -1205,7 +1211,14 @@ pub fn recognise(
     let auto = user.is_none();
     let wgmma = wgmma_fits(&a, &b, tile, warps, auto);
     let stored_dtype = program.tensor(&stored).map_or(DType::F32, |t| t.dtype);
-    let promoted = Accumulation::promotes(stored_dtype);
+    // The elements of k summed into one accumulator: the update's and every
+    // further term's (unknown where any is).
+    let values = program.known_params();
+    let k_sums = std::iter::once(&extents[2])
+        .chain(terms.iter().map(|t| &t.k_extent))
+        .map(|e| super::eval(e, &values).ok())
+        .sum::<Option<i64>>();
+    let promoted = Accumulation::promotes(stored_dtype, k_sums);
     // The automatic tile takes wgmma's k tile: one 128-byte swizzled row.
     // A promoted wgmma step keeps a second set of accumulators (the k
     // run's sums, `codegen::mma`): at most 128 columns, so that a thread's
@@ -1247,7 +1260,7 @@ pub fn recognise(
         epilogue,
         stored,
         terms,
-        accumulation: Accumulation::for_stored(stored_dtype, tile[2]),
+        accumulation: Accumulation::for_stored(stored_dtype, k_sums, tile[2]),
     };
     // The latency regime sizes the stages by the update's k tiles alone.
     let latency = if c.terms.is_empty() {
