@@ -195,8 +195,7 @@ impl Accumulation {
     /// promoted: the same truncated sums, for a second register set and
     /// a narrower tile.
     pub fn promotes(stored_dtype: DType, k_sums: Option<i64>) -> bool {
-        matches!(stored_dtype, DType::F32 | DType::F64)
-            && k_sums.is_none_or(|k| k > PROMOTED_RUN_K)
+        matches!(stored_dtype, DType::F32 | DType::F64) && k_sums.is_none_or(|k| k > PROMOTED_RUN_K)
     }
 
     /// The accumulation of such a contraction with k tiles of `tile_k`.
