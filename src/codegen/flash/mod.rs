@@ -34,6 +34,10 @@
 //! has a `wgmma` one is not emulated; `POLYFUSE_CUDA_ARCH=sm_90` runs it
 //! on a Hopper GPU.
 //!
+//! One printer ([`Emit`]) prints both, through a [`FlashTarget`]
+//! (`target`): [`gpu::Gpu`] prints the operations that differ as CUDA,
+//! [`emulation::Emulation`] as their C emulation.
+//!
 //! Accumulator layout (`mma.m16n8k16`, lane `l`, `g = l / 4`, `c = l % 4`):
 //! element `4 n + 2 r + h` of a thread's scores is row `16 w + g + 8 r`,
 //! key `8 n + 2 c + h` of the tile.
@@ -51,6 +55,14 @@ use crate::model::{access_text, Scop, StmtKind};
 
 use super::expr::{GlobalAccesses, Mode, Printer};
 
+mod emulation;
+mod gpu;
+mod target;
+
+pub use emulation::EMULATION_HELPERS;
+pub use gpu::gpu_helpers;
+use target::{FlashTarget, Fragment};
+
 /// The leading byte offset of a value tile's `wgmma` descriptor (MN-major
 /// in the 128-byte swizzle): groups of 64 columns a whole atom apart, the
 /// tile's keys times 128 bytes.
@@ -59,69 +71,6 @@ const VALUE_LBO: i64 = BLOCK_KEYS * 128;
 /// Row slots of a thread: two rows (`g`, `g + 8`) of each of its warp's
 /// row tiles; slot `r` is tile `r / 2`, half `r % 2`.
 const SLOTS: i64 = 2 * WARP_TILES;
-
-/// Emulation helpers: the accumulator-layout `mma` on strided per-thread
-/// arrays, and the combination of each four lanes (a row's lanes).
-pub const EMULATION_HELPERS: &str = r#"/* A pair of weights split into the rounded pair and the rounded
-   remainders (f16, or bf16 with `bf16`), packed low first. */
-static void pf_split2(float a, float b, uint32_t *hi, uint32_t *lo, int bf16) {
-  uint16_t ha = bf16 ? pf_f2b(a) : pf_f2h(a), hb = bf16 ? pf_f2b(b) : pf_f2h(b);
-  float fa = bf16 ? pf_b2f(ha) : pf_h2f(ha), fb = bf16 ? pf_b2f(hb) : pf_h2f(hb);
-  uint16_t la = bf16 ? pf_f2b(a - fa) : pf_f2h(a - fa), lb = bf16 ? pf_f2b(b - fb) : pf_f2h(b - fb);
-  *hi = (uint32_t)ha | ((uint32_t)hb << 16);
-  *lo = (uint32_t)la | ((uint32_t)lb << 16);
-}
-/* A pair of weights rounded once (weights declared f16 or bf16). */
-static void pf_round2(float a, float b, uint32_t *hi, int bf16) {
-  uint16_t ha = bf16 ? pf_f2b(a) : pf_f2h(a), hb = bf16 ? pf_f2b(b) : pf_f2h(b);
-  *hi = (uint32_t)ha | ((uint32_t)hb << 16);
-}
-/* wgmma.m64nNk16 with A in registers: thread 32 w + l holds A's rows
-   16 w + l / 4 (+ 8) at columns 2 (l % 4) (+ 1) and 8 on, as the A
-   fragment of mma.m16n8k16 (register 0: row g, 1: row g + 8, 2 and 3:
-   the same rows 8 columns on; low half first), its registers `as` apart;
-   B as in pf_emu_wgmma, summed by the tensor cores' rule as there. */
-static void pf_emu_wgmma_ra(float *acc, long stride, const uint32_t *a, long as, const uint16_t *b, long b_off,
-                            int b_mn, long b_lbo, int n, int bf16) {
-  for (int r = 0; r < 64; r++)
-    for (int c = 0; c < n; c++) {
-      double terms[17];
-      for (int k = 0; k < 16; k++) {
-        int w = r / 16, g = r % 8, hi = (r % 16) / 8, t = (k % 8) / 2;
-        uint16_t x = (uint16_t)(a[(long)(w * 32 + g * 4 + t) * as + hi + 2 * (k / 8)] >> (16 * (k % 2)));
-        uint16_t y = pf_emu_sw(b, b_off, b_mn, b_lbo, 64, c, k);
-        terms[k] = (double)(bf16 ? pf_b2f(x) : pf_h2f(x)) * (double)(bf16 ? pf_b2f(y) : pf_h2f(y));
-      }
-      int w = r / 16, g = (r % 16) % 8, hi = (r % 16) / 8;
-      int j = c / 8, t = (c % 8) / 2, lo = c % 2;
-      float *d = &acc[(long)(w * 32 + g * 4 + t) * stride + 4 * j + 2 * hi + lo];
-      terms[16] = *d;
-      *d = pf_emu_tc_sum(terms, 17);
-    }
-}
-/* mma.m16n8k16 on lanes whose fragments are `ds`, `as`, `bs` apart. */
-static void pf_emu_mma_at(float *d, long ds, const uint32_t *a, long as, const uint32_t *b, long bs, int bf16) {
-  float D[32][4]; uint32_t A[32][4], B[32][2];
-  for (int l = 0; l < 32; l++) {
-    for (int r = 0; r < 4; r++) { D[l][r] = d[l * ds + r]; A[l][r] = a[l * as + r]; }
-    for (int r = 0; r < 2; r++) B[l][r] = b[l * bs + r];
-  }
-  pf_emu_mma(D, A, B, bf16);
-  for (int l = 0; l < 32; l++)
-    for (int r = 0; r < 4; r++) d[l * ds + r] = D[l][r];
-}
-/* Each four lanes (t, t+1, t+2, t+3) combine entry r of their arrays
-   `stride` apart, as two xor-shuffles would: op 0 sum, 1 max, 2 min. */
-static float pf_emu_op(float a, float b, int op) { return op == 0 ? a + b : op == 1 ? fmaxf(a, b) : fminf(a, b); }
-static void pf_emu_quad(float *v, long stride, int n, int threads, int op) {
-  for (int t = 0; t < threads; t += 4)
-    for (int r = 0; r < n; r++) {
-      float a = v[t * stride + r], b = v[(t + 1) * stride + r], c = v[(t + 2) * stride + r], d = v[(t + 3) * stride + r];
-      float x = pf_emu_op(pf_emu_op(a, b, op), pf_emu_op(c, d, op), op);
-      for (int k = 0; k < 4; k++) v[(t + k) * stride + r] = x;
-    }
-}
-"#;
 
 /// The weight fragments of contraction `x` that multiply the values: the
 /// rounded weights, and their rounded remainders unless the program
@@ -134,98 +83,6 @@ fn weight_parts(x: &RowContraction) -> &'static [&'static str] {
     }
 }
 
-/// CUDA helpers: a pair of weights split into the rounded pair and the
-/// rounded remainders, each as one packed A-fragment register (one
-/// `cvt.rn.f16x2.f32` per pair).
-pub fn gpu_helpers(a: &Attention) -> String {
-    let dtype = a.dtype;
-    let (t2, pack, unpack) = if dtype == DType::BF16 {
-        (
-            "__nv_bfloat162",
-            "__floats2bfloat162_rn",
-            "__bfloat1622float2",
-        )
-    } else {
-        ("__half2", "__floats2half2_rn", "__half22float2")
-    };
-    format!(
-        "static __device__ __forceinline__ float pf_exp2_ftz(float x) {{ float y; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x)); return y; }}\n\
-         static __device__ __forceinline__ void pf_split2(float a, float b, unsigned *hi, unsigned *lo) {{\n\
-         \x20 {t2} h = {pack}(a, b);\n\
-         \x20 float2 f = {unpack}(h);\n\
-         \x20 {t2} l = {pack}(a - f.x, b - f.y);\n\
-         \x20 *hi = *(unsigned *)&h; *lo = *(unsigned *)&l;\n\
-         }}\n{}{}",
-        if a.contractions.iter().any(|c| c.rounded_once) {
-            format!(
-                "static __device__ __forceinline__ void pf_round2(float a, float b, unsigned *hi) {{\n\
-                 \x20 {t2} h = {pack}(a, b);\n\
-                 \x20 *hi = *(unsigned *)&h;\n\
-                 }}\n"
-            )
-        } else {
-            String::new()
-        },
-        if a.wgmma() {
-            wgmma_helpers(a)
-        } else {
-            String::new()
-        }
-    )
-}
-
-/// The `wgmma` helpers of a kernel with a `wgmma` path (sm_90a):
-/// `pf_fa_wgmma_ss_nN(d, da, db, acc)`, both operands K-major in shared
-/// memory, `d = A B` (`acc` 0) or `d += A B`; `pf_fa_wgmma_rs_nN(d, a,
-/// db)`, `d += A B` with A's fragment in registers and B MN-major; and
-/// `pf_fa_keep_nN(d)`, which ties the accumulators to the point after the
-/// wait, so that the compiler reads none of them before the tensor cores
-/// have written them.
-fn wgmma_helpers(a: &Attention) -> String {
-    let ty = if a.dtype == DType::BF16 {
-        "bf16"
-    } else {
-        "f16"
-    };
-    let mut widths: Vec<i64> = vec![a.warp_keys()];
-    widths.extend(a.contractions.iter().map(|c| c.width));
-    widths.sort_unstable();
-    widths.dedup();
-    let mut o = String::from("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n");
-    for n in widths {
-        let regs = n / 2;
-        let (outs, cons) = super::mma::accumulator_operands(n);
-        let _ = writeln!(
-            o,
-            "static __device__ __forceinline__ void pf_fa_wgmma_ss_n{n}(float *d, unsigned long long da, unsigned long long db, int acc) {{\n\
-             \x20 asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{s}, 0;\\n\"\n\
-             \x20   \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{da}, %{db}, p, 1, 1, 0, 0;\\n}}\\n\"\n\
-             \x20   : {cons}\n\
-             \x20   : \"l\"(da), \"l\"(db), \"r\"(acc));\n\
-             }}\n\
-             static __device__ __forceinline__ void pf_fa_wgmma_rs_n{n}(float *d, const unsigned *a, unsigned long long db) {{\n\
-             \x20 asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n\"\n\
-             \x20   \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{rb}, p, 1, 1, 1;\\n}}\\n\"\n\
-             \x20   : {cons}\n\
-             \x20   : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db));\n\
-             }}\n\
-             static __device__ __forceinline__ void pf_fa_keep_n{n}(float *d) {{\n\
-             \x20 asm volatile(\"\" : {cons} :: \"memory\");\n\
-             }}",
-            s = regs + 2,
-            da = regs,
-            db = regs + 1,
-            a0 = regs,
-            a1 = regs + 1,
-            a2 = regs + 2,
-            a3 = regs + 3,
-            rb = regs + 4,
-        );
-    }
-    o.push_str("#endif\n");
-    o
-}
-
 struct Emit<'a> {
     a: &'a Attention,
     /// The map that scales the scores, as the gpu stage found it
@@ -233,8 +90,8 @@ struct Emit<'a> {
     scale: Option<&'a ScoreScale>,
     program: &'a Program,
     scop: &'a Scop,
-    /// Print the CPU emulation.
-    emu: bool,
+    /// What is printed: the CUDA or the CPU emulation.
+    t: &'static dyn FlashTarget,
     out: String,
     /// Where the global accesses printed are noted (the kernel's launch
     /// record, `gpu::Kernel::globals`).
@@ -255,7 +112,7 @@ pub fn body(
         scale: plan.score_scale.as_ref(),
         program,
         scop,
-        emu,
+        t: target::of(emu),
         out: String::new(),
         globals: globals.clone(),
     };
@@ -288,7 +145,7 @@ pub fn combine_body(
         scale: None,
         program,
         scop,
-        emu,
+        t: target::of(emu),
         out: String::new(),
         globals: globals.clone(),
     };
@@ -341,139 +198,30 @@ impl Emit<'_> {
         self.out.push('\n');
     }
 
-    fn unroll(&self) -> &'static str {
-        if self.emu {
-            ""
-        } else {
-            "#pragma unroll\n"
-        }
-    }
-
-    /// Element `idx` of per-thread array `name`.
-    fn at(&self, name: &str, idx: &str) -> String {
-        if self.emu {
-            format!("{name}[pf_t][{idx}]")
-        } else {
-            format!("{name}[{idx}]")
-        }
-    }
-
     /// Code every thread runs.
     fn threads(&mut self, code: &str) {
-        if self.emu {
-            let _ = writeln!(
-                self.out,
-                "for (int pf_t = 0; pf_t < {}; pf_t++) {{\n\
-                 const int pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
-                 (void)pf_w; (void)pf_g; (void)pf_c;\n{code}}}",
-                self.a.threads()
-            );
-        } else {
-            let _ = writeln!(self.out, "{{\n{code}}}");
-        }
+        self.t.threads(&mut self.out, self.a.threads(), code);
     }
 
+    /// The block's barrier.
     fn sync(&mut self) {
-        if !self.emu {
-            self.line("__syncthreads();");
-        }
+        self.out.push_str(self.t.barrier());
     }
 
     /// Warp-wide code: as printed on the GPU, once per warp on the CPU.
     fn warps(&mut self, code: &str) {
-        if self.emu {
-            let _ = writeln!(
-                self.out,
-                "for (int pf_w = 0; pf_w < {}; pf_w++) {{\n{code}}}",
-                self.a.warps()
-            );
-        } else {
-            let _ = writeln!(self.out, "{{\n{code}}}");
-        }
-    }
-
-    /// `ldmatrix.x4` (transposed with `trans`) into `dst[off..off + 4]`,
-    /// lane `pf_l` of warp `pf_w` giving the row address `addr`.
-    fn ldsm(&self, dst: &str, off: &str, addr: &str, trans: bool) -> String {
-        if self.emu {
-            format!(
-                "{{ const uint16_t *pf_rows[32]; uint32_t pf_x4[32][4];\n\
-                 for (int pf_l = 0; pf_l < 32; pf_l++) pf_rows[pf_l] = {addr};\n\
-                 pf_emu_ldmatrix_x4(pf_rows, {}, pf_x4);\n\
-                 for (int pf_l = 0; pf_l < 32; pf_l++) for (int pf_q = 0; pf_q < 4; pf_q++) {dst}[pf_w * 32 + pf_l][{off} + pf_q] = pf_x4[pf_l][pf_q]; }}\n",
-                i32::from(trans)
-            )
-        } else {
-            format!(
-                "pf_ldmatrix_x4{}(&{dst}[{off}], {addr});\n",
-                if trans { "_trans" } else { "" }
-            )
-        }
+        self.t.warps(&mut self.out, self.a.warps(), code);
     }
 
     /// `d[doff..] += a[aoff..] b[boff..]` on a warp.
-    fn mma(&self, d: (&str, &str, i64), a: (&str, &str, i64), b: (&str, &str, i64)) -> String {
-        let bf16 = self.a.dtype == DType::BF16;
-        if self.emu {
-            format!(
-                "pf_emu_mma_at(&{}[pf_w * 32][{}], {}, &{}[pf_w * 32][{}], {}, &{}[pf_w * 32][{}], {}, {});\n",
-                d.0,
-                d.1,
-                d.2,
-                a.0,
-                a.1,
-                a.2,
-                b.0,
-                b.1,
-                b.2,
-                i32::from(bf16)
-            )
-        } else {
-            format!(
-                "pf_mma_{}(&{}[{}], &{}[{}], &{}[{}]);\n",
-                if bf16 { "bf16" } else { "f16" },
-                d.0,
-                d.1,
-                a.0,
-                a.1,
-                b.0,
-                b.1
-            )
-        }
+    fn mma(&self, d: Fragment<'_>, a: Fragment<'_>, b: Fragment<'_>) -> String {
+        self.t.mma(d, a, b, self.a.dtype == DType::BF16)
     }
 
     /// Combine entry `r` of array `name` (`n` entries) over a row's four
     /// lanes with reducer `op`.
     fn quad(&mut self, name: &str, n: i64, op: Reducer) {
-        if self.emu {
-            let _ = writeln!(
-                self.out,
-                "pf_emu_quad(&{name}[0][0], {n}, {n}, {}, {});",
-                self.a.threads(),
-                reducer_op(op)
-            );
-        } else {
-            let comb = |x: &str, y: &str| match op {
-                Reducer::Sum => format!("{x} + {y}"),
-                Reducer::Max => format!("fmaxf({x}, {y})"),
-                _ => format!("fminf({x}, {y})"),
-            };
-            let mut code = String::new();
-            let _ = writeln!(
-                code,
-                "{}for (int pf_r = 0; pf_r < {n}; pf_r++) {{ float pf_v = {name}[pf_r];",
-                self.unroll()
-            );
-            for m in [1, 2] {
-                let _ = writeln!(
-                    code,
-                    "  pf_v = {};",
-                    comb("pf_v", &format!("__shfl_xor_sync(0xffffffffu, pf_v, {m})"))
-                );
-            }
-            let _ = writeln!(code, "  {name}[pf_r] = pf_v; }}");
-            self.threads(&code);
-        }
+        self.t.quad(&mut self.out, self.a.threads(), name, n, op);
     }
 
     /// The statement printer with `overrides`; `fast` for the values of a
@@ -493,7 +241,7 @@ impl Emit<'_> {
             privates: Default::default(),
             fixed_selects: Default::default(),
             run_reads: Default::default(),
-            fast_exp: fast && !self.emu,
+            fast_exp: fast && self.t.fast_exp(),
             scaled_reads: Default::default(),
             race: Default::default(),
             globals: self.globals.clone(),
@@ -562,9 +310,12 @@ impl Emit<'_> {
     /// per-thread arrays at element `pf_k`.
     fn element_overrides(&self, o: &mut HashMap<String, String>) {
         let subs = self.elem_subs();
-        o.insert(access_text(&self.a.score, &subs), self.at("pf_s", "pf_k"));
+        o.insert(access_text(&self.a.score, &subs), self.t.at("pf_s", "pf_k"));
         for (k, (t, _)) in self.a.maps.iter().enumerate() {
-            o.insert(access_text(t, &subs), self.at(&format!("pf_x{k}"), "pf_k"));
+            o.insert(
+                access_text(t, &subs),
+                self.t.at(&format!("pf_x{k}"), "pf_k"),
+            );
         }
     }
 
@@ -592,7 +343,7 @@ impl Emit<'_> {
                 c,
                 "{}for (int pf_n = 0; pf_n < {}; pf_n++) {{\n\
                  const int pf_r = pf_t / {chunks} + pf_n * {}, pf_q = (pf_t % {chunks}) * 8;",
-                self.unroll(),
+                self.t.unroll(),
                 total / threads,
                 threads / chunks
             );
@@ -607,23 +358,13 @@ impl Emit<'_> {
             c,
             "const pf_i pf_gr = {first} + pf_r;\n\
              {} *pf_dst = &{buf}[{}];",
-            self.u16(),
+            self.t.u16(),
             self.tile_at(rows, width, "pf_r", "pf_q")
         );
         let head = c;
         self.globals.note(&x.tensor);
         let tensor = super::expr::tensor_name(&x.tensor);
-        let (line, zero) = if self.emu {
-            (
-                format!("memcpy(pf_dst, &{src}, 16);"),
-                "memset(pf_dst, 0, 16);".to_string(),
-            )
-        } else {
-            (
-                format!("pf_cp_async16_line(pf_dst, &{src});"),
-                format!("pf_cp_async16(pf_dst, {tensor}, 0);"),
-            )
-        };
+        let (line, zero) = self.t.copy_chunk(&src, &tensor);
         // Every tile a kernel copies starts at a multiple of its rows
         // (`first` is `tile * rows`: a key tile `kt * 64`, the query tile
         // `pf_i0`) and below the tensor's extent (a key tile holds a key of
@@ -668,15 +409,6 @@ impl Emit<'_> {
         }
     }
 
-    /// The C type of a 16-bit element.
-    fn u16(&self) -> &'static str {
-        if self.emu {
-            "uint16_t"
-        } else {
-            "unsigned short"
-        }
-    }
-
     /// The copies of key tile `tile` (when it is below `pf_khi`): the key
     /// operand into `key_buf`, value operand `k` into `{value_buf}{k}`;
     /// one committed `cp.async` group.
@@ -695,7 +427,7 @@ impl Emit<'_> {
             ));
         }
         c.push_str("}\n");
-        c.push_str(self.commit());
+        c.push_str(self.t.commit());
         c
     }
 
@@ -705,29 +437,10 @@ impl Emit<'_> {
     /// thread orders its copies before them, then the barrier).
     fn landed(&mut self, n: i32) {
         self.wait(n);
-        if self.a.wgmma() && !self.emu {
-            self.line(
-                "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
-                 asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n\
-                 #endif",
-            );
+        if self.a.wgmma() {
+            self.out.push_str(self.t.proxy_fence());
         }
         self.sync();
-    }
-
-    /// Opens the `mma.sync` path of a kernel with a `wgmma` path (compiled
-    /// where the device is not sm_90a); the emulation runs the `wgmma`
-    /// path.
-    fn if_not_wgmma(&mut self) {
-        if self.a.wgmma() && !self.emu {
-            self.line("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)");
-        }
-    }
-
-    fn end_if_wgmma(&mut self) {
-        if self.a.wgmma() && !self.emu {
-            self.line("#endif");
-        }
     }
 
     /// The scores of a key tile on `wgmma` (`S = A Bᵀ`, one warpgroup's 64
@@ -737,49 +450,8 @@ impl Emit<'_> {
     /// applies the XOR to the address it forms), 8-line groups 1024 bytes
     /// apart. The first step overwrites the accumulators (scale-d 0).
     fn wgmma_scores(&mut self) {
-        let a = self.a;
-        let qa = a.block_rows() * 64;
-        let groups = a.warps() / 4;
-        let ka = BLOCK_KEYS * 64;
-        let steps = a.depth / 16;
-        let ls = WARP_TILES * a.warp_keys() / 8 * 4;
-        if self.emu {
-            let c = format!(
-                "for (int pf_k = 0; pf_k < {ls}; pf_k++) {} = 0.0f;\n",
-                self.at("pf_s", "pf_k")
-            );
-            self.threads(&c);
-            let _ = writeln!(
-                self.out,
-                "for (int pf_wg = 0; pf_wg < {groups}; pf_wg++)\n\
-                 for (int pf_kk = 0; pf_kk < {steps}; pf_kk++)\n\
-                 pf_emu_wgmma(&pf_s[pf_wg * 128][0], {ls}, pf_dynamic_shared, 2L * (pf_fa_q - pf_dynamic_shared + pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16), 0, 16, 64, \
-                 pf_dynamic_shared, 2L * (pf_kcur - pf_dynamic_shared + (pf_kk / 4) * {ka} + (pf_kk % 4) * 16), 0, 16, 64, {}, {});",
-                a.warp_keys(),
-                i32::from(a.dtype == DType::BF16)
-            );
-            return;
-        }
-        let _ = writeln!(
-            self.out,
-            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{{\n\
-             const int pf_wg = {wg};\n\
-             pf_wgmma_fence();\n\
-             #pragma unroll\n\
-             for (int pf_kk = 0; pf_kk < {steps}; pf_kk++) {{\n\
-             const unsigned long long pf_da = pf_wgmma_desc_at(pf_dk0, pf_shared_bytes(&pf_fa_q[pf_wg * 4096 + (pf_kk / 4) * {qa} + (pf_kk % 4) * 16]));\n\
-             const unsigned long long pf_db = pf_wgmma_desc_at(pf_dk0, pf_shared_bytes(&pf_kcur[(pf_kk / 4) * {ka} + (pf_kk % 4) * 16]));\n\
-             pf_fa_wgmma_ss_n{n}(pf_s, pf_da, pf_db, pf_kk);\n\
-             }}\n\
-             pf_wgmma_commit();\n\
-             pf_wgmma_wait0();\n\
-             pf_fa_keep_n{n}(pf_s);\n\
-             }}\n#endif",
-            n = a.warp_keys(),
-            // One warpgroup: its query tile is the block's (a constant
-            // offset, folded into the descriptors).
-            wg = if groups == 1 { "0" } else { "pf_w / 4" }
-        );
+        let t = self.t;
+        t.wgmma_scores(self);
     }
 
     /// The value products on `wgmma`: the weights (the rounded ones and
@@ -790,81 +462,14 @@ impl Emit<'_> {
     /// further, 8-line groups 1024 bytes apart (SBO), groups of 64 columns
     /// a whole atom apart (LBO, the tile's keys times 128 bytes).
     fn wgmma_values(&mut self) {
-        let a = self.a;
-        let steps = a.warp_keys() / 16;
-        let lbo = VALUE_LBO;
-        let frags = WARP_TILES * a.warp_keys() / 16 * 4;
-        let bf = i32::from(a.dtype == DType::BF16);
-        if self.emu {
-            for (k, x) in a.contractions.iter().enumerate() {
-                self.start_tile_sums(k, x);
-                let lo = Self::accumulators(x);
-                let _ = writeln!(
-                    self.out,
-                    "for (int pf_wg = 0; pf_wg < {}; pf_wg++)\n\
-                     for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{",
-                    a.warps() / 4
-                );
-                let o = Self::value_sums(k, x);
-                for part in weight_parts(x) {
-                    let _ = writeln!(
-                        self.out,
-                        "pf_emu_wgmma_ra(&{o}[pf_wg * 128][0], {lo}, &pf_{part}{k}[pf_wg * 128][pf_kc * 4], {frags}, \
-                         pf_dynamic_shared, 2L * (pf_vcur{k} - pf_dynamic_shared + pf_kc * 1024), 1, {lbo}, {}, {bf});",
-                        x.width
-                    );
-                }
-                self.line("}");
-                self.add_tile_values(k, x);
-            }
-            return;
-        }
-        self.line("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{");
-        // Promoted sums start at zero before the fence orders the
-        // registers' writes before the tensor cores'.
-        for (k, x) in a.contractions.iter().enumerate() {
-            self.start_tile_sums(k, x);
-        }
-        self.line("pf_wgmma_fence();");
-        for (k, x) in a.contractions.iter().enumerate() {
-            let o = Self::value_sums(k, x);
-            let _ = writeln!(
-                self.out,
-                "#pragma unroll\n\
-                 for (int pf_kc = 0; pf_kc < {steps}; pf_kc++) {{\n\
-                 const unsigned long long pf_db = pf_wgmma_desc_at(pf_dv0, pf_shared_bytes(&pf_vcur{k}[pf_kc * 1024]));\n\
-                 pf_fa_wgmma_rs_n{n}({o}, &pf_pa{k}[pf_kc * 4], pf_db);\n\
-                 {remainder}\
-                 }}",
-                n = x.width,
-                remainder = if x.rounded_once {
-                    String::new()
-                } else {
-                    format!("pf_fa_wgmma_rs_n{}({o}, &pf_pl{k}[pf_kc * 4], pf_db);\n", x.width)
-                }
-            );
-        }
-        self.line("pf_wgmma_commit();\npf_wgmma_wait0();");
-        for (k, x) in a.contractions.iter().enumerate() {
-            let o = Self::value_sums(k, x);
-            let _ = writeln!(self.out, "pf_fa_keep_n{}({o});", x.width);
-            self.add_tile_values(k, x);
-        }
-        self.line("}\n#endif");
+        let t = self.t;
+        t.wgmma_values(self);
     }
 
-    fn commit(&self) -> &'static str {
-        if self.emu {
-            ""
-        } else {
-            "pf_cp_async_commit();\n"
-        }
-    }
-
+    /// Waits for all but the newest `n` groups of copies.
     fn wait(&mut self, n: i32) {
-        if !self.emu {
-            let _ = writeln!(self.out, "pf_cp_async_wait<{n}>();");
-        }
+        let w = self.t.wait(n);
+        self.out.push_str(&w);
     }
 
     fn declare(&mut self) {
@@ -872,20 +477,8 @@ impl Emit<'_> {
         let layout = a.shared_layout();
         // One array, the buffers at the layout's offsets (the same on the
         // CPU, so a layout whose buffers overlap fails there too).
-        if self.emu {
-            let _ = writeln!(
-                self.out,
-                "static uint16_t pf_dynamic_shared[{}];",
-                a.shared_bytes() / 2
-            );
-        } else {
-            let align = layout.align;
-            let _ = writeln!(
-                self.out,
-                "extern __shared__ __align__({align}) unsigned short pf_dynamic_shared[];"
-            );
-        }
-        let ty = self.u16();
+        self.out.push_str(&self.t.shared_memory(a));
+        let ty = self.t.u16();
         for b in layout.all() {
             let _ = writeln!(
                 self.out,
@@ -923,26 +516,15 @@ impl Emit<'_> {
                 vars.push((format!("pf_pl{k}"), "uint32_t", frags));
             }
         }
-        if a.wgmma() && !self.emu {
+        if a.wgmma() {
             // The operand descriptors' fields other than the start
             // address, once: each tile's descriptor is one of these moved
             // by its offset (`pf_wgmma_desc_at`).
-            let _ = writeln!(
-                self.out,
-                "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
-                 const unsigned long long pf_dk0 = pf_wgmma_desc(pf_dynamic_shared, 16, 1024);\n\
-                 const unsigned long long pf_dv0 = pf_wgmma_desc(pf_dynamic_shared, {}, 1024);\n\
-                 #endif",
-                VALUE_LBO
-            );
+            self.out.push_str(&self.t.wgmma_descriptors());
         }
         for (name, ty, len) in vars {
-            if self.emu {
-                let _ = writeln!(self.out, "static {ty} {name}[{}][{len}];", self.a.threads());
-            } else {
-                let ty = if ty == "uint32_t" { "unsigned" } else { ty };
-                let _ = writeln!(self.out, "{ty} {name}[{len}];");
-            }
+            let decl = self.t.per_thread(a.threads(), ty, &name, len);
+            self.out.push_str(&decl);
         }
     }
 
@@ -1011,9 +593,7 @@ impl Emit<'_> {
         } else {
             self.epilogue();
         }
-        if self.emu {
-            self.line("}");
-        }
+        self.out.push_str(self.t.close_block());
     }
 
     /// The block's indices and the batch values it runs: a row tile (and
@@ -1036,21 +616,8 @@ impl Emit<'_> {
                 a.row_tiles()
             );
         }
-        if self.emu {
-            let _ = writeln!(
-                self.out,
-                "for (pf_i pf_bx = 0; pf_bx < {}; pf_bx++)\nfor (pf_i pf_bt = 0; pf_bt < {}; pf_bt++) {{\n{batch_decl}",
-                a.grid_x(),
-                a.batches()
-            );
-        } else {
-            let _ = writeln!(
-                self.out,
-                "const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 4, pf_c = pf_l % 4;\n\
-                 (void)pf_w; (void)pf_g; (void)pf_c;\n\
-                 const pf_i pf_bx = blockIdx.x, pf_bt = blockIdx.y;\n{batch_decl}"
-            );
-        }
+        let open = self.t.open_block(a, &batch_decl);
+        self.out.push_str(&open);
     }
 
     /// The block's key tiles: the loop runs over `pf_kt` in `pf_klo ..
@@ -1122,7 +689,7 @@ impl Emit<'_> {
         let a = self.a;
         let layout = a.shared_layout();
         let stages = layout.keys.stages;
-        let ptr = self.u16();
+        let ptr = self.t.u16();
         let mut c = self.copy(&a.query, "pf_i0", a.block_rows(), a.depth, "pf_fa_q");
         c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
         for st in 1..stages - 1 {
@@ -1154,16 +721,18 @@ impl Emit<'_> {
     /// from shared memory, so the emulation, which runs that path, has
     /// none).
     fn query_fragments(&mut self) {
+        self.mma_sync_path(Self::load_query_fragments);
+    }
+
+    /// The query fragments through `ldmatrix`, each warp its rows'.
+    fn load_query_fragments(&mut self) {
         let a = self.a;
-        if a.wgmma() && self.emu {
-            return;
-        }
         let kq = a.depth / 16;
         let mut w = String::new();
         let _ = writeln!(
             w,
             "{u}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++)\n{u}for (int pf_kk = 0; pf_kk < {kq}; pf_kk++) {{",
-            u = self.unroll()
+            u = self.t.unroll()
         );
         let at = self.tile_at(
             a.block_rows(),
@@ -1175,16 +744,14 @@ impl Emit<'_> {
             ),
             "pf_kk * 16 + (pf_l / 16) * 8",
         );
-        w.push_str(&self.ldsm(
+        w.push_str(&self.t.ldsm(
             "pf_qf",
             &format!("(pf_mi * {kq} + pf_kk) * 4"),
             &format!("&pf_fa_q[{at}]"),
             false,
         ));
         w.push_str("}\n");
-        self.if_not_wgmma();
         self.warps(&w);
-        self.end_if_wgmma();
     }
 
     /// The rolling loop in tiles: the copies of the tiles `stages - 1`
@@ -1239,7 +806,7 @@ impl Emit<'_> {
         let a = self.a;
         let layout = a.shared_layout();
         let stages = layout.keys.stages;
-        let ptr = self.u16();
+        let ptr = self.t.u16();
         let full = self.cond(&a.full_tile);
         let kl = layout.keys.stage_len;
         let (cur, next) = if stages == 2 {
@@ -1277,14 +844,21 @@ impl Emit<'_> {
     /// `mma_sync`'s (in the CUDA, compiled where the device is not sm_90a;
     /// the emulation runs the `wgmma` path alone).
     fn either(&mut self, wgmma: fn(&mut Self), mma_sync: fn(&mut Self)) {
-        let wg = self.a.wgmma();
-        if wg {
+        if self.a.wgmma() {
             wgmma(self);
         }
-        if !(wg && self.emu) {
-            self.if_not_wgmma();
+        self.mma_sync_path(mma_sync);
+    }
+
+    /// A part of the `mma.sync` path, printed by `mma_sync`: as it is in a
+    /// kernel without a `wgmma` path, else as the target prints it beside
+    /// that path ([`FlashTarget::beside_wgmma`]).
+    fn mma_sync_path(&mut self, mma_sync: fn(&mut Self)) {
+        if self.a.wgmma() {
+            let t = self.t;
+            t.beside_wgmma(self, mma_sync);
+        } else {
             mma_sync(self);
-            self.end_if_wgmma();
         }
     }
 
@@ -1298,9 +872,9 @@ impl Emit<'_> {
         let _ = writeln!(
             c,
             "{}for (int pf_k = 0; pf_k < {}; pf_k++) {} = 0.0f;",
-            self.unroll(),
+            self.t.unroll(),
             WARP_TILES * nb * 4,
-            self.at("pf_s", "pf_k")
+            self.t.at("pf_s", "pf_k")
         );
         self.threads(&c);
         let mut w = String::new();
@@ -1309,7 +883,7 @@ impl Emit<'_> {
         "{u}for (int pf_kk = 0; pf_kk < {}; pf_kk++)\n{u}for (int pf_np = 0; pf_np < {}; pf_np++) {{",
         a.depth / 16,
         a.warp_keys() / 16,
-        u = self.unroll()
+        u = self.t.unroll()
     );
         let at = self.tile_at(
             BLOCK_KEYS,
@@ -1320,11 +894,11 @@ impl Emit<'_> {
             ),
             "pf_kk * 16 + 8 * ((pf_l / 8) % 2)",
         );
-        w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_kcur[{at}]"), false));
+        w.push_str(&self.t.ldsm("pf_kb", "0", &format!("&pf_kcur[{at}]"), false));
         let _ = writeln!(
             w,
             "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
-            self.unroll()
+            self.t.unroll()
         );
         for half in 0..2 {
             w.push_str(&self.mma(
@@ -1357,7 +931,7 @@ impl Emit<'_> {
                 "{u}for (int pf_kc = 0; pf_kc < {}; pf_kc++)\n{u}for (int pf_ep = 0; pf_ep < {}; pf_ep++) {{",
                 a.warp_keys() / 16,
                 x.width / 16,
-                u = self.unroll()
+                u = self.t.unroll()
             );
             let at = self.tile_at(
                 BLOCK_KEYS,
@@ -1365,14 +939,18 @@ impl Emit<'_> {
                 &format!("{} + pf_kc * 16 + pf_l % 16", self.warp_key()),
                 "pf_ep * 16 + 8 * (pf_l / 16)",
             );
-            w.push_str(&self.ldsm("pf_kb", "0", &format!("&pf_vcur{k}[{at}]"), true));
+            w.push_str(
+                &self
+                    .t
+                    .ldsm("pf_kb", "0", &format!("&pf_vcur{k}[{at}]"), true),
+            );
             let o = Self::value_sums(k, x);
             let w8 = x.width / 8;
             let kc = a.warp_keys() / 16;
             let _ = writeln!(
                 w,
                 "{}for (int pf_mi = 0; pf_mi < {WARP_TILES}; pf_mi++) {{",
-                self.unroll()
+                self.t.unroll()
             );
             // The rounded weights, then their rounded remainders (without
             // them, H100: global prefill 1519 against 1947 us, and the
@@ -1424,7 +1002,7 @@ impl Emit<'_> {
             let code = format!(
                 "for (int pf_i = 0; pf_i < {}; pf_i++) {} = 0.0f;\n",
                 Self::accumulators(x),
-                self.at(&format!("pf_ot{k}"), "pf_i")
+                self.t.at(&format!("pf_ot{k}"), "pf_i")
             );
             self.threads(&code);
         }
@@ -1437,8 +1015,8 @@ impl Emit<'_> {
             let code = format!(
                 "for (int pf_i = 0; pf_i < {}; pf_i++) {} += {};\n",
                 Self::accumulators(x),
-                self.at(&format!("pf_o{k}"), "pf_i"),
-                self.at(&format!("pf_ot{k}"), "pf_i")
+                self.t.at(&format!("pf_o{k}"), "pf_i"),
+                self.t.at(&format!("pf_ot{k}"), "pf_i")
             );
             self.threads(&code);
         }
@@ -1453,20 +1031,20 @@ impl Emit<'_> {
         let _ = writeln!(
             c,
             "{}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n{}",
-            self.unroll(),
+            self.t.unroll(),
             self.row_of()
         );
         let _ = writeln!(
             c,
             "{} = {};",
-            self.at("pf_m", "pf_r"),
+            self.t.at("pf_m", "pf_r"),
             printer.expr(&a.pred_init, &env)
         );
         for (k, s) in a.sums.iter().enumerate() {
             let _ = writeln!(
                 c,
                 "{} = {};",
-                self.at(&format!("pf_sum{k}"), "pf_r"),
+                self.t.at(&format!("pf_sum{k}"), "pf_r"),
                 printer.expr(&s.init, &env)
             );
         }
@@ -1476,9 +1054,9 @@ impl Emit<'_> {
                 "{}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {{\n\
                  const pf_i pf_ee = pf_n * 8 + 2 * pf_c + pf_h; (void)pf_ee;\n\
                  {} = {}; }}",
-                self.unroll(),
+                self.t.unroll(),
                 x.width / 8,
-                self.at(&format!("pf_o{k}"), &Self::o_idx(x.width)),
+                self.t.at(&format!("pf_o{k}"), &Self::o_idx(x.width)),
                 printer.expr(&x.init, &env)
             );
         }
@@ -1548,9 +1126,9 @@ impl Emit<'_> {
         let _ = writeln!(
             c,
             "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {} = {ident};",
-            self.at("pf_mt", "pf_r")
+            self.t.at("pf_mt", "pf_r")
         );
-        let u = self.unroll();
+        let u = self.t.unroll();
         let _ = writeln!(
             c,
             "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++)\n{u}for (int pf_h = 0; pf_h < 2; pf_h++) {{\n{head}"
@@ -1566,14 +1144,14 @@ impl Emit<'_> {
             } else {
                 value
             };
-            let _ = writeln!(c, "{} = {value};", self.at(&format!("pf_x{k}"), "pf_k"));
+            let _ = writeln!(c, "{} = {value};", self.t.at(&format!("pf_x{k}"), "pf_k"));
         }
-        let mt = self.at("pf_mt", "pf_r");
+        let mt = self.t.at("pf_mt", "pf_r");
         // A maximum (or minimum) of scaled scores `c * s` (c > 0) is `c`
         // times the maximum of the scores (`Attention::score_scale`).
         let folded = self.scale.filter(|s| s.folded);
         let body = match folded {
-            Some(_) => self.at("pf_s", "pf_k"),
+            Some(_) => self.t.at("pf_s", "pf_k"),
             None => printer.expr(&a.pred_body, env),
         };
         let _ = writeln!(
@@ -1601,8 +1179,8 @@ impl Emit<'_> {
         let a = self.a;
         let rov = self.repair_overrides(
             step.overrides.clone(),
-            &self.at("pf_m", "pf_r"),
-            &self.at("pf_mn", "pf_r"),
+            &self.t.at("pf_m", "pf_r"),
+            &self.t.at("pf_mn", "pf_r"),
         );
         let printer = self.printer(rov, true);
         let (factors, sum_factor, con_factor) =
@@ -1610,25 +1188,25 @@ impl Emit<'_> {
         let _ = writeln!(
             c,
             "{}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{\n{} = {};",
-            self.unroll(),
-            self.at("pf_mn", "pf_r"),
+            self.t.unroll(),
+            self.t.at("pf_mn", "pf_r"),
             printer.combine(
                 a.reducer,
                 DType::F32,
-                &self.at("pf_m", "pf_r"),
-                &self.at("pf_mt", "pf_r")
+                &self.t.at("pf_m", "pf_r"),
+                &self.t.at("pf_mt", "pf_r")
             )
         );
         for (k, f) in factors.iter().enumerate() {
             let _ = writeln!(c, "const float pf_f{k} = {f};");
         }
         for (k, f) in sum_factor.iter().enumerate() {
-            let x = self.at(&format!("pf_sum{k}"), "pf_r");
+            let x = self.t.at(&format!("pf_sum{k}"), "pf_r");
             let _ = writeln!(c, "{x} = {x} * pf_f{f};");
-            let _ = writeln!(c, "{} = 0.0f;", self.at(&format!("pf_st{k}"), "pf_r"));
+            let _ = writeln!(c, "{} = 0.0f;", self.t.at(&format!("pf_st{k}"), "pf_r"));
         }
         for (k, f) in con_factor.iter().enumerate() {
-            let _ = writeln!(c, "{} = pf_f{f};", self.at(&format!("pf_cf{k}"), "pf_r"));
+            let _ = writeln!(c, "{} = pf_f{f};", self.t.at(&format!("pf_cf{k}"), "pf_r"));
         }
         c.push_str("}\n");
     }
@@ -1640,22 +1218,18 @@ impl Emit<'_> {
     fn repair_accumulators(&self, c: &mut String) {
         for (k, x) in self.a.contractions.iter().enumerate() {
             let cf = format!("pf_cf{k}");
-            let o = self.at(&format!("pf_o{k}"), &Self::o_idx(x.width));
+            let o = self.t.at(&format!("pf_o{k}"), &Self::o_idx(x.width));
             let any: Vec<String> = (0..SLOTS)
-                .map(|r| format!("{} != 1.0f", self.at(&cf, &r.to_string())))
+                .map(|r| format!("{} != 1.0f", self.t.at(&cf, &r.to_string())))
                 .collect();
-            let guard = if self.emu {
-                String::new()
-            } else {
-                format!("if (__any_sync(0xffffffffu, {}))", any.join(" || "))
-            };
+            let guard = self.t.any_lane(&any);
             let _ = writeln!(
                 c,
                 "{guard} {{\n{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n\
                  {u}for (int pf_n = 0; pf_n < {}; pf_n++) for (int pf_h = 0; pf_h < 2; pf_h++) {o} = {o} * {};\n}}",
                 x.width / 8,
-                self.at(&cf, "pf_r"),
-                u = self.unroll()
+                self.t.at(&cf, "pf_r"),
+                u = self.t.unroll()
             );
         }
     }
@@ -1668,16 +1242,16 @@ impl Emit<'_> {
         let a = self.a;
         let (nb, head) = (step.key_groups, &step.head);
         let mut tov = step.overrides.clone();
-        tov.insert(a.pred_term.clone(), self.at("pf_mn", "pf_r"));
+        tov.insert(a.pred_term.clone(), self.t.at("pf_mn", "pf_r"));
         let printer = self.printer(tov, true);
         // `exp(c s - m)` of scaled scores as one FFMA of the score.
         if let Some(s) = self.scale {
             printer.scaled_reads.borrow_mut().insert(
                 s.scaled.clone(),
-                (self.at("pf_s", "pf_k"), s.factor as f32 as f64),
+                (self.t.at("pf_s", "pf_k"), s.factor as f32 as f64),
             );
         }
-        let u = self.unroll();
+        let u = self.t.unroll();
         let _ = writeln!(
             c,
             "{u}for (int pf_r = 0; pf_r < {SLOTS}; pf_r++)\n{u}for (int pf_n = 0; pf_n < {nb}; pf_n++) {{\n\
@@ -1693,7 +1267,7 @@ impl Emit<'_> {
             let _ = writeln!(c, "const float pf_v{k} = pf_ok ? {v} : 0.0f;");
         }
         for (k, v) in sum_value.iter().enumerate() {
-            let st = self.at(&format!("pf_st{k}"), "pf_r");
+            let st = self.t.at(&format!("pf_st{k}"), "pf_r");
             let _ = writeln!(c, "{st} = {st} + pf_v{v};");
         }
         for (k, v) in weight_value.iter().enumerate() {
@@ -1719,23 +1293,19 @@ impl Emit<'_> {
                 a.warp_keys() / 16
             );
             let idx = idx.as_str();
-            let bf16 = if self.emu {
-                format!(", {}", i32::from(a.dtype == DType::BF16))
-            } else {
-                String::new()
-            };
+            let bf16 = self.t.dtype_arg(a.dtype == DType::BF16);
             if a.contractions[k].rounded_once {
                 let _ = writeln!(
                     c,
                     "pf_round2(pf_w0[{k}], pf_w1[{k}], &{}{bf16});",
-                    self.at(&format!("pf_pa{k}"), idx),
+                    self.t.at(&format!("pf_pa{k}"), idx),
                 );
             } else {
                 let _ = writeln!(
                     c,
                     "pf_split2(pf_w0[{k}], pf_w1[{k}], &{}, &{}{bf16});",
-                    self.at(&format!("pf_pa{k}"), idx),
-                    self.at(&format!("pf_pl{k}"), idx)
+                    self.t.at(&format!("pf_pa{k}"), idx),
+                    self.t.at(&format!("pf_pl{k}"), idx)
                 );
             }
         }
@@ -1751,14 +1321,18 @@ impl Emit<'_> {
         let mut c = String::new();
         let _ = writeln!(c, "for (int pf_r = 0; pf_r < {SLOTS}; pf_r++) {{");
         for k in 0..a.sums.len() {
-            let s = self.at(&format!("pf_sum{k}"), "pf_r");
-            let _ = writeln!(c, "{s} = {s} + {};", self.at(&format!("pf_st{k}"), "pf_r"));
+            let s = self.t.at(&format!("pf_sum{k}"), "pf_r");
+            let _ = writeln!(
+                c,
+                "{s} = {s} + {};",
+                self.t.at(&format!("pf_st{k}"), "pf_r")
+            );
         }
         let _ = writeln!(
             c,
             "{} = {}; }}",
-            self.at("pf_m", "pf_r"),
-            self.at("pf_mn", "pf_r")
+            self.t.at("pf_m", "pf_r"),
+            self.t.at("pf_mn", "pf_r")
         );
         self.threads(&c);
     }
@@ -1821,11 +1395,8 @@ impl Emit<'_> {
             return;
         };
         let per_row = a.merge_row_floats();
-        if self.emu {
-            let _ = writeln!(self.out, "static float pf_mg[{}];", a.merge_floats());
-        } else {
-            self.line("float *const pf_mg = (float *)pf_dynamic_shared;");
-        }
+        let mg = self.t.merge_buffer(a.merge_floats());
+        self.out.push_str(&mg);
         let slot =
             |w: &str, row: &str, k: String| format!("pf_mg[({w} * 16 + {row}) * {per_row} + {k}]");
         let env = self.env();
@@ -1837,14 +1408,14 @@ impl Emit<'_> {
              const int pf_rl = pf_g + 8 * (pf_r % 2);\n\
              if (pf_c == 0) {} = {}; }}",
             slot("pf_w", "pf_rl", "0".into()),
-            self.at("pf_m", "pf_r")
+            self.t.at("pf_m", "pf_r")
         );
         self.threads(&c);
         self.sync();
         // The block's value, each warp's states repaired to it.
         let printer = self.printer(HashMap::new(), false);
         let ident = printer.identity(a.reducer, DType::F32);
-        let rov = self.repair_overrides(HashMap::new(), &self.at("pf_m", "pf_r"), "pf_mb");
+        let rov = self.repair_overrides(HashMap::new(), &self.t.at("pf_m", "pf_r"), "pf_mb");
         let printer = self.printer(rov, false);
         let mut c = String::new();
         let _ = writeln!(
@@ -1869,7 +1440,7 @@ impl Emit<'_> {
                 c,
                 "if (pf_c == 0) {} = {} * ({});",
                 slot("pf_w", "pf_rl", format!("{off}")),
-                self.at(&format!("pf_sum{k}"), "pf_r"),
+                self.t.at(&format!("pf_sum{k}"), "pf_r"),
                 printer.expr(&x.repair, &env)
             );
             off += 1;
@@ -1887,7 +1458,7 @@ impl Emit<'_> {
                     "pf_rl",
                     format!("{off} + pf_n * 8 + 2 * pf_c + pf_h")
                 ),
-                self.at(&format!("pf_o{k}"), &Self::o_idx(x.width))
+                self.t.at(&format!("pf_o{k}"), &Self::o_idx(x.width))
             );
             off += x.width;
         }
@@ -1992,37 +1563,13 @@ impl Emit<'_> {
             let ident = printer.identity(op, DType::F32);
             let step = printer.combine(op, DType::F32, "pf_v", &printer.expr(&st.rhs, env));
             // The lane's slices unrolled: their loads in flight together.
-            let unroll = if self.emu { "" } else { "#pragma unroll 4\n" };
+            let unroll = self.t.unroll4();
             let lanes = format!(
                 "float pf_v = {ident};\n{unroll}for (pf_i pf_s = pf_l; pf_s < {}; pf_s += 32) pf_v = {step};\n",
                 sp.slices
             );
-            if self.emu {
-                // The lanes one after the other, then the butterfly's sums
-                // as lane 0 forms them.
-                let _ = writeln!(
-                    c,
-                    "float {var};\n{{ float pf_lane[32];\n\
-                     for (int pf_l = 0; pf_l < 32; pf_l++) {{\n{lanes}pf_lane[pf_l] = pf_v;\n}}\n\
-                     for (int pf_o = 16; pf_o > 0; pf_o /= 2)\n\
-                     for (int pf_l = 0; pf_l < pf_o; pf_l++) pf_lane[pf_l] = {};\n\
-                     {var} = pf_lane[0]; }}",
-                    printer.combine(op, DType::F32, "pf_lane[pf_l]", "pf_lane[pf_l + pf_o]")
-                );
-            } else {
-                let _ = writeln!(
-                    c,
-                    "float {var};\n{{ {lanes}#pragma unroll\n\
-                     for (int pf_o = 16; pf_o > 0; pf_o /= 2) pf_v = {};\n\
-                     {var} = pf_v; }}",
-                    printer.combine(
-                        op,
-                        DType::F32,
-                        "pf_v",
-                        "__shfl_xor_sync(0xffffffffu, pf_v, pf_o)"
-                    )
-                );
-            }
+            let combine = |x: &str, y: &str| printer.combine(op, DType::F32, x, y);
+            c.push_str(&self.t.warp_fold(var, &lanes, &combine));
         };
         fold(&mut c, &ov, &mut env, sp.pred_global, "pf_M");
         for (k, &pos) in sp.sum_globals.iter().enumerate() {
@@ -2085,26 +1632,8 @@ impl Emit<'_> {
             }
             c.push_str("}\n");
         }
-        if self.emu {
-            // A warp's lanes are the folds' own loops; one pass a warp.
-            let _ = writeln!(
-                self.out,
-                "for (pf_i pf_ei = 0; pf_ei < {}; pf_ei++)\n\
-                 for (pf_i pf_bt = 0; pf_bt < {}; pf_bt++)\n\
-                 for (pf_i pf_ez = 0; pf_ez < {}; pf_ez++)\n\
-                 for (int pf_w = 0; pf_w < {COMBINE_WARPS}; pf_w++) {{\n\
-                 const int pf_t = pf_w * 32, pf_l = 0; (void)pf_t; (void)pf_l;\n{c}}}",
-                a.rows,
-                a.batches(),
-                a.combine_column_blocks()
-            );
-        } else {
-            let _ = writeln!(
-                self.out,
-                "const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32;\n\
-                 const pf_i pf_ei = blockIdx.x, pf_bt = blockIdx.y, pf_ez = blockIdx.z;\n{c}"
-            );
-        }
+        let grid = self.t.combine_grid(a, &c);
+        self.out.push_str(&grid);
     }
 
     /// The epilogue statements, from the final states.
@@ -2116,11 +1645,11 @@ impl Emit<'_> {
         for &p in &a.epilogue {
             let st = &self.program.statements[p];
             let mut ov = HashMap::new();
-            ov.insert(access_text(&a.pred, &row), self.at("pf_m", "pf_r"));
+            ov.insert(access_text(&a.pred, &row), self.t.at("pf_m", "pf_r"));
             for (k, s) in a.sums.iter().enumerate() {
                 ov.insert(
                     access_text(&s.tensor, &row),
-                    self.at(&format!("pf_sum{k}"), "pf_r"),
+                    self.t.at(&format!("pf_sum{k}"), "pf_r"),
                 );
             }
             let column = if st.lhs_indices.len() > row.len() {
@@ -2136,7 +1665,7 @@ impl Emit<'_> {
                 if column.as_ref() == Some(&x.column) && Some(x.width) == width {
                     ov.insert(
                         access_text(&x.tensor, &self.col_subs(&x.column)),
-                        self.at(&format!("pf_o{k}"), &Self::o_idx(x.width)),
+                        self.t.at(&format!("pf_o{k}"), &Self::o_idx(x.width)),
                     );
                 }
             }
