@@ -61,9 +61,9 @@ enum Sampling {
     /// strategies in turn (8 runs).
     Strategies,
     /// Strategy i with tiling i, at the odd sizes for odd i (4 runs): the
-    /// programs whose compilation alone takes seconds, and the prefill
-    /// attention examples (one template kernel whatever the strategy,
-    /// checked on its own paths by tests/attention.rs).
+    /// programs whose compilation alone takes seconds, and the attention
+    /// examples, prefill and decoding (one template kernel whatever the
+    /// strategy, checked on their own paths by tests/attention.rs).
     Diagonal,
 }
 
@@ -313,22 +313,38 @@ fn attention_lse() {
 
 #[test]
 fn attention_decode_causal() {
-    check_example_sampled("attention_decode_causal", &[("KV", 61), ("D", 13)]);
+    check_variants(
+        "attention_decode_causal",
+        &[("KV", 61), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
 fn attention_decode_alibi() {
-    check_example_sampled("attention_decode_alibi", &[("KV", 61), ("D", 13)]);
+    check_variants(
+        "attention_decode_alibi",
+        &[("KV", 61), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
 fn attention_decode_gqa() {
-    check_example_sampled("attention_decode_gqa", &[("KV", 61), ("D", 13)]);
+    check_variants(
+        "attention_decode_gqa",
+        &[("KV", 61), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
 fn attention_decode_softcap() {
-    check_example_sampled("attention_decode_softcap", &[("KV", 61), ("D", 13)]);
+    check_variants(
+        "attention_decode_softcap",
+        &[("KV", 61), ("D", 13)],
+        Sampling::Diagonal,
+    );
 }
 
 #[test]
