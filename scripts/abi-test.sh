@@ -14,7 +14,7 @@
 # the extension's C++ against the header where torch is not installed, and
 # tests the Python module's call handling with a fake extension.
 #
-# usage: scripts/abi-test.sh     (run by scripts/test.sh after cargo test)
+# usage: scripts/abi-test.sh     (run by scripts/test.sh beside cargo test)
 # ABI_PROFILE=release uses `cargo build --release` and target/release
 # (default: debug).
 set -euo pipefail
