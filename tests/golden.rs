@@ -95,6 +95,10 @@ fn programs() -> Vec<String> {
 /// One run of polyfuse: its stdout, or a description of the failure.
 type Run = Result<Vec<u8>, String>;
 
+/// A program's output for each of [`STAGES`], or a description of the
+/// failure.
+type Stages = Result<Vec<Vec<u8>>, String>;
+
 /// `polyfuse schedule PROGRAM.json --emit EMIT` on the command line.
 fn schedule_cli(program: &str, emit: &str) -> Run {
     let args = [
@@ -130,7 +134,7 @@ fn schedule_cli(program: &str, emit: &str) -> Run {
 /// instead of five processes: the CPU one gives `tree` and `c`, the GPU
 /// one (no CPU kernel) `gpu-tree` and `cuda`; `deps` schedules nothing.
 /// [`in_process_output_is_the_command_lines`] holds the two equal.
-fn stages(program: &str) -> Result<Vec<Vec<u8>>, String> {
+fn stages(program: &str) -> Stages {
     use polyfuse::session::{load_program, Session, Target};
     let fail = |what: &str, e: polyfuse::Error| format!("{program}.json, {what}: {e}");
     // Relative to the crate, as the command line is given it (the name
@@ -309,7 +313,7 @@ fn golden_files() {
         .map_or(2, |n| n.get())
         .clamp(2, 4);
     let next = AtomicUsize::new(0);
-    let mut per_program: Vec<(usize, Result<Vec<Vec<u8>>, String>)> = std::thread::scope(|scope| {
+    let mut per_program: Vec<(usize, Stages)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {

@@ -24,32 +24,39 @@ pub struct RunOptions {
     pub seed: u64,
 }
 
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
+/// A scratch directory, removed on drop unless it was made in the folder
+/// `POLYFUSE_KEEP_SCRATCH` names (to read the C that ran: `program.c` and
+/// its inputs and outputs). The library prints nothing (issue 31), so the
+/// user names the folder rather than being told where it went.
+struct Scratch {
+    dir: PathBuf,
+    keep: bool,
+}
 
 impl Scratch {
     fn new() -> Result<Scratch> {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
+        let kept = std::env::var_os("POLYFUSE_KEEP_SCRATCH").filter(|v| !v.is_empty());
+        let base = kept.clone().map_or_else(std::env::temp_dir, PathBuf::from);
+        let dir = base.join(format!(
             "polyfuse-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         ));
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::Environment(format!("cannot create {}: {e}", dir.display())))?;
-        Ok(Scratch(dir))
+        Ok(Scratch {
+            dir,
+            keep: kept.is_some(),
+        })
     }
 }
 
 impl Drop for Scratch {
-    /// Removes the folder, unless `POLYFUSE_KEEP_SCRATCH` is set (to read
-    /// the C that ran: `program.c` and its inputs and outputs).
     fn drop(&mut self) {
-        if std::env::var_os("POLYFUSE_KEEP_SCRATCH").is_some() {
-            eprintln!("polyfuse: kept {}", self.0.display());
-            return;
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -328,7 +335,7 @@ fn read_references(
     dir: &Scratch,
 ) -> Result<Vec<ReferenceOutput>> {
     let read = |name: &str| {
-        let p = dir.0.join(name);
+        let p = dir.dir.join(name);
         std::fs::read(&p).map_err(|e| Error::Internal(format!("{}: {e}", p.display())))
     };
     let (want, declared) = (read("ref.bin")?, read("decl.bin")?);
@@ -366,8 +373,8 @@ fn execute(
     opts: &RunOptions,
 ) -> Result<(Scratch, String)> {
     let dir = Scratch::new()?;
-    let src = dir.0.join("program.c");
-    let bin = dir.0.join("program");
+    let src = dir.dir.join("program.c");
+    let bin = dir.dir.join("program");
     std::fs::write(&src, harness(compiled, counts, kernel_c)?)
         .map_err(|e| Error::Environment(format!("cannot write {}: {e}", src.display())))?;
     compile_c(&src, &bin)?;
@@ -382,10 +389,10 @@ fn execute(
         }
     }
     let (fin, fout, fref, fdecl) = (
-        dir.0.join("in.bin"),
-        dir.0.join("out.bin"),
-        dir.0.join("ref.bin"),
-        dir.0.join("decl.bin"),
+        dir.dir.join("in.bin"),
+        dir.dir.join("out.bin"),
+        dir.dir.join("ref.bin"),
+        dir.dir.join("decl.bin"),
     );
     std::fs::write(&fin, &input).map_err(|e| Error::Environment(e.to_string()))?;
     let out = Command::new(&bin)
@@ -422,7 +429,7 @@ fn execute(
 
 /// Compares the kernel's outputs in `dir` with the reference outputs.
 fn check_outputs(compiled: &Compiled, counts: &[usize], dir: &Scratch) -> Result<CheckResult> {
-    let fout = dir.0.join("out.bin");
+    let fout = dir.dir.join("out.bin");
     let got =
         std::fs::read(&fout).map_err(|e| Error::Internal(format!("{}: {e}", fout.display())))?;
     let references = read_references(compiled, counts, dir)?;

@@ -41,6 +41,9 @@ use polyfuse::{Error, Options};
 /// POLYFUSE_DUMP_DIR=DIR to DIR/PROGRAM.STAGE.txt, and compile without the
 /// cache's tuned options. CC: the C compiler for the CPU targets (`cc`);
 /// POLYFUSE_CFLAGS: its optimisation flags (default `-O2 -march=native`).
+/// POLYFUSE_KEEP_SCRATCH=DIR: the CPU targets compile and run their C in
+/// a new folder under DIR, kept afterwards (`program.c`, its inputs and
+/// outputs), instead of a temporary one.
 #[derive(Parser)]
 // The version names the build's source fingerprint (the compilation
 // cache's key), so a results table says which build it timed.
