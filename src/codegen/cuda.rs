@@ -19,6 +19,9 @@
 //! * f16 and bf16 are stored as 16-bit integers and computed in f32 through
 //!   `cuda_fp16.h` and `cuda_bf16.h`; the 8-bit floats as bytes through
 //!   `cuda_fp8.h` (see [`storage_type`] and `dtype_helpers`).
+//! * Each kernel is printed twice by the same [`Ctx`], through a
+//!   `target::KernelTarget`: as CUDA (`gpu::Gpu`) and as its CPU emulation
+//!   in C (`emulation::Emulation`, see [`program`]).
 
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -26,12 +29,15 @@ use std::fmt::Write;
 mod box_reads;
 mod chains;
 mod clamp;
+mod emulation;
 mod full_steps;
 mod full_tile;
+mod gpu;
 mod lanes;
 mod rowcopy;
 mod slot_box;
 mod slots;
+mod target;
 mod unswitch;
 
 use super::expr::{param_name, tensor_name, Mode, Printer};
@@ -50,8 +56,11 @@ use crate::gpu::{CudaProgram, HostLoop, Kernel, KernelArg};
 use crate::isl::ast::{c_expr, Expr, Node, Op};
 use crate::model::Scop;
 use crate::schedule::host::HostStep;
+use emulation::Emulation;
 use full_tile::FullTile;
+use gpu::Gpu;
 use slots::{upper_bound, SlotTest};
+use target::{KernelTarget, WarpReduce};
 
 /// Storage type of a tensor element in CUDA.
 pub fn storage_type(t: DType) -> &'static str {
@@ -605,7 +614,8 @@ impl Printed<'_> {
         };
         let scope = thread_plan.scope.as_ref().filter(|s| !s.arrays.is_empty());
         let arrays = scope.map(|s| s.arrays.as_slice()).unwrap_or(&[]);
-        self.declare_shared(mark, arrays, contraction);
+        self.source
+            .push_str(&Gpu.shared_arrays(mark, arrays, contraction));
         let ctx = Ctx {
             program,
             scop,
@@ -613,7 +623,7 @@ impl Printed<'_> {
             params: self.params,
             plan,
             threads: thread_plan,
-            emulate: false,
+            t: &Gpu,
             in_scope: false,
             regs: regs_of_kernel.as_ref(),
             in_regs: false,
@@ -643,42 +653,17 @@ impl Printed<'_> {
         if race {
             self.watch_races(mark, plan.block, arrays);
         }
-        self.emulate_shared(mark, arrays, contraction);
         let emu = Ctx {
-            emulate: true,
+            t: &Emulation,
             ..ctx
         };
+        self.emulation
+            .push_str(&emu.t.shared_arrays(mark, arrays, contraction));
         self.printer.race.set(race);
         emu.node(body, 2, &[], false, &mut self.emulation);
         self.printer.race.set(false);
         let _ = writeln!(self.emulation, "  }}");
         Ok(())
-    }
-
-    /// The shared arrays of kernel `mark` (each promoted tile's, every
-    /// stage of it, and a contraction's own), declared in its CUDA.
-    fn declare_shared(
-        &mut self,
-        mark: &str,
-        arrays: &[Promotion],
-        contraction: Option<&Contraction>,
-    ) {
-        for a in arrays {
-            // 16-byte aligned where the copy moves four elements at once,
-            // so that vector accesses to the array can be proven aligned.
-            let align = if a.vector4 { "__align__(16) " } else { "" };
-            let _ = writeln!(
-                self.source,
-                "  __shared__ {align}{} {}[{}];",
-                storage_type(a.dtype),
-                a.buffer,
-                a.layout.elements()
-            );
-        }
-        if let Some(c) = contraction {
-            self.source
-                .push_str(&super::mma::declare(c, mark, false, "  "));
-        }
     }
 
     /// The race detector's start of kernel `mark` in the emulation: its
@@ -698,29 +683,6 @@ impl Printed<'_> {
                 a.tensor,
                 a.layout.elements()
             );
-        }
-    }
-
-    /// The shared arrays of kernel `mark` in the emulation: static arrays
-    /// every emulated block reuses.
-    fn emulate_shared(
-        &mut self,
-        mark: &str,
-        arrays: &[Promotion],
-        contraction: Option<&Contraction>,
-    ) {
-        for a in arrays {
-            let _ = writeln!(
-                self.emulation,
-                "    static {} {}[{}];",
-                super::c::storage_type(a.dtype),
-                a.buffer,
-                a.layout.elements()
-            );
-        }
-        if let Some(c) = contraction {
-            self.emulation
-                .push_str(&super::mma::declare(c, mark, true, "    "));
         }
     }
 }
@@ -959,8 +921,9 @@ struct Ctx<'a> {
     /// its promotions, its contraction, its private regions, its lanes.
     plan: &'a KernelPlan,
     threads: &'a ThreadPlan,
-    /// Print the CPU emulation (of the plan's block size).
-    emulate: bool,
+    /// The target printed: the GPU, or the CPU emulation (of the plan's
+    /// block size).
+    t: &'a dyn KernelTarget,
     /// Inside the promotion scope: promoted reads use the shared copies.
     in_scope: bool,
     /// The kernel's register tile, and whether we are inside its region.
@@ -1135,14 +1098,6 @@ fn other_stage(a: &Promotion) -> String {
     format!("(1 - pf_stage) * {} + ", a.layout.stage_len)
 }
 
-fn id_of(p: &Pending) -> String {
-    format!("{}.{}", if p.0 { "threadIdx" } else { "blockIdx" }, p.1)
-}
-
-fn count_of(p: &Pending) -> String {
-    format!("{}.{}", if p.0 { "blockDim" } else { "gridDim" }, p.1)
-}
-
 /// `e` with `name` replaced by `name + by`.
 fn shift(e: &Expr, name: &str, by: i64) -> Expr {
     e.replace_ids(&|s| {
@@ -1234,32 +1189,7 @@ impl<'a> Ctx<'a> {
 impl Ctx<'_> {
     /// Printing an emulation the race detector watches (`codegen::race`).
     fn race(&self) -> bool {
-        self.emulate && self.printer.race.get()
-    }
-
-    /// The emulation's barrier: the next epoch of the block for the race
-    /// detector (nothing when it is off).
-    fn race_barrier(&self, pad: &str, out: &mut String) {
-        if self.race() {
-            let _ = writeln!(out, "{pad}pf_race_barrier();");
-        }
-    }
-
-    /// The condition `var >= 0` (`down`) or `var < count` of an emulated
-    /// loop over the blocks or threads of `axis`, which also tells the race
-    /// detector the current index (0 once the loop ends).
-    fn emulated_test(&self, var: &str, count: u32, down: bool, thread: bool, axis: char) -> String {
-        let test = if down {
-            format!("{var} >= 0")
-        } else {
-            format!("{var} < {count}")
-        };
-        if self.race() {
-            let a = super::race::axis_code(thread, axis);
-            format!("pf_race_in({a}, {var}, {test})")
-        } else {
-            test
-        }
+        self.t.watches_races(self.printer)
     }
 
     /// `t_X[global]`, for a read (`Some(false)`) or a write (`Some(true)`)
@@ -1382,15 +1312,12 @@ impl Ctx<'_> {
                 let row_parts = self.lanes().is_some()
                     && !self.in_lanes
                     && in_thread
-                    && pending.iter().any(|p| p.0)
-                    && !self.emulate;
+                    && pending.iter().any(|p| p.0);
                 for (i, c) in v.iter().enumerate() {
-                    if i > 0 && !in_thread && self.has_threads() && !self.emulate {
-                        let _ = writeln!(out, "{pad}__syncthreads();");
-                    } else if i > 0 && !in_thread && self.has_threads() {
-                        self.race_barrier(&pad, out);
+                    if i > 0 && !in_thread && self.has_threads() {
+                        self.t.barrier(self, &pad, out);
                     } else if i > 0 && row_parts {
-                        let _ = writeln!(out, "{pad}{};", self.lane_barrier());
+                        self.t.row_barrier(self, &pad, out);
                     }
                     self.node(c, depth, pending, in_thread, out);
                 }
@@ -1465,11 +1392,10 @@ impl Ctx<'_> {
         // Each step ends with a barrier on the GPU when a thread's
         // next step may read what another thread wrote.
         let synced = !self.nosync && !opened.in_thread && self.has_threads() && has_work(body);
-        let step_barrier = !self.emulate && synced;
         // A promotion point right below this loop may be double
         // buffered along it when the steps are ordered by that
         // barrier (in the emulation, by running one after another).
-        let shared_body = (step_barrier || self.emulate)
+        let shared_body = (synced || self.t.steps_in_order())
             && matches!(body, Node::Mark { name, .. } if name == "shared");
         let step_loop = match (matched, head.inc) {
             (None, Expr::Int(step)) if *step > 0 && !opened.step_guard && shared_body => {
@@ -1488,10 +1414,8 @@ impl Ctx<'_> {
         if opened.step_guard {
             let _ = writeln!(out, "{pad}  }}");
         }
-        if step_barrier {
-            let _ = writeln!(out, "{pad}  __syncthreads();");
-        } else if synced {
-            self.race_barrier(&format!("{pad}  "), out);
+        if synced {
+            self.t.barrier(self, &format!("{pad}  "), out);
         }
         let _ = writeln!(out, "{pad}}}");
         self.drop_run_reads(opened.run_reads);
@@ -1511,43 +1435,7 @@ impl Ctx<'_> {
     ) -> OpenLoop {
         let pad = "  ".repeat(depth);
         let (iterator, cond) = (head.iterator, head.printed[1]);
-        let (id, count) = if self.emulate {
-            let block = self.plan.block;
-            let axis = (p.1 as u8).saturating_sub(b'x') as usize;
-            let (var, count) = if p.0 {
-                (format!("pf_thread_{}", p.1), block[axis.min(2)])
-            } else {
-                (format!("pf_block_{}", p.1), EMULATED_BLOCKS)
-            };
-            let test = self.emulated_test(&var, count, true, p.0, p.1);
-            let _ = writeln!(
-                out,
-                "{pad}for (pf_i {var} = {}; {test}; {var}--)",
-                count - 1
-            );
-            let id = if self.reversed(p) {
-                format!("({} - {var})", count - 1)
-            } else {
-                var
-            };
-            (id, count.to_string())
-        } else {
-            // Mappings above this one lost their loop: index 0.
-            let guard = self.guard(above);
-            if !guard.is_empty() {
-                let _ = writeln!(out, "{pad}if ({guard})");
-            }
-            let (id, count) = (
-                format!("(pf_i){}", id_of(p)),
-                format!("(pf_i){}", count_of(p)),
-            );
-            let id = if self.reversed(p) {
-                format!("({count} - 1 - {id})")
-            } else {
-                id
-            };
-            (id, count)
-        };
+        let (id, count) = self.t.mapped_index(self, above, p, &pad, out);
         let head = self.distributed_head(iterator, (head.init, cond, head.inc), (&id, &count), p.0);
         let _ = writeln!(out, "{pad}{head}");
         OpenLoop {
@@ -1592,13 +1480,13 @@ impl Ctx<'_> {
         // unrolls (`RegisterTile::unrolled_steps`) runs to its constant
         // bound, the rest of its condition tested inside.
         let steps = match self.regs.and_then(|r| r.unrolled_steps) {
-            Some(most) if !self.emulate && self.in_regs && self.in_scope => {
+            Some(most) if self.t.unrolls() && self.in_regs && self.in_scope => {
                 constant_trip(iterator, n_init, n_cond, n_inc)
                     .filter(|(_, _, trips)| *trips <= most)
             }
             _ => None,
         };
-        let unrolled_private = !self.emulate && self.indexes_private(body, iterator);
+        let unrolled_private = self.t.unrolls() && self.indexes_private(body, iterator);
         let counted = counted_loop(iterator, n_init, n_cond, n_inc);
         // Reads this loop takes from registers loaded ahead of it.
         let mut run_reads = 0;
@@ -1622,7 +1510,7 @@ impl Ctx<'_> {
         if unrolled_private || steps.is_some() {
             // Unrolled: a private array's subscripts become
             // constants and it stays in registers.
-            let _ = writeln!(out, "{pad}#pragma unroll");
+            self.t.unroll(&pad, out);
         }
         let test = match (&steps, unrolled_private) {
             (Some((bound, _, _)), false) => self.e(bound),
@@ -1768,7 +1656,7 @@ impl Ctx<'_> {
         };
         inner.node(body, depth + 1, pending, in_thread, out);
         if staged {
-            self.store_next_stage(depth + 1, out);
+            self.t.store_next_stage(self, depth + 1, out);
         }
         let _ = writeln!(out, "{pad}}}");
     }
@@ -2126,41 +2014,17 @@ impl Ctx<'_> {
             );
         };
         let _ = writeln!(out, "{pad}{{");
-        if self.emulate {
-            let all = self.printer.combine(op, t, "pf_red_all", "pf_red");
-            let _ = writeln!(out, "{pad}  {ty} pf_red_all = {ident};");
-            // Lane `l` is thread `l` along x for the race detector (a
-            // warp along x, as the GPU code assumes).
-            let test = if self.plan.block[0] == 32 {
-                self.emulated_test("pf_lane", 32, true, true, 'x')
-            } else {
-                "pf_lane >= 0".to_string()
-            };
-            let _ = writeln!(out, "{pad}  for (pf_i pf_lane = 31; {test}; pf_lane--) {{");
-            per_lane(out, &format!("{pad}    "), "pf_lane");
-            let _ = writeln!(out, "{pad}    pf_red_all = {all};");
-            let _ = writeln!(out, "{pad}  }}");
-            let _ = writeln!(out, "{pad}  {ty} pf_red = pf_red_all;");
-            let _ = writeln!(out, "{pad}  {fold}");
-        } else {
-            let name = match op {
-                crate::frontend::ast::Reducer::Sum => "sum",
-                crate::frontend::ast::Reducer::Prod => "prod",
-                crate::frontend::ast::Reducer::Max => "max",
-                crate::frontend::ast::Reducer::Min => "min",
-            };
-            let mut guard = self.guard(pending);
-            guard = if guard.is_empty() {
-                "threadIdx.x == 0".to_string()
-            } else {
-                format!("{guard} && threadIdx.x == 0")
-            };
-            let _ = writeln!(out, "{pad}  {{");
-            per_lane(out, &format!("{pad}    "), "(pf_i)threadIdx.x");
-            let _ = writeln!(out, "{pad}    pf_red = pf_warp_{name}(pf_red);");
-            let _ = writeln!(out, "{pad}    if ({guard}) {fold}");
-            let _ = writeln!(out, "{pad}  }}");
-        }
+        let r = WarpReduce {
+            pad: &pad,
+            ty,
+            ident: &ident,
+            op,
+            t,
+            fold: &fold,
+            pending,
+            per_lane: &per_lane,
+        };
+        self.t.warp_reduce(self, &r, out);
         let _ = writeln!(out, "{pad}}}");
         true
     }
@@ -2171,12 +2035,7 @@ impl Ctx<'_> {
     fn register_element(&self, regs: &RegisterTile) -> super::expr::Element {
         let nt = regs.thread_dims;
         let axes: Vec<char> = (0..nt).map(|j| ['x', 'y', 'z'][nt - 1 - j]).collect();
-        let mut idx = String::new();
-        if self.emulate {
-            for a in &axes {
-                let _ = write!(idx, "[pf_thread_{a}]");
-            }
-        }
+        let mut idx = self.t.thread_row(&axes);
         for a in &axes {
             let _ = write!(idx, "[pf_r{a}]");
         }
@@ -2202,35 +2061,21 @@ impl Ctx<'_> {
             .scop
             .tensor(&regs.tensor)
             .expect("register tiles come from the model");
-        let emulate = self.emulate;
         // f16 and bf16 elements are held in f32 (see
         // `expr::WIDE_REGISTER_PREFIX`): converted when loaded and stored.
         let narrow = regs.dtype.is_narrow_float();
         let storage = if narrow {
             "float"
-        } else if emulate {
-            super::c::storage_type(regs.dtype)
         } else {
-            storage_type(regs.dtype)
+            self.t.storage_type(regs.dtype)
         };
         let (widen, narrow_to) = regs.dtype.narrow_conversions().unwrap_or(("", ""));
-        let mut dims = String::new();
-        if emulate {
-            for a in &axes {
-                let b = self.plan.block[(*a as u8 - b'x') as usize];
-                let _ = write!(dims, "[{b}]");
-            }
-        }
+        let (qualifier, mut dims) = self.t.thread_rows(self.plan.block, &axes);
         for c in &counts {
             let _ = write!(dims, "[{c}]");
         }
         let _ = writeln!(out, "{pad}{{");
-        let _ = writeln!(
-            out,
-            "{pad}  {}{storage} {}{dims};",
-            if emulate { "static " } else { "" },
-            regs.buffer
-        );
+        let _ = writeln!(out, "{pad}  {qualifier}{storage} {}{dims};", regs.buffer);
         // The loops over the thread's elements, with the element's
         // subscripts and the test that it lies inside the tensor.
         let each =
@@ -2281,12 +2126,7 @@ impl Ctx<'_> {
         // is register 0 of thread 0; counted loops shadow these.
         for a in &axes {
             let _ = writeln!(out, "{pad}  const int pf_r{a} = 0; (void)pf_r{a};");
-            if emulate {
-                let _ = writeln!(
-                    out,
-                    "{pad}  const pf_i pf_thread_{a} = 0; (void)pf_thread_{a};"
-                );
-            }
+            self.t.thread_zero(*a, &format!("{pad}  "), out);
         }
         // Unique values of the block iterators isl generated no loop for.
         for (d, v) in regs.prefix_values.iter().enumerate() {
@@ -2546,7 +2386,7 @@ impl Ctx<'_> {
         let region = super::mma::Region {
             c,
             mark: self.kernel_mark(),
-            emulate: self.emulate.then(|| c.threads()),
+            emulate: self.t.mma_threads(c.threads()),
             origin: [
                 regs.block_iterators[regs.block_iterators.len() - 2].clone(),
                 regs.block_iterators[regs.block_iterators.len() - 1].clone(),
@@ -2598,11 +2438,11 @@ impl Ctx<'_> {
         if !guard.is_empty() {
             conds.push(guard.to_string());
         }
-        if !self.emulate && !in_thread && self.has_threads() {
+        if !in_thread && self.has_threads() {
             // Axes outside the tile: their thread 0.
             for a in ['x', 'y', 'z'] {
                 if !axes.contains(&a) {
-                    conds.push(format!("threadIdx.{a} == 0"));
+                    conds.extend(self.t.index_zero(true, a));
                 }
             }
         }
@@ -2634,28 +2474,20 @@ impl Ctx<'_> {
         mut depth: usize,
         out: &mut String,
     ) -> (usize, Vec<String>) {
-        let emulate = self.emulate;
         let counts = regs.counts(self.plan.block);
         let threads = |a: char| self.plan.block[(a as u8 - b'x') as usize];
         let line = |out: &mut String, depth: usize, text: String| {
             let _ = writeln!(out, "{}{text}", "  ".repeat(depth));
         };
-        for a in axes.iter().filter(|a| emulate && looped.contains(a)) {
-            let b = threads(*a);
-            let test = self.emulated_test(&format!("pf_thread_{a}"), b, false, true, *a);
-            line(
-                out,
-                depth,
-                format!("for (pf_i pf_thread_{a} = 0; {test}; pf_thread_{a}++)"),
-            );
+        for a in axes.iter().filter(|a| looped.contains(a)) {
+            let pad = "  ".repeat(depth);
+            self.t.thread_loop(self, *a, threads(*a), false, &pad, out);
         }
         for (j, a) in axes.iter().enumerate() {
             if !looped.contains(a) {
                 continue;
             }
-            if !emulate {
-                line(out, depth, "#pragma unroll".into());
-            }
+            self.t.unroll(&"  ".repeat(depth), out);
             line(
                 out,
                 depth,
@@ -2671,11 +2503,7 @@ impl Ctx<'_> {
         }
         for (j, a) in axes.iter().enumerate() {
             let b = threads(*a);
-            let tid = if emulate {
-                format!("pf_thread_{a}")
-            } else {
-                format!("(pf_i)threadIdx.{a}")
-            };
+            let tid = self.t.thread_index(*a);
             let point = slot_point(
                 &tid,
                 &format!("pf_r{a}"),
@@ -2713,7 +2541,6 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
             }
         }
-        let emulate = self.emulate;
         let mut views = std::collections::HashMap::new();
         // A region isl printed in several pieces (one iteration of the
         // thread loops split by the AST into separate code) passes its
@@ -2734,7 +2561,7 @@ impl Ctx<'_> {
         // (held in its storage type, each step rounded the running value:
         // the fuzzer's f16 private-accumulator find, 1.6e-2 against 1e-2).
         let wide = |a: &crate::gpu::private::PrivateArray| {
-            let read_only_input = !emulate
+            let read_only_input = self.t.widens_inputs()
                 && a.load
                 && !a.store
                 && self
@@ -2758,10 +2585,8 @@ impl Ctx<'_> {
         for (k, a) in region.arrays.iter().enumerate() {
             let storage = if wide(a) {
                 "float"
-            } else if emulate {
-                super::c::storage_type(a.dtype)
             } else {
-                storage_type(a.dtype)
+                self.t.storage_type(a.dtype)
             };
             let buffer = &buffers[k];
             let offsets: Vec<String> = (0..a.offset.len())
@@ -2823,9 +2648,7 @@ impl Ctx<'_> {
                 let g = if *size == 1 {
                     format!("pf_p{k}_{d}")
                 } else {
-                    if !emulate {
-                        let _ = writeln!(out, "{}#pragma unroll", "  ".repeat(inner));
-                    }
+                    self.t.unroll(&"  ".repeat(inner), out);
                     let _ = writeln!(
                         out,
                         "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
@@ -3083,11 +2906,7 @@ impl Ctx<'_> {
         self.prefix_constants(depth, out);
         self.offsets("pf_o", None, depth, out);
         self.copy_loops("pf_o", "", depth, out);
-        if !self.emulate {
-            let _ = writeln!(out, "{pad}__syncthreads();");
-        } else {
-            self.race_barrier(&pad, out);
-        }
+        self.t.barrier(self, &pad, out);
     }
 
     /// The start of a double-buffered promotion point right inside the
@@ -3097,16 +2916,16 @@ impl Ctx<'_> {
     /// with a next one (`condition` at `c + s`) then fetches the next
     /// tiles: on the GPU each thread loads its elements into registers
     /// (`pf_next<k>`), the body computes on stage `pf_stage`, and
-    /// [`Self::store_next_stage`] writes the registers to the other stage;
-    /// the barrier at the end of each step of the loop orders that store
-    /// before the next step's reads, and the reads of the other stage by
-    /// the previous step before it. In the CPU emulation the next tiles
-    /// are copied to the other stage here, before the body, which reads
-    /// only its own stage.
+    /// `KernelTarget::store_next_stage` writes the registers to the other
+    /// stage; the barrier at the end of each step of the loop orders that
+    /// store before the next step's reads, and the reads of the other
+    /// stage by the previous step before it. In the CPU emulation the next
+    /// tiles are copied to the other stage here, before the body, which
+    /// reads only its own stage (`KernelTarget::fetch_next_stage`).
     fn copy_in_stages(&self, step: (&str, &Expr, &Expr, i64), depth: usize, out: &mut String) {
-        let Some(scope) = self.scope() else {
+        if self.scope().is_none() {
             return;
-        };
+        }
         let (it, start, cond, s) = step;
         let pad = "  ".repeat(depth);
         let start = self.e(start);
@@ -3120,11 +2939,7 @@ impl Ctx<'_> {
         );
         let _ = writeln!(out, "{pad}if ({it} == ({start})) {{");
         self.copy_loops("pf_o", "", depth + 1, out);
-        if !self.emulate {
-            let _ = writeln!(out, "{pad}  __syncthreads();");
-        } else {
-            self.race_barrier(&format!("{pad}  "), out);
-        }
+        self.t.barrier(self, &format!("{pad}  "), out);
         let _ = writeln!(out, "{pad}}}");
         let _ = writeln!(
             out,
@@ -3132,69 +2947,7 @@ impl Ctx<'_> {
             self.e(&shift(cond, it, s))
         );
         self.offsets("pf_n", Some((it, s)), depth, out);
-        if self.emulate {
-            let _ = writeln!(out, "{pad}if (pf_has_next) {{");
-            for (k, a) in scope.arrays.iter().enumerate() {
-                self.copy_array("pf_n", k, &other_stage(a), depth + 1, out);
-            }
-            let _ = writeln!(out, "{pad}}}");
-            return;
-        }
-        for (k, a) in scope.arrays.iter().enumerate() {
-            let width = self.copy_width(a);
-            let ty = storage_type(a.dtype);
-            let (per_thread, _) = self.groups_per_thread(a);
-            let _ = writeln!(out, "{pad}{ty} pf_next{k}[{per_thread}][{width}];");
-            let _ = writeln!(out, "{pad}if (pf_has_next) {{");
-            self.thread_share(a, depth + 1, out, &mut |inner, out| {
-                let (cond, global, _) = self.box_element(k, a, "pf_n", inner, out);
-                if width == 4 {
-                    self.load_group(a, &cond, &global, inner, out, &|j| {
-                        format!("pf_next{k}[pf_s][{j}]")
-                    });
-                } else {
-                    self.printer.globals.note(&a.tensor);
-                    let t = tensor_name(&a.tensor);
-                    let _ = writeln!(
-                        out,
-                        "{inner}if ({cond}) pf_next{k}[pf_s][0] = {t}[{global}];"
-                    );
-                }
-            });
-            let _ = writeln!(out, "{pad}}}");
-        }
-    }
-
-    /// The end of a double-buffered promotion point on the GPU (see
-    /// [`Self::copy_in_stages`]): each thread stores the next tiles'
-    /// elements it loaded into the other stage.
-    fn store_next_stage(&self, depth: usize, out: &mut String) {
-        let Some(scope) = self.scope() else {
-            return;
-        };
-        if self.emulate {
-            return;
-        }
-        let pad = "  ".repeat(depth);
-        let _ = writeln!(out, "{pad}if (pf_has_next) {{");
-        for (k, a) in scope.arrays.iter().enumerate() {
-            let width = self.copy_width(a);
-            self.thread_share(a, depth + 1, out, &mut |inner, out| {
-                let (cond, _, local) = self.box_element(k, a, "pf_n", inner, out);
-                let base = other_stage(a);
-                let _ = writeln!(out, "{inner}if ({cond}) {{");
-                for j in 0..width {
-                    let dst = if width == 1 {
-                        format!("{base}{local}")
-                    } else {
-                        Self::group_index(a, &base, &local, j)
-                    };
-                    let _ = writeln!(out, "{inner}  {}[{dst}] = pf_next{k}[pf_s][{j}];", a.buffer);
-                }
-                let _ = writeln!(out, "{inner}}}");
-            });
-        }
-        let _ = writeln!(out, "{pad}}}");
+        self.t.fetch_next_stage(self, depth, out);
     }
 
     /// The prefix iterators isl generated no loop for, as constants.
@@ -3231,7 +2984,7 @@ impl Ctx<'_> {
 
     /// Four elements per step where the copy of `a` may read 16 bytes.
     fn copy_width(&self, a: &Promotion) -> i64 {
-        if a.vector4 && !self.emulate {
+        if a.vector4 && self.t.vectors() {
             4
         } else {
             1
@@ -3334,25 +3087,7 @@ impl Ctx<'_> {
         let pad = "  ".repeat(depth);
         let box_len: i64 = a.sizes.iter().product();
         let width = self.copy_width(a);
-        if self.emulate {
-            let _ = writeln!(out, "{pad}for (pf_i pf_e = 0; pf_e < {box_len}; pf_e++) {{");
-            if self.race() {
-                // The thread that copies this element on the GPU (groups
-                // of four where the GPU moves four at once).
-                let group = if a.vector4 { 4 } else { 1 };
-                let threads: u32 = self.plan.block.iter().product();
-                let _ = writeln!(
-                    out,
-                    "{pad}  pf_race_thread_linear((pf_e / {group}) % {threads});"
-                );
-            }
-        } else {
-            let _ = writeln!(
-                out,
-                "{pad}for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < {}; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {{",
-                box_len / width
-            );
-        }
+        self.t.copy_loop(self, a, box_len, width, &pad, out);
         let inner = format!("{pad}  ");
         let (cond, global, local) = self.box_element(k, a, offsets, &inner, out);
         if width == 4 {
@@ -3449,38 +3184,31 @@ impl Ctx<'_> {
     /// the thread loops, thread 0; in a warp-reduced kernel, lane 0.
     /// Empty: every thread (and always in the emulation).
     fn statement_guard(&self, pending: &[Pending], in_thread: bool) -> String {
-        let mut guard = self.guard(pending);
-        let extra = if self.emulate {
-            None
-        } else if !in_thread && self.has_threads() {
-            Some("threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0")
+        let zero: &[char] = if !in_thread && self.has_threads() {
+            &['x', 'y', 'z']
         } else if in_thread && self.threads.reduce_x {
-            Some(match self.threads.lane_axis {
-                crate::gpu::lanes::LaneAxis::X => "threadIdx.x == 0",
-                crate::gpu::lanes::LaneAxis::Y(_) => "threadIdx.y == 0",
-            })
+            match self.threads.lane_axis {
+                crate::gpu::lanes::LaneAxis::X => &['x'],
+                crate::gpu::lanes::LaneAxis::Y(_) => &['y'],
+            }
         } else {
-            None
+            &[]
         };
-        if let Some(e) = extra {
-            guard = if guard.is_empty() {
-                e.to_string()
-            } else {
-                format!("{guard} && {e}")
-            };
-        }
-        guard
+        let guard = self.guard(pending);
+        (!guard.is_empty())
+            .then_some(guard)
+            .into_iter()
+            .chain(zero.iter().filter_map(|a| self.t.index_zero(true, *a)))
+            .collect::<Vec<_>>()
+            .join(" && ")
     }
 
     /// `idx == 0` for every mapping in `pending` (their loops have a single
     /// iteration, which one index runs).
     fn guard(&self, pending: &[Pending]) -> String {
-        if self.emulate {
-            return String::new();
-        }
         pending
             .iter()
-            .map(|p| format!("{} == 0", id_of(p)))
+            .filter_map(|p| self.t.index_zero(p.0, p.1))
             .collect::<Vec<_>>()
             .join(" && ")
     }

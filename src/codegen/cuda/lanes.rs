@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use super::target::MapLoop;
 use super::{storage_type, Ctx, Pending};
 use crate::frontend::ast::{DType, TensorRole};
 use crate::gpu::lanes::{LaneAxis, LaneLoop, State};
@@ -13,9 +14,9 @@ use crate::isl::ast::Node;
 use crate::model::ModelStmt;
 
 /// One state of a split loop as printed: its private scalar and C type.
-struct Slot<'s> {
-    buffer: String,
-    ty: &'static str,
+pub(super) struct Slot<'s> {
+    pub(super) buffer: String,
+    pub(super) ty: &'static str,
     dtype: DType,
     state: &'s State,
 }
@@ -103,7 +104,6 @@ impl Ctx<'_> {
                     ..*self
                 };
                 let (init, cond, inc) = (self.e(init), self.e(cond), self.e(inc));
-                let emulate = self.emulate;
                 let width = self.lane_width();
                 let cached: Vec<&RowCache> = self
                     .row_caches
@@ -114,9 +114,7 @@ impl Ctx<'_> {
                 // Lane `lane`'s share: iterations `lane, lane + width, ..`.
                 let share = |out: &mut String, pad: &str, lane: &str, depth: usize| match slots {
                     Some(slots) => {
-                        if !emulate {
-                            let _ = writeln!(out, "{pad}#pragma unroll");
-                        }
+                        self.t.unroll(pad, out);
                         let _ = writeln!(out, "{pad}for (int pf_t = 0; pf_t < {slots}; pf_t++) {{");
                         let _ = writeln!(
                             out,
@@ -128,7 +126,9 @@ impl Ctx<'_> {
                         let _ = writeln!(out, "{pad}  }}");
                         let _ = writeln!(out, "{pad}}}");
                     }
-                    None if !emulate && matches!(self.threads.lane_axis, LaneAxis::Y(_)) => {
+                    None if self.t.loads_ahead()
+                        && matches!(self.threads.lane_axis, LaneAxis::Y(_)) =>
+                    {
                         let head = (
                             iterator.as_str(),
                             init.as_str(),
@@ -149,9 +149,7 @@ impl Ctx<'_> {
                 // What the row's statements before the loop wrote to memory
                 // (on lane 0: a value not kept in registers) is visible to
                 // every lane.
-                if !emulate {
-                    let _ = writeln!(out, "{pad}{};", self.lane_barrier());
-                }
+                self.t.row_barrier(self, &pad, out);
                 // Rows this loop is the first to read: loaded here.
                 for c in self
                     .row_caches
@@ -161,35 +159,19 @@ impl Ctx<'_> {
                     self.load_row_cache(c, depth, out);
                 }
                 match &l.states {
-                    // The emulation runs a map loop whole, or lane after
-                    // lane where it reads a cached row.
-                    None if emulate && slots.is_none() => {
-                        inner.node(whole, depth, pending, in_thread, out)
-                    }
-                    None if emulate => {
-                        let _ = writeln!(
-                            out,
-                            "{pad}for (pf_i pf_lane = 0; pf_lane < {width}; pf_lane++) {{"
-                        );
-                        share(out, &format!("{pad}  "), "pf_lane", depth + 1);
-                        let _ = writeln!(out, "{pad}}}");
-                    }
                     None => {
-                        match (slots, self.stored_in_fours(body, iterator)) {
-                            (Some(slots), Some(store)) => inner.map_loop_in_fours(
-                                (iterator, &init, &cond, &inc),
-                                slots,
-                                body,
-                                &store,
-                                depth,
-                                pending,
-                                out,
-                            ),
-                            _ => share(out, &pad, self.lane_index(), depth),
-                        }
-                        // Later statements of the row may read what other
-                        // lanes wrote.
-                        let _ = writeln!(out, "{pad}{};", self.lane_barrier());
+                        let m = MapLoop {
+                            inner: &inner,
+                            whole,
+                            body,
+                            head: (iterator, &init, &cond, &inc),
+                            slots,
+                            share: &share,
+                            depth,
+                            pending,
+                            in_thread,
+                        };
+                        self.t.map_loop(self, &m, out);
                     }
                     Some(states) => match self.slots(states) {
                         Some(slots) => self.split_loop(&slots, &share, depth, out),
@@ -341,7 +323,6 @@ impl Ctx<'_> {
     /// here.
     fn slots<'s>(&self, states: &'s [(String, State)]) -> Option<Vec<Slot<'s>>> {
         let views = self.printer.privates.borrow();
-        let emulate = self.emulate;
         states
             .iter()
             .map(|(tensor, state)| {
@@ -352,11 +333,7 @@ impl Ctx<'_> {
                 let dtype = self.scop.tensor(tensor)?.dtype;
                 Some(Slot {
                     buffer: v.buffer.clone(),
-                    ty: if emulate {
-                        super::super::c::storage_type(dtype)
-                    } else {
-                        storage_type(dtype)
-                    },
+                    ty: self.t.storage_type(dtype),
                     dtype,
                     state,
                 })
@@ -370,7 +347,8 @@ impl Ctx<'_> {
     /// leaving the combined state in every lane (each step pairs lanes `l`
     /// and `l ^ o`, which compute the same commutative combination); with
     /// several warps on a row, the warps' states are then combined through
-    /// shared memory. The emulation runs the butterfly over all lanes.
+    /// shared memory. The emulation runs the butterfly over all lanes
+    /// (`KernelTarget::split_loop`).
     fn split_loop(
         &self,
         slots: &[Slot],
@@ -379,212 +357,18 @@ impl Ctx<'_> {
         out: &mut String,
     ) {
         let pad = "  ".repeat(depth);
-        let width = self.lane_width();
         let carried: Vec<&Slot> = slots
             .iter()
             .filter(|s| !matches!(s.state, State::Cache { .. }))
             .collect();
-        let identity = |s: &Slot| self.slot_identity(s);
         let _ = writeln!(out, "{pad}{{");
-        if self.emulate {
-            let p = format!("{pad}  ");
-            for s in &carried {
-                let _ = writeln!(
-                    out,
-                    "{p}{} pf_pre_{b} = {b}, pf_lane_{b}[{width}];",
-                    s.ty,
-                    b = s.buffer
-                );
-            }
-            let _ = writeln!(
-                out,
-                "{p}for (pf_i pf_lane = 0; pf_lane < {width}; pf_lane++) {{"
-            );
-            for s in &carried {
-                let _ = writeln!(
-                    out,
-                    "{p}  {b} = pf_lane == 0 ? pf_pre_{b} : {};",
-                    identity(s),
-                    b = s.buffer
-                );
-            }
-            share(out, &format!("{p}  "), "pf_lane", depth + 2);
-            for s in &carried {
-                let _ = writeln!(out, "{p}  pf_lane_{b}[pf_lane] = {b};", b = s.buffer);
-            }
-            let _ = writeln!(out, "{p}}}");
-            let _ = writeln!(
-                out,
-                "{p}for (int pf_o = {}; pf_o > 0; pf_o >>= 1) {{",
-                width / 2
-            );
-            for s in &carried {
-                let _ = writeln!(out, "{p}  {} pf_next_{}[{width}];", s.ty, s.buffer);
-            }
-            let _ = writeln!(out, "{p}  for (int pf_l = 0; pf_l < {width}; pf_l++) {{");
-            for s in &carried {
-                let _ = writeln!(
-                    out,
-                    "{p}    {t} {b} = pf_lane_{b}[pf_l];",
-                    t = s.ty,
-                    b = s.buffer
-                );
-            }
-            self.combine_with(
-                &carried,
-                slots,
-                &format!("{p}    "),
-                &|b| format!("pf_lane_{b}[pf_l ^ pf_o]"),
-                out,
-            );
-            for s in &carried {
-                let _ = writeln!(out, "{p}    pf_next_{b}[pf_l] = {b};", b = s.buffer);
-            }
-            let _ = writeln!(out, "{p}  }}");
-            for s in &carried {
-                let _ = writeln!(
-                    out,
-                    "{p}  for (int pf_l = 0; pf_l < {width}; pf_l++) pf_lane_{b}[pf_l] = pf_next_{b}[pf_l];",
-                    b = s.buffer
-                );
-            }
-            let _ = writeln!(out, "{p}}}");
-            for s in &carried {
-                let _ = writeln!(out, "{p}{b} = pf_lane_{b}[0];", b = s.buffer);
-            }
-        } else if let LaneAxis::Y(columns) = self.threads.lane_axis {
-            self.split_loop_columns(columns, &carried, slots, share, depth, out);
-        } else {
-            let p = format!("{pad}  ");
-            let _ = writeln!(out, "{p}if (threadIdx.x != 0) {{");
-            for s in &carried {
-                let _ = writeln!(out, "{p}  {} = {};", s.buffer, identity(s));
-            }
-            let _ = writeln!(out, "{p}}}");
-            share(out, &p, "(pf_i)threadIdx.x", depth + 1);
-            let _ = writeln!(out, "{p}for (int pf_o = 16; pf_o > 0; pf_o >>= 1) {{");
-            self.combine_with(
-                &carried,
-                slots,
-                &format!("{p}  "),
-                &|b| format!("__shfl_xor_sync(0xffffffffu, {b}, pf_o)"),
-                out,
-            );
-            let _ = writeln!(out, "{p}}}");
-            if width > 32 {
-                // Then the warps' states, through shared memory, combined
-                // by every thread in warp order (so all hold the same).
-                // One set of parts per group of rows along y.
-                let warps = width / 32;
-                let groups = self.plan.block[1];
-                let sync = barrier(self.plan.block);
-                for s in &carried {
-                    let _ = writeln!(
-                        out,
-                        "{p}__shared__ {} pf_part_{}[{}];",
-                        s.ty,
-                        s.buffer,
-                        warps * groups
-                    );
-                }
-                let part = |b: &str, w: &str| {
-                    if groups > 1 {
-                        format!("pf_part_{b}[threadIdx.y * {warps} + ({w})]")
-                    } else {
-                        format!("pf_part_{b}[{w}]")
-                    }
-                };
-                let _ = writeln!(out, "{p}if ((threadIdx.x & 31) == 0) {{");
-                for s in &carried {
-                    let _ = writeln!(
-                        out,
-                        "{p}  {} = {b};",
-                        part(&s.buffer, "threadIdx.x >> 5"),
-                        b = s.buffer
-                    );
-                }
-                let _ = writeln!(out, "{p}}}");
-                let _ = writeln!(out, "{p}{sync};");
-                for s in &carried {
-                    let _ = writeln!(out, "{p}{b} = {};", part(&s.buffer, "0"), b = s.buffer);
-                }
-                let _ = writeln!(out, "{p}for (int pf_w = 1; pf_w < {warps}; pf_w++) {{");
-                self.combine_with(
-                    &carried,
-                    slots,
-                    &format!("{p}  "),
-                    &|b| part(b, "pf_w"),
-                    out,
-                );
-                let _ = writeln!(out, "{p}}}");
-                // The parts are read before a later loop writes them.
-                let _ = writeln!(out, "{p}{sync};");
-            }
-        }
+        self.t.split_loop(self, slots, &carried, share, depth, out);
         let _ = writeln!(out, "{pad}}}");
-    }
-
-    /// [`Self::split_loop`]'s GPU form for lanes on y (columns,
-    /// `gpu::lanes::LaneAxis::Y`): each lane runs its share, stores its
-    /// partial states in shared memory at `[lane][row]` (`lane * rows +
-    /// threadIdx.x`), and after a barrier every lane of a row combines the
-    /// row's `W` parts in lane order (so all hold the same states, lane
-    /// 0's from the state before the loop first); a second barrier keeps
-    /// the parts until all have read them. Each thread writes one element
-    /// of each part array and reads only its own row's: the barriers order
-    /// every write before every read of another thread, and the reads
-    /// before the next loop's writes.
-    fn split_loop_columns(
-        &self,
-        columns: crate::gpu::lanes::Columns,
-        carried: &[&Slot],
-        slots: &[Slot],
-        share: &dyn Fn(&mut String, &str, &str, usize),
-        depth: usize,
-        out: &mut String,
-    ) {
-        let p = "  ".repeat(depth + 1);
-        let (rows, width) = (columns.rows, columns.lanes);
-        let identity = |s: &Slot| self.slot_identity(s);
-        let _ = writeln!(out, "{p}if (threadIdx.y != 0) {{");
-        for s in carried {
-            let _ = writeln!(out, "{p}  {} = {};", s.buffer, identity(s));
-        }
-        let _ = writeln!(out, "{p}}}");
-        share(out, &p, self.lane_index(), depth + 1);
-        for s in carried {
-            let _ = writeln!(
-                out,
-                "{p}__shared__ {} pf_part_{}[{}];",
-                s.ty,
-                s.buffer,
-                rows * width
-            );
-        }
-        let part = |b: &str, lane: &str| {
-            format!("pf_part_{b}[{}]", columns.part_element(lane, "threadIdx.x"))
-        };
-        for s in carried {
-            let _ = writeln!(
-                out,
-                "{p}{} = {b};",
-                part(&s.buffer, "threadIdx.y"),
-                b = s.buffer
-            );
-        }
-        let _ = writeln!(out, "{p}__syncthreads();");
-        for s in carried {
-            let _ = writeln!(out, "{p}{b} = {};", part(&s.buffer, "0"), b = s.buffer);
-        }
-        let _ = writeln!(out, "{p}for (int pf_w = 1; pf_w < {width}; pf_w++) {{");
-        self.combine_with(carried, slots, &format!("{p}  "), &|b| part(b, "pf_w"), out);
-        let _ = writeln!(out, "{p}}}");
-        let _ = writeln!(out, "{p}__syncthreads();");
     }
 
     /// The identity of a carried state's reducer (a lane's share starts
     /// from it).
-    fn slot_identity(&self, s: &Slot) -> String {
+    pub(super) fn slot_identity(&self, s: &Slot) -> String {
         let r = match s.state {
             State::Reduce(r) | State::Target { reducer: r, .. } => *r,
             State::Cache { .. } => unreachable!("caches are not carried"),
@@ -595,7 +379,7 @@ impl Ctx<'_> {
     /// Declares the partner's value of each carried state,
     /// `pf_b_<buffer> = partner(buffer)`, and combines (see
     /// [`Self::combine_step`]).
-    fn combine_with(
+    pub(super) fn combine_with(
         &self,
         carried: &[&Slot],
         slots: &[Slot],
@@ -964,11 +748,7 @@ impl Ctx<'_> {
             caches.push(RowCache {
                 buffer: format!("pf_row_{}_{}", self.kernel_mark(), s.tensor),
                 dtype: t.dtype,
-                ty: if self.emulate {
-                    super::super::c::storage_type(t.dtype)
-                } else {
-                    storage_type(t.dtype)
-                },
+                ty: self.t.storage_type(t.dtype),
                 slots: s.slots,
                 address: s.address,
                 keys: s.keys,
@@ -1036,62 +816,34 @@ impl Ctx<'_> {
     /// slots per lane).
     pub(super) fn declare_row_caches(&self, caches: &[RowCache], depth: usize, out: &mut String) {
         let pad = "  ".repeat(depth);
+        let lanes = self.t.lane_rows(self.lane_width());
         for c in caches {
-            if self.emulate {
-                let _ = writeln!(
-                    out,
-                    "{pad}{} {}[{}][{}];",
-                    c.ty,
-                    c.buffer,
-                    self.lane_width(),
-                    c.slots
-                );
-            } else {
-                let _ = writeln!(out, "{pad}{} {}[{}];", c.ty, c.buffer, c.slots);
-            }
+            let _ = writeln!(out, "{pad}{} {}{lanes}[{}];", c.ty, c.buffer, c.slots);
         }
     }
 
     /// Loads each lane's share of cached row `c`.
     fn load_row_cache(&self, c: &RowCache, depth: usize, out: &mut String) {
         let pad = "  ".repeat(depth);
-        if !self.emulate && self.in_fours() {
+        if self.t.vectors() && self.in_fours() {
             self.load_row_cache_in_fours(c, &pad, out);
             return;
         }
-        let (lane, slot, p) = if self.emulate {
+        let slot = format!("{}{}[pf_t]", c.buffer, self.t.lane_row());
+        self.t.each_lane(self, &pad, out, &mut |lane, p, out| {
+            self.t.unroll(p, out);
+            let _ = writeln!(out, "{p}for (int pf_t = 0; pf_t < {}; pf_t++) {{", c.slots);
             let _ = writeln!(
                 out,
-                "{pad}for (pf_i pf_lane = 0; pf_lane < {}; pf_lane++) {{",
-                self.lane_width()
+                "{p}  const pf_i {} = {} + {} * ({});",
+                c.iterator,
+                c.init,
+                self.slot_iteration(lane),
+                c.inc
             );
-            (
-                "pf_lane",
-                format!("{}[pf_lane][pf_t]", c.buffer),
-                format!("{pad}  "),
-            )
-        } else {
-            let _ = writeln!(out, "{pad}#pragma unroll");
-            (
-                "(pf_i)threadIdx.x",
-                format!("{}[pf_t]", c.buffer),
-                pad.clone(),
-            )
-        };
-        let _ = writeln!(out, "{p}for (int pf_t = 0; pf_t < {}; pf_t++) {{", c.slots);
-        let _ = writeln!(
-            out,
-            "{p}  const pf_i {} = {} + {} * ({});",
-            c.iterator,
-            c.init,
-            self.slot_iteration(lane),
-            c.inc
-        );
-        let _ = writeln!(out, "{p}  if ({}) {slot} = {};", c.cond, c.address);
-        let _ = writeln!(out, "{p}}}");
-        if self.emulate {
-            let _ = writeln!(out, "{pad}}}");
-        }
+            let _ = writeln!(out, "{p}  if ({}) {slot} = {};", c.cond, c.address);
+            let _ = writeln!(out, "{p}}}");
+        });
     }
 
     /// The element a map loop's body stores, as printed in the loop's
@@ -1100,8 +852,8 @@ impl Ctx<'_> {
     /// statement, and it writes an f32 tensor at the iterator along the
     /// last dimension at unit stride (consecutive slots, consecutive
     /// elements).
-    fn stored_in_fours(&self, body: &Node, iterator: &str) -> Option<String> {
-        if self.emulate || !self.in_fours() {
+    pub(super) fn stored_in_fours(&self, body: &Node, iterator: &str) -> Option<String> {
+        if !self.t.vectors() || !self.in_fours() {
             return None;
         }
         let Node::User { statement, args } = body else {
@@ -1130,7 +882,7 @@ impl Ctx<'_> {
     /// are in the loop and their address is 16-byte aligned (checked at
     /// run time), one element at a time otherwise.
     #[allow(clippy::too_many_arguments)]
-    fn map_loop_in_fours(
+    pub(super) fn map_loop_in_fours(
         &self,
         (iterator, init, cond, inc): (&str, &str, &str, &str),
         slots: i64,
@@ -1209,11 +961,7 @@ impl Ctx<'_> {
         };
         let mut o = self.printer.overrides.borrow_mut();
         for c in self.row_caches.iter().filter(|c| c.loops.contains(&k)) {
-            let slot = if self.emulate {
-                format!("{}[pf_lane][pf_t]", c.buffer)
-            } else {
-                format!("{}[pf_t]", c.buffer)
-            };
+            let slot = format!("{}{}[pf_t]", c.buffer, self.t.lane_row());
             for key in &c.keys {
                 o.insert(key.clone(), slot.clone().into());
             }

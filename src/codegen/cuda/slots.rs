@@ -139,15 +139,9 @@ impl Ctx<'_> {
         if !guard.is_empty() {
             let _ = writeln!(out, "{pad}if ({guard})");
         }
-        let tid = if self.emulate {
-            let t = format!("pf_thread_{}", p.1);
-            let test = self.emulated_test(&t, b, true, true, p.1);
-            let _ = writeln!(out, "{pad}for (pf_i {t} = {}; {test}; {t}--)", b - 1);
-            t
-        } else {
-            let _ = writeln!(out, "{pad}#pragma unroll");
-            format!("(pf_i)threadIdx.{}", p.1)
-        };
+        self.t.thread_loop(self, p.1, b, true, &pad, out);
+        self.t.unroll(&pad, out);
+        let tid = self.t.thread_index(p.1);
         let _ = writeln!(out, "{pad}for (int {r} = 0; {r} < {count}; {r}++) {{");
         let w = regs.group(self.plan.block, nt - 1 - axis.min(nt - 1));
         let point = slot_point(&tid, &r, i64::from(b), w);
