@@ -354,7 +354,7 @@ for (int pf_h = 0; pf_h < 2; pf_h++) {
 const int pf_k = ((pf_r / 2) * 8 + pf_n) * 4 + 2 * (pf_r % 2) + pf_h;
 const pf_i pf_ei = pf_i0 + (pf_r / 2) * 64 + pf_w * 16 + pf_g + 8 * (pf_r % 2);
 const pf_i pf_ej = pf_j0 + 0 + pf_n * 8 + 2 * pf_c + pf_h;
-const int pf_ok = ((((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 3)) && (pf_ej >= 0)) && (pf_ej <= 47)) || (((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 47)) && (pf_ej >= 0)) && (pf_ej <= 3))) || (((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 47)) && (pf_ej >= 0)) && ((pf_ej + 6) >= pf_ei)) && ((pf_ei + 6) >= pf_ej)) && (pf_ej <= 47)))); (void)pf_ok; (void)pf_ei; (void)pf_ej; (void)pf_k;
+const int pf_ok = ((((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 4)) && (pf_ei <= 47)) && (pf_ej >= 0)) && (pf_ej <= 3)) || (((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 3)) && (pf_ej >= 0)) && (pf_ej <= 47))) || (((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 4)) && (pf_ei <= 47)) && (pf_ej >= 4)) && ((pf_ej + 6) >= pf_ei)) && ((pf_ei + 6) >= pf_ej)) && (pf_ej <= 47)))); (void)pf_ok; (void)pf_ei; (void)pf_ej; (void)pf_k;
 pf_x0[pf_k] = (pf_s[pf_k] * 0.25f);
 if (pf_ok) pf_mt[pf_r] = fmaxf(pf_mt[pf_r], pf_s[pf_k]);
 }
@@ -394,7 +394,7 @@ for (int pf_h = 0; pf_h < 2; pf_h++) {
 const int pf_k = ((pf_r / 2) * 8 + pf_n) * 4 + 2 * (pf_r % 2) + pf_h;
 const pf_i pf_ei = pf_i0 + (pf_r / 2) * 64 + pf_w * 16 + pf_g + 8 * (pf_r % 2);
 const pf_i pf_ej = pf_j0 + 0 + pf_n * 8 + 2 * pf_c + pf_h;
-const int pf_ok = ((((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 3)) && (pf_ej >= 0)) && (pf_ej <= 47)) || (((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 47)) && (pf_ej >= 0)) && (pf_ej <= 3))) || (((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 47)) && (pf_ej >= 0)) && ((pf_ej + 6) >= pf_ei)) && ((pf_ei + 6) >= pf_ej)) && (pf_ej <= 47)))); (void)pf_ok; (void)pf_ei; (void)pf_ej; (void)pf_k;
+const int pf_ok = ((((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 4)) && (pf_ei <= 47)) && (pf_ej >= 0)) && (pf_ej <= 3)) || (((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 0)) && (pf_ei <= 3)) && (pf_ej >= 0)) && (pf_ej <= 47))) || (((((((((pf_b0 == 0) && (pf_b1 >= 0)) && (pf_b1 <= 1)) && (pf_ei >= 4)) && (pf_ei <= 47)) && (pf_ej >= 4)) && ((pf_ej + 6) >= pf_ei)) && ((pf_ei + 6) >= pf_ej)) && (pf_ej <= 47)))); (void)pf_ok; (void)pf_ei; (void)pf_ej; (void)pf_k;
 const float pf_v0 = pf_ok ? pf_exp2_ftz(fmaf(pf_s[pf_k], 0.36067376f, -(pf_mn[pf_r] * 1.4426950408889634f))) : 0.0f;
 pf_st0[pf_r] = pf_st0[pf_r] + pf_v0;
 if (pf_h == 0) pf_w0[0] = pf_v0; else pf_w1[0] = pf_v0;
