@@ -8,31 +8,12 @@ cd "$root"
 
 scripts/setup.sh
 cargo fmt --check
-# Clippy's lints (warnings are errors) run inside the build of the tests:
-# `cargo clippy` is `cargo check` with clippy-driver wrapping rustc for
-# this crate's targets, and wrapping the build instead makes one
-# compilation of the dependencies serve both, not a check of them and
-# then a build (about two minutes less on a fresh 2-core machine). Every
-# target is linted (`--all-targets`, the benches included). Exported, so
-# that the cargo commands below (and abi-test.sh's) see the same build
-# and compile nothing again. SEPARATE_CLIPPY=1 runs `cargo clippy` first
-# instead, as before.
-if [[ -n ${SEPARATE_CLIPPY:-} ]]; then
-    cargo clippy --all-targets -- -D warnings
-else
-    clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
-    [[ -x $clippy_driver ]] || {
-        echo "test.sh: clippy-driver not found at $clippy_driver (rustup component add clippy)" >&2
-        exit 1
-    }
-    export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
-    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-fi
+cargo clippy --all-targets -- -D warnings
 # The tests compile hundreds of small C programs (the CPU targets and the
 # GPU emulation, at check sizes); -O0 compiles them about four times as
 # fast. tests/examples.rs keeps -O2 for its tiled CPU runs.
 export POLYFUSE_CFLAGS=${POLYFUSE_CFLAGS:--O0}
-cargo test --no-run --all-targets
+cargo test --no-run "$@"
 
 # The C ABI's checks (valgrind) and the CUDA compile check (NVRTC, ptxas)
 # need no more building, so they run beside the tests: cargo test keeps
