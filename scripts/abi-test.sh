@@ -2,7 +2,7 @@
 # CI for the C ABI: builds libpolyfuse (cdylib and staticlib), checks that
 # the functions include/polyfuse.h declares are the library's exported pf_
 # symbols (nm; that the header is what cbindgen makes of src/capi is
-# tests/capi_header.rs's check, under cargo test), builds
+# tests/integration/capi_header.rs's check, under cargo test), builds
 # the C99 check (shared and static), the C99 context-order check and the
 # C++17 gemm example with gcc and g++, runs them, and runs them under
 # valgrind, failing on any memory error or definite leak. (The registries of live handles are static hash tables,

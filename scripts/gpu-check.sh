@@ -129,7 +129,7 @@ checkout_commit() {
 } >"$OUT/env.txt"
 progress "gpu-check: $(sed -n 2p "$OUT/env.txt"); logs in $OUT"
 
-# Sizes that are no multiple of 32 (as tests/examples.rs), for the checks
+# Sizes that are no multiple of 32 (as tests/integration/examples.rs), for the checks
 # and the sanitizers.
 declare -A ODD=(
     [gemm]="M=37 N=53 K=29"

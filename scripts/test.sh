@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything CI checks: formatting, lints (warnings are errors) and the tests.
-# Extra arguments go to `cargo test`, e.g. scripts/test.sh --test examples
+# Extra arguments go to `cargo test`, e.g. scripts/test.sh --test integration examples::
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -11,7 +11,7 @@ cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 # The tests compile hundreds of small C programs (the CPU targets and the
 # GPU emulation, at check sizes); -O0 compiles them about four times as
-# fast. tests/examples.rs keeps -O2 for its tiled CPU runs.
+# fast. tests/integration/examples.rs keeps -O2 for its tiled CPU runs.
 export POLYFUSE_CFLAGS=${POLYFUSE_CFLAGS:--O0}
 cargo test --no-run "$@"
 

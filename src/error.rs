@@ -54,8 +54,8 @@ impl Error {
     }
 }
 
-impl From<isl_rs::LibISLError> for Error {
-    fn from(e: isl_rs::LibISLError) -> Self {
+impl From<crate::isl::LibISLError> for Error {
+    fn from(e: crate::isl::LibISLError) -> Self {
         Error::Internal(format!("isl: {e:?}"))
     }
 }

@@ -10,7 +10,7 @@
 //! through (parameters, options, the tuning cache, the watch); [`tune`]
 //! compares, tunes and caches compiled programs.
 //!
-//! No module imports a later one (`tests/architecture.rs`), with one
+//! No module imports a later one (`tests/integration/architecture.rs`), with one
 //! exception to the run order: the repair proves its rewrites with the
 //! dependence analysis, so `deps` sits below `repair` among the modules
 //! though the compiler runs it (again) on the repaired program. `isl` (the

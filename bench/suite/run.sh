@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 : >"$OUT/suite.jsonl"
 # Sizes for the check: bench/suite/check-sizes.txt (every line of the
 # program: small sizes off every tile grid, and sizes at which it is
-# mapped as at its file's sizes), which tests/suite.rs runs too on the
+# mapped as at its file's sizes), which tests/integration/suite.rs runs too on the
 # CPU and in the GPU emulation.
 small() {
     awk -v n="$1" '$1 == n { $1 = ""; print; found = 1 } END { if (!found) exit 1 }' \

@@ -15,7 +15,7 @@
 //!   was about and, for every call, on the calling thread.
 //!
 //! The header is generated from these definitions by cbindgen
-//! (`cbindgen.toml`) and checked in; `tests/capi_header.rs` fails when it
+//! (`cbindgen.toml`) and checked in; `tests/integration/capi_header.rs` fails when it
 //! is out of date. So the doc comments of the C-visible items here (the
 //! `pf_` functions, types and constants) are the header's documentation,
 //! written for C callers: what each does, who owns what, which errors.

@@ -1598,7 +1598,7 @@ pub(super) fn domain_on(
     scop: &Scop,
     s: &ModelStmt,
     its: &[String],
-) -> Result<Option<isl_rs::Set>> {
+) -> Result<Option<crate::isl::Set>> {
     if s.iterators.len() != its.len() || its.iter().any(|i| !s.iterators.contains(i)) {
         return Ok(None);
     }
@@ -1624,7 +1624,7 @@ pub(super) fn boxed_set(
     scop: &Scop,
     batch_ext: &[(String, i64)],
     extents: &[(String, i64)],
-) -> Result<isl_rs::Set> {
+) -> Result<crate::isl::Set> {
     let all: Vec<&(String, i64)> = batch_ext.iter().chain(extents.iter()).collect();
     let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
     let mut cons: Vec<String> = all.iter().map(|(n, e)| format!("0 <= {n} < {e}")).collect();
@@ -1730,7 +1730,7 @@ pub fn input_reads(program: &Program, e: &Expr) -> Vec<(String, Vec<Affine>)> {
 pub(super) fn tile_conditions(
     isl: &Isl,
     scop: &Scop,
-    v: isl_rs::Set,
+    v: crate::isl::Set,
     batch: &[String],
     row: &str,
     key: &str,
@@ -1775,7 +1775,7 @@ pub(super) fn tile_conditions(
             elem.join(", ")
         ))?
         .intersect_range(v.copy()?)?
-        .project_out(isl_rs::DimType::Out, 0, nb)?;
+        .project_out(crate::isl::DimType::Out, 0, nb)?;
     let aligned = isl.set(&format!(
         "{pre}{{ [{}] : pf_i0 mod {block_rows} = 0 }}",
         block_names.join(", ")
@@ -1812,10 +1812,10 @@ fn key_range(
     isl: &Isl,
     scop: &Scop,
     key: &str,
-    block_keys: isl_rs::Map,
-    aligned: isl_rs::Set,
+    block_keys: crate::isl::Map,
+    aligned: crate::isl::Set,
     block_names: &[String],
-) -> Result<(KeyTiles, isl_rs::Set)> {
+) -> Result<(KeyTiles, crate::isl::Set)> {
     let pre = &scop.param_prefix;
     let nt = BLOCK_KEYS;
     let toward = |cmp: &str| {
@@ -1849,9 +1849,9 @@ fn key_range(
 /// maps from an aligned block `[bt, i0]` to a tile index `[kt]`, single
 /// valued, on the blocks that have the run.
 struct Runs {
-    runs: Vec<(isl_rs::Map, isl_rs::Map)>,
+    runs: Vec<(crate::isl::Map, crate::isl::Map)>,
     /// Their union: `[bt, i0] -> [kt]` for every tile of every run.
-    visited: isl_rs::Map,
+    visited: crate::isl::Map,
 }
 
 /// The runs of consecutive key tiles that hold an element of the domain
@@ -1871,8 +1871,8 @@ struct Runs {
 fn key_runs(
     isl: &Isl,
     pre: &str,
-    block_keys: &isl_rs::Map,
-    aligned: &isl_rs::Set,
+    block_keys: &crate::isl::Map,
+    aligned: &crate::isl::Set,
 ) -> Result<Option<Runs>> {
     let m = |text: &str| isl.map(&format!("{pre}{{ {text} }}"));
     let t = block_keys
@@ -1935,8 +1935,8 @@ impl Runs {
         isl: &Isl,
         scop: &Scop,
         block_names: &[String],
-        aligned: &isl_rs::Set,
-    ) -> Result<(KeyTiles, isl_rs::Set)> {
+        aligned: &crate::isl::Set,
+    ) -> Result<(KeyTiles, crate::isl::Set)> {
         let mut out = Vec::new();
         for (first, last) in self.runs {
             // Merged while the rows are still known to be aligned (a run

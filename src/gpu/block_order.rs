@@ -21,7 +21,7 @@
 //! The decision is the gpu stage's (`KernelPlan::reversed`); the printer
 //! only prints the index it gives.
 
-use isl_rs::{DimType, Set, UnionMap};
+use crate::isl::{DimType, Set, UnionMap};
 
 use crate::error::Result;
 use crate::isl::val_to_i64;

@@ -35,7 +35,7 @@
 //! along `m`, `n` and `k` need no test inside the fragment loops; the
 //! epilogue stores only elements inside the domain.
 
-use isl_rs::{PwMultiAff, ScheduleNode};
+use crate::isl::{PwMultiAff, ScheduleNode};
 
 use super::attention::uncast;
 use crate::deps::Dependences;
@@ -569,7 +569,7 @@ type BandStatements<'s> = (&'s ModelStmt, Vec<&'s ModelStmt>, Vec<&'s ModelStmt>
 fn update_and_others<'s>(
     program: &Program,
     scop: &'s Scop,
-    domain: &isl_rs::UnionSet,
+    domain: &crate::isl::UnionSet,
 ) -> Result<Option<BandStatements<'s>>> {
     let stmts = scop.statements_in(domain)?;
     let mut updates: Vec<&ModelStmt> = stmts
@@ -774,7 +774,7 @@ fn domain_box(isl: &Isl, scop: &Scop, s: &ModelStmt) -> Result<Option<(Vec<Affin
 fn within_elements(
     band: &ScheduleNode,
     nb: usize,
-    domain: isl_rs::UnionSet,
+    domain: crate::isl::UnionSet,
     deps: &Dependences,
 ) -> Result<bool> {
     let values = super::mapping::project_members(
@@ -1397,9 +1397,9 @@ fn member_iterators(
 ) -> Result<Option<Vec<String>>> {
     let partial = band
         .band_get_partial_schedule_union_map()?
-        .intersect_domain(isl_rs::UnionSet::from_set(o.domain.copy()?)?)?;
-    let pma = PwMultiAff::from_map(isl_rs::Map::from_union_map(partial)?)?;
-    let value = |v: isl_rs::Val| crate::isl::val_to_i64(&v);
+        .intersect_domain(crate::isl::UnionSet::from_set(o.domain.copy()?)?)?;
+    let pma = PwMultiAff::from_map(crate::isl::Map::from_union_map(partial)?)?;
+    let value = |v: crate::isl::Val| crate::isl::val_to_i64(&v);
     let mut out = Vec::new();
     for d in 0..members as i32 {
         let Some(aff) = super::promote::single_aff(&pma.get_pw_aff(d)?)? else {

@@ -332,7 +332,7 @@ fn member_empty_steps(blocks: &UnionMap, member: UnionMap, counts: &Counts) -> O
         let r = blocks.copy().ok()?.range().ok()?;
         crate::isl::Set::from_union_set(r)
             .ok()?
-            .dim(isl_rs::DimType::Set)
+            .dim(crate::isl::DimType::Set)
             .ok()? as u32
     };
     let joint = blocks
@@ -343,13 +343,19 @@ fn member_empty_steps(blocks: &UnionMap, member: UnionMap, counts: &Counts) -> O
         .flat_range_product(member)
         .ok()?;
     let points = crate::isl::Set::from_union_set(joint.range().ok()?).ok()?;
-    let np = points.dim(isl_rs::DimType::Param).ok()? as u32;
+    let np = points.dim(crate::isl::DimType::Param).ok()? as u32;
     let stride = points.get_stride(nb as i32).ok()?.get_num_si().ok()?.max(1);
     // One block's values: the block coordinates as parameters.
     let per_block = points
         .copy()
         .ok()?
-        .move_dims(isl_rs::DimType::Param, np, isl_rs::DimType::Set, 0, nb)
+        .move_dims(
+            crate::isl::DimType::Param,
+            np,
+            crate::isl::DimType::Set,
+            0,
+            nb,
+        )
         .ok()?;
     let span = per_block
         .copy()
@@ -367,7 +373,7 @@ fn member_empty_steps(blocks: &UnionMap, member: UnionMap, counts: &Counts) -> O
     let fixed = points.copy().ok()?.project_out_all_params().ok()?;
     let distinct = counts.estimated_points(&fixed).ok()?;
     let n_blocks = counts
-        .estimated_points(&fixed.project_out(isl_rs::DimType::Set, nb, 1).ok()?)
+        .estimated_points(&fixed.project_out(crate::isl::DimType::Set, nb, 1).ok()?)
         .ok()?
         .max(1);
     Some(steps.saturating_sub(distinct / n_blocks))

@@ -611,12 +611,12 @@ fn domains(
     score: usize,
     contractions: &[RowContraction],
     epilogue: &[usize],
-) -> Result<Option<isl_rs::Set>> {
+) -> Result<Option<crate::isl::Set>> {
     let pre = &scop.param_prefix;
     let batch: Vec<String> = batch_ext.iter().map(|(b, _)| b.clone()).collect();
     let anon = |s: &ModelStmt, its: &[String]| domain_on(isl, scop, s, its);
     let boxed = |extents: &[(String, i64)]| boxed_set(isl, scop, batch_ext, extents);
-    let is = |s: &ModelStmt, its: &[String], want: isl_rs::Set| -> Result<bool> {
+    let is = |s: &ModelStmt, its: &[String], want: crate::isl::Set| -> Result<bool> {
         Ok(match anon(s, its)? {
             Some(d) => d.is_equal(&want)?,
             None => false,
@@ -642,7 +642,7 @@ fn domains(
     let globals = sp.globals();
     // The local domain from [bt, i, s, u] onto `names`, with the key
     // `j = B s + u` among them.
-    let with_key = |names: &[String]| -> Result<isl_rs::Set> {
+    let with_key = |names: &[String]| -> Result<crate::isl::Set> {
         let to = isl.map(&format!(
             "{pre}{{ [{}] -> [{}] : {key} = {} * {} + {} }}",
             lits.join(", "),

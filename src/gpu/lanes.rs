@@ -35,7 +35,7 @@
 //! private storage does not come out that way, the kernel keeps the warp
 //! shape with lane 0 running the row alone.
 
-use isl_rs::{ScheduleNode, ScheduleNodeType};
+use crate::isl::{ScheduleNode, ScheduleNodeType};
 
 use crate::error::Result;
 use crate::frontend::ast::{DType, Expr, Program, Reducer};
@@ -278,7 +278,7 @@ fn mark_below(isl: &Isl, node: ScheduleNode, next: &mut usize) -> Result<Schedul
             Ok(node)
         }
         T::Band => {
-            let id = isl_rs::Id::read_from_str(&isl.ctx, &format!("{MARK}{next}"))?;
+            let id = crate::isl::Id::read_from_str(&isl.ctx, &format!("{MARK}{next}"))?;
             *next += 1;
             // mark -> band; return to the mark's position.
             Ok(node.insert_mark(id)?)
@@ -604,10 +604,10 @@ pub fn split_rows(scop: &Scop, band: &ScheduleNode) -> Result<Option<ScheduleNod
     } else if n == lc + 1 {
         let inner = band.copy()?.band_split(lc as i32)?.child(0)?;
         let domain = inner.get_domain()?;
-        let mut inits = isl_rs::UnionSet::empty(domain.get_space()?)?;
+        let mut inits = crate::isl::UnionSet::empty(domain.get_space()?)?;
         for s in scop.statements_in(&domain)? {
             if s.kind == StmtKind::Init {
-                inits = inits.union(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?;
+                inits = inits.union(crate::isl::UnionSet::from_set(s.domain.copy()?)?)?;
             }
         }
         let inits = inits.intersect(domain.copy()?)?;
@@ -667,9 +667,9 @@ fn loop_bands(node: &ScheduleNode, out: &mut Vec<ScheduleNode>) -> Result<()> {
 /// Whether the access `relation` runs along its tensor's contiguous
 /// dimension with statement iterator `pos`: the last subscript moves by
 /// one element per step, the others not at all.
-fn contiguous(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
-    let pma = isl_rs::PwMultiAff::from_map(relation.copy()?)?;
-    let n = pma.dim(isl_rs::DimType::Out)?;
+fn contiguous(relation: &crate::isl::Map, pos: usize) -> Result<bool> {
+    let pma = crate::isl::PwMultiAff::from_map(relation.copy()?)?;
+    let n = pma.dim(crate::isl::DimType::Out)?;
     if n == 0 {
         return Ok(false);
     }

@@ -30,7 +30,7 @@
 //! generated no loop for, because it has one iteration, is not mapped to
 //! some deeper loop).
 
-use isl_rs::{Id, Schedule, ScheduleNode, ScheduleNodeType, Set, UnionMap, UnionSet, Val};
+use crate::isl::{Id, Schedule, ScheduleNode, ScheduleNodeType, Set, UnionMap, UnionSet, Val};
 
 use super::attention::Attention;
 use super::GpuOptions;
@@ -754,7 +754,7 @@ fn mark_reduction(
             // The other statements (the reduction's
             // initialisation) run before the reduction loop of
             // the update.
-            let others = node.get_domain()?.subtract(isl_rs::UnionSet::from_set(
+            let others = node.get_domain()?.subtract(crate::isl::UnionSet::from_set(
                 scop.statement(update)
                     .ok_or_else(|| Error::Internal(format!("no statement {update}")))?
                     .domain
@@ -1066,7 +1066,7 @@ fn lane_loop_violations(
     let mut states = UnionMap::empty(all.get_space()?)?;
     for s in &stmts {
         let w = UnionMap::from_map(s.write.copy()?)?;
-        let own = isl_rs::UnionSet::from_set(s.domain.copy()?)?;
+        let own = crate::isl::UnionSet::from_set(s.domain.copy()?)?;
         let row = same_prefix
             .copy()?
             .intersect_domain(own.copy()?)?
@@ -1171,18 +1171,18 @@ pub(super) fn x_iterators(
     for s in &scop.statements {
         let m = partial
             .copy()?
-            .intersect_domain(isl_rs::UnionSet::from_set(s.domain.copy()?)?)?;
+            .intersect_domain(crate::isl::UnionSet::from_set(s.domain.copy()?)?)?;
         if m.is_empty()? {
             continue;
         }
-        let pma = isl_rs::PwMultiAff::from_map(isl_rs::Map::from_union_map(m)?)?;
+        let pma = crate::isl::PwMultiAff::from_map(crate::isl::Map::from_union_map(m)?)?;
         let pa = pma.get_pw_aff(member as i32)?;
         let mut found = None;
         if let Some(aff) = super::promote::single_aff(&pa)? {
             let mut ones = Vec::new();
             let mut others = false;
             for i in 0..s.iterators.len() {
-                let c = val_to_i64(&aff.get_coefficient_val(isl_rs::DimType::In, i as i32)?)?;
+                let c = val_to_i64(&aff.get_coefficient_val(crate::isl::DimType::In, i as i32)?)?;
                 if c == 1 {
                     ones.push(i);
                 } else if c != 0 {
@@ -1484,8 +1484,8 @@ fn streaming_reduction(
         if a.write || written.contains(&a.tensor) {
             continue;
         }
-        let pma = isl_rs::PwMultiAff::from_map(a.relation.copy()?)?;
-        let rank = pma.dim(isl_rs::DimType::Out)?;
+        let pma = crate::isl::PwMultiAff::from_map(a.relation.copy()?)?;
+        let rank = pma.dim(crate::isl::DimType::Out)?;
         if rank == 0 {
             continue;
         }
@@ -1560,9 +1560,9 @@ fn few_rows_long_reduction(program: &Program, scop: &Scop, band: &ScheduleNode) 
 /// Whether the access `relation` (affine) moves with iterator `pos`: some
 /// subscript has a non-zero coefficient on it. A subscript that is not one
 /// affine expression counts as not moving (no claim is made).
-pub(super) fn reads_along(relation: &isl_rs::Map, pos: usize) -> Result<bool> {
-    let pma = isl_rs::PwMultiAff::from_map(relation.copy()?)?;
-    for d in 0..pma.dim(isl_rs::DimType::Out)? {
+pub(super) fn reads_along(relation: &crate::isl::Map, pos: usize) -> Result<bool> {
+    let pma = crate::isl::PwMultiAff::from_map(relation.copy()?)?;
+    for d in 0..pma.dim(crate::isl::DimType::Out)? {
         if super::promote::coefficient(&pma.get_pw_aff(d)?, pos as i32)?.is_some_and(|c| c != 0) {
             return Ok(true);
         }
@@ -1604,7 +1604,7 @@ fn reduction_candidate(
     if !update.is_reorderable_reduction_step()? {
         return Ok(None);
     }
-    let updates = isl_rs::UnionSet::from_set(update.domain.copy()?)?;
+    let updates = crate::isl::UnionSet::from_set(update.domain.copy()?)?;
     let partial = band
         .band_get_partial_schedule_union_map()?
         .intersect_domain(updates.copy()?)?;
@@ -1633,7 +1633,7 @@ fn reduction_candidate(
     // no reduction site where an update precedes its own statement's
     // initialisation in the same iteration of the loops outside member r.
     if let Some(init) = scop.statement(&format!("{}_init", update.name)) {
-        let inits = isl_rs::UnionSet::from_set(init.domain.copy()?)?;
+        let inits = crate::isl::UnionSet::from_set(init.domain.copy()?)?;
         let partial = band.band_get_partial_schedule_union_map()?;
         let prefix = band.get_prefix_schedule_union_map()?;
         let outer = prefix.range_product(project_members(&partial, 0, r, n)?)?;
@@ -1684,7 +1684,7 @@ fn occupied_tiles(band: &ScheduleNode, tiles: &[i64]) -> Result<Option<i64>> {
         .map(|i| format!("y{i} = floor(x{i} / {})", tiles[i]))
         .collect();
     let ctx = values.get_ctx();
-    let to_tiles = isl_rs::UnionMap::read_from_str(
+    let to_tiles = crate::isl::UnionMap::read_from_str(
         &ctx,
         &format!(
             "{{ [{}] -> [{}] : {} }}",
@@ -1709,7 +1709,7 @@ fn occupied_tiles(band: &ScheduleNode, tiles: &[i64]) -> Result<Option<i64>> {
     if np == 0 {
         return Ok(Some(pairs));
     }
-    let steps = set.project_out(isl_rs::DimType::Set, np as u32, nb as u32)?;
+    let steps = set.project_out(crate::isl::DimType::Set, np as u32, nb as u32)?;
     Ok(count(&steps).map(|s| pairs / s.max(1)))
 }
 
@@ -1718,7 +1718,7 @@ pub fn project_members(partial: &UnionMap, lo: usize, hi: usize, n: usize) -> Re
     let names: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
     let keep: Vec<String> = names[lo..hi].to_vec();
     let ctx = partial.get_ctx();
-    let proj = isl_rs::UnionMap::read_from_str(
+    let proj = crate::isl::UnionMap::read_from_str(
         &ctx,
         &format!("{{ [{}] -> [{}] }}", names.join(", "), keep.join(", ")),
     )?;
@@ -1835,8 +1835,8 @@ fn fold_outer_members(isl: &Isl, node: ScheduleNode) -> Result<Option<ScheduleNo
     };
     let partial = node.band_get_partial_schedule()?;
     let domain = node.get_domain()?;
-    let constant = |v: i64| -> Result<isl_rs::UnionPwAff> {
-        Ok(isl_rs::UnionPwAff::val_on_domain(
+    let constant = |v: i64| -> Result<crate::isl::UnionPwAff> {
+        Ok(crate::isl::UnionPwAff::val_on_domain(
             domain.copy()?,
             Val::int_from_si(&isl.ctx, v)?,
         )?)
@@ -1857,7 +1857,7 @@ fn fold_outer_members(isl: &Isl, node: ScheduleNode) -> Result<Option<ScheduleNo
     }
     let partial = partial
         .set_union_pw_aff(1, folded)?
-        .drop_dims(isl_rs::DimType::Out, 0, 1)?;
+        .drop_dims(crate::isl::DimType::Out, 0, 1)?;
     let mut node = node.delete()?.insert_partial_schedule(partial)?;
     node = node.band_set_permutable(1)?;
     for (k, c) in coincident.into_iter().enumerate() {
@@ -1982,8 +1982,8 @@ pub fn same_value_on(pairs: &UnionMap, f: &UnionMap) -> Result<UnionMap> {
     let mut same = UnionMap::empty(pairs.get_space()?)?;
     for i in 0..maps.size()? {
         let space = maps.get_at(i)?.get_space()?;
-        let of = |s: isl_rs::Space| -> Result<UnionMap> {
-            let set = isl_rs::UnionSet::from_set(Set::universe(s)?)?;
+        let of = |s: crate::isl::Space| -> Result<UnionMap> {
+            let set = crate::isl::UnionSet::from_set(Set::universe(s)?)?;
             Ok(f.copy()?.intersect_domain(set)?)
         };
         let from = of(space.copy()?.domain()?)?;
@@ -2008,7 +2008,7 @@ const MAX_GRID_YZ: i64 = 65_535;
 
 /// Whether a statement of `domain` reduces into an f16, bf16 or 8-bit float
 /// tensor.
-fn narrow_reduction(scop: &Scop, domain: &isl_rs::UnionSet) -> Result<bool> {
+fn narrow_reduction(scop: &Scop, domain: &crate::isl::UnionSet) -> Result<bool> {
     for s in scop.statements_in(domain)? {
         if s.kind != crate::model::StmtKind::Update {
             continue;

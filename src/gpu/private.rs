@@ -35,7 +35,7 @@
 
 use std::collections::HashSet;
 
-use isl_rs::{DimType, Map, ScheduleNode, UnionMap, UnionSet};
+use crate::isl::{DimType, Map, ScheduleNode, UnionMap, UnionSet};
 
 use crate::error::Result;
 use crate::frontend::ast::{DType, Program, TensorRole};
@@ -149,7 +149,7 @@ fn visit(search: &mut Search, node: ScheduleNode) -> Result<ScheduleNode> {
     let mut node = node;
     if marked {
         search.regions.push(region);
-        let id = isl_rs::Id::read_from_str(&search.isl.ctx, &mark)?;
+        let id = crate::isl::Id::read_from_str(&search.isl.ctx, &mark)?;
         node = node.insert_mark(id)?.child(0)?;
     }
     node = descend(search, node)?;
@@ -162,7 +162,7 @@ fn visit(search: &mut Search, node: ScheduleNode) -> Result<ScheduleNode> {
 /// Visits the body of every band below `node` (through sequences, sets,
 /// filters and marks); returns to `node`'s position.
 fn descend(search: &mut Search, node: ScheduleNode) -> Result<ScheduleNode> {
-    use isl_rs::ScheduleNodeType as T;
+    use crate::isl::ScheduleNodeType as T;
     if search.candidates.is_empty() {
         return Ok(node);
     }
@@ -312,11 +312,11 @@ fn promote(search: &mut Search, node: &ScheduleNode, mark: &str) -> Result<Priva
         }
         let mut offset = Vec::new();
         for d in 0..rank {
-            let pa = isl_rs::PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
+            let pa = crate::isl::PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
             offset.push(super::promote::expr_in(isl, pa, &names)?);
         }
         // The iterations that touch `t`, where not all of the region's do.
-        let iterations = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?
+        let iterations = crate::isl::Set::from_union_set(prefix.copy()?.range()?)?
             .intersect_params(scop.context.copy()?)?;
         let touching = f_in_context.domain()?;
         let owned = if iterations.is_subset(&touching)? {

@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 
-use isl_rs::{DimType, Id, IdList, Map, MultiId, PwAff, PwMultiAff, ScheduleNode, UnionMap};
+use crate::isl::{DimType, Id, IdList, Map, MultiId, PwAff, PwMultiAff, ScheduleNode, UnionMap};
 
 use super::GpuOptions;
 use crate::error::{Error, Result};
@@ -178,7 +178,7 @@ impl Scope {
 }
 
 /// The tuple of identifiers `names` over `space` (for `bind`).
-pub(super) fn ids(isl: &Isl, space: isl_rs::Space, names: &[String]) -> Result<MultiId> {
+pub(super) fn ids(isl: &Isl, space: crate::isl::Space, names: &[String]) -> Result<MultiId> {
     let mut list = IdList::alloc(&isl.ctx, names.len() as i32)?;
     for n in names {
         list = list.add(Id::read_from_str(&isl.ctx, n)?)?;
@@ -202,13 +202,13 @@ pub fn expr_in(isl: &Isl, pa: PwAff, names: &[String]) -> Result<Expr> {
 pub(super) fn set_expr(
     isl: &Isl,
     scop: &crate::model::Scop,
-    set: isl_rs::Set,
+    set: crate::isl::Set,
     names: &[String],
 ) -> Result<Expr> {
     let set = set.coalesce()?;
     let space = set.get_space()?;
     let bound = set.bind(ids(isl, space, names)?)?;
-    let context = isl_rs::Set::universe(bound.get_space()?)?.intersect(scop.context.copy()?)?;
+    let context = crate::isl::Set::universe(bound.get_space()?)?.intersect(scop.context.copy()?)?;
     let bound = bound.gist(context.copy()?)?.from_params()?;
     let context = context.from_params()?;
     let e = crate::isl::ast_build_expr_from_set(context, bound)
@@ -217,7 +217,7 @@ pub(super) fn set_expr(
 }
 
 /// `pa` as one affine expression, when it is one on its whole domain.
-pub fn single_aff(pa: &PwAff) -> Result<Option<isl_rs::Aff>> {
+pub fn single_aff(pa: &PwAff) -> Result<Option<crate::isl::Aff>> {
     let domain = pa.copy()?.domain()?;
     let g = pa.copy()?.gist(domain)?;
     if !g.isa_aff()? {
@@ -400,7 +400,7 @@ fn loop_points(
     let domain = node.get_domain()?;
     let here = match node.get_type()? {
         T::Band => {
-            let number = isl_rs::UnionSet::read_from_str(&isl.ctx, &format!("{{ [{next}] }}"))?;
+            let number = crate::isl::UnionSet::read_from_str(&isl.ctx, &format!("{{ [{next}] }}"))?;
             *next += 1;
             let id = UnionMap::from_domain_and_range(domain.copy()?, number)?;
             let values = node
@@ -424,7 +424,7 @@ fn loop_points(
             // No band on the way: every instance at the one point.
             None => UnionMap::from_domain_and_range(
                 domain,
-                isl_rs::UnionSet::read_from_str(&isl.ctx, "{ [] }")?,
+                crate::isl::UnionSet::read_from_str(&isl.ctx, "{ [] }")?,
             )?,
         });
     }
@@ -453,7 +453,7 @@ fn promote_group(
     in_group: &dyn Fn(&str, &str) -> bool,
     buffer: String,
     prefix: &UnionMap,
-    domain: &isl_rs::UnionSet,
+    domain: &crate::isl::UnionSet,
     names: &[String],
     x_iterator: &HashMap<String, Option<usize>>,
     layout: &Layout,
@@ -552,8 +552,8 @@ fn promote_group(
         && matches!(program.evaluate(&tensor.shape[rank - 1]), Some(v) if v % 4 == 0)
         && {
             let last = PwAff::from_aff(offset_ma.get_at(rank as i32 - 1)?)?;
-            let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
-            last.mod_val(isl_rs::Val::int_from_si(&isl.ctx, 4)?)?
+            let image = crate::isl::Set::from_union_set(prefix.copy()?.range()?)?;
+            last.mod_val(crate::isl::Val::int_from_si(&isl.ctx, 4)?)?
                 .non_zero_set()?
                 .intersect(image)?
                 .is_empty()?
@@ -601,7 +601,7 @@ fn reference_groups(
     in_kernel: &[&crate::model::ModelStmt],
     t: &str,
     prefix: &UnionMap,
-    domain: &isl_rs::UnionSet,
+    domain: &crate::isl::UnionSet,
 ) -> Result<Vec<Vec<(String, String)>>> {
     let mut groups: Vec<(Vec<(String, String)>, UnionMap)> = Vec::new();
     for s in in_kernel {
@@ -716,7 +716,7 @@ pub fn unique_prefix_values(
     if depth == 0 || prefix.is_empty()? {
         return Ok(out);
     }
-    let image = isl_rs::Set::from_union_set(prefix.copy()?.range()?)?;
+    let image = crate::isl::Set::from_union_set(prefix.copy()?.range()?)?;
     for d in 0..depth {
         let m = Map::from_range(image.copy()?.project_out(
             DimType::Set,

@@ -20,7 +20,7 @@ mod closed;
 mod store;
 pub use store::{store_statements, StoreStatement};
 
-use isl_rs::{PwMultiAff, ScheduleNode, UnionMap};
+use crate::isl::{PwMultiAff, ScheduleNode, UnionMap};
 
 use crate::error::Result;
 use crate::frontend::ast::{AssignOp, DType, Program, Reducer};
@@ -249,13 +249,13 @@ pub fn candidate(
         if e.is_empty()? || !e.is_single_valued()? || !e.is_injective()? {
             continue;
         }
-        let map = isl_rs::Map::from_union_map(e)?;
+        let map = crate::isl::Map::from_union_map(e)?;
         let names: Vec<String> = (0..np)
             .map(|j| format!("c{j}"))
             .chain((0..nb).map(|j| format!("pf_b{j}")))
             .chain((0..nt).map(|j| format!("pf_t{j}")))
             .collect();
-        let running = isl_rs::Set::from_union_set(mapped.copy()?.range()?)?;
+        let running = crate::isl::Set::from_union_set(mapped.copy()?.range()?)?;
         let guard = domain_guard(
             isl,
             scop,
@@ -364,8 +364,8 @@ fn clamp_safe(
 fn domain_guard(
     isl: &Isl,
     scop: &Scop,
-    domain: isl_rs::Set,
-    running: isl_rs::Set,
+    domain: crate::isl::Set,
+    running: crate::isl::Set,
     names: &[String],
     nb: usize,
     tiles: &[i64],
@@ -374,14 +374,14 @@ fn domain_guard(
     let domain = domain.intersect_params(scop.context.copy()?)?;
     let mut known = running
         .intersect_params(scop.context.copy()?)?
-        .project_out(isl_rs::DimType::Set, nb as u32, nt as u32)?
-        .insert_dims(isl_rs::DimType::Set, nb as u32, nt as u32)?
+        .project_out(crate::isl::DimType::Set, nb as u32, nt as u32)?
+        .insert_dims(crate::isl::DimType::Set, nb as u32, nt as u32)?
         .intersect_params(scop.context.copy()?)?;
     for (j, &size) in tiles.iter().enumerate().take(nt) {
         let pos = (nb + j) as u32;
         known = known
-            .lower_bound_si(isl_rs::DimType::Set, pos, 0)?
-            .upper_bound_si(isl_rs::DimType::Set, pos, (size - 1) as i32)?;
+            .lower_bound_si(crate::isl::DimType::Set, pos, 0)?
+            .upper_bound_si(crate::isl::DimType::Set, pos, (size - 1) as i32)?;
     }
     let rest = domain.gist(known)?;
     if rest.plain_is_universe()? {
@@ -389,7 +389,7 @@ fn domain_guard(
     }
     let ids = super::promote::ids(isl, rest.get_space()?, names)?;
     let bound = rest.bind(ids)?.from_params()?;
-    let context = isl_rs::Set::universe(bound.get_space()?.params()?)?.from_params()?;
+    let context = crate::isl::Set::universe(bound.get_space()?.params()?)?.from_params()?;
     let e = crate::isl::ast_build_expr_from_set(context, bound).ok_or_else(|| {
         crate::error::Error::Internal("isl could not print a register guard".into())
     })?;
@@ -494,7 +494,7 @@ pub fn carries_cross_thread_dependences(
 
 /// `{ t[e] : 0 <= e < shape(t) }` in the program's context: every element
 /// of tensor `t`.
-pub fn tensor_elements(isl: &Isl, scop: &Scop, t: &str) -> Result<isl_rs::Set> {
+pub fn tensor_elements(isl: &Isl, scop: &Scop, t: &str) -> Result<crate::isl::Set> {
     let tensor = scop
         .tensor(t)
         .ok_or_else(|| crate::error::Error::Internal(format!("unknown tensor {t}")))?;

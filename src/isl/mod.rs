@@ -16,10 +16,14 @@ pub use ffi::{
     ast_build_expr_from_pw_aff, ast_build_expr_from_set, ast_build_node_from_schedule,
     ast_node_type, schedule_yaml, version, Abort, IslPrint,
 };
+/// isl's types, as the rest of polyfuse names them: every stage reaches isl
+/// through this module (`tests/integration/architecture.rs` holds that no
+/// file outside `src/isl/` names `isl_rs`), so the binding is one place.
 pub use isl_rs::{
-    ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType, Context, DimType, Map,
-    MultiUnionPwAff, Schedule, ScheduleConstraints, ScheduleNode, ScheduleNodeType, Set,
-    UnionAccessInfo, UnionMap, UnionSet, Val,
+    ASTExpr, ASTExprOpType, ASTExprType, ASTNode, ASTNodeType, Aff, Context, DimType, Id, IdList,
+    LibISLError, LocalSpace, Map, MultiAff, MultiId, MultiUnionPwAff, MultiVal, Options, Point,
+    PwAff, PwMultiAff, Schedule, ScheduleConstraints, ScheduleNode, ScheduleNodeType, Set, Space,
+    UnionAccessInfo, UnionMap, UnionPwAff, UnionSet, Val,
 };
 
 use crate::error::{Error, Result};

@@ -242,13 +242,13 @@ fn compress_strides(set: &Set) -> Result<Option<Set>> {
             continue;
         }
         let space = out.get_space()?;
-        let var = isl_rs::Aff::var_on_domain(
-            isl_rs::LocalSpace::from_space(space.copy()?)?,
+        let var = crate::isl::Aff::var_on_domain(
+            crate::isl::LocalSpace::from_space(space.copy()?)?,
             DimType::Set,
             pos as u32,
         )?;
         let image = var.scale_val(stride)?.add(offset)?;
-        let ma = isl_rs::MultiAff::identity_on_domain_space(space)?.set_aff(pos, image)?;
+        let ma = crate::isl::MultiAff::identity_on_domain_space(space)?.set_aff(pos, image)?;
         out = out.preimage_multi_aff(ma)?.detect_equalities()?;
         changed = true;
     }

@@ -87,7 +87,7 @@ impl ModelStmt {
         }
         let lhs = self.written_tensor()?;
         for r in self.reads.iter().skip(1) {
-            if r.get_tuple_name(isl_rs::DimType::Out)? == lhs {
+            if r.get_tuple_name(crate::isl::DimType::Out)? == lhs {
                 return Ok(false);
             }
         }
@@ -96,7 +96,10 @@ impl ModelStmt {
 
     /// The tensor the statement writes.
     pub fn written_tensor(&self) -> Result<String> {
-        Ok(self.write.get_tuple_name(isl_rs::DimType::Out)?.to_string())
+        Ok(self
+            .write
+            .get_tuple_name(crate::isl::DimType::Out)?
+            .to_string())
     }
 
     /// Every access with its subscripts, the write first, then the reads in
@@ -220,7 +223,7 @@ impl Scop {
     /// tensor, such as `O(i, j) = 3`, has no reads).
     fn union_of(
         &self,
-        maps: impl Iterator<Item = std::result::Result<Map, isl_rs::LibISLError>>,
+        maps: impl Iterator<Item = std::result::Result<Map, crate::isl::LibISLError>>,
     ) -> Result<UnionMap> {
         let mut u = UnionMap::empty(self.context.get_space()?)?;
         for m in maps {
@@ -533,7 +536,7 @@ fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
         for (what, acc) in
             std::iter::once(("writes", &s.write)).chain(s.reads.iter().map(|r| ("reads", r)))
         {
-            let tname = acc.get_tuple_name(isl_rs::DimType::Out)?.to_string();
+            let tname = acc.get_tuple_name(crate::isl::DimType::Out)?.to_string();
             let t = scop
                 .tensor(&tname)
                 .ok_or_else(|| Error::Internal(format!("no tensor {tname}")))?;
@@ -545,7 +548,7 @@ fn check_footprints(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
             let outside = fp.subtract(tensor_set(isl, &scop.param_prefix, t)?)?;
             if !outside.is_empty()? {
                 let point = outside.sample_point()?;
-                let p = isl_rs::Set::from_point(point)?;
+                let p = crate::isl::Set::from_point(point)?;
                 return Err(Error::Statement {
                     file: program.source.clone(),
                     position: st.position + 1,
@@ -591,7 +594,7 @@ pub fn check_reads_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<
     for s in &scop.statements {
         let st = &program.statements[s.source];
         for r in &s.reads {
-            let tname = r.get_tuple_name(isl_rs::DimType::Out)?.to_string();
+            let tname = r.get_tuple_name(crate::isl::DimType::Out)?.to_string();
             if scop
                 .tensor(&tname)
                 .is_none_or(|t| t.role == TensorRole::Input)
@@ -606,7 +609,7 @@ pub fn check_reads_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<
             .intersect_params(scop.context.copy()?)?;
             if !unwritten.is_empty()? {
                 let p = unwritten.sample_point()?;
-                let element = crate::isl::coordinates(&p, r.dim(isl_rs::DimType::Out)? as u32)?
+                let element = crate::isl::coordinates(&p, r.dim(crate::isl::DimType::Out)? as u32)?
                     .iter()
                     .map(|v| v.to_string())
                     .collect::<Vec<_>>();
@@ -653,7 +656,7 @@ fn check_reads_written_in_order(isl: &Isl, program: &Program, scop: &Scop) -> Re
             .reverse()?
             .apply_range(writes.copy()?)?;
         for r in &s.reads {
-            let tname = r.get_tuple_name(isl_rs::DimType::Out)?.to_string();
+            let tname = r.get_tuple_name(crate::isl::DimType::Out)?.to_string();
             if scop
                 .tensor(&tname)
                 .is_none_or(|t| t.role == TensorRole::Input)
@@ -669,7 +672,7 @@ fn check_reads_written_in_order(isl: &Isl, program: &Program, scop: &Scop) -> Re
             }
             let elements = unwritten.range()?;
             let p = elements.sample_point()?;
-            let element = crate::isl::coordinates(&p, r.dim(isl_rs::DimType::Out)? as u32)?
+            let element = crate::isl::coordinates(&p, r.dim(crate::isl::DimType::Out)? as u32)?
                 .iter()
                 .map(|v| v.to_string())
                 .collect::<Vec<_>>();
@@ -765,7 +768,7 @@ fn check_outputs_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()
             t,
         )?)?)?;
         if !missing.is_empty()? {
-            let p = isl_rs::Set::from_point(missing.sample_point()?)?;
+            let p = crate::isl::Set::from_point(missing.sample_point()?)?;
             return Err(Error::Input {
                 file: program.source.clone(),
                 message: format!(
@@ -779,7 +782,7 @@ fn check_outputs_written(isl: &Isl, program: &Program, scop: &Scop) -> Result<()
     Ok(())
 }
 
-fn all_space(isl: &Isl, prefix: &str, t: &ModelTensor) -> Result<isl_rs::Space> {
+fn all_space(isl: &Isl, prefix: &str, t: &ModelTensor) -> Result<crate::isl::Space> {
     let vars: Vec<String> = (0..t.shape.len()).map(|d| format!("a{d}")).collect();
     Ok(isl
         .set(&format!("{prefix}{{ {}[{}] }}", t.name, vars.join(", ")))?

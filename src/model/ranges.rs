@@ -43,8 +43,8 @@ impl From<Error> for RangeError {
         RangeError::Isl(e)
     }
 }
-impl From<isl_rs::LibISLError> for RangeError {
-    fn from(e: isl_rs::LibISLError) -> Self {
+impl From<crate::isl::LibISLError> for RangeError {
+    fn from(e: crate::isl::LibISLError) -> Self {
         RangeError::Isl(e.into())
     }
 }
@@ -119,8 +119,8 @@ pub(super) fn infer(ctx: &Ctx, st: &Statement) -> Result<Ranges, RangeError> {
         }
         for (x, s) in round {
             let s = s.intersect_params(ctx.context.copy()?)?.coalesce()?;
-            if !s.dim_has_any_lower_bound(isl_rs::DimType::Set, 0)?
-                || !s.dim_has_any_upper_bound(isl_rs::DimType::Set, 0)?
+            if !s.dim_has_any_lower_bound(crate::isl::DimType::Set, 0)?
+                || !s.dim_has_any_upper_bound(crate::isl::DimType::Set, 0)?
             {
                 return Err(RangeError::User(format!(
                     "the range of index `{x}` is unbounded; add `where {x} in lo:hi`"

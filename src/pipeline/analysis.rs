@@ -71,7 +71,7 @@ pub(crate) struct Repaired {
     /// The model of the program scheduled.
     pub scop: model::Scop,
     /// The defining order the dependences are computed under.
-    pub order: isl_rs::Schedule,
+    pub order: crate::isl::Schedule,
     /// The dependences the repair's proof computed (the same program,
     /// modelled alike, in the same order).
     proven: Option<deps::Dependences>,

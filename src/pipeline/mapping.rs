@@ -16,12 +16,12 @@ use super::Options;
 /// mapped schedule (checked against every dependence like the CPU
 /// schedule, and race-free) and one plan per kernel.
 pub(crate) struct Mapping {
-    pub schedule: isl_rs::Schedule,
+    pub schedule: crate::isl::Schedule,
     pub plans: Vec<gpu::mapping::KernelPlan>,
     /// The schedule this is the mapping of, as [`map_unproven`] took it:
     /// a probe's candidate equal to it maps the same, so it need not be
     /// mapped again to be weighed (`probe::choose_by_cost`).
-    pub source: isl_rs::Schedule,
+    pub source: crate::isl::Schedule,
 }
 
 /// Maps `schedule` and proves the mapping: legal, parallel where it says
@@ -32,7 +32,7 @@ pub(crate) fn map_proven(
     program: &Program,
     scop: &model::Scop,
     deps: &deps::Dependences,
-    schedule: isl_rs::Schedule,
+    schedule: crate::isl::Schedule,
     options: &Options,
     gpu_options: &GpuOptions,
 ) -> Result<Mapping> {
@@ -47,7 +47,7 @@ pub(crate) fn map_unproven(
     program: &Program,
     scop: &model::Scop,
     deps: &deps::Dependences,
-    schedule: isl_rs::Schedule,
+    schedule: crate::isl::Schedule,
     options: &Options,
     gpu_options: &GpuOptions,
 ) -> Result<Mapping> {
@@ -109,15 +109,15 @@ pub(crate) fn prove(
 /// `--emit gpu-tree` says why the schedule is what it is.
 pub(crate) fn marked(
     isl: &Isl,
-    schedule: isl_rs::Schedule,
+    schedule: crate::isl::Schedule,
     name: &str,
-) -> Result<isl_rs::Schedule> {
+) -> Result<crate::isl::Schedule> {
     let root = schedule.get_root()?;
     Ok(match root.n_children()? {
         0 => schedule,
         _ => root
             .child(0)?
-            .insert_mark(isl_rs::Id::read_from_str(&isl.ctx, name)?)?
+            .insert_mark(crate::isl::Id::read_from_str(&isl.ctx, name)?)?
             .get_schedule()?,
     })
 }

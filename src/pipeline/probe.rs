@@ -41,14 +41,14 @@ pub(crate) fn map_for_race_freedom(
     program: &Program,
     scop: &model::Scop,
     deps: &deps::Dependences,
-    sched: &isl_rs::Schedule,
+    sched: &crate::isl::Schedule,
     premapped: Option<Mapping>,
     strategy: Strategy,
     options: &Options,
     g: &GpuOptions,
 ) -> Result<Mapping> {
     let file = program.source.as_str();
-    let map = |s: isl_rs::Schedule| map_proven(isl, program, scop, deps, s, options, g);
+    let map = |s: crate::isl::Schedule| map_proven(isl, program, scop, deps, s, options, g);
     let blocks = program.statements.iter().any(|s| !s.blocks.is_empty());
     // Last, blocks of one thread, which no mapping of the threads can make
     // race. With loop blocks, in program order (the blocks' loops
@@ -332,7 +332,7 @@ fn max_rows(
     }
     // (`map_unproven`: the options are valid, so it maps as
     // `gpu::mapping::map` does.)
-    let kernels = |sched: isl_rs::Schedule| -> Result<Mapping> {
+    let kernels = |sched: crate::isl::Schedule| -> Result<Mapping> {
         map_unproven(isl, program, scop, deps, sched, options, gpu_options)
     };
     let fused = kernels(max.copy()?)?;
@@ -384,7 +384,7 @@ fn sibling_rows(
     gpu_options: &GpuOptions,
     probe: RowsProbe,
 ) -> Result<RowsProbe> {
-    let kernels = |sched: isl_rs::Schedule| -> Result<Mapping> {
+    let kernels = |sched: crate::isl::Schedule| -> Result<Mapping> {
         map_unproven(isl, program, scop, deps, sched, options, gpu_options)
     };
     // isl's schedule, made here where the first try did not: kept in the
@@ -437,9 +437,9 @@ fn sibling_rows(
 /// siblings fuse on their rows and then on their loops, and the rows go
 /// across lanes with both siblings' states in one loop. Legal as any reordering is: the mapped
 /// schedule is checked against every dependence.
-fn rows_split(scop: &model::Scop, schedule: isl_rs::Schedule) -> Result<isl_rs::Schedule> {
+fn rows_split(scop: &model::Scop, schedule: crate::isl::Schedule) -> Result<crate::isl::Schedule> {
     use crate::isl::ScheduleNodeType as T;
-    let split = |band: &isl_rs::ScheduleNode| -> Result<Option<isl_rs::ScheduleNode>> {
+    let split = |band: &crate::isl::ScheduleNode| -> Result<Option<crate::isl::ScheduleNode>> {
         if band.get_type()? != T::Band
             || band.band_n_member()? as usize != gpu::mapping::leading_coincident(band)? + 1
         {
@@ -475,9 +475,9 @@ fn rows_split(scop: &model::Scop, schedule: isl_rs::Schedule) -> Result<isl_rs::
 /// yet proven, for `compile` to take rather than make them again.
 #[derive(Default)]
 pub(crate) struct RowsProbe {
-    pub fused: Option<(isl_rs::Schedule, Mapping)>,
+    pub fused: Option<(crate::isl::Schedule, Mapping)>,
     /// isl's schedule, with its mapping where the probe made one.
-    pub isl: Option<(isl_rs::Schedule, Option<Mapping>)>,
+    pub isl: Option<(crate::isl::Schedule, Option<Mapping>)>,
     /// `fused` is isl's schedule with sibling loops fused, not maximal
     /// fusion.
     pub siblings: bool,

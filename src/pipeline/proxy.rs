@@ -60,7 +60,7 @@ pub(super) fn schedule_at_proxy_sizes(
     isl: &Isl,
     real: &Real,
     strategy: Strategy,
-) -> Option<isl_rs::Schedule> {
+) -> Option<crate::isl::Schedule> {
     let large = real
         .program
         .params
@@ -88,7 +88,12 @@ pub(super) struct Real<'a> {
 /// The schedule of the real program at proxy size `size` (each size
 /// above [`PROXY_KEEP`] lowered to it), put over its domain and verified
 /// against its dependences; `None` where it fails.
-fn try_proxy(isl: &Isl, real: &Real, strategy: Strategy, size: i64) -> Option<isl_rs::Schedule> {
+fn try_proxy(
+    isl: &Isl,
+    real: &Real,
+    strategy: Strategy,
+    size: i64,
+) -> Option<crate::isl::Schedule> {
     let (scop, deps) = (real.scop, real.deps);
     let mut proxy = real.program.clone();
     for p in &mut proxy.params {
@@ -116,7 +121,7 @@ fn schedule_proxy(
     steps: &[repair::Step],
     options: &Options,
     strategy: Strategy,
-) -> Option<isl_rs::Schedule> {
+) -> Option<crate::isl::Schedule> {
     let original = model::build(isl, proxy).ok()?;
     let r = Repaired::with_steps(isl, proxy, original, options, steps.to_vec()).ok()?;
     let a = Analysis::of(r).ok()?;
@@ -210,7 +215,7 @@ mod tests {
             }
         }
 
-        fn proxy(&self) -> Option<isl_rs::Schedule> {
+        fn proxy(&self) -> Option<crate::isl::Schedule> {
             schedule_at_proxy_sizes(&self.isl, &self.real(), Strategy::Isl)
         }
     }

@@ -24,7 +24,7 @@ use super::proxy;
 /// Stage `schedule`: the program's schedule before tiling, checked
 /// against every dependence, and how it was made.
 pub(crate) struct Scheduled {
-    pub schedule: isl_rs::Schedule,
+    pub schedule: crate::isl::Schedule,
     /// The strategy in effect: the options', or maximal fusion where a
     /// rolling update or the rows probe chose it.
     pub strategy: Strategy,
@@ -130,7 +130,7 @@ fn scheduler(
     strategy: Strategy,
     blocks: bool,
     probe: RowsProbe,
-) -> Result<(isl_rs::Schedule, Option<Mapping>, &'static str)> {
+) -> Result<(crate::isl::Schedule, Option<Mapping>, &'static str)> {
     let r = &analysis.repaired;
     let (scop, deps) = (&r.scop, &analysis.deps);
     let program_k = r.program(program);
@@ -195,11 +195,11 @@ fn fused_further(
     isl: &Isl,
     program: &Program,
     analysis: &Analysis,
-    sched: isl_rs::Schedule,
+    sched: crate::isl::Schedule,
     strategy: Strategy,
     rows_fused: bool,
     blocks: bool,
-) -> Result<isl_rs::Schedule> {
+) -> Result<crate::isl::Schedule> {
     let (scop, deps) = (analysis.scop(), &analysis.deps);
     // Maximal fusion also takes in a producer's loop that isl left beside
     // its consumer's (attention's scores beside its rolling loop). Not
@@ -376,7 +376,7 @@ pub(crate) struct CpuKernel {
     /// The final schedule tree; without a CPU kernel, the untiled one.
     pub tree: ScheduleTree,
     /// Its isl schedule, without a CPU kernel none.
-    schedule: Option<isl_rs::Schedule>,
+    schedule: Option<crate::isl::Schedule>,
     pub kernel_c: String,
     pub reference_c: Option<String>,
 }
@@ -386,7 +386,7 @@ impl CpuKernel {
         isl: &Isl,
         program: &Program,
         analysis: &Analysis,
-        sched: isl_rs::Schedule,
+        sched: crate::isl::Schedule,
         untiled_tree: &ScheduleTree,
     ) -> Result<CpuKernel> {
         let r = &analysis.repaired;
@@ -435,9 +435,9 @@ fn tiled(
     program: &Program,
     scop: &model::Scop,
     deps: &deps::Dependences,
-    sched: isl_rs::Schedule,
+    sched: crate::isl::Schedule,
     options: &super::Options,
-) -> Result<(ScheduleTree, isl_rs::Schedule)> {
+) -> Result<(ScheduleTree, crate::isl::Schedule)> {
     let tiled = schedule::tile(isl, sched, &options.tile)?;
     let mut tree = ScheduleTree::from_isl(&tiled.get_root()?)?;
     if options.sink && !options.tile.is_empty() {
@@ -466,7 +466,7 @@ fn schedule_symbolic(
     program: &Program,
     order: Option<&ScheduleTree>,
     strategy: Strategy,
-) -> Option<isl_rs::Schedule> {
+) -> Option<crate::isl::Schedule> {
     if program.params.iter().all(|p| p.value.is_none()) {
         return None;
     }
@@ -579,7 +579,7 @@ fn bounding_boxes(scop: &model::Scop, values: &HashMap<String, i64>) -> Result<B
 }
 
 fn fixed_value(
-    pa: isl_rs::PwAff,
+    pa: crate::isl::PwAff,
     scop: &model::Scop,
     values: &HashMap<String, i64>,
 ) -> Result<i64> {

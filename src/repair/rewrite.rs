@@ -159,7 +159,7 @@ pub fn ranges(scop: &Scop, s: &ModelStmt) -> Result<Vec<WhereClause>> {
 pub fn ranges_of(scop: &Scop, set: &Set, names: &[String]) -> Result<Vec<WhereClause>> {
     let mut out = Vec::new();
     for (pos, v) in names.iter().enumerate() {
-        let bound = |pa: isl_rs::PwAff| -> Result<Affine> {
+        let bound = |pa: crate::isl::PwAff| -> Result<Affine> {
             let pa = pa.gist_params(scop.context.copy()?)?;
             if !pa.isa_aff()? {
                 return Err(Error::Internal(format!(

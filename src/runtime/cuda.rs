@@ -1045,8 +1045,9 @@ mod tests {
 
     #[test]
     fn real_architectures_give_machine_code() {
+        // Without NVRTC (no CUDA toolkit) there is nothing to test here;
+        // scripts/cuda-compile-check.sh says so in CI's log.
         if require_nvrtc().is_err() {
-            eprintln!("note: NVRTC is not available; CUBIN output not tested");
             return;
         }
         let src = "extern \"C\" __global__ void k(float *x) { x[threadIdx.x] += 1.0f; }";

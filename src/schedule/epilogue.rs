@@ -281,7 +281,7 @@ pub(crate) fn element_of(
 }
 
 /// An integer from isl's value, where it is one.
-fn constant(v: std::result::Result<isl_rs::Val, isl_rs::LibISLError>) -> Result<i64> {
+fn constant(v: std::result::Result<crate::isl::Val, crate::isl::LibISLError>) -> Result<i64> {
     let v = v?;
     if !v.is_int()? {
         return Err(crate::error::Error::Internal("not an integer".into()));

@@ -41,8 +41,8 @@ use crate::deps::Dependences;
 use crate::error::Result;
 use crate::isl::tree::{Band, ScheduleTree, Tree};
 use crate::isl::{Isl, IslPrint, Schedule};
+use crate::isl::{MultiUnionPwAff, UnionMap};
 use crate::model::Scop;
-use isl_rs::{MultiUnionPwAff, UnionMap};
 
 /// `schedule` with every aligned producer loop fused into its consumer's
 /// (see the module documentation), or as it was where none is.

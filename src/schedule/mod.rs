@@ -98,7 +98,7 @@ fn constraints(
 
 /// isl's scheduler options for `strategy`, set on the context.
 fn set_options(isl: &Isl, strategy: Strategy) -> Result<()> {
-    use isl_rs::Options;
+    use crate::isl::Options;
     let ctx = &isl.ctx;
     // Max fusion keeps isl's incremental clustering (scheduling whole
     // components at once can take minutes on a chain of two gemms) but
@@ -124,9 +124,9 @@ fn set_options(isl: &Isl, strategy: Strategy) -> Result<()> {
 /// The schedule constraints of `domain` under `context`: every pair of
 /// `all` as validity, proximity and coincidence.
 fn constraints_on(
-    domain: isl_rs::UnionSet,
-    context: isl_rs::Set,
-    all: isl_rs::UnionMap,
+    domain: crate::isl::UnionSet,
+    context: crate::isl::Set,
+    all: crate::isl::UnionMap,
 ) -> Result<ScheduleConstraints> {
     Ok(ScheduleConstraints::on_domain(domain)?
         .set_context(context)?
@@ -142,8 +142,8 @@ fn constraints_on(
 pub fn compute_on(
     isl: &Isl,
     scop: &Scop,
-    domain: isl_rs::UnionSet,
-    all: isl_rs::UnionMap,
+    domain: crate::isl::UnionSet,
+    all: crate::isl::UnionMap,
     strategy: Strategy,
 ) -> Result<Option<Schedule>> {
     set_options(isl, strategy)?;
@@ -266,16 +266,16 @@ pub fn tile(isl: &Isl, schedule: Schedule, sizes: &[i64]) -> Result<Schedule> {
         if node.get_type()? == ScheduleNodeType::Band {
             let n = node.band_n_member()?;
             if node.band_get_permutable()? || n == 1 {
-                let mut mv = isl_rs::MultiVal::zero(node.band_get_space()?)?;
+                let mut mv = crate::isl::MultiVal::zero(node.band_get_space()?)?;
                 for i in 0..n {
                     let s = sizes[(i as usize).min(sizes.len() - 1)];
-                    mv = mv.set_val(i, isl_rs::Val::int_from_si(&isl.ctx, s)?)?;
+                    mv = mv.set_val(i, crate::isl::Val::int_from_si(&isl.ctx, s)?)?;
                 }
                 node = node.band_tile(mv)?;
-                node = node.insert_mark(isl_rs::Id::read_from_str(&isl.ctx, "tile")?)?;
+                node = node.insert_mark(crate::isl::Id::read_from_str(&isl.ctx, "tile")?)?;
                 // mark -> tile band -> point band
                 node = node.child(0)?.child(0)?;
-                node = node.insert_mark(isl_rs::Id::read_from_str(&isl.ctx, "point")?)?;
+                node = node.insert_mark(crate::isl::Id::read_from_str(&isl.ctx, "point")?)?;
                 node = node.child(0)?;
                 // recurse below the point band
                 let k = node.n_children()?;
@@ -387,7 +387,7 @@ fn is_tiled(t: &Tree) -> bool {
 }
 
 fn restrict_band(isl: &Isl, band: &Band, filter: &str) -> Result<Band> {
-    let mupa = isl_rs::MultiUnionPwAff::read_from_str(&isl.ctx, &band.schedule)?;
+    let mupa = crate::isl::MultiUnionPwAff::read_from_str(&isl.ctx, &band.schedule)?;
     let f = isl.union_set(filter)?;
     Ok(Band {
         schedule: mupa.intersect_domain(f)?.text(),
@@ -446,7 +446,7 @@ pub fn is_legal(schedule: &Schedule, scop: &Scop, deps: &Dependences) -> Result<
         }
         if times.isa_map()? {
             let m = times.as_map()?;
-            let ge = isl_rs::Map::lex_ge(m.get_space()?.domain()?)?;
+            let ge = crate::isl::Map::lex_ge(m.get_space()?.domain()?)?;
             if !m.intersect(ge)?.is_empty()? {
                 return Ok(false);
             }

@@ -36,8 +36,8 @@ use crate::deps::Dependences;
 use crate::error::Result;
 use crate::isl::tree::{Band, Tree};
 use crate::isl::{Isl, IslPrint, Schedule};
+use crate::isl::{MultiUnionPwAff, UnionMap, UnionSet};
 use crate::model::Scop;
-use isl_rs::{MultiUnionPwAff, UnionMap, UnionSet};
 
 /// `schedule` with every pair of independent sibling loops that read the
 /// same elements at the same iterations fused (module documentation);

@@ -22,7 +22,7 @@
 //!
 //! A kernel with nothing parallel on top runs on one block of one thread.
 
-use isl_rs::{MultiVal, ScheduleNode, ScheduleNodeType, UnionMap, UnionSet, Val};
+use crate::isl::{MultiVal, ScheduleNode, ScheduleNodeType, UnionMap, UnionSet, Val};
 
 use super::{
     auto_tile, band_below, finish_register_tile, lane_iterators, leading_coincident, mark,

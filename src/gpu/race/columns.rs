@@ -32,7 +32,7 @@
 //!   declares its own arrays, and the barrier after phase 1 orders its
 //!   reads before the writes of the loop's next run.
 
-use isl_rs::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
+use crate::isl::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
 
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
@@ -109,7 +109,7 @@ fn missing_rows(band: &ScheduleNode, rows: u32) -> Result<Option<String>> {
 
 /// The part arrays' accesses of one split loop (see the module doc):
 /// `Some` says what fails.
-fn prove_parts(ctx: &isl_rs::Context, columns: Columns) -> Result<Option<String>> {
+fn prove_parts(ctx: &crate::isl::Context, columns: Columns) -> Result<Option<String>> {
     parts_with(ctx, columns.rows, columns.lanes, &|lane, row| {
         columns.part_element(lane, row)
     })
@@ -118,7 +118,7 @@ fn prove_parts(ctx: &isl_rs::Context, columns: Columns) -> Result<Option<String>
 /// [`prove_parts`] for `b` rows, `w` lanes and the element `element(lane,
 /// row)`.
 fn parts_with(
-    ctx: &isl_rs::Context,
+    ctx: &crate::isl::Context,
     b: u32,
     w: u32,
     element: &dyn Fn(&str, &str) -> String,
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn the_parts_of_any_column_block_are_proven() {
-        let ctx = isl_rs::Context::alloc();
+        let ctx = crate::isl::Context::alloc();
         for (rows, lanes) in [(16, 32), (9, 32), (5, 2), (1, 512), (32, 16)] {
             assert_eq!(prove_parts(&ctx, Columns { rows, lanes }).unwrap(), None);
         }
@@ -193,9 +193,9 @@ mod tests {
     fn a_partial_tile_of_rows_is_refused() {
         // Ten rows in tiles of four: the last tile has two, so two of a
         // block's four threads would leave the loop with the barriers.
-        let ctx = isl_rs::Context::alloc();
+        let ctx = crate::isl::Context::alloc();
         let tree = |rows: u32| -> Option<String> {
-            let s = isl_rs::Schedule::read_from_str(
+            let s = crate::isl::Schedule::read_from_str(
                 &ctx,
                 &format!(
                     "{{ domain: \"{{ S[c] : 0 <= c < {rows} }}\", child: {{ schedule: \"[{{ S[c] -> [(c - (c) mod 4)] }}]\", child: {{ schedule: \"[{{ S[c] -> [((c) mod 4)] }}]\" }} }} }}"

@@ -69,7 +69,7 @@
 //! their own synchronisation inside a block is the template's, and what
 //! is proven is that no two of their blocks conflict.
 
-use isl_rs::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
+use crate::isl::{ScheduleNode, ScheduleNodeType, UnionMap, UnionSet};
 
 mod columns;
 mod registers;
@@ -164,7 +164,7 @@ pub(super) enum Memory<'a> {
 pub fn prove(
     program: &Program,
     scop: &Scop,
-    schedule: &isl_rs::Schedule,
+    schedule: &crate::isl::Schedule,
     plans: &[KernelPlan],
 ) -> Result<()> {
     let reorderable = scop.reorderable_pairs()?;
@@ -842,7 +842,7 @@ fn report(k: &Kernel, racing: UnionMap, what: &str) -> Result<()> {
     if racing.is_empty()? {
         return Ok(());
     }
-    let example = isl_rs::Map::from_basic_map(racing.sample()?)?.text();
+    let example = crate::isl::Map::from_basic_map(racing.sample()?)?.text();
     let message = match k.memory {
         Memory::Global => format!(
             "{}: the GPU mapping races: two instances that touch one element (one of them a write) {what}: {example}",
@@ -865,8 +865,8 @@ fn report(k: &Kernel, racing: UnionMap, what: &str) -> Result<()> {
 /// proof refuses a mapping. `None` when there is no such mark.
 pub fn with_barriers(
     isl: &crate::isl::Isl,
-    schedule: &isl_rs::Schedule,
-) -> Result<Option<isl_rs::Schedule>> {
+    schedule: &crate::isl::Schedule,
+) -> Result<Option<crate::isl::Schedule>> {
     fn find(node: ScheduleNode) -> Result<Option<ScheduleNode>> {
         if node.get_type()? == ScheduleNodeType::Mark && node.mark_get_id()?.get_name()? == "nosync"
         {
@@ -882,7 +882,7 @@ pub fn with_barriers(
     let mut current = schedule.copy()?;
     let mut changed = false;
     while let Some(node) = find(current.get_root()?)? {
-        let id = isl_rs::Id::read_from_str(&isl.ctx, "barrier_for_race_freedom")?;
+        let id = crate::isl::Id::read_from_str(&isl.ctx, "barrier_for_race_freedom")?;
         current = node.delete()?.insert_mark(id)?.get_schedule()?;
         changed = true;
     }
@@ -928,7 +928,7 @@ pub fn prove_private_reads(
                 .intersect(earlier.copy()?)?;
             let uncovered = reads.domain()?.subtract(covering.range()?)?;
             if !uncovered.is_empty()? {
-                let example = isl_rs::Set::from_basic_set(uncovered.sample()?)?.text();
+                let example = crate::isl::Set::from_basic_set(uncovered.sample()?)?.text();
                 return Err(Error::Race {
                     file: program.source.clone(),
                     message: format!(
@@ -951,11 +951,11 @@ pub(super) fn accesses_of(
     let space = scop.context.get_space()?;
     let (mut reads, mut writes) = (UnionMap::empty(space.copy()?)?, UnionMap::empty(space)?);
     for s in &scop.statements {
-        if s.write.get_tuple_name(isl_rs::DimType::Out)? == tensor {
+        if s.write.get_tuple_name(crate::isl::DimType::Out)? == tensor {
             writes = writes.union(UnionMap::from_map(s.write.copy()?)?)?;
         }
         for r in &s.reads {
-            if r.get_tuple_name(isl_rs::DimType::Out)? == tensor {
+            if r.get_tuple_name(crate::isl::DimType::Out)? == tensor {
                 reads = reads.union(UnionMap::from_map(r.copy()?)?)?;
             }
         }

@@ -23,7 +23,7 @@
 //!    one the initialisation writes: `ran A ⊆ ran W_init` (the registers
 //!    start at the identity instead of the tensor's value).
 
-use isl_rs::{ScheduleNode, UnionSet};
+use crate::isl::{ScheduleNode, UnionSet};
 
 use super::{accesses_of, find_marks, Threads};
 use crate::error::{Error, Result};
@@ -77,7 +77,7 @@ pub(super) fn prove_tile(
         let owner = same_thread.intersect(super::same_block(kernel)?)?;
         let apart = pairs.subtract(owner)?;
         if !apart.is_empty()? {
-            let example = isl_rs::Map::from_basic_map(apart.sample()?)?.text();
+            let example = crate::isl::Map::from_basic_map(apart.sample()?)?.text();
             return Err(refuse(format!(
                 "two instances that touch one element run on different threads or blocks, and a thread sees only its own registers: {example}"
             )));
@@ -112,5 +112,5 @@ fn statement_domain(scop: &Scop, name: &str) -> Result<UnionSet> {
 
 /// One point of `set`, as text.
 fn sample(set: &UnionSet) -> Result<String> {
-    Ok(isl_rs::Set::from_basic_set(set.copy()?.sample()?)?.text())
+    Ok(crate::isl::Set::from_basic_set(set.copy()?.sample()?)?.text())
 }

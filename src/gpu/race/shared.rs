@@ -23,7 +23,7 @@
 //! proof demands, is what orders the stores of step `c` after the reads of
 //! that stage in step `c - 1`, and before its reads in step `c + 1`.
 
-use isl_rs::{ScheduleNode, UnionMap};
+use crate::isl::{ScheduleNode, UnionMap};
 
 use super::{accesses_of, find_marks, Kernel, Memory, Threads};
 use crate::error::Result;

@@ -20,7 +20,7 @@
 //! (its slices' local states, then their combination, a second launch) is
 //! not covered.
 
-use isl_rs::{ScheduleNode, UnionMap};
+use crate::isl::{ScheduleNode, UnionMap};
 
 use crate::error::{Error, Result};
 use crate::frontend::ast::Program;
@@ -48,7 +48,7 @@ pub(super) fn prove_blocks(
     if apart.is_empty()? {
         return Ok(());
     }
-    let example = isl_rs::Map::from_basic_map(apart.sample()?)?.text();
+    let example = crate::isl::Map::from_basic_map(apart.sample()?)?.text();
     Err(Error::Race {
         file: program.source.clone(),
         message: format!(

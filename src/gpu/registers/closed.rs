@@ -54,7 +54,7 @@
 
 use std::collections::HashSet;
 
-use isl_rs::{ScheduleNode, UnionMap, UnionSet};
+use crate::isl::{ScheduleNode, UnionMap, UnionSet};
 
 use crate::error::Result;
 use crate::frontend::ast::Program;

@@ -146,7 +146,7 @@ fn wholly_in(scop: &Scop, s: &ModelStmt, kernel: &UnionSet) -> Result<bool> {
 fn covers_the_tensor(isl: &Isl, scop: &Scop, s: &ModelStmt, t: &str) -> Result<bool> {
     let Some(access) = std::iter::once(&s.write)
         .chain(&s.reads)
-        .find(|m| m.get_tuple_name(isl_rs::DimType::Out).ok() == Some(t))
+        .find(|m| m.get_tuple_name(crate::isl::DimType::Out).ok() == Some(t))
     else {
         return Ok(false);
     };
@@ -195,8 +195,8 @@ fn dependences_allow(
     let position = |name: &str| scop.statement(name).map(|s| s.source);
     for k in 0..maps.size()? {
         let m = maps.get_at(k)?;
-        let from = m.get_tuple_name(isl_rs::DimType::In)?;
-        let to = m.get_tuple_name(isl_rs::DimType::Out)?;
+        let from = m.get_tuple_name(crate::isl::DimType::In)?;
+        let to = m.get_tuple_name(crate::isl::DimType::Out)?;
         match (position(from), position(to)) {
             (Some(a), Some(b)) if a < b => {}
             _ => return Ok(false),
@@ -217,10 +217,10 @@ fn deltas_are_zero(deltas: UnionSet) -> Result<bool> {
     let sets = deltas.get_set_list()?;
     for k in 0..sets.size()? {
         let s = sets.get_at(k)?;
-        let n = s.dim(isl_rs::DimType::Set)?;
-        let mut zero = isl_rs::Set::universe(s.get_space()?)?;
+        let n = s.dim(crate::isl::DimType::Set)?;
+        let mut zero = crate::isl::Set::universe(s.get_space()?)?;
         for d in 0..n {
-            zero = zero.fix_si(isl_rs::DimType::Set, d as u32, 0)?;
+            zero = zero.fix_si(crate::isl::DimType::Set, d as u32, 0)?;
         }
         if !s.is_subset(&zero)? {
             return Ok(false);

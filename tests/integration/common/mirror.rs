@@ -1,6 +1,6 @@
 //! A racy mapping built by hand, shared by the race proof's test
-//! (`tests/soundness.rs`) and the emulation's race detector's
-//! (`tests/race_detector.rs`): each step `t` of a sequential loop runs its
+//! (`tests/integration/soundness.rs`) and the emulation's race detector's
+//! (`tests/integration/race_detector.rs`): each step `t` of a sequential loop runs its
 //! rows on `threadIdx.x` (32 of them, one a thread), and step `t` reads the
 //! row that step `t - 1` wrote at the mirrored column, `Z(t - 1, N - 1 -
 //! i)`, which another thread wrote. With a barrier after each step that is

@@ -128,7 +128,7 @@ fn attention_prefill_keeps_its_scores_in_a_register_and_is_unswitched_on_the_rep
         "attention_causal_b4h16s4096d64.json",
     ] {
         let p = prefill(name);
-        // The SIMT form (tensor cores off; with them, `tests/attention.rs`).
+        // The SIMT form (tensor cores off; with them, `tests/integration/attention.rs`).
         let options = Options {
             gpu: Some(GpuOptions {
                 tensor_cores: false,

@@ -1,6 +1,6 @@
 //! The C ABI (`include/polyfuse.h`) called as a C program would, through
 //! the exported functions: results, error codes and messages, null and
-//! stale handles, concurrent compiles. (`tests/capi_header.rs` checks
+//! stale handles, concurrent compiles. (`tests/integration/capi_header.rs` checks
 //! that the header is what cbindgen makes of `src/capi`;
 //! `scripts/abi-test.sh` covers the same ABI from real C and C++.)
 

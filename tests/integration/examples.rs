@@ -55,7 +55,7 @@ enum Sampling {
     /// Strategy i with tiling i, at the odd sizes for odd i (4 runs): the
     /// programs whose compilation alone takes seconds, and the attention
     /// examples, prefill and decoding (one template kernel whatever the
-    /// strategy, checked on their own paths by tests/attention.rs).
+    /// strategy, checked on their own paths by tests/integration/attention.rs).
     Diagonal,
 }
 
@@ -479,7 +479,7 @@ fn every_example_is_tested() {
     found.sort();
     assert_eq!(
         found, tested,
-        "examples/ and the tests in tests/examples.rs disagree; add a test for each new example"
+        "examples/ and the tests in tests/integration/examples.rs disagree; add a test for each new example"
     );
 }
 

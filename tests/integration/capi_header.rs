@@ -3,7 +3,7 @@
 //! so that C and C++ users read it in the repository. This test generates
 //! it again and fails when the checked-in file differs: a changed
 //! signature, constant or doc comment must reach the header in the same
-//! commit. `BLESS=1 cargo test --test capi_header` rewrites the header.
+//! commit. `BLESS=1 cargo test --test integration capi_header::` rewrites the header.
 
 use std::path::Path;
 
@@ -54,7 +54,7 @@ fn header_is_what_cbindgen_makes_of_src_capi() {
     assert!(
         checked_in == generated,
         "include/polyfuse.h is not what cbindgen makes of src/capi ({}); \
-         regenerate it with\n    BLESS=1 cargo test --test capi_header\n\
+         regenerate it with\n    BLESS=1 cargo test --test integration capi_header::\n\
          and commit it with the change to src/capi",
         first_difference(&checked_in, &generated)
     );

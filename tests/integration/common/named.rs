@@ -1,7 +1,7 @@
 //! A program file whose `name` must be its file's name, compiled for the
 //! GPU at the file's own sizes as `--target cuda` does (nothing runs):
-//! shared by the bench programs' test (`tests/bench_programs.rs`) and the
-//! suite's (`tests/suite.rs`).
+//! shared by the bench programs' test (`bench_programs.rs`) and the
+//! suite's (`suite.rs`).
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! The GPU mapping: its legality check in isl, the kernels and launch
 //! bounds it produces, and the CUDA it prints. Execution of the mapped
-//! tree (CPU emulation) for every example is in `tests/examples.rs`.
+//! tree (CPU emulation) for every example is in `tests/integration/examples.rs`.
 
 use std::collections::HashMap;
 
@@ -866,7 +866,7 @@ fn contraction(a: &str, b: &str, body: &str, dtype: &str, sizes: (i64, i64, i64)
 
 /// The same with an output of dtype `out`: an f16 output keeps the tensor
 /// cores' chained accumulation, an f32 one adds each run's sums in IEEE
-/// f32 (`Accumulation`, tests/accumulation.rs).
+/// f32 (`Accumulation`, tests/integration/accumulation.rs).
 fn contraction_into(
     a: &str,
     b: &str,
@@ -1130,7 +1130,7 @@ fn whole_swizzle_atoms_get_a_wgmma_path_emulated_from_its_descriptors() {
                 assert!(src.contains("*(float2 *)&t_C["), "{tile:?}");
                 assert!(src.contains("mma.sync.aligned.m16n8k16"), "the fallback");
                 // An f32 output, but 100 of k is within one run of the
-                // promoted sum: chained (tests/accumulation.rs).
+                // promoted sum: chained (tests/integration/accumulation.rs).
                 assert!(
                     !c.emulation_c
                         .as_ref()
@@ -2230,7 +2230,7 @@ fn triangular_register_tiles_run_without_slot_tests() {
         // dead (`gpu::registers::closed`) and its reads stay in the shared
         // copies (`codegen::cuda::box_reads`), so the region is printed
         // once, for the whole box (the kinds that must keep their tests:
-        // tests/triangles.rs).
+        // tests/integration/triangles.rs).
         for &u in &updates {
             assert_eq!(test_above(u), "if (1) {", "{name}\n{cuda}");
         }

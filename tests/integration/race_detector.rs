@@ -2,8 +2,7 @@
 //! whose threads race fails `--target emulate`, naming the kernel, the
 //! array, the element and the two threads; race-free mappings still check.
 
-#[path = "common/mirror.rs"]
-mod mirror;
+use crate::common::mirror;
 
 use polyfuse::frontend::load_str;
 use polyfuse::gpu::GpuOptions;

@@ -95,3 +95,59 @@ fn the_command_line_lives_in_the_binary() {
     offenders.sort();
     assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }
+
+/// The `.rs` files under `src/`, leaving out the folders in `skip`.
+fn sources(skip: &[&str]) -> Vec<(std::path::PathBuf, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let skip: Vec<_> = skip.iter().map(|s| src.join(s)).collect();
+    let mut out = Vec::new();
+    let mut stack = vec![src];
+    while let Some(path) = stack.pop() {
+        if skip.contains(&path) {
+            continue;
+        }
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                stack.push(entry.unwrap().path());
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            out.push((path, text));
+        }
+    }
+    out
+}
+
+/// isl is bound in one place (issue 31): every stage names isl's types
+/// through `crate::isl`, never the binding crate itself.
+#[test]
+fn isl_is_reached_only_through_its_module() {
+    let offenders: Vec<String> = sources(&["isl"])
+        .into_iter()
+        .filter(|(_, text)| text.contains("isl_rs"))
+        .map(|(path, _)| path.display().to_string())
+        .collect();
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+/// The library writes nothing to stderr (issue 31): a C++ framework that
+/// embeds it through the C ABI gets errors and events as values; only the
+/// binary prints.
+#[test]
+fn the_library_prints_nothing() {
+    let offenders: Vec<String> = sources(&["bin"])
+        .into_iter()
+        .filter(|(_, text)| {
+            // a macro call, not a name that ends in one (`isl_print!`)
+            ["eprintln!", "eprint!(", "println!", "print!("]
+                .iter()
+                .any(|n| {
+                    text.match_indices(n).any(|(at, _)| {
+                        !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                    })
+                })
+        })
+        .map(|(path, _)| path.display().to_string())
+        .collect();
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}

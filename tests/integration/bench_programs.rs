@@ -8,8 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-#[path = "common/named.rs"]
-mod named;
+use crate::common::named;
 
 use polyfuse::frontend::apply_param_overrides;
 use polyfuse::frontend::ast::Program;

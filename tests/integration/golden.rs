@@ -11,9 +11,9 @@
 //! each output with its file byte for byte. A difference fails it, naming
 //! each program and stage that differ with an excerpt of the first
 //! difference; so does a missing file, and a folder or file under
-//! `tests/golden/` that no program or stage makes any more. `BLESS=1 cargo test --test golden` writes the
-//! files anew instead (creating missing ones, removing stale ones) and
-//! passes. See `tests/golden/README.md` for how they are meant to be used.
+//! `tests/golden/` that no program or stage makes any more.
+//! `BLESS=1 cargo test --test integration golden::` writes the files anew
+//! instead (creating missing ones, removing stale ones) and passes. See `tests/golden/README.md` for how they are meant to be used.
 //!
 //! The output is deterministic (two runs of every program and stage, one
 //! serial and one three at a time, gave the same bytes), so nothing in it is
@@ -435,7 +435,7 @@ fn golden_files() {
         let _ = writeln!(
             message,
             "\nIf the change is intended, update the files with\n    \
-             BLESS=1 cargo test --test golden\n\
+             BLESS=1 cargo test --test integration golden::\n\
              and commit them on their own, saying why they changed \
              (tests/golden/README.md)."
         );

@@ -3,8 +3,7 @@
 //! internal error, a silent change of meaning, a race) and what it must
 //! give now.
 
-#[path = "common/mirror.rs"]
-mod mirror;
+use crate::common::mirror;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

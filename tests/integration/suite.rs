@@ -12,8 +12,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[path = "common/named.rs"]
-mod named;
+use crate::common::named;
 
 use polyfuse::frontend::load_file;
 use polyfuse::runtime::work;
@@ -163,7 +162,7 @@ fn every_program_is_checked() {
     assert_eq!(files, listed, "bench/suite/*.json against check-sizes.txt");
     assert_eq!(
         files, tested,
-        "bench/suite/*.json against the tests of tests/suite.rs"
+        "bench/suite/*.json against the tests of tests/integration/suite.rs"
     );
     for (name, args) in &lines {
         assert!(

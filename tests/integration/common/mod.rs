@@ -1,0 +1,4 @@
+//! Helpers that more than one test module uses.
+
+pub mod mirror;
+pub mod named;
