@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# CI's CUDA check without a GPU: for every program in examples/ and
-# bench/programs/ (or the files given as arguments),
+# CI's CUDA check without a GPU: the CUDA of every program in examples/ and
+# bench/programs/ (or of the files given as arguments) is compiled
 #
-#   polyfuse schedule F --emit cuda                 must succeed
-#   polyfuse schedule F --emit ptx --arch sm_90     must succeed (NVRTC)
-#   ptxas -arch=sm_90 -v F.ptx                      must succeed
+#   scripts/nvrtc.py F.cu sm_90 F.ptx       must succeed (NVRTC, as polyfuse's
+#                                            `--emit ptx` calls it)
+#   ptxas -arch=sm_90 -v F.ptx               must succeed
 #
-# and prints ptxas's resource report per kernel: registers, static shared
-# memory, spill stores and loads, stack frame. Any failure makes the exit
-# status non-zero (after every program has been tried).
+# and the same for sm_90a where the code has a wgmma path. It prints
+# ptxas's resource report per kernel: registers, static shared memory,
+# spill stores and loads, stack frame. Any failure makes the exit status
+# non-zero (after every program has been tried).
+#
+# Where F.cu comes from: with no arguments, the golden files
+# (tests/golden/{examples,bench/programs}/NAME/cuda.cu), which the golden
+# test holds byte-equal to `polyfuse schedule NAME.json --emit cuda`, so
+# that CI does not compile every program a second time; one program
+# (examples/gemm.json) then also goes through `polyfuse schedule --emit
+# cuda` and `--emit ptx --arch sm_90`, whose outputs must equal the golden
+# CUDA and this script's PTX of it. With program files as arguments, or
+# CUDA_CHECK_FROM=polyfuse, each program's CUDA comes from `polyfuse
+# schedule F --emit cuda`.
 #
 # NVRTC, the CUDA headers and ptxas come from scripts/cuda-tools.sh (PyPI
 # wheels in ./.cuda-tools). The polyfuse binary is $POLYFUSE; without it the
@@ -46,9 +57,25 @@ fi
 
 if (($# > 0)); then
     programs=("$@")
+    from=polyfuse
 else
     programs=(examples/*.json bench/programs/*.json)
+    from=${CUDA_CHECK_FROM:-golden}
 fi
+[[ $from == golden || $from == polyfuse ]] || {
+    say "CUDA_CHECK_FROM is golden or polyfuse, not $from"
+    exit 3
+}
+
+# golden_cuda FILE: the golden CUDA of program FILE.
+golden_cuda() {
+    local name
+    name=$(basename "$1" .json)
+    case "$1" in
+        bench/*) echo "$root/tests/golden/bench/programs/$name/cuda.cu" ;;
+        *) echo "$root/tests/golden/examples/$name/cuda.cu" ;;
+    esac
+}
 
 if [[ -n "${CUDA_CHECK_DIR:-}" ]]; then
     work=$CUDA_CHECK_DIR
@@ -58,23 +85,16 @@ else
     trap 'rm -rf "$work"' EXIT
 fi
 
-# assemble NAME FILE ARCH OUT PATTERN WHAT: `polyfuse schedule FILE
-# --emit ptx --arch ARCH` into OUT.ptx, which must match PATTERN (WHAT in
-# the message when it does not), then `ptxas -arch=ARCH -v` into OUT.cubin
-# with its report in OUT.ptxas. On a failure it adds NAME's line to
-# `failures` and returns 1.
+# assemble NAME CU ARCH OUT PATTERN WHAT: NVRTC compiles CU for ARCH into
+# OUT.ptx, which must match PATTERN (WHAT in the message when it does
+# not), then `ptxas -arch=ARCH -v` into OUT.cubin with its report in
+# OUT.ptxas. On a failure it adds NAME's line to `failures` and returns 1.
 assemble() {
-    local name=$1 file=$2 arch=$3 out=$4 pattern=$5 what=$6 status=0
-    polyfuse_to "$out.ptx" "$out.ptx.err" schedule "$file" --emit ptx --arch "$arch" || status=$?
+    local name=$1 cu=$2 arch=$3 out=$4 pattern=$5 what=$6 status=0
+    python3 "$root/scripts/nvrtc.py" "$cu" "$arch" "$out.ptx" 2>"$out.ptx.err" || status=$?
     if ((status != 0)); then
-        # clap's words for a value or a flag it does not know
-        if grep -qE "(invalid|unrecognized) value 'ptx'|unexpected argument '--arch'" "$out.ptx.err"; then
-            no_ptx=1
-            failures+=("$name: this polyfuse has no \`--emit ptx\` (it says: $(first_line "$out.ptx.err"))")
-        else
-            failures+=("$name: --emit ptx --arch $arch failed (status $status): $(first_line "$out.ptx.err")")
-        fi
-        say "$name: --emit ptx --arch $arch FAILED"
+        failures+=("$name: NVRTC for $arch failed (status $status): $(first_line "$out.ptx.err")")
+        say "$name: NVRTC for $arch FAILED"
         return 1
     fi
     if ! grep -q "$pattern" "$out.ptx"; then
@@ -100,8 +120,7 @@ first_line() { head -n 3 "$1" | tr '\n' ' ' | sed 's/ *$//'; }
 
 # check_one FILE: one program's checks, adding to the arrays `rows` (a
 # line per kernel), `failures` (a line per failure) and `wgmma_programs`,
-# and setting `no_ptx` (polyfuse has no --emit ptx), which are its
-# caller's (check_and_record's).
+# which are its caller's (check_and_record's).
 check_one() {
     local file=$1 name base start status kernels
     name=$(basename "$file" .json)
@@ -111,20 +130,29 @@ check_one() {
     base="$work/${name//\//_}"
     start=$SECONDS
 
-    status=0
-    polyfuse_to "$base.cu" "$base.cu.err" schedule "$file" --emit cuda || status=$?
-    if ((status != 0)); then
-        failures+=("$name: --emit cuda failed (status $status): $(first_line "$base.cu.err")")
-        say "$name: --emit cuda FAILED"
-        return 0
+    if [[ $from == golden ]]; then
+        if [[ ! -f $(golden_cuda "$file") ]]; then
+            failures+=("$name: no golden CUDA ($(golden_cuda "$file")); BLESS=1 cargo test --test integration golden:: writes it")
+            say "$name: no golden CUDA"
+            return 0
+        fi
+        cp "$(golden_cuda "$file")" "$base.cu"
+    else
+        status=0
+        polyfuse_to "$base.cu" "$base.cu.err" schedule "$file" --emit cuda || status=$?
+        if ((status != 0)); then
+            failures+=("$name: --emit cuda failed (status $status): $(first_line "$base.cu.err")")
+            say "$name: --emit cuda FAILED"
+            return 0
+        fi
     fi
     if [[ ! -s "$base.cu" ]]; then
-        failures+=("$name: --emit cuda printed nothing")
-        say "$name: --emit cuda printed nothing"
+        failures+=("$name: no CUDA (an empty file)")
+        say "$name: no CUDA"
         return 0
     fi
 
-    assemble "$name" "$file" sm_90 "$base" '\.entry' "a kernel entry" || return 0
+    assemble "$name" "$base.cu" sm_90 "$base" '\.entry' "a kernel entry" || return 0
 
     # ptxas -v, per entry:
     #   ptxas info    : Compiling entry function 'kernel_0' for 'sm_90'
@@ -166,7 +194,7 @@ check_one() {
     # Kernels with a wgmma path (only compiled for sm_90a, under
     # __CUDA_ARCH_FEAT_SM90_ALL): assemble that path too.
     if grep -q 'wgmma.mma_async' "$base.cu"; then
-        assemble "$name" "$file" sm_90a "$base.90a" 'wgmma\.mma_async' "wgmma" || return 0
+        assemble "$name" "$base.cu" sm_90a "$base.90a" 'wgmma\.mma_async' "wgmma" || return 0
         wgmma_programs+=("$name")
         say "$name: wgmma path assembled for sm_90a: $(grep -m1 -o 'Used [0-9]* registers' "$base.90a.ptxas"), $(grep -m1 -o '[0-9]* bytes spill stores' "$base.90a.ptxas")"
     fi
@@ -188,13 +216,12 @@ result_base() {
 # add to the parent's arrays.
 check_and_record() {
     local -a failures=() rows=() wgmma_programs=()
-    local no_ptx=0 out
+    local out
     out=$(result_base "$1")
     check_one "$1"
     if ((${#rows[@]})); then printf '%s\n' "${rows[@]}" >"$out.rows"; fi
     if ((${#failures[@]})); then printf '%s\n' "${failures[@]}" >"$out.fail"; fi
     if ((${#wgmma_programs[@]})); then printf '%s\n' "${wgmma_programs[@]}" >"$out.wgmma"; fi
-    if ((no_ptx)); then touch "$out.noptx"; fi
     touch "$out.done"
 }
 
@@ -204,12 +231,38 @@ for file in "${programs[@]}"; do
     while (($(jobs -rp | wc -l) >= jobs_at_once)); do wait -n || true; done
     check_and_record "$file" &
 done
+
+# The round trip through polyfuse itself (golden mode): its CUDA is the
+# golden file and its `--emit ptx` this script's PTX of that file, so
+# the golden files stand for what polyfuse emits and compiles.
+round_trip_failures=()
+if [[ $from == golden ]]; then
+    probe=examples/gemm.json
+    rt="$work/round-trip"
+    status=0
+    polyfuse_to "$rt.cu" "$rt.cu.err" schedule "$probe" --emit cuda || status=$?
+    if ((status != 0)); then
+        round_trip_failures+=("$probe: --emit cuda failed (status $status): $(first_line "$rt.cu.err")")
+    elif ! cmp -s "$rt.cu" "$(golden_cuda "$probe")"; then
+        round_trip_failures+=("$probe: --emit cuda differs from its golden file (run cargo test --test integration golden::)")
+    else
+        polyfuse_to "$rt.ptx" "$rt.ptx.err" schedule "$probe" --emit ptx --arch sm_90 || status=$?
+        if ((status != 0)); then
+            round_trip_failures+=("$probe: --emit ptx --arch sm_90 failed (status $status): $(first_line "$rt.ptx.err")")
+        elif ! python3 "$root/scripts/nvrtc.py" "$rt.cu" sm_90 "$rt.nvrtc.ptx" 2>"$rt.nvrtc.err"; then
+            round_trip_failures+=("$probe: scripts/nvrtc.py failed: $(first_line "$rt.nvrtc.err")")
+        elif ! cmp -s "$rt.ptx" "$rt.nvrtc.ptx"; then
+            round_trip_failures+=("$probe: polyfuse's --emit ptx differs from scripts/nvrtc.py's PTX of the same CUDA")
+        else
+            say "$probe: polyfuse's --emit cuda is the golden file and its --emit ptx is NVRTC's PTX of it"
+        fi
+    fi
+fi
 wait
 
 rows=()     # one line per kernel, in the programs' order
 failures=() # one line per failing program
 wgmma_programs=() # programs whose wgmma path was assembled for sm_90a
-no_ptx=0    # polyfuse has no --emit ptx at all
 for file in "${programs[@]}"; do
     [[ -n $file ]] || continue
     name=$(basename "$file" .json)
@@ -225,8 +278,8 @@ for file in "${programs[@]}"; do
     if [[ -f $base.rows ]]; then while IFS= read -r line; do rows+=("$line"); done <"$base.rows"; fi
     if [[ -f $base.fail ]]; then while IFS= read -r line; do failures+=("$line"); done <"$base.fail"; fi
     if [[ -f $base.wgmma ]]; then wgmma_programs+=("$name"); fi
-    if [[ -f $base.noptx ]]; then no_ptx=1; fi
 done
+if ((${#round_trip_failures[@]})); then failures+=("${round_trip_failures[@]}"); fi
 
 {
     printf 'program\tkernel\tregisters\tsmem_bytes\tspill_stores\tspill_loads\tstack_frame\n'
@@ -237,10 +290,6 @@ if ((${#failures[@]})); then
     echo
     echo "cuda-compile-check: ${#failures[@]} of ${#programs[@]} programs FAILED:"
     printf '  %s\n' "${failures[@]}"
-    if ((no_ptx)); then
-        echo "cuda-compile-check: polyfuse does not offer \`schedule --emit ptx\` yet, so the"
-        echo "  CUDA code cannot be compiled here; this check stays red until it does."
-    fi
     exit 1
 fi
 echo "cuda-compile-check: ${#programs[@]} programs, ${#rows[@]} kernels: all compiled for sm_90; wgmma paths assembled for sm_90a: ${#wgmma_programs[@]} (${wgmma_programs[*]:-none})"

@@ -19,7 +19,7 @@
 # besides the environment goes to stderr.
 #
 # Options: --check   also compile a tiny kernel that includes cuda_fp16.h and
-#                    cuda_bf16.h for sm_90 through libnvrtc (Python ctypes)
+#                    cuda_bf16.h for sm_90 through libnvrtc (scripts/nvrtc.py)
 #                    and run `ptxas -v` on its PTX (a self-test).
 set -euo pipefail
 
@@ -92,41 +92,10 @@ extern "C" __global__ void probe(const __half *__restrict__ a,
         c[i] = __half2float(a[i]) * __bfloat162float(b[i]) + 1.0f;
 }
 EOF
-    LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        python3 - "$work/probe.cu" "$include" "$work/probe.ptx" <<'EOF' >&2 ||
-import ctypes, sys
-
-src_path, include, out = sys.argv[1:4]
-nvrtc = ctypes.CDLL("libnvrtc.so.13")
-nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
-
-def ok(status, what):
-    if status != 0:
-        raise SystemExit(f"{what}: {nvrtc.nvrtcGetErrorString(status).decode()}")
-
-major, minor = ctypes.c_int(), ctypes.c_int()
-ok(nvrtc.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
-prog = ctypes.c_void_p()
-src = open(src_path, "rb").read()
-ok(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"probe.cu", 0, None, None),
-   "nvrtcCreateProgram")
-opts = [b"--gpu-architecture=compute_90", b"-I" + include.encode(), b"--std=c++17"]
-arr = (ctypes.c_char_p * len(opts))(*opts)
-status = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
-size = ctypes.c_size_t()
-nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-log = ctypes.create_string_buffer(size.value)
-nvrtc.nvrtcGetProgramLog(prog, log)
-if status != 0:
-    raise SystemExit(f"nvrtcCompileProgram failed:\n{log.value.decode()}")
-nvrtc.nvrtcGetPTXSize(prog, ctypes.byref(size))
-ptx = ctypes.create_string_buffer(size.value)
-ok(nvrtc.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
-open(out, "wb").write(ptx.value)
-print(f"cuda-tools: NVRTC {major.value}.{minor.value} compiled probe.cu "
-      f"(cuda_fp16.h, cuda_bf16.h) for compute_90: {len(ptx.value)} bytes of PTX")
-EOF
+    LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" POLYFUSE_CUDA_INCLUDE="$include" \
+        python3 "$root/scripts/nvrtc.py" "$work/probe.cu" sm_90 "$work/probe.ptx" >&2 ||
         fail "the NVRTC self-test failed"
+    say "NVRTC compiled probe.cu (cuda_fp16.h, cuda_bf16.h) for compute_90: $(wc -c <"$work/probe.ptx") bytes of PTX"
     "$bin/ptxas" -arch=sm_90 -v -o "$work/probe.cubin" "$work/probe.ptx" >&2 ||
         fail "ptxas -arch=sm_90 failed on the self-test PTX"
     say "self-test passed: NVRTC and ptxas work for sm_90"
