@@ -179,13 +179,15 @@ pub(crate) fn step_on_host(
 /// magnitude, not by percent.
 const COST_MARGIN: f64 = 0.5;
 
-/// The default mapping, or the cheapest of two other groupings where the
+/// The default mapping, or the cheapest of the other groupings where the
 /// cost model (`gpu::cost`) expects it to take less than [`COST_MARGIN`]
 /// of the default's time (a product fused with its consumers into a
 /// kernel that loses its tiles, issue 32): minimal fusion, and minimal
 /// fusion with each product's epilogue in its band
-/// (`schedule::epilogue`), marked `minimal_fusion_by_cost` or
-/// `contraction_epilogues_by_cost` in the mapped tree. The second is
+/// (`schedule::epilogue`), the latter also with the statements between
+/// the products fused as they would be alone, marked
+/// `minimal_fusion_by_cost`, `contraction_epilogues_by_cost` or
+/// `contraction_epilogues_fused_runs_by_cost` in the mapped tree. The second is
 /// verified against the dependences once more here (a group found illegal
 /// is left out inside `contraction_epilogues`). Where the default cannot
 /// be estimated (symbolic sizes) or no other grouping can be mapped, the
@@ -229,6 +231,17 @@ pub(crate) fn choose_by_cost(
         if !fused.plain_is_equal(&default.source)? {
             candidates.push((marked(isl, fused, "contraction_epilogues_by_cost")?, false));
         }
+    }
+    // The same with the statements between the products fused as they
+    // would be alone (a normalisation before its product in one kernel
+    // instead of one a statement).
+    if let Some(runs) =
+        schedule::epilogue::contraction_epilogues_fused_runs(isl, program, scop, deps, &min)?
+    {
+        candidates.push((
+            marked(isl, runs, "contraction_epilogues_fused_runs_by_cost")?,
+            false,
+        ));
     }
     // Minimal fusion in as many kernels as the default is the same
     // grouping: nothing to weigh.

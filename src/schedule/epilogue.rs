@@ -32,8 +32,9 @@ use crate::deps::Dependences;
 use crate::error::Result;
 use crate::frontend::ast::{collect_reads, AssignOp, Program, Reducer};
 use crate::isl::tree::{Band, ScheduleTree, Tree};
-use crate::isl::{Isl, Schedule};
+use crate::isl::{Isl, IslPrint, Schedule};
 use crate::model::{ModelStmt, Scop, StmtKind};
+use crate::schedule::Strategy;
 
 /// `schedule` (whose root's child is a sequence of one statement per
 /// child, as minimal fusion gives) with every contraction's
@@ -48,59 +49,267 @@ pub fn contraction_epilogues(
     deps: &Dependences,
     schedule: &Schedule,
 ) -> Result<Option<Schedule>> {
+    match groups(isl, program, scop, deps, schedule, false)? {
+        Some(g) => Ok(Some(to_schedule(isl, &g.domain, g.children)?)),
+        None => Ok(None),
+    }
+}
+
+/// [`contraction_epilogues`]'s sequence, before it is made a schedule.
+pub(crate) struct Grouped {
+    /// The schedule's domain (isl text).
+    pub domain: String,
+    /// The top-level children: filter and subtree.
+    pub children: Vec<(String, Tree)>,
+    /// Whether each child is a contraction's group (the others are the
+    /// children of the schedule given, as they were).
+    pub grouped: Vec<bool>,
+}
+
+/// The children of [`contraction_epilogues`]'s result, each marked as a
+/// group or not; `None` where no group is legal. With `lone`, a product
+/// without a consumer is a group too (its initialisation in its band, so
+/// that its kernel starts the sums in registers instead of reading them
+/// from a kernel of their own).
+pub(crate) fn groups(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    schedule: &Schedule,
+    lone: bool,
+) -> Result<Option<Grouped>> {
     let tree = ScheduleTree::from_isl(&schedule.get_root()?)?;
     let Tree::Sequence(mut children) = tree.root.clone() else {
         return Ok(None);
     };
-    let mut changed = false;
-    let mut single = single_statements(isl, scop, &children)?;
+    let mut grouped = vec![false; children.len()];
+    let mut stmts = child_statements(isl, scop, &children)?;
+    // Where a product's epilogue cannot join it (it also reads a later
+    // product), `lone` tries the product alone.
+    let modes: &[Consumers] = if lone {
+        &[Consumers::Any, Consumers::Skipped]
+    } else {
+        &[Consumers::AtLeastOne]
+    };
+    // A group leaves child `i` to the child after it (the group goes to
+    // its update's place), which is then looked at in turn.
     let mut i = 0;
     while i < children.len() {
-        let Some((taken, merged)) = group_at(program, scop, &single, i)? else {
-            i += 1;
-            continue;
-        };
-        // The group at the place of its initialisation; the children it
-        // skipped over after it, in their order.
-        let mut next: Vec<(String, Tree)> = children[..i].to_vec();
-        next.push(merged);
-        next.extend(
-            children
-                .iter()
-                .enumerate()
-                .skip(i)
-                .filter(|(k, _)| !taken.contains(k))
-                .map(|(_, c)| c.clone()),
-        );
-        let candidate = to_schedule(isl, &tree.domain, next.clone())?;
-        if crate::schedule::check_legal(&program.source, &candidate, scop, deps).is_ok() {
-            children = next;
-            single = single_statements(isl, scop, &children)?;
-            changed = true;
+        let mut placed = false;
+        for mode in modes {
+            let Some((taken, merged)) = group_at(program, scop, &stmts, i, *mode)? else {
+                continue;
+            };
+            let (next, next_grouped) = place(&children, &grouped, &taken, merged);
+            let candidate = to_schedule(isl, &tree.domain, next.clone())?;
+            if crate::schedule::check_legal(&program.source, &candidate, scop, deps).is_ok() {
+                children = next;
+                grouped = next_grouped;
+                stmts = child_statements(isl, scop, &children)?;
+                placed = true;
+                break;
+            }
         }
-        i += 1;
+        if !placed {
+            i += 1;
+        }
+    }
+    if !grouped.contains(&true) {
+        return Ok(None);
+    }
+    Ok(Some(Grouped {
+        domain: tree.domain,
+        children,
+        grouped,
+    }))
+}
+
+/// [`contraction_epilogues`] with each run of two or more consecutive
+/// children between the products (a LayerNorm's mean, variance and
+/// normalisation before its product) scheduled together by isl under
+/// maximal fusion, as that part would be scheduled on its own (one kernel
+/// that keeps each row on chip, `pipeline::probe`'s rows), instead of one
+/// kernel per statement. The products are the contractions' groups and
+/// the children that hold a product the groups left (see
+/// [`is_product`]); runs never cross them, so no product is fused into a
+/// kernel that loses its tiles. A run isl cannot schedule stays as it
+/// was; the result is checked against every dependence. `None` where
+/// there is no product, or no run changes.
+pub fn contraction_epilogues_fused_runs(
+    isl: &Isl,
+    program: &Program,
+    scop: &Scop,
+    deps: &Dependences,
+    schedule: &Schedule,
+) -> Result<Option<Schedule>> {
+    let g = match groups(isl, program, scop, deps, schedule, true)? {
+        Some(g) => g,
+        None => {
+            let tree = ScheduleTree::from_isl(&schedule.get_root()?)?;
+            let Tree::Sequence(children) = tree.root else {
+                return Ok(None);
+            };
+            let grouped = vec![false; children.len()];
+            Grouped {
+                domain: tree.domain,
+                children,
+                grouped,
+            }
+        }
+    };
+    let stmts = child_statements(isl, scop, &g.children)?;
+    let boundary: Vec<bool> = (0..g.children.len())
+        .map(|k| g.grouped[k] || stmts[k].iter().any(|s| is_product(program, s)))
+        .collect();
+    if !boundary.contains(&true) {
+        return Ok(None);
+    }
+    let all = deps.all()?;
+    let mut children = Vec::new();
+    let mut changed = false;
+    let mut k = 0;
+    while k < g.children.len() {
+        let end = (k..g.children.len())
+            .find(|j| boundary[*j])
+            .unwrap_or(g.children.len());
+        if boundary[k] || end - k < 2 {
+            children.push(g.children[k].clone());
+            k += 1;
+            continue;
+        }
+        let run = &g.children[k..end];
+        match fused_run(isl, scop, &all, run)? {
+            Some(child) => {
+                children.push(child);
+                changed = true;
+            }
+            None => children.extend(run.iter().cloned()),
+        }
+        k = end;
     }
     if !changed {
         return Ok(None);
     }
-    Ok(Some(to_schedule(isl, &tree.domain, children)?))
+    let candidate = to_schedule(isl, &g.domain, children)?;
+    if crate::schedule::check_legal(&program.source, &candidate, scop, deps).is_err() {
+        return Ok(None);
+    }
+    Ok(Some(candidate))
 }
 
-/// The statement of each child, where it holds exactly one.
-fn single_statements<'a>(
+/// Whether `s` is the initialisation or update of a product-like sum: a
+/// sum over at least one reduction index into a tensor of two or more
+/// dimensions (a matrix product, a batched matrix-vector product). Row
+/// statistics (a sum into one value a row) are not.
+fn is_product(program: &Program, s: &ModelStmt) -> bool {
+    let st = &program.statements[s.source];
+    matches!(s.kind, StmtKind::Init | StmtKind::Update)
+        && matches!(
+            st.op,
+            AssignOp::Reduce {
+                op: Reducer::Sum,
+                ..
+            }
+        )
+        && !st.reduction_indices.is_empty()
+        && st.lhs_indices.len() >= 2
+}
+
+/// The children `run` as one child: their instances scheduled by isl
+/// under maximal fusion with the dependences among them (`all`
+/// restricted to them); `None` where isl gives up.
+fn fused_run(
+    isl: &Isl,
+    scop: &Scop,
+    all: &crate::isl::UnionMap,
+    run: &[(String, Tree)],
+) -> Result<Option<(String, Tree)>> {
+    let mut domain: Option<crate::isl::UnionSet> = None;
+    for (filter, _) in run {
+        let f = isl.union_set(filter)?.intersect(scop.domain()?)?;
+        domain = Some(match domain {
+            None => f,
+            Some(d) => d.union(f)?,
+        });
+    }
+    let Some(domain) = domain else {
+        return Ok(None);
+    };
+    let inside = all
+        .copy()?
+        .intersect_domain(domain.copy()?)?
+        .intersect_range(domain.copy()?)?;
+    let filter = domain.text();
+    let Some(s) = crate::schedule::compute_on(isl, scop, domain, inside, Strategy::Max)? else {
+        return Ok(None);
+    };
+    let tree = ScheduleTree::from_isl(&s.get_root()?)?;
+    Ok(Some((filter, tree.root)))
+}
+
+/// `children` (marked `grouped`) with those `taken` replaced by the group
+/// `merged`, at the place of its update (`taken[1]`): the children it
+/// skipped over between its initialisation and its update before it,
+/// those after the update after it, in their order.
+fn place(
+    children: &[(String, Tree)],
+    grouped: &[bool],
+    taken: &[usize],
+    merged: (String, Tree),
+) -> (Vec<(String, Tree)>, Vec<bool>) {
+    let at = taken[1];
+    let mut next = Vec::new();
+    let mut next_grouped = Vec::new();
+    let mut merged = Some(merged);
+    for (k, child) in children.iter().enumerate() {
+        if k > at {
+            if let Some(m) = merged.take() {
+                next.push(m);
+                next_grouped.push(true);
+            }
+        }
+        if !taken.contains(&k) {
+            next.push(child.clone());
+            next_grouped.push(grouped[k]);
+        }
+    }
+    if let Some(m) = merged {
+        next.push(m);
+        next_grouped.push(true);
+    }
+    (next, next_grouped)
+}
+
+/// Which consumers a group takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Consumers {
+    /// Every pointwise consumer, and at least one.
+    AtLeastOne,
+    /// Every pointwise consumer, or none where there is none.
+    Any,
+    /// None: the product alone, its initialisation in its band.
+    Skipped,
+}
+
+/// The statements of each child.
+fn child_statements<'a>(
     isl: &Isl,
     scop: &'a Scop,
     children: &[(String, Tree)],
-) -> Result<Vec<Option<&'a ModelStmt>>> {
-    let mut single = Vec::new();
-    for (filter, _) in children {
-        let stmts = scop.statements_in(&isl.union_set(filter)?)?;
-        single.push(match stmts.as_slice() {
-            [s] => Some(*s),
-            _ => None,
-        });
+) -> Result<Vec<Vec<&'a ModelStmt>>> {
+    children
+        .iter()
+        .map(|(filter, _)| scop.statements_in(&isl.union_set(filter)?))
+        .collect()
+}
+
+/// The statement of child `k`, where it holds exactly one.
+fn single<'a>(stmts: &[Vec<&'a ModelStmt>], k: usize) -> Option<&'a ModelStmt> {
+    match stmts.get(k).map(|v| v.as_slice()) {
+        Some([s]) => Some(*s),
+        _ => None,
     }
-    Ok(single)
 }
 
 /// The schedule of a sequence of `children` (one alone needs no
@@ -123,15 +332,38 @@ type Group = (Vec<usize>, (String, Tree));
 
 /// The group that starts at child `i` (an initialisation, then its
 /// update, then at least one consumer among the later children, up to
-/// one that touches the accumulator otherwise): the children it takes and
-/// the child that replaces them.
+/// one that touches the accumulator otherwise; as `mode` says): the children it takes
+/// (the initialisation's, the update's, then the consumers') and the child
+/// that replaces them.
 fn group_at(
     program: &Program,
     scop: &Scop,
-    single: &[Option<&ModelStmt>],
+    stmts: &[Vec<&ModelStmt>],
     i: usize,
+    mode: Consumers,
 ) -> Result<Option<Group>> {
-    let (Some(Some(init)), Some(Some(update))) = (single.get(i), single.get(i + 1)) else {
+    let Some(init) = single(stmts, i) else {
+        return Ok(None);
+    };
+    if init.kind != StmtKind::Init {
+        return Ok(None);
+    }
+    // The update: the next child, or a later one where the children in
+    // between neither read nor write the accumulator (minimal fusion may
+    // place an initialisation early, before the statements that make the
+    // product's operands); those children then run before the group.
+    let acc = &program.statements[init.source].lhs_tensor;
+    let mut u = i + 1;
+    while let Some(between) = stmts.get(u) {
+        if between
+            .iter()
+            .any(|s| s.source == init.source || touches(program, s, acc))
+        {
+            break;
+        }
+        u += 1;
+    }
+    let Some(update) = single(stmts, u) else {
         return Ok(None);
     };
     let st = &program.statements[update.source];
@@ -161,9 +393,12 @@ fn group_at(
     };
     // The consumers, each with the element subscript per member.
     let mut consumers: Vec<(&ModelStmt, Vec<String>)> = Vec::new();
-    let mut taken = vec![i, i + 1];
-    for (j, next) in single.iter().enumerate().skip(i + 2) {
-        let Some(t) = next else { break };
+    let mut taken = vec![i, u];
+    for j in u + 1..stmts.len() {
+        if mode == Consumers::Skipped {
+            break;
+        }
+        let Some(t) = single(stmts, j) else { break };
         match element_of(program, t, &st.lhs_tensor, rank) {
             Some(subs) => {
                 consumers.push((t, subs));
@@ -173,7 +408,12 @@ fn group_at(
             None => {}
         }
     }
-    if consumers.is_empty() {
+    if consumers.is_empty() && mode == Consumers::AtLeastOne {
+        return Ok(None);
+    }
+    // Outside `AtLeastOne` (the fused runs' groups), only products: a
+    // row's statistic stays with the run it belongs to.
+    if mode != Consumers::AtLeastOne && !is_product(program, update) {
         return Ok(None);
     }
     let p = &scop.param_prefix;
@@ -205,7 +445,6 @@ fn group_at(
     };
     let all: Vec<&ModelStmt> = [init, update]
         .into_iter()
-        .copied()
         .chain(consumers.iter().map(|(t, _)| *t))
         .collect();
     let inner: Vec<(String, Tree)> = all
@@ -348,7 +587,7 @@ mod tests {
         let min =
             crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
         // The group is found (the consumer reads `acc` at its element)...
-        let single = single_statements(&isl, &scop, &{
+        let stmts = child_statements(&isl, &scop, &{
             let tree = ScheduleTree::from_isl(&min.get_root().unwrap()).unwrap();
             match tree.root {
                 Tree::Sequence(c) => c,
@@ -356,15 +595,88 @@ mod tests {
             }
         })
         .unwrap();
-        let at = single
-            .iter()
-            .position(|s| s.is_some_and(|s| s.name == "S1_init"))
+        let at = (0..stmts.len())
+            .position(|k| single(&stmts, k).is_some_and(|s| s.name == "S1_init"))
             .unwrap();
-        assert!(group_at(&program, &scop, &single, at).unwrap().is_some());
+        assert!(group_at(&program, &scop, &stmts, at, Consumers::AtLeastOne)
+            .unwrap()
+            .is_some());
         // ...and refused by the dependences.
         assert!(contraction_epilogues(&isl, &program, &scop, &deps, &min)
             .unwrap()
             .is_none());
+    }
+
+    /// A LayerNorm before a product whose accumulator minimal fusion
+    /// initialises early (before the normalisation that makes its
+    /// operand): the group still forms, at its update's place, and the
+    /// normalisation's four statements become one child of the sequence
+    /// (one band over the rows), beside the product's; the result is
+    /// legal. Without a product nothing is fused.
+    #[test]
+    fn the_statements_before_a_product_are_fused_as_one_run() {
+        let json = r#"{"name": "p", "params": {"M": 30, "N": 26, "K": 50},
+            "inputs": {"X": {"dtype": "f32", "shape": ["M", "K"]},
+                       "W": {"dtype": "f32", "shape": ["K", "N"]}},
+            "outputs": {"Y": {"dtype": "f32", "shape": ["M", "N"]}},
+            "temps": {"mu": {"dtype": "f32", "shape": ["M"]},
+                      "var": {"dtype": "f32", "shape": ["M"]},
+                      "Xn": {"dtype": "f32", "shape": ["M", "K"]},
+                      "acc": {"dtype": "f32", "shape": ["M", "N"]}},
+            "body": ["mu(m) +=! X(m, k) / K",
+                     "var(m) +=! (X(m, k) - mu(m)) * (X(m, k) - mu(m)) / K",
+                     "Xn(m, k) = (X(m, k) - mu(m)) * rsqrt(var(m) + 1e-5)",
+                     "acc(m, n) +=! Xn(m, k) * W(k, n)",
+                     "Y(m, n) = tanh(acc(m, n))"]}"#;
+        let program = load_str(json, "p.json").unwrap();
+        let isl = Isl::new();
+        let scop = crate::model::build(&isl, &program).unwrap();
+        let order = crate::schedule::canonical(&isl, &scop).unwrap();
+        let deps = crate::deps::compute(&scop, &order).unwrap();
+        let min =
+            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
+        let runs = contraction_epilogues_fused_runs(&isl, &program, &scop, &deps, &min)
+            .unwrap()
+            .expect("a run fused");
+        crate::schedule::check_legal("p.json", &runs, &scop, &deps).unwrap();
+        let tree = ScheduleTree::from_isl(&runs.get_root().unwrap()).unwrap();
+        let Tree::Sequence(children) = &tree.root else {
+            panic!("{tree:?}");
+        };
+        assert_eq!(children.len(), 2, "{children:?}");
+        let normalisation = isl.union_set(&children[0].0).unwrap();
+        let names: Vec<String> = scop
+            .statements_in(&normalisation)
+            .unwrap()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        for s in ["S0_init", "S0", "S1_init", "S1", "S2"] {
+            assert!(names.contains(&s.to_string()), "{names:?}");
+        }
+        assert!(matches!(children[0].1, Tree::Band(..)), "{children:?}");
+        let product = isl.union_set(&children[1].0).unwrap();
+        assert_eq!(scop.statements_in(&product).unwrap().len(), 3);
+
+        let alone = r#"{"name": "p", "params": {"M": 30, "K": 50},
+            "inputs": {"X": {"dtype": "f32", "shape": ["M", "K"]}},
+            "outputs": {"Y": {"dtype": "f32", "shape": ["M", "K"]}},
+            "temps": {"mu": {"dtype": "f32", "shape": ["M"]},
+                      "var": {"dtype": "f32", "shape": ["M"]}},
+            "body": ["mu(m) +=! X(m, k) / K",
+                     "var(m) +=! (X(m, k) - mu(m)) * (X(m, k) - mu(m)) / K",
+                     "Y(m, k) = (X(m, k) - mu(m)) * rsqrt(var(m) + 1e-5)"]}"#;
+        let alone = load_str(alone, "p.json").unwrap();
+        let scop = crate::model::build(&isl, &alone).unwrap();
+        let order = crate::schedule::canonical(&isl, &scop).unwrap();
+        let deps = crate::deps::compute(&scop, &order).unwrap();
+        let min =
+            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
+        assert!(
+            contraction_epilogues_fused_runs(&isl, &alone, &scop, &deps, &min)
+                .unwrap()
+                .is_none()
+        );
     }
 
     /// A consumer that reads the accumulator at another element is not an

@@ -144,3 +144,123 @@ fn compare_shows_the_model_estimate() {
         "{table}"
     );
 }
+
+/// A normalisation before a product (issue 35's LayerNorm + matmul,
+/// RMSNorm + matmul, and near variants: a scale and shift only, a
+/// statistic kept in f32 or in the input's type, the product accumulated
+/// in an f32 temp or in place, its epilogue into another tensor or none),
+/// at sizes off every tile: the default splits the product from the
+/// normalisation by cost and keeps the normalisation's statements in one
+/// kernel that runs its rows across lanes, as they would be alone, instead
+/// of one kernel a statement (`schedule::epilogue`'s fused runs): two
+/// kernels in all, the product on tensor cores with its epilogue. Every
+/// variant checks in the emulation.
+#[test]
+fn a_normalisation_before_a_product_is_one_kernel_beside_the_product() {
+    let prologues: [(&str, &[&str]); 4] = [
+        (
+            "layernorm",
+            &[
+                "mu(m) +=! f32(X(m, k)) / f32(K)",
+                "var(m) +=! (f32(X(m, k)) - mu(m)) * (f32(X(m, k)) - mu(m)) / f32(K)",
+                "Xn(m, k) = f16((f32(X(m, k)) - mu(m)) * rsqrt(var(m) + 1e-5) * f32(g(k)))",
+            ],
+        ),
+        (
+            "rmsnorm",
+            &[
+                "var(m) +=! f32(X(m, k)) * f32(X(m, k)) / f32(K)",
+                "Xn(m, k) = f16(f32(X(m, k)) * rsqrt(var(m) + 1e-6) * f32(g(k)))",
+            ],
+        ),
+        (
+            "row_max_scale",
+            &[
+                "mu(m) max=! abs(f32(X(m, k)))",
+                "Xn(m, k) = f16(f32(X(m, k)) / (mu(m) + 1.0) * f32(g(k)))",
+            ],
+        ),
+        (
+            "centred_twice",
+            &[
+                "mu(m) +=! f32(X(m, k)) / f32(K)",
+                "var(m) +=! abs(f32(X(m, k)) - mu(m)) / f32(K)",
+                "Xc(m, k) = f32(X(m, k)) - mu(m)",
+                "Xn(m, k) = f16(Xc(m, k) / (var(m) + 1.0) * f32(g(k)))",
+            ],
+        ),
+    ];
+    let products: [(&str, &[&str], &str); 2] = [
+        (
+            "f32_temp_epilogue",
+            &[
+                "acc(m, n) +=! f32(Xn(m, k)) * f32(W(k, n))",
+                "Y(m, n) = f16(tanh(acc(m, n)))",
+            ],
+            r#""acc": {"dtype": "f32", "shape": ["M", "N"]}"#,
+        ),
+        ("in_place", &["Y(m, n) +=! Xn(m, k) * W(k, n)"], ""),
+    ];
+    let dir = std::env::temp_dir().join(format!("polyfuse-norm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (pname, prologue) in prologues {
+        for (qname, product, acc) in products {
+            let body: Vec<String> = prologue
+                .iter()
+                .chain(product.iter())
+                .map(|s| format!("{s:?}"))
+                .collect();
+            let mut temps = vec![
+                r#""mu": {"dtype": "f32", "shape": ["M"]}"#.to_string(),
+                r#""var": {"dtype": "f32", "shape": ["M"]}"#.to_string(),
+                r#""Xc": {"dtype": "f32", "shape": ["M", "K"]}"#.to_string(),
+                r#""Xn": {"dtype": "f16", "shape": ["M", "K"]}"#.to_string(),
+            ];
+            temps.retain(|t| {
+                let name = t.split('"').nth(1).unwrap();
+                body.iter().any(|s| s.contains(&format!("{name}(")))
+            });
+            if !acc.is_empty() {
+                temps.push(acc.to_string());
+            }
+            let name = format!("{pname}_{qname}");
+            let json = format!(
+                r#"{{"name": "{name}", "params": {{"M": 300, "N": 260, "K": 500}},
+                "inputs": {{"X": {{"dtype": "f16", "shape": ["M", "K"]}},
+                            "g": {{"dtype": "f16", "shape": ["K"]}},
+                            "W": {{"dtype": "f16", "shape": ["K", "N"]}}}},
+                "outputs": {{"Y": {{"dtype": "f16", "shape": ["M", "N"]}}}},
+                "temps": {{{}}},
+                "body": [{}]}}"#,
+                temps.join(", "),
+                body.join(", ")
+            );
+            let file = dir.join(format!("{name}.json"));
+            std::fs::write(&file, json).unwrap();
+            let f = file.to_str().unwrap();
+            let tree = stdout(&polyfuse(&["schedule", f, "--emit", "gpu-tree"]));
+            // The product's kernel is the last, with its register tile
+            // (tensor cores); every kernel before it is the normalisation's.
+            let n = kernels(&tree);
+            let last = format!("mark: kernel_{}", n - 1);
+            let (before, product) = tree.split_once(&last).unwrap();
+            assert!(product.contains("mark: registers"), "{name}\n{tree}");
+            assert!(!before.contains("mark: registers"), "{name}\n{tree}");
+            if acc.is_empty() {
+                // In place, the default's three kernels (the statistics
+                // on lanes, the normalisation, the product) are within
+                // the cost model's margin of two: they stay.
+                assert!(n <= 3, "{name}\n{tree}");
+            } else {
+                assert!(
+                    tree.contains("contraction_epilogues_fused_runs_by_cost"),
+                    "{name}\n{tree}"
+                );
+                assert_eq!(n, 2, "{name}\n{tree}");
+                assert!(before.contains("mark: lanes_"), "{name}\n{tree}");
+            }
+            let out = stdout(&polyfuse(&["run", f, "--target", "emulate", "--check"]));
+            assert!(out.contains("check: ok"), "{name}\n{out}");
+        }
+    }
+}
