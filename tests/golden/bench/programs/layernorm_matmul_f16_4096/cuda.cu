@@ -89,7 +89,7 @@ static __device__ __forceinline__ void pf_wgmma_f16_n256_t01(float *d, unsigned 
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(32) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
+extern "C" __global__ void __launch_bounds__(128) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -97,114 +97,116 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 4096;
   const pf_i p_D = 4096;
   const pf_i p_N = 4096;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 32; (c0 <= 4095); c0 += (pf_i)gridDim.x * 32) {
-    for (pf_i c1 = 0 + (pf_i)threadIdx.x * 1; (c1 <= 31); c1 += (pf_i)blockDim.x * 1) {
-      t_Mean[(((c0 + c1)))] = 0.0f;
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_N = 4096;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 8; (c0 <= 4095); c0 += (pf_i)gridDim.x * 8) {
-    for (pf_i c1 = 0 + (pf_i)threadIdx.y * 1; (c1 <= 7); c1 += (pf_i)blockDim.y * 1) {
-      {
-        {
-          float pf_red = 0.0f;
-          pf_i c2 = 0 + (pf_i)threadIdx.x * 1;
-          float pf_red1 = 0.0f, pf_red2 = 0.0f, pf_red3 = 0.0f;
-          for (; ((c2 + 96) <= 4095); c2 += 128) {
-            pf_red = pf_red + (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) / ((float)(((float)(p_D)))));
-            { const pf_i pf_c = c2 + 32; { const pf_i c2 = pf_c; pf_red1 = pf_red1 + (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) / ((float)(((float)(p_D))))); } }
-            { const pf_i pf_c = c2 + 64; { const pf_i c2 = pf_c; pf_red2 = pf_red2 + (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) / ((float)(((float)(p_D))))); } }
-            { const pf_i pf_c = c2 + 96; { const pf_i c2 = pf_c; pf_red3 = pf_red3 + (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) / ((float)(((float)(p_D))))); } }
-          }
-          pf_red = pf_red + pf_red1;
-          pf_red2 = pf_red2 + pf_red3;
-          pf_red = pf_red + pf_red2;
-          for (; (c2 <= 4095); c2 += 32 * 1) pf_red = pf_red + (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) / ((float)(((float)(p_D)))));
-          pf_red = pf_warp_sum(pf_red);
-          if (threadIdx.x == 0) t_Mean[(((c0 + c1)))] = t_Mean[(((c0 + c1)))] + pf_red;
-        }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(32) kernel_2(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_N = 4096;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 32; (c0 <= 4095); c0 += (pf_i)gridDim.x * 32) {
-    for (pf_i c1 = 0 + (pf_i)threadIdx.x * 1; (c1 <= 31); c1 += (pf_i)blockDim.x * 1) {
-      t_Var[(((c0 + c1)))] = 0.0f;
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_3(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_N = 4096;
-  __shared__ __align__(16) float pf_shared_kernel_3_Mean[8];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 8; (c0 <= 4095); c0 += (pf_i)gridDim.x * 8) {
+  __shared__ unsigned short pf_shared_kernel_0_X[8194];
+  __shared__ unsigned short pf_shared_kernel_0_gamma[4096];
+  __shared__ unsigned short pf_shared_kernel_0_beta[4096];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 2; (c0 <= 4095); c0 += (pf_i)gridDim.x * 2) {
     {
       const pf_i pf_o0_0 = c0;
-      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 2; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-        const pf_i pf_a0 = pf_e * 4;
+      const pf_i pf_o0_1 = 0;
+      const pf_i pf_o1_0 = 0;
+      const pf_i pf_o2_0 = 0;
+      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        const pf_i pf_a1 = (pf_e % 4096);
+        const pf_i pf_a0 = (pf_e / 4096);
         const pf_i pf_g0 = pf_o0_0 + pf_a0;
-        if (pf_g0 >= 0 && pf_g0 < (p_T)) {
-          if ((((unsigned long long)t_Mean) & 15) == 0) {
-            const float4 pf_v = *(const float4 *)&t_Mean[pf_g0];
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 0] = pf_v.x;
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 1] = pf_v.y;
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 2] = pf_v.z;
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 3] = pf_v.w;
-          } else {
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 0] = t_Mean[pf_g0 + 0];
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 1] = t_Mean[pf_g0 + 1];
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 2] = t_Mean[pf_g0 + 2];
-            pf_shared_kernel_3_Mean[pf_a0 * 1 + 3] = t_Mean[pf_g0 + 3];
-          }
-        }
+        const pf_i pf_g1 = pf_o0_1 + pf_a1;
+        if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_D)) pf_shared_kernel_0_X[pf_a0 * 4097 + pf_a1 * 1] = t_X[(pf_g0) * (p_D) + pf_g1];
+      }
+      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 4096; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        const pf_i pf_a0 = pf_e;
+        const pf_i pf_g0 = pf_o1_0 + pf_a0;
+        if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_0_gamma[pf_a0 * 1] = t_gamma[pf_g0];
+      }
+      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 4096; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        const pf_i pf_a0 = pf_e;
+        const pf_i pf_g0 = pf_o2_0 + pf_a0;
+        if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_0_beta[pf_a0 * 1] = t_beta[pf_g0];
       }
       __syncthreads();
-      for (pf_i c1 = 0 + (pf_i)threadIdx.y * 1; (c1 <= 7); c1 += (pf_i)blockDim.y * 1) {
+      for (pf_i c1 = 0 + (pf_i)threadIdx.y * 1; (c1 <= 1); c1 += (pf_i)blockDim.y * 1) {
         {
+          const pf_i pf_p0_0 = (c0 + c1); (void)pf_p0_0;
+          float pf_priv_kernel_0_Mean;
+          const pf_i pf_p1_0 = (c0 + c1); (void)pf_p1_0;
+          float pf_priv_kernel_0_Var;
+          unsigned short pf_row_kernel_0_X[32];
+          pf_priv_kernel_0_Mean = 0.0f;
+          __syncthreads();
+          #pragma unroll
+          for (int pf_t = 0; pf_t < 32; pf_t++) {
+            const pf_i c2 = 0 + ((pf_i)threadIdx.x + 128 * pf_t) * (1);
+            if ((c2 <= 4095)) pf_row_kernel_0_X[pf_t] = t_X[((((c0 + c1))) * (p_D) + ((c2)))];
+          }
           {
-            float pf_red = 0.0f;
-            pf_i c2 = 0 + (pf_i)threadIdx.x * 1;
-            float pf_red1 = 0.0f, pf_red2 = 0.0f, pf_red3 = 0.0f;
-            for (; ((c2 + 96) <= 4095); c2 += 128) {
-              pf_red = pf_red + (((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))]) * (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))])) / ((float)(((float)(p_D)))));
-              { const pf_i pf_c = c2 + 32; { const pf_i c2 = pf_c; pf_red1 = pf_red1 + (((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))]) * (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))])) / ((float)(((float)(p_D))))); } }
-              { const pf_i pf_c = c2 + 64; { const pf_i c2 = pf_c; pf_red2 = pf_red2 + (((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))]) * (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))])) / ((float)(((float)(p_D))))); } }
-              { const pf_i pf_c = c2 + 96; { const pf_i c2 = pf_c; pf_red3 = pf_red3 + (((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))]) * (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))])) / ((float)(((float)(p_D))))); } }
+            if (threadIdx.x != 0) {
+              pf_priv_kernel_0_Mean = 0.0f;
             }
-            pf_red = pf_red + pf_red1;
-            pf_red2 = pf_red2 + pf_red3;
-            pf_red = pf_red + pf_red2;
-            for (; (c2 <= 4095); c2 += 32 * 1) pf_red = pf_red + (((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))]) * (((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) - t_Mean[(((c0 + c1)))])) / ((float)(((float)(p_D)))));
-            pf_red = pf_warp_sum(pf_red);
-            if (threadIdx.x == 0) t_Var[(((c0 + c1)))] = t_Var[(((c0 + c1)))] + pf_red;
+            #pragma unroll
+            for (int pf_t = 0; pf_t < 32; pf_t++) {
+              const pf_i c2 = 0 + ((pf_i)threadIdx.x + 128 * pf_t) * (1);
+              if ((c2 <= 4095)) {
+                pf_priv_kernel_0_Mean = pf_priv_kernel_0_Mean + (((float)(pf_h2f(pf_row_kernel_0_X[pf_t]))) / ((float)(((float)(p_D)))));
+              }
+            }
+            for (int pf_o = 16; pf_o > 0; pf_o >>= 1) {
+              float pf_b_pf_priv_kernel_0_Mean = __shfl_xor_sync(0xffffffffu, pf_priv_kernel_0_Mean, pf_o);
+              const float pf_n_pf_priv_kernel_0_Mean = pf_priv_kernel_0_Mean + pf_b_pf_priv_kernel_0_Mean;
+              pf_priv_kernel_0_Mean = pf_n_pf_priv_kernel_0_Mean;
+            }
+            __shared__ float pf_part_pf_priv_kernel_0_Mean[4];
+            if ((threadIdx.x & 31) == 0) {
+              pf_part_pf_priv_kernel_0_Mean[threadIdx.x >> 5] = pf_priv_kernel_0_Mean;
+            }
+            __syncthreads();
+            pf_priv_kernel_0_Mean = pf_part_pf_priv_kernel_0_Mean[0];
+            for (int pf_w = 1; pf_w < 4; pf_w++) {
+              float pf_b_pf_priv_kernel_0_Mean = pf_part_pf_priv_kernel_0_Mean[pf_w];
+              const float pf_n_pf_priv_kernel_0_Mean = pf_priv_kernel_0_Mean + pf_b_pf_priv_kernel_0_Mean;
+              pf_priv_kernel_0_Mean = pf_n_pf_priv_kernel_0_Mean;
+            }
+            __syncthreads();
           }
+          pf_priv_kernel_0_Var = 0.0f;
+          __syncthreads();
+          {
+            if (threadIdx.x != 0) {
+              pf_priv_kernel_0_Var = 0.0f;
+            }
+            #pragma unroll
+            for (int pf_t = 0; pf_t < 32; pf_t++) {
+              const pf_i c2 = 0 + ((pf_i)threadIdx.x + 128 * pf_t) * (1);
+              if ((c2 <= 4095)) {
+                pf_priv_kernel_0_Var = pf_priv_kernel_0_Var + (((((float)(pf_h2f(pf_row_kernel_0_X[pf_t]))) - pf_priv_kernel_0_Mean) * (((float)(pf_h2f(pf_row_kernel_0_X[pf_t]))) - pf_priv_kernel_0_Mean)) / ((float)(((float)(p_D)))));
+              }
+            }
+            for (int pf_o = 16; pf_o > 0; pf_o >>= 1) {
+              float pf_b_pf_priv_kernel_0_Var = __shfl_xor_sync(0xffffffffu, pf_priv_kernel_0_Var, pf_o);
+              const float pf_n_pf_priv_kernel_0_Var = pf_priv_kernel_0_Var + pf_b_pf_priv_kernel_0_Var;
+              pf_priv_kernel_0_Var = pf_n_pf_priv_kernel_0_Var;
+            }
+            __shared__ float pf_part_pf_priv_kernel_0_Var[4];
+            if ((threadIdx.x & 31) == 0) {
+              pf_part_pf_priv_kernel_0_Var[threadIdx.x >> 5] = pf_priv_kernel_0_Var;
+            }
+            __syncthreads();
+            pf_priv_kernel_0_Var = pf_part_pf_priv_kernel_0_Var[0];
+            for (int pf_w = 1; pf_w < 4; pf_w++) {
+              float pf_b_pf_priv_kernel_0_Var = pf_part_pf_priv_kernel_0_Var[pf_w];
+              const float pf_n_pf_priv_kernel_0_Var = pf_priv_kernel_0_Var + pf_b_pf_priv_kernel_0_Var;
+              pf_priv_kernel_0_Var = pf_n_pf_priv_kernel_0_Var;
+            }
+            __syncthreads();
+          }
+          __syncthreads();
+          #pragma unroll
+          for (int pf_t = 0; pf_t < 32; pf_t++) {
+            const pf_i c2 = 0 + ((pf_i)threadIdx.x + 128 * pf_t) * (1);
+            if ((c2 <= 4095)) {
+              t_Xn[((((c0 + c1))) * (p_D) + ((c2)))] = pf_f2h(pf_h2f(pf_f2h((float)(((((((float)(pf_h2f(pf_row_kernel_0_X[pf_t]))) - pf_priv_kernel_0_Mean) * (1.0f / sqrtf((pf_priv_kernel_0_Var + 1e-5f)))) * ((float)(pf_h2f(pf_shared_kernel_0_gamma[(((c2)) - pf_o1_0) * 1])))) + ((float)(pf_h2f(pf_shared_kernel_0_beta[(((c2)) - pf_o2_0) * 1]))))))));
+            }
+          }
+          __syncthreads();
         }
       }
     }
@@ -212,85 +214,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_4(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_N = 4096;
-  __shared__ __align__(16) float pf_shared_kernel_4_Mean[64];
-  __shared__ __align__(16) float pf_shared_kernel_4_Var[64];
-  __shared__ unsigned short pf_shared_kernel_4_gamma[64];
-  __shared__ unsigned short pf_shared_kernel_4_beta[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 4095); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 4095); c1 += (pf_i)gridDim.x * 64) {
-      {
-        const pf_i pf_o0_0 = c0;
-        const pf_i pf_o1_0 = c0;
-        const pf_i pf_o2_0 = c1;
-        const pf_i pf_o3_0 = c1;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a0 = pf_e * 4;
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
-          if (pf_g0 >= 0 && pf_g0 < (p_T)) {
-            if ((((unsigned long long)t_Mean) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_Mean[pf_g0];
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 3] = pf_v.w;
-            } else {
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 0] = t_Mean[pf_g0 + 0];
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 1] = t_Mean[pf_g0 + 1];
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 2] = t_Mean[pf_g0 + 2];
-              pf_shared_kernel_4_Mean[pf_a0 * 1 + 3] = t_Mean[pf_g0 + 3];
-            }
-          }
-        }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a0 = pf_e * 4;
-          const pf_i pf_g0 = pf_o1_0 + pf_a0;
-          if (pf_g0 >= 0 && pf_g0 < (p_T)) {
-            if ((((unsigned long long)t_Var) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_Var[pf_g0];
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 3] = pf_v.w;
-            } else {
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 0] = t_Var[pf_g0 + 0];
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 1] = t_Var[pf_g0 + 1];
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 2] = t_Var[pf_g0 + 2];
-              pf_shared_kernel_4_Var[pf_a0 * 1 + 3] = t_Var[pf_g0 + 3];
-            }
-          }
-        }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 64; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a0 = pf_e;
-          const pf_i pf_g0 = pf_o2_0 + pf_a0;
-          if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_4_gamma[pf_a0 * 1] = t_gamma[pf_g0];
-        }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 64; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a0 = pf_e;
-          const pf_i pf_g0 = pf_o3_0 + pf_a0;
-          if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_4_beta[pf_a0 * 1] = t_beta[pf_g0];
-        }
-        __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-            t_Xn[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(((((((float)(pf_h2f(t_X[((((c0 + c2))) * (p_D) + (((c1 + c3))))]))) - pf_shared_kernel_4_Mean[((((c0 + c2))) - pf_o0_0) * 1]) * (1.0f / sqrtf((pf_shared_kernel_4_Var[((((c0 + c2))) - pf_o1_0) * 1] + 1e-5f)))) * ((float)(pf_h2f(pf_shared_kernel_4_gamma[((((c1 + c3))) - pf_o2_0) * 1])))) + ((float)(pf_h2f(pf_shared_kernel_4_beta[((((c1 + c3))) - pf_o3_0) * 1]))))))));
-          }
-        }
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1) kernel_5(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
+extern "C" __global__ void __launch_bounds__(256, 1) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_gamma, unsigned short *__restrict__ t_beta, unsigned short *__restrict__ t_W, unsigned short *__restrict__ t_Y, float *__restrict__ t_Mean, float *__restrict__ t_Var, unsigned short *__restrict__ t_Xn, float *__restrict__ t_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -299,15 +223,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_D = 4096;
   const pf_i p_N = 4096;
   extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
-  unsigned short *const pf_mma_kernel_5_A = pf_dynamic_shared;
+  unsigned short *const pf_mma_kernel_1_A = pf_dynamic_shared;
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_5_B = pf_dynamic_shared + 32768;
+  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 32768;
   #else
-  unsigned short *const pf_mma_kernel_5_B = pf_dynamic_shared + 36864;
+  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 36864;
   #endif
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const unsigned long long pf_mma_kernel_5_A_desc = pf_wgmma_desc(pf_mma_kernel_5_A, 16, 1024);
-  const unsigned long long pf_mma_kernel_5_B_desc = pf_wgmma_desc(pf_mma_kernel_5_B, 8192, 1024);
+  const unsigned long long pf_mma_kernel_1_A_desc = pf_wgmma_desc(pf_mma_kernel_1_A, 16, 1024);
+  const unsigned long long pf_mma_kernel_1_B_desc = pf_wgmma_desc(pf_mma_kernel_1_B, 8192, 1024);
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 128; (c0 <= 4095); c0 += (pf_i)gridDim.y * 128) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 256; (c1 <= 4095); c1 += (pf_i)gridDim.x * 256) {
@@ -367,18 +291,18 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 2; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -386,15 +310,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -413,10 +337,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -436,10 +360,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -459,10 +383,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -474,19 +398,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -505,10 +429,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -528,10 +452,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -551,10 +475,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -574,10 +498,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -597,10 +521,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -620,10 +544,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -643,10 +567,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16384 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16384 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -663,15 +587,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -690,10 +614,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -713,10 +637,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -736,10 +660,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -751,19 +675,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -782,10 +706,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -805,10 +729,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -828,10 +752,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -851,10 +775,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -874,10 +798,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -897,10 +821,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -920,10 +844,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16384 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16384 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -952,23 +876,23 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_wgmma_fence();
                 #pragma unroll
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
-                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_5_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_5_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
+                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_1_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_1_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
                   pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db, 1);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -987,10 +911,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1010,10 +934,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1033,10 +957,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1048,19 +972,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1079,10 +1003,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1102,10 +1026,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1125,10 +1049,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1148,10 +1072,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                       const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
                       else if (pf_B4_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B4_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B4_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
                           if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1171,10 +1095,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                       const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
                       else if (pf_B5_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B5_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B5_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
                           if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1194,10 +1118,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                       const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
                       else if (pf_B6_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B6_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B6_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
                           if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1217,10 +1141,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                       const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
                       else if (pf_B7_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16384 + pf_B7_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16384 + pf_B7_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
                           if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1328,18 +1252,18 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 2112], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 4224], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 6336], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 8448], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 10560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 12672], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 16896 + pf_B0_dst + 14784], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 2112], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 4224], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 6336], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 8448], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 10560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 12672], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 16896 + pf_B0_dst + 14784], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -1347,15 +1271,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1374,10 +1298,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1397,10 +1321,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1420,10 +1344,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1435,19 +1359,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1466,10 +1390,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1489,10 +1413,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1512,10 +1436,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1535,10 +1459,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1558,10 +1482,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1581,10 +1505,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1604,10 +1528,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 16896 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 16896 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1624,15 +1548,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1651,10 +1575,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1674,10 +1598,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1697,10 +1621,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1712,19 +1636,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1743,10 +1667,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1766,10 +1690,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1789,10 +1713,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1812,10 +1736,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1835,10 +1759,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1858,10 +1782,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1881,10 +1805,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 16896 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 16896 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1901,15 +1825,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 128 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1928,10 +1852,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1951,10 +1875,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1974,10 +1898,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1989,19 +1913,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2020,10 +1944,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2043,10 +1967,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2066,10 +1990,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2089,10 +2013,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2112,10 +2036,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2135,10 +2059,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2158,10 +2082,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 16896 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 16896 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2188,15 +2112,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if (pf_kt + 192 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2215,10 +2139,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2238,10 +2162,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2261,10 +2185,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2276,19 +2200,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2307,10 +2231,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2330,10 +2254,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2353,10 +2277,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2376,10 +2300,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                       const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
                       else if (pf_B4_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B4_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B4_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks);
                           if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2399,10 +2323,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                       const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
                       else if (pf_B5_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B5_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B5_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks);
                           if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2422,10 +2346,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                       const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
                       else if (pf_B6_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B6_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B6_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks);
                           if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2445,10 +2369,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                       const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
                       else if (pf_B7_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 16896 + pf_B7_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 16896 + pf_B7_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks);
                           if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2471,13 +2395,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                     const int pf_ar = pf_wr + pf_mt * 16;
-                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_5_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_1_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
                   for (int pf_np = 0; pf_np < 4; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -2490,13 +2414,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                     #pragma unroll
                     for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                       const int pf_ar = pf_wr + pf_mt * 16;
-                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_5_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_1_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
                     for (int pf_np = 0; pf_np < 4; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }

@@ -97,7 +97,7 @@ static __device__ __forceinline__ void pf_wgmma_f16_n256_t01(float *d, unsigned 
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
+extern "C" __global__ void __launch_bounds__(128) kernel_0(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -105,142 +105,84 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 4096;
   const pf_i p_D = 4096;
   const pf_i p_F = 11008;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 4095); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 11007); c1 += (pf_i)gridDim.x * 64) {
-      for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-          t_Gt[((((c0 + c2))) * (p_F) + (((c1 + c3))))] = 0.0f;
-        }
+  __shared__ unsigned short pf_shared_kernel_0_X[8194];
+  __shared__ unsigned short pf_shared_kernel_0_w[4096];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 2; (c0 <= 4095); c0 += (pf_i)gridDim.x * 2) {
+    {
+      const pf_i pf_o0_0 = c0;
+      const pf_i pf_o0_1 = 0;
+      const pf_i pf_o1_0 = 0;
+      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        const pf_i pf_a1 = (pf_e % 4096);
+        const pf_i pf_a0 = (pf_e / 4096);
+        const pf_i pf_g0 = pf_o0_0 + pf_a0;
+        const pf_i pf_g1 = pf_o0_1 + pf_a1;
+        if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_D)) pf_shared_kernel_0_X[pf_a0 * 4097 + pf_a1 * 1] = t_X[(pf_g0) * (p_D) + pf_g1];
+      }
+      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 4096; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        const pf_i pf_a0 = pf_e;
+        const pf_i pf_g0 = pf_o1_0 + pf_a0;
+        if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_0_w[pf_a0 * 1] = t_w[pf_g0];
       }
       __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_F = 11008;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 4095); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 4095); c1 += (pf_i)gridDim.x * 64) {
-      for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-          t_acc[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = 0.0f;
-        }
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(32) kernel_2(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_F = 11008;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 32; (c0 <= 4095); c0 += (pf_i)gridDim.x * 32) {
-    for (pf_i c1 = 0 + (pf_i)threadIdx.x * 1; (c1 <= 31); c1 += (pf_i)blockDim.x * 1) {
-      t_Ms[(((c0 + c1)))] = 0.0f;
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_3(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_F = 11008;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.x * 8; (c0 <= 4095); c0 += (pf_i)gridDim.x * 8) {
-    for (pf_i c1 = 0 + (pf_i)threadIdx.y * 1; (c1 <= 7); c1 += (pf_i)blockDim.y * 1) {
-      {
+      for (pf_i c1 = 0 + (pf_i)threadIdx.y * 1; (c1 <= 1); c1 += (pf_i)blockDim.y * 1) {
         {
-          float pf_red = 0.0f;
-          pf_i c2 = 0 + (pf_i)threadIdx.x * 1;
-          float pf_red1 = 0.0f, pf_red2 = 0.0f, pf_red3 = 0.0f;
-          for (; ((c2 + 96) <= 4095); c2 += 128) {
-            pf_red = pf_red + ((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) * ((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))])))) / ((float)(((float)(p_D)))));
-            { const pf_i pf_c = c2 + 32; { const pf_i c2 = pf_c; pf_red1 = pf_red1 + ((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) * ((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))])))) / ((float)(((float)(p_D))))); } }
-            { const pf_i pf_c = c2 + 64; { const pf_i c2 = pf_c; pf_red2 = pf_red2 + ((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) * ((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))])))) / ((float)(((float)(p_D))))); } }
-            { const pf_i pf_c = c2 + 96; { const pf_i c2 = pf_c; pf_red3 = pf_red3 + ((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) * ((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))])))) / ((float)(((float)(p_D))))); } }
+          const pf_i pf_p0_0 = (c0 + c1); (void)pf_p0_0;
+          float pf_priv_kernel_0_Ms;
+          unsigned short pf_row_kernel_0_X[32];
+          pf_priv_kernel_0_Ms = 0.0f;
+          __syncthreads();
+          #pragma unroll
+          for (int pf_t = 0; pf_t < 32; pf_t++) {
+            const pf_i c2 = 0 + ((pf_i)threadIdx.x + 128 * pf_t) * (1);
+            if ((c2 <= 4095)) pf_row_kernel_0_X[pf_t] = t_X[((((c0 + c1))) * (p_D) + ((c2)))];
           }
-          pf_red = pf_red + pf_red1;
-          pf_red2 = pf_red2 + pf_red3;
-          pf_red = pf_red + pf_red2;
-          for (; (c2 <= 4095); c2 += 32 * 1) pf_red = pf_red + ((((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))]))) * ((float)(pf_h2f(t_X[((((c0 + c1))) * (p_D) + ((c2)))])))) / ((float)(((float)(p_D)))));
-          pf_red = pf_warp_sum(pf_red);
-          if (threadIdx.x == 0) t_Ms[(((c0 + c1)))] = t_Ms[(((c0 + c1)))] + pf_red;
-        }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_4(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_F = 11008;
-  __shared__ __align__(16) float pf_shared_kernel_4_Ms[64];
-  __shared__ unsigned short pf_shared_kernel_4_w[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 4095); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 4095); c1 += (pf_i)gridDim.x * 64) {
-      {
-        const pf_i pf_o0_0 = c0;
-        const pf_i pf_o1_0 = c1;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a0 = pf_e * 4;
-          const pf_i pf_g0 = pf_o0_0 + pf_a0;
-          if (pf_g0 >= 0 && pf_g0 < (p_T)) {
-            if ((((unsigned long long)t_Ms) & 15) == 0) {
-              const float4 pf_v = *(const float4 *)&t_Ms[pf_g0];
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 0] = pf_v.x;
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 1] = pf_v.y;
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 2] = pf_v.z;
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 3] = pf_v.w;
-            } else {
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 0] = t_Ms[pf_g0 + 0];
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 1] = t_Ms[pf_g0 + 1];
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 2] = t_Ms[pf_g0 + 2];
-              pf_shared_kernel_4_Ms[pf_a0 * 1 + 3] = t_Ms[pf_g0 + 3];
+          {
+            if (threadIdx.x != 0) {
+              pf_priv_kernel_0_Ms = 0.0f;
+            }
+            #pragma unroll
+            for (int pf_t = 0; pf_t < 32; pf_t++) {
+              const pf_i c2 = 0 + ((pf_i)threadIdx.x + 128 * pf_t) * (1);
+              if ((c2 <= 4095)) {
+                pf_priv_kernel_0_Ms = pf_priv_kernel_0_Ms + ((((float)(pf_h2f(pf_row_kernel_0_X[pf_t]))) * ((float)(pf_h2f(pf_row_kernel_0_X[pf_t])))) / ((float)(((float)(p_D)))));
+              }
+            }
+            for (int pf_o = 16; pf_o > 0; pf_o >>= 1) {
+              float pf_b_pf_priv_kernel_0_Ms = __shfl_xor_sync(0xffffffffu, pf_priv_kernel_0_Ms, pf_o);
+              const float pf_n_pf_priv_kernel_0_Ms = pf_priv_kernel_0_Ms + pf_b_pf_priv_kernel_0_Ms;
+              pf_priv_kernel_0_Ms = pf_n_pf_priv_kernel_0_Ms;
+            }
+            __shared__ float pf_part_pf_priv_kernel_0_Ms[4];
+            if ((threadIdx.x & 31) == 0) {
+              pf_part_pf_priv_kernel_0_Ms[threadIdx.x >> 5] = pf_priv_kernel_0_Ms;
+            }
+            __syncthreads();
+            pf_priv_kernel_0_Ms = pf_part_pf_priv_kernel_0_Ms[0];
+            for (int pf_w = 1; pf_w < 4; pf_w++) {
+              float pf_b_pf_priv_kernel_0_Ms = pf_part_pf_priv_kernel_0_Ms[pf_w];
+              const float pf_n_pf_priv_kernel_0_Ms = pf_priv_kernel_0_Ms + pf_b_pf_priv_kernel_0_Ms;
+              pf_priv_kernel_0_Ms = pf_n_pf_priv_kernel_0_Ms;
+            }
+            __syncthreads();
+          }
+          __syncthreads();
+          #pragma unroll
+          for (int pf_t = 0; pf_t < 32; pf_t++) {
+            const pf_i c2 = 0 + ((pf_i)threadIdx.x + 128 * pf_t) * (1);
+            if ((c2 <= 4095)) {
+              t_Xn[((((c0 + c1))) * (p_D) + ((c2)))] = pf_f2h(pf_h2f(pf_f2h((float)(((((float)(pf_h2f(pf_row_kernel_0_X[pf_t]))) * (1.0f / sqrtf((pf_priv_kernel_0_Ms + 1e-6f)))) * ((float)(pf_h2f(pf_shared_kernel_0_w[(((c2)) - pf_o1_0) * 1]))))))));
             }
           }
-        }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 64; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-          const pf_i pf_a0 = pf_e;
-          const pf_i pf_g0 = pf_o1_0 + pf_a0;
-          if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_4_w[pf_a0 * 1] = t_w[pf_g0];
-        }
-        __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-            t_Xn[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(((((float)(pf_h2f(t_X[((((c0 + c2))) * (p_D) + (((c1 + c3))))]))) * (1.0f / sqrtf((pf_shared_kernel_4_Ms[((((c0 + c2))) - pf_o0_0) * 1] + 1e-6f)))) * ((float)(pf_h2f(pf_shared_kernel_4_w[((((c1 + c3))) - pf_o1_0) * 1]))))))));
-          }
+          __syncthreads();
         }
       }
-      __syncthreads();
     }
     __syncthreads();
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) kernel_5(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
+extern "C" __global__ void __launch_bounds__(256, 1) kernel_1(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -249,15 +191,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_D = 4096;
   const pf_i p_F = 11008;
   extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
-  unsigned short *const pf_mma_kernel_5_A = pf_dynamic_shared;
+  unsigned short *const pf_mma_kernel_1_A = pf_dynamic_shared;
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_5_B = pf_dynamic_shared + 32768;
+  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 32768;
   #else
-  unsigned short *const pf_mma_kernel_5_B = pf_dynamic_shared + 36864;
+  unsigned short *const pf_mma_kernel_1_B = pf_dynamic_shared + 36864;
   #endif
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const unsigned long long pf_mma_kernel_5_A_desc = pf_wgmma_desc(pf_mma_kernel_5_A, 16, 1024);
-  const unsigned long long pf_mma_kernel_5_B_desc = pf_wgmma_desc(pf_mma_kernel_5_B, 8192, 1024);
+  const unsigned long long pf_mma_kernel_1_A_desc = pf_wgmma_desc(pf_mma_kernel_1_A, 16, 1024);
+  const unsigned long long pf_mma_kernel_1_B_desc = pf_wgmma_desc(pf_mma_kernel_1_B, 8192, 1024);
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 128; (c0 <= 4095); c0 += (pf_i)gridDim.y * 128) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 128; (c1 <= 11007); c1 += (pf_i)gridDim.x * 128) {
@@ -284,7 +226,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
             const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_Gt[((c0 + pf_lm)) * (p_F) + (c1 + pf_ln)]) : 0.0f;
+            pf_acc[pf_mt][pf_nt][pf_r] = 0.0f; (void)pf_in;
           }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 1024;
@@ -318,14 +260,14 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 2; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -333,15 +275,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -360,10 +302,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -383,10 +325,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -406,10 +348,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -421,15 +363,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -448,10 +390,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -471,10 +413,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -494,10 +436,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8192 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -514,15 +456,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -541,10 +483,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -564,10 +506,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -587,10 +529,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -602,15 +544,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -629,10 +571,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -652,10 +594,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -675,10 +617,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8192 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8192 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -707,23 +649,23 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_wgmma_fence();
                 #pragma unroll
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
-                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_5_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_5_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
+                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_1_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_1_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
                   pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !((pf_kt - pf_kb) % 512 == 0) || pf_ks > 0);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -742,10 +684,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -765,10 +707,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -788,10 +730,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 8192 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 8192 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -803,15 +745,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -830,10 +772,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -853,10 +795,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -876,10 +818,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8192 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8192 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -963,7 +905,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
             const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_Gt[((c0 + pf_lm)) * (p_F) + (c1 + pf_ln)]) : 0.0f;
+            pf_acc[pf_mt][pf_nt][pf_r] = 0.0f; (void)pf_in;
           }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 1024;
@@ -997,14 +939,14 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -1012,15 +954,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1039,10 +981,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1062,10 +1004,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1085,10 +1027,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(0) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(0) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1100,15 +1042,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1127,10 +1069,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1150,10 +1092,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1173,10 +1115,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(0) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(0) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1193,15 +1135,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1220,10 +1162,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1243,10 +1185,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1266,10 +1208,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(1) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(1) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1281,15 +1223,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1308,10 +1250,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1331,10 +1273,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1354,10 +1296,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(1) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(1) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1374,15 +1316,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 128 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1401,10 +1343,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1424,10 +1366,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1447,10 +1389,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_A[(2) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_A[(2) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1462,15 +1404,15 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1489,10 +1431,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1512,10 +1454,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1535,10 +1477,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_5_B[(2) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_1_B[(2) * 8704 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1565,15 +1507,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if (pf_kt + 192 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1592,10 +1534,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1615,10 +1557,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1638,10 +1580,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_A[(pf_next) * 9216 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_A[(pf_next) * 9216 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1653,15 +1595,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1680,10 +1622,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1703,10 +1645,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1726,10 +1668,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_5_B[(pf_next) * 8704 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_1_B[(pf_next) * 8704 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1759,13 +1701,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                     const int pf_ar = pf_wr + pf_mt * 16;
-                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_5_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_1_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
                   for (int pf_np = 0; pf_np < 2; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -1778,13 +1720,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                     #pragma unroll
                     for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                       const int pf_ar = pf_wr + pf_mt * 16;
-                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_5_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_1_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
                     for (int pf_np = 0; pf_np < 2; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_5_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_1_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -1846,7 +1788,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) kernel_6(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
+extern "C" __global__ void __launch_bounds__(256, 1) kernel_2(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -1855,15 +1797,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_D = 4096;
   const pf_i p_F = 11008;
   extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
-  unsigned short *const pf_mma_kernel_6_A = pf_dynamic_shared;
+  unsigned short *const pf_mma_kernel_2_A = pf_dynamic_shared;
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_6_B = pf_dynamic_shared + 32768;
+  unsigned short *const pf_mma_kernel_2_B = pf_dynamic_shared + 32768;
   #else
-  unsigned short *const pf_mma_kernel_6_B = pf_dynamic_shared + 36864;
+  unsigned short *const pf_mma_kernel_2_B = pf_dynamic_shared + 36864;
   #endif
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const unsigned long long pf_mma_kernel_6_A_desc = pf_wgmma_desc(pf_mma_kernel_6_A, 16, 1024);
-  const unsigned long long pf_mma_kernel_6_B_desc = pf_wgmma_desc(pf_mma_kernel_6_B, 8192, 1024);
+  const unsigned long long pf_mma_kernel_2_A_desc = pf_wgmma_desc(pf_mma_kernel_2_A, 16, 1024);
+  const unsigned long long pf_mma_kernel_2_B_desc = pf_wgmma_desc(pf_mma_kernel_2_B, 8192, 1024);
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 128; (c0 <= 4095); c0 += (pf_i)gridDim.y * 128) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 256; (c1 <= 11007); c1 += (pf_i)gridDim.x * 256) {
@@ -1923,18 +1865,18 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 2; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -1942,15 +1884,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1969,10 +1911,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -1992,10 +1934,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2015,10 +1957,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2030,19 +1972,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2061,10 +2003,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2084,10 +2026,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2107,10 +2049,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2130,10 +2072,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2153,10 +2095,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2176,10 +2118,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2199,10 +2141,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16384 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16384 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2219,15 +2161,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2246,10 +2188,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2269,10 +2211,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2292,10 +2234,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2307,19 +2249,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2338,10 +2280,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2361,10 +2303,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2384,10 +2326,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2407,10 +2349,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2430,10 +2372,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2453,10 +2395,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2476,10 +2418,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16384 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16384 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2508,23 +2450,23 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_wgmma_fence();
                 #pragma unroll
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
-                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_6_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_6_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
+                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_2_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_2_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
                   pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db, 1);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2543,10 +2485,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2566,10 +2508,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2589,10 +2531,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 8192 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 8192 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2604,19 +2546,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2635,10 +2577,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2658,10 +2600,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2681,10 +2623,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2704,10 +2646,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                       const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
                       else if (pf_B4_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B4_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B4_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
                           if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2727,10 +2669,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                       const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
                       else if (pf_B5_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B5_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B5_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
                           if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2750,10 +2692,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                       const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
                       else if (pf_B6_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B6_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B6_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
                           if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2773,10 +2715,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                       const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
                       else if (pf_B7_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16384 + pf_B7_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16384 + pf_B7_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
                           if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2884,18 +2826,18 @@ asm volatile("griddepcontrol.launch_dependents;");
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 2112], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 4224], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 6336], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 8448], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 10560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 12672], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_s) * 16896 + pf_B0_dst + 14784], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 2112], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 4224], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 6336], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 8448], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 10560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 12672], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_s) * 16896 + pf_B0_dst + 14784], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -2903,15 +2845,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2930,10 +2872,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2953,10 +2895,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2976,10 +2918,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(0) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(0) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -2991,19 +2933,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3022,10 +2964,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3045,10 +2987,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3068,10 +3010,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3091,10 +3033,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3114,10 +3056,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3137,10 +3079,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3160,10 +3102,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(0) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(0) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(0) * 16896 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(0) * 16896 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3180,15 +3122,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3207,10 +3149,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3230,10 +3172,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3253,10 +3195,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(1) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(1) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3268,19 +3210,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3299,10 +3241,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3322,10 +3264,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3345,10 +3287,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3368,10 +3310,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3391,10 +3333,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3414,10 +3356,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3437,10 +3379,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(1) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(1) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(1) * 16896 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(1) * 16896 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3457,15 +3399,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 128 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_A[(2) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3484,10 +3426,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(2) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3507,10 +3449,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(2) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3530,10 +3472,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_A[(2) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_A[(2) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3545,19 +3487,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3576,10 +3518,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3599,10 +3541,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3622,10 +3564,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3645,10 +3587,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                 const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
                 else if (pf_B4_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B4_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B4_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks);
                     if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3668,10 +3610,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                 const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
                 else if (pf_B5_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B5_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B5_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks);
                     if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3691,10 +3633,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                 const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
                 else if (pf_B6_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B6_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B6_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks);
                     if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3714,10 +3656,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                 const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(2) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(2) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
                 else if (pf_B7_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_6_B[(2) * 16896 + pf_B7_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_2_B[(2) * 16896 + pf_B7_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks);
                     if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3744,15 +3686,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if (pf_kt + 192 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3771,10 +3713,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3794,10 +3736,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3817,10 +3759,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_A[(pf_next) * 9216 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_A[(pf_next) * 9216 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3832,19 +3774,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3863,10 +3805,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3886,10 +3828,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3909,10 +3851,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3932,10 +3874,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
                       const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
                       else if (pf_B4_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B4_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B4_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks);
                           if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3955,10 +3897,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
                       const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
                       else if (pf_B5_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B5_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B5_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks);
                           if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -3978,10 +3920,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
                       const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
                       else if (pf_B6_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B6_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B6_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks);
                           if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4001,10 +3943,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
                       const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
                       else if (pf_B7_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_6_B[(pf_next) * 16896 + pf_B7_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_2_B[(pf_next) * 16896 + pf_B7_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks);
                           if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4027,13 +3969,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                     const int pf_ar = pf_wr + pf_mt * 16;
-                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_6_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_2_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
                   for (int pf_np = 0; pf_np < 4; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_6_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_2_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -4046,13 +3988,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                     #pragma unroll
                     for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                       const int pf_ar = pf_wr + pf_mt * 16;
-                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_6_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_2_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
                     for (int pf_np = 0; pf_np < 4; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_6_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_2_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -4108,7 +4050,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) kernel_7(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
+extern "C" __global__ void __launch_bounds__(256, 1) kernel_3(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -4117,42 +4059,41 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_D = 4096;
   const pf_i p_F = 11008;
   extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
-  unsigned short *const pf_mma_kernel_7_A = pf_dynamic_shared;
+  unsigned short *const pf_mma_kernel_3_A = pf_dynamic_shared;
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  unsigned short *const pf_mma_kernel_7_B = pf_dynamic_shared + 32768;
+  unsigned short *const pf_mma_kernel_3_B = pf_dynamic_shared + 32768;
   #else
-  unsigned short *const pf_mma_kernel_7_B = pf_dynamic_shared + 36864;
+  unsigned short *const pf_mma_kernel_3_B = pf_dynamic_shared + 36864;
   #endif
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const unsigned long long pf_mma_kernel_7_A_desc = pf_wgmma_desc(pf_mma_kernel_7_A, 16, 1024);
-  const unsigned long long pf_mma_kernel_7_B_desc = pf_wgmma_desc(pf_mma_kernel_7_B, 8192, 1024);
+  const unsigned long long pf_mma_kernel_3_A_desc = pf_wgmma_desc(pf_mma_kernel_3_A, 16, 1024);
+  const unsigned long long pf_mma_kernel_3_B_desc = pf_wgmma_desc(pf_mma_kernel_3_B, 8192, 1024);
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 128; (c0 <= 4095); c0 += (pf_i)gridDim.y * 128) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 128; (c1 <= 4095); c1 += (pf_i)gridDim.x * 128) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 256; (c1 <= 4095); c1 += (pf_i)gridDim.x * 256) {
       {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         {
-          /* tensor cores: 128 x 128 x 64 tiles, 2 warpgroups of 64 x 128 (wgmma.m64n128k16) (4 stages) */
+          /* tensor cores: 128 x 256 x 64 tiles, 2 warpgroups of 64 x 256 (wgmma.m64n256k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (4095 + 1);
           const pf_i pf_en = (4095 + 1);
           const pf_i pf_ek = (11007 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[1][16][4];
-          float pf_step[1][16][4] = {};
+          float pf_acc[1][32][4];
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 32; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r++) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
             const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)]) : 0.0f;
+            pf_acc[pf_mt][pf_nt][pf_r] = 0.0f; (void)pf_in;
           }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 1024;
@@ -4169,9 +4110,9 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
           const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(32 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 96 < pf_em;
           const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 1024;
-          const pf_i pf_B0_line = pf_B0_e / 16;
-          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
+          const int pf_B0_live = pf_B0_e < 2048;
+          const pf_i pf_B0_line = pf_B0_e / 32;
+          const pf_i pf_B0_col = (pf_B0_e % 32) * 8;
           const pf_i pf_B0_dst = (pf_B0_col / 64) * 4096 + pf_B0_line * 64 + ((((pf_B0_col % 64) / 8) ^ (pf_B0_line % 8)) * 8);
           const pf_i pf_B0_row = pf_n0 + pf_B0_col;
           const pf_i pf_B0_k = pf_B0_line;
@@ -4181,19 +4122,23 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(16 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
           if (pf_A_all && pf_B_all) {
             #pragma unroll
             for (int pf_s = 0; pf_s < 2; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8192 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -4201,15 +4146,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4228,10 +4173,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4251,10 +4196,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4274,10 +4219,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4289,15 +4234,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4307,19 +4256,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 1024;
-                const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                const int pf_B1_live = pf_tid + 256 < 2048;
+                const pf_i pf_B1_dst = pf_B0_dst + 512;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 16;
-                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 8;
+                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4330,19 +4279,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 1024;
-                const pf_i pf_B2_dst = pf_B0_dst + 2048;
+                const int pf_B2_live = pf_tid + 512 < 2048;
+                const pf_i pf_B2_dst = pf_B0_dst + 1024;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 32;
-                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 16;
+                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4353,22 +4302,114 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 1024;
-                const pf_i pf_B3_dst = pf_B0_dst + 3072;
+                const int pf_B3_live = pf_tid + 768 < 2048;
+                const pf_i pf_B3_dst = pf_B0_dst + 1536;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 48;
-                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 24;
+                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8192 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B4_live = pf_tid + 1024 < 2048;
+                const pf_i pf_B4_dst = pf_B0_dst + 2048;
+                const pf_i pf_B4_row = pf_B0_row;
+                const pf_i pf_B4_k = pf_B0_k + 32;
+                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B4_ks = pf_B0_ks;
+                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                else if (pf_B4_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B4_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
+                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B5_live = pf_tid + 1280 < 2048;
+                const pf_i pf_B5_dst = pf_B0_dst + 2560;
+                const pf_i pf_B5_row = pf_B0_row;
+                const pf_i pf_B5_k = pf_B0_k + 40;
+                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                const pf_i pf_B5_ks = pf_B0_ks;
+                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                else if (pf_B5_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B5_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
+                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B6_live = pf_tid + 1536 < 2048;
+                const pf_i pf_B6_dst = pf_B0_dst + 3072;
+                const pf_i pf_B6_row = pf_B0_row;
+                const pf_i pf_B6_k = pf_B0_k + 48;
+                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B6_ks = pf_B0_ks;
+                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                else if (pf_B6_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B6_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
+                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B7_live = pf_tid + 1792 < 2048;
+                const pf_i pf_B7_dst = pf_B0_dst + 3584;
+                const pf_i pf_B7_row = pf_B0_row;
+                const pf_i pf_B7_k = pf_B0_k + 56;
+                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                const pf_i pf_B7_ks = pf_B0_ks;
+                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                else if (pf_B7_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16384 + pf_B7_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
+                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -4382,15 +4423,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 8192 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 8192 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4409,10 +4450,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 8192 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 8192 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4432,10 +4473,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 8192 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 8192 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4455,10 +4496,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 8192 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 8192 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4470,15 +4511,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4488,19 +4533,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 1024;
-                const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                const int pf_B1_live = pf_tid + 256 < 2048;
+                const pf_i pf_B1_dst = pf_B0_dst + 512;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 16;
-                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 8;
+                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4511,19 +4556,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 1024;
-                const pf_i pf_B2_dst = pf_B0_dst + 2048;
+                const int pf_B2_live = pf_tid + 512 < 2048;
+                const pf_i pf_B2_dst = pf_B0_dst + 1024;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 32;
-                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 16;
+                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4534,22 +4579,114 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 1024;
-                const pf_i pf_B3_dst = pf_B0_dst + 3072;
+                const int pf_B3_live = pf_tid + 768 < 2048;
+                const pf_i pf_B3_dst = pf_B0_dst + 1536;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 48;
-                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 24;
+                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8192 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B4_live = pf_tid + 1024 < 2048;
+                const pf_i pf_B4_dst = pf_B0_dst + 2048;
+                const pf_i pf_B4_row = pf_B0_row;
+                const pf_i pf_B4_k = pf_B0_k + 32;
+                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B4_ks = pf_B0_ks;
+                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                else if (pf_B4_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B4_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
+                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B5_live = pf_tid + 1280 < 2048;
+                const pf_i pf_B5_dst = pf_B0_dst + 2560;
+                const pf_i pf_B5_row = pf_B0_row;
+                const pf_i pf_B5_k = pf_B0_k + 40;
+                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                const pf_i pf_B5_ks = pf_B0_ks;
+                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                else if (pf_B5_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B5_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
+                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B6_live = pf_tid + 1536 < 2048;
+                const pf_i pf_B6_dst = pf_B0_dst + 3072;
+                const pf_i pf_B6_row = pf_B0_row;
+                const pf_i pf_B6_k = pf_B0_k + 48;
+                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B6_ks = pf_B0_ks;
+                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                else if (pf_B6_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B6_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
+                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B7_live = pf_tid + 1792 < 2048;
+                const pf_i pf_B7_dst = pf_B0_dst + 3584;
+                const pf_i pf_B7_row = pf_B0_row;
+                const pf_i pf_B7_k = pf_B0_k + 56;
+                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                const pf_i pf_B7_ks = pf_B0_ks;
+                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                else if (pf_B7_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16384 + pf_B7_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
+                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -4575,23 +4712,23 @@ asm volatile("griddepcontrol.launch_dependents;");
                 pf_wgmma_fence();
                 #pragma unroll
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
-                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_7_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
-                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_7_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !((pf_kt - pf_kb) % 512 == 0) || pf_ks > 0);
+                  const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_3_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
+                  const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_3_B_desc, 2u * (unsigned)(pf_stage * 16384 + 0 * 4096 + pf_ks * 1024));
+                  pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db, 1);
                 }
                 pf_wgmma_commit();
                 if (pf_kt + 128 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4610,10 +4747,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4633,10 +4770,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4656,10 +4793,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 8192 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 8192 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4671,15 +4808,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4689,19 +4830,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B1_live = pf_tid + 256 < 1024;
-                      const pf_i pf_B1_dst = pf_B0_dst + 1024;
+                      const int pf_B1_live = pf_tid + 256 < 2048;
+                      const pf_i pf_B1_dst = pf_B0_dst + 512;
                       const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
+                      const pf_i pf_B1_k = pf_B0_k + 8;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
                       const pf_i pf_B1_ks = pf_B0_ks;
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4712,19 +4853,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B2_live = pf_tid + 512 < 1024;
-                      const pf_i pf_B2_dst = pf_B0_dst + 2048;
+                      const int pf_B2_live = pf_tid + 512 < 2048;
+                      const pf_i pf_B2_dst = pf_B0_dst + 1024;
                       const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B2_k = pf_B0_k + 16;
+                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
                       const pf_i pf_B2_ks = pf_B0_ks;
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4735,22 +4876,114 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B3_live = pf_tid + 768 < 1024;
-                      const pf_i pf_B3_dst = pf_B0_dst + 3072;
+                      const int pf_B3_live = pf_tid + 768 < 2048;
+                      const pf_i pf_B3_dst = pf_B0_dst + 1536;
                       const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
+                      const pf_i pf_B3_k = pf_B0_k + 24;
+                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
                       const pf_i pf_B3_ks = pf_B0_ks;
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8192 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B4_live = pf_tid + 1024 < 2048;
+                      const pf_i pf_B4_dst = pf_B0_dst + 2048;
+                      const pf_i pf_B4_row = pf_B0_row;
+                      const pf_i pf_B4_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B4_ks = pf_B0_ks;
+                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
+                      else if (pf_B4_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B4_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
+                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B5_live = pf_tid + 1280 < 2048;
+                      const pf_i pf_B5_dst = pf_B0_dst + 2560;
+                      const pf_i pf_B5_row = pf_B0_row;
+                      const pf_i pf_B5_k = pf_B0_k + 40;
+                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                      const pf_i pf_B5_ks = pf_B0_ks;
+                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
+                      else if (pf_B5_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B5_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
+                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B6_live = pf_tid + 1536 < 2048;
+                      const pf_i pf_B6_dst = pf_B0_dst + 3072;
+                      const pf_i pf_B6_row = pf_B0_row;
+                      const pf_i pf_B6_k = pf_B0_k + 48;
+                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                      const pf_i pf_B6_ks = pf_B0_ks;
+                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
+                      else if (pf_B6_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B6_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
+                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B7_live = pf_tid + 1792 < 2048;
+                      const pf_i pf_B7_dst = pf_B0_dst + 3584;
+                      const pf_i pf_B7_row = pf_B0_row;
+                      const pf_i pf_B7_k = pf_B0_k + 56;
+                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                      const pf_i pf_B7_ks = pf_B0_ks;
+                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
+                      else if (pf_B7_live) {
+                        const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16384 + pf_B7_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
+                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                           else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                         } else {
                           *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -4761,18 +4994,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                if ((pf_kt - pf_kb + 64) % 512 == 0 || pf_kt + 64 >= pf_ke) {
-                  pf_wgmma_wait0();
-                  #pragma unroll
-                  for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-                  #pragma unroll
-                  for (int pf_nt = 0; pf_nt < 16; pf_nt++)
-                  #pragma unroll
-                  for (int pf_r = 0; pf_r < 4; pf_r++)
-                    pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
-                } else {
-                  pf_wgmma_wait1();
-                }
+                pf_wgmma_wait1();
               }
             }
           }
@@ -4782,13 +5004,13 @@ asm volatile("griddepcontrol.launch_dependents;");
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 16; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 32; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r += 2) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
             const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) float pf_two[2];
+            __align__(8) unsigned short pf_two[2];
             int pf_inside[2];
             #pragma unroll
             for (int pf_c = 0; pf_c < 2; pf_c++) {
@@ -4798,40 +5020,41 @@ asm volatile("griddepcontrol.launch_dependents;");
               if (pf_inside[pf_c]) {
                 const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
                 float pf_cv = pf_acc[pf_mt][pf_nt][pf_r];
-                pf_two[pf_c] = pf_cv;
+                unsigned short pf_dv;
+                pf_dv = pf_f2h(pf_h2f(pf_f2h((float)(pf_cv))));
+                pf_two[pf_c] = pf_dv;
               }
             }
-            if (pf_inside[0] && pf_inside[1] && &t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln + 1)] == &t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)]) % sizeof(float2) == 0) {
-              *(float2 *)&t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)] = *(float2 *)pf_two;
+            if (pf_inside[0] && pf_inside[1] && &t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln + 1)))] == &t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))] + 1 && ((unsigned long long)&t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))]) % sizeof(unsigned int) == 0) {
+              *(unsigned int *)&t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))] = *(unsigned int *)pf_two;
             } else {
-              if (pf_inside[0]) t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln + 1)] = pf_two[1];
+              if (pf_inside[0]) t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))] = pf_two[0];
+              if (pf_inside[1]) t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln + 1)))] = pf_two[1];
             }
           }
         }
 #else
         {
-          /* tensor cores: 128 x 128 x 64 tiles, 2 x 4 warps of 64 x 32 (mma.m16n8k16) (4 stages) */
+          /* tensor cores: 128 x 256 x 64 tiles, 2 x 4 warps of 64 x 64 (mma.m16n8k16) (4 stages) */
           const pf_i pf_m0 = c0;
           const pf_i pf_n0 = c1;
           const pf_i pf_em = (4095 + 1);
           const pf_i pf_en = (4095 + 1);
           const pf_i pf_ek = (11007 + 1);
           const pf_i pf_kb = 0, pf_ke = pf_ek;
-          float pf_acc[4][4][4];
-          float pf_step[4][4][4] = {};
+          float pf_acc[4][8][4];
           const int pf_tid = (int)threadIdx.x;
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 4; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 8; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r++) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+            const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
             const int pf_in = 1;
-            pf_acc[pf_mt][pf_nt][pf_r] = pf_in ? (float)(t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)]) : 0.0f;
+            pf_acc[pf_mt][pf_nt][pf_r] = 0.0f; (void)pf_in;
           }
           const pf_i pf_A0_e = pf_tid + 0;
           const int pf_A0_live = pf_A0_e < 1024;
@@ -4848,10 +5071,10 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
           const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(32 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 96 < pf_em;
           const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 1024;
-          const pf_i pf_B0_line = pf_B0_e / 16;
-          const pf_i pf_B0_col = (pf_B0_e % 16) * 8;
-          const pf_i pf_B0_dst = pf_B0_line * 136 + pf_B0_col;
+          const int pf_B0_live = pf_B0_e < 2048;
+          const pf_i pf_B0_line = pf_B0_e / 32;
+          const pf_i pf_B0_col = (pf_B0_e % 32) * 8;
+          const pf_i pf_B0_dst = pf_B0_line * 264 + pf_B0_col;
           const pf_i pf_B0_row = pf_n0 + pf_B0_col;
           const pf_i pf_B0_k = pf_B0_line;
           const unsigned short *const pf_B0_src = (const unsigned short *)&t_Wd[(((pf_B0_k)) * (p_D) + ((pf_B0_row)))];
@@ -4860,19 +5083,23 @@ asm volatile("griddepcontrol.launch_dependents;");
           const int pf_B0_rows = pf_B0_live ? (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0) : 0;
           const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
           const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(16 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
+          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
           if (pf_A_all && pf_B_all) {
             #pragma unroll
             for (int pf_s = 0; pf_s < 3; pf_s++) {
               if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 2176], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 4352], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_s) * 8704 + pf_B0_dst + 6528], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 9216 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 9216 + pf_A0_dst + 2304], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 9216 + pf_A0_dst + 4608], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_s) * 9216 + pf_A0_dst + 6912], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 2112], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 4224], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 6336], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 8448], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 10560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 12672], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
+                pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_s) * 16896 + pf_B0_dst + 14784], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
               }
               pf_cp_async_commit();
             }
@@ -4880,15 +5107,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 0 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4907,10 +5134,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4930,10 +5157,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4953,10 +5180,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(0) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(0) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(0) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4968,15 +5195,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -4986,19 +5217,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 1024;
-                const pf_i pf_B1_dst = pf_B0_dst + 2176;
+                const int pf_B1_live = pf_tid + 256 < 2048;
+                const pf_i pf_B1_dst = pf_B0_dst + 2112;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 16;
-                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 8;
+                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5009,19 +5240,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 1024;
-                const pf_i pf_B2_dst = pf_B0_dst + 4352;
+                const int pf_B2_live = pf_tid + 512 < 2048;
+                const pf_i pf_B2_dst = pf_B0_dst + 4224;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 32;
-                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 16;
+                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5032,22 +5263,114 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 1024;
-                const pf_i pf_B3_dst = pf_B0_dst + 6528;
+                const int pf_B3_live = pf_tid + 768 < 2048;
+                const pf_i pf_B3_dst = pf_B0_dst + 6336;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 48;
-                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 24;
+                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(0) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(0) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B4_live = pf_tid + 1024 < 2048;
+                const pf_i pf_B4_dst = pf_B0_dst + 8448;
+                const pf_i pf_B4_row = pf_B0_row;
+                const pf_i pf_B4_k = pf_B0_k + 32;
+                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B4_ks = pf_B0_ks;
+                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
+                else if (pf_B4_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B4_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
+                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B5_live = pf_tid + 1280 < 2048;
+                const pf_i pf_B5_dst = pf_B0_dst + 10560;
+                const pf_i pf_B5_row = pf_B0_row;
+                const pf_i pf_B5_k = pf_B0_k + 40;
+                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                const pf_i pf_B5_ks = pf_B0_ks;
+                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
+                else if (pf_B5_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B5_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
+                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B6_live = pf_tid + 1536 < 2048;
+                const pf_i pf_B6_dst = pf_B0_dst + 12672;
+                const pf_i pf_B6_row = pf_B0_row;
+                const pf_i pf_B6_k = pf_B0_k + 48;
+                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B6_ks = pf_B0_ks;
+                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
+                else if (pf_B6_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B6_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
+                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B7_live = pf_tid + 1792 < 2048;
+                const pf_i pf_B7_dst = pf_B0_dst + 14784;
+                const pf_i pf_B7_row = pf_B0_row;
+                const pf_i pf_B7_k = pf_B0_k + 56;
+                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                const pf_i pf_B7_ks = pf_B0_ks;
+                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(0) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
+                else if (pf_B7_live) {
+                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(0) * 16896 + pf_B7_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
+                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -5061,15 +5384,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 64 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5088,10 +5411,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5111,10 +5434,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5134,10 +5457,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(1) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(1) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(1) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5149,15 +5472,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5167,19 +5494,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 1024;
-                const pf_i pf_B1_dst = pf_B0_dst + 2176;
+                const int pf_B1_live = pf_tid + 256 < 2048;
+                const pf_i pf_B1_dst = pf_B0_dst + 2112;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 16;
-                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 8;
+                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5190,19 +5517,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 1024;
-                const pf_i pf_B2_dst = pf_B0_dst + 4352;
+                const int pf_B2_live = pf_tid + 512 < 2048;
+                const pf_i pf_B2_dst = pf_B0_dst + 4224;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 32;
-                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 16;
+                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5213,22 +5540,114 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 1024;
-                const pf_i pf_B3_dst = pf_B0_dst + 6528;
+                const int pf_B3_live = pf_tid + 768 < 2048;
+                const pf_i pf_B3_dst = pf_B0_dst + 6336;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 48;
-                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 24;
+                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(1) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(1) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B4_live = pf_tid + 1024 < 2048;
+                const pf_i pf_B4_dst = pf_B0_dst + 8448;
+                const pf_i pf_B4_row = pf_B0_row;
+                const pf_i pf_B4_k = pf_B0_k + 32;
+                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B4_ks = pf_B0_ks;
+                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
+                else if (pf_B4_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B4_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
+                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B5_live = pf_tid + 1280 < 2048;
+                const pf_i pf_B5_dst = pf_B0_dst + 10560;
+                const pf_i pf_B5_row = pf_B0_row;
+                const pf_i pf_B5_k = pf_B0_k + 40;
+                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                const pf_i pf_B5_ks = pf_B0_ks;
+                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
+                else if (pf_B5_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B5_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
+                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B6_live = pf_tid + 1536 < 2048;
+                const pf_i pf_B6_dst = pf_B0_dst + 12672;
+                const pf_i pf_B6_row = pf_B0_row;
+                const pf_i pf_B6_k = pf_B0_k + 48;
+                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B6_ks = pf_B0_ks;
+                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
+                else if (pf_B6_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B6_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
+                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B7_live = pf_tid + 1792 < 2048;
+                const pf_i pf_B7_dst = pf_B0_dst + 14784;
+                const pf_i pf_B7_row = pf_B0_row;
+                const pf_i pf_B7_k = pf_B0_k + 56;
+                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                const pf_i pf_B7_ks = pf_B0_ks;
+                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(1) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
+                else if (pf_B7_live) {
+                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(1) * 16896 + pf_B7_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
+                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -5242,15 +5661,15 @@ asm volatile("griddepcontrol.launch_dependents;");
           if (pf_kb + 128 < pf_ke) {
             const int pf_full = 1;
             if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 0 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 32 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 64 * pf_A0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks + 96 * pf_A0_ls));
             } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
+              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks));
               else if (pf_A0_live) {
                 const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_A[(2) * 9216 + pf_A0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_A[(2) * 9216 + pf_A0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 128)) * pf_A0_ks);
                   if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5269,10 +5688,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                 const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                 const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
+                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks));
                 else if (pf_A1_live) {
                   const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(2) * 9216 + pf_A1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(2) * 9216 + pf_A1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 128)) * pf_A1_ks);
                     if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5292,10 +5711,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                 const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                 const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
+                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks));
                 else if (pf_A2_live) {
                   const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(2) * 9216 + pf_A2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(2) * 9216 + pf_A2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 128)) * pf_A2_ks);
                     if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5315,10 +5734,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                 const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                 const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
+                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(2) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks));
                 else if (pf_A3_live) {
                   const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_A[(2) * 9216 + pf_A3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_A[(2) * 9216 + pf_A3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 128)) * pf_A3_ks);
                     if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5330,15 +5749,19 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
             if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 0 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 8 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 16 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 24 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 32 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 40 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 48 * pf_B0_ls));
+              pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks + 56 * pf_B0_ls));
             } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
+              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks));
               else if (pf_B0_live) {
                 const int pf_count = ((pf_kb + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B0_dst];
+                unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B0_dst];
                 if (pf_count > 0) {
                   const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 128)) * pf_B0_ks);
                   if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5348,19 +5771,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B1_live = pf_tid + 256 < 1024;
-                const pf_i pf_B1_dst = pf_B0_dst + 2176;
+                const int pf_B1_live = pf_tid + 256 < 2048;
+                const pf_i pf_B1_dst = pf_B0_dst + 2112;
                 const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 16;
-                const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
+                const pf_i pf_B1_k = pf_B0_k + 8;
+                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
                 const pf_i pf_B1_ks = pf_B0_ks;
                 const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                 const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
+                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks));
                 else if (pf_B1_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B1_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B1_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 128)) * pf_B1_ks);
                     if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5371,19 +5794,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B2_live = pf_tid + 512 < 1024;
-                const pf_i pf_B2_dst = pf_B0_dst + 4352;
+                const int pf_B2_live = pf_tid + 512 < 2048;
+                const pf_i pf_B2_dst = pf_B0_dst + 4224;
                 const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 32;
-                const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B2_k = pf_B0_k + 16;
+                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
                 const pf_i pf_B2_ks = pf_B0_ks;
                 const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                 const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
+                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks));
                 else if (pf_B2_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B2_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B2_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 128)) * pf_B2_ks);
                     if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5394,22 +5817,114 @@ asm volatile("griddepcontrol.launch_dependents;");
                 }
               }
               {
-                const int pf_B3_live = pf_tid + 768 < 1024;
-                const pf_i pf_B3_dst = pf_B0_dst + 6528;
+                const int pf_B3_live = pf_tid + 768 < 2048;
+                const pf_i pf_B3_dst = pf_B0_dst + 6336;
                 const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 48;
-                const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B3_k = pf_B0_k + 24;
+                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
                 const pf_i pf_B3_ks = pf_B0_ks;
                 const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                 const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                 const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(2) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
+                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks));
                 else if (pf_B3_live) {
                   const int pf_count = ((pf_kb + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_7_B[(2) * 8704 + pf_B3_dst];
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B3_dst];
                   if (pf_count > 0) {
                     const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 128)) * pf_B3_ks);
                     if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B4_live = pf_tid + 1024 < 2048;
+                const pf_i pf_B4_dst = pf_B0_dst + 8448;
+                const pf_i pf_B4_row = pf_B0_row;
+                const pf_i pf_B4_k = pf_B0_k + 32;
+                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                const pf_i pf_B4_ks = pf_B0_ks;
+                const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks));
+                else if (pf_B4_live) {
+                  const int pf_count = ((pf_kb + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B4_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 128)) * pf_B4_ks);
+                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B5_live = pf_tid + 1280 < 2048;
+                const pf_i pf_B5_dst = pf_B0_dst + 10560;
+                const pf_i pf_B5_row = pf_B0_row;
+                const pf_i pf_B5_k = pf_B0_k + 40;
+                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                const pf_i pf_B5_ks = pf_B0_ks;
+                const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks));
+                else if (pf_B5_live) {
+                  const int pf_count = ((pf_kb + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B5_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 128)) * pf_B5_ks);
+                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B6_live = pf_tid + 1536 < 2048;
+                const pf_i pf_B6_dst = pf_B0_dst + 12672;
+                const pf_i pf_B6_row = pf_B0_row;
+                const pf_i pf_B6_k = pf_B0_k + 48;
+                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                const pf_i pf_B6_ks = pf_B0_ks;
+                const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks));
+                else if (pf_B6_live) {
+                  const int pf_count = ((pf_kb + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B6_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 128)) * pf_B6_ks);
+                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                  } else {
+                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                  }
+                }
+              }
+              {
+                const int pf_B7_live = pf_tid + 1792 < 2048;
+                const pf_i pf_B7_dst = pf_B0_dst + 14784;
+                const pf_i pf_B7_row = pf_B0_row;
+                const pf_i pf_B7_k = pf_B0_k + 56;
+                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                const pf_i pf_B7_ks = pf_B0_ks;
+                const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(2) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks));
+                else if (pf_B7_live) {
+                  const int pf_count = ((pf_kb + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                  unsigned short *pf_dst = &pf_mma_kernel_3_B[(2) * 16896 + pf_B7_dst];
+                  if (pf_count > 0) {
+                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 128)) * pf_B7_ks);
+                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                     else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                   } else {
                     *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -5433,15 +5948,15 @@ asm volatile("griddepcontrol.launch_dependents;");
                 if (pf_kt + 192 < pf_ke) {
                   const int pf_full = 1;
                   if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 0 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A0_dst + 2304], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 32 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A0_dst + 4608], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 64 * pf_A0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A0_dst + 6912], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks + 96 * pf_A0_ls));
                   } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
+                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A0_dst], (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks));
                     else if (pf_A0_live) {
                       const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 192)) * pf_A0_ks);
                         if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5460,10 +5975,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
                       const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
                       const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
+                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A1_dst], (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks));
                       else if (pf_A1_live) {
                         const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 192)) * pf_A1_ks);
                           if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5483,10 +5998,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
                       const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
                       const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
+                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A2_dst], (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks));
                       else if (pf_A2_live) {
                         const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 192)) * pf_A2_ks);
                           if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5506,10 +6021,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                       const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
                       const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
                       const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
+                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A3_dst], (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks));
                       else if (pf_A3_live) {
                         const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 192) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_A[(pf_next) * 9216 + pf_A3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_A[(pf_next) * 9216 + pf_A3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 192)) * pf_A3_ks);
                           if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5521,15 +6036,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                     }
                   }
                   if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 2176], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 4352], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst + 6528], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 0 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 2112], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 8 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 4224], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 16 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 6336], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 24 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 8448], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 32 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 10560], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 40 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 12672], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 48 * pf_B0_ls));
+                    pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst + 14784], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks + 56 * pf_B0_ls));
                   } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
+                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst], (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks));
                     else if (pf_B0_live) {
                       const int pf_count = ((pf_kt + 192) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B0_dst];
+                      unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B0_dst];
                       if (pf_count > 0) {
                         const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 192)) * pf_B0_ks);
                         if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5539,19 +6058,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B1_live = pf_tid + 256 < 1024;
-                      const pf_i pf_B1_dst = pf_B0_dst + 2176;
+                      const int pf_B1_live = pf_tid + 256 < 2048;
+                      const pf_i pf_B1_dst = pf_B0_dst + 2112;
                       const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 16 * pf_B0_ls;
+                      const pf_i pf_B1_k = pf_B0_k + 8;
+                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
                       const pf_i pf_B1_ks = pf_B0_ks;
                       const int pf_B1_rows = pf_B1_live ? (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
                       const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
+                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B1_dst], (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks));
                       else if (pf_B1_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B1_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B1_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 192)) * pf_B1_ks);
                           if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5562,19 +6081,19 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B2_live = pf_tid + 512 < 1024;
-                      const pf_i pf_B2_dst = pf_B0_dst + 4352;
+                      const int pf_B2_live = pf_tid + 512 < 2048;
+                      const pf_i pf_B2_dst = pf_B0_dst + 4224;
                       const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B2_k = pf_B0_k + 16;
+                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
                       const pf_i pf_B2_ks = pf_B0_ks;
                       const int pf_B2_rows = pf_B2_live ? (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
                       const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
+                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B2_dst], (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks));
                       else if (pf_B2_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B2_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B2_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 192)) * pf_B2_ks);
                           if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
@@ -5585,22 +6104,114 @@ asm volatile("griddepcontrol.launch_dependents;");
                       }
                     }
                     {
-                      const int pf_B3_live = pf_tid + 768 < 1024;
-                      const pf_i pf_B3_dst = pf_B0_dst + 6528;
+                      const int pf_B3_live = pf_tid + 768 < 2048;
+                      const pf_i pf_B3_dst = pf_B0_dst + 6336;
                       const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 48 * pf_B0_ls;
+                      const pf_i pf_B3_k = pf_B0_k + 24;
+                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
                       const pf_i pf_B3_ks = pf_B0_ks;
                       const int pf_B3_rows = pf_B3_live ? (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0) : 0;
                       const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
                       const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
+                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B3_dst], (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks));
                       else if (pf_B3_live) {
                         const int pf_count = ((pf_kt + 192) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_7_B[(pf_next) * 8704 + pf_B3_dst];
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B3_dst];
                         if (pf_count > 0) {
                           const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 192)) * pf_B3_ks);
                           if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B4_live = pf_tid + 1024 < 2048;
+                      const pf_i pf_B4_dst = pf_B0_dst + 8448;
+                      const pf_i pf_B4_row = pf_B0_row;
+                      const pf_i pf_B4_k = pf_B0_k + 32;
+                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
+                      const pf_i pf_B4_ks = pf_B0_ks;
+                      const int pf_B4_rows = pf_B4_live ? (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
+                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
+                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B4_dst], (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks));
+                      else if (pf_B4_live) {
+                        const int pf_count = ((pf_kt + 192) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B4_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 192)) * pf_B4_ks);
+                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B5_live = pf_tid + 1280 < 2048;
+                      const pf_i pf_B5_dst = pf_B0_dst + 10560;
+                      const pf_i pf_B5_row = pf_B0_row;
+                      const pf_i pf_B5_k = pf_B0_k + 40;
+                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
+                      const pf_i pf_B5_ks = pf_B0_ks;
+                      const int pf_B5_rows = pf_B5_live ? (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
+                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
+                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B5_dst], (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks));
+                      else if (pf_B5_live) {
+                        const int pf_count = ((pf_kt + 192) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B5_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 192)) * pf_B5_ks);
+                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B6_live = pf_tid + 1536 < 2048;
+                      const pf_i pf_B6_dst = pf_B0_dst + 12672;
+                      const pf_i pf_B6_row = pf_B0_row;
+                      const pf_i pf_B6_k = pf_B0_k + 48;
+                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
+                      const pf_i pf_B6_ks = pf_B0_ks;
+                      const int pf_B6_rows = pf_B6_live ? (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
+                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
+                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B6_dst], (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks));
+                      else if (pf_B6_live) {
+                        const int pf_count = ((pf_kt + 192) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B6_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 192)) * pf_B6_ks);
+                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
+                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
+                        } else {
+                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
+                        }
+                      }
+                    }
+                    {
+                      const int pf_B7_live = pf_tid + 1792 < 2048;
+                      const pf_i pf_B7_dst = pf_B0_dst + 14784;
+                      const pf_i pf_B7_row = pf_B0_row;
+                      const pf_i pf_B7_k = pf_B0_k + 56;
+                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
+                      const pf_i pf_B7_ks = pf_B0_ks;
+                      const int pf_B7_rows = pf_B7_live ? (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0) : 0;
+                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
+                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
+                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B7_dst], (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks));
+                      else if (pf_B7_live) {
+                        const int pf_count = ((pf_kt + 192) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
+                        unsigned short *pf_dst = &pf_mma_kernel_3_B[(pf_next) * 16896 + pf_B7_dst];
+                        if (pf_count > 0) {
+                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 192)) * pf_B7_ks);
+                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
                           else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
                         } else {
                           *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
@@ -5611,29 +6222,22 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                if ((pf_kt - pf_kb) % 512 == 0)
-                  #pragma unroll
-                  for (int pf_mt = 0; pf_mt < 4; pf_mt++)
-                  #pragma unroll
-                  for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-                  #pragma unroll
-                  for (int pf_r = 0; pf_r < 4; pf_r++) pf_step[pf_mt][pf_nt][pf_r] = 0.0f;
                 const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
                 const pf_i pf_wr = (pf_warp / 4) * 64;
-                const pf_i pf_wc = (pf_warp % 4) * 32;
-                unsigned pf_fa[2][4][4], pf_fb[2][4][2];
+                const pf_i pf_wc = (pf_warp % 4) * 64;
+                unsigned pf_fa[2][4][4], pf_fb[2][8][2];
                 {
                   const int pf_kk = 0;
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                     const int pf_ar = pf_wr + pf_mt * 16;
-                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_7_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                    pf_ldmatrix_x4(pf_fa[0][pf_mt], &pf_mma_kernel_3_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                   }
                   #pragma unroll
-                  for (int pf_np = 0; pf_np < 2; pf_np++) {
+                  for (int pf_np = 0; pf_np < 4; pf_np++) {
                     const int pf_bc = pf_wc + pf_np * 16;
                     unsigned pf_q[4];
-                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_7_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                    pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_3_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                     pf_fb[0][2 * pf_np][0] = pf_q[0]; pf_fb[0][2 * pf_np][1] = pf_q[1];
                     pf_fb[0][2 * pf_np + 1][0] = pf_q[2]; pf_fb[0][2 * pf_np + 1][1] = pf_q[3];
                   }
@@ -5646,13 +6250,13 @@ asm volatile("griddepcontrol.launch_dependents;");
                     #pragma unroll
                     for (int pf_mt = 0; pf_mt < 4; pf_mt++) {
                       const int pf_ar = pf_wr + pf_mt * 16;
-                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_7_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
+                      pf_ldmatrix_x4(pf_fa[(pf_ks + 1) % 2][pf_mt], &pf_mma_kernel_3_A[pf_stage * 9216 + (pf_ar + (pf_lane) % 8 + ((pf_lane) / 8) % 2 * 8) * 72 + pf_kk + (pf_lane) / 16 * 8]);
                     }
                     #pragma unroll
-                    for (int pf_np = 0; pf_np < 2; pf_np++) {
+                    for (int pf_np = 0; pf_np < 4; pf_np++) {
                       const int pf_bc = pf_wc + pf_np * 16;
                       unsigned pf_q[4];
-                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_7_B[pf_stage * 8704 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 136 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
+                      pf_ldmatrix_x4_trans(pf_q, &pf_mma_kernel_3_B[pf_stage * 16896 + (pf_kk + ((pf_lane) / 8) % 2 * 8 + (pf_lane) % 8) * 264 + pf_bc + ((pf_lane) / 8) / 2 * 8]);
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np][0] = pf_q[0]; pf_fb[(pf_ks + 1) % 2][2 * pf_np][1] = pf_q[1];
                       pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][0] = pf_q[2]; pf_fb[(pf_ks + 1) % 2][2 * pf_np + 1][1] = pf_q[3];
                     }
@@ -5660,17 +6264,9 @@ asm volatile("griddepcontrol.launch_dependents;");
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++)
                   #pragma unroll
-                  for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-                    pf_mma_f16(pf_step[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  for (int pf_nt = 0; pf_nt < 8; pf_nt++)
+                    pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
                 }
-                if ((pf_kt - pf_kb + 64) % 512 == 0 || pf_kt + 64 >= pf_ke)
-                  #pragma unroll
-                  for (int pf_mt = 0; pf_mt < 4; pf_mt++)
-                  #pragma unroll
-                  for (int pf_nt = 0; pf_nt < 4; pf_nt++)
-                  #pragma unroll
-                  for (int pf_r = 0; pf_r < 4; pf_r++)
-                    pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
               }
             }
           }
@@ -5679,13 +6275,13 @@ asm volatile("griddepcontrol.launch_dependents;");
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 4; pf_mt++)
           #pragma unroll
-          for (int pf_nt = 0; pf_nt < 4; pf_nt++)
+          for (int pf_nt = 0; pf_nt < 8; pf_nt++)
           #pragma unroll
           for (int pf_r = 0; pf_r < 4; pf_r += 2) {
             const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
             const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 32 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) float pf_two[2];
+            const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+            __align__(8) unsigned short pf_two[2];
             int pf_inside[2];
             #pragma unroll
             for (int pf_c = 0; pf_c < 2; pf_c++) {
@@ -5695,39 +6291,20 @@ asm volatile("griddepcontrol.launch_dependents;");
               if (pf_inside[pf_c]) {
                 const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
                 float pf_cv = pf_acc[pf_mt][pf_nt][pf_r];
-                pf_two[pf_c] = pf_cv;
+                unsigned short pf_dv;
+                pf_dv = pf_f2h(pf_h2f(pf_f2h((float)(pf_cv))));
+                pf_two[pf_c] = pf_dv;
               }
             }
-            if (pf_inside[0] && pf_inside[1] && &t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln + 1)] == &t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)]) % sizeof(float2) == 0) {
-              *(float2 *)&t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)] = *(float2 *)pf_two;
+            if (pf_inside[0] && pf_inside[1] && &t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln + 1)))] == &t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))] + 1 && ((unsigned long long)&t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))]) % sizeof(unsigned int) == 0) {
+              *(unsigned int *)&t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))] = *(unsigned int *)pf_two;
             } else {
-              if (pf_inside[0]) t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_acc[((c0 + pf_lm)) * (p_D) + (c1 + pf_ln + 1)] = pf_two[1];
+              if (pf_inside[0]) t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln)))] = pf_two[0];
+              if (pf_inside[1]) t_Y[(((pf_m0 + pf_lm)) * (p_D) + ((pf_n0 + pf_ln + 1)))] = pf_two[1];
             }
           }
         }
 #endif
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_8(unsigned short *__restrict__ t_X, unsigned short *__restrict__ t_w, unsigned short *__restrict__ t_Wg, unsigned short *__restrict__ t_Wu, unsigned short *__restrict__ t_Wd, unsigned short *__restrict__ t_Y, float *__restrict__ t_Ms, unsigned short *__restrict__ t_Xn, float *__restrict__ t_Gt, float *__restrict__ t_Up, unsigned short *__restrict__ t_Hd, float *__restrict__ t_acc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 4096;
-  const pf_i p_D = 4096;
-  const pf_i p_F = 11008;
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 4095); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 4095); c1 += (pf_i)gridDim.x * 64) {
-      for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
-          t_Y[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(t_acc[((((c0 + c2))) * (p_D) + (((c1 + c3))))]))));
-        }
       }
       __syncthreads();
     }
