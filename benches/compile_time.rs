@@ -310,9 +310,15 @@ fn main() {
             "# Compile time\n\nWritten by `cargo bench --bench compile_time -- --write` \
              (issue 34): one compilation each, `--emit cuda`'s work (schedule, map to the GPU, \
              print; no CPU kernel, so the `cpu` column is the f64 reference alone), default options, no cache, the watch's fallback after {} s. \
-             Machine: this project's 2-core development machine, CPU only.\n\n",
-            watch.fallback.as_secs()
+             Machine: this project's 2-core development machine, CPU only. Measured {}.\n\n",
+            watch.fallback.as_secs(),
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
         );
-        std::fs::write(root.join("bench/COMPILE.md"), head + &t).expect("write bench/COMPILE.md");
+        // The sections after the table (measurements by hand, profiles)
+        // stay as they are.
+        let path = root.join("bench/COMPILE.md");
+        let old = std::fs::read_to_string(&path).unwrap_or_default();
+        let sections = old.find("\n## ").map(|at| &old[at..]).unwrap_or("");
+        std::fs::write(&path, head + &t + sections).expect("write bench/COMPILE.md");
     }
 }
