@@ -534,6 +534,22 @@ mod tests {
     use crate::frontend::load_str;
     use crate::isl::IslPrint;
 
+    /// `json`'s program, its model, dependences and minimal-fusion
+    /// schedule, given to `f`.
+    fn with_min<R>(
+        json: &str,
+        f: impl FnOnce(&Isl, &Program, &Scop, &Dependences, &Schedule) -> R,
+    ) -> R {
+        let program = load_str(json, "p.json").unwrap();
+        let isl = Isl::new();
+        let scop = crate::model::build(&isl, &program).unwrap();
+        let order = crate::schedule::canonical(&isl, &scop).unwrap();
+        let deps = crate::deps::compute(&scop, &order).unwrap();
+        let min =
+            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
+        f(&isl, &program, &scop, &deps, &min)
+    }
+
     /// `acc +=! A B; D = f16(tanh(acc + bias))` under minimal fusion: three
     /// children become one band over `(m, n, k)`, which the dependences
     /// allow.
@@ -547,23 +563,18 @@ mod tests {
             "temps": {"acc": {"dtype": "f32", "shape": ["M", "N"]}},
             "body": ["acc(m, n) +=! f32(A(m, k)) * f32(B(k, n))",
                      "D(j, i) = f16(tanh(acc(i, j) + f32(bias(j))))"]}"#;
-        let program = load_str(json, "p.json").unwrap();
-        let isl = Isl::new();
-        let scop = crate::model::build(&isl, &program).unwrap();
-        let order = crate::schedule::canonical(&isl, &scop).unwrap();
-        let deps = crate::deps::compute(&scop, &order).unwrap();
-        let min =
-            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
-        let fused = contraction_epilogues(&isl, &program, &scop, &deps, &min)
-            .unwrap()
-            .expect("a group");
-        crate::schedule::check_legal("p.json", &fused, &scop, &deps).unwrap();
-        let text = fused.get_root().unwrap().text();
-        // The consumer's member along `m` is its second iterator (`i`).
-        assert!(text.contains("S1[j, i] -> [(i)]"), "{text}");
-        assert!(text.contains("S1[j, i] -> [(55)]"), "{text}");
-        let tree = ScheduleTree::from_isl(&fused.get_root().unwrap()).unwrap();
-        assert!(matches!(tree.root, Tree::Band(..)), "{text}");
+        with_min(json, |isl, program, scop, deps, min| {
+            let fused = contraction_epilogues(isl, program, scop, deps, min)
+                .unwrap()
+                .expect("a group");
+            crate::schedule::check_legal("p.json", &fused, scop, deps).unwrap();
+            let text = fused.get_root().unwrap().text();
+            // The consumer's member along `m` is its second iterator (`i`).
+            assert!(text.contains("S1[j, i] -> [(i)]"), "{text}");
+            assert!(text.contains("S1[j, i] -> [(55)]"), "{text}");
+            let tree = ScheduleTree::from_isl(&fused.get_root().unwrap()).unwrap();
+            assert!(matches!(tree.root, Tree::Band(..)), "{text}");
+        });
     }
 
     /// A consumer that overwrites an operand of the product (`D` read as
@@ -579,32 +590,27 @@ mod tests {
             "body": ["D(m, n) = X(m, n)",
                      "acc(m, n) +=! D(m, k) * B(k, n)",
                      "D(i, j) = acc(i, j) * 2"]}"#;
-        let program = load_str(json, "p.json").unwrap();
-        let isl = Isl::new();
-        let scop = crate::model::build(&isl, &program).unwrap();
-        let order = crate::schedule::canonical(&isl, &scop).unwrap();
-        let deps = crate::deps::compute(&scop, &order).unwrap();
-        let min =
-            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
-        // The group is found (the consumer reads `acc` at its element)...
-        let stmts = child_statements(&isl, &scop, &{
-            let tree = ScheduleTree::from_isl(&min.get_root().unwrap()).unwrap();
-            match tree.root {
-                Tree::Sequence(c) => c,
-                other => panic!("{other:?}"),
-            }
-        })
-        .unwrap();
-        let at = (0..stmts.len())
-            .position(|k| single(&stmts, k).is_some_and(|s| s.name == "S1_init"))
+        with_min(json, |isl, program, scop, deps, min| {
+            // The group is found (the consumer reads `acc` at its element)...
+            let stmts = child_statements(isl, scop, &{
+                let tree = ScheduleTree::from_isl(&min.get_root().unwrap()).unwrap();
+                match tree.root {
+                    Tree::Sequence(c) => c,
+                    other => panic!("{other:?}"),
+                }
+            })
             .unwrap();
-        assert!(group_at(&program, &scop, &stmts, at, Consumers::AtLeastOne)
-            .unwrap()
-            .is_some());
-        // ...and refused by the dependences.
-        assert!(contraction_epilogues(&isl, &program, &scop, &deps, &min)
-            .unwrap()
-            .is_none());
+            let at = (0..stmts.len())
+                .position(|k| single(&stmts, k).is_some_and(|s| s.name == "S1_init"))
+                .unwrap();
+            assert!(group_at(program, scop, &stmts, at, Consumers::AtLeastOne)
+                .unwrap()
+                .is_some());
+            // ...and refused by the dependences.
+            assert!(contraction_epilogues(isl, program, scop, deps, min)
+                .unwrap()
+                .is_none());
+        });
     }
 
     /// A LayerNorm before a product whose accumulator minimal fusion
@@ -628,36 +634,30 @@ mod tests {
                      "Xn(m, k) = (X(m, k) - mu(m)) * rsqrt(var(m) + 1e-5)",
                      "acc(m, n) +=! Xn(m, k) * W(k, n)",
                      "Y(m, n) = tanh(acc(m, n))"]}"#;
-        let program = load_str(json, "p.json").unwrap();
-        let isl = Isl::new();
-        let scop = crate::model::build(&isl, &program).unwrap();
-        let order = crate::schedule::canonical(&isl, &scop).unwrap();
-        let deps = crate::deps::compute(&scop, &order).unwrap();
-        let min =
-            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
-        let runs = contraction_epilogues_fused_runs(&isl, &program, &scop, &deps, &min)
-            .unwrap()
-            .expect("a run fused");
-        crate::schedule::check_legal("p.json", &runs, &scop, &deps).unwrap();
-        let tree = ScheduleTree::from_isl(&runs.get_root().unwrap()).unwrap();
-        let Tree::Sequence(children) = &tree.root else {
-            panic!("{tree:?}");
-        };
-        assert_eq!(children.len(), 2, "{children:?}");
-        let normalisation = isl.union_set(&children[0].0).unwrap();
-        let names: Vec<String> = scop
-            .statements_in(&normalisation)
-            .unwrap()
-            .iter()
-            .map(|s| s.name.clone())
-            .collect();
-        for s in ["S0_init", "S0", "S1_init", "S1", "S2"] {
-            assert!(names.contains(&s.to_string()), "{names:?}");
-        }
-        assert!(matches!(children[0].1, Tree::Band(..)), "{children:?}");
-        let product = isl.union_set(&children[1].0).unwrap();
-        assert_eq!(scop.statements_in(&product).unwrap().len(), 3);
-
+        with_min(json, |isl, program, scop, deps, min| {
+            let runs = contraction_epilogues_fused_runs(isl, program, scop, deps, min)
+                .unwrap()
+                .expect("a run fused");
+            crate::schedule::check_legal("p.json", &runs, scop, deps).unwrap();
+            let tree = ScheduleTree::from_isl(&runs.get_root().unwrap()).unwrap();
+            let Tree::Sequence(children) = &tree.root else {
+                panic!("{tree:?}");
+            };
+            assert_eq!(children.len(), 2, "{children:?}");
+            let normalisation = isl.union_set(&children[0].0).unwrap();
+            let names: Vec<String> = scop
+                .statements_in(&normalisation)
+                .unwrap()
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
+            for s in ["S0_init", "S0", "S1_init", "S1", "S2"] {
+                assert!(names.contains(&s.to_string()), "{names:?}");
+            }
+            assert!(matches!(children[0].1, Tree::Band(..)), "{children:?}");
+            let product = isl.union_set(&children[1].0).unwrap();
+            assert_eq!(scop.statements_in(&product).unwrap().len(), 3);
+        });
         let alone = r#"{"name": "p", "params": {"M": 30, "K": 50},
             "inputs": {"X": {"dtype": "f32", "shape": ["M", "K"]}},
             "outputs": {"Y": {"dtype": "f32", "shape": ["M", "K"]}},
@@ -666,17 +666,14 @@ mod tests {
             "body": ["mu(m) +=! X(m, k) / K",
                      "var(m) +=! (X(m, k) - mu(m)) * (X(m, k) - mu(m)) / K",
                      "Y(m, k) = (X(m, k) - mu(m)) * rsqrt(var(m) + 1e-5)"]}"#;
-        let alone = load_str(alone, "p.json").unwrap();
-        let scop = crate::model::build(&isl, &alone).unwrap();
-        let order = crate::schedule::canonical(&isl, &scop).unwrap();
-        let deps = crate::deps::compute(&scop, &order).unwrap();
-        let min =
-            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
-        assert!(
-            contraction_epilogues_fused_runs(&isl, &alone, &scop, &deps, &min)
-                .unwrap()
-                .is_none()
-        );
+
+        with_min(alone, |isl, alone, scop, deps, min| {
+            assert!(
+                contraction_epilogues_fused_runs(isl, alone, scop, deps, min)
+                    .unwrap()
+                    .is_none()
+            );
+        });
     }
 
     /// A consumer that reads the accumulator at another element is not an
@@ -690,15 +687,10 @@ mod tests {
             "temps": {"acc": {"dtype": "f32", "shape": ["M", "N"]}},
             "body": ["acc(m, n) +=! A(m, k) * B(k, n)",
                      "D(i, j) = acc(i, 0) + acc(i, j)"]}"#;
-        let program = load_str(json, "p.json").unwrap();
-        let isl = Isl::new();
-        let scop = crate::model::build(&isl, &program).unwrap();
-        let order = crate::schedule::canonical(&isl, &scop).unwrap();
-        let deps = crate::deps::compute(&scop, &order).unwrap();
-        let min =
-            crate::schedule::compute(&isl, &scop, &deps, crate::schedule::Strategy::Min).unwrap();
-        assert!(contraction_epilogues(&isl, &program, &scop, &deps, &min)
-            .unwrap()
-            .is_none());
+        with_min(json, |isl, program, scop, deps, min| {
+            assert!(contraction_epilogues(isl, program, scop, deps, min)
+                .unwrap()
+                .is_none());
+        });
     }
 }
