@@ -1358,13 +1358,13 @@ impl Ctx<'_> {
         // may take different copies): unswitched on a select the
         // loop does not change (`unswitch`).
         if matched.is_none() && in_thread && self.lanes().is_none() {
-            if let Some(c) = self.invariant_select(body) {
+            if let Some((c, cond)) = self.invariant_select(body) {
                 for (arm, open) in [(true, format!("if ({c})")), (false, "} else".into())] {
                     let _ = writeln!(out, "{pad}{open} {{");
                     self.printer
                         .fixed_selects
                         .borrow_mut()
-                        .push((c.clone(), arm));
+                        .push((cond.clone(), arm));
                     self.node(n, depth + 1, pending, in_thread, out);
                     self.printer.fixed_selects.borrow_mut().pop();
                 }

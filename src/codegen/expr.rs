@@ -154,10 +154,11 @@ pub struct Printer<'a> {
     /// Tensors held in thread-private arrays where the printer is (see
     /// `gpu::private`): every access to them names the array instead.
     pub privates: std::cell::RefCell<HashMap<String, PrivateView>>,
-    /// Conditions (as printed) of selects whose arm is known where the
-    /// printer is: a loop unswitched on them (`codegen::unswitch`) prints
-    /// `c ? a : b` as `a` in its `c` copy and as `b` in the other.
-    pub fixed_selects: std::cell::RefCell<Vec<(String, bool)>>,
+    /// Conditions of selects whose arm is known where the printer is (the
+    /// program's expressions, compared as such): a loop unswitched on them
+    /// (`codegen::unswitch`) prints `c ? a : b` as `a` in its `c` copy and
+    /// as `b` in the other.
+    pub fixed_selects: std::cell::RefCell<Vec<(Expr, bool)>>,
     /// Reads replaced by registers loaded ahead of the loop the printer is
     /// in (`codegen::rowcopy`): statement, access text, register element.
     pub run_reads: std::cell::RefCell<Vec<(String, String, String)>>,
@@ -410,12 +411,14 @@ impl Printer<'_> {
                 }
             }
             ExprKind::Select(c, a, b) => {
+                // Printed even where its arm is known: printing notes the
+                // global tensors it reads (`globals`).
                 let cond = self.expr(c, env);
                 let fixed = self
                     .fixed_selects
                     .borrow()
                     .iter()
-                    .find(|(t, _)| *t == cond)
+                    .find(|(e, _)| e == &**c)
                     .map(|(_, v)| *v);
                 match fixed {
                     Some(true) => self.expr(a, env),

@@ -21,13 +21,14 @@ use crate::frontend::ast::{Expr, ExprKind};
 use crate::isl::ast::{Expr as AstExpr, Node};
 
 impl Ctx<'_> {
-    /// The printed condition of a select in the statements of `body` (an
-    /// innermost loop's body) whose value the loop does not change: it
+    /// A select's condition in the statements of `body` (an innermost
+    /// loop's body), printed and as the program's expression, whose value
+    /// the loop does not change: it
     /// reads nothing but thread-private scalars, none of which the loop's
     /// statements write. None where there is no such select, where the
     /// loop holds a loop or a mark, or where the condition is fixed
     /// already (the unswitched copies themselves).
-    pub(super) fn invariant_select(&self, body: &Node) -> Option<String> {
+    pub(super) fn invariant_select(&self, body: &Node) -> Option<(String, Expr)> {
         let mut users = Vec::new();
         if !innermost_statements(body, true, &mut users) {
             return None;
@@ -55,18 +56,17 @@ impl Ctx<'_> {
                 if !reads_only(c, &scalar) {
                     continue;
                 }
-                let env = self.statement_env(&s.iterators, args);
-                let text = self.printer.expr(c, &env);
                 if self
                     .printer
                     .fixed_selects
                     .borrow()
                     .iter()
-                    .any(|(t, _)| *t == text)
+                    .any(|(e, _)| e == c)
                 {
                     continue;
                 }
-                return Some(text);
+                let env = self.statement_env(&s.iterators, args);
+                return Some((self.printer.expr(c, &env), c.clone()));
             }
         }
         None
