@@ -50,8 +50,8 @@ pub fn contraction_epilogues(
     schedule: &Schedule,
 ) -> Result<Option<Schedule>> {
     match groups(isl, program, scop, deps, schedule, false)? {
-        Some(g) => Ok(Some(to_schedule(isl, &g.domain, g.children)?)),
-        None => Ok(None),
+        Some(g) if g.grouped.contains(&true) => Ok(Some(to_schedule(isl, &g.domain, g.children)?)),
+        _ => Ok(None),
     }
 }
 
@@ -67,7 +67,8 @@ pub(crate) struct Grouped {
 }
 
 /// The children of [`contraction_epilogues`]'s result, each marked as a
-/// group or not; `None` where no group is legal. With `lone`, a product
+/// group or not (none where no group is legal); `None` where the
+/// schedule's root is not a sequence. With `lone`, a product
 /// without a consumer is a group too (its initialisation in its band, so
 /// that its kernel starts the sums in registers instead of reading them
 /// from a kernel of their own).
@@ -115,9 +116,6 @@ pub(crate) fn groups(
             i += 1;
         }
     }
-    if !grouped.contains(&true) {
-        return Ok(None);
-    }
     Ok(Some(Grouped {
         domain: tree.domain,
         children,
@@ -143,20 +141,8 @@ pub fn contraction_epilogues_fused_runs(
     deps: &Dependences,
     schedule: &Schedule,
 ) -> Result<Option<Schedule>> {
-    let g = match groups(isl, program, scop, deps, schedule, true)? {
-        Some(g) => g,
-        None => {
-            let tree = ScheduleTree::from_isl(&schedule.get_root()?)?;
-            let Tree::Sequence(children) = tree.root else {
-                return Ok(None);
-            };
-            let grouped = vec![false; children.len()];
-            Grouped {
-                domain: tree.domain,
-                children,
-                grouped,
-            }
-        }
+    let Some(g) = groups(isl, program, scop, deps, schedule, true)? else {
+        return Ok(None);
     };
     let stmts = child_statements(isl, scop, &g.children)?;
     let boundary: Vec<bool> = (0..g.children.len())
@@ -673,6 +659,54 @@ mod tests {
                     .unwrap()
                     .is_none()
             );
+        });
+    }
+
+    /// Two products whose epilogue reads both (an FFN's gate and up
+    /// projections, `H = silu(G) U`): the epilogue cannot join the first
+    /// product's band (it reads the second product), so with the runs
+    /// fused the first product is grouped alone with its initialisation,
+    /// the second with the epilogue; no product's initialisation is left a
+    /// child of its own, and the result is legal.
+    #[test]
+    fn a_product_whose_epilogue_reads_a_later_product_is_grouped_alone() {
+        let json = r#"{"name": "p", "params": {"M": 30, "N": 26, "K": 50},
+            "inputs": {"X": {"dtype": "f32", "shape": ["M", "K"]},
+                       "Wg": {"dtype": "f32", "shape": ["K", "N"]},
+                       "Wu": {"dtype": "f32", "shape": ["K", "N"]}},
+            "outputs": {"H": {"dtype": "f32", "shape": ["M", "N"]}},
+            "temps": {"G": {"dtype": "f32", "shape": ["M", "N"]},
+                      "U": {"dtype": "f32", "shape": ["M", "N"]}},
+            "body": ["G(m, n) +=! X(m, k) * Wg(k, n)",
+                     "U(m, n) +=! X(m, k) * Wu(k, n)",
+                     "H(m, n) = G(m, n) * sigmoid(G(m, n)) * U(m, n)"]}"#;
+        with_min(json, |isl, program, scop, deps, min| {
+            let g = groups(isl, program, scop, deps, min, true)
+                .unwrap()
+                .expect("a sequence");
+            let names = |k: usize| -> Vec<String> {
+                let f = isl.union_set(&g.children[k].0).unwrap();
+                let mut n: Vec<String> = scop
+                    .statements_in(&f)
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.name.clone())
+                    .collect();
+                n.sort();
+                n
+            };
+            let all: Vec<Vec<String>> = (0..g.children.len()).map(names).collect();
+            assert_eq!(g.grouped, vec![true, true], "{all:?}");
+            assert_eq!(all[0], ["S0", "S0_init"], "{all:?}");
+            assert_eq!(all[1], ["S1", "S1_init", "S2"], "{all:?}");
+            let s = to_schedule(isl, &g.domain, g.children.clone()).unwrap();
+            crate::schedule::check_legal("p.json", &s, scop, deps).unwrap();
+            // Without `lone` the first product has no epilogue it can take:
+            // only the second is grouped.
+            let plain = groups(isl, program, scop, deps, min, false)
+                .unwrap()
+                .expect("a sequence");
+            assert_eq!(plain.grouped.iter().filter(|g| **g).count(), 1);
         });
     }
 

@@ -264,3 +264,33 @@ fn a_normalisation_before_a_product_is_one_kernel_beside_the_product() {
         }
     }
 }
+
+/// RMSNorm + FFN-SwiGLU off the tiles (T 300, D 260, F 500): the fused
+/// runs' grouping, with the gate product grouped alone (its epilogue reads
+/// the up product), the up product with the SwiGLU epilogue, the down
+/// product with its cast: four kernels, the first the normalisation on
+/// lanes, the three products with register tiles; it checks in the
+/// emulation.
+#[test]
+fn rmsnorm_ffn_runs_its_normalisation_beside_three_products() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/rmsnorm_ffn_swiglu.json")
+        .display()
+        .to_string();
+    let sizes = ["--param", "T=300", "--param", "D=260", "--param", "F=500"];
+    let mut args = vec!["schedule", f.as_str(), "--emit", "gpu-tree"];
+    args.extend(sizes);
+    let tree = stdout(&polyfuse(&args));
+    assert!(
+        tree.contains("contraction_epilogues_fused_runs_by_cost"),
+        "{tree}"
+    );
+    assert_eq!(kernels(&tree), 4, "{tree}");
+    let (norm, products) = tree.split_once("mark: kernel_1").unwrap();
+    assert!(norm.contains("mark: lanes_"), "{tree}");
+    assert_eq!(products.matches("mark: registers").count(), 3, "{tree}");
+    let mut run = vec!["run", f.as_str(), "--target", "emulate", "--check"];
+    run.extend(sizes);
+    let out = stdout(&polyfuse(&run));
+    assert!(out.contains("check: ok"), "{out}");
+}
