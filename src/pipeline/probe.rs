@@ -187,9 +187,10 @@ const COST_MARGIN: f64 = 0.5;
 /// (`schedule::epilogue`), the latter also with the statements between
 /// the products fused as they would be alone, marked
 /// `minimal_fusion_by_cost`, `contraction_epilogues_by_cost` or
-/// `contraction_epilogues_fused_runs_by_cost` in the mapped tree. The second is
-/// verified against the dependences once more here (a group found illegal
-/// is left out inside `contraction_epilogues`). Where the default cannot
+/// `contraction_epilogues_fused_runs_by_cost` in the mapped tree. The
+/// epilogues' grouping is verified against the dependences once more here
+/// (a group found illegal is left out inside `contraction_epilogues`); the
+/// fused runs' is verified inside `contraction_epilogues_fused_runs`. Where the default cannot
 /// be estimated (symbolic sizes) or no other grouping can be mapped, the
 /// default stays. Gives the chosen mapping with its estimate, when one was
 /// made.

@@ -23,9 +23,8 @@ use crate::isl::ast::{Expr as AstExpr, Node};
 impl Ctx<'_> {
     /// A select's condition in the statements of `body` (an innermost
     /// loop's body), printed and as the program's expression, whose value
-    /// the loop does not change: it
-    /// reads nothing but thread-private scalars, none of which the loop's
-    /// statements write. None where there is no such select, where the
+    /// the loop does not change: it reads nothing but thread-private
+    /// scalars, none of which the loop's statements write. None where there is no such select, where the
     /// loop holds a loop or a mark, or where the condition is fixed
     /// already (the unswitched copies themselves).
     pub(super) fn invariant_select(&self, body: &Node) -> Option<(String, Expr)> {
