@@ -1695,7 +1695,7 @@ impl Ctx<'_> {
         if self.store_in_fours {
             let subs: Vec<Affine> = st.lhs_indices.iter().map(|i| Affine::var(i)).collect();
             self.printer.overrides.borrow_mut().insert(
-                crate::model::access_text(&st.lhs_tensor, &subs),
+                crate::model::AccessKey::new(&st.lhs_tensor, &subs),
                 "pf_vs[pf_r]".into(),
             );
         }
@@ -2347,14 +2347,14 @@ impl Ctx<'_> {
                 .map(|i| crate::frontend::ast::Affine::var(i))
                 .collect();
             self.printer.overrides.borrow_mut().insert(
-                crate::model::access_text(&regs.tensor, &element),
+                crate::model::AccessKey::new(&regs.tensor, &element),
                 "pf_cv".into(),
             );
             // The statement the gpu stage chose to move the value out
             // (`Contraction::stored`): the one that writes that tensor.
             if c.stored != regs.tensor && st.lhs_tensor == c.stored {
                 self.printer.overrides.borrow_mut().insert(
-                    crate::model::access_text(&st.lhs_tensor, &lhs),
+                    crate::model::AccessKey::new(&st.lhs_tensor, &lhs),
                     "pf_dv".into(),
                 );
                 moved_to = Some((st.lhs_tensor.clone(), lhs, e.iterators.clone()));
@@ -2541,54 +2541,138 @@ impl Ctx<'_> {
                 let _ = writeln!(out, "{pad}  const pf_i c{d} = {}; (void)c{d};", self.e(v));
             }
         }
-        let mut views = std::collections::HashMap::new();
         // A region isl printed in several pieces (one iteration of the
         // thread loops split by the AST into separate code) passes its
         // values from piece to piece through memory: each piece loads and
         // stores every array (the boxes are exact and the thread's own).
         let repeated = self.repeated_private.contains(&region.mark);
-        // A read-only copy of an f16 or bf16 input is held in f32, converted
-        // once when it is loaded, not at every read (attention reads each
-        // element of its query row once per key). Its view tells the
-        // printer to read it without conversion (`PrivateView::unconverted`);
-        // its name starts with `WIDE_REGISTER_PREFIX`, for the reader of the
-        // CUDA. Not in a repeated region: that stores every
-        // array back to its tensor, which holds f16 or bf16.
-        //
-        // An f16 or bf16 array the region writes is held in f32 too, and
-        // rounded once when it is stored: a reduction into it accumulates
-        // in f32, as the declared-precision run and every other path do
-        // (held in its storage type, each step rounded the running value:
-        // the fuzzer's f16 private-accumulator find, 1.6e-2 against 1e-2).
-        let wide = |a: &crate::gpu::private::PrivateArray| {
-            let read_only_input = self.t.widens_inputs()
-                && a.load
-                && !a.store
-                && self
-                    .program
-                    .tensor(&a.tensor)
-                    .is_some_and(|t| t.role == crate::frontend::ast::TensorRole::Input);
-            !repeated && a.dtype.is_narrow_float() && (read_only_input || a.store)
-        };
-        let buffers: Vec<String> = region
+        let arrays: Vec<PrivateBuffer> = region
             .arrays
             .iter()
-            .map(|a| {
-                if wide(a) {
-                    a.buffer
-                        .replacen("pf_", super::expr::WIDE_REGISTER_PREFIX, 1)
-                } else {
-                    a.buffer.clone()
-                }
-            })
+            .map(|a| self.private_buffer(a, repeated))
             .collect();
+        let views = self.declare_private_arrays(region, &arrays, depth, out);
+        // The copies run on the threads that run the region's statements
+        // (thread 0 where a thread loop above was not generated): another
+        // thread's copy was never computed.
+        let store_guard = self.statement_guard(pending, in_thread);
+        // With lanes sharing the rows, every lane keeps its own copy (and
+        // lane 0 stores it).
+        let load_guard = if self.lanes().is_some() && in_thread {
+            self.guard(pending)
+        } else {
+            store_guard.clone()
+        };
+        // An array's copies are made only in the iterations that own its
+        // box (the plan's condition).
+        let owned = |guard: &str, a: &crate::gpu::private::PrivateArray| -> String {
+            match &a.owned {
+                None => guard.to_string(),
+                Some(c) if guard.is_empty() => format!("({})", self.e(c)),
+                Some(c) => format!("{guard} && ({})", self.e(c)),
+            }
+        };
         for (k, a) in region.arrays.iter().enumerate() {
-            let storage = if wide(a) {
+            if a.load || repeated {
+                let convert = match (arrays[k].wide, a.dtype.narrow_conversions()) {
+                    (true, Some((widen, _))) => widen,
+                    _ => "",
+                };
+                let guard = owned(&load_guard, a);
+                self.private_copies(
+                    region,
+                    k,
+                    &arrays[k].name,
+                    depth,
+                    &guard,
+                    false,
+                    out,
+                    &|p, g| format!("{p} = {convert}({g});"),
+                );
+            }
+        }
+        self.private_body(views, body, depth, pending, in_thread, out);
+        for (k, a) in region.arrays.iter().enumerate() {
+            if a.store || repeated {
+                let convert = match (arrays[k].wide, a.dtype.narrow_conversions()) {
+                    (true, Some((_, narrow))) => Some(narrow),
+                    _ => None,
+                };
+                let guard = owned(&store_guard, a);
+                self.private_copies(
+                    region,
+                    k,
+                    &arrays[k].name,
+                    depth,
+                    &guard,
+                    true,
+                    out,
+                    &|p, g| match convert {
+                        Some(f) => format!("{g} = {f}({p});"),
+                        None => format!("{g} = {p};"),
+                    },
+                );
+            }
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
+    /// How a private array is held: its buffer's name and whether it is
+    /// widened to f32.
+    ///
+    /// A read-only copy of an f16 or bf16 input is held in f32, converted
+    /// once when it is loaded, not at every read (attention reads each
+    /// element of its query row once per key). Its view tells the printer
+    /// to read it without conversion (`PrivateView::unconverted`); its name
+    /// starts with `WIDE_REGISTER_PREFIX`, for the reader of the CUDA. Not
+    /// in a repeated region: that stores every array back to its tensor,
+    /// which holds f16 or bf16.
+    ///
+    /// An f16 or bf16 array the region writes is held in f32 too, and
+    /// rounded once when it is stored: a reduction into it accumulates in
+    /// f32, as the declared-precision run and every other path do (held in
+    /// its storage type, each step rounded the running value: the fuzzer's
+    /// f16 private-accumulator find, 1.6e-2 against 1e-2).
+    fn private_buffer(
+        &self,
+        a: &crate::gpu::private::PrivateArray,
+        repeated: bool,
+    ) -> PrivateBuffer {
+        let read_only_input = self.t.widens_inputs()
+            && a.load
+            && !a.store
+            && self
+                .program
+                .tensor(&a.tensor)
+                .is_some_and(|t| t.role == crate::frontend::ast::TensorRole::Input);
+        let wide = !repeated && a.dtype.is_narrow_float() && (read_only_input || a.store);
+        let name = if wide {
+            a.buffer
+                .replacen("pf_", super::expr::WIDE_REGISTER_PREFIX, 1)
+        } else {
+            a.buffer.clone()
+        };
+        PrivateBuffer { name, wide }
+    }
+
+    /// Declares the region's arrays and their box offsets; returns how the
+    /// printer addresses each tensor inside the region.
+    fn declare_private_arrays(
+        &self,
+        region: &PrivateRegion,
+        arrays: &[PrivateBuffer],
+        depth: usize,
+        out: &mut String,
+    ) -> std::collections::HashMap<String, super::expr::PrivateView> {
+        let pad = "  ".repeat(depth);
+        let mut views = std::collections::HashMap::new();
+        for (k, a) in region.arrays.iter().enumerate() {
+            let storage = if arrays[k].wide {
                 "float"
             } else {
                 self.t.storage_type(a.dtype)
             };
-            let buffer = &buffers[k];
+            let buffer = &arrays[k].name;
             let offsets: Vec<String> = (0..a.offset.len())
                 .map(|d| format!("pf_p{k}_{d}"))
                 .collect();
@@ -2611,119 +2695,29 @@ impl Ctx<'_> {
                 a.tensor.clone(),
                 super::expr::PrivateView {
                     buffer: buffer.clone(),
-                    unconverted: wide(a),
+                    unconverted: arrays[k].wide,
                     sizes: a.sizes.clone(),
                     offset: offsets,
                 },
             );
         }
-        // The copies run on the threads that run the region's statements
-        // (thread 0 where a thread loop above was not generated): another
-        // thread's copy was never computed.
-        let store_guard = self.statement_guard(pending, in_thread);
-        // With lanes sharing the rows, every lane keeps its own copy (and
-        // lane 0 stores it).
-        let load_guard = if self.lanes().is_some() && in_thread {
-            self.guard(pending)
-        } else {
-            store_guard.clone()
-        };
-        // One loop nest over the box of array `k`, `statement(private,
-        // global)` at each element inside the tensor.
-        let each = |out: &mut String,
-                    k: usize,
-                    guard: &str,
-                    write: bool,
-                    statement: &dyn Fn(&str, &str) -> String| {
-            let a = &region.arrays[k];
-            let tensor = self
-                .scop
-                .tensor(&a.tensor)
-                .expect("private arrays come from the model");
-            let mut inner = depth + 1;
-            let mut conds = Vec::new();
-            let mut global = String::new();
-            let mut local = String::new();
-            for (d, size) in a.sizes.iter().enumerate() {
-                let g = if *size == 1 {
-                    format!("pf_p{k}_{d}")
-                } else {
-                    self.t.unroll(&"  ".repeat(inner), out);
-                    let _ = writeln!(
-                        out,
-                        "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
-                        "  ".repeat(inner)
-                    );
-                    inner += 1;
-                    local = if local.is_empty() {
-                        format!("pf_l{d}")
-                    } else {
-                        format!("({local}) * {size} + pf_l{d}")
-                    };
-                    format!("(pf_p{k}_{d} + pf_l{d})")
-                };
-                let extent = self
-                    .printer
-                    .affine(&tensor.shape[d], &std::collections::HashMap::new());
-                conds.push(format!("{g} >= 0 && {g} < {extent}"));
-                global = if d == 0 {
-                    g
-                } else {
-                    format!("({global}) * {extent} + {g}")
-                };
-            }
-            if global.is_empty() {
-                global = "0".into();
-            }
-            let private = if local.is_empty() {
-                buffers[k].clone()
-            } else {
-                format!("{}[{local}]", buffers[k])
-            };
-            if !guard.is_empty() {
-                conds.push(guard.to_string());
-            }
-            let cond = if conds.is_empty() {
-                "1".to_string()
-            } else {
-                conds.join(" && ")
-            };
-            let el = self.global_element(&a.tensor, &global, Some(write));
-            let _ = writeln!(
-                out,
-                "{}if ({cond}) {}",
-                "  ".repeat(inner),
-                statement(&private, &el)
-            );
-            for _ in a.sizes.iter().filter(|s| **s != 1) {
-                inner -= 1;
-                let _ = writeln!(out, "{}}}", "  ".repeat(inner));
-            }
-        };
-        // An array's copies are made only in the iterations that own its
-        // box (the plan's condition).
-        let owned = |guard: &str, a: &crate::gpu::private::PrivateArray| -> String {
-            match &a.owned {
-                None => guard.to_string(),
-                Some(c) if guard.is_empty() => format!("({})", self.e(c)),
-                Some(c) => format!("{guard} && ({})", self.e(c)),
-            }
-        };
-        for (k, a) in region.arrays.iter().enumerate() {
-            if a.load || repeated {
-                let convert = match (wide(a), a.dtype.narrow_conversions()) {
-                    (true, Some((widen, _))) => widen,
-                    _ => "",
-                };
-                each(out, k, &owned(&load_guard, a), false, &|p, g| {
-                    format!("{p} = {convert}({g});")
-                });
-            }
-        }
+        views
+    }
+
+    /// The region's body with its arrays in view, and the rows of inputs
+    /// the lanes read in several loops of the row held in registers (see
+    /// `lanes::RowCache`).
+    fn private_body(
+        &self,
+        views: std::collections::HashMap<String, super::expr::PrivateView>,
+        body: &Node,
+        depth: usize,
+        pending: &[Pending],
+        in_thread: bool,
+        out: &mut String,
+    ) {
         let outer = self.printer.privates.borrow().clone();
         self.printer.privates.borrow_mut().extend(views);
-        // Rows of inputs the lanes read in several loops of the row stay
-        // in registers (see `lanes::RowCache`).
         let caches = if self.lanes().is_some()
             && in_thread
             && matches!(self.threads.lane_axis, crate::gpu::lanes::LaneAxis::X)
@@ -2739,25 +2733,87 @@ impl Ctx<'_> {
         };
         inner.node(body, depth + 1, pending, in_thread, out);
         *self.printer.privates.borrow_mut() = outer;
-        for (k, a) in region.arrays.iter().enumerate() {
-            if a.store || repeated {
-                let convert = match (wide(a), a.dtype.narrow_conversions()) {
-                    (true, Some((_, narrow))) => Some(narrow),
-                    _ => None,
-                };
-                each(
+    }
+
+    /// One loop nest over the box of array `k` (held in `buffer`),
+    /// `statement(private, global)` at each element inside the tensor and
+    /// where `guard` holds.
+    #[allow(clippy::too_many_arguments)]
+    fn private_copies(
+        &self,
+        region: &PrivateRegion,
+        k: usize,
+        buffer: &str,
+        depth: usize,
+        guard: &str,
+        write: bool,
+        out: &mut String,
+        statement: &dyn Fn(&str, &str) -> String,
+    ) {
+        let a = &region.arrays[k];
+        let tensor = self
+            .scop
+            .tensor(&a.tensor)
+            .expect("private arrays come from the model");
+        let mut inner = depth + 1;
+        let mut conds = Vec::new();
+        let mut global = String::new();
+        let mut local = String::new();
+        for (d, size) in a.sizes.iter().enumerate() {
+            let g = if *size == 1 {
+                format!("pf_p{k}_{d}")
+            } else {
+                self.t.unroll(&"  ".repeat(inner), out);
+                let _ = writeln!(
                     out,
-                    k,
-                    &owned(&store_guard, a),
-                    true,
-                    &|p, g| match convert {
-                        Some(f) => format!("{g} = {f}({p});"),
-                        None => format!("{g} = {p};"),
-                    },
+                    "{}for (int pf_l{d} = 0; pf_l{d} < {size}; pf_l{d}++) {{",
+                    "  ".repeat(inner)
                 );
-            }
+                inner += 1;
+                local = if local.is_empty() {
+                    format!("pf_l{d}")
+                } else {
+                    format!("({local}) * {size} + pf_l{d}")
+                };
+                format!("(pf_p{k}_{d} + pf_l{d})")
+            };
+            let extent = self
+                .printer
+                .affine(&tensor.shape[d], &std::collections::HashMap::new());
+            conds.push(format!("{g} >= 0 && {g} < {extent}"));
+            global = if d == 0 {
+                g
+            } else {
+                format!("({global}) * {extent} + {g}")
+            };
         }
-        let _ = writeln!(out, "{pad}}}");
+        if global.is_empty() {
+            global = "0".into();
+        }
+        let private = if local.is_empty() {
+            buffer.to_string()
+        } else {
+            format!("{buffer}[{local}]")
+        };
+        if !guard.is_empty() {
+            conds.push(guard.to_string());
+        }
+        let cond = if conds.is_empty() {
+            "1".to_string()
+        } else {
+            conds.join(" && ")
+        };
+        let el = self.global_element(&a.tensor, &global, Some(write));
+        let _ = writeln!(
+            out,
+            "{}if ({cond}) {}",
+            "  ".repeat(inner),
+            statement(&private, &el)
+        );
+        for _ in a.sizes.iter().filter(|s| **s != 1) {
+            inner -= 1;
+            let _ = writeln!(out, "{}}}", "  ".repeat(inner));
+        }
     }
 
     /// Sets the printer's overrides for `statement` at `env`: reads of
@@ -3212,6 +3268,13 @@ impl Ctx<'_> {
             .collect::<Vec<_>>()
             .join(" && ")
     }
+}
+
+/// A private array as the region holds it (`Ctx::private_buffer`).
+struct PrivateBuffer {
+    name: String,
+    /// Held in f32 though its tensor is f16 or bf16.
+    wide: bool,
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Func, Reducer, Statement, UnOp,
 };
-use crate::model::{ModelTensor, StmtKind};
+use crate::model::{AccessKey, ModelTensor, StmtKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -149,8 +149,8 @@ pub struct Printer<'a> {
     pub params: &'a [String],
     pub mode: Mode,
     /// Element references that replace `t_X[...]` for some accesses (keyed
-    /// by `model::access_text`): reads of tiles promoted to shared memory.
-    pub overrides: std::cell::RefCell<HashMap<String, Element>>,
+    /// by `model::AccessKey`): reads of tiles promoted to shared memory.
+    pub overrides: std::cell::RefCell<HashMap<AccessKey, Element>>,
     /// Tensors held in thread-private arrays where the printer is (see
     /// `gpu::private`): every access to them names the array instead.
     pub privates: std::cell::RefCell<HashMap<String, PrivateView>>,
@@ -160,18 +160,18 @@ pub struct Printer<'a> {
     /// as `b` in the other.
     pub fixed_selects: std::cell::RefCell<Vec<(Expr, bool)>>,
     /// Reads replaced by registers loaded ahead of the loop the printer is
-    /// in (`codegen::rowcopy`): statement, access text, register element.
-    pub run_reads: std::cell::RefCell<Vec<(String, String, String)>>,
+    /// in (`codegen::rowcopy`): statement, access, register element.
+    pub run_reads: std::cell::RefCell<Vec<(String, AccessKey, String)>>,
     /// Print f32 `exp` as `ex2.approx.ftz` of a product (`pf_exp2_ftz`), for
     /// code whose exponentials only feed values rounded to 16 bits
     /// afterwards (`codegen::flash`'s weights).
     pub fast_exp: bool,
     /// Reads that are a positive constant times another value the printer
-    /// has (access text -> (C text of the value, the constant)): under
+    /// has (access -> (C text of the value, the constant)): under
     /// `fast_exp`, `exp(x - b)` of such a read `x = c * y` prints as one
     /// FFMA of `y` with the folded constant `c log2 e`, so `x` itself need
     /// not be computed (`codegen::flash`'s scaled scores).
-    pub scaled_reads: std::cell::RefCell<HashMap<String, (String, f64)>>,
+    pub scaled_reads: std::cell::RefCell<HashMap<AccessKey, (String, f64)>>,
     /// Route the global accesses of statements through the race detector
     /// of the CPU emulation (`codegen::race`): `t_X[pf_race_r(k, i)]` for
     /// a read of tensor `k`, `pf_race_w` for a write.
@@ -243,11 +243,7 @@ impl Printer<'_> {
         env: &HashMap<String, String>,
         write: Option<bool>,
     ) -> Element {
-        if let Some(e) = self
-            .overrides
-            .borrow()
-            .get(&crate::model::access_text(tensor, subs))
-        {
+        if let Some(e) = self.overrides.borrow().get(&AccessKey::new(tensor, subs)) {
             return e.clone();
         }
         if let Some(v) = self.privates.borrow().get(tensor) {
@@ -336,7 +332,7 @@ impl Printer<'_> {
 
     /// The raw value and the constant of a read in `scaled_reads`.
     fn scaled(&self, e: &Expr) -> Option<(String, f64)> {
-        let read = crate::model::read_text(e)?;
+        let read = AccessKey::of_read(e)?;
         self.scaled_reads.borrow().get(&read).cloned()
     }
 

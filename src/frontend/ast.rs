@@ -145,7 +145,7 @@ impl fmt::Display for DType {
 
 /// An affine form `constant + sum(coeff * name)`, where names are index
 /// variables or parameters. Terms with a zero coefficient are never stored.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct Affine {
     pub terms: BTreeMap<String, i64>,
     pub constant: i64,

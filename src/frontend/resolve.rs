@@ -307,7 +307,10 @@ impl Ctx<'_> {
 pub type LhsDtype<'a> = dyn Fn(&str, Option<DType>) -> Result<DType, String> + 'a;
 
 /// Resolves and type-checks statement `position` of `program`, inside the
-/// loop blocks `blocks` (outermost first).
+/// loop blocks `blocks` (outermost first). The steps: (1) parse, (2) the
+/// left side's indices, (3) the left tensor's dtype against the right
+/// side's, (4) the right side, (5) the `where` clauses, (6) the reduction
+/// indices and the operator, (7) the reads of the left tensor.
 pub fn statement(
     program: &Program,
     position: usize,
@@ -329,111 +332,16 @@ pub fn statement(
         dtypes,
         index_order: Vec::new(),
     };
-    let mut lhs_indices = Vec::new();
-    for a in &raw.lhs_args {
-        match a {
-            Raw::Name(n)
-                if !program.is_param(n) && !cx.is_tensor(n) && !is_reserved(n) && n != "inf" =>
-            {
-                if lhs_indices.contains(n) {
-                    return Err(format!("index `{n}` appears twice on the left side"));
-                }
-                lhs_indices.push(n.clone());
-            }
-            _ => {
-                return Err(format!(
-                    "the left side's subscripts must be plain index variables; `{}` is not",
-                    show_raw(a)
-                ))
-            }
-        }
-    }
+    let lhs_indices = cx.lhs_indices(&raw.lhs_args)?;
     for i in &lhs_indices {
         cx.note_index(i);
     }
-    let natural = cx.natural(&raw.rhs);
-    let lt = lhs_dtype(&raw.lhs, natural)?;
-    if let Some(rank) = cx.rank(&raw.lhs) {
-        if rank != lhs_indices.len() {
-            return Err(format!(
-                "tensor `{}` has {rank} dimensions but is written with {}",
-                raw.lhs,
-                lhs_indices.len()
-            ));
-        }
-    }
+    let lt = cx.lhs_dtype(&raw, lhs_indices.len(), lhs_dtype)?;
     let t = lt.compute();
-    if let Some(n) = natural {
-        if n != t && lt == t {
-            // The operand that has the wrong type, named with its dtype
-            // (where the left side's dtype is its compute type; otherwise
-            // the message below names both).
-            cx.num(&raw.rhs, t)?;
-        }
-        if n != t {
-            let computed = if lt.compute() != lt {
-                format!(" (computed in {})", lt.compute())
-            } else {
-                String::new()
-            };
-            let hint = if lt == DType::Bool {
-                " or a comparison such as `x != 0`".to_string()
-            } else {
-                String::new()
-            };
-            return Err(format!(
-                "type mismatch: the right side is {n} but `{}` is {lt}{computed}; add a cast such as {}(...){hint}",
-                raw.lhs,
-                if lt.needs_extra_helpers() { lt } else { lt.compute() }
-            ));
-        }
-    }
     let rhs = cx.num(&raw.rhs, t)?;
     let mut wheres = Vec::new();
     for w in &raw.wheres {
-        wheres.push(match w {
-            RawClause::Range(n, lo, hi) => {
-                if program.is_param(n) || cx.is_tensor(n) {
-                    return Err(format!("`{n}` in a where range is not an index variable"));
-                }
-                if is_block_index(n) {
-                    return Err(format!(
-                        "`{n}` is the index of an enclosing loop block: its range is the block's, fixed, and a `where {n} in ..` cannot give it another (a constraint such as `{n} >= 1` may restrict the statement)"
-                    ));
-                }
-                cx.note_index(n);
-                WhereClause::Range {
-                    index: n.clone(),
-                    lo: cx.affine(lo)?,
-                    hi: cx.affine(hi)?,
-                }
-            }
-            RawClause::Condition(union) if union.len() == 1 => {
-                for (a, rel, b) in &union[0] {
-                    wheres.push(WhereClause::Constraint {
-                        lhs: cx.affine(a)?,
-                        rel: *rel,
-                        rhs: cx.affine(b)?,
-                    });
-                }
-                continue;
-            }
-            RawClause::Condition(union) => {
-                let mut conj = Vec::new();
-                for c in union {
-                    let mut cmps = Vec::new();
-                    for (a, rel, b) in c {
-                        cmps.push(Comparison {
-                            lhs: cx.affine(a)?,
-                            rel: *rel,
-                            rhs: cx.affine(b)?,
-                        });
-                    }
-                    conj.push(cmps);
-                }
-                WhereClause::Union(conj)
-            }
-        });
+        cx.where_clause(w, &is_block_index, &mut wheres)?;
     }
     let reduction_indices: Vec<String> = cx
         .index_order
@@ -470,29 +378,8 @@ pub fn statement(
             reduction_indices[0]
         ));
     }
-    // Reading the left tensor: only the element being written, and only
-    // with `=` (TC's rule). Inside loop blocks a statement may read what
-    // earlier iterations wrote, its own left side included (a
-    // recurrence); that those reads touch no element the statement writes
-    // in the same iteration is checked on the model
-    // (`model::check_recurrences`).
-    let mut reads = Vec::new();
-    super::ast::collect_reads(&rhs, &mut reads);
-    let own: Vec<Affine> = lhs_indices.iter().map(|i| Affine::var(i)).collect();
-    for (t, subs) in reads
-        .iter()
-        .filter(|(t, _)| *t == raw.lhs && blocks.is_empty())
-    {
-        if op != AssignOp::Assign {
-            return Err(format!(
-                "a reduction into `{t}` may not read `{t}` on its right side"
-            ));
-        }
-        if *subs != own {
-            return Err(format!(
-                "`{t}` is read at other elements than the one written; TC forbids this (use a temp)"
-            ));
-        }
+    if blocks.is_empty() {
+        check_own_reads(&raw.lhs, &lhs_indices, op, &rhs)?;
     }
     Ok(Statement {
         position,
@@ -505,6 +392,164 @@ pub fn statement(
         reduction_indices,
         blocks: blocks.to_vec(),
     })
+}
+
+/// Reading the left tensor: only the element being written, and only with
+/// `=` (TC's rule). Inside loop blocks a statement may read what earlier
+/// iterations wrote, its own left side included (a recurrence); that those
+/// reads touch no element the statement writes in the same iteration is
+/// checked on the model (`model::check_recurrences`), so this is not
+/// called there.
+fn check_own_reads(
+    lhs: &str,
+    lhs_indices: &[String],
+    op: AssignOp,
+    rhs: &Expr,
+) -> Result<(), String> {
+    let mut reads = Vec::new();
+    super::ast::collect_reads(rhs, &mut reads);
+    let own: Vec<Affine> = lhs_indices.iter().map(|i| Affine::var(i)).collect();
+    for (t, subs) in reads.iter().filter(|(t, _)| *t == lhs) {
+        if op != AssignOp::Assign {
+            return Err(format!(
+                "a reduction into `{t}` may not read `{t}` on its right side"
+            ));
+        }
+        if *subs != own {
+            return Err(format!(
+                "`{t}` is read at other elements than the one written; TC forbids this (use a temp)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Ctx<'_> {
+    /// The left side's subscripts: distinct plain index variables.
+    fn lhs_indices(&self, args: &[Raw]) -> Result<Vec<String>, String> {
+        let mut lhs_indices = Vec::new();
+        for a in args {
+            match a {
+                Raw::Name(n)
+                    if !self.program.is_param(n)
+                        && !self.is_tensor(n)
+                        && !is_reserved(n)
+                        && n != "inf" =>
+                {
+                    if lhs_indices.contains(n) {
+                        return Err(format!("index `{n}` appears twice on the left side"));
+                    }
+                    lhs_indices.push(n.clone());
+                }
+                _ => {
+                    return Err(format!(
+                        "the left side's subscripts must be plain index variables; `{}` is not",
+                        show_raw(a)
+                    ))
+                }
+            }
+        }
+        Ok(lhs_indices)
+    }
+
+    /// The left tensor's dtype, given the right side's own type: its rank
+    /// must be the number of subscripts, and the right side's type its
+    /// compute type (or a cast is asked for).
+    fn lhs_dtype(
+        &mut self,
+        raw: &super::syntax::RawStatement,
+        rank_written: usize,
+        lhs_dtype: &LhsDtype,
+    ) -> Result<DType, String> {
+        let natural = self.natural(&raw.rhs);
+        let lt = lhs_dtype(&raw.lhs, natural)?;
+        if let Some(rank) = self.rank(&raw.lhs) {
+            if rank != rank_written {
+                return Err(format!(
+                    "tensor `{}` has {rank} dimensions but is written with {rank_written}",
+                    raw.lhs,
+                ));
+            }
+        }
+        let t = lt.compute();
+        let Some(n) = natural.filter(|n| *n != t) else {
+            return Ok(lt);
+        };
+        if lt == t {
+            // The operand that has the wrong type, named with its dtype
+            // (where the left side's dtype is its compute type; otherwise
+            // the message below names both).
+            self.num(&raw.rhs, t)?;
+        }
+        let computed = if lt.compute() != lt {
+            format!(" (computed in {})", lt.compute())
+        } else {
+            String::new()
+        };
+        let hint = if lt == DType::Bool {
+            " or a comparison such as `x != 0`".to_string()
+        } else {
+            String::new()
+        };
+        Err(format!(
+            "type mismatch: the right side is {n} but `{}` is {lt}{computed}; add a cast such as {}(...){hint}",
+            raw.lhs,
+            if lt.needs_extra_helpers() { lt } else { lt.compute() }
+        ))
+    }
+
+    /// Resolves one `where` clause into `wheres`: a range, constraints
+    /// (a conjunction), or a union of conjunctions.
+    fn where_clause(
+        &mut self,
+        w: &RawClause,
+        is_block_index: &dyn Fn(&str) -> bool,
+        wheres: &mut Vec<WhereClause>,
+    ) -> Result<(), String> {
+        match w {
+            RawClause::Range(n, lo, hi) => {
+                if self.program.is_param(n) || self.is_tensor(n) {
+                    return Err(format!("`{n}` in a where range is not an index variable"));
+                }
+                if is_block_index(n) {
+                    return Err(format!(
+                        "`{n}` is the index of an enclosing loop block: its range is the block's, fixed, and a `where {n} in ..` cannot give it another (a constraint such as `{n} >= 1` may restrict the statement)"
+                    ));
+                }
+                self.note_index(n);
+                wheres.push(WhereClause::Range {
+                    index: n.clone(),
+                    lo: self.affine(lo)?,
+                    hi: self.affine(hi)?,
+                });
+            }
+            RawClause::Condition(union) if union.len() == 1 => {
+                for (a, rel, b) in &union[0] {
+                    wheres.push(WhereClause::Constraint {
+                        lhs: self.affine(a)?,
+                        rel: *rel,
+                        rhs: self.affine(b)?,
+                    });
+                }
+            }
+            RawClause::Condition(union) => {
+                let mut conj = Vec::new();
+                for c in union {
+                    let mut cmps = Vec::new();
+                    for (a, rel, b) in c {
+                        cmps.push(Comparison {
+                            lhs: self.affine(a)?,
+                            rel: *rel,
+                            rhs: self.affine(b)?,
+                        });
+                    }
+                    conj.push(cmps);
+                }
+                wheres.push(WhereClause::Union(conj));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A read of a tensor of dtype `dt` where `want` is expected.

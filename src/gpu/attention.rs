@@ -55,7 +55,7 @@ use crate::frontend::ast::{
 };
 use crate::isl::ast::Expr as AstExpr;
 use crate::isl::Isl;
-use crate::model::{access_text, collect_reads, read_text, ModelStmt, Scop};
+use crate::model::{collect_reads, AccessKey, ModelStmt, Scop};
 
 /// Warps of a block.
 pub const WARPS: i64 = 4;
@@ -140,7 +140,7 @@ pub struct RowSum {
     /// `H` as it reads `X`, the cache and the predecessor.
     pub repair: Expr,
     /// The read of `X` in `repair` (access text).
-    pub repair_self: String,
+    pub repair_self: AccessKey,
     /// The term added per key.
     pub term: Expr,
 }
@@ -155,7 +155,7 @@ pub struct RowContraction {
     pub init: Expr,
     pub repair: Expr,
     /// The read of `O` in `repair` (access text).
-    pub repair_self: String,
+    pub repair_self: AccessKey,
     /// `p`, the factor per key and row (the A operand, rounded to the
     /// operand type).
     pub weight: Expr,
@@ -249,9 +249,9 @@ pub struct Attention {
     /// Access texts of the predecessor: as the terms, the weights and the
     /// body read it (its new value in a tile's step), and as the repairs
     /// read its old and its new value.
-    pub pred_term: String,
-    pub repair_old: String,
-    pub repair_new: String,
+    pub pred_term: AccessKey,
+    pub repair_old: AccessKey,
+    pub repair_new: AccessKey,
     pub sums: Vec<RowSum>,
     pub contractions: Vec<RowContraction>,
     /// Epilogue statements (program positions), over `(bt, i)` or
@@ -320,8 +320,8 @@ pub struct ScoreScale {
     pub map: usize,
     /// The constant `c` of `P * c`.
     pub factor: f64,
-    /// The map's element as the terms read it (`model::access_text`).
-    pub scaled: String,
+    /// The map's element as the terms read it (`model::AccessKey`).
+    pub scaled: AccessKey,
     /// The predecessor reduces the map by a maximum (or minimum): the
     /// scaling moves out of its per-element loop.
     pub folded: bool,
@@ -435,8 +435,8 @@ impl Attention {
         let mut element: Vec<Affine> = self.batch.iter().map(|(b, _)| Affine::var(b)).collect();
         element.push(Affine::var(&self.row));
         element.push(Affine::var(&self.key));
-        let score = access_text(&self.score, &element);
-        let is_score = |e: &Expr| read_text(e).as_deref() == Some(score.as_str());
+        let score = AccessKey::new(&self.score, &element);
+        let is_score = |e: &Expr| AccessKey::of_read(e).as_ref() == Some(&score);
         let constant = |e: &Expr| match e.kind {
             ExprKind::Number(v) if v.is_finite() && v > 0.0 => Some(v),
             _ => None,
@@ -450,9 +450,9 @@ impl Attention {
             }?;
             Some((k, c))
         })?;
-        let scaled = access_text(&self.maps[map].0, &element);
+        let scaled = AccessKey::new(&self.maps[map].0, &element);
         let folded = matches!(self.reducer, Reducer::Max | Reducer::Min)
-            && read_text(&self.pred_body) == Some(scaled.clone());
+            && AccessKey::of_read(&self.pred_body).as_ref() == Some(&scaled);
         Some(ScoreScale {
             map,
             factor,
@@ -848,7 +848,7 @@ impl Roles<'_> {
                 tensor: t.tensor.clone(),
                 init,
                 repair: t.repair.clone(),
-                repair_self: access_text(&t.tensor, &var_list(lhs)),
+                repair_self: AccessKey::new(&t.tensor, &var_list(lhs)),
                 term,
             });
             return Some((form, u, n));
@@ -866,7 +866,7 @@ impl Roles<'_> {
             width,
             init,
             repair: t.repair.clone(),
-            repair_self: access_text(&t.tensor, &var_list(lhs)),
+            repair_self: AccessKey::new(&t.tensor, &var_list(lhs)),
             weight,
             value,
             rounded_once,
@@ -1419,9 +1419,9 @@ impl RollingForm {
             query: self.score.query,
             key_operand: self.score.key_operand,
             maps: self.around.maps,
-            pred_term: access_text(&pred.tensor, &row_subs),
-            repair_old: access_text(&pred.cache, &row_subs),
-            repair_new: access_text(&pred.tensor, &row_subs),
+            pred_term: AccessKey::new(&pred.tensor, &row_subs),
+            repair_old: AccessKey::new(&pred.cache, &row_subs),
+            repair_new: AccessKey::new(&pred.tensor, &row_subs),
             pred: pred.tensor,
             cache: pred.cache,
             reducer: pred.reducer,

@@ -47,7 +47,7 @@ use crate::frontend::ast::{
     Affine, AssignOp, BinOp, DType, Expr, ExprKind, ExprType, Program, Reducer, Statement,
 };
 use crate::isl::Isl;
-use crate::model::{access_text, ModelStmt, Scop};
+use crate::model::{AccessKey, ModelStmt, Scop};
 
 /// `e` with every subscript `B s + u + c` replaced by `j + c`; `None` where
 /// a subscript uses `u` otherwise (values that read `u` keep it: the
@@ -322,7 +322,7 @@ impl SplitMatch<'_> {
                 tensor: g.lhs_tensor.clone(),
                 init: number(0.0),
                 repair: g.rhs.clone(),
-                repair_self: access_text(local, &lsubs),
+                repair_self: AccessKey::new(local, &lsubs),
                 term,
             })
         } else if st.lhs_indices.len() == n + 2 {
@@ -335,7 +335,7 @@ impl SplitMatch<'_> {
                 width,
                 init: number(0.0),
                 repair: g.rhs.clone(),
-                repair_self: access_text(local, &lsubs),
+                repair_self: AccessKey::new(local, &lsubs),
                 rounded_once: super::attention::declared_in(program, &weight, roles.dtype),
                 promoted: false,
                 weight,
@@ -500,7 +500,7 @@ impl SplitForm {
         } = conditions;
         let mut local_idx = self.shape.row_idx.clone();
         local_idx.push(self.split.slice.clone());
-        let pred_local_read = access_text(&self.global.local, &var_list(&local_idx));
+        let pred_local_read = AccessKey::new(&self.global.local, &var_list(&local_idx));
         let global = self.global;
         Attention {
             batch: self.ext.batch,
@@ -514,7 +514,7 @@ impl SplitForm {
             query: self.score.query,
             key_operand: self.score.key_operand,
             maps: self.around.maps,
-            repair_new: access_text(&global.tensor, &var_list(&self.shape.row_idx)),
+            repair_new: AccessKey::new(&global.tensor, &var_list(&self.shape.row_idx)),
             pred: global.tensor,
             cache: global.local,
             reducer: global.reducer,

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::frontend::ast::{Affine, DType, Program};
 use crate::isl::ast::{self, Expr};
 use crate::isl::{ast_build_expr_from_pw_aff, val_to_i64, Isl};
-use crate::model::Scop;
+use crate::model::{AccessKey, Scop};
 
 /// One promoted tensor.
 #[derive(Debug, Clone)]
@@ -118,9 +118,9 @@ pub struct Scope {
     /// unique (isl then generates no loop for it).
     pub prefix_values: Vec<Option<Expr>>,
     pub arrays: Vec<Promotion>,
-    /// `(statement, model::access_text)` -> (array index, the access's
+    /// `(statement, model::AccessKey)` -> (array index, the access's
     /// global subscripts).
-    pub accesses: HashMap<(String, String), (usize, Vec<Affine>)>,
+    pub accesses: HashMap<(String, AccessKey), (usize, Vec<Affine>)>,
 }
 
 impl Scope {
@@ -309,7 +309,7 @@ pub fn promote(
         let several = groups.len() > 1;
         for (g, group) in groups.iter().enumerate() {
             let in_group =
-                |stmt: &str, text: &str| group.iter().any(|(s, a)| s == stmt && a == text);
+                |stmt: &str, key: &AccessKey| group.iter().any(|(s, a)| s == stmt && a == key);
             let buffer = if several {
                 format!("pf_shared_{}_{}_{}", kernel, t, g)
             } else {
@@ -450,7 +450,7 @@ fn promote_group(
     scop: &Scop,
     in_kernel: &[&crate::model::ModelStmt],
     t: &str,
-    in_group: &dyn Fn(&str, &str) -> bool,
+    in_group: &dyn Fn(&str, &AccessKey) -> bool,
     buffer: String,
     prefix: &UnionMap,
     domain: &crate::isl::UnionSet,
@@ -467,7 +467,7 @@ fn promote_group(
     let mut all_coalesced = true;
     for s in in_kernel {
         for a in s.accesses(program) {
-            if !a.write && a.tensor == t && in_group(&s.name, &a.text()) {
+            if !a.write && a.tensor == t && in_group(&s.name, &a.key()) {
                 reads = reads.union(UnionMap::from_map(a.relation.copy()?)?)?;
                 let x = x_iterator.get(&s.name).copied().flatten();
                 all_coalesced &= coalesced(a.relation, x)?;
@@ -578,8 +578,8 @@ fn promote_group(
     // the current prefix (`pf_o<array>_<dim>` in the generated code).
     for s in in_kernel {
         for a in s.accesses(program) {
-            if !a.write && a.tensor == t && in_group(&s.name, &a.text()) {
-                let key = (s.name.clone(), a.text());
+            if !a.write && a.tensor == t && in_group(&s.name, &a.key()) {
+                let key = (s.name.clone(), a.key());
                 scope.accesses.insert(key, (index, a.subscripts));
             }
         }
@@ -602,14 +602,14 @@ fn reference_groups(
     t: &str,
     prefix: &UnionMap,
     domain: &crate::isl::UnionSet,
-) -> Result<Vec<Vec<(String, String)>>> {
-    let mut groups: Vec<(Vec<(String, String)>, UnionMap)> = Vec::new();
+) -> Result<Vec<Vec<(String, AccessKey)>>> {
+    let mut groups: Vec<(Vec<(String, AccessKey)>, UnionMap)> = Vec::new();
     for s in in_kernel {
         for a in s.accesses(program) {
             if a.write || a.tensor != t {
                 continue;
             }
-            let key = (s.name.clone(), a.text());
+            let key = (s.name.clone(), a.key());
             if groups.iter().any(|(g, _)| g.contains(&key)) {
                 continue;
             }
@@ -670,13 +670,13 @@ fn indexed_dimension(
     program: &Program,
     stmts: &[&crate::model::ModelStmt],
     t: &str,
-    in_group: &dyn Fn(&str, &str) -> bool,
+    in_group: &dyn Fn(&str, &AccessKey) -> bool,
     it: &HashMap<String, Option<usize>>,
 ) -> Result<Option<usize>> {
     let mut found: Option<usize> = None;
     for s in stmts {
         for a in s.accesses(program) {
-            if a.write || a.tensor != t || !in_group(&s.name, &a.text()) {
+            if a.write || a.tensor != t || !in_group(&s.name, &a.key()) {
                 continue;
             }
             let Some(pos) = it.get(&s.name).copied().flatten() else {

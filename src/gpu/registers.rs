@@ -66,8 +66,8 @@ pub struct RegisterTile {
     pub block_iterators: Vec<String>,
     /// Number of thread-mapped members.
     pub thread_dims: usize,
-    /// `(statement, model::access_text)` of every access to the tensor.
-    pub accesses: HashSet<(String, String)>,
+    /// `(statement, model::AccessKey)` of every access to the tensor.
+    pub accesses: HashSet<(String, crate::model::AccessKey)>,
     /// Tile sizes of the thread-mapped members, outer first.
     pub thread_tiles: Vec<i64>,
     /// Unique values of the block iterators at the region (see
@@ -243,7 +243,7 @@ pub fn candidate(
                 }
                 let rel = UnionMap::from_map(a.relation.copy()?)?;
                 e = e.union(mapped.copy()?.reverse()?.apply_range(rel)?)?;
-                accesses.insert((s.name.clone(), a.text()));
+                accesses.insert((s.name.clone(), a.key()));
             }
         }
         if e.is_empty()? || !e.is_single_valued()? || !e.is_injective()? {

@@ -69,9 +69,9 @@ pub struct Access<'a> {
 }
 
 impl Access<'_> {
-    /// `model::access_text` of this access: how printers name it.
-    pub fn text(&self) -> String {
-        access_text(&self.tensor, &self.subscripts)
+    /// The key later stages name this access by.
+    pub fn key(&self) -> AccessKey {
+        AccessKey::new(&self.tensor, &self.subscripts)
     }
 }
 
@@ -273,7 +273,11 @@ pub struct StatementText {
 }
 
 /// Builds the model of `program`. Parameters with a value are pinned in the
-/// context; the others stay symbolic.
+/// context; the others stay symbolic. The steps: (1) the declared tensors,
+/// (2) the context, (3) each statement's domains and accesses, in order
+/// (a temp without a declared shape gets one from its first writer), (4)
+/// the checks on the whole model: footprints inside the tensors, every
+/// output written, recurrences well formed.
 pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
     let names: Vec<&str> = program.params.iter().map(|p| p.name.as_str()).collect();
     // isl reads `[] -> { .. }` as a set but not inside a schedule's
@@ -283,17 +287,52 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
     } else {
         format!("[{}] -> ", names.join(", "))
     };
-    let mut tensors: Vec<ModelTensor> = Vec::new();
-    for t in &program.tensors {
-        if let Some(shape) = &t.shape {
-            tensors.push(ModelTensor {
+    let mut tensors: Vec<ModelTensor> = program
+        .tensors
+        .iter()
+        .filter_map(|t| {
+            Some(ModelTensor {
                 name: t.name.clone(),
                 dtype: t.dtype,
                 role: t.role,
-                shape: shape.clone(),
-            });
-        }
+                shape: t.shape.clone()?,
+            })
+        })
+        .collect();
+    let context = context_of(isl, program, &tensors, &param_prefix)?;
+    let mut statements = Vec::new();
+    for (k, st) in program.statements.iter().enumerate() {
+        let builder = StatementBuilder {
+            isl,
+            program,
+            param_prefix: &param_prefix,
+            context: &context,
+            k,
+            st,
+        };
+        statements.extend(builder.build(&mut tensors)?);
     }
+    let scop = Scop {
+        context,
+        param_prefix,
+        statements,
+        tensors,
+    };
+    check_footprints(isl, program, &scop)?;
+    check_outputs_written(isl, program, &scop)?;
+    check_recurrences(isl, program, &scop)?;
+    Ok(scop)
+}
+
+/// The context: each parameter pinned to its value or at least 1, every
+/// symbolic extent at least 1. Refuses parameter values that make an
+/// extent smaller than 1.
+fn context_of(
+    isl: &Isl,
+    program: &Program,
+    tensors: &[ModelTensor],
+    param_prefix: &str,
+) -> Result<Set> {
     let mut cons: Vec<String> = Vec::new();
     for p in &program.params {
         match p.value {
@@ -301,7 +340,7 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
             None => cons.push(format!("{} >= 1", p.name)),
         }
     }
-    for t in &tensors {
+    for t in tensors {
         for e in &t.shape {
             if e.as_constant().is_none() {
                 cons.push(format!("{e} >= 1"));
@@ -320,7 +359,7 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
             message: "the parameter values make a tensor extent smaller than 1".into(),
         });
     }
-    for t in &tensors {
+    for t in tensors {
         for (d, e) in t.shape.iter().enumerate() {
             if let Some(c) = e.as_constant() {
                 if c < 1 {
@@ -332,148 +371,153 @@ pub fn build(isl: &Isl, program: &Program) -> Result<Scop> {
             }
         }
     }
+    Ok(context)
+}
 
-    let mut statements = Vec::new();
-    for (k, st) in program.statements.iter().enumerate() {
-        let err = |message: String| Error::Statement {
-            file: program.source.clone(),
-            position: st.position + 1,
-            text: st.text.clone(),
+/// The model of statement `k` of the program (`S{k}`, and `S{k}_init` for
+/// a reduction with an initialisation).
+struct StatementBuilder<'a> {
+    isl: &'a Isl,
+    program: &'a Program,
+    param_prefix: &'a str,
+    context: &'a Set,
+    k: usize,
+    st: &'a Statement,
+}
+
+impl StatementBuilder<'_> {
+    fn err(&self, message: String) -> Error {
+        Error::Statement {
+            file: self.program.source.clone(),
+            position: self.st.position + 1,
+            text: self.st.text.clone(),
             message,
-        };
+        }
+    }
+
+    /// The statement's instances; `tensors` gains its left tensor where
+    /// this is a temp's first writer.
+    fn build(&self, tensors: &mut Vec<ModelTensor>) -> Result<Vec<ModelStmt>> {
+        let (st, k) = (self.st, self.k);
         let all = st.all_indices();
         let name = format!("S{k}");
-        let user = |m: ranges::RangeError| match m {
-            ranges::RangeError::User(m) => err(m),
-            ranges::RangeError::Isl(e) => e,
-        };
-        let (domain, init_domain, new_tensor) = {
-            let ctx = ranges::Ctx {
-                isl,
-                program,
-                tensors: &tensors,
-                param_prefix: &param_prefix,
-                context: &context,
-            };
-            let var_ranges = ranges::infer(&ctx, st).map_err(user)?;
-            let domain = ranges::domain_of(&ctx, &name, &all, &var_ranges, &st.wheres)?;
-            let init_domain = ranges::domain_of(
-                &ctx,
-                &format!("{name}_init"),
-                &st.init_indices(),
-                &var_ranges,
-                &lhs_only_wheres(st),
-            )?;
-            // The left tensor: a temp without a declared shape gets the
-            // bounding box of what this first writer writes.
-            let new_tensor = if tensors.iter().all(|t| t.name != st.lhs_tensor) {
-                let decl = program
-                    .tensor(&st.lhs_tensor)
-                    .ok_or_else(|| err(format!("unknown tensor `{}`", st.lhs_tensor)))?;
-                let shape = ranges::extent_of_lhs(&ctx, st, &var_ranges).map_err(user)?;
-                Some(ModelTensor {
-                    name: decl.name.clone(),
-                    dtype: decl.dtype,
-                    role: decl.role,
-                    shape,
-                })
-            } else {
-                None
-            };
-            (domain, init_domain, new_tensor)
-        };
-        tensors.extend(new_tensor);
-        let lhs_access = access_text(
-            &st.lhs_tensor,
-            &st.lhs_indices
-                .iter()
-                .map(|i| Affine::var(i))
-                .collect::<Vec<_>>(),
-        );
+        let (domain, init_domain) = self.domains(&name, &all, tensors)?;
+        let lhs_access = AccessKey::of_vars(&st.lhs_tensor, &st.lhs_indices).to_string();
         let mut rhs_reads = Vec::new();
         collect_reads(&st.rhs, &mut rhs_reads);
         for (t, _) in &rhs_reads {
             if tensors.iter().all(|m| &m.name != t) {
-                return Err(err(format!(
+                return Err(self.err(format!(
                     "tensor `{t}` is read before any statement gives it a shape; declare it in `temps` with a shape"
                 )));
             }
         }
-        let map_of = |stmt: &str, iters: &[String], access: &str, dom: &Set| -> Result<Map> {
-            let m = isl.map(&format!(
-                "{param_prefix}{{ {stmt}[{}] -> {access} }}",
-                iters.join(", ")
-            ))?;
-            Ok(m.intersect_domain(dom.copy()?)?)
-        };
-        let reads_for =
-            |stmt: &str, iters: &[String], dom: &Set, with_lhs: bool| -> Result<Vec<Map>> {
-                let mut v = Vec::new();
-                if with_lhs {
-                    v.push(map_of(stmt, iters, &lhs_access, dom)?);
-                }
-                for (t, subs) in &rhs_reads {
-                    v.push(map_of(stmt, iters, &access_text(t, subs), dom)?);
-                }
-                Ok(v)
-            };
-        match st.op {
-            AssignOp::Assign => {
-                let write = map_of(&name, &all, &lhs_access, &domain)?;
-                let reads = reads_for(&name, &all, &domain, false)?;
-                statements.push(ModelStmt {
-                    name,
-                    source: k,
-                    kind: StmtKind::Assign,
-                    iterators: all,
-                    domain,
-                    write,
-                    reads,
-                    blocks: st.blocks.clone(),
-                });
+        let reads_for = |iters: &[String], dom: &Set, with_lhs: bool| -> Result<Vec<Map>> {
+            let mut v = Vec::new();
+            if with_lhs {
+                v.push(self.access_map(&name, iters, &lhs_access, dom)?);
             }
+            for (t, subs) in &rhs_reads {
+                let access = AccessKey::new(t, subs).to_string();
+                v.push(self.access_map(&name, iters, &access, dom)?);
+            }
+            Ok(v)
+        };
+        let mut out = Vec::new();
+        let (kind, reads) = match st.op {
+            AssignOp::Assign => (StmtKind::Assign, reads_for(&all, &domain, false)?),
             AssignOp::Reduce { init, .. } => {
                 if init {
                     let init_name = format!("S{k}_init");
-                    let idom = init_domain;
                     let iters = st.init_indices();
-                    let write = map_of(&init_name, &iters, &lhs_access, &idom)?;
-                    statements.push(ModelStmt {
+                    let write = self.access_map(&init_name, &iters, &lhs_access, &init_domain)?;
+                    out.push(ModelStmt {
                         name: init_name,
                         source: k,
                         kind: StmtKind::Init,
                         iterators: iters,
-                        domain: idom,
+                        domain: init_domain,
                         write,
                         reads: Vec::new(),
                         blocks: st.blocks.clone(),
                     });
                 }
-                let write = map_of(&name, &all, &lhs_access, &domain)?;
-                let reads = reads_for(&name, &all, &domain, true)?;
-                statements.push(ModelStmt {
-                    name,
-                    source: k,
-                    kind: StmtKind::Update,
-                    iterators: all,
-                    domain,
-                    write,
-                    reads,
-                    blocks: st.blocks.clone(),
-                });
+                (StmtKind::Update, reads_for(&all, &domain, true)?)
             }
-        }
+        };
+        let write = self.access_map(&name, &all, &lhs_access, &domain)?;
+        out.push(ModelStmt {
+            name,
+            source: k,
+            kind,
+            iterators: all,
+            domain,
+            write,
+            reads,
+            blocks: st.blocks.clone(),
+        });
+        Ok(out)
     }
-    let scop = Scop {
-        context,
-        param_prefix,
-        statements,
-        tensors,
-    };
-    check_footprints(isl, program, &scop)?;
-    check_outputs_written(isl, program, &scop)?;
-    check_recurrences(isl, program, &scop)?;
-    Ok(scop)
+
+    /// `{ stmt[iters] -> access }` on `dom`.
+    fn access_map(&self, stmt: &str, iters: &[String], access: &str, dom: &Set) -> Result<Map> {
+        let m = self.isl.map(&format!(
+            "{}{{ {stmt}[{}] -> {access} }}",
+            self.param_prefix,
+            iters.join(", ")
+        ))?;
+        Ok(m.intersect_domain(dom.copy()?)?)
+    }
+
+    /// The statement's domain and its initialisation's, from the ranges
+    /// inferred for its indices. The left tensor: a temp without a
+    /// declared shape gets the bounding box of what this first writer
+    /// writes.
+    fn domains(
+        &self,
+        name: &str,
+        all: &[String],
+        tensors: &mut Vec<ModelTensor>,
+    ) -> Result<(Set, Set)> {
+        let st = self.st;
+        let user = |m: ranges::RangeError| match m {
+            ranges::RangeError::User(m) => self.err(m),
+            ranges::RangeError::Isl(e) => e,
+        };
+        let ctx = ranges::Ctx {
+            isl: self.isl,
+            program: self.program,
+            tensors,
+            param_prefix: self.param_prefix,
+            context: self.context,
+        };
+        let var_ranges = ranges::infer(&ctx, st).map_err(user)?;
+        let domain = ranges::domain_of(&ctx, name, all, &var_ranges, &st.wheres)?;
+        let init_domain = ranges::domain_of(
+            &ctx,
+            &format!("{name}_init"),
+            &st.init_indices(),
+            &var_ranges,
+            &lhs_only_wheres(st),
+        )?;
+        let new_tensor = if tensors.iter().all(|t| t.name != st.lhs_tensor) {
+            let decl = self
+                .program
+                .tensor(&st.lhs_tensor)
+                .ok_or_else(|| self.err(format!("unknown tensor `{}`", st.lhs_tensor)))?;
+            let shape = ranges::extent_of_lhs(&ctx, st, &var_ranges).map_err(user)?;
+            Some(ModelTensor {
+                name: decl.name.clone(),
+                dtype: decl.dtype,
+                role: decl.role,
+                shape,
+            })
+        } else {
+            None
+        };
+        tensors.extend(new_tensor);
+        Ok((domain, init_domain))
+    }
 }
 
 /// `where` constraints that mention only the left side's indices (and
@@ -492,17 +536,46 @@ pub fn lhs_only_wheres(st: &Statement) -> Vec<WhereClause> {
         .collect()
 }
 
-/// `T[e0, e1]` in isl syntax.
-pub fn access_text(tensor: &str, subs: &[Affine]) -> String {
-    let s: Vec<String> = subs.iter().map(|a| a.to_string()).collect();
-    format!("{tensor}[{}]", s.join(", "))
+/// One access as the model names it: the tensor and its subscripts in
+/// the statement's index variables. Later stages key what they decide about
+/// an access by this value (a register that replaces a read, a tile that
+/// holds it), compared as data; its `Display` is the access in isl's syntax,
+/// `T[e0, e1]`, which is how the model's relations are written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AccessKey {
+    pub tensor: String,
+    pub subscripts: Vec<Affine>,
 }
 
-/// The access text of `e` where it is a tensor read (see [`access_text`]).
-pub fn read_text(e: &Expr) -> Option<String> {
-    match &e.kind {
-        ExprKind::Access { tensor, subscripts } => Some(access_text(tensor, subscripts)),
-        _ => None,
+impl AccessKey {
+    pub fn new(tensor: &str, subscripts: &[Affine]) -> Self {
+        AccessKey {
+            tensor: tensor.to_string(),
+            subscripts: subscripts.to_vec(),
+        }
+    }
+
+    /// The key of `e` where it is a tensor read.
+    pub fn of_read(e: &Expr) -> Option<Self> {
+        match &e.kind {
+            ExprKind::Access { tensor, subscripts } => Some(AccessKey::new(tensor, subscripts)),
+            _ => None,
+        }
+    }
+
+    /// The key of an element addressed by index variables, `T[i, j]`.
+    pub fn of_vars<S: AsRef<str>>(tensor: &str, vars: &[S]) -> Self {
+        AccessKey {
+            tensor: tensor.to_string(),
+            subscripts: vars.iter().map(|v| Affine::var(v.as_ref())).collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for AccessKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s: Vec<String> = self.subscripts.iter().map(|a| a.to_string()).collect();
+        write!(f, "{}[{}]", self.tensor, s.join(", "))
     }
 }
 
@@ -745,7 +818,7 @@ fn check_recurrences(isl: &Isl, program: &Program, scop: &Scop) -> Result<()> {
                         message: format!(
                             "reads `{}` at `{}`, an element it writes itself in the same iteration of its loop blocks; a statement in a block may read its own left side only at elements earlier iterations wrote (such as `{}` with a block index minus 1)",
                             st.lhs_tensor,
-                            a.text(),
+                            a.key(),
                             st.lhs_tensor
                         ),
                     });

@@ -268,7 +268,7 @@ fn plan(program: &Program, k: usize) -> Option<Plan> {
     for f in &variant {
         model::collect_reads(&f.expr, &mut reads);
     }
-    let moving: HashSet<String> = reads
+    let moving: HashSet<model::AccessKey> = reads
         .iter()
         .filter(|(_, subs)| {
             subs.iter().any(|a| {
@@ -276,7 +276,7 @@ fn plan(program: &Program, k: usize) -> Option<Plan> {
                     .any(|n| st.reduction_indices.iter().any(|r| r == n))
             })
         })
-        .map(|(t, subs)| model::access_text(t, subs))
+        .map(|(t, subs)| model::AccessKey::new(t, subs))
         .collect();
     if moving.len() < 2 {
         return None;

@@ -255,77 +255,22 @@ fn parse_budget(text: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(t).map_err(|_| bad())
 }
 
+/// `polyfuse tune`: (1) check the arguments, (2) choose where to measure,
+/// (3) search with a progress bar, (4) record the times in the cache,
+/// (5) report the default and the best.
 pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
     use polyfuse::tune::search::{self, Search, Settings};
     let program = args.program.load()?;
-    if let Some(bad) = program.params.iter().find(|p| p.value.is_none()) {
-        return Err(Error::Input {
-            file: program.source.clone(),
-            message: format!(
-                "parameter {} has no value; tuning needs sizes: give one with --param {}=VALUE",
-                bad.name, bad.name
-            ),
-        });
-    }
-    if !(0.0..=1.0).contains(&args.mutation) {
-        return Err(Error::Input {
-            file: "--mutation".into(),
-            message: format!("{} is not a probability (0 to 1)", args.mutation),
-        });
-    }
-    let on = match args.target {
-        Some(t) => t,
-        None => {
-            let found = polyfuse::runtime::cuda::probe_driver().is_ok()
-                && polyfuse::runtime::cuda::device_count().unwrap_or(0) > 0;
-            let t = if found {
-                MeasureOn::Cuda
-            } else {
-                MeasureOn::Cpu
-            };
-            eprintln!(
-                "polyfuse: tuning on the {} (no --target given)",
-                if found { "GPU" } else { "CPU" }
-            );
-            t
-        }
-    };
-    let (targets, arch) = match on {
-        MeasureOn::Cpu => (vec![MeasureTarget::Cpu], "cpu".to_string()),
-        MeasureOn::Emulate => (vec![MeasureTarget::Emulate], "emulate".to_string()),
-        MeasureOn::Cuda => {
-            polyfuse::runtime::cuda::probe_driver()?;
-            let n = polyfuse::runtime::cuda::device_count()?;
-            let devices: Vec<usize> = if args.devices.is_empty() {
-                (0..n).collect()
-            } else {
-                args.devices.clone()
-            };
-            if devices.is_empty() || devices.iter().any(|d| *d >= n) {
-                return Err(Error::Environment(format!(
-                    "--devices {:?}: the driver sees {n} CUDA device(s)",
-                    devices
-                )));
-            }
-            // The cache keys what is measured by the devices'
-            // architecture: times from devices of several would be stored
-            // under one of them (issue 33 item 4).
-            let arch = polyfuse::runtime::cuda::device_arch(devices[0])?;
-            for d in &devices[1..] {
-                let other = polyfuse::runtime::cuda::device_arch(*d)?;
-                if other != arch {
-                    return Err(Error::Input {
-                        file: "--devices".into(),
-                        message: format!(
-                            "device {} is {arch} and device {d} is {other}: tune on devices of one architecture (the cache keys its times by it)",
-                            devices[0]
-                        ),
-                    });
-                }
-            }
-            (devices.into_iter().map(MeasureTarget::Cuda).collect(), arch)
-        }
-    };
+    check_tune_args(&args, &program)?;
+    let on = args.target.unwrap_or_else(|| {
+        let on = detected_target();
+        eprintln!(
+            "polyfuse: tuning on the {} (no --target given)",
+            on_device_word(on)
+        );
+        on
+    });
+    let (targets, arch) = measure_targets(on, &args.devices)?;
     let check_program = if args.check_params.is_empty() {
         None
     } else {
@@ -352,89 +297,235 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         check_program,
     };
-    let bar = indicatif::ProgressBar::with_draw_target(
-        args.max_candidates.map(|n| n as u64),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {pos} candidates {wide_msg}",
-    ) {
-        bar.set_style(style);
-    }
-    bar.enable_steady_tick(std::time::Duration::from_millis(250));
-    // Without a terminal (a log file, CI) the bar draws nothing: one line
-    // per generation instead.
-    let lines = !std::io::IsTerminal::is_terminal(&std::io::stderr());
     let started = std::time::Instant::now();
-    let mut progress = |cands: &[search::Candidate], best: Option<usize>| {
-        bar.set_position(cands.len() as u64);
-        if lines {
-            let best = best.and_then(|b| cands.get(b)).map_or(String::new(), |b| {
-                format!(
-                    ", best {:.1} us: {}",
-                    b.time_us.unwrap_or(0.0),
-                    b.variant.label()
-                )
-            });
-            eprintln!(
-                "polyfuse tune: {} candidates in {:.0} s{best}",
-                cands.len(),
-                started.elapsed().as_secs_f64()
-            );
+    let progress = TuneProgress::new(args.max_candidates, started);
+    let outcome = search::tune(&program, &settings, &mut |cands, best| {
+        progress.show(cands, best)
+    })?;
+    progress.finish();
+    let elapsed = started.elapsed().as_secs_f64();
+    let cache_note = record_in_cache(&args, &program, &arch, &outcome)?;
+    let report = TuneReport {
+        args: &args,
+        program: &program,
+        on,
+        arch: &arch,
+        outcome: &outcome,
+        elapsed,
+        cache_note: cache_note.as_ref(),
+    };
+    if args.json {
+        report.print_json()?;
+    } else {
+        report.print_text();
+    }
+    if outcome.best.is_none() {
+        return Err(Error::Illegal {
+            file: program.source.clone(),
+            message: "no candidate compiled and passed its check".into(),
+        });
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments `clap` cannot check alone: sizes for every parameter, and a
+/// mutation probability.
+fn check_tune_args(args: &TuneArgs, program: &Program) -> Result<(), Error> {
+    if let Some(bad) = program.params.iter().find(|p| p.value.is_none()) {
+        return Err(Error::Input {
+            file: program.source.clone(),
+            message: format!(
+                "parameter {} has no value; tuning needs sizes: give one with --param {}=VALUE",
+                bad.name, bad.name
+            ),
+        });
+    }
+    if !(0.0..=1.0).contains(&args.mutation) {
+        return Err(Error::Input {
+            file: "--mutation".into(),
+            message: format!("{} is not a probability (0 to 1)", args.mutation),
+        });
+    }
+    Ok(())
+}
+
+/// The GPU where a driver and a device are found, else the CPU.
+fn detected_target() -> MeasureOn {
+    let found = polyfuse::runtime::cuda::probe_driver().is_ok()
+        && polyfuse::runtime::cuda::device_count().unwrap_or(0) > 0;
+    if found {
+        MeasureOn::Cuda
+    } else {
+        MeasureOn::Cpu
+    }
+}
+
+fn on_device_word(on: MeasureOn) -> &'static str {
+    match on {
+        MeasureOn::Cuda => "GPU",
+        _ => "CPU",
+    }
+}
+
+/// What the search measures on, and the architecture the cache keys the
+/// times by. On the GPU: the devices asked for (all by default), which
+/// must be of one architecture, since times from several would be stored
+/// under one of them (issue 33 item 4).
+fn measure_targets(on: MeasureOn, asked: &[usize]) -> Result<(Vec<MeasureTarget>, String), Error> {
+    match on {
+        MeasureOn::Cpu => Ok((vec![MeasureTarget::Cpu], "cpu".to_string())),
+        MeasureOn::Emulate => Ok((vec![MeasureTarget::Emulate], "emulate".to_string())),
+        MeasureOn::Cuda => {
+            polyfuse::runtime::cuda::probe_driver()?;
+            let n = polyfuse::runtime::cuda::device_count()?;
+            let devices: Vec<usize> = if asked.is_empty() {
+                (0..n).collect()
+            } else {
+                asked.to_vec()
+            };
+            if devices.is_empty() || devices.iter().any(|d| *d >= n) {
+                return Err(Error::Environment(format!(
+                    "--devices {:?}: the driver sees {n} CUDA device(s)",
+                    devices
+                )));
+            }
+            let arch = polyfuse::runtime::cuda::device_arch(devices[0])?;
+            for d in &devices[1..] {
+                let other = polyfuse::runtime::cuda::device_arch(*d)?;
+                if other != arch {
+                    return Err(Error::Input {
+                        file: "--devices".into(),
+                        message: format!(
+                            "device {} is {arch} and device {d} is {other}: tune on devices of one architecture (the cache keys its times by it)",
+                            devices[0]
+                        ),
+                    });
+                }
+            }
+            Ok((devices.into_iter().map(MeasureTarget::Cuda).collect(), arch))
         }
-        if let Some(b) = best.and_then(|b| cands.get(b)) {
-            bar.set_message(format!(
+    }
+}
+
+/// The search's progress on standard error: a bar on a terminal, and
+/// without one (a log file, CI), where the bar draws nothing, a line per
+/// generation.
+struct TuneProgress {
+    bar: indicatif::ProgressBar,
+    lines: bool,
+    started: std::time::Instant,
+}
+
+impl TuneProgress {
+    fn new(max_candidates: Option<usize>, started: std::time::Instant) -> Self {
+        let bar = indicatif::ProgressBar::with_draw_target(
+            max_candidates.map(|n| n as u64),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {pos} candidates {wide_msg}",
+        ) {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(std::time::Duration::from_millis(250));
+        TuneProgress {
+            bar,
+            lines: !std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            started,
+        }
+    }
+
+    fn show(&self, cands: &[polyfuse::tune::search::Candidate], best: Option<usize>) {
+        self.bar.set_position(cands.len() as u64);
+        let best = best.and_then(|b| cands.get(b)).map(|b| {
+            format!(
                 "best {:.1} us: {}",
                 b.time_us.unwrap_or(0.0),
                 b.variant.label()
-            ));
+            )
+        });
+        if self.lines {
+            eprintln!(
+                "polyfuse tune: {} candidates in {:.0} s{}",
+                cands.len(),
+                self.started.elapsed().as_secs_f64(),
+                best.as_ref().map_or(String::new(), |b| format!(", {b}"))
+            );
         }
-    };
-    let outcome = search::tune(&program, &settings, &mut progress)?;
-    bar.finish_and_clear();
-    let elapsed = started.elapsed().as_secs_f64();
-
-    // The cache: every checked time, and the best as the tuned options.
-    let mut cache_note = None;
-    if let Some(path) = args.cache.path() {
-        let mut db = polyfuse::tune::cache::Cache::open(&path)?;
-        let key = polyfuse::tune::cache::Key::new(&program, &arch);
-        for c in &outcome.candidates {
-            if let Some(t) = c.time_us {
-                db.record(&key, &c.variant, Some(t), None)?;
-            }
-        }
-        if let Some(b) = outcome.best {
-            let best = &outcome.candidates[b];
-            let (tuned, time) = db.set_best(
-                &key,
-                &best.variant,
-                best.time_us.unwrap_or(0.0),
-                outcome.best_compiled.as_ref(),
-            )?;
-            if tuned != best.variant {
-                eprintln!(
-                    "polyfuse: the cache keeps the faster {time:.1} us of an earlier run ({})",
-                    tuned.label()
-                );
-            }
-            cache_note = Some((path.display().to_string(), key.key.clone()));
+        if let Some(b) = best {
+            self.bar.set_message(b);
         }
     }
 
-    let default = &outcome.candidates[outcome.default];
-    let best = outcome.best.map(|b| &outcome.candidates[b]);
-    if args.json {
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Records every checked time in the cache and the best as the tuned
+/// options; returns where (path and key), or `None` without a cache or a
+/// best candidate.
+fn record_in_cache(
+    args: &TuneArgs,
+    program: &Program,
+    arch: &str,
+    outcome: &polyfuse::tune::search::Outcome,
+) -> Result<Option<(String, String)>, Error> {
+    let Some(path) = args.cache.path() else {
+        return Ok(None);
+    };
+    let mut db = polyfuse::tune::cache::Cache::open(&path)?;
+    let key = polyfuse::tune::cache::Key::new(program, arch);
+    for c in &outcome.candidates {
+        if let Some(t) = c.time_us {
+            db.record(&key, &c.variant, Some(t), None)?;
+        }
+    }
+    let Some(b) = outcome.best else {
+        return Ok(None);
+    };
+    let best = &outcome.candidates[b];
+    let (tuned, time) = db.set_best(
+        &key,
+        &best.variant,
+        best.time_us.unwrap_or(0.0),
+        outcome.best_compiled.as_ref(),
+    )?;
+    if tuned != best.variant {
+        eprintln!(
+            "polyfuse: the cache keeps the faster {time:.1} us of an earlier run ({})",
+            tuned.label()
+        );
+    }
+    Ok(Some((path.display().to_string(), key.key.clone())))
+}
+
+/// What `tune` prints at the end, as JSON or as text.
+struct TuneReport<'a> {
+    args: &'a TuneArgs,
+    program: &'a Program,
+    on: MeasureOn,
+    arch: &'a str,
+    outcome: &'a polyfuse::tune::search::Outcome,
+    elapsed: f64,
+    cache_note: Option<&'a (String, String)>,
+}
+
+impl TuneReport<'_> {
+    fn print_json(&self) -> Result<(), Error> {
+        let outcome = self.outcome;
         let cand = CandidateJson::of;
+        let default = &outcome.candidates[outcome.default];
+        let best = outcome.best.map(|b| &outcome.candidates[b]);
         let doc = TuneJson {
-            program: &program.name,
-            target: on,
-            arch: &arch,
+            program: &self.program.name,
+            target: self.on,
+            arch: self.arch,
             device: outcome.device.as_deref(),
-            search: args.search,
-            seed: args.seed,
+            search: self.args.search,
+            seed: self.args.seed,
             space_size: outcome.space_size,
-            seconds: elapsed,
+            seconds: self.elapsed,
             reference_seconds: outcome.reference_seconds,
             default: cand(default),
             best: best.map(cand),
@@ -442,16 +533,20 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
                 (Some(d), Some(b)) if b > 0.0 => Some(d / b),
                 _ => None,
             },
-            cache: cache_note
-                .as_ref()
-                .map(|(path, key)| CacheNote { path, key }),
+            cache: self.cache_note.map(|(path, key)| CacheNote { path, key }),
             candidates: outcome.candidates.iter().map(cand).collect(),
         };
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?
         );
-    } else {
+        Ok(())
+    }
+
+    fn print_text(&self) {
+        let outcome = self.outcome;
+        let default = &outcome.candidates[outcome.default];
+        let best = outcome.best.map(|b| &outcome.candidates[b]);
         let checked = outcome
             .candidates
             .iter()
@@ -459,16 +554,16 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
             .count();
         println!(
             "tuned {} on {}: {} candidates ({} checked) in {:.1} s, {} search, seed {}, space of {} variants",
-            program.name,
-            outcome.device.as_deref().unwrap_or(on_name(on)),
+            self.program.name,
+            outcome.device.as_deref().unwrap_or(on_name(self.on)),
             outcome.candidates.len(),
             checked,
-            elapsed,
-            match args.search { SearchKind::Genetic => "genetic", SearchKind::Random => "random" },
-            args.seed,
+            self.elapsed,
+            match self.args.search { SearchKind::Genetic => "genetic", SearchKind::Random => "random" },
+            self.args.seed,
             outcome.space_size
         );
-        let time = |c: &search::Candidate| match c.time_us {
+        let time = |c: &polyfuse::tune::search::Candidate| match c.time_us {
             Some(t) => format!("{t:.1} us"),
             None => format!("failed ({})", c.error.as_deref().unwrap_or("?")),
         };
@@ -492,17 +587,10 @@ pub fn tune(args: TuneArgs) -> Result<ExitCode, Error> {
         if let Some(s) = outcome.reference_seconds {
             println!("(the f64 reference of the check took {s:.1} s before the budget)");
         }
-        if let Some((p, k)) = &cache_note {
-            println!("cached in {p} (key {k}, arch {arch})");
+        if let Some((p, k)) = self.cache_note {
+            println!("cached in {p} (key {k}, arch {})", self.arch);
         }
     }
-    if best.is_none() {
-        return Err(Error::Illegal {
-            file: program.source.clone(),
-            message: "no candidate compiled and passed its check".into(),
-        });
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The document of `tune --json`, in this order.

@@ -107,7 +107,7 @@ impl Ctx<'_> {
                     if a.tensor == regs.tensor {
                         return true;
                     }
-                    let key = (statement.to_string(), a.text());
+                    let key = (statement.to_string(), a.key());
                     let Some((k, subs)) = scope.accesses.get(&key) else {
                         return false;
                     };

@@ -11,7 +11,7 @@ use super::{storage_type, Ctx, Pending};
 use crate::frontend::ast::{DType, TensorRole};
 use crate::gpu::lanes::{LaneAxis, LaneLoop, State};
 use crate::isl::ast::Node;
-use crate::model::ModelStmt;
+use crate::model::{AccessKey, ModelStmt};
 
 /// One state of a split loop as printed: its private scalar and C type.
 pub(super) struct Slot<'s> {
@@ -279,7 +279,10 @@ impl Ctx<'_> {
     fn inputs_ahead(
         &self,
         body: &Node,
-    ) -> Option<(Vec<(String, &'static str)>, Vec<(String, String, String)>)> {
+    ) -> Option<(
+        Vec<(String, &'static str)>,
+        Vec<(String, AccessKey, String)>,
+    )> {
         let users: Vec<(&String, &Vec<crate::isl::ast::Expr>)> = match body {
             Node::User { statement, args } => vec![(statement, args)],
             Node::Block(v) => v
@@ -309,11 +312,7 @@ impl Ctx<'_> {
                         loads.len() - 1
                     }
                 };
-                reads.push((
-                    statement.clone(),
-                    crate::model::access_text(&a.tensor, &a.subscripts),
-                    format!("pf_ld{j}[pf_k]"),
-                ));
+                reads.push((statement.clone(), a.key(), format!("pf_ld{j}[pf_k]")));
             }
         }
         (!loads.is_empty()).then_some((loads, reads))
@@ -525,9 +524,9 @@ fn four_at_once(
 }
 
 /// One loop's reads of an input tensor: the tensor, the distinct
-/// addresses, the access texts, and whether every read is contiguous in
+/// addresses, the accesses, and whether every read is contiguous in
 /// the loop's iterator.
-type InputReads = (String, Vec<String>, Vec<String>, bool);
+type InputReads = (String, Vec<String>, Vec<AccessKey>, bool);
 
 /// Most 32-bit registers a lane gives to cached rows.
 const ROW_CACHE_WORDS: i64 = 128;
@@ -554,8 +553,8 @@ pub(super) struct RowCache {
     slots: i64,
     /// The element a slot holds, in the loops' iterator.
     address: String,
-    /// The access texts (printer override keys) that read it.
-    keys: Vec<String>,
+    /// The accesses (printer override keys) that read it.
+    keys: Vec<AccessKey>,
     /// The lane loops reading it, in order (the first loads it).
     loops: Vec<usize>,
     iterator: String,
@@ -669,7 +668,7 @@ impl Ctx<'_> {
             /// somewhere: not cached.
             rejected: bool,
             address: String,
-            keys: Vec<String>,
+            keys: Vec<AccessKey>,
             loops: Vec<usize>,
             slots: i64,
             signature: [String; 4],
@@ -791,7 +790,7 @@ impl Ctx<'_> {
                         continue;
                     }
                     let address = self.printer.element(&a.tensor, &a.subscripts, &env);
-                    let key = a.text();
+                    let key = a.key();
                     let contiguous = contiguous_in(&a.subscripts, &env, iterator);
                     match reads.iter_mut().find(|(t, _, _, _)| *t == a.tensor) {
                         Some((_, addresses, keys, c)) => {

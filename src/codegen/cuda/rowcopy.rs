@@ -27,6 +27,7 @@ use std::fmt::Write;
 use super::{storage_type, CountedLoop, Ctx};
 use crate::frontend::ast::{DType, TensorRole};
 use crate::isl::ast::{Expr as AstExpr, Node};
+use crate::model::AccessKey;
 
 /// At most this many elements in one run (registers per thread).
 const MAX_RUN: i64 = 128;
@@ -35,7 +36,7 @@ const MAX_RUN: i64 = 128;
 /// it replaces, and the register element that replaces it.
 pub(super) struct RowCopy {
     pub statement: String,
-    pub key: String,
+    pub key: AccessKey,
     pub element: String,
 }
 
@@ -82,7 +83,7 @@ impl Ctx<'_> {
                 let Some(t) = self.program.tensor(&a.tensor) else {
                     continue;
                 };
-                let key = a.text();
+                let key = a.key();
                 if t.role != TensorRole::Input
                     || self.printer.privates.borrow().contains_key(&a.tensor)
                     || self.promoted(statement, &key)
@@ -165,8 +166,8 @@ impl Ctx<'_> {
 
     /// Whether access `key` of `statement` reads a shared or register
     /// copy here.
-    fn promoted(&self, statement: &str, key: &str) -> bool {
-        let pair = (statement.to_string(), key.to_string());
+    fn promoted(&self, statement: &str, key: &AccessKey) -> bool {
+        let pair = (statement.to_string(), key.clone());
         (self.in_scope && self.scope().is_some_and(|s| s.accesses.contains_key(&pair)))
             || (self.in_regs && self.regs.is_some_and(|r| r.accesses.contains(&pair)))
     }

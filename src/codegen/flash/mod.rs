@@ -51,7 +51,7 @@ use crate::gpu::attention::{
     COMBINE_WARPS, SPLIT_ROWS, THREADS, WARPS, WARP_TILES,
 };
 use crate::gpu::mapping::AttentionPlan;
-use crate::model::{access_text, Scop, StmtKind};
+use crate::model::{AccessKey, Scop, StmtKind};
 
 use super::expr::{GlobalAccesses, Mode, Printer};
 
@@ -176,7 +176,7 @@ struct StepElements {
     whole: bool,
     env: HashMap<String, String>,
     /// The overrides that name an element's maps (`Emit::element_overrides`).
-    overrides: HashMap<String, String>,
+    overrides: HashMap<AccessKey, String>,
     /// The head of the loop over a thread's elements: the element's score
     /// index, row, key and whether it is inside the domain.
     head: String,
@@ -230,7 +230,7 @@ impl Emit<'_> {
     /// `__expf` (`ex2.approx` of a product, relative error about 2^-21 over
     /// the weights' range, at most 0) serves, two instructions where
     /// `expf` takes about ten.
-    fn printer(&self, overrides: HashMap<String, String>, fast: bool) -> Printer<'_> {
+    fn printer(&self, overrides: HashMap<AccessKey, String>, fast: bool) -> Printer<'_> {
         Printer {
             tensors: &self.scop.tensors,
             params: &[],
@@ -308,12 +308,15 @@ impl Emit<'_> {
 
     /// Overrides of the element-wise tensors (score and maps) by the
     /// per-thread arrays at element `pf_k`.
-    fn element_overrides(&self, o: &mut HashMap<String, String>) {
+    fn element_overrides(&self, o: &mut HashMap<AccessKey, String>) {
         let subs = self.elem_subs();
-        o.insert(access_text(&self.a.score, &subs), self.t.at("pf_s", "pf_k"));
+        o.insert(
+            AccessKey::new(&self.a.score, &subs),
+            self.t.at("pf_s", "pf_k"),
+        );
         for (k, (t, _)) in self.a.maps.iter().enumerate() {
             o.insert(
-                access_text(t, &subs),
+                AccessKey::new(t, &subs),
                 self.t.at(&format!("pf_x{k}"), "pf_k"),
             );
         }
@@ -1367,10 +1370,10 @@ impl Emit<'_> {
     /// `old` and `new`.
     fn repair_overrides(
         &self,
-        mut o: HashMap<String, String>,
+        mut o: HashMap<AccessKey, String>,
         old: &str,
         new: &str,
-    ) -> HashMap<String, String> {
+    ) -> HashMap<AccessKey, String> {
         let a = self.a;
         o.insert(a.repair_new.clone(), new.to_string());
         o.insert(a.repair_old.clone(), old.to_string());
@@ -1538,9 +1541,12 @@ impl Emit<'_> {
         // Overrides: the combined states as the thread's variables.
         let mut ov = HashMap::new();
         let pg = &sts[sp.pred_global];
-        ov.insert(access_text(&pg.lhs_tensor, &row), "pf_M".to_string());
+        ov.insert(AccessKey::new(&pg.lhs_tensor, &row), "pf_M".to_string());
         for (k, &pos) in sp.sum_globals.iter().enumerate() {
-            ov.insert(access_text(&sts[pos].lhs_tensor, &row), format!("pf_X{k}"));
+            ov.insert(
+                AccessKey::new(&sts[pos].lhs_tensor, &row),
+                format!("pf_X{k}"),
+            );
         }
         let mut env = self.env();
         let mut c = String::new();
@@ -1548,7 +1554,7 @@ impl Emit<'_> {
         // One fold: `var` = the global statement at `pos` reduced over the
         // slices, the lane's slices first, then across the warp.
         let fold = |c: &mut String,
-                    ov: &HashMap<String, String>,
+                    ov: &HashMap<AccessKey, String>,
                     env: &mut HashMap<String, String>,
                     pos: usize,
                     var: &str| {
@@ -1608,7 +1614,7 @@ impl Emit<'_> {
                     continue;
                 }
                 cov.insert(
-                    access_text(&sts[sp.con_globals[k]].lhs_tensor, &self.col_subs(column)),
+                    AccessKey::new(&sts[sp.con_globals[k]].lhs_tensor, &self.col_subs(column)),
                     format!("pf_O{k}"),
                 );
                 fold(
@@ -1645,10 +1651,10 @@ impl Emit<'_> {
         for &p in &a.epilogue {
             let st = &self.program.statements[p];
             let mut ov = HashMap::new();
-            ov.insert(access_text(&a.pred, &row), self.t.at("pf_m", "pf_r"));
+            ov.insert(AccessKey::new(&a.pred, &row), self.t.at("pf_m", "pf_r"));
             for (k, s) in a.sums.iter().enumerate() {
                 ov.insert(
-                    access_text(&s.tensor, &row),
+                    AccessKey::new(&s.tensor, &row),
                     self.t.at(&format!("pf_sum{k}"), "pf_r"),
                 );
             }
@@ -1664,7 +1670,7 @@ impl Emit<'_> {
             for (k, x) in a.contractions.iter().enumerate() {
                 if column.as_ref() == Some(&x.column) && Some(x.width) == width {
                     ov.insert(
-                        access_text(&x.tensor, &self.col_subs(&x.column)),
+                        AccessKey::new(&x.tensor, &self.col_subs(&x.column)),
                         self.t.at(&format!("pf_o{k}"), &Self::o_idx(x.width)),
                     );
                 }
