@@ -649,6 +649,46 @@ fn register_tile_sizes(
     })
 }
 
+/// The tile sizes of an elementwise band (no reduction member, no
+/// register tile, no rows on lanes) whose first `nb` members map to
+/// blocks: the default 64 x 64 tiles (16 elements a thread of the 32 x 8
+/// block) where an average launch has [`ENOUGH_ELEMENTWISE_BLOCKS`] of
+/// them, else 32 x 32 (4 a thread) where those are enough, else 8 x 32
+/// (one element a thread). A small launch on large tiles leaves most of
+/// the machine idle and runs each thread's elements one after the other,
+/// each waiting on its loads: a stacked LSTM's cell update (4 cells of 64
+/// x 256 a launch under the wavefront's host loop) had 16 blocks on 132
+/// multiprocessors. Tiles are counted as [`occupied_tiles`] counts them
+/// (under host loops, those of an average launch); where they cannot be
+/// counted (symbolic sizes) the default stays.
+pub(super) fn elementwise_tile_sizes(
+    node: &ScheduleNode,
+    nb: usize,
+    tiles: Vec<i64>,
+) -> Result<Vec<i64>> {
+    if nb < 2 || tiles[nb - 2] != 64 || tiles[nb - 1] != 64 {
+        return Ok(tiles);
+    }
+    let with = |y: i64, x: i64| {
+        let mut t = tiles.clone();
+        t[nb - 2] = y;
+        t[nb - 1] = x;
+        t
+    };
+    for candidate in [tiles.clone(), with(32, 32)] {
+        match occupied_tiles(node, &candidate[..nb])? {
+            Some(b) if b < ENOUGH_ELEMENTWISE_BLOCKS => {}
+            _ => return Ok(candidate),
+        }
+    }
+    Ok(with(8, 32))
+}
+
+/// Blocks an elementwise kernel should have before it takes larger
+/// tiles: two 256-thread blocks for each of the H100's 132
+/// multiprocessors.
+const ENOUGH_ELEMENTWISE_BLOCKS: i64 = 264;
+
 /// What decides a kernel's threads per block (`thread_shape`).
 struct ThreadShapeOf {
     /// A register tile (the mapping's 16 x 16 threads).

@@ -439,6 +439,37 @@ fn loop_points(
     all.ok_or_else(|| Error::Internal("a schedule node without children".into()))
 }
 
+/// The dimensions of a box that `footprint` (prefix -> elements) spans
+/// though it reads one element along them at each prefix value: there the
+/// element as a function of the prefix, which may take a remainder. isl's
+/// box hull offsets are affine in the prefix, so where a block member
+/// folds two loops into one (`fold_outer_members`: a cell and a gate as
+/// `4 a + g`), the gate `g = c mod 4` is spanned whole: a stacked LSTM's
+/// products copied all four gates' weights to shared memory at every k
+/// step for the one their block computes. Exact: the map from the prefix
+/// to that dimension is single-valued.
+fn fixed_dimensions(footprint: &Map, sizes: &[i64]) -> Result<Vec<Option<PwAff>>> {
+    let rank = sizes.len() as u32;
+    let mut fixed = Vec::with_capacity(sizes.len());
+    for (d, &size) in sizes.iter().enumerate() {
+        let d = d as u32;
+        if size <= 1 {
+            fixed.push(None);
+            continue;
+        }
+        let along = footprint
+            .copy()?
+            .project_out(DimType::Out, d + 1, rank - d - 1)?
+            .project_out(DimType::Out, 0, d)?;
+        if !along.is_single_valued()? {
+            fixed.push(None);
+            continue;
+        }
+        fixed.push(Some(PwMultiAff::from_map(along)?.get_pw_aff(0)?));
+    }
+    Ok(fixed)
+}
+
 /// Promotes one group of reads of tensor `t` (those `in_group` accepts):
 /// its box, when it is reused or read uncoalesced and fits what is left of
 /// `budget`, becomes array `buffer` of `scope`.
@@ -489,6 +520,12 @@ fn promote_group(
     let mut sizes = Vec::new();
     for d in 0..rank {
         sizes.push(val_to_i64(&size.get_at(d as i32)?)?);
+    }
+    let fixed = fixed_dimensions(&footprint, &sizes)?;
+    for (d, f) in fixed.iter().enumerate() {
+        if f.is_some() {
+            sizes[d] = 1;
+        }
     }
     let (inner, pad) = match layout {
         Layout::RowMajor => (rank.saturating_sub(1), 1),
@@ -542,8 +579,11 @@ fn promote_group(
     *budget -= bytes;
     let offset_ma = hull.get_offset()?;
     let mut offset = Vec::new();
-    for d in 0..rank {
-        let pa = PwAff::from_aff(offset_ma.get_at(d as i32)?)?;
+    for (d, f) in fixed.into_iter().enumerate() {
+        let pa = match f {
+            Some(pa) => pa,
+            None => PwAff::from_aff(offset_ma.get_at(d as i32)?)?,
+        };
         offset.push(expr_in(isl, pa, names)?);
     }
     let vector4 = rank >= 1

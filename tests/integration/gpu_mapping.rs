@@ -2642,3 +2642,78 @@ fn an_epilogue_on_part_of_the_tensor_stays_in_the_loop() {
     assert!(h.iter().all(|l| !l.contains("t_Z[")), "{h:?}\n{source}");
     emulation_checks(c, "partial epilogue");
 }
+
+fn elementwise(m: i64, n: i64) -> String {
+    format!(
+        r#"{{ "name": "scale", "params": {{ "M": {m}, "N": {n} }},
+             "inputs": {{ "X": {{"dtype": "f32", "shape": ["M", "N"]}} }},
+             "outputs": {{ "Y": {{"dtype": "f32", "shape": ["M", "N"]}} }},
+             "body": [ "Y(i, j) = X(i, j) * 2.0 + 1.0" ] }}"#
+    )
+}
+
+#[test]
+fn small_elementwise_launches_take_smaller_tiles() {
+    // 64 x 64 tiles where they make at least 264 blocks, else 32 x 32
+    // where those do, else 8 x 32 (one element a thread of 32 x 8).
+    for ((m, n), grid) in [
+        ((2048, 4096), [64, 32, 1]),
+        ((600, 700), [22, 19, 1]),
+        ((300, 500), [16, 38, 1]),
+    ] {
+        let p = load_str(&elementwise(m, n), "scale.json").unwrap();
+        let c = compile(&p, &auto_gpu()).unwrap();
+        let cuda = c.cuda.as_ref().unwrap();
+        assert_eq!(cuda.kernels.len(), 1);
+        assert_eq!(
+            cuda.kernels[0].grid_dims(&HashMap::new()).unwrap(),
+            grid,
+            "{m} x {n}"
+        );
+    }
+    emulate_ok(&elementwise(300, 500), &auto_gpu());
+    emulate_ok(&elementwise(37, 301), &auto_gpu());
+}
+
+/// Four parallel members (a step, a gate, a row, a column): the mapping
+/// folds the first two into one block member, `4 t + g`.
+fn gated_products(t: i64, b: i64, h: i64, k: i64) -> String {
+    format!(
+        r#"{{ "name": "gates", "params": {{ "T": {t}, "B": {b}, "H": {h}, "K": {k} }},
+             "inputs": {{ "X": {{"dtype": "f32", "shape": ["T", "B", "K"]}},
+                          "W": {{"dtype": "f32", "shape": [4, "K", "H"]}} }},
+             "outputs": {{ "G": {{"dtype": "f32", "shape": ["T", 4, "B", "H"]}} }},
+             "body": [ "G(t, g, b, h) +=! X(t, b, k) * W(g, k, h)" ] }}"#
+    )
+}
+
+/// The element count of shared array `name` in `source`.
+fn shared_len(source: &str, name: &str) -> Option<i64> {
+    let at = source.find(&format!("{name}["))?;
+    let rest = &source[at + name.len() + 1..];
+    rest[..rest.find(']')?].parse().ok()
+}
+
+#[test]
+fn a_folded_member_fixes_the_promoted_box_along_its_remainder() {
+    // Each block computes one gate: its copy of W holds that gate's k x h
+    // tile (the gate is `c mod 4` of the folded member, which the box
+    // hull's affine offset cannot express), not all four.
+    let p = load_str(&gated_products(3, 64, 256, 64), "gates.json").unwrap();
+    let c = compile(&p, &auto_gpu()).unwrap();
+    let cuda = c.cuda.as_ref().unwrap();
+    let w = shared_len(&cuda.source, "pf_shared_kernel_0_W").expect("W is promoted");
+    let x = shared_len(&cuda.source, "pf_shared_kernel_0_X").expect("X is promoted");
+    assert!(
+        cuda.source.contains("% 4)"),
+        "the gate's offset is a remainder:\n{}",
+        cuda.source
+    );
+    assert!(
+        w <= x,
+        "W's copy ({w}) spans more than one gate:\n{}",
+        cuda.source
+    );
+    emulate_ok(&gated_products(3, 37, 45, 29), &auto_gpu());
+    emulate_ok(&gated_products(2, 64, 256, 64), &auto_gpu());
+}

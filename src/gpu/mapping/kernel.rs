@@ -25,11 +25,11 @@
 use crate::isl::{MultiVal, ScheduleNode, ScheduleNodeType, UnionMap, UnionSet, Val};
 
 use super::{
-    auto_tile, band_below, finish_register_tile, lane_iterators, leading_coincident, mark,
-    mark_reduction, mark_threads, member_tile_of, narrow_reduction, order_members, project_members,
-    register_tile_sizes, row_mapping, thread_shape, tile_count, x_iterators, KernelBody,
-    KernelPlan, ReductionSite, RegisterBand, Registers, RowMapping, ThreadPlan, ThreadShapeOf,
-    AXES, BLOCK_ROWS_PER_TILE, MAX_GRID_YZ,
+    auto_tile, band_below, elementwise_tile_sizes, finish_register_tile, lane_iterators,
+    leading_coincident, mark, mark_reduction, mark_threads, member_tile_of, narrow_reduction,
+    order_members, project_members, register_tile_sizes, row_mapping, thread_shape, tile_count,
+    x_iterators, KernelBody, KernelPlan, ReductionSite, RegisterBand, Registers, RowMapping,
+    ThreadPlan, ThreadShapeOf, AXES, BLOCK_ROWS_PER_TILE, MAX_GRID_YZ,
 };
 use crate::deps::Dependences;
 use crate::error::{Error, Result};
@@ -333,6 +333,10 @@ impl Mapper<'_> {
             None => None,
         };
         let contraction = contraction.filter(|_| registers.is_some());
+        if registers.is_none() && opts.auto_tile && !has_reduction && row_tile.is_none() && nb >= 2
+        {
+            member_tile = elementwise_tile_sizes(&node, nb, member_tile)?;
+        }
         let tiles = Tiles {
             n,
             has_reduction,
