@@ -33,7 +33,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_KH = 3;
   const pf_i p_KW = 3;
   __shared__ float pf_shared_kernel_0_I[9248];
-  __shared__ float pf_shared_kernel_0_Wt[1152];
+  __shared__ float pf_shared_kernel_0_Wt[72];
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 31); c0 += (pf_i)gridDim.z * 1) {
     {
       float pf_reg_kernel_0_O[1][2][2];
@@ -71,7 +71,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_o0_1 = 0;
           const pf_i pf_o0_2 = 0;
           const pf_i pf_o0_3 = 0;
-          const pf_i pf_o1_0 = 0;
+          const pf_i pf_o1_0 = (c0 % 16);
           const pf_i pf_o1_1 = 0;
           const pf_i pf_o1_2 = 0;
           const pf_i pf_o1_3 = 0;
@@ -86,7 +86,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_g3 = pf_o0_3 + pf_a3;
             if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_W)) pf_shared_kernel_0_I[pf_a0 * 9248 + pf_a1 * 1156 + pf_a2 * 34 + pf_a3 * 1] = t_I[(((pf_g0) * (p_C) + pf_g1) * (p_H) + pf_g2) * (p_W) + pf_g3];
           }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1152; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 72; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
             const pf_i pf_a3 = (pf_e % 3);
             const pf_i pf_a2 = ((pf_e / 3) % 3);
             const pf_i pf_a1 = (((pf_e / 3) / 3) % 8);
@@ -133,7 +133,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_o0_1 = 0;
           const pf_i pf_o0_2 = 0;
           const pf_i pf_o0_3 = 0;
-          const pf_i pf_o1_0 = 0;
+          const pf_i pf_o1_0 = (c0 % 16);
           const pf_i pf_o1_1 = 0;
           const pf_i pf_o1_2 = 0;
           const pf_i pf_o1_3 = 0;
@@ -148,7 +148,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             const pf_i pf_g3 = pf_o0_3 + pf_a3;
             if (pf_g0 >= 0 && pf_g0 < (p_N) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_W)) pf_shared_kernel_0_I[pf_a0 * 9248 + pf_a1 * 1156 + pf_a2 * 34 + pf_a3 * 1] = t_I[(((pf_g0) * (p_C) + pf_g1) * (p_H) + pf_g2) * (p_W) + pf_g3];
           }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 1152; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 72; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
             const pf_i pf_a3 = (pf_e % 3);
             const pf_i pf_a2 = ((pf_e / 3) % 3);
             const pf_i pf_a1 = (((pf_e / 3) / 3) % 8);

@@ -433,10 +433,13 @@ asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const pf_i p_T = 17;
   const pf_i p_N = 29;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 16); c2 += (pf_i)blockDim.y * 1) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 28); c3 += (pf_i)blockDim.x * 1) {
-      t_Y[(((c2)) * (p_N) + ((c3)))] = t_H3[(((c2) + 4) * (p_N) + ((c3)))];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 16); c0 += (pf_i)gridDim.y * 8) {
+    if (blockIdx.x == 0)
+    for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= pf_min(7, ((-c0) + 16))); c2 += (pf_i)blockDim.y * 1) {
+      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 28); c3 += (pf_i)blockDim.x * 1) {
+        t_Y[((((c0 + c2))) * (p_N) + ((c3)))] = t_H3[((((c0 + c2)) + 4) * (p_N) + ((c3)))];
+      }
     }
+    __syncthreads();
   }
 }

@@ -28,11 +28,14 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_R = 5;
   const pf_i p_S = 6;
   const pf_i p_N = 33;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 5); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 32); c3 += (pf_i)blockDim.x * 1) {
-      t_H[((((c2)) * (p_S + 1) + ((0))) * (p_N) + ((c3)))] = t_Left[(((c2) + -1) * (p_N) + ((c3)))];
+  if (blockIdx.y == 0)
+  for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 32); c1 += (pf_i)gridDim.x * 32) {
+    for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 5); c2 += (pf_i)blockDim.y) {
+      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 32))); c3 += (pf_i)blockDim.x * 1) {
+        t_H[((((c2)) * (p_S + 1) + ((0))) * (p_N) + (((c1 + c3))))] = t_Left[(((c2) + -1) * (p_N) + (((c1 + c3))))];
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -44,11 +47,14 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_R = 5;
   const pf_i p_S = 6;
   const pf_i p_N = 33;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 6); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 32); c3 += (pf_i)blockDim.x * 1) {
-      t_H[((((0)) * (p_S + 1) + ((c2))) * (p_N) + ((c3)))] = t_Top[(((c2) + -1) * (p_N) + ((c3)))];
+  if (blockIdx.y == 0)
+  for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 32); c1 += (pf_i)gridDim.x * 32) {
+    for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 6); c2 += (pf_i)blockDim.y) {
+      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 32))); c3 += (pf_i)blockDim.x * 1) {
+        t_H[((((0)) * (p_S + 1) + ((c2))) * (p_N) + (((c1 + c3))))] = t_Top[(((c2) + -1) * (p_N) + (((c1 + c3))))];
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -61,11 +67,14 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_S = 6;
   const pf_i p_N = 33;
   const pf_i c0 = pf_host_c0;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c3 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 5))), (pf_i)blockDim.y); (c3 <= pf_min(6, (c0 - 1))); c3 += (pf_i)blockDim.y) {
-    for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= 32); c4 += (pf_i)blockDim.x * 1) {
-      t_G[(((((c0 - c3))) * (p_S + 1) + ((c3))) * (p_N) + ((c4)))] = 0.0f;
+  if (blockIdx.y == 0)
+  for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 32); c2 += (pf_i)gridDim.x * 32) {
+    for (pf_i c3 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 5))), (pf_i)blockDim.y); (c3 <= pf_min(6, (c0 - 1))); c3 += (pf_i)blockDim.y) {
+      for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= pf_min(31, ((-c2) + 32))); c4 += (pf_i)blockDim.x * 1) {
+        t_G[(((((c0 - c3))) * (p_S + 1) + ((c3))) * (p_N) + (((c2 + c4))))] = 0.0f;
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -265,11 +274,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_S = 6;
   const pf_i p_N = 33;
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 4); c0 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-    for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 5); c4 += (pf_i)blockDim.y * 1) {
-      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 32); c5 += (pf_i)blockDim.x * 1) {
-        t_Y[((((c0)) * (p_S) + ((c4))) * (p_N) + ((c5)))] = t_H[((((c0) + 1) * (p_S + 1) + ((c4) + 1)) * (p_N) + ((c5)))];
+    if (blockIdx.y == 0)
+    for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 32); c2 += (pf_i)gridDim.x * 32) {
+      if (threadIdx.z == 0)
+      for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 5); c4 += (pf_i)blockDim.y * 1) {
+        for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= pf_min(31, ((-c2) + 32))); c5 += (pf_i)blockDim.x * 1) {
+          t_Y[((((c0)) * (p_S) + ((c4))) * (p_N) + (((c2 + c5))))] = t_H[((((c0) + 1) * (p_S + 1) + ((c4) + 1)) * (p_N) + (((c2 + c5))))];
+        }
       }
+      __syncthreads();
     }
     __syncthreads();
   }

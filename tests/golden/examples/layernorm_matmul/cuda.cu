@@ -220,18 +220,18 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 100;
   const pf_i p_D = 136;
   const pf_i p_N = 72;
-  __shared__ __align__(16) float pf_shared_kernel_4_Mean[64];
-  __shared__ __align__(16) float pf_shared_kernel_4_Var[64];
-  __shared__ unsigned short pf_shared_kernel_4_gamma[64];
-  __shared__ unsigned short pf_shared_kernel_4_beta[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 99); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 135); c1 += (pf_i)gridDim.x * 64) {
+  __shared__ __align__(16) float pf_shared_kernel_4_Mean[8];
+  __shared__ __align__(16) float pf_shared_kernel_4_Var[8];
+  __shared__ unsigned short pf_shared_kernel_4_gamma[32];
+  __shared__ unsigned short pf_shared_kernel_4_beta[32];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 99); c0 += (pf_i)gridDim.y * 8) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 135); c1 += (pf_i)gridDim.x * 32) {
       {
         const pf_i pf_o0_0 = c0;
         const pf_i pf_o1_0 = c0;
         const pf_i pf_o2_0 = c1;
         const pf_i pf_o3_0 = c1;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 2; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o0_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_T)) {
@@ -249,7 +249,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 2; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o1_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_T)) {
@@ -267,19 +267,19 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 64; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 32; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e;
           const pf_i pf_g0 = pf_o2_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_4_gamma[pf_a0 * 1] = t_gamma[pf_g0];
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 64; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 32; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e;
           const pf_i pf_g0 = pf_o3_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_4_beta[pf_a0 * 1] = t_beta[pf_g0];
         }
         __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= pf_min(63, ((-c0) + 99))); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(63, ((-c1) + 135))); c3 += (pf_i)blockDim.x * 1) {
+        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= pf_min(7, ((-c0) + 99))); c2 += (pf_i)blockDim.y * 1) {
+          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 135))); c3 += (pf_i)blockDim.x * 1) {
             t_Xn[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(((((((float)(pf_h2f(t_X[((((c0 + c2))) * (p_D) + (((c1 + c3))))]))) - pf_shared_kernel_4_Mean[((((c0 + c2))) - pf_o0_0) * 1]) * (1.0f / sqrtf((pf_shared_kernel_4_Var[((((c0 + c2))) - pf_o1_0) * 1] + 1e-5f)))) * ((float)(pf_h2f(pf_shared_kernel_4_gamma[((((c1 + c3))) - pf_o2_0) * 1])))) + ((float)(pf_h2f(pf_shared_kernel_4_beta[((((c1 + c3))) - pf_o3_0) * 1]))))))));
           }
         }

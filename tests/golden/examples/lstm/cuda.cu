@@ -29,11 +29,14 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 6;
   const pf_i p_I = 24;
   const pf_i p_H = 40;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 5); c2 += (pf_i)blockDim.y * 1) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 39); c3 += (pf_i)blockDim.x * 1) {
-      t_Cs[((((0)) * (p_B) + ((c2))) * (p_H) + ((c3)))] = t_C0[(((c2)) * (p_H) + ((c3)))];
+  if (blockIdx.y == 0)
+  for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 39); c1 += (pf_i)gridDim.x * 32) {
+    for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 5); c2 += (pf_i)blockDim.y * 1) {
+      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 39))); c3 += (pf_i)blockDim.x * 1) {
+        t_Cs[((((0)) * (p_B) + ((c2))) * (p_H) + (((c1 + c3))))] = t_C0[(((c2)) * (p_H) + (((c1 + c3))))];
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -46,11 +49,14 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 6;
   const pf_i p_I = 24;
   const pf_i p_H = 40;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 5); c2 += (pf_i)blockDim.y * 1) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 39); c3 += (pf_i)blockDim.x * 1) {
-      t_Hs[((((0)) * (p_B) + ((c2))) * (p_H) + ((c3)))] = t_H0[(((c2)) * (p_H) + ((c3)))];
+  if (blockIdx.y == 0)
+  for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 39); c1 += (pf_i)gridDim.x * 32) {
+    for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 5); c2 += (pf_i)blockDim.y * 1) {
+      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 39))); c3 += (pf_i)blockDim.x * 1) {
+        t_Hs[((((0)) * (p_B) + ((c2))) * (p_H) + (((c1 + c3))))] = t_H0[(((c2)) * (p_H) + (((c1 + c3))))];
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -913,25 +919,27 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_I = 24;
   const pf_i p_H = 40;
   const pf_i c0 = pf_host_c0;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c3 = 0 + (pf_i)threadIdx.y * 1; (c3 <= 5); c3 += (pf_i)blockDim.y * 1) {
-    for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= 39); c4 += (pf_i)blockDim.x * 1) {
-      {
-        const pf_i c1 = 0; (void)c1;
-        const pf_i c2 = 0; (void)c2;
-        const pf_i pf_p0_0 = c0; (void)pf_p0_0;
-        const pf_i pf_p0_1 = 0; (void)pf_p0_1;
-        const pf_i pf_p0_2 = c3; (void)pf_p0_2;
-        const pf_i pf_p0_3 = c4; (void)pf_p0_3;
-        float pf_priv_kernel_4_G[4];
-        #pragma unroll
-        for (int pf_l1 = 0; pf_l1 < 4; pf_l1++) {
-          if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && (pf_p0_1 + pf_l1) >= 0 && (pf_p0_1 + pf_l1) < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) pf_priv_kernel_4_G[pf_l1] = (t_G[(((pf_p0_0) * (4) + (pf_p0_1 + pf_l1)) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3]);
+  if (blockIdx.y == 0)
+  for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 39); c2 += (pf_i)gridDim.x * 32) {
+    for (pf_i c3 = 0 + (pf_i)threadIdx.y * 1; (c3 <= 5); c3 += (pf_i)blockDim.y * 1) {
+      for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= pf_min(31, ((-c2) + 39))); c4 += (pf_i)blockDim.x * 1) {
+        {
+          const pf_i c1 = 0; (void)c1;
+          const pf_i pf_p0_0 = c0; (void)pf_p0_0;
+          const pf_i pf_p0_1 = 0; (void)pf_p0_1;
+          const pf_i pf_p0_2 = c3; (void)pf_p0_2;
+          const pf_i pf_p0_3 = (c2 + c4); (void)pf_p0_3;
+          float pf_priv_kernel_4_G[4];
+          #pragma unroll
+          for (int pf_l1 = 0; pf_l1 < 4; pf_l1++) {
+            if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && (pf_p0_1 + pf_l1) >= 0 && (pf_p0_1 + pf_l1) < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) pf_priv_kernel_4_G[pf_l1] = (t_G[(((pf_p0_0) * (4) + (pf_p0_1 + pf_l1)) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3]);
+          }
+          t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))] = (((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((1) - pf_p0_1)])))) * t_Cs[((((c0) + -1) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))]) + ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((0) - pf_p0_1)])))) * tanhf(pf_priv_kernel_4_G[((2) - pf_p0_1)])));
+          t_Hs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))] = ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((3) - pf_p0_1)])))) * tanhf(t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))]));
         }
-        t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = (((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((1) - pf_p0_1)])))) * t_Cs[((((c0) + -1) * (p_B) + ((c3))) * (p_H) + ((c4)))]) + ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((0) - pf_p0_1)])))) * tanhf(pf_priv_kernel_4_G[((2) - pf_p0_1)])));
-        t_Hs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))] = ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((3) - pf_p0_1)])))) * tanhf(t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + ((c4)))]));
       }
     }
+    __syncthreads();
   }
 }
 
@@ -945,11 +953,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_I = 24;
   const pf_i p_H = 40;
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 8); c0 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-    for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 5); c4 += (pf_i)blockDim.y * 1) {
-      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 39); c5 += (pf_i)blockDim.x * 1) {
-        t_Y[((((c0)) * (p_B) + ((c4))) * (p_H) + ((c5)))] = t_Hs[((((c0) + 1) * (p_B) + ((c4))) * (p_H) + ((c5)))];
+    if (blockIdx.y == 0)
+    for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 39); c2 += (pf_i)gridDim.x * 32) {
+      if (threadIdx.z == 0)
+      for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 5); c4 += (pf_i)blockDim.y * 1) {
+        for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= pf_min(31, ((-c2) + 39))); c5 += (pf_i)blockDim.x * 1) {
+          t_Y[((((c0)) * (p_B) + ((c4))) * (p_H) + (((c2 + c5))))] = t_Hs[((((c0) + 1) * (p_B) + ((c4))) * (p_H) + (((c2 + c5))))];
+        }
       }
+      __syncthreads();
     }
     __syncthreads();
   }

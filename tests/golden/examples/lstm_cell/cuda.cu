@@ -2385,44 +2385,78 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 100;
   const pf_i p_I = 72;
   const pf_i p_H = 34;
-  __shared__ __align__(16) float pf_shared_kernel_1_bias[136];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 99); c0 += (pf_i)gridDim.y * 64) {
-    {
-      const pf_i c1 = 0; (void)c1;
-      const pf_i pf_o0_0 = 0;
-      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 34; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-        const pf_i pf_a0 = pf_e * 4;
-        const pf_i pf_g0 = pf_o0_0 + pf_a0;
-        if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
-          if ((((unsigned long long)t_bias) & 15) == 0) {
-            const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 0] = pf_v.x;
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 1] = pf_v.y;
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 2] = pf_v.z;
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 3] = pf_v.w;
-          } else {
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
-            pf_shared_kernel_1_bias[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+  __shared__ float pf_shared_kernel_1_bias_0[32];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_1[32];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_2[32];
+  __shared__ float pf_shared_kernel_1_bias_3[32];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 99); c0 += (pf_i)gridDim.y * 8) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 33); c1 += (pf_i)gridDim.x * 32) {
+      {
+        const pf_i pf_o0_0 = (c1 + 34);
+        const pf_i pf_o1_0 = c1;
+        const pf_i pf_o2_0 = (c1 + 68);
+        const pf_i pf_o3_0 = (c1 + 102);
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 32; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a0 = pf_e;
+          const pf_i pf_g0 = pf_o0_0 + pf_a0;
+          if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) pf_shared_kernel_1_bias_0[pf_a0 * 1] = t_bias[pf_g0];
+        }
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a0 = pf_e * 4;
+          const pf_i pf_g0 = pf_o1_0 + pf_a0;
+          if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
+            if ((((unsigned long long)t_bias) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
+              pf_shared_kernel_1_bias_1[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+            }
+          }
+        }
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a0 = pf_e * 4;
+          const pf_i pf_g0 = pf_o2_0 + pf_a0;
+          if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
+            if ((((unsigned long long)t_bias) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_bias[pf_g0];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 0] = t_bias[pf_g0 + 0];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 1] = t_bias[pf_g0 + 1];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 2] = t_bias[pf_g0 + 2];
+              pf_shared_kernel_1_bias_2[pf_a0 * 1 + 3] = t_bias[pf_g0 + 3];
+            }
+          }
+        }
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 32; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a0 = pf_e;
+          const pf_i pf_g0 = pf_o3_0 + pf_a0;
+          if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) pf_shared_kernel_1_bias_3[pf_a0 * 1] = t_bias[pf_g0];
+        }
+        __syncthreads();
+        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= pf_min(7, ((-c0) + 99))); c2 += (pf_i)blockDim.y * 1) {
+          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 33))); c3 += (pf_i)blockDim.x * 1) {
+            {
+              const pf_i pf_p0_0 = (c0 + c2); (void)pf_p0_0;
+              const pf_i pf_p0_1 = (c1 + c3); (void)pf_p0_1;
+              float pf_priv_kernel_1_Cn;
+              pf_priv_kernel_1_Cn = (((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (p_H + ((c1 + c3))))] + pf_shared_kernel_1_bias_0[((p_H + ((c1 + c3))) - pf_o0_0) * 1]))))) * t_Cp[((((c0 + c2))) * (p_H) + (((c1 + c3))))]) + ((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (((c1 + c3))))] + pf_shared_kernel_1_bias_1[((((c1 + c3))) - pf_o1_0) * 1]))))) * tanhf((t_G[((((c0 + c2))) * (4 * p_H) + (2 * p_H + ((c1 + c3))))] + pf_shared_kernel_1_bias_2[((2 * p_H + ((c1 + c3))) - pf_o2_0) * 1]))));
+              t_Hn[((((c0 + c2))) * (p_H) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (3 * p_H + ((c1 + c3))))] + pf_shared_kernel_1_bias_3[((3 * p_H + ((c1 + c3))) - pf_o3_0) * 1]))))) * tanhf(pf_priv_kernel_1_Cn))))));
+              if (pf_p0_0 >= 0 && pf_p0_0 < (p_B) && pf_p0_1 >= 0 && pf_p0_1 < (p_H)) t_Cn[(pf_p0_0) * (p_H) + pf_p0_1] = pf_priv_kernel_1_Cn;
+            }
           }
         }
       }
       __syncthreads();
-      if (blockIdx.x == 0)
-      for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= pf_min(63, ((-c0) + 99))); c2 += (pf_i)blockDim.y * 1) {
-        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 33); c3 += (pf_i)blockDim.x * 1) {
-          {
-            const pf_i c1 = 0; (void)c1;
-            const pf_i pf_p0_0 = (c0 + c2); (void)pf_p0_0;
-            const pf_i pf_p0_1 = c3; (void)pf_p0_1;
-            float pf_priv_kernel_1_Cn;
-            pf_priv_kernel_1_Cn = (((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (p_H + (c3)))] + pf_shared_kernel_1_bias[((p_H + (c3)) - pf_o0_0) * 1]))))) * t_Cp[((((c0 + c2))) * (p_H) + ((c3)))]) + ((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + ((c3)))] + pf_shared_kernel_1_bias[(((c3)) - pf_o0_0) * 1]))))) * tanhf((t_G[((((c0 + c2))) * (4 * p_H) + (2 * p_H + (c3)))] + pf_shared_kernel_1_bias[((2 * p_H + (c3)) - pf_o0_0) * 1]))));
-            t_Hn[((((c0 + c2))) * (p_H) + ((c3)))] = pf_f2h(pf_h2f(pf_f2h((float)(((1.0f / (1.0f + expf(-((t_G[((((c0 + c2))) * (4 * p_H) + (3 * p_H + (c3)))] + pf_shared_kernel_1_bias[((3 * p_H + (c3)) - pf_o0_0) * 1]))))) * tanhf(pf_priv_kernel_1_Cn))))));
-            if (pf_p0_0 >= 0 && pf_p0_0 < (p_B) && pf_p0_1 >= 0 && pf_p0_1 < (p_H)) t_Cn[(pf_p0_0) * (p_H) + pf_p0_1] = pf_priv_kernel_1_Cn;
-          }
-        }
-      }
     }
     __syncthreads();
   }

@@ -29,15 +29,51 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_C = 16;
   const pf_i p_H = 32;
   const pf_i p_W = 32;
+  __shared__ __align__(16) float pf_shared_kernel_0_X[1040];
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 31); c0 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-    for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 31); c4 += (pf_i)blockDim.y * 1) {
-      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 31); c5 += (pf_i)blockDim.x * 1) {
-        t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + ((c4))) * (p_W) + ((c5)))] = (-INFINITY);
-        for (pf_i c6 = 0; (c6 <= 3); c6 += 1) {
-          t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + ((c4))) * (p_W) + ((c5)))] = fmaxf(t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + ((c4))) * (p_W) + ((c5)))], t_X[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (2 * p_H) + (2 * (c4) + ((c6 / 2)))) * (2 * p_W) + (2 * (c5) + ((c6 % 2))))]);
+    for (pf_i c1 = 0 + (pf_i)blockIdx.y * 8; (c1 <= 31); c1 += (pf_i)gridDim.y * 8) {
+      {
+        const pf_i c2 = 0; (void)c2;
+        const pf_i pf_o0_0 = pf_floord(c0, 16);
+        const pf_i pf_o0_1 = (c0 % 16);
+        const pf_i pf_o0_2 = (2 * c1);
+        const pf_i pf_o0_3 = 0;
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          const pf_i pf_a3 = (pf_e % 16) * 4;
+          const pf_i pf_a2 = ((pf_e / 16) % 16);
+          const pf_i pf_a1 = (((pf_e / 16) / 16) % 1);
+          const pf_i pf_a0 = (((pf_e / 16) / 16) / 1);
+          const pf_i pf_g0 = pf_o0_0 + pf_a0;
+          const pf_i pf_g1 = pf_o0_1 + pf_a1;
+          const pf_i pf_g2 = pf_o0_2 + pf_a2;
+          const pf_i pf_g3 = pf_o0_3 + pf_a3;
+          if (pf_g0 >= 0 && pf_g0 < (p_B) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (2 * p_H) && pf_g3 >= 0 && pf_g3 < (2 * p_W)) {
+            if ((((unsigned long long)t_X) & 15) == 0) {
+              const float4 pf_v = *(const float4 *)&t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3];
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 0] = pf_v.x;
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 1] = pf_v.y;
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 2] = pf_v.z;
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 3] = pf_v.w;
+            } else {
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 0] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 0];
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 1] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 1];
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 2] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 2];
+              pf_shared_kernel_0_X[pf_a0 * 1040 + pf_a1 * 1040 + pf_a2 * 65 + pf_a3 * 1 + 3] = t_X[(((pf_g0) * (p_C) + pf_g1) * (2 * p_H) + pf_g2) * (2 * p_W) + pf_g3 + 3];
+            }
+          }
+        }
+        __syncthreads();
+        if (blockIdx.x == 0 && threadIdx.z == 0)
+        for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 7); c4 += (pf_i)blockDim.y * 1) {
+          for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 31); c5 += (pf_i)blockDim.x * 1) {
+            t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + (((c1 + c4)))) * (p_W) + ((c5)))] = (-INFINITY);
+            for (pf_i c6 = 0; (c6 <= 3); c6 += 1) {
+              t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + (((c1 + c4)))) * (p_W) + ((c5)))] = fmaxf(t_P[((((((c0 / 16))) * (p_C) + (((c0 % 16)))) * (p_H) + (((c1 + c4)))) * (p_W) + ((c5)))], pf_shared_kernel_0_X[((((c0 / 16))) - pf_o0_0) * 1040 + ((((c0 % 16))) - pf_o0_1) * 1040 + ((2 * ((c1 + c4)) + ((c6 / 2))) - pf_o0_2) * 65 + ((2 * (c5) + ((c6 % 2))) - pf_o0_3) * 1]);
+            }
+          }
         }
       }
+      __syncthreads();
     }
     __syncthreads();
   }

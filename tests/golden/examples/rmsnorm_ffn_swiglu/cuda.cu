@@ -132,14 +132,14 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 100;
   const pf_i p_D = 72;
   const pf_i p_F = 136;
-  __shared__ __align__(16) float pf_shared_kernel_1_Ms[64];
-  __shared__ unsigned short pf_shared_kernel_1_w[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 99); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 71); c1 += (pf_i)gridDim.x * 64) {
+  __shared__ __align__(16) float pf_shared_kernel_1_Ms[8];
+  __shared__ unsigned short pf_shared_kernel_1_w[32];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 99); c0 += (pf_i)gridDim.y * 8) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 71); c1 += (pf_i)gridDim.x * 32) {
       {
         const pf_i pf_o0_0 = c0;
         const pf_i pf_o1_0 = c1;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 2; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o0_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_T)) {
@@ -157,14 +157,14 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 64; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 32; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e;
           const pf_i pf_g0 = pf_o1_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_D)) pf_shared_kernel_1_w[pf_a0 * 1] = t_w[pf_g0];
         }
         __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= pf_min(63, ((-c0) + 99))); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(63, ((-c1) + 71))); c3 += (pf_i)blockDim.x * 1) {
+        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= pf_min(7, ((-c0) + 99))); c2 += (pf_i)blockDim.y * 1) {
+          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 71))); c3 += (pf_i)blockDim.x * 1) {
             t_Xn[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = pf_f2h(pf_h2f(pf_f2h((float)(((((float)(pf_h2f(t_X[((((c0 + c2))) * (p_D) + (((c1 + c3))))]))) * (1.0f / sqrtf((pf_shared_kernel_1_Ms[((((c0 + c2))) - pf_o0_0) * 1] + 1e-6f)))) * ((float)(pf_h2f(pf_shared_kernel_1_w[((((c1 + c3))) - pf_o1_0) * 1]))))))));
           }
         }

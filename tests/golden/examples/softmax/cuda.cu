@@ -61,12 +61,12 @@ asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const pf_i p_N = 128;
   const pf_i p_D = 256;
-  __shared__ __align__(16) float pf_shared_kernel_1_M[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 127); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 255); c1 += (pf_i)gridDim.x * 64) {
+  __shared__ __align__(16) float pf_shared_kernel_1_M[8];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 127); c0 += (pf_i)gridDim.y * 8) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 255); c1 += (pf_i)gridDim.x * 32) {
       {
         const pf_i pf_o0_0 = c0;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 2; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o0_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_N)) {
@@ -85,8 +85,8 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
+        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 7); c2 += (pf_i)blockDim.y * 1) {
+          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 31); c3 += (pf_i)blockDim.x * 1) {
             t_E[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = expf((t_X[((((c0 + c2))) * (p_D) + (((c1 + c3))))] - pf_shared_kernel_1_M[((((c0 + c2))) - pf_o0_0) * 1]));
           }
         }
@@ -138,12 +138,12 @@ asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const pf_i p_N = 128;
   const pf_i p_D = 256;
-  __shared__ __align__(16) float pf_shared_kernel_3_S[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 127); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 255); c1 += (pf_i)gridDim.x * 64) {
+  __shared__ __align__(16) float pf_shared_kernel_3_S[8];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 127); c0 += (pf_i)gridDim.y * 8) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 255); c1 += (pf_i)gridDim.x * 32) {
       {
         const pf_i pf_o0_0 = c0;
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 2; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o0_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (p_N)) {
@@ -162,8 +162,8 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
+        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 7); c2 += (pf_i)blockDim.y * 1) {
+          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 31); c3 += (pf_i)blockDim.x * 1) {
             t_Y[((((c0 + c2))) * (p_D) + (((c1 + c3))))] = (t_E[((((c0 + c2))) * (p_D) + (((c1 + c3))))] / pf_shared_kernel_3_S[((((c0 + c2))) - pf_o0_0) * 1]);
           }
         }

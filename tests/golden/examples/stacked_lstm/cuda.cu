@@ -112,7 +112,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 24;
   const pf_i c0 = pf_host_c0;
   __shared__ __align__(16) float pf_shared_kernel_4_Hs[240];
-  __shared__ __align__(16) float pf_shared_kernel_4_Wx[4608];
+  __shared__ __align__(16) float pf_shared_kernel_4_Wx[1152];
   for (pf_i c1 = pf_max(4, ((4 * c0) - 12)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(31, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
     {
       float pf_reg_kernel_4_G[1][2][2];
@@ -152,7 +152,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_o0_2 = 0;
           const pf_i pf_o0_3 = 0;
           const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = 0;
+          const pf_i pf_o1_1 = (c1 % 4);
           const pf_i pf_o1_2 = 0;
           const pf_i pf_o1_3 = 0;
           for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
@@ -179,11 +179,11 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
           }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 576; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
             const pf_i pf_a3 = (pf_e % 6) * 4;
             const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 4);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 4);
+            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
             const pf_i pf_g0 = pf_o1_0 + pf_a0;
             const pf_i pf_g1 = pf_o1_1 + pf_a1;
             const pf_i pf_g2 = pf_o1_2 + pf_a2;
@@ -191,15 +191,15 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
               if ((((unsigned long long)t_Wx) & 15) == 0) {
                 const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
               } else {
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
               }
             }
           }
@@ -215,7 +215,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
                   const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
                   if (1) {
-                    pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_4_Hs[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1))) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_4_Wx[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 2304 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.2f);
+                    pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_4_Hs[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1))) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_4_Wx[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.2f);
                   }
                 }
               }
@@ -232,7 +232,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_o0_2 = 0;
           const pf_i pf_o0_3 = 0;
           const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = 0;
+          const pf_i pf_o1_1 = (c1 % 4);
           const pf_i pf_o1_2 = 0;
           const pf_i pf_o1_3 = 0;
           for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
@@ -259,11 +259,11 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
           }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 576; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
             const pf_i pf_a3 = (pf_e % 6) * 4;
             const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 4);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 4);
+            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
             const pf_i pf_g0 = pf_o1_0 + pf_a0;
             const pf_i pf_g1 = pf_o1_1 + pf_a1;
             const pf_i pf_g2 = pf_o1_2 + pf_a2;
@@ -271,15 +271,15 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
               if ((((unsigned long long)t_Wx) & 15) == 0) {
                 const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
               } else {
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_4_Wx[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
               }
             }
           }
@@ -295,7 +295,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
                   const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
                   if ((c8 <= 23)) {
-                    pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_4_Hs[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1))) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_4_Wx[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 2304 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.2f);
+                    pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_4_Hs[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1))) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_4_Wx[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.2f);
                   }
                 }
               }
@@ -340,7 +340,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_H = 24;
   const pf_i c0 = pf_host_c0;
   __shared__ __align__(16) float pf_shared_kernel_5_Hs[240];
-  __shared__ __align__(16) float pf_shared_kernel_5_Wh[4608];
+  __shared__ __align__(16) float pf_shared_kernel_5_Wh[1152];
   for (pf_i c1 = pf_max(4, ((4 * c0) - 12)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(31, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
     {
       float pf_reg_kernel_5_G[1][2][2];
@@ -380,7 +380,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_o0_2 = 0;
           const pf_i pf_o0_3 = 0;
           const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = 0;
+          const pf_i pf_o1_1 = (c1 % 4);
           const pf_i pf_o1_2 = 0;
           const pf_i pf_o1_3 = 0;
           for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
@@ -407,11 +407,11 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
           }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 576; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
             const pf_i pf_a3 = (pf_e % 6) * 4;
             const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 4);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 4);
+            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
             const pf_i pf_g0 = pf_o1_0 + pf_a0;
             const pf_i pf_g1 = pf_o1_1 + pf_a1;
             const pf_i pf_g2 = pf_o1_2 + pf_a2;
@@ -419,15 +419,15 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
               if ((((unsigned long long)t_Wh) & 15) == 0) {
                 const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
               } else {
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
               }
             }
           }
@@ -443,7 +443,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
                   const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
                   if (1) {
-                    pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_5_Hs[(((((c0 - ((c1 + 4) / 4)) + 1))) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1)) + -1) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_5_Wh[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 2304 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.15f);
+                    pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_5_Hs[(((((c0 - ((c1 + 4) / 4)) + 1))) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1)) + -1) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_5_Wh[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.15f);
                   }
                 }
               }
@@ -460,7 +460,7 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_o0_2 = 0;
           const pf_i pf_o0_3 = 0;
           const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = 0;
+          const pf_i pf_o1_1 = (c1 % 4);
           const pf_i pf_o1_2 = 0;
           const pf_i pf_o1_3 = 0;
           for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
@@ -487,11 +487,11 @@ asm volatile("griddepcontrol.launch_dependents;");
               }
             }
           }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 576; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
             const pf_i pf_a3 = (pf_e % 6) * 4;
             const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 4);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 4);
+            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
             const pf_i pf_g0 = pf_o1_0 + pf_a0;
             const pf_i pf_g1 = pf_o1_1 + pf_a1;
             const pf_i pf_g2 = pf_o1_2 + pf_a2;
@@ -499,15 +499,15 @@ asm volatile("griddepcontrol.launch_dependents;");
             if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
               if ((((unsigned long long)t_Wh) & 15) == 0) {
                 const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
               } else {
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_5_Wh[pf_a0 * 2304 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
               }
             }
           }
@@ -523,7 +523,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
                   const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
                   if ((c8 <= 23)) {
-                    pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_5_Hs[(((((c0 - ((c1 + 4) / 4)) + 1))) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1)) + -1) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_5_Wh[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 2304 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.15f);
+                    pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_5_Hs[(((((c0 - ((c1 + 4) / 4)) + 1))) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1)) + -1) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_5_Wh[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.15f);
                   }
                 }
               }
@@ -567,33 +567,33 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 5;
   const pf_i p_H = 24;
   const pf_i c0 = pf_host_c0;
-  __shared__ __align__(16) float pf_shared_kernel_6_bias[96];
+  __shared__ __align__(16) float pf_shared_kernel_6_bias[24];
   for (pf_i c1 = pf_max(4, ((4 * c0) - 12)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(31, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
     {
       const pf_i c2 = 0; (void)c2;
       const pf_i c3 = 0; (void)c3;
       const pf_i pf_o0_0 = (c0 + pf_floord(((-c1) - 1), 4));
-      const pf_i pf_o0_1 = 0;
+      const pf_i pf_o0_1 = (c1 % 4);
       const pf_i pf_o0_2 = 0;
-      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 24; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 6; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
         const pf_i pf_a2 = (pf_e % 6) * 4;
-        const pf_i pf_a1 = ((pf_e / 6) % 4);
-        const pf_i pf_a0 = ((pf_e / 6) / 4);
+        const pf_i pf_a1 = ((pf_e / 6) % 1);
+        const pf_i pf_a0 = ((pf_e / 6) / 1);
         const pf_i pf_g0 = pf_o0_0 + pf_a0;
         const pf_i pf_g1 = pf_o0_1 + pf_a1;
         const pf_i pf_g2 = pf_o0_2 + pf_a2;
         if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
           if ((((unsigned long long)t_bias) & 15) == 0) {
             const float4 pf_v = *(const float4 *)&t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2];
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
           } else {
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 0];
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 1];
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 2];
-            pf_shared_kernel_6_bias[pf_a0 * 96 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 3];
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 0];
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 1];
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 2];
+            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 3];
           }
         }
       }
@@ -601,7 +601,7 @@ asm volatile("griddepcontrol.launch_dependents;");
       if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
       for (pf_i c5 = 0 + (pf_i)threadIdx.y * 1; (c5 <= 4); c5 += (pf_i)blockDim.y * 1) {
         for (pf_i c6 = 0 + (pf_i)threadIdx.x * 1; (c6 <= 23); c6 += (pf_i)blockDim.x * 1) {
-          t_G[((((((((c0 - ((c1 + 4) / 4)) + 1))) * (p_T + 1) + (((((c1 + 4) / 4) - 1)))) * (4) + (((c1 % 4)))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = (t_G[((((((((c0 - ((c1 + 4) / 4)) + 1))) * (p_T + 1) + (((((c1 + 4) / 4) - 1)))) * (4) + (((c1 % 4)))) * (p_B) + ((c5))) * (p_H) + ((c6)))] + pf_shared_kernel_6_bias[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 96 + ((((c1 % 4))) - pf_o0_1) * 24 + (((c6)) - pf_o0_2) * 1]);
+          t_G[((((((((c0 - ((c1 + 4) / 4)) + 1))) * (p_T + 1) + (((((c1 + 4) / 4) - 1)))) * (4) + (((c1 % 4)))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = (t_G[((((((((c0 - ((c1 + 4) / 4)) + 1))) * (p_T + 1) + (((((c1 + 4) / 4) - 1)))) * (4) + (((c1 % 4)))) * (p_B) + ((c5))) * (p_H) + ((c6)))] + pf_shared_kernel_6_bias[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 24 + ((((c1 % 4))) - pf_o0_1) * 24 + (((c6)) - pf_o0_2) * 1]);
         }
       }
     }

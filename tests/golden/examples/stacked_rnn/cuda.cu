@@ -28,11 +28,14 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_L = 3;
   const pf_i p_T = 9;
   const pf_i p_N = 37;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 3); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 36); c3 += (pf_i)blockDim.x * 1) {
-      t_H[((((c2)) * (p_T + 1) + ((0))) * (p_N) + ((c3)))] = t_H0[(((c2) + -1) * (p_N) + ((c3)))];
+  if (blockIdx.y == 0)
+  for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 36); c1 += (pf_i)gridDim.x * 32) {
+    for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 3); c2 += (pf_i)blockDim.y) {
+      for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 36))); c3 += (pf_i)blockDim.x * 1) {
+        t_H[((((c2)) * (p_T + 1) + ((0))) * (p_N) + (((c1 + c3))))] = t_H0[(((c2) + -1) * (p_N) + (((c1 + c3))))];
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -44,11 +47,16 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_L = 3;
   const pf_i p_T = 9;
   const pf_i p_N = 37;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (1), (pf_i)blockDim.y); (c2 <= 9); c2 += (pf_i)blockDim.y) {
-    for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 36); c3 += (pf_i)blockDim.x * 1) {
-      t_H[((((0)) * (p_T + 1) + ((c2))) * (p_N) + ((c3)))] = t_X[(((c2) + -1) * (p_N) + ((c3)))];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 9); c0 += (pf_i)gridDim.y * 8) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 36); c1 += (pf_i)gridDim.x * 32) {
+      for (pf_i c2 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(0, ((-c0) + 1))), (pf_i)blockDim.y); (c2 <= pf_min(7, ((-c0) + 9))); c2 += (pf_i)blockDim.y) {
+        for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= pf_min(31, ((-c1) + 36))); c3 += (pf_i)blockDim.x * 1) {
+          t_H[((((0)) * (p_T + 1) + (((c0 + c2)))) * (p_N) + (((c1 + c3))))] = t_X[((((c0 + c2)) + -1) * (p_N) + (((c1 + c3))))];
+        }
+      }
+      __syncthreads();
     }
+    __syncthreads();
   }
 }
 
@@ -61,11 +69,16 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 9;
   const pf_i p_N = 37;
   const pf_i c0 = pf_host_c0;
-  if (blockIdx.y == 0 && blockIdx.x == 0)
-  for (pf_i c3 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(1, (c0 - 3))), (pf_i)blockDim.y); (c3 <= pf_min(9, (c0 - 1))); c3 += (pf_i)blockDim.y) {
-    for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= 36); c4 += (pf_i)blockDim.x * 1) {
-      t_G[(((((c0 - c3))) * (p_T + 1) + ((c3))) * (p_N) + ((c4)))] = 0.0f;
+  for (pf_i c1 = pf_max(0, (((-((c0 + 5) % 8)) + c0) - 3)) + (pf_i)blockIdx.y * 8; (c1 <= pf_min(9, (c0 - 1))); c1 += (pf_i)gridDim.y * 8) {
+    for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 36); c2 += (pf_i)gridDim.x * 32) {
+      for (pf_i c3 = (pf_i)threadIdx.y - (pf_i)blockDim.y * pf_floord((pf_i)threadIdx.y - (pf_max(pf_max(0, ((c0 - c1) - 3)), ((-c1) + 1))), (pf_i)blockDim.y); (c3 <= pf_min(pf_min(7, ((c0 - c1) - 1)), ((-c1) + 9))); c3 += (pf_i)blockDim.y) {
+        for (pf_i c4 = 0 + (pf_i)threadIdx.x * 1; (c4 <= pf_min(31, ((-c2) + 36))); c4 += (pf_i)blockDim.x * 1) {
+          t_G[((((((c0 - c1) - c3))) * (p_T + 1) + (((c1 + c3)))) * (p_N) + (((c2 + c4))))] = 0.0f;
+        }
+      }
+      __syncthreads();
     }
+    __syncthreads();
   }
 }
 
@@ -207,11 +220,17 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_T = 9;
   const pf_i p_N = 37;
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 2); c0 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-    for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= 8); c4 += (pf_i)blockDim.y * 1) {
-      for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= 36); c5 += (pf_i)blockDim.x * 1) {
-        t_Y[((((c0)) * (p_T) + ((c4))) * (p_N) + ((c5)))] = t_H[((((c0) + 1) * (p_T + 1) + ((c4) + 1)) * (p_N) + ((c5)))];
+    for (pf_i c1 = 0 + (pf_i)blockIdx.y * 8; (c1 <= 8); c1 += (pf_i)gridDim.y * 8) {
+      for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 36); c2 += (pf_i)gridDim.x * 32) {
+        if (threadIdx.z == 0)
+        for (pf_i c4 = 0 + (pf_i)threadIdx.y * 1; (c4 <= pf_min(7, ((-c1) + 8))); c4 += (pf_i)blockDim.y * 1) {
+          for (pf_i c5 = 0 + (pf_i)threadIdx.x * 1; (c5 <= pf_min(31, ((-c2) + 36))); c5 += (pf_i)blockDim.x * 1) {
+            t_Y[((((c0)) * (p_T) + (((c1 + c4)))) * (p_N) + (((c2 + c5))))] = t_H[((((c0) + 1) * (p_T + 1) + (((c1 + c4)) + 1)) * (p_N) + (((c2 + c5))))];
+          }
+        }
+        __syncthreads();
       }
+      __syncthreads();
     }
     __syncthreads();
   }

@@ -32,7 +32,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_W = 58;
   const pf_i p_KH = 3;
   const pf_i p_KW = 3;
-  __shared__ float pf_shared_kernel_0_Wt[9216];
+  __shared__ float pf_shared_kernel_0_Wt[288];
   for (pf_i c0 = 0 + (pf_i)blockIdx.z * 1; (c0 <= 511); c0 += (pf_i)gridDim.z * 1) {
     {
       float pf_reg_kernel_0_O[1][4][4];
@@ -66,22 +66,48 @@ asm volatile("griddepcontrol.launch_dependents;");
           {
             const pf_i c1 = 0; (void)c1;
             const pf_i c2 = 0; (void)c2;
-            const pf_i pf_o0_0 = 0;
+            const pf_i pf_o0_0 = (c0 % 64);
             const pf_i pf_o0_1 = c3;
             const pf_i pf_o0_2 = 0;
             const pf_i pf_o0_3 = 0;
-            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 9216; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-              const pf_i pf_a3 = (pf_e % 3);
-              const pf_i pf_a2 = ((pf_e / 3) % 3);
-              const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
-              const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
-              const pf_i pf_g0 = pf_o0_0 + pf_a0;
-              const pf_i pf_g1 = pf_o0_1 + pf_a1;
-              const pf_i pf_g2 = pf_o0_2 + pf_a2;
-              const pf_i pf_g3 = pf_o0_3 + pf_a3;
-              if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+            const pf_i pf_stage = ((c3 - (0)) / 16) % 2;
+            if (c3 == (0)) {
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 3);
+                const pf_i pf_a2 = ((pf_e / 3) % 3);
+                const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+                const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+                const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                const pf_i pf_g3 = pf_o0_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+              }
+              __syncthreads();
             }
-            __syncthreads();
+            const int pf_has_next = ((c3 + 16) <= 63);
+            const pf_i pf_n0_0 = (c0 % 64);
+            const pf_i pf_n0_1 = (c3 + 16);
+            const pf_i pf_n0_2 = 0;
+            const pf_i pf_n0_3 = 0;
+            float pf_next0[1][1];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 3);
+                  const pf_i pf_a2 = ((pf_e / 3) % 3);
+                  const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+                  const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_next0[pf_s][0] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+                }
+              }
+            }
             #pragma unroll
             for (pf_i c4 = 0; (c4 <= 15); c4 += 1) {
               if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
@@ -99,10 +125,29 @@ asm volatile("griddepcontrol.launch_dependents;");
                       for (pf_i c8 = 0; (c8 <= 2); c8 += 1) {
                         #pragma unroll
                         for (pf_i c9 = 0; (c9 <= 2); c9 += 1) {
-                          pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (t_I[((((((c0 / 64))) * (p_C) + (((c3 + c4)))) * (p_H) + ((c6) + (c8))) * (p_W) + ((c9) + (c7)))] * pf_shared_kernel_0_Wt[((((c0 % 64))) - pf_o0_0) * 144 + ((((c3 + c4))) - pf_o0_1) * 9 + (((c8)) - pf_o0_2) * 3 + (((c9)) - pf_o0_3) * 1]);
+                          pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (t_I[((((((c0 / 64))) * (p_C) + (((c3 + c4)))) * (p_H) + ((c6) + (c8))) * (p_W) + ((c9) + (c7)))] * pf_shared_kernel_0_Wt[pf_stage * 144 + ((((c0 % 64))) - pf_o0_0) * 144 + ((((c3 + c4))) - pf_o0_1) * 9 + (((c8)) - pf_o0_2) * 3 + (((c9)) - pf_o0_3) * 1]);
                         }
                       }
                     }
+                  }
+                }
+              }
+            }
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 3);
+                  const pf_i pf_a2 = ((pf_e / 3) % 3);
+                  const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+                  const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) {
+                    pf_shared_kernel_0_Wt[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = pf_next0[pf_s][0];
                   }
                 }
               }
@@ -115,22 +160,48 @@ asm volatile("griddepcontrol.launch_dependents;");
           {
             const pf_i c1 = 0; (void)c1;
             const pf_i c2 = 0; (void)c2;
-            const pf_i pf_o0_0 = 0;
+            const pf_i pf_o0_0 = (c0 % 64);
             const pf_i pf_o0_1 = c3;
             const pf_i pf_o0_2 = 0;
             const pf_i pf_o0_3 = 0;
-            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 9216; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-              const pf_i pf_a3 = (pf_e % 3);
-              const pf_i pf_a2 = ((pf_e / 3) % 3);
-              const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
-              const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
-              const pf_i pf_g0 = pf_o0_0 + pf_a0;
-              const pf_i pf_g1 = pf_o0_1 + pf_a1;
-              const pf_i pf_g2 = pf_o0_2 + pf_a2;
-              const pf_i pf_g3 = pf_o0_3 + pf_a3;
-              if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+            const pf_i pf_stage = ((c3 - (0)) / 16) % 2;
+            if (c3 == (0)) {
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 3);
+                const pf_i pf_a2 = ((pf_e / 3) % 3);
+                const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+                const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+                const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                const pf_i pf_g3 = pf_o0_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_shared_kernel_0_Wt[pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+              }
+              __syncthreads();
             }
-            __syncthreads();
+            const int pf_has_next = ((c3 + 16) <= 63);
+            const pf_i pf_n0_0 = (c0 % 64);
+            const pf_i pf_n0_1 = (c3 + 16);
+            const pf_i pf_n0_2 = 0;
+            const pf_i pf_n0_3 = 0;
+            float pf_next0[1][1];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 3);
+                  const pf_i pf_a2 = ((pf_e / 3) % 3);
+                  const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+                  const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) pf_next0[pf_s][0] = t_Wt[(((pf_g0) * (p_C) + pf_g1) * (p_KH) + pf_g2) * (p_KW) + pf_g3];
+                }
+              }
+            }
             #pragma unroll
             for (pf_i c4 = 0; (c4 <= 15); c4 += 1) {
               if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
@@ -148,10 +219,29 @@ asm volatile("griddepcontrol.launch_dependents;");
                       for (pf_i c8 = 0; (c8 <= 2); c8 += 1) {
                         #pragma unroll
                         for (pf_i c9 = 0; (c9 <= 2); c9 += 1) {
-                          pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (t_I[((((((c0 / 64))) * (p_C) + (((c3 + c4)))) * (p_H) + ((c6) + (c8))) * (p_W) + ((c9) + (c7)))] * pf_shared_kernel_0_Wt[((((c0 % 64))) - pf_o0_0) * 144 + ((((c3 + c4))) - pf_o0_1) * 9 + (((c8)) - pf_o0_2) * 3 + (((c9)) - pf_o0_3) * 1]);
+                          pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_0_O[pf_rz][pf_ry][pf_rx] + (t_I[((((((c0 / 64))) * (p_C) + (((c3 + c4)))) * (p_H) + ((c6) + (c8))) * (p_W) + ((c9) + (c7)))] * pf_shared_kernel_0_Wt[pf_stage * 144 + ((((c0 % 64))) - pf_o0_0) * 144 + ((((c3 + c4))) - pf_o0_1) * 9 + (((c8)) - pf_o0_2) * 3 + (((c9)) - pf_o0_3) * 1]);
                         }
                       }
                     }
+                  }
+                }
+              }
+            }
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 3);
+                  const pf_i pf_a2 = ((pf_e / 3) % 3);
+                  const pf_i pf_a1 = (((pf_e / 3) / 3) % 16);
+                  const pf_i pf_a0 = (((pf_e / 3) / 3) / 16);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_F) && pf_g1 >= 0 && pf_g1 < (p_C) && pf_g2 >= 0 && pf_g2 < (p_KH) && pf_g3 >= 0 && pf_g3 < (p_KW)) {
+                    pf_shared_kernel_0_Wt[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 9 + pf_a2 * 3 + pf_a3 * 1] = pf_next0[pf_s][0];
                   }
                 }
               }

@@ -4539,18 +4539,18 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 256;
   const pf_i p_I = 1024;
   const pf_i p_H = 1024;
-  __shared__ __align__(16) float pf_shared_kernel_1_bias_0[64];
-  __shared__ __align__(16) float pf_shared_kernel_1_bias_1[64];
-  __shared__ __align__(16) float pf_shared_kernel_1_bias_2[64];
-  __shared__ __align__(16) float pf_shared_kernel_1_bias_3[64];
-  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 64; (c0 <= 255); c0 += (pf_i)gridDim.y * 64) {
-    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 64; (c1 <= 1023); c1 += (pf_i)gridDim.x * 64) {
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_0[32];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_1[32];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_2[32];
+  __shared__ __align__(16) float pf_shared_kernel_1_bias_3[32];
+  for (pf_i c0 = 0 + (pf_i)blockIdx.y * 8; (c0 <= 255); c0 += (pf_i)gridDim.y * 8) {
+    for (pf_i c1 = 0 + (pf_i)blockIdx.x * 32; (c1 <= 1023); c1 += (pf_i)gridDim.x * 32) {
       {
         const pf_i pf_o0_0 = (c1 + 1024);
         const pf_i pf_o1_0 = c1;
         const pf_i pf_o2_0 = (c1 + 2048);
         const pf_i pf_o3_0 = (c1 + 3072);
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o0_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
@@ -4568,7 +4568,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o1_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
@@ -4586,7 +4586,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o2_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
@@ -4604,7 +4604,7 @@ asm volatile("griddepcontrol.launch_dependents;");
             }
           }
         }
-        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 16; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+        for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
           const pf_i pf_a0 = pf_e * 4;
           const pf_i pf_g0 = pf_o3_0 + pf_a0;
           if (pf_g0 >= 0 && pf_g0 < (4 * p_H)) {
@@ -4623,8 +4623,8 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         __syncthreads();
-        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 63); c2 += (pf_i)blockDim.y * 1) {
-          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 63); c3 += (pf_i)blockDim.x * 1) {
+        for (pf_i c2 = 0 + (pf_i)threadIdx.y * 1; (c2 <= 7); c2 += (pf_i)blockDim.y * 1) {
+          for (pf_i c3 = 0 + (pf_i)threadIdx.x * 1; (c3 <= 31); c3 += (pf_i)blockDim.x * 1) {
             {
               const pf_i pf_p0_0 = (c0 + c2); (void)pf_p0_0;
               const pf_i pf_p0_1 = (c1 + c3); (void)pf_p0_1;
