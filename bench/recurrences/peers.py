@@ -3,7 +3,7 @@
 timed as scripts/peers.py times (CUDA events, warm-up, median; graph replay
 for short runs; no TF32).
 
-    python3 bench/recurrences/peers.py [NAME ...] [--out FILE]
+    python3 bench/recurrences/peers.py [NAME ...] [--out FILE] [--peers A,B] [--param L=32 ...]
 
 Each program's statements are written as the loop they mean, with the
 program's scaling (weights times 0.1): eager PyTorch, and the same loop with
@@ -142,7 +142,13 @@ def main():
     ap.add_argument("names", nargs="*")
     ap.add_argument("--out")
     ap.add_argument("--peers", help="comma-separated peer names to time (default: all)")
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a size of the program's file, as polyfuse's --param does")
     a = ap.parse_args()
+    overrides = {}
+    for kv in a.param:
+        k, v = kv.split("=", 1)
+        overrides[k] = int(v)
     only = set(a.peers.split(",")) if a.peers else None
     sink = open(a.out, "w") if a.out else sys.stdout
     for make in PROGRAMS:
@@ -151,6 +157,10 @@ def main():
             continue
         g = torch.Generator(device="cuda").manual_seed(7)
         p = params(name)
+        unknown = set(overrides) - set(p)
+        if unknown:
+            sys.exit(f"peers.py: {name} has no parameter {', '.join(sorted(unknown))}")
+        p = {**p, **overrides}
         candidates, reference, args = make(p, g)
         with torch.no_grad():
             ref = reference(*[x.double() for x in args])
