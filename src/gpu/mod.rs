@@ -102,10 +102,12 @@ pub struct GpuOptions {
     /// On the host's steps of a recurrence, fuse each step's sums into one
     /// accumulator (an LSTM step's gates: the initialisation, both
     /// products and the bias) into one kernel (`schedule::sums` below the
-    /// host loop). Off by default: on the H100 (2026-11-28) the stacked
-    /// LSTM took 20.6 ms with it (522 launches) against 17.2 ms without
-    /// (1,299): the fused kernel runs both reductions in each block, one
-    /// after the other, over shared tiles half as deep.
+    /// host loop). On by default since each block copies only its gate's
+    /// weights (`gpu::promote::fixed_dimensions`): on the H200
+    /// (2026-11-29, one call) the stacked LSTM of `bench/recurrences` took
+    /// 8.13 ms with it (522 launches) against 12.35 ms without (1,299); at
+    /// L 32, T 64, B 256 36.8 against 37.5 ms. Before that change it was
+    /// slower (H100, 2026-11-28: 20.6 against 17.2 ms).
     pub fuse_step_sums: bool,
     /// Keep the cost model's estimate of the final mapping in
     /// `Compiled::gpu_estimate` (`compare` shows it beside the measured
@@ -138,7 +140,7 @@ impl Default for GpuOptions {
             k_split: None,
             fusion_by_cost: true,
             recurrences: Recurrences::Wavefront,
-            fuse_step_sums: false,
+            fuse_step_sums: true,
             estimate: false,
             chained_accumulation: false,
         }

@@ -2,9 +2,9 @@
 //! block's host loops, the initialisation of the gates `G`, both products
 //! into it and its bias (`G +=! H W; G += H' U; G = G + b`) share one band
 //! (`schedule::sums` on the sequence of one host step), so each step
-//! launches two kernels (the gates, the cell) instead of five, with
-//! `--fuse-step-sums` (off by default: slower on the H100, see
-//! `GpuOptions::fuse_step_sums`). Checked here: the kernels per step of the LSTM programs in both recurrence
+//! launches two kernels (the gates, the cell) instead of five: the default
+//! (`GpuOptions::fuse_step_sums`; `--no-fuse-step-sums` keeps them apart).
+//! Checked here: the kernels per step of the LSTM programs in both recurrence
 //! modes, the accumulators in registers, the fused programs executed in
 //! the emulation (race detector on) at sizes off every tile grid, and
 //! programs the rewrite must not fuse.
@@ -301,15 +301,15 @@ fn an_accumulator_that_every_step_reuses_is_fused_too() {
 }
 
 #[test]
-fn by_default_a_steps_gates_stay_in_kernels_of_their_own() {
-    // Without `--fuse-step-sums`: the initialisation, each sum and the
-    // bias keep a kernel each (the faster mapping on the H100).
+fn with_no_fuse_step_sums_a_steps_gates_stay_in_kernels_of_their_own() {
+    // The initialisation, each sum and the bias keep a kernel each.
     let out = polyfuse(&[
         "schedule",
         "bench/recurrences/stacked_lstm.json",
         "--emit",
         "gpu-tree",
         "--no-cache",
+        "--no-fuse-step-sums",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let tree = String::from_utf8_lossy(&out.stdout);

@@ -228,10 +228,13 @@ struct Common {
     /// GPU, default strategy, recurrences on the host's steps: fuse each
     /// step's sums into one accumulator (an LSTM step's gates: the
     /// initialisation, both products and the bias) into one kernel, where
-    /// that is legal and maps. Off by default: the stacked LSTM of
-    /// `bench/recurrences` ran 1.2x slower with it on the H100.
-    #[arg(long)]
+    /// that is legal and maps. The default; the flag is kept for scripts.
+    #[arg(long, conflicts_with = "no_fuse_step_sums")]
     fuse_step_sums: bool,
+    /// Keep each of a recurrence step's sums in kernels of their own (the
+    /// initialisation, each product, the bias).
+    #[arg(long)]
+    no_fuse_step_sums: bool,
     /// Algebraic repair of reduction chains (softmax, attention): program
     /// (the file's "schedule" key, or polyfuse's choice without one: rolling
     /// update for long reductions with many rows, split-k for few rows),
@@ -273,7 +276,7 @@ impl Common {
             || self.no_sink
             || self.no_fusion_by_cost
             || self.recurrence.is_some()
-            || self.fuse_step_sums
+            || self.no_fuse_step_sums
             || self.repair.is_some()
             || self.split.is_some()
     }
@@ -334,7 +337,7 @@ impl Common {
                 .as_deref()
                 .and_then(polyfuse::gpu::Recurrences::parse)
                 .unwrap_or(polyfuse::gpu::Recurrences::Wavefront),
-            fuse_step_sums: self.fuse_step_sums,
+            fuse_step_sums: !self.no_fuse_step_sums,
             ..Default::default()
         }
     }

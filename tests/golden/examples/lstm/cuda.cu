@@ -72,6 +72,9 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i c0 = pf_host_c0;
   __shared__ __align__(16) float pf_shared_kernel_2_X[288];
   __shared__ __align__(16) float pf_shared_kernel_2_Wx[1584];
+  __shared__ __align__(16) float pf_shared_kernel_2_Hs[396];
+  __shared__ __align__(16) float pf_shared_kernel_2_Wh[2112];
+  __shared__ __align__(16) float pf_shared_kernel_2_bias[66];
   for (pf_i c1 = 0 + (pf_i)blockIdx.z * 1; (c1 <= 3); c1 += (pf_i)gridDim.z * 1) {
     if (blockIdx.y == 0)
     for (pf_i c3 = 0 + (pf_i)blockIdx.x * 32; (c3 <= 39); c3 += (pf_i)gridDim.x * 32) {
@@ -102,158 +105,848 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
         }
         if ((31 <= 5) && (31 <= pf_min(31, ((-c3) + 39)))) {
-          {
-            const pf_i c2 = 0; (void)c2;
-            const pf_i c4 = 0; (void)c4;
-            const pf_i pf_o0_0 = (c0 - 1);
-            const pf_i pf_o0_1 = 0;
-            const pf_i pf_o0_2 = 0;
-            const pf_i pf_o1_0 = c1;
-            const pf_i pf_o1_1 = 0;
-            const pf_i pf_o1_2 = c3;
-            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 36; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-              const pf_i pf_a2 = (pf_e % 6) * 4;
-              const pf_i pf_a1 = ((pf_e / 6) % 6);
-              const pf_i pf_a0 = ((pf_e / 6) / 6);
-              const pf_i pf_g0 = pf_o0_0 + pf_a0;
-              const pf_i pf_g1 = pf_o0_1 + pf_a1;
-              const pf_i pf_g2 = pf_o0_2 + pf_a2;
-              if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
-                if ((((unsigned long long)t_X) & 15) == 0) {
-                  const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
-                } else {
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
-                }
-              }
-            }
-            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-              const pf_i pf_a2 = (pf_e % 8) * 4;
-              const pf_i pf_a1 = ((pf_e / 8) % 24);
-              const pf_i pf_a0 = ((pf_e / 8) / 24);
-              const pf_i pf_g0 = pf_o1_0 + pf_a0;
-              const pf_i pf_g1 = pf_o1_1 + pf_a1;
-              const pf_i pf_g2 = pf_o1_2 + pf_a2;
-              if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                if ((((unsigned long long)t_Wx) & 15) == 0) {
-                  const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                } else {
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
-                }
-              }
-            }
-            __syncthreads();
+          for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
+            if (threadIdx.z == 0)
             #pragma unroll
-            for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
-              if (threadIdx.z == 0)
-              #pragma unroll
-              for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-                if (1) {
-                  #pragma unroll
-                  for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                    const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                    if (1) {
-                      if ((c5 == 0)) {
-                        pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = 0.0f;
-                      }
-                      pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_2_X[(((c0) + -1) - pf_o0_0) * 144 + (((c7)) - pf_o0_1) * 24 + (((c5)) - pf_o0_2) * 1] * pf_shared_kernel_2_Wx[(((c1)) - pf_o1_0) * 792 + (((c5)) - pf_o1_1) * 33 + ((((c3 + c8))) - pf_o1_2) * 1]) * 0.2f);
+            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+              const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+              if (1) {
+                #pragma unroll
+                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                  const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                  if (1) {
+                    if ((c5 == 0)) {
+                      pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = 0.0f;
                     }
+                    pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + ((t_X[((((c0) + -1) * (p_B) + ((c7))) * (p_I) + ((c5)))] * t_Wx[((((c1)) * (p_I) + ((c5))) * (p_H) + (((c3 + c8))))]) * 0.2f);
                   }
                 }
               }
             }
           }
-        } else {
-          {
-            const pf_i c2 = 0; (void)c2;
-            const pf_i c4 = 0; (void)c4;
-            const pf_i pf_o0_0 = (c0 - 1);
-            const pf_i pf_o0_1 = 0;
-            const pf_i pf_o0_2 = 0;
-            const pf_i pf_o1_0 = c1;
-            const pf_i pf_o1_1 = 0;
-            const pf_i pf_o1_2 = c3;
-            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 36; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-              const pf_i pf_a2 = (pf_e % 6) * 4;
-              const pf_i pf_a1 = ((pf_e / 6) % 6);
-              const pf_i pf_a0 = ((pf_e / 6) / 6);
-              const pf_i pf_g0 = pf_o0_0 + pf_a0;
-              const pf_i pf_g1 = pf_o0_1 + pf_a1;
-              const pf_i pf_g2 = pf_o0_2 + pf_a2;
-              if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
-                if ((((unsigned long long)t_X) & 15) == 0) {
-                  const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
-                } else {
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
-                  pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
+          __syncthreads();
+          for (pf_i c4 = 0; (c4 <= 63); c4 += 32) {
+            {
+              const pf_i c2 = 0; (void)c2;
+              const pf_i pf_o0_0 = (c0 - 1);
+              const pf_i pf_o0_1 = 0;
+              const pf_i pf_o0_2 = 0;
+              const pf_i pf_o1_0 = c1;
+              const pf_i pf_o1_1 = 0;
+              const pf_i pf_o1_2 = c3;
+              const pf_i pf_o2_0 = (c0 - 1);
+              const pf_i pf_o2_1 = 0;
+              const pf_i pf_o2_2 = (c4 - 24);
+              const pf_i pf_o3_0 = c1;
+              const pf_i pf_o3_1 = (c4 - 24);
+              const pf_i pf_o3_2 = c3;
+              const pf_i pf_o4_0 = c1;
+              const pf_i pf_o4_1 = c3;
+              const pf_i pf_stage = ((c4 - (0)) / 32) % 2;
+              if (c4 == (0)) {
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 36; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 6) * 4;
+                  const pf_i pf_a1 = ((pf_e / 6) % 6);
+                  const pf_i pf_a0 = ((pf_e / 6) / 6);
+                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
+                    if ((((unsigned long long)t_X) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
+                    }
+                  }
                 }
-              }
-            }
-            for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-              const pf_i pf_a2 = (pf_e % 8) * 4;
-              const pf_i pf_a1 = ((pf_e / 8) % 24);
-              const pf_i pf_a0 = ((pf_e / 8) / 24);
-              const pf_i pf_g0 = pf_o1_0 + pf_a0;
-              const pf_i pf_g1 = pf_o1_1 + pf_a1;
-              const pf_i pf_g2 = pf_o1_2 + pf_a2;
-              if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                if ((((unsigned long long)t_Wx) & 15) == 0) {
-                  const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                } else {
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
-                  pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 24);
+                  const pf_i pf_a0 = ((pf_e / 8) / 24);
+                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o1_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_Wx) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
                 }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 48; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 6);
+                  const pf_i pf_a0 = ((pf_e / 8) / 6);
+                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o2_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o2_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_Hs) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 32);
+                  const pf_i pf_a0 = ((pf_e / 8) / 32);
+                  const pf_i pf_g0 = pf_o3_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o3_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o3_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_Wh) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_o4_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o4_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
+                    if ((((unsigned long long)t_bias) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
+                    }
+                  }
+                }
+                __syncthreads();
               }
-            }
-            __syncthreads();
-            #pragma unroll
-            for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
-              if (threadIdx.z == 0)
-              #pragma unroll
-              for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-                if ((c7 <= 5)) {
-                  if (0 <= pf_min(31, ((-c3) + 39)))
-                  #pragma unroll
-                  for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                    const pf_i pf_slot_c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                    const pf_i c8 = pf_min(pf_slot_c8, pf_min(31, ((-c3) + 39)));
-                    if (1) {
-                      if ((c5 == 0)) {
-                        pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = 0.0f;
+              const int pf_has_next = ((c4 + 32) <= 63);
+              const pf_i pf_n0_0 = (c0 - 1);
+              const pf_i pf_n0_1 = 0;
+              const pf_i pf_n0_2 = 0;
+              const pf_i pf_n1_0 = c1;
+              const pf_i pf_n1_1 = 0;
+              const pf_i pf_n1_2 = c3;
+              const pf_i pf_n2_0 = (c0 - 1);
+              const pf_i pf_n2_1 = 0;
+              const pf_i pf_n2_2 = ((c4 + 32) - 24);
+              const pf_i pf_n3_0 = c1;
+              const pf_i pf_n3_1 = ((c4 + 32) - 24);
+              const pf_i pf_n3_2 = c3;
+              const pf_i pf_n4_0 = c1;
+              const pf_i pf_n4_1 = c3;
+              float pf_next0[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 36) {
+                    const pf_i pf_a2 = (pf_e % 6) * 4;
+                    const pf_i pf_a1 = ((pf_e / 6) % 6);
+                    const pf_i pf_a0 = ((pf_e / 6) / 6);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
+                      if ((((unsigned long long)t_X) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
+                        pf_next0[pf_s][0] = pf_v.x;
+                        pf_next0[pf_s][1] = pf_v.y;
+                        pf_next0[pf_s][2] = pf_v.z;
+                        pf_next0[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next0[pf_s][0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
+                        pf_next0[pf_s][1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
+                        pf_next0[pf_s][2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
+                        pf_next0[pf_s][3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
                       }
-                      pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_2_X[(((c0) + -1) - pf_o0_0) * 144 + (((c7)) - pf_o0_1) * 24 + (((c5)) - pf_o0_2) * 1] * pf_shared_kernel_2_Wx[(((c1)) - pf_o1_0) * 792 + (((c5)) - pf_o1_1) * 33 + ((((c3 + c8))) - pf_o1_2) * 1]) * 0.2f);
+                    }
+                  }
+                }
+              }
+              float pf_next1[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 192) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 24);
+                    const pf_i pf_a0 = ((pf_e / 8) / 24);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      if ((((unsigned long long)t_Wx) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
+                        pf_next1[pf_s][0] = pf_v.x;
+                        pf_next1[pf_s][1] = pf_v.y;
+                        pf_next1[pf_s][2] = pf_v.z;
+                        pf_next1[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next1[pf_s][0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
+                        pf_next1[pf_s][1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
+                        pf_next1[pf_s][2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
+                        pf_next1[pf_s][3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next2[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 48) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 6);
+                    const pf_i pf_a0 = ((pf_e / 8) / 6);
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      if ((((unsigned long long)t_Hs) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
+                        pf_next2[pf_s][0] = pf_v.x;
+                        pf_next2[pf_s][1] = pf_v.y;
+                        pf_next2[pf_s][2] = pf_v.z;
+                        pf_next2[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next2[pf_s][0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
+                        pf_next2[pf_s][1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
+                        pf_next2[pf_s][2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
+                        pf_next2[pf_s][3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next3[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 32);
+                    const pf_i pf_a0 = ((pf_e / 8) / 32);
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      if ((((unsigned long long)t_Wh) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
+                        pf_next3[pf_s][0] = pf_v.x;
+                        pf_next3[pf_s][1] = pf_v.y;
+                        pf_next3[pf_s][2] = pf_v.z;
+                        pf_next3[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next3[pf_s][0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
+                        pf_next3[pf_s][1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
+                        pf_next3[pf_s][2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
+                        pf_next3[pf_s][3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next4[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a1 = (pf_e % 8) * 4;
+                    const pf_i pf_a0 = (pf_e / 8);
+                    const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
+                      if ((((unsigned long long)t_bias) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
+                        pf_next4[pf_s][0] = pf_v.x;
+                        pf_next4[pf_s][1] = pf_v.y;
+                        pf_next4[pf_s][2] = pf_v.z;
+                        pf_next4[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next4[pf_s][0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
+                        pf_next4[pf_s][1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
+                        pf_next4[pf_s][2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
+                        pf_next4[pf_s][3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              for (pf_i c5 = pf_max(0, ((-c4) + 24)); (c5 <= 31); c5 += 1) {
+                if (threadIdx.z == 0)
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if (1) {
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                      if (1) {
+                        pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_2_Hs[pf_stage * 198 + (((c0) + -1) - pf_o2_0) * 198 + (((c7)) - pf_o2_1) * 33 + (((((c4 + c5) - 24))) - pf_o2_2) * 1] * pf_shared_kernel_2_Wh[pf_stage * 1056 + (((c1)) - pf_o3_0) * 1056 + (((((c4 + c5) - 24))) - pf_o3_1) * 33 + ((((c3 + c8))) - pf_o3_2) * 1]) * 0.15f);
+                        if (((c4 == 32) && (c5 == 31))) {
+                          pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_2_bias[pf_stage * 33 + (((c1)) - pf_o4_0) * 33 + ((((c3 + c8))) - pf_o4_1) * 1]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 36) {
+                    const pf_i pf_a2 = (pf_e % 6) * 4;
+                    const pf_i pf_a1 = ((pf_e / 6) % 6);
+                    const pf_i pf_a0 = ((pf_e / 6) / 6);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_next0[pf_s][0];
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_next0[pf_s][1];
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_next0[pf_s][2];
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_next0[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 192) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 24);
+                    const pf_i pf_a0 = ((pf_e / 8) / 24);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next1[pf_s][0];
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next1[pf_s][1];
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next1[pf_s][2];
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next1[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 48) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 6);
+                    const pf_i pf_a0 = ((pf_e / 8) / 6);
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next2[pf_s][0];
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next2[pf_s][1];
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next2[pf_s][2];
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next2[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 32);
+                    const pf_i pf_a0 = ((pf_e / 8) / 32);
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next3[pf_s][0];
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next3[pf_s][1];
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next3[pf_s][2];
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next3[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a1 = (pf_e % 8) * 4;
+                    const pf_i pf_a0 = (pf_e / 8);
+                    const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next4[pf_s][0];
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next4[pf_s][1];
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next4[pf_s][2];
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next4[pf_s][3];
                     }
                   }
                 }
               }
             }
+            __syncthreads();
+          }
+        } else {
+          for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
+            if (threadIdx.z == 0)
+            #pragma unroll
+            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+              const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+              if ((c7 <= 5)) {
+                if (0 <= pf_min(31, ((-c3) + 39)))
+                #pragma unroll
+                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                  const pf_i pf_slot_c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                  const pf_i c8 = pf_min(pf_slot_c8, pf_min(31, ((-c3) + 39)));
+                  if (1) {
+                    if ((c5 == 0)) {
+                      pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = 0.0f;
+                    }
+                    pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + ((t_X[((((c0) + -1) * (p_B) + ((c7))) * (p_I) + ((c5)))] * t_Wx[((((c1)) * (p_I) + ((c5))) * (p_H) + (((c3 + c8))))]) * 0.2f);
+                  }
+                }
+              }
+            }
+          }
+          __syncthreads();
+          for (pf_i c4 = 0; (c4 <= 63); c4 += 32) {
+            {
+              const pf_i c2 = 0; (void)c2;
+              const pf_i pf_o0_0 = (c0 - 1);
+              const pf_i pf_o0_1 = 0;
+              const pf_i pf_o0_2 = 0;
+              const pf_i pf_o1_0 = c1;
+              const pf_i pf_o1_1 = 0;
+              const pf_i pf_o1_2 = c3;
+              const pf_i pf_o2_0 = (c0 - 1);
+              const pf_i pf_o2_1 = 0;
+              const pf_i pf_o2_2 = (c4 - 24);
+              const pf_i pf_o3_0 = c1;
+              const pf_i pf_o3_1 = (c4 - 24);
+              const pf_i pf_o3_2 = c3;
+              const pf_i pf_o4_0 = c1;
+              const pf_i pf_o4_1 = c3;
+              const pf_i pf_stage = ((c4 - (0)) / 32) % 2;
+              if (c4 == (0)) {
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 36; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 6) * 4;
+                  const pf_i pf_a1 = ((pf_e / 6) % 6);
+                  const pf_i pf_a0 = ((pf_e / 6) / 6);
+                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
+                    if ((((unsigned long long)t_X) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
+                      pf_shared_kernel_2_X[pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 192; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 24);
+                  const pf_i pf_a0 = ((pf_e / 8) / 24);
+                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o1_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_Wx) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_shared_kernel_2_Wx[pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 48; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 6);
+                  const pf_i pf_a0 = ((pf_e / 8) / 6);
+                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o2_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o2_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_Hs) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_shared_kernel_2_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a2 = (pf_e % 8) * 4;
+                  const pf_i pf_a1 = ((pf_e / 8) % 32);
+                  const pf_i pf_a0 = ((pf_e / 8) / 32);
+                  const pf_i pf_g0 = pf_o3_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o3_1 + pf_a1;
+                  const pf_i pf_g2 = pf_o3_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_Wh) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_shared_kernel_2_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
+                }
+                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                  const pf_i pf_a1 = (pf_e % 8) * 4;
+                  const pf_i pf_a0 = (pf_e / 8);
+                  const pf_i pf_g0 = pf_o4_0 + pf_a0;
+                  const pf_i pf_g1 = pf_o4_1 + pf_a1;
+                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
+                    if ((((unsigned long long)t_bias) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
+                    } else {
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
+                      pf_shared_kernel_2_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
+                    }
+                  }
+                }
+                __syncthreads();
+              }
+              const int pf_has_next = ((c4 + 32) <= 63);
+              const pf_i pf_n0_0 = (c0 - 1);
+              const pf_i pf_n0_1 = 0;
+              const pf_i pf_n0_2 = 0;
+              const pf_i pf_n1_0 = c1;
+              const pf_i pf_n1_1 = 0;
+              const pf_i pf_n1_2 = c3;
+              const pf_i pf_n2_0 = (c0 - 1);
+              const pf_i pf_n2_1 = 0;
+              const pf_i pf_n2_2 = ((c4 + 32) - 24);
+              const pf_i pf_n3_0 = c1;
+              const pf_i pf_n3_1 = ((c4 + 32) - 24);
+              const pf_i pf_n3_2 = c3;
+              const pf_i pf_n4_0 = c1;
+              const pf_i pf_n4_1 = c3;
+              float pf_next0[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 36) {
+                    const pf_i pf_a2 = (pf_e % 6) * 4;
+                    const pf_i pf_a1 = ((pf_e / 6) % 6);
+                    const pf_i pf_a0 = ((pf_e / 6) / 6);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
+                      if ((((unsigned long long)t_X) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2];
+                        pf_next0[pf_s][0] = pf_v.x;
+                        pf_next0[pf_s][1] = pf_v.y;
+                        pf_next0[pf_s][2] = pf_v.z;
+                        pf_next0[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next0[pf_s][0] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 0];
+                        pf_next0[pf_s][1] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 1];
+                        pf_next0[pf_s][2] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 2];
+                        pf_next0[pf_s][3] = t_X[((pf_g0) * (p_B) + pf_g1) * (p_I) + pf_g2 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next1[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 192) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 24);
+                    const pf_i pf_a0 = ((pf_e / 8) / 24);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      if ((((unsigned long long)t_Wx) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2];
+                        pf_next1[pf_s][0] = pf_v.x;
+                        pf_next1[pf_s][1] = pf_v.y;
+                        pf_next1[pf_s][2] = pf_v.z;
+                        pf_next1[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next1[pf_s][0] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 0];
+                        pf_next1[pf_s][1] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 1];
+                        pf_next1[pf_s][2] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 2];
+                        pf_next1[pf_s][3] = t_Wx[((pf_g0) * (p_I) + pf_g1) * (p_H) + pf_g2 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next2[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 48) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 6);
+                    const pf_i pf_a0 = ((pf_e / 8) / 6);
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      if ((((unsigned long long)t_Hs) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
+                        pf_next2[pf_s][0] = pf_v.x;
+                        pf_next2[pf_s][1] = pf_v.y;
+                        pf_next2[pf_s][2] = pf_v.z;
+                        pf_next2[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next2[pf_s][0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
+                        pf_next2[pf_s][1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
+                        pf_next2[pf_s][2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
+                        pf_next2[pf_s][3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next3[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 32);
+                    const pf_i pf_a0 = ((pf_e / 8) / 32);
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      if ((((unsigned long long)t_Wh) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
+                        pf_next3[pf_s][0] = pf_v.x;
+                        pf_next3[pf_s][1] = pf_v.y;
+                        pf_next3[pf_s][2] = pf_v.z;
+                        pf_next3[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next3[pf_s][0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
+                        pf_next3[pf_s][1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
+                        pf_next3[pf_s][2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
+                        pf_next3[pf_s][3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              float pf_next4[1][4];
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a1 = (pf_e % 8) * 4;
+                    const pf_i pf_a0 = (pf_e / 8);
+                    const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
+                      if ((((unsigned long long)t_bias) & 15) == 0) {
+                        const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
+                        pf_next4[pf_s][0] = pf_v.x;
+                        pf_next4[pf_s][1] = pf_v.y;
+                        pf_next4[pf_s][2] = pf_v.z;
+                        pf_next4[pf_s][3] = pf_v.w;
+                      } else {
+                        pf_next4[pf_s][0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
+                        pf_next4[pf_s][1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
+                        pf_next4[pf_s][2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
+                        pf_next4[pf_s][3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
+                      }
+                    }
+                  }
+                }
+              }
+              for (pf_i c5 = pf_max(0, ((-c4) + 24)); (c5 <= 31); c5 += 1) {
+                if (threadIdx.z == 0)
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if ((c7 <= 5)) {
+                    if (0 <= pf_min(31, ((-c3) + 39)))
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i pf_slot_c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                      const pf_i c8 = pf_min(pf_slot_c8, pf_min(31, ((-c3) + 39)));
+                      if (1) {
+                        pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_2_Hs[pf_stage * 198 + (((c0) + -1) - pf_o2_0) * 198 + (((c7)) - pf_o2_1) * 33 + (((((c4 + c5) - 24))) - pf_o2_2) * 1] * pf_shared_kernel_2_Wh[pf_stage * 1056 + (((c1)) - pf_o3_0) * 1056 + (((((c4 + c5) - 24))) - pf_o3_1) * 33 + ((((c3 + c8))) - pf_o3_2) * 1]) * 0.15f);
+                        if (((c4 == 32) && (c5 == 31))) {
+                          pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_2_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_2_bias[pf_stage * 33 + (((c1)) - pf_o4_0) * 33 + ((((c3 + c8))) - pf_o4_1) * 1]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+              if (pf_has_next) {
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 36) {
+                    const pf_i pf_a2 = (pf_e % 6) * 4;
+                    const pf_i pf_a1 = ((pf_e / 6) % 6);
+                    const pf_i pf_a0 = ((pf_e / 6) / 6);
+                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_I)) {
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_next0[pf_s][0];
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_next0[pf_s][1];
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_next0[pf_s][2];
+                      pf_shared_kernel_2_X[(1 - pf_stage) * 144 + pf_a0 * 144 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_next0[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 192) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 24);
+                    const pf_i pf_a0 = ((pf_e / 8) / 24);
+                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_I) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next1[pf_s][0];
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next1[pf_s][1];
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next1[pf_s][2];
+                      pf_shared_kernel_2_Wx[(1 - pf_stage) * 792 + pf_a0 * 792 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next1[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 48) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 6);
+                    const pf_i pf_a0 = ((pf_e / 8) / 6);
+                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next2[pf_s][0];
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next2[pf_s][1];
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next2[pf_s][2];
+                      pf_shared_kernel_2_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next2[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 256) {
+                    const pf_i pf_a2 = (pf_e % 8) * 4;
+                    const pf_i pf_a1 = ((pf_e / 8) % 32);
+                    const pf_i pf_a0 = ((pf_e / 8) / 32);
+                    const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                    const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next3[pf_s][0];
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next3[pf_s][1];
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next3[pf_s][2];
+                      pf_shared_kernel_2_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next3[pf_s][3];
+                    }
+                  }
+                }
+                #pragma unroll
+                for (int pf_s = 0; pf_s < 1; pf_s++) {
+                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                  if (pf_e < 8) {
+                    const pf_i pf_a1 = (pf_e % 8) * 4;
+                    const pf_i pf_a0 = (pf_e / 8);
+                    const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                    const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next4[pf_s][0];
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next4[pf_s][1];
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next4[pf_s][2];
+                      pf_shared_kernel_2_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next4[pf_s][3];
+                    }
+                  }
+                }
+              }
+            }
+            __syncthreads();
           }
         }
         #pragma unroll
@@ -293,632 +986,6 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_I = 24;
   const pf_i p_H = 40;
   const pf_i c0 = pf_host_c0;
-  __shared__ __align__(16) float pf_shared_kernel_3_Hs[396];
-  __shared__ __align__(16) float pf_shared_kernel_3_Wh[2112];
-  __shared__ __align__(16) float pf_shared_kernel_3_bias[66];
-  for (pf_i c1 = 0 + (pf_i)blockIdx.z * 1; (c1 <= 3); c1 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0)
-    for (pf_i c3 = 0 + (pf_i)blockIdx.x * 32; (c3 <= 39); c3 += (pf_i)gridDim.x * 32) {
-      {
-        float pf_reg_kernel_3_G[1][2][2];
-        const int pf_rz = 0; (void)pf_rz;
-        const int pf_ry = 0; (void)pf_ry;
-        const int pf_rx = 0; (void)pf_rx;
-        const pf_i c2 = 0; (void)c2;
-        #pragma unroll
-        for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
-          #pragma unroll
-          for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-            #pragma unroll
-            for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-              const pf_i pf_b0 = c1;
-              const pf_i pf_b1 = c2;
-              const pf_i pf_b2 = c3;
-              const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
-              const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
-              const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
-              const pf_i pf_g0 = c0;
-              const pf_i pf_g1 = pf_b0;
-              const pf_i pf_g2 = pf_t1;
-              const pf_i pf_g3 = (pf_b2 + pf_t2);
-              if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H) && (((pf_t1 <= 5) && ((pf_b2 + pf_t2) <= 39)))) pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (t_G[(((pf_g0) * (4) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3]);
-            }
-          }
-        }
-        if ((31 <= 5) && (31 <= pf_min(31, ((-c3) + 39)))) {
-          for (pf_i c4 = 0; (c4 <= 39); c4 += 32) {
-            {
-              const pf_i c2 = 0; (void)c2;
-              const pf_i pf_o0_0 = (c0 - 1);
-              const pf_i pf_o0_1 = 0;
-              const pf_i pf_o0_2 = c4;
-              const pf_i pf_o1_0 = c1;
-              const pf_i pf_o1_1 = c4;
-              const pf_i pf_o1_2 = c3;
-              const pf_i pf_o2_0 = c1;
-              const pf_i pf_o2_1 = c3;
-              const pf_i pf_stage = ((c4 - (0)) / 32) % 2;
-              if (c4 == (0)) {
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 48; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a2 = (pf_e % 8) * 4;
-                  const pf_i pf_a1 = ((pf_e / 8) % 6);
-                  const pf_i pf_a0 = ((pf_e / 8) / 6);
-                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                  const pf_i pf_g2 = pf_o0_2 + pf_a2;
-                  if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                    if ((((unsigned long long)t_Hs) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
-                    }
-                  }
-                }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a2 = (pf_e % 8) * 4;
-                  const pf_i pf_a1 = ((pf_e / 8) % 32);
-                  const pf_i pf_a0 = ((pf_e / 8) / 32);
-                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
-                  const pf_i pf_g2 = pf_o1_2 + pf_a2;
-                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                    if ((((unsigned long long)t_Wh) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
-                    }
-                  }
-                }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a1 = (pf_e % 8) * 4;
-                  const pf_i pf_a0 = (pf_e / 8);
-                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o2_1 + pf_a1;
-                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-                    if ((((unsigned long long)t_bias) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
-                    }
-                  }
-                }
-                __syncthreads();
-              }
-              const int pf_has_next = ((c4 + 32) <= 39);
-              const pf_i pf_n0_0 = (c0 - 1);
-              const pf_i pf_n0_1 = 0;
-              const pf_i pf_n0_2 = (c4 + 32);
-              const pf_i pf_n1_0 = c1;
-              const pf_i pf_n1_1 = (c4 + 32);
-              const pf_i pf_n1_2 = c3;
-              const pf_i pf_n2_0 = c1;
-              const pf_i pf_n2_1 = c3;
-              float pf_next0[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 48) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 6);
-                    const pf_i pf_a0 = ((pf_e / 8) / 6);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      if ((((unsigned long long)t_Hs) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
-                        pf_next0[pf_s][0] = pf_v.x;
-                        pf_next0[pf_s][1] = pf_v.y;
-                        pf_next0[pf_s][2] = pf_v.z;
-                        pf_next0[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next0[pf_s][0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
-                        pf_next0[pf_s][1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
-                        pf_next0[pf_s][2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
-                        pf_next0[pf_s][3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              float pf_next1[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 32);
-                    const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      if ((((unsigned long long)t_Wh) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
-                        pf_next1[pf_s][0] = pf_v.x;
-                        pf_next1[pf_s][1] = pf_v.y;
-                        pf_next1[pf_s][2] = pf_v.z;
-                        pf_next1[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next1[pf_s][0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
-                        pf_next1[pf_s][1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
-                        pf_next1[pf_s][2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
-                        pf_next1[pf_s][3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              float pf_next2[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-                      if ((((unsigned long long)t_bias) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
-                        pf_next2[pf_s][0] = pf_v.x;
-                        pf_next2[pf_s][1] = pf_v.y;
-                        pf_next2[pf_s][2] = pf_v.z;
-                        pf_next2[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next2[pf_s][0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
-                        pf_next2[pf_s][1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
-                        pf_next2[pf_s][2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
-                        pf_next2[pf_s][3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              if ((31 <= ((-c4) + 39))) {
-                #pragma unroll
-                for (pf_i c5 = 0; (c5 <= 31); c5 += 1) {
-                  if (threadIdx.z == 0)
-                  #pragma unroll
-                  for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                    const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-                    if (1) {
-                      #pragma unroll
-                      for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                        const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                        if (1) {
-                          pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs[pf_stage * 198 + (((c0) + -1) - pf_o0_0) * 198 + (((c7)) - pf_o0_1) * 33 + ((((c4 + c5))) - pf_o0_2) * 1] * pf_shared_kernel_3_Wh[pf_stage * 1056 + (((c1)) - pf_o1_0) * 1056 + ((((c4 + c5))) - pf_o1_1) * 33 + ((((c3 + c8))) - pf_o1_2) * 1]) * 0.15f);
-                          if (((c4 == 32) && (c5 == 7))) {
-                            pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 33 + (((c1)) - pf_o2_0) * 33 + ((((c3 + c8))) - pf_o2_1) * 1]);
-                          }
-                        }
-                      }
-                    }
-                  }
-                }
-              } else {
-                #pragma unroll
-                for (pf_i c5 = 0; (c5 <= 31); c5 += 1) {
-                  if ((c5 <= ((-c4) + 39))) {
-                    if (threadIdx.z == 0)
-                    #pragma unroll
-                    for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                      const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-                      if (1) {
-                        #pragma unroll
-                        for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                          const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                          if (1) {
-                            pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs[pf_stage * 198 + (((c0) + -1) - pf_o0_0) * 198 + (((c7)) - pf_o0_1) * 33 + ((((c4 + c5))) - pf_o0_2) * 1] * pf_shared_kernel_3_Wh[pf_stage * 1056 + (((c1)) - pf_o1_0) * 1056 + ((((c4 + c5))) - pf_o1_1) * 33 + ((((c3 + c8))) - pf_o1_2) * 1]) * 0.15f);
-                            if (((c4 == 32) && (c5 == 7))) {
-                              pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 33 + (((c1)) - pf_o2_0) * 33 + ((((c3 + c8))) - pf_o2_1) * 1]);
-                            }
-                          }
-                        }
-                      }
-                    }
-                  }
-                }
-              }
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 48) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 6);
-                    const pf_i pf_a0 = ((pf_e / 8) / 6);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next0[pf_s][0];
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next0[pf_s][1];
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next0[pf_s][2];
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next0[pf_s][3];
-                    }
-                  }
-                }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 32);
-                    const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next1[pf_s][0];
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next1[pf_s][1];
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next1[pf_s][2];
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next1[pf_s][3];
-                    }
-                  }
-                }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next2[pf_s][0];
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next2[pf_s][1];
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next2[pf_s][2];
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next2[pf_s][3];
-                    }
-                  }
-                }
-              }
-            }
-            __syncthreads();
-          }
-        } else {
-          for (pf_i c4 = 0; (c4 <= 39); c4 += 32) {
-            {
-              const pf_i c2 = 0; (void)c2;
-              const pf_i pf_o0_0 = (c0 - 1);
-              const pf_i pf_o0_1 = 0;
-              const pf_i pf_o0_2 = c4;
-              const pf_i pf_o1_0 = c1;
-              const pf_i pf_o1_1 = c4;
-              const pf_i pf_o1_2 = c3;
-              const pf_i pf_o2_0 = c1;
-              const pf_i pf_o2_1 = c3;
-              const pf_i pf_stage = ((c4 - (0)) / 32) % 2;
-              if (c4 == (0)) {
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 48; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a2 = (pf_e % 8) * 4;
-                  const pf_i pf_a1 = ((pf_e / 8) % 6);
-                  const pf_i pf_a0 = ((pf_e / 8) / 6);
-                  const pf_i pf_g0 = pf_o0_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o0_1 + pf_a1;
-                  const pf_i pf_g2 = pf_o0_2 + pf_a2;
-                  if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                    if ((((unsigned long long)t_Hs) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
-                      pf_shared_kernel_3_Hs[pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
-                    }
-                  }
-                }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 256; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a2 = (pf_e % 8) * 4;
-                  const pf_i pf_a1 = ((pf_e / 8) % 32);
-                  const pf_i pf_a0 = ((pf_e / 8) / 32);
-                  const pf_i pf_g0 = pf_o1_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o1_1 + pf_a1;
-                  const pf_i pf_g2 = pf_o1_2 + pf_a2;
-                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                    if ((((unsigned long long)t_Wh) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
-                      pf_shared_kernel_3_Wh[pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
-                    }
-                  }
-                }
-                for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 8; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-                  const pf_i pf_a1 = (pf_e % 8) * 4;
-                  const pf_i pf_a0 = (pf_e / 8);
-                  const pf_i pf_g0 = pf_o2_0 + pf_a0;
-                  const pf_i pf_g1 = pf_o2_1 + pf_a1;
-                  if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-                    if ((((unsigned long long)t_bias) & 15) == 0) {
-                      const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = pf_v.x;
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = pf_v.y;
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = pf_v.z;
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = pf_v.w;
-                    } else {
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
-                      pf_shared_kernel_3_bias[pf_a0 * 33 + pf_a1 * 1 + 3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
-                    }
-                  }
-                }
-                __syncthreads();
-              }
-              const int pf_has_next = ((c4 + 32) <= 39);
-              const pf_i pf_n0_0 = (c0 - 1);
-              const pf_i pf_n0_1 = 0;
-              const pf_i pf_n0_2 = (c4 + 32);
-              const pf_i pf_n1_0 = c1;
-              const pf_i pf_n1_1 = (c4 + 32);
-              const pf_i pf_n1_2 = c3;
-              const pf_i pf_n2_0 = c1;
-              const pf_i pf_n2_1 = c3;
-              float pf_next0[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 48) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 6);
-                    const pf_i pf_a0 = ((pf_e / 8) / 6);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      if ((((unsigned long long)t_Hs) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2];
-                        pf_next0[pf_s][0] = pf_v.x;
-                        pf_next0[pf_s][1] = pf_v.y;
-                        pf_next0[pf_s][2] = pf_v.z;
-                        pf_next0[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next0[pf_s][0] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 0];
-                        pf_next0[pf_s][1] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 1];
-                        pf_next0[pf_s][2] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 2];
-                        pf_next0[pf_s][3] = t_Hs[((pf_g0) * (p_B) + pf_g1) * (p_H) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              float pf_next1[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 32);
-                    const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      if ((((unsigned long long)t_Wh) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2];
-                        pf_next1[pf_s][0] = pf_v.x;
-                        pf_next1[pf_s][1] = pf_v.y;
-                        pf_next1[pf_s][2] = pf_v.z;
-                        pf_next1[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next1[pf_s][0] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 0];
-                        pf_next1[pf_s][1] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 1];
-                        pf_next1[pf_s][2] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 2];
-                        pf_next1[pf_s][3] = t_Wh[((pf_g0) * (p_H) + pf_g1) * (p_H) + pf_g2 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              float pf_next2[1][4];
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-                      if ((((unsigned long long)t_bias) & 15) == 0) {
-                        const float4 pf_v = *(const float4 *)&t_bias[(pf_g0) * (p_H) + pf_g1];
-                        pf_next2[pf_s][0] = pf_v.x;
-                        pf_next2[pf_s][1] = pf_v.y;
-                        pf_next2[pf_s][2] = pf_v.z;
-                        pf_next2[pf_s][3] = pf_v.w;
-                      } else {
-                        pf_next2[pf_s][0] = t_bias[(pf_g0) * (p_H) + pf_g1 + 0];
-                        pf_next2[pf_s][1] = t_bias[(pf_g0) * (p_H) + pf_g1 + 1];
-                        pf_next2[pf_s][2] = t_bias[(pf_g0) * (p_H) + pf_g1 + 2];
-                        pf_next2[pf_s][3] = t_bias[(pf_g0) * (p_H) + pf_g1 + 3];
-                      }
-                    }
-                  }
-                }
-              }
-              if ((31 <= ((-c4) + 39))) {
-                #pragma unroll
-                for (pf_i c5 = 0; (c5 <= 31); c5 += 1) {
-                  if (threadIdx.z == 0)
-                  #pragma unroll
-                  for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                    const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-                    if ((c7 <= 5)) {
-                      if (0 <= pf_min(31, ((-c3) + 39)))
-                      #pragma unroll
-                      for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                        const pf_i pf_slot_c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                        const pf_i c8 = pf_min(pf_slot_c8, pf_min(31, ((-c3) + 39)));
-                        if (1) {
-                          pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs[pf_stage * 198 + (((c0) + -1) - pf_o0_0) * 198 + (((c7)) - pf_o0_1) * 33 + ((((c4 + c5))) - pf_o0_2) * 1] * pf_shared_kernel_3_Wh[pf_stage * 1056 + (((c1)) - pf_o1_0) * 1056 + ((((c4 + c5))) - pf_o1_1) * 33 + ((((c3 + c8))) - pf_o1_2) * 1]) * 0.15f);
-                          if (((c4 == 32) && (c5 == 7))) {
-                            pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 33 + (((c1)) - pf_o2_0) * 33 + ((((c3 + c8))) - pf_o2_1) * 1]);
-                          }
-                        }
-                      }
-                    }
-                  }
-                }
-              } else {
-                #pragma unroll
-                for (pf_i c5 = 0; (c5 <= 31); c5 += 1) {
-                  if ((c5 <= ((-c4) + 39))) {
-                    if (threadIdx.z == 0)
-                    #pragma unroll
-                    for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-                      const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-                      if ((c7 <= 5)) {
-                        if (0 <= pf_min(31, ((-c3) + 39)))
-                        #pragma unroll
-                        for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                          const pf_i pf_slot_c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                          const pf_i c8 = pf_min(pf_slot_c8, pf_min(31, ((-c3) + 39)));
-                          if (1) {
-                            pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs[pf_stage * 198 + (((c0) + -1) - pf_o0_0) * 198 + (((c7)) - pf_o0_1) * 33 + ((((c4 + c5))) - pf_o0_2) * 1] * pf_shared_kernel_3_Wh[pf_stage * 1056 + (((c1)) - pf_o1_0) * 1056 + ((((c4 + c5))) - pf_o1_1) * 33 + ((((c3 + c8))) - pf_o1_2) * 1]) * 0.15f);
-                            if (((c4 == 32) && (c5 == 7))) {
-                              pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 33 + (((c1)) - pf_o2_0) * 33 + ((((c3 + c8))) - pf_o2_1) * 1]);
-                            }
-                          }
-                        }
-                      }
-                    }
-                  }
-                }
-              }
-              if (pf_has_next) {
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 48) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 6);
-                    const pf_i pf_a0 = ((pf_e / 8) / 6);
-                    const pf_i pf_g0 = pf_n0_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n0_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n0_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (p_B) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next0[pf_s][0];
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next0[pf_s][1];
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next0[pf_s][2];
-                      pf_shared_kernel_3_Hs[(1 - pf_stage) * 198 + pf_a0 * 198 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next0[pf_s][3];
-                    }
-                  }
-                }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 256) {
-                    const pf_i pf_a2 = (pf_e % 8) * 4;
-                    const pf_i pf_a1 = ((pf_e / 8) % 32);
-                    const pf_i pf_a0 = ((pf_e / 8) / 32);
-                    const pf_i pf_g0 = pf_n1_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n1_1 + pf_a1;
-                    const pf_i pf_g2 = pf_n1_2 + pf_a2;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 0] = pf_next1[pf_s][0];
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 1] = pf_next1[pf_s][1];
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 2] = pf_next1[pf_s][2];
-                      pf_shared_kernel_3_Wh[(1 - pf_stage) * 1056 + pf_a0 * 1056 + pf_a1 * 33 + pf_a2 * 1 + 3] = pf_next1[pf_s][3];
-                    }
-                  }
-                }
-                #pragma unroll
-                for (int pf_s = 0; pf_s < 1; pf_s++) {
-                  const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
-                  if (pf_e < 8) {
-                    const pf_i pf_a1 = (pf_e % 8) * 4;
-                    const pf_i pf_a0 = (pf_e / 8);
-                    const pf_i pf_g0 = pf_n2_0 + pf_a0;
-                    const pf_i pf_g1 = pf_n2_1 + pf_a1;
-                    if (pf_g0 >= 0 && pf_g0 < (4) && pf_g1 >= 0 && pf_g1 < (p_H)) {
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 0] = pf_next2[pf_s][0];
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 1] = pf_next2[pf_s][1];
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 2] = pf_next2[pf_s][2];
-                      pf_shared_kernel_3_bias[(1 - pf_stage) * 33 + pf_a0 * 33 + pf_a1 * 1 + 3] = pf_next2[pf_s][3];
-                    }
-                  }
-                }
-              }
-            }
-            __syncthreads();
-          }
-        }
-        #pragma unroll
-        for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
-          #pragma unroll
-          for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-            #pragma unroll
-            for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-              const pf_i pf_b0 = c1;
-              const pf_i pf_b1 = c2;
-              const pf_i pf_b2 = c3;
-              const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
-              const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
-              const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
-              const pf_i pf_g0 = c0;
-              const pf_i pf_g1 = pf_b0;
-              const pf_i pf_g2 = pf_t1;
-              const pf_i pf_g3 = (pf_b2 + pf_t2);
-              if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_T + 1) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H) && (((pf_t1 <= 5) && ((pf_b2 + pf_t2) <= 39)))) t_G[(((pf_g0) * (4) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx]);
-            }
-          }
-        }
-      }
-      __syncthreads();
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_T = 9;
-  const pf_i p_B = 6;
-  const pf_i p_I = 24;
-  const pf_i p_H = 40;
-  const pf_i c0 = pf_host_c0;
   if (blockIdx.y == 0)
   for (pf_i c2 = 0 + (pf_i)blockIdx.x * 32; (c2 <= 39); c2 += (pf_i)gridDim.x * 32) {
     for (pf_i c3 = 0 + (pf_i)threadIdx.y * 1; (c3 <= 5); c3 += (pf_i)blockDim.y * 1) {
@@ -929,13 +996,13 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_p0_1 = 0; (void)pf_p0_1;
           const pf_i pf_p0_2 = c3; (void)pf_p0_2;
           const pf_i pf_p0_3 = (c2 + c4); (void)pf_p0_3;
-          float pf_priv_kernel_4_G[4];
+          float pf_priv_kernel_3_G[4];
           #pragma unroll
           for (int pf_l1 = 0; pf_l1 < 4; pf_l1++) {
-            if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && (pf_p0_1 + pf_l1) >= 0 && (pf_p0_1 + pf_l1) < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) pf_priv_kernel_4_G[pf_l1] = (t_G[(((pf_p0_0) * (4) + (pf_p0_1 + pf_l1)) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3]);
+            if (pf_p0_0 >= 0 && pf_p0_0 < (p_T + 1) && (pf_p0_1 + pf_l1) >= 0 && (pf_p0_1 + pf_l1) < (4) && pf_p0_2 >= 0 && pf_p0_2 < (p_B) && pf_p0_3 >= 0 && pf_p0_3 < (p_H)) pf_priv_kernel_3_G[pf_l1] = (t_G[(((pf_p0_0) * (4) + (pf_p0_1 + pf_l1)) * (p_B) + pf_p0_2) * (p_H) + pf_p0_3]);
           }
-          t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))] = (((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((1) - pf_p0_1)])))) * t_Cs[((((c0) + -1) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))]) + ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((0) - pf_p0_1)])))) * tanhf(pf_priv_kernel_4_G[((2) - pf_p0_1)])));
-          t_Hs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))] = ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((3) - pf_p0_1)])))) * tanhf(t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))]));
+          t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))] = (((1.0f / (1.0f + expf(-(pf_priv_kernel_3_G[((1) - pf_p0_1)])))) * t_Cs[((((c0) + -1) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))]) + ((1.0f / (1.0f + expf(-(pf_priv_kernel_3_G[((0) - pf_p0_1)])))) * tanhf(pf_priv_kernel_3_G[((2) - pf_p0_1)])));
+          t_Hs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))] = ((1.0f / (1.0f + expf(-(pf_priv_kernel_3_G[((3) - pf_p0_1)])))) * tanhf(t_Cs[((((c0)) * (p_B) + ((c3))) * (p_H) + (((c2 + c4))))]));
         }
       }
     }
@@ -943,7 +1010,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_5(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
+extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");

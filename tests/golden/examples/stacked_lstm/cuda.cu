@@ -90,11 +90,1081 @@ asm volatile("griddepcontrol.launch_dependents;");
   const pf_i p_B = 5;
   const pf_i p_H = 24;
   const pf_i c0 = pf_host_c0;
-  for (pf_i c1 = pf_max(4, ((4 * c0) - 12)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(31, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-    for (pf_i c5 = 0 + (pf_i)threadIdx.y * 1; (c5 <= 4); c5 += (pf_i)blockDim.y * 1) {
-      for (pf_i c6 = 0 + (pf_i)threadIdx.x * 1; (c6 <= 23); c6 += (pf_i)blockDim.x * 1) {
-        t_G[((((((((c0 - ((c1 + 4) / 4)) + 1))) * (p_T + 1) + (((((c1 + 4) / 4) - 1)))) * (4) + (((c1 % 4)))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = 0.0f;
+  __shared__ __align__(16) float pf_shared_kernel_3_Hs_0[240];
+  __shared__ __align__(16) float pf_shared_kernel_3_Hs_1[240];
+  __shared__ __align__(16) float pf_shared_kernel_3_Wx[1152];
+  __shared__ __align__(16) float pf_shared_kernel_3_Wh[1152];
+  __shared__ __align__(16) float pf_shared_kernel_3_bias[48];
+  for (pf_i c1 = pf_max(4, ((4 * c0) - 28)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(15, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
+    {
+      float pf_reg_kernel_3_G[1][2][2];
+      const int pf_rz = 0; (void)pf_rz;
+      const int pf_ry = 0; (void)pf_ry;
+      const int pf_rx = 0; (void)pf_rx;
+      const pf_i c2 = 0; (void)c2;
+      const pf_i c3 = 0; (void)c3;
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+            const pf_i pf_b0 = c1;
+            const pf_i pf_b1 = c2;
+            const pf_i pf_b2 = c3;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 4);
+            const pf_i pf_g1 = (c0 - (pf_b0 / 4));
+            const pf_i pf_g2 = (pf_b0 % 4);
+            const pf_i pf_g3 = pf_t1;
+            const pf_i pf_g4 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4]);
+          }
+        }
+      }
+      if ((31 <= 4) && (31 <= 23)) {
+        for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
+          if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+          #pragma unroll
+          for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+            const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+            if (1) {
+              #pragma unroll
+              for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                if (1) {
+                  if ((c5 == 0)) {
+                    pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = 0.0f;
+                  }
+                  pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((t_Hs[((((((c1 / 4)) + -1) * (p_T + 1) + (((c0 - (c1 / 4))))) * (p_B) + ((c7))) * (p_H) + ((c5)))] * t_Wx[((((((c1 / 4)) + -1) * (4) + (((c1 % 4)))) * (p_H) + ((c5))) * (p_H) + ((c8)))]) * 0.2f);
+                }
+              }
+            }
+          }
+        }
+      } else {
+        for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
+          if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+          #pragma unroll
+          for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+            const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+            if ((c7 <= 4)) {
+              #pragma unroll
+              for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                if ((c8 <= 23)) {
+                  if ((c5 == 0)) {
+                    pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = 0.0f;
+                  }
+                  pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((t_Hs[((((((c1 / 4)) + -1) * (p_T + 1) + (((c0 - (c1 / 4))))) * (p_B) + ((c7))) * (p_H) + ((c5)))] * t_Wx[((((((c1 / 4)) + -1) * (4) + (((c1 % 4)))) * (p_H) + ((c5))) * (p_H) + ((c8)))]) * 0.2f);
+                }
+              }
+            }
+          }
+        }
+      }
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+            const pf_i pf_b0 = c1;
+            const pf_i pf_b1 = c2;
+            const pf_i pf_b2 = c3;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 4);
+            const pf_i pf_g1 = (c0 - (pf_b0 / 4));
+            const pf_i pf_g2 = (pf_b0 % 4);
+            const pf_i pf_g3 = pf_t1;
+            const pf_i pf_g4 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    {
+      float pf_reg_kernel_3_G[1][2][2];
+      const int pf_rz = 0; (void)pf_rz;
+      const int pf_ry = 0; (void)pf_ry;
+      const int pf_rx = 0; (void)pf_rx;
+      const pf_i c2 = 0; (void)c2;
+      const pf_i c3 = 0; (void)c3;
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+            const pf_i pf_b0 = c1;
+            const pf_i pf_b1 = c2;
+            const pf_i pf_b2 = c3;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 4);
+            const pf_i pf_g1 = (c0 - (pf_b0 / 4));
+            const pf_i pf_g2 = (pf_b0 % 4);
+            const pf_i pf_g3 = pf_t1;
+            const pf_i pf_g4 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4]);
+          }
+        }
+      }
+      if ((31 <= 4) && (31 <= 23)) {
+        for (pf_i c4 = 0; (c4 <= 47); c4 += 32) {
+          {
+            const pf_i c2 = 0; (void)c2;
+            const pf_i c3 = 0; (void)c3;
+            const pf_i pf_o0_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o0_1 = ((c0 + pf_floord(((-c1) - 1), 4)) + 1);
+            const pf_i pf_o0_2 = 0;
+            const pf_i pf_o0_3 = 0;
+            const pf_i pf_o1_0 = pf_floord(c1, 4);
+            const pf_i pf_o1_1 = (c0 + pf_floord(((-c1) - 1), 4));
+            const pf_i pf_o1_2 = 0;
+            const pf_i pf_o1_3 = 0;
+            const pf_i pf_o2_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o2_1 = (c1 % 4);
+            const pf_i pf_o2_2 = 0;
+            const pf_i pf_o2_3 = 0;
+            const pf_i pf_o3_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o3_1 = (c1 % 4);
+            const pf_i pf_o3_2 = 0;
+            const pf_i pf_o3_3 = 0;
+            const pf_i pf_o4_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o4_1 = (c1 % 4);
+            const pf_i pf_o4_2 = 0;
+            const pf_i pf_stage = ((c4 - (0)) / 32) % 2;
+            if (c4 == (0)) {
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 5);
+                const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                const pf_i pf_g3 = pf_o0_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Hs) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 5);
+                const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                const pf_i pf_g2 = pf_o1_2 + pf_a2;
+                const pf_i pf_g3 = pf_o1_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Hs) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 24);
+                const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                const pf_i pf_g1 = pf_o2_1 + pf_a1;
+                const pf_i pf_g2 = pf_o2_2 + pf_a2;
+                const pf_i pf_g3 = pf_o2_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Wx) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 24);
+                const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                const pf_i pf_g0 = pf_o3_0 + pf_a0;
+                const pf_i pf_g1 = pf_o3_1 + pf_a1;
+                const pf_i pf_g2 = pf_o3_2 + pf_a2;
+                const pf_i pf_g3 = pf_o3_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Wh) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 6; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a2 = (pf_e % 6) * 4;
+                const pf_i pf_a1 = ((pf_e / 6) % 1);
+                const pf_i pf_a0 = ((pf_e / 6) / 1);
+                const pf_i pf_g0 = pf_o4_0 + pf_a0;
+                const pf_i pf_g1 = pf_o4_1 + pf_a1;
+                const pf_i pf_g2 = pf_o4_2 + pf_a2;
+                if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                  if ((((unsigned long long)t_bias) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 0];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 1];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 2];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 3];
+                  }
+                }
+              }
+              __syncthreads();
+            }
+            const int pf_has_next = ((c4 + 32) <= 47);
+            const pf_i pf_n0_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n0_1 = ((c0 + pf_floord(((-c1) - 1), 4)) + 1);
+            const pf_i pf_n0_2 = 0;
+            const pf_i pf_n0_3 = 0;
+            const pf_i pf_n1_0 = pf_floord(c1, 4);
+            const pf_i pf_n1_1 = (c0 + pf_floord(((-c1) - 1), 4));
+            const pf_i pf_n1_2 = 0;
+            const pf_i pf_n1_3 = 0;
+            const pf_i pf_n2_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n2_1 = (c1 % 4);
+            const pf_i pf_n2_2 = 0;
+            const pf_i pf_n2_3 = 0;
+            const pf_i pf_n3_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n3_1 = (c1 % 4);
+            const pf_i pf_n3_2 = 0;
+            const pf_i pf_n3_3 = 0;
+            const pf_i pf_n4_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n4_1 = (c1 % 4);
+            const pf_i pf_n4_2 = 0;
+            float pf_next0[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Hs) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                      pf_next0[pf_s][0] = pf_v.x;
+                      pf_next0[pf_s][1] = pf_v.y;
+                      pf_next0[pf_s][2] = pf_v.z;
+                      pf_next0[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next0[pf_s][0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next0[pf_s][1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next0[pf_s][2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next0[pf_s][3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next1[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n1_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Hs) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                      pf_next1[pf_s][0] = pf_v.x;
+                      pf_next1[pf_s][1] = pf_v.y;
+                      pf_next1[pf_s][2] = pf_v.z;
+                      pf_next1[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next1[pf_s][0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next1[pf_s][1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next1[pf_s][2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next1[pf_s][3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next2[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n2_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Wx) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                      pf_next2[pf_s][0] = pf_v.x;
+                      pf_next2[pf_s][1] = pf_v.y;
+                      pf_next2[pf_s][2] = pf_v.z;
+                      pf_next2[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next2[pf_s][0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next2[pf_s][1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next2[pf_s][2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next2[pf_s][3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next3[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n3_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Wh) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                      pf_next3[pf_s][0] = pf_v.x;
+                      pf_next3[pf_s][1] = pf_v.y;
+                      pf_next3[pf_s][2] = pf_v.z;
+                      pf_next3[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next3[pf_s][0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next3[pf_s][1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next3[pf_s][2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next3[pf_s][3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next4[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 6) {
+                  const pf_i pf_a2 = (pf_e % 6) * 4;
+                  const pf_i pf_a1 = ((pf_e / 6) % 1);
+                  const pf_i pf_a0 = ((pf_e / 6) / 1);
+                  const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n4_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_bias) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2];
+                      pf_next4[pf_s][0] = pf_v.x;
+                      pf_next4[pf_s][1] = pf_v.y;
+                      pf_next4[pf_s][2] = pf_v.z;
+                      pf_next4[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next4[pf_s][0] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_next4[pf_s][1] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_next4[pf_s][2] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_next4[pf_s][3] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            if (((pf_max(0, ((-c4) + 24)) == 0) && (31 <= ((-c4) + 47)))) {
+              #pragma unroll
+              for (pf_i c5 = 0; (c5 <= 31); c5 += 1) {
+                if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if (1) {
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                      if (1) {
+                        pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs_1[pf_stage * 120 + ((((c1 / 4))) - pf_o1_0) * 120 + ((((c0 - (c1 / 4))) + -1) - pf_o1_1) * 120 + (((c7)) - pf_o1_2) * 24 + (((((c4 + c5) - 24))) - pf_o1_3) * 1] * pf_shared_kernel_3_Wh[pf_stage * 576 + ((((c1 / 4)) + -1) - pf_o3_0) * 576 + ((((c1 % 4))) - pf_o3_1) * 576 + (((((c4 + c5) - 24))) - pf_o3_2) * 24 + (((c8)) - pf_o3_3) * 1]) * 0.15f);
+                        if (((c4 == 32) && (c5 == 15))) {
+                          pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 24 + ((((c1 / 4)) + -1) - pf_o4_0) * 24 + ((((c1 % 4))) - pf_o4_1) * 24 + (((c8)) - pf_o4_2) * 1]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            } else {
+              for (pf_i c5 = pf_max(0, ((-c4) + 24)); (c5 <= pf_min(31, ((-c4) + 47))); c5 += 1) {
+                if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if (1) {
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                      if (1) {
+                        pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs_1[pf_stage * 120 + ((((c1 / 4))) - pf_o1_0) * 120 + ((((c0 - (c1 / 4))) + -1) - pf_o1_1) * 120 + (((c7)) - pf_o1_2) * 24 + (((((c4 + c5) - 24))) - pf_o1_3) * 1] * pf_shared_kernel_3_Wh[pf_stage * 576 + ((((c1 / 4)) + -1) - pf_o3_0) * 576 + ((((c1 % 4))) - pf_o3_1) * 576 + (((((c4 + c5) - 24))) - pf_o3_2) * 24 + (((c8)) - pf_o3_3) * 1]) * 0.15f);
+                        if (((c4 == 32) && (c5 == 15))) {
+                          pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 24 + ((((c1 / 4)) + -1) - pf_o4_0) * 24 + ((((c1 % 4))) - pf_o4_1) * 24 + (((c8)) - pf_o4_2) * 1]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            }
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next0[pf_s][0];
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next0[pf_s][1];
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next0[pf_s][2];
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next0[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n1_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next1[pf_s][0];
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next1[pf_s][1];
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next1[pf_s][2];
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next1[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n2_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next2[pf_s][0];
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next2[pf_s][1];
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next2[pf_s][2];
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next2[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n3_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next3[pf_s][0];
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next3[pf_s][1];
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next3[pf_s][2];
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next3[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 6) {
+                  const pf_i pf_a2 = (pf_e % 6) * 4;
+                  const pf_i pf_a1 = ((pf_e / 6) % 1);
+                  const pf_i pf_a0 = ((pf_e / 6) / 1);
+                  const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n4_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_next4[pf_s][0];
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_next4[pf_s][1];
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_next4[pf_s][2];
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_next4[pf_s][3];
+                  }
+                }
+              }
+            }
+          }
+          __syncthreads();
+        }
+      } else {
+        for (pf_i c4 = 0; (c4 <= 47); c4 += 32) {
+          {
+            const pf_i c2 = 0; (void)c2;
+            const pf_i c3 = 0; (void)c3;
+            const pf_i pf_o0_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o0_1 = ((c0 + pf_floord(((-c1) - 1), 4)) + 1);
+            const pf_i pf_o0_2 = 0;
+            const pf_i pf_o0_3 = 0;
+            const pf_i pf_o1_0 = pf_floord(c1, 4);
+            const pf_i pf_o1_1 = (c0 + pf_floord(((-c1) - 1), 4));
+            const pf_i pf_o1_2 = 0;
+            const pf_i pf_o1_3 = 0;
+            const pf_i pf_o2_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o2_1 = (c1 % 4);
+            const pf_i pf_o2_2 = 0;
+            const pf_i pf_o2_3 = 0;
+            const pf_i pf_o3_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o3_1 = (c1 % 4);
+            const pf_i pf_o3_2 = 0;
+            const pf_i pf_o3_3 = 0;
+            const pf_i pf_o4_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_o4_1 = (c1 % 4);
+            const pf_i pf_o4_2 = 0;
+            const pf_i pf_stage = ((c4 - (0)) / 32) % 2;
+            if (c4 == (0)) {
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 5);
+                const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                const pf_i pf_g0 = pf_o0_0 + pf_a0;
+                const pf_i pf_g1 = pf_o0_1 + pf_a1;
+                const pf_i pf_g2 = pf_o0_2 + pf_a2;
+                const pf_i pf_g3 = pf_o0_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Hs) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Hs_0[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 5);
+                const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                const pf_i pf_g0 = pf_o1_0 + pf_a0;
+                const pf_i pf_g1 = pf_o1_1 + pf_a1;
+                const pf_i pf_g2 = pf_o1_2 + pf_a2;
+                const pf_i pf_g3 = pf_o1_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Hs) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Hs_1[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 24);
+                const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                const pf_i pf_g0 = pf_o2_0 + pf_a0;
+                const pf_i pf_g1 = pf_o2_1 + pf_a1;
+                const pf_i pf_g2 = pf_o2_2 + pf_a2;
+                const pf_i pf_g3 = pf_o2_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Wx) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a3 = (pf_e % 6) * 4;
+                const pf_i pf_a2 = ((pf_e / 6) % 24);
+                const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                const pf_i pf_g0 = pf_o3_0 + pf_a0;
+                const pf_i pf_g1 = pf_o3_1 + pf_a1;
+                const pf_i pf_g2 = pf_o3_2 + pf_a2;
+                const pf_i pf_g3 = pf_o3_3 + pf_a3;
+                if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                  if ((((unsigned long long)t_Wh) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                    pf_shared_kernel_3_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                  }
+                }
+              }
+              for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 6; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
+                const pf_i pf_a2 = (pf_e % 6) * 4;
+                const pf_i pf_a1 = ((pf_e / 6) % 1);
+                const pf_i pf_a0 = ((pf_e / 6) / 1);
+                const pf_i pf_g0 = pf_o4_0 + pf_a0;
+                const pf_i pf_g1 = pf_o4_1 + pf_a1;
+                const pf_i pf_g2 = pf_o4_2 + pf_a2;
+                if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                  if ((((unsigned long long)t_bias) & 15) == 0) {
+                    const float4 pf_v = *(const float4 *)&t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
+                  } else {
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 0];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 1];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 2];
+                    pf_shared_kernel_3_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 3];
+                  }
+                }
+              }
+              __syncthreads();
+            }
+            const int pf_has_next = ((c4 + 32) <= 47);
+            const pf_i pf_n0_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n0_1 = ((c0 + pf_floord(((-c1) - 1), 4)) + 1);
+            const pf_i pf_n0_2 = 0;
+            const pf_i pf_n0_3 = 0;
+            const pf_i pf_n1_0 = pf_floord(c1, 4);
+            const pf_i pf_n1_1 = (c0 + pf_floord(((-c1) - 1), 4));
+            const pf_i pf_n1_2 = 0;
+            const pf_i pf_n1_3 = 0;
+            const pf_i pf_n2_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n2_1 = (c1 % 4);
+            const pf_i pf_n2_2 = 0;
+            const pf_i pf_n2_3 = 0;
+            const pf_i pf_n3_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n3_1 = (c1 % 4);
+            const pf_i pf_n3_2 = 0;
+            const pf_i pf_n3_3 = 0;
+            const pf_i pf_n4_0 = (pf_floord(c1, 4) - 1);
+            const pf_i pf_n4_1 = (c1 % 4);
+            const pf_i pf_n4_2 = 0;
+            float pf_next0[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Hs) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                      pf_next0[pf_s][0] = pf_v.x;
+                      pf_next0[pf_s][1] = pf_v.y;
+                      pf_next0[pf_s][2] = pf_v.z;
+                      pf_next0[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next0[pf_s][0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next0[pf_s][1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next0[pf_s][2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next0[pf_s][3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next1[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n1_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Hs) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
+                      pf_next1[pf_s][0] = pf_v.x;
+                      pf_next1[pf_s][1] = pf_v.y;
+                      pf_next1[pf_s][2] = pf_v.z;
+                      pf_next1[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next1[pf_s][0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next1[pf_s][1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next1[pf_s][2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next1[pf_s][3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next2[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n2_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Wx) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                      pf_next2[pf_s][0] = pf_v.x;
+                      pf_next2[pf_s][1] = pf_v.y;
+                      pf_next2[pf_s][2] = pf_v.z;
+                      pf_next2[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next2[pf_s][0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next2[pf_s][1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next2[pf_s][2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next2[pf_s][3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next3[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n3_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    if ((((unsigned long long)t_Wh) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
+                      pf_next3[pf_s][0] = pf_v.x;
+                      pf_next3[pf_s][1] = pf_v.y;
+                      pf_next3[pf_s][2] = pf_v.z;
+                      pf_next3[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next3[pf_s][0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
+                      pf_next3[pf_s][1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
+                      pf_next3[pf_s][2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
+                      pf_next3[pf_s][3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            float pf_next4[1][4];
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 6) {
+                  const pf_i pf_a2 = (pf_e % 6) * 4;
+                  const pf_i pf_a1 = ((pf_e / 6) % 1);
+                  const pf_i pf_a0 = ((pf_e / 6) / 1);
+                  const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n4_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    if ((((unsigned long long)t_bias) & 15) == 0) {
+                      const float4 pf_v = *(const float4 *)&t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2];
+                      pf_next4[pf_s][0] = pf_v.x;
+                      pf_next4[pf_s][1] = pf_v.y;
+                      pf_next4[pf_s][2] = pf_v.z;
+                      pf_next4[pf_s][3] = pf_v.w;
+                    } else {
+                      pf_next4[pf_s][0] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 0];
+                      pf_next4[pf_s][1] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 1];
+                      pf_next4[pf_s][2] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 2];
+                      pf_next4[pf_s][3] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 3];
+                    }
+                  }
+                }
+              }
+            }
+            if (((pf_max(0, ((-c4) + 24)) == 0) && (31 <= ((-c4) + 47)))) {
+              #pragma unroll
+              for (pf_i c5 = 0; (c5 <= 31); c5 += 1) {
+                if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if ((c7 <= 4)) {
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                      if ((c8 <= 23)) {
+                        pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs_1[pf_stage * 120 + ((((c1 / 4))) - pf_o1_0) * 120 + ((((c0 - (c1 / 4))) + -1) - pf_o1_1) * 120 + (((c7)) - pf_o1_2) * 24 + (((((c4 + c5) - 24))) - pf_o1_3) * 1] * pf_shared_kernel_3_Wh[pf_stage * 576 + ((((c1 / 4)) + -1) - pf_o3_0) * 576 + ((((c1 % 4))) - pf_o3_1) * 576 + (((((c4 + c5) - 24))) - pf_o3_2) * 24 + (((c8)) - pf_o3_3) * 1]) * 0.15f);
+                        if (((c4 == 32) && (c5 == 15))) {
+                          pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 24 + ((((c1 / 4)) + -1) - pf_o4_0) * 24 + ((((c1 % 4))) - pf_o4_1) * 24 + (((c8)) - pf_o4_2) * 1]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            } else {
+              for (pf_i c5 = pf_max(0, ((-c4) + 24)); (c5 <= pf_min(31, ((-c4) + 47))); c5 += 1) {
+                if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
+                #pragma unroll
+                for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+                  const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
+                  if ((c7 <= 4)) {
+                    #pragma unroll
+                    for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+                      const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
+                      if ((c8 <= 23)) {
+                        pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_3_Hs_1[pf_stage * 120 + ((((c1 / 4))) - pf_o1_0) * 120 + ((((c0 - (c1 / 4))) + -1) - pf_o1_1) * 120 + (((c7)) - pf_o1_2) * 24 + (((((c4 + c5) - 24))) - pf_o1_3) * 1] * pf_shared_kernel_3_Wh[pf_stage * 576 + ((((c1 / 4)) + -1) - pf_o3_0) * 576 + ((((c1 % 4))) - pf_o3_1) * 576 + (((((c4 + c5) - 24))) - pf_o3_2) * 24 + (((c8)) - pf_o3_3) * 1]) * 0.15f);
+                        if (((c4 == 32) && (c5 == 15))) {
+                          pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx] + pf_shared_kernel_3_bias[pf_stage * 24 + ((((c1 / 4)) + -1) - pf_o4_0) * 24 + ((((c1 % 4))) - pf_o4_1) * 24 + (((c8)) - pf_o4_2) * 1]);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            }
+            if (pf_has_next) {
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n0_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n0_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n0_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n0_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next0[pf_s][0];
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next0[pf_s][1];
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next0[pf_s][2];
+                    pf_shared_kernel_3_Hs_0[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next0[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 30) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 5);
+                  const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
+                  const pf_i pf_g0 = pf_n1_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n1_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n1_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n1_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next1[pf_s][0];
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next1[pf_s][1];
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next1[pf_s][2];
+                    pf_shared_kernel_3_Hs_1[(1 - pf_stage) * 120 + pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next1[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n2_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n2_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n2_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n2_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next2[pf_s][0];
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next2[pf_s][1];
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next2[pf_s][2];
+                    pf_shared_kernel_3_Wx[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next2[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 144) {
+                  const pf_i pf_a3 = (pf_e % 6) * 4;
+                  const pf_i pf_a2 = ((pf_e / 6) % 24);
+                  const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
+                  const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
+                  const pf_i pf_g0 = pf_n3_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n3_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n3_2 + pf_a2;
+                  const pf_i pf_g3 = pf_n3_3 + pf_a3;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_next3[pf_s][0];
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_next3[pf_s][1];
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_next3[pf_s][2];
+                    pf_shared_kernel_3_Wh[(1 - pf_stage) * 576 + pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_next3[pf_s][3];
+                  }
+                }
+              }
+              #pragma unroll
+              for (int pf_s = 0; pf_s < 1; pf_s++) {
+                const pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z) + pf_s * 256;
+                if (pf_e < 6) {
+                  const pf_i pf_a2 = (pf_e % 6) * 4;
+                  const pf_i pf_a1 = ((pf_e / 6) % 1);
+                  const pf_i pf_a0 = ((pf_e / 6) / 1);
+                  const pf_i pf_g0 = pf_n4_0 + pf_a0;
+                  const pf_i pf_g1 = pf_n4_1 + pf_a1;
+                  const pf_i pf_g2 = pf_n4_2 + pf_a2;
+                  if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_next4[pf_s][0];
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_next4[pf_s][1];
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_next4[pf_s][2];
+                    pf_shared_kernel_3_bias[(1 - pf_stage) * 24 + pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_next4[pf_s][3];
+                  }
+                }
+              }
+            }
+          }
+          __syncthreads();
+        }
+      }
+      #pragma unroll
+      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
+        #pragma unroll
+        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
+          #pragma unroll
+          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
+            const pf_i pf_b0 = c1;
+            const pf_i pf_b1 = c2;
+            const pf_i pf_b2 = c3;
+            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
+            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
+            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
+            const pf_i pf_g0 = (pf_b0 / 4);
+            const pf_i pf_g1 = (c0 - (pf_b0 / 4));
+            const pf_i pf_g2 = (pf_b0 % 4);
+            const pf_i pf_g3 = pf_t1;
+            const pf_i pf_g4 = pf_t2;
+            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4] = (pf_reg_kernel_3_G[pf_rz][pf_ry][pf_rx]);
+          }
+        }
       }
     }
     __syncthreads();
@@ -102,514 +1172,6 @@ asm volatile("griddepcontrol.launch_dependents;");
 }
 
 extern "C" __global__ void __launch_bounds__(256) kernel_4(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_L = 3;
-  const pf_i p_T = 7;
-  const pf_i p_B = 5;
-  const pf_i p_H = 24;
-  const pf_i c0 = pf_host_c0;
-  __shared__ __align__(16) float pf_shared_kernel_4_Hs[240];
-  __shared__ __align__(16) float pf_shared_kernel_4_Wx[1152];
-  for (pf_i c1 = pf_max(4, ((4 * c0) - 12)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(31, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
-    {
-      float pf_reg_kernel_4_G[1][2][2];
-      const int pf_rz = 0; (void)pf_rz;
-      const int pf_ry = 0; (void)pf_ry;
-      const int pf_rx = 0; (void)pf_rx;
-      const pf_i c2 = 0; (void)c2;
-      const pf_i c3 = 0; (void)c3;
-      #pragma unroll
-      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
-        #pragma unroll
-        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-          #pragma unroll
-          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-            const pf_i pf_b0 = c1;
-            const pf_i pf_b1 = c2;
-            const pf_i pf_b2 = c3;
-            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
-            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
-            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
-            const pf_i pf_g0 = ((c0 - ((pf_b0 + 4) / 4)) + 1);
-            const pf_i pf_g1 = (((pf_b0 + 4) / 4) - 1);
-            const pf_i pf_g2 = (pf_b0 % 4);
-            const pf_i pf_g3 = pf_t1;
-            const pf_i pf_g4 = pf_t2;
-            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] = (t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4]);
-          }
-        }
-      }
-      if ((31 <= 4) && (31 <= 23)) {
-        {
-          const pf_i c2 = 0; (void)c2;
-          const pf_i c3 = 0; (void)c3;
-          const pf_i c4 = 0; (void)c4;
-          const pf_i pf_o0_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o0_1 = pf_floord(c1, 4);
-          const pf_i pf_o0_2 = 0;
-          const pf_i pf_o0_3 = 0;
-          const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = (c1 % 4);
-          const pf_i pf_o1_2 = 0;
-          const pf_i pf_o1_3 = 0;
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 5);
-            const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
-            const pf_i pf_g0 = pf_o0_0 + pf_a0;
-            const pf_i pf_g1 = pf_o0_1 + pf_a1;
-            const pf_i pf_g2 = pf_o0_2 + pf_a2;
-            const pf_i pf_g3 = pf_o0_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Hs) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
-            const pf_i pf_g0 = pf_o1_0 + pf_a0;
-            const pf_i pf_g1 = pf_o1_1 + pf_a1;
-            const pf_i pf_g2 = pf_o1_2 + pf_a2;
-            const pf_i pf_g3 = pf_o1_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Wx) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          __syncthreads();
-          #pragma unroll
-          for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
-            if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-            #pragma unroll
-            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-              const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-              if (1) {
-                #pragma unroll
-                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                  const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                  if (1) {
-                    pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_4_Hs[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1))) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_4_Wx[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.2f);
-                  }
-                }
-              }
-            }
-          }
-        }
-      } else {
-        {
-          const pf_i c2 = 0; (void)c2;
-          const pf_i c3 = 0; (void)c3;
-          const pf_i c4 = 0; (void)c4;
-          const pf_i pf_o0_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o0_1 = pf_floord(c1, 4);
-          const pf_i pf_o0_2 = 0;
-          const pf_i pf_o0_3 = 0;
-          const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = (c1 % 4);
-          const pf_i pf_o1_2 = 0;
-          const pf_i pf_o1_3 = 0;
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 5);
-            const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
-            const pf_i pf_g0 = pf_o0_0 + pf_a0;
-            const pf_i pf_g1 = pf_o0_1 + pf_a1;
-            const pf_i pf_g2 = pf_o0_2 + pf_a2;
-            const pf_i pf_g3 = pf_o0_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Hs) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_4_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
-            const pf_i pf_g0 = pf_o1_0 + pf_a0;
-            const pf_i pf_g1 = pf_o1_1 + pf_a1;
-            const pf_i pf_g2 = pf_o1_2 + pf_a2;
-            const pf_i pf_g3 = pf_o1_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Wx) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_4_Wx[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wx[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          __syncthreads();
-          #pragma unroll
-          for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
-            if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-            #pragma unroll
-            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-              const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-              if ((c7 <= 4)) {
-                #pragma unroll
-                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                  const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                  if ((c8 <= 23)) {
-                    pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_4_Hs[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1))) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_4_Wx[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.2f);
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-      #pragma unroll
-      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
-        #pragma unroll
-        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-          #pragma unroll
-          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-            const pf_i pf_b0 = c1;
-            const pf_i pf_b1 = c2;
-            const pf_i pf_b2 = c3;
-            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
-            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
-            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
-            const pf_i pf_g0 = ((c0 - ((pf_b0 + 4) / 4)) + 1);
-            const pf_i pf_g1 = (((pf_b0 + 4) / 4) - 1);
-            const pf_i pf_g2 = (pf_b0 % 4);
-            const pf_i pf_g3 = pf_t1;
-            const pf_i pf_g4 = pf_t2;
-            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4] = (pf_reg_kernel_4_G[pf_rz][pf_ry][pf_rx]);
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_5(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_L = 3;
-  const pf_i p_T = 7;
-  const pf_i p_B = 5;
-  const pf_i p_H = 24;
-  const pf_i c0 = pf_host_c0;
-  __shared__ __align__(16) float pf_shared_kernel_5_Hs[240];
-  __shared__ __align__(16) float pf_shared_kernel_5_Wh[1152];
-  for (pf_i c1 = pf_max(4, ((4 * c0) - 12)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(31, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
-    {
-      float pf_reg_kernel_5_G[1][2][2];
-      const int pf_rz = 0; (void)pf_rz;
-      const int pf_ry = 0; (void)pf_ry;
-      const int pf_rx = 0; (void)pf_rx;
-      const pf_i c2 = 0; (void)c2;
-      const pf_i c3 = 0; (void)c3;
-      #pragma unroll
-      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
-        #pragma unroll
-        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-          #pragma unroll
-          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-            const pf_i pf_b0 = c1;
-            const pf_i pf_b1 = c2;
-            const pf_i pf_b2 = c3;
-            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
-            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
-            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
-            const pf_i pf_g0 = ((c0 - ((pf_b0 + 4) / 4)) + 1);
-            const pf_i pf_g1 = (((pf_b0 + 4) / 4) - 1);
-            const pf_i pf_g2 = (pf_b0 % 4);
-            const pf_i pf_g3 = pf_t1;
-            const pf_i pf_g4 = pf_t2;
-            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] = (t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4]);
-          }
-        }
-      }
-      if ((31 <= 4) && (31 <= 23)) {
-        {
-          const pf_i c2 = 0; (void)c2;
-          const pf_i c3 = 0; (void)c3;
-          const pf_i c4 = 0; (void)c4;
-          const pf_i pf_o0_0 = ((c0 + pf_floord(((-c1) - 1), 4)) + 1);
-          const pf_i pf_o0_1 = (pf_floord(c1, 4) - 1);
-          const pf_i pf_o0_2 = 0;
-          const pf_i pf_o0_3 = 0;
-          const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = (c1 % 4);
-          const pf_i pf_o1_2 = 0;
-          const pf_i pf_o1_3 = 0;
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 5);
-            const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
-            const pf_i pf_g0 = pf_o0_0 + pf_a0;
-            const pf_i pf_g1 = pf_o0_1 + pf_a1;
-            const pf_i pf_g2 = pf_o0_2 + pf_a2;
-            const pf_i pf_g3 = pf_o0_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Hs) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
-            const pf_i pf_g0 = pf_o1_0 + pf_a0;
-            const pf_i pf_g1 = pf_o1_1 + pf_a1;
-            const pf_i pf_g2 = pf_o1_2 + pf_a2;
-            const pf_i pf_g3 = pf_o1_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Wh) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          __syncthreads();
-          #pragma unroll
-          for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
-            if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-            #pragma unroll
-            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-              const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-              if (1) {
-                #pragma unroll
-                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                  const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                  if (1) {
-                    pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_5_Hs[(((((c0 - ((c1 + 4) / 4)) + 1))) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1)) + -1) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_5_Wh[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.15f);
-                  }
-                }
-              }
-            }
-          }
-        }
-      } else {
-        {
-          const pf_i c2 = 0; (void)c2;
-          const pf_i c3 = 0; (void)c3;
-          const pf_i c4 = 0; (void)c4;
-          const pf_i pf_o0_0 = ((c0 + pf_floord(((-c1) - 1), 4)) + 1);
-          const pf_i pf_o0_1 = (pf_floord(c1, 4) - 1);
-          const pf_i pf_o0_2 = 0;
-          const pf_i pf_o0_3 = 0;
-          const pf_i pf_o1_0 = (c0 + pf_floord(((-c1) - 1), 4));
-          const pf_i pf_o1_1 = (c1 % 4);
-          const pf_i pf_o1_2 = 0;
-          const pf_i pf_o1_3 = 0;
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 30; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 5);
-            const pf_i pf_a1 = (((pf_e / 6) / 5) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 5) / 1);
-            const pf_i pf_g0 = pf_o0_0 + pf_a0;
-            const pf_i pf_g1 = pf_o0_1 + pf_a1;
-            const pf_i pf_g2 = pf_o0_2 + pf_a2;
-            const pf_i pf_g3 = pf_o0_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (p_B) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Hs) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_5_Hs[pf_a0 * 120 + pf_a1 * 120 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Hs[(((pf_g0) * (p_T + 1) + pf_g1) * (p_B) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 144; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-            const pf_i pf_a3 = (pf_e % 6) * 4;
-            const pf_i pf_a2 = ((pf_e / 6) % 24);
-            const pf_i pf_a1 = (((pf_e / 6) / 24) % 1);
-            const pf_i pf_a0 = (((pf_e / 6) / 24) / 1);
-            const pf_i pf_g0 = pf_o1_0 + pf_a0;
-            const pf_i pf_g1 = pf_o1_1 + pf_a1;
-            const pf_i pf_g2 = pf_o1_2 + pf_a2;
-            const pf_i pf_g3 = pf_o1_3 + pf_a3;
-            if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H) && pf_g3 >= 0 && pf_g3 < (p_H)) {
-              if ((((unsigned long long)t_Wh) & 15) == 0) {
-                const float4 pf_v = *(const float4 *)&t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = pf_v.x;
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = pf_v.y;
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = pf_v.z;
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = pf_v.w;
-              } else {
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 0] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 0];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 1] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 1];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 2] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 2];
-                pf_shared_kernel_5_Wh[pf_a0 * 576 + pf_a1 * 576 + pf_a2 * 24 + pf_a3 * 1 + 3] = t_Wh[(((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2) * (p_H) + pf_g3 + 3];
-              }
-            }
-          }
-          __syncthreads();
-          #pragma unroll
-          for (pf_i c5 = 0; (c5 <= 23); c5 += 1) {
-            if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-            #pragma unroll
-            for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-              const pf_i c7 = (pf_i)threadIdx.y + pf_ry * 16;
-              if ((c7 <= 4)) {
-                #pragma unroll
-                for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-                  const pf_i c8 = (pf_i)threadIdx.x + pf_rx * 16;
-                  if ((c8 <= 23)) {
-                    pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] = pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx] + ((pf_shared_kernel_5_Hs[(((((c0 - ((c1 + 4) / 4)) + 1))) - pf_o0_0) * 120 + ((((((c1 + 4) / 4) - 1)) + -1) - pf_o0_1) * 120 + (((c7)) - pf_o0_2) * 24 + (((c5)) - pf_o0_3) * 1] * pf_shared_kernel_5_Wh[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o1_0) * 576 + ((((c1 % 4))) - pf_o1_1) * 576 + (((c5)) - pf_o1_2) * 24 + (((c8)) - pf_o1_3) * 1]) * 0.15f);
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-      #pragma unroll
-      for (int pf_rz = 0; pf_rz < 1; pf_rz++) {
-        #pragma unroll
-        for (int pf_ry = 0; pf_ry < 2; pf_ry++) {
-          #pragma unroll
-          for (int pf_rx = 0; pf_rx < 2; pf_rx++) {
-            const pf_i pf_b0 = c1;
-            const pf_i pf_b1 = c2;
-            const pf_i pf_b2 = c3;
-            const pf_i pf_t0 = (pf_i)threadIdx.z + pf_rz * 1;
-            const pf_i pf_t1 = (pf_i)threadIdx.y + pf_ry * 16;
-            const pf_i pf_t2 = (pf_i)threadIdx.x + pf_rx * 16;
-            const pf_i pf_g0 = ((c0 - ((pf_b0 + 4) / 4)) + 1);
-            const pf_i pf_g1 = (((pf_b0 + 4) / 4) - 1);
-            const pf_i pf_g2 = (pf_b0 % 4);
-            const pf_i pf_g3 = pf_t1;
-            const pf_i pf_g4 = pf_t2;
-            if (pf_t0 < 1 && pf_t1 < 32 && pf_t2 < 32 && pf_g0 >= 0 && pf_g0 < (p_L + 1) && pf_g1 >= 0 && pf_g1 < (p_T + 1) && pf_g2 >= 0 && pf_g2 < (4) && pf_g3 >= 0 && pf_g3 < (p_B) && pf_g4 >= 0 && pf_g4 < (p_H) && (((pf_t1 <= 4) && (pf_t2 <= 23)))) t_G[((((pf_g0) * (p_T + 1) + pf_g1) * (4) + pf_g2) * (p_B) + pf_g3) * (p_H) + pf_g4] = (pf_reg_kernel_5_G[pf_rz][pf_ry][pf_rx]);
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_6(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-asm volatile("griddepcontrol.wait;" ::: "memory");
-asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const pf_i p_L = 3;
-  const pf_i p_T = 7;
-  const pf_i p_B = 5;
-  const pf_i p_H = 24;
-  const pf_i c0 = pf_host_c0;
-  __shared__ __align__(16) float pf_shared_kernel_6_bias[24];
-  for (pf_i c1 = pf_max(4, ((4 * c0) - 12)) + (pf_i)blockIdx.z * 1; (c1 <= pf_min(31, ((4 * c0) - 1))); c1 += (pf_i)gridDim.z * 1) {
-    {
-      const pf_i c2 = 0; (void)c2;
-      const pf_i c3 = 0; (void)c3;
-      const pf_i pf_o0_0 = (c0 + pf_floord(((-c1) - 1), 4));
-      const pf_i pf_o0_1 = (c1 % 4);
-      const pf_i pf_o0_2 = 0;
-      for (pf_i pf_e = threadIdx.x + (pf_i)blockDim.x * (threadIdx.y + (pf_i)blockDim.y * threadIdx.z); pf_e < 6; pf_e += (pf_i)blockDim.x * blockDim.y * blockDim.z) {
-        const pf_i pf_a2 = (pf_e % 6) * 4;
-        const pf_i pf_a1 = ((pf_e / 6) % 1);
-        const pf_i pf_a0 = ((pf_e / 6) / 1);
-        const pf_i pf_g0 = pf_o0_0 + pf_a0;
-        const pf_i pf_g1 = pf_o0_1 + pf_a1;
-        const pf_i pf_g2 = pf_o0_2 + pf_a2;
-        if (pf_g0 >= 0 && pf_g0 < (p_L) && pf_g1 >= 0 && pf_g1 < (4) && pf_g2 >= 0 && pf_g2 < (p_H)) {
-          if ((((unsigned long long)t_bias) & 15) == 0) {
-            const float4 pf_v = *(const float4 *)&t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2];
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = pf_v.x;
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = pf_v.y;
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = pf_v.z;
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = pf_v.w;
-          } else {
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 0] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 0];
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 1] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 1];
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 2] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 2];
-            pf_shared_kernel_6_bias[pf_a0 * 24 + pf_a1 * 24 + pf_a2 * 1 + 3] = t_bias[((pf_g0) * (4) + pf_g1) * (p_H) + pf_g2 + 3];
-          }
-        }
-      }
-      __syncthreads();
-      if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.z == 0)
-      for (pf_i c5 = 0 + (pf_i)threadIdx.y * 1; (c5 <= 4); c5 += (pf_i)blockDim.y * 1) {
-        for (pf_i c6 = 0 + (pf_i)threadIdx.x * 1; (c6 <= 23); c6 += (pf_i)blockDim.x * 1) {
-          t_G[((((((((c0 - ((c1 + 4) / 4)) + 1))) * (p_T + 1) + (((((c1 + 4) / 4) - 1)))) * (4) + (((c1 % 4)))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = (t_G[((((((((c0 - ((c1 + 4) / 4)) + 1))) * (p_T + 1) + (((((c1 + 4) / 4) - 1)))) * (4) + (((c1 % 4)))) * (p_B) + ((c5))) * (p_H) + ((c6)))] + pf_shared_kernel_6_bias[(((((c0 - ((c1 + 4) / 4)) + 1)) + -1) - pf_o0_0) * 24 + ((((c1 % 4))) - pf_o0_1) * 24 + (((c6)) - pf_o0_2) * 1]);
-        }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kernel_7(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -632,13 +1194,13 @@ asm volatile("griddepcontrol.launch_dependents;");
           const pf_i pf_p0_2 = 0; (void)pf_p0_2;
           const pf_i pf_p0_3 = c5; (void)pf_p0_3;
           const pf_i pf_p0_4 = c6; (void)pf_p0_4;
-          float pf_priv_kernel_7_G[4];
+          float pf_priv_kernel_4_G[4];
           #pragma unroll
           for (int pf_l2 = 0; pf_l2 < 4; pf_l2++) {
-            if (pf_p0_0 >= 0 && pf_p0_0 < (p_L + 1) && pf_p0_1 >= 0 && pf_p0_1 < (p_T + 1) && (pf_p0_2 + pf_l2) >= 0 && (pf_p0_2 + pf_l2) < (4) && pf_p0_3 >= 0 && pf_p0_3 < (p_B) && pf_p0_4 >= 0 && pf_p0_4 < (p_H)) pf_priv_kernel_7_G[pf_l2] = (t_G[((((pf_p0_0) * (p_T + 1) + pf_p0_1) * (4) + (pf_p0_2 + pf_l2)) * (p_B) + pf_p0_3) * (p_H) + pf_p0_4]);
+            if (pf_p0_0 >= 0 && pf_p0_0 < (p_L + 1) && pf_p0_1 >= 0 && pf_p0_1 < (p_T + 1) && (pf_p0_2 + pf_l2) >= 0 && (pf_p0_2 + pf_l2) < (4) && pf_p0_3 >= 0 && pf_p0_3 < (p_B) && pf_p0_4 >= 0 && pf_p0_4 < (p_H)) pf_priv_kernel_4_G[pf_l2] = (t_G[((((pf_p0_0) * (p_T + 1) + pf_p0_1) * (4) + (pf_p0_2 + pf_l2)) * (p_B) + pf_p0_3) * (p_H) + pf_p0_4]);
           }
-          t_Cs[((((((c0 - c1))) * (p_T + 1) + ((c1))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = (((1.0f / (1.0f + expf(-(pf_priv_kernel_7_G[((1) - pf_p0_2)])))) * t_Cs[((((((c0 - c1))) * (p_T + 1) + ((c1) + -1)) * (p_B) + ((c5))) * (p_H) + ((c6)))]) + ((1.0f / (1.0f + expf(-(pf_priv_kernel_7_G[((0) - pf_p0_2)])))) * tanhf(pf_priv_kernel_7_G[((2) - pf_p0_2)])));
-          t_Hs[((((((c0 - c1))) * (p_T + 1) + ((c1))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = ((1.0f / (1.0f + expf(-(pf_priv_kernel_7_G[((3) - pf_p0_2)])))) * tanhf(t_Cs[((((((c0 - c1))) * (p_T + 1) + ((c1))) * (p_B) + ((c5))) * (p_H) + ((c6)))]));
+          t_Cs[((((((c0 - c1))) * (p_T + 1) + ((c1))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = (((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((1) - pf_p0_2)])))) * t_Cs[((((((c0 - c1))) * (p_T + 1) + ((c1) + -1)) * (p_B) + ((c5))) * (p_H) + ((c6)))]) + ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((0) - pf_p0_2)])))) * tanhf(pf_priv_kernel_4_G[((2) - pf_p0_2)])));
+          t_Hs[((((((c0 - c1))) * (p_T + 1) + ((c1))) * (p_B) + ((c5))) * (p_H) + ((c6)))] = ((1.0f / (1.0f + expf(-(pf_priv_kernel_4_G[((3) - pf_p0_2)])))) * tanhf(t_Cs[((((((c0 - c1))) * (p_T + 1) + ((c1))) * (p_B) + ((c5))) * (p_H) + ((c6)))]));
         }
       }
     }
@@ -646,7 +1208,7 @@ asm volatile("griddepcontrol.launch_dependents;");
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kernel_8(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
+extern "C" __global__ void __launch_bounds__(256) kernel_5(float *__restrict__ t_X, float *__restrict__ t_Wx, float *__restrict__ t_Wh, float *__restrict__ t_bias, float *__restrict__ t_H0, float *__restrict__ t_C0, float *__restrict__ t_Y, float *__restrict__ t_Hs, float *__restrict__ t_Cs, float *__restrict__ t_G, long pf_host_c0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
