@@ -223,26 +223,33 @@ pub(crate) fn choose_by_cost(
     // pointwise consumers in its band (`schedule::epilogue`: the gpu stage
     // runs them as the epilogue of one tensor-core kernel).
     let mut candidates = Vec::new();
+    // Groupings already weighed (the default's, the epilogues'): one
+    // equal to them would map to the same kernels, and the same estimate
+    // never wins by the margin.
+    let mut seen = vec![default.source.copy()?];
     if let Some(fused) = schedule::epilogue::contraction_epilogues(isl, program, scop, deps, &min)?
     {
         schedule::check_legal(&program.source, &fused, scop, deps)?;
-        // The default's own schedule (isl fused each epilogue alike: a
-        // product and its bias and activation) would map to the default's
-        // mapping, and the same estimate never wins by the margin.
-        if !fused.plain_is_equal(&default.source)? {
+        // (The default's own schedule where isl fused each epilogue alike:
+        // a product and its bias and activation.)
+        if !plain_is_any(&fused, &seen)? {
+            seen.push(fused.copy()?);
             candidates.push((marked(isl, fused, "contraction_epilogues_by_cost")?, false));
         }
     }
     // The same with the statements between the products fused as they
     // would be alone (a normalisation before its product in one kernel
-    // instead of one a statement).
+    // instead of one a statement). A program without such statements (a
+    // lone product) gives the epilogues' grouping again.
     if let Some(runs) =
         schedule::epilogue::contraction_epilogues_fused_runs(isl, program, scop, deps, &min)?
     {
-        candidates.push((
-            marked(isl, runs, "contraction_epilogues_fused_runs_by_cost")?,
-            false,
-        ));
+        if !plain_is_any(&runs, &seen)? {
+            candidates.push((
+                marked(isl, runs, "contraction_epilogues_fused_runs_by_cost")?,
+                false,
+            ));
+        }
     }
     // Minimal fusion in as many kernels as the default is the same
     // grouping: nothing to weigh.
@@ -299,6 +306,16 @@ pub(crate) fn choose_by_cost(
         }
     }
     Ok(best)
+}
+
+/// Whether `schedule` is plainly equal to one of `seen`.
+fn plain_is_any(schedule: &crate::isl::Schedule, seen: &[crate::isl::Schedule]) -> Result<bool> {
+    for s in seen {
+        if schedule.plain_is_equal(s)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The maximal-fusion schedule of `program`, when it maps to fewer GPU
