@@ -2717,3 +2717,26 @@ fn a_folded_member_fixes_the_promoted_box_along_its_remainder() {
     emulate_ok(&gated_products(3, 37, 45, 29), &auto_gpu());
     emulate_ok(&gated_products(2, 64, 256, 64), &auto_gpu());
 }
+
+#[test]
+fn chunks_past_an_mn_major_operands_columns_read_the_last_whole_chunk() {
+    // B is K x N, contiguous along n: the last column tile's chunks wholly
+    // past N copy the last whole chunk inside (their accumulator columns
+    // are never stored), so they take the copies' fast path; a chunk
+    // that straddles N (N = 203) keeps the per-element path with zeros.
+    for (m, n, k) in [(70, 200, 72), (70, 203, 72), (33, 1000, 40)] {
+        for tile in [[64, 128, 64], [128, 256, 64]] {
+            let json = gemm_f16(m, n, k);
+            let o = gpu_options(&tile);
+            let c = compile(&load_str(&json, "mm.json").unwrap(), &o).unwrap();
+            let src = &c.cuda.as_ref().unwrap().source;
+            assert!(
+                src.contains("(pf_B0_row) >= (pf_en) && (pf_en) >= 8 ? ((pf_en) / 8 - 1) * 8"),
+                "{m} x {n} x {k} {tile:?}: B's chunks past N are not moved inside"
+            );
+            // A is K-major (chunks along k): never moved.
+            assert!(!src.contains("(pf_A0_row) >= (pf_em)"), "{tile:?}");
+            emulate_ok(&json, &o);
+        }
+    }
+}
