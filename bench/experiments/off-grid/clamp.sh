@@ -5,14 +5,15 @@
 # compute-sanitizer's memcheck), then torch.matmul at the same sizes.
 #
 #   A=target/exp/polyfuse-dedupe B=target/exp/polyfuse-clamp OUT=$OUT bash bench/experiments/off-grid/clamp.sh
+#   (SIZES, ROUNDS and PEER_SIZES= to change what is timed)
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 cd "$root"
 OUT=${OUT:-/tmp/clamp}
 mkdir -p "$OUT"
 prog=bench/programs/gemm_f16_4096.json
-sizes="1024,1024,1024 1024,1000,1024 1000,1000,1000 2000,2000,2000 4000,4000,4000 4096,4096,4096 4096,4000,4096"
-for r in 1 2; do
+sizes=${SIZES:-"1024,1024,1024 1024,1000,1024 1000,1000,1000 2000,2000,2000 4000,4000,4000 4096,4096,4096 4096,4000,4096"}
+for r in $(seq 1 "${ROUNDS:-2}"); do
     for side in A B; do
         bin=${!side}
         for s in $sizes; do
@@ -36,7 +37,7 @@ for s in 70,203,72 1000,1000,1000; do
     timeout 300 compute-sanitizer --tool memcheck "$B" run $prog --target cuda --check --param M=$m --param N=$n --param K=$k >"$OUT/memcheck-$s.txt" 2>&1
     echo "memcheck $s: $(grep -E 'ERROR SUMMARY|^check' "$OUT/memcheck-$s.txt" | tr '\n' ' ')" | tee -a "$OUT/checks.txt"
 done
-for s in 1000,1000,1000 2000,2000,2000 4000,4000,4000 4096,4000,4096; do
+for s in ${PEER_SIZES-1000,1000,1000 2000,2000,2000 4000,4000,4000 4096,4000,4096}; do
     IFS=, read -r m n k <<<"$s"
     python3 scripts/peers.py "gemm_f16_4096@M=$m,N=$n,K=$k" --compile none --out "$OUT/peers-$m-$n-$k.jsonl" >/dev/null 2>>"$OUT/errors.log"
     python3 -c 'import json,sys; [print("peer", sys.argv[2], json.loads(l)["peer"], round(json.loads(l)["median_us"],1)) for l in open(sys.argv[1])]' "$OUT/peers-$m-$n-$k.jsonl" "$s"
