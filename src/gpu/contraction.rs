@@ -31,9 +31,13 @@
 //!   chain may be regrouped into sums of 16 products (a sum is a
 //!   reorderable reduction, as for warp reductions).
 //!
-//! Out-of-domain elements of a tile are read as zeros, so partial tiles
-//! along `m`, `n` and `k` need no test inside the fragment loops; the
-//! epilogue stores only elements inside the domain.
+//! Partial tiles need no test inside the fragment loops: past the
+//! reduction's end the operands' tiles hold zeros, and past `m` or `n`
+//! they hold zeros or (an MN-major operand's whole chunks,
+//! `codegen::mma`'s `read_row`) copies of elements inside, whose products
+//! land only in accumulator elements outside the domain. The epilogue
+//! reads the accumulator only at its own element and stores only elements
+//! inside the domain, so those are never used.
 
 use crate::isl::{PwMultiAff, ScheduleNode};
 

@@ -650,7 +650,8 @@ fn register_tile_sizes(
 }
 
 /// The tile sizes of an elementwise band (no reduction member, no
-/// register tile, no rows on lanes) whose first `nb` members map to
+/// register tile, no rows on lanes, the default 32 x 8 threads: no block
+/// the user gave) whose first `nb` members map to
 /// blocks: the default 64 x 64 tiles (16 elements a thread of the 32 x 8
 /// block) where an average launch has [`ENOUGH_ELEMENTWISE_BLOCKS`] of
 /// them, else 32 x 32 (4 a thread) where those are enough, else 8 x 32
@@ -666,7 +667,7 @@ pub(super) fn elementwise_tile_sizes(
     nb: usize,
     tiles: Vec<i64>,
 ) -> Result<Vec<i64>> {
-    if nb < 2 || tiles[nb - 2] != 64 || tiles[nb - 1] != 64 {
+    if nb < 2 || tiles[nb - 2] != ELEMENTWISE_TILE || tiles[nb - 1] != ELEMENTWISE_TILE {
         return Ok(tiles);
     }
     let with = |y: i64, x: i64| {
@@ -688,6 +689,11 @@ pub(super) fn elementwise_tile_sizes(
 /// tiles: two 256-thread blocks for each of the H100's 132
 /// multiprocessors.
 const ENOUGH_ELEMENTWISE_BLOCKS: i64 = 264;
+
+/// The default tile of an elementwise band's two block members
+/// ([`auto_tile`]), which [`elementwise_tile_sizes`] shrinks for small
+/// launches.
+const ELEMENTWISE_TILE: i64 = 64;
 
 /// What decides a kernel's threads per block (`thread_shape`).
 struct ThreadShapeOf {
@@ -1843,7 +1849,7 @@ fn auto_tile(
     }
     match (nb - 1 - i, register_tiles) {
         (0 | 1, true) => 128,
-        (0 | 1, false) if !has_reduction && nb >= 2 => 64,
+        (0 | 1, false) if !has_reduction && nb >= 2 => ELEMENTWISE_TILE,
         (0 | 1, false) => 32,
         _ => 1,
     }

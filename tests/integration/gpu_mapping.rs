@@ -2673,6 +2673,20 @@ fn small_elementwise_launches_take_smaller_tiles() {
     }
     emulate_ok(&elementwise(300, 500), &auto_gpu());
     emulate_ok(&elementwise(37, 301), &auto_gpu());
+    // A block the user gave keeps the default tiles (64 x 64: 8 x 5).
+    let mut user_block = auto_gpu();
+    if let Some(g) = user_block.gpu.as_mut() {
+        g.block = vec![16, 16];
+    }
+    let p = load_str(&elementwise(300, 500), "scale.json").unwrap();
+    let c = compile(&p, &user_block).unwrap();
+    assert_eq!(
+        c.cuda.as_ref().unwrap().kernels[0]
+            .grid_dims(&HashMap::new())
+            .unwrap(),
+        [8, 5, 1]
+    );
+    emulate_ok(&elementwise(300, 500), &user_block);
 }
 
 /// Four parallel members (a step, a gate, a row, a column): the mapping

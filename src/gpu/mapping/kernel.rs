@@ -333,7 +333,14 @@ impl Mapper<'_> {
             None => None,
         };
         let contraction = contraction.filter(|_| registers.is_some());
-        if registers.is_none() && opts.auto_tile && !has_reduction && row_tile.is_none() && nb >= 2
+        // (On the 32 x 8 threads `thread_shape` gives such a band; a block
+        // the user gave keeps the default tiles.)
+        if registers.is_none()
+            && opts.auto_tile
+            && opts.block.is_empty()
+            && !has_reduction
+            && row_tile.is_none()
+            && nb >= 2
         {
             member_tile = elementwise_tile_sizes(&node, nb, member_tile)?;
         }
