@@ -506,6 +506,7 @@ impl Printed<'_> {
             static_shared,
             dependent: true,
             globals,
+            tensor_maps: Vec::new(),
         });
         Ok(())
     }

@@ -305,6 +305,39 @@ pub struct Kernel {
     /// consumes): it needs no allocation, and the C ABI's workspace leaves
     /// it out (its pointer argument is null).
     pub globals: Vec<String>,
+    /// The tensor maps of the kernel's TMA copies (Hopper's bulk tensor
+    /// copies, `gpu::contraction::Copies::Tma`), passed by value after
+    /// [`CudaProgram::args`], in this order, as `const __grid_constant__
+    /// PfTensorMap` parameters. The launcher encodes each one from its
+    /// tensor's device address (`cuTensorMapEncodeTiled`); empty for a
+    /// kernel without TMA copies, whose parameters are the arguments alone.
+    #[serde(default)]
+    pub tensor_maps: Vec<TensorMap>,
+}
+
+/// One tensor map: how the copy engine sees a tensor's buffer (a row-major
+/// array of 2-byte elements), and the box one copy moves into shared
+/// memory, in the swizzle the `wgmma` descriptors read. Everything but the
+/// buffer's address is known when the kernel is compiled; the launcher
+/// encodes the map at each launch (the C ABI: `pf_result_launch`, or
+/// `pf_result_kernel_tensor_map` for a caller that launches itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorMap {
+    /// The tensor (a [`KernelArg::Tensor`]'s name) whose buffer it maps.
+    pub tensor: String,
+    /// Its element type: F16 or BF16.
+    pub dtype: DType,
+    /// Extents in elements, the contiguous dimension first (the reverse of
+    /// the tensor's shape).
+    pub dims: Vec<u64>,
+    /// Bytes from one element to the next along `dims[1..]`
+    /// (`dims.len() - 1` values, each a multiple of 16).
+    pub strides: Vec<u64>,
+    /// Elements one copy moves along each of `dims` (each at most 256; the
+    /// first times the element size equals `swizzle`).
+    pub boxes: Vec<u32>,
+    /// Bytes of a line of the shared-memory swizzle: 128 or 64.
+    pub swizzle: u32,
 }
 
 /// Everything a launcher needs: the source, the kernels in launch order
@@ -486,6 +519,7 @@ mod tests {
             static_shared: 0,
             dependent: true,
             globals: Vec::new(),
+            tensor_maps: Vec::new(),
         }
     }
 
