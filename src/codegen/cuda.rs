@@ -353,6 +353,9 @@ fn tensor_core_helpers(plans: &[KernelPlan]) -> String {
     }
     source.push_str(super::mma::GPU_HELPERS);
     source.push_str(super::mma::WGMMA_HELPERS);
+    if contractions().any(|c| c.copies.tma().is_some()) {
+        source.push_str(&super::mma::tma_gpu_helpers());
+    }
     if contractions().any(|c| c.split > 1) {
         source.push_str(super::mma::CLUSTER_HELPERS);
     }
@@ -397,6 +400,13 @@ fn emulation_head(
     );
     if tensor_cores {
         emulation.push_str(super::mma::EMULATION_HELPERS);
+    }
+    if plans
+        .iter()
+        .filter_map(KernelPlan::contraction)
+        .any(|c| c.copies.tma().is_some())
+    {
+        emulation.push_str(super::mma::TMA_EMULATION_HELPERS);
     }
     if attention {
         emulation.push_str(super::flash::EMULATION_HELPERS);
@@ -472,11 +482,22 @@ impl Printed<'_> {
             }
             _ => String::new(),
         };
+        // The copy engine's tensor maps follow the arguments (see
+        // `gpu::Kernel::tensor_maps`).
+        let mut signature = self.signature.clone();
+        if let Some(c) = plan.contraction().filter(|c| c.copies.tma().is_some()) {
+            for (which, _) in c.copies.maps().iter().enumerate() {
+                signature.push(format!(
+                    "const __grid_constant__ PfTensorMap {}",
+                    super::mma::map_param(which)
+                ));
+            }
+        }
         kernel_head(
             &mut self.source,
             &format!("{cluster}__launch_bounds__({bounds})"),
             mark,
-            &self.signature,
+            &signature,
             self.program,
         );
     }
@@ -491,6 +512,7 @@ impl Printed<'_> {
         block: [u32; 3],
         [dynamic_shared, static_shared]: [usize; 2],
         start: usize,
+        tensor_maps: Vec<crate::gpu::TensorMap>,
     ) -> Result<()> {
         let globals = touched(
             self.args,
@@ -506,7 +528,7 @@ impl Printed<'_> {
             static_shared,
             dependent: true,
             globals,
-            tensor_maps: Vec::new(),
+            tensor_maps,
         });
         Ok(())
     }
@@ -520,7 +542,7 @@ impl Printed<'_> {
         self.source
             .push_str(&super::flash::body(a, program, scop, false, globals));
         let shared = [plan.dynamic_shared, plan.static_shared];
-        self.record(mark, &plan.grid, plan.block, shared, start)?;
+        self.record(mark, &plan.grid, plan.block, shared, start, Vec::new())?;
         self.source.push_str("}\n");
         let _ = writeln!(self.emulation, "  {{ /* {mark} */");
         let emulated = super::flash::body(a, program, scop, true, &self.printer.globals);
@@ -546,7 +568,14 @@ impl Printed<'_> {
         let start = self.source.len();
         let text = super::flash::combine_body(a, program, scop, false, &self.printer.globals);
         self.source.push_str(&text);
-        self.record(name, &combine.grid, combine.block, [0, 0], start)?;
+        self.record(
+            name,
+            &combine.grid,
+            combine.block,
+            [0, 0],
+            start,
+            Vec::new(),
+        )?;
         self.source.push_str("}\n");
         let _ = writeln!(self.emulation, "  {{ /* {name} */");
         let emulated = super::flash::combine_body(a, program, scop, true, &self.printer.globals);
@@ -645,7 +674,11 @@ impl Printed<'_> {
         let start = self.source.len();
         ctx.node(body, 1, &[], false, &mut self.source);
         let shared = [plan.dynamic_shared, plan.static_shared];
-        self.record(mark, &plan.grid, plan.block, shared, start)?;
+        let maps = plan
+            .contraction()
+            .map(|c| c.copies.maps())
+            .unwrap_or_default();
+        self.record(mark, &plan.grid, plan.block, shared, start, maps)?;
         self.source.push_str("}\n");
         let _ = writeln!(self.emulation, "  {{ /* {mark} */");
         // The race detector watches the kernels printed here statement by

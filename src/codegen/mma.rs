@@ -56,8 +56,11 @@ mod mma_sync;
 mod pipeline;
 mod staging;
 mod target;
+mod tma;
 mod wgmma;
 mod writer;
+
+pub use tma::map_param;
 
 use engine::Engine;
 
@@ -296,6 +299,94 @@ static void pf_emu_mma(float d[32][4], uint32_t a[32][4], uint32_t b[32][2], int
 /// across the pipeline instead of one set per chunk: with 64 x N
 /// accumulators in registers, twelve sets spilled (ptxas, f16 4096^3,
 /// 128 x 256 x 64, on either engine).
+/// CUDA helpers of the copy engine's pipeline (`gpu::tma`, sm_90): the
+/// tensor map's parameter type (the driver's 128-byte `CUtensorMap`, which
+/// NVRTC's headers do not declare), the mbarrier operations, and a box's
+/// copy for each rank the maps have (2 to 5).
+pub fn tma_gpu_helpers() -> String {
+    let mut s = String::from(
+        r#"struct __align__(64) PfTensorMap { unsigned long long opaque[16]; };
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void pf_mbar_init(unsigned long long *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void pf_mbar_expect_tx(unsigned long long *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void pf_mbar_arrive(unsigned long long *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+}
+/* Returns once the barrier's phase of parity `parity` has completed. */
+static __device__ __forceinline__ void pf_mbar_wait(unsigned long long *bar, unsigned parity) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+"#,
+    );
+    for rank in 2..=5 {
+        let params: Vec<String> = (0..rank).map(|d| format!("int c{d}")).collect();
+        let slots: Vec<String> = (0..rank).map(|d| format!("%{}", d + 3)).collect();
+        let args: Vec<String> = (0..rank).map(|d| format!("\"r\"(c{d})")).collect();
+        s.push_str(&format!(
+            "static __device__ __forceinline__ void pf_tma_load{rank}(void *dst, const PfTensorMap *map, unsigned long long *bar, {}) {{\n\
+             \x20 asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%2];\\n\"\n\
+             \x20   :: \"r\"((unsigned)__cvta_generic_to_shared(dst)), \"l\"((unsigned long long)map), \"r\"((unsigned)__cvta_generic_to_shared(bar)), {} : \"memory\");\n}}\n",
+            params.join(", "),
+            slots.join(", "),
+            args.join(", ")
+        ));
+    }
+    s.push_str("#endif\n");
+    s
+}
+
+/// The emulation of the copy engine and of mbarriers: a barrier counts
+/// the arrivals and bytes its phase still expects and completes it when
+/// both are zero; a wait on a phase that has not completed stops the
+/// program (exit status 87: on the GPU the threads would wait forever); a
+/// box's copy reads the tensor at the map's extents and pitches (zeros
+/// past the extents, as the engine fills), writes the box's lines in the
+/// swizzle (16-byte chunk XOR the line's place in its 1024- or 512-byte
+/// atom; the box starts on such a boundary) and completes its bytes.
+pub const TMA_EMULATION_HELPERS: &str = r#"typedef struct { int count, pending; long tx; unsigned phase; } pf_emu_mbar;
+static void pf_emu_mbar_fail(const char *what) { fprintf(stderr, "mbarrier: %s\n", what); exit(87); }
+static void pf_emu_mbar_init(pf_emu_mbar *b, int count) { b->count = count; b->pending = count; b->tx = 0; b->phase = 0; }
+static void pf_emu_mbar_done(pf_emu_mbar *b) { if (b->pending == 0 && b->tx == 0) { b->phase++; b->pending = b->count; } }
+static void pf_emu_mbar_arrive(pf_emu_mbar *b) {
+  if (b->pending <= 0) pf_emu_mbar_fail("more arrivals than the barrier expects");
+  b->pending--;
+  pf_emu_mbar_done(b);
+}
+static void pf_emu_mbar_expect_tx(pf_emu_mbar *b, long bytes) { b->tx += bytes; pf_emu_mbar_arrive(b); }
+static void pf_emu_mbar_wait(pf_emu_mbar *b, unsigned parity) {
+  if ((b->phase & 1u) == parity) pf_emu_mbar_fail("a wait on a phase that does not complete (the GPU would hang)");
+}
+static void pf_emu_tma_load(uint16_t *dst, const uint16_t *src, int rank, const long *dims, const long *pitch,
+                            const long *box, const long *coord, int swizzle, pf_emu_mbar *bar) {
+  long n = 1;
+  for (int d = 0; d < rank; d++) n *= box[d];
+  for (long e = 0; e < n; e++) {
+    long rest = e, off = 0;
+    int inside = 1;
+    for (int d = 0; d < rank; d++) {
+      long x = coord[d] + rest % box[d];
+      rest /= box[d];
+      if (x < 0 || x >= dims[d]) inside = 0;
+      off += x * pitch[d];
+    }
+    long a = (e / box[0]) * box[0] * 2 + (e % box[0]) * 2;
+    a ^= ((a >> 7) & (swizzle / 16 - 1)) << 4;
+    dst[a / 2] = inside ? src[off] : 0;
+  }
+  if (bar->tx < n * 2) pf_emu_mbar_fail("a copy of more bytes than the barrier expects");
+  bar->tx -= n * 2;
+  pf_emu_mbar_done(bar);
+}
+"#;
+
 fn uniform_lines(wgmma_kernel: bool, wg: bool, per_line: i64, threads: u32) -> Option<i64> {
     let threads = i64::from(threads);
     let lines = threads / per_line;
@@ -326,10 +417,15 @@ pub fn buffers(mark: &str) -> (String, String) {
 /// on the GPU, static arrays on the CPU.
 pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String {
     let (na, nb) = buffers(mark);
+    let barriers = if c.copies.tma().is_some() {
+        tma::declare_barriers(mark, c.stages, i64::from(c.threads() / 32), emulate, pad)
+    } else {
+        String::new()
+    };
     if emulate {
         let t = c.shared_tiles(c.wgmma);
         format!(
-            "{pad}static uint16_t {na}[{}];\n{pad}static uint16_t {nb}[{}];\n",
+            "{pad}static uint16_t {na}[{}];\n{pad}static uint16_t {nb}[{}];\n{barriers}",
             t.a.end() - t.a.start,
             t.b.end() - t.b.start
         )
@@ -361,7 +457,7 @@ pub fn declare(c: &Contraction, mark: &str, emulate: bool, pad: &str) -> String 
              {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
              {pad}#else\n\
              {pad}unsigned short *const {nb} = pf_dynamic_shared + {};\n\
-             {pad}#endif\n{descriptors}",
+             {pad}#endif\n{descriptors}{barriers}",
             wgmma.b.start,
             sync.b.start,
             align = sync.align,

@@ -142,6 +142,9 @@ pub struct Contraction {
     pub terms: Vec<Term>,
     /// How the products reach the f32 accumulators (see [`Accumulation`]).
     pub accumulation: Accumulation,
+    /// How the operand tiles reach shared memory (`gpu::tma`): decided by
+    /// the mapping once the tile is final.
+    pub copies: super::tma::Copies,
 }
 
 /// How a contraction's products are summed into its f32 accumulators.
@@ -1264,6 +1267,7 @@ pub fn recognise(
         stored,
         terms,
         accumulation: Accumulation::for_stored(stored_dtype, k_sums, tile[2]),
+        copies: super::tma::Copies::CpAsync,
     };
     // The latency regime sizes the stages by the update's k tiles alone.
     let latency = if c.terms.is_empty() {

@@ -24,6 +24,7 @@ pub mod race;
 pub mod registers;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod tma;
 pub mod traffic;
 
 use std::collections::HashMap;
@@ -121,6 +122,10 @@ pub struct GpuOptions {
     /// for measuring what the promotion costs; no command-line flag sets
     /// it. The tiles stay those of the promoted form.
     pub chained_accumulation: bool,
+    /// Copy the operand tiles of `wgmma` contractions with Hopper's copy
+    /// engine where they allow it (see [`tma`]); off: `cp.async` copies
+    /// by every thread, as before (`--no-tma`).
+    pub tma: bool,
 }
 
 impl Default for GpuOptions {
@@ -143,6 +148,7 @@ impl Default for GpuOptions {
             fuse_step_sums: true,
             estimate: false,
             chained_accumulation: false,
+            tma: true,
         }
     }
 }

@@ -235,6 +235,12 @@ struct Common {
     /// initialisation, each product, the bias).
     #[arg(long)]
     no_fuse_step_sums: bool,
+    /// GPU: copy the operand tiles of tensor-core products with every
+    /// thread's cp.async, not Hopper's copy engine (TMA, one thread's bulk
+    /// tensor copies on mbarriers; the default where the operands allow it:
+    /// 2-byte elements, constant extents, rows a multiple of 16 bytes)
+    #[arg(long)]
+    no_tma: bool,
     /// Algebraic repair of reduction chains (softmax, attention): program
     /// (the file's "schedule" key, or polyfuse's choice without one: rolling
     /// update for long reductions with many rows, split-k for few rows),
@@ -277,6 +283,7 @@ impl Common {
             || self.no_fusion_by_cost
             || self.recurrence.is_some()
             || self.no_fuse_step_sums
+            || self.no_tma
             || self.repair.is_some()
             || self.split.is_some()
     }
@@ -338,6 +345,7 @@ impl Common {
                 .and_then(polyfuse::gpu::Recurrences::parse)
                 .unwrap_or(polyfuse::gpu::Recurrences::Wavefront),
             fuse_step_sums: !self.no_fuse_step_sums,
+            tma: !self.no_tma,
             ..Default::default()
         }
     }

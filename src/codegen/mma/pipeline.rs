@@ -27,6 +27,9 @@ impl Engine<'_, '_> {
     /// The pipeline: the chunks' setup (on the GPU, once), the prologue's
     /// copies, the main loop and the drain.
     pub(super) fn pipeline(&self, o: &mut Lines) {
+        if let Some(ops) = self.tma_operands() {
+            return self.tma_pipeline(o, ops);
+        }
         if !self.emulated() {
             self.setup_chunks(o, 1);
         }

@@ -397,6 +397,9 @@ impl Mapper<'_> {
             if opts.chained_accumulation {
                 c.accumulation = crate::gpu::contraction::Accumulation::Chained;
             }
+            if opts.tma {
+                c.copies = crate::gpu::tma::copies(&c, self.program);
+            }
             c
         }))
     }

@@ -1,0 +1,227 @@
+//! Hopper's copy engine (TMA) for the operand tiles of a `wgmma`
+//! contraction: one thread asks for a whole box of a tensor, the engine
+//! writes it into shared memory in the swizzle the `wgmma` descriptors
+//! read (`gpu::contraction::SharedTile`), fills what lies past the
+//! tensor's extents with zeros, and counts the bytes it wrote on the
+//! stage's mbarrier, which the consumers wait on. The threads issue no
+//! 16-byte copies and compute no chunk addresses: on one H200 (f16
+//! 4096^3, the tiles polyfuse picks, `bench/experiments/tma`) a kernel
+//! written by hand this way took 206 us against 221 us for the `cp.async`
+//! kernel polyfuse emitted.
+//!
+//! The copy engine reads a tensor through a map (`TensorMap`) that the
+//! launcher encodes from the buffer's address; the kernel only says which
+//! box. So the decision here needs what the map needs, known when the
+//! kernel is compiled:
+//!
+//! - the operand is the tensor's element at subscripts that are exactly the
+//!   row iterator (`m` for A, `n` for B, coefficient 1) along one dimension,
+//!   exactly `k` along another, and free of `m`, `n` and `k` elsewhere (a
+//!   batch index is fixed in a block);
+//! - the contiguous dimension is `k` (K-major) or the row's (MN-major), as
+//!   the shared layout has it;
+//! - the tensor's extents are constants, its rows 16-byte multiples, its
+//!   rank at most 5, its elements the contraction's 2-byte type;
+//! - the domain's `k` covers the tensor's dimension along `k` exactly: the
+//!   engine fills zeros only past the tensor, so a box that ran past the
+//!   domain but inside the tensor would add products the statement does
+//!   not have. Rows past the domain are harmless: they reach only
+//!   accumulators that nothing stores (see `gpu::contraction`).
+//!
+//! Anything else keeps the `cp.async` copies, as does a contraction whose
+//! reduction is split over a cluster or that has further sums.
+
+use super::contraction::{narrow, Contraction, Operand};
+use super::TensorMap;
+use crate::frontend::ast::{Affine, DType, Program};
+
+/// How a contraction's operand tiles reach shared memory.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Copies {
+    /// Every thread copies 16-byte chunks with `cp.async`.
+    #[default]
+    CpAsync,
+    /// The copy engine, one map per operand (A, then B): the kernel's
+    /// tensor maps in this order.
+    Tma(Box<[TmaOperand; 2]>),
+}
+
+impl Copies {
+    /// The tensor maps the kernel takes (A's, then B's), or none.
+    pub fn maps(&self) -> Vec<TensorMap> {
+        match self {
+            Copies::CpAsync => Vec::new(),
+            Copies::Tma(ops) => ops.iter().map(|o| o.map.clone()).collect(),
+        }
+    }
+
+    /// The operands' copies, where the copy engine makes them.
+    pub fn tma(&self) -> Option<&[TmaOperand; 2]> {
+        match self {
+            Copies::CpAsync => None,
+            Copies::Tma(ops) => Some(ops),
+        }
+    }
+}
+
+/// One operand's copies: its map, where its row and `k` lie among the
+/// map's dimensions, and the boxes of one stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TmaOperand {
+    pub map: TensorMap,
+    /// The map dimension (contiguous first) the row iterator runs along.
+    pub row_dim: usize,
+    /// The map dimension `k` runs along.
+    pub k_dim: usize,
+    /// Boxes of one stage: 1 for a K-major tile (one box of every row and
+    /// the k tile); an MN-major tile's `rows / span` groups of `span`
+    /// columns, each its own box, the next `box_len` elements further in
+    /// the stage and `span` further along the row dimension.
+    pub boxes: i64,
+    /// Elements of one box.
+    pub box_len: i64,
+}
+
+impl TmaOperand {
+    /// Bytes one stage's boxes write, the zero fill included: what the
+    /// stage's mbarrier expects.
+    pub fn stage_bytes(&self) -> i64 {
+        self.boxes * self.box_len * 2
+    }
+
+    /// Elements of a box along the row dimension (the span between boxes).
+    pub fn span(&self) -> i64 {
+        i64::from(self.map.boxes[self.row_dim])
+    }
+}
+
+/// The copies of `c`'s operand tiles: the copy engine where both operands
+/// allow it (see the module doc), else `cp.async`.
+pub fn copies(c: &Contraction, program: &Program) -> Copies {
+    if !c.wgmma || c.split != 1 || !c.terms.is_empty() {
+        return Copies::CpAsync;
+    }
+    let values = program.known_params();
+    let Ok(k_extent) = super::eval(&c.extents[2], &values) else {
+        return Copies::CpAsync;
+    };
+    let iterators = [c.m.as_str(), c.n.as_str(), c.k.as_str()];
+    let operand = |x: &Operand, row: &str, rows: i64| {
+        let shape = known_shape(program, x, c.dtype, &values)?;
+        let mut op = map_operand(x, &shape, row, &c.k, &iterators, rows, c.tile[2], k_extent)?;
+        op.map.dtype = c.dtype;
+        Some(op)
+    };
+    match (
+        operand(&c.a, &c.m, c.tile[0]),
+        operand(&c.b, &c.n, c.tile[1]),
+    ) {
+        (Some(a), Some(b)) => Copies::Tma(Box::new([a, b])),
+        _ => Copies::CpAsync,
+    }
+}
+
+/// The extents of operand `x`'s tensor, where they are constants and its
+/// elements are `dtype`.
+fn known_shape(
+    program: &Program,
+    x: &Operand,
+    dtype: DType,
+    values: &std::collections::HashMap<String, i64>,
+) -> Option<Vec<i64>> {
+    let t = program.tensor(&x.tensor)?;
+    if t.dtype != dtype || !matches!(dtype, DType::F16 | DType::BF16) {
+        return None;
+    }
+    t.shape
+        .as_ref()?
+        .iter()
+        .map(|a| {
+            a.terms
+                .iter()
+                .map(|(p, c)| values.get(p).map(|v| c * v))
+                .sum::<Option<i64>>()
+                .map(|s| s + a.constant)
+        })
+        .collect()
+}
+
+/// The map and boxes of operand `x` (tensor extents `shape`, tile of
+/// `rows` rows by `tk`), or `None` where the copy engine cannot copy its
+/// tile (see the module doc).
+#[allow(clippy::too_many_arguments)]
+fn map_operand(
+    x: &Operand,
+    shape: &[i64],
+    row: &str,
+    k: &str,
+    iterators: &[&str; 3],
+    rows: i64,
+    tk: i64,
+    k_extent: i64,
+) -> Option<TmaOperand> {
+    let rank = shape.len();
+    if !(2..=5).contains(&rank) || x.subscripts.len() != rank {
+        return None;
+    }
+    let unit = |a: &Affine, v: &str| a.terms.len() == 1 && a.coeff(v) == 1;
+    let row_pos = x.subscripts.iter().position(|s| unit(s, row))?;
+    let k_pos = x
+        .subscripts
+        .iter()
+        .position(|s| unit(s, k) && s.constant == 0)?;
+    let others_free = x
+        .subscripts
+        .iter()
+        .enumerate()
+        .all(|(i, s)| i == row_pos || i == k_pos || s.names().all(|n| !iterators.contains(&n)));
+    let contiguous = if x.k_contiguous { k_pos } else { row_pos };
+    if row_pos == k_pos || !others_free || contiguous != rank - 1 || shape[k_pos] != k_extent {
+        return None;
+    }
+    // Map dimensions run from the contiguous one: shape position p is map
+    // dimension rank - 1 - p.
+    let dim = |p: usize| rank - 1 - p;
+    let dims: Vec<u64> = shape.iter().rev().map(|&e| e.max(0) as u64).collect();
+    let mut strides = Vec::with_capacity(rank - 1);
+    let mut bytes = 2u64;
+    for d in &dims[..rank - 1] {
+        bytes = bytes.checked_mul(*d)?;
+        strides.push(bytes);
+    }
+    if dims.contains(&0) || strides.iter().any(|s| s % 16 != 0 || *s >= 1 << 40) {
+        return None;
+    }
+    // The box: a K-major tile is one box of `rows` lines of the k tile
+    // (64 elements, the 128-byte swizzle); an MN-major one a box of `tk`
+    // lines of `span` row elements per group of `span` rows.
+    let span = if x.k_contiguous {
+        rows
+    } else if narrow(x, rows) {
+        32
+    } else {
+        64
+    };
+    let line = if x.k_contiguous { tk } else { span };
+    if rows % span != 0 || rows > 256 || tk > 256 || !matches!(line, 32 | 64) {
+        return None;
+    }
+    let mut boxes = vec![1u32; rank];
+    boxes[dim(row_pos)] = span as u32;
+    boxes[dim(k_pos)] = tk as u32;
+    Some(TmaOperand {
+        map: TensorMap {
+            tensor: x.tensor.clone(),
+            // The caller sets the operand's type (checked 2-byte).
+            dtype: DType::F16,
+            dims,
+            strides,
+            boxes,
+            swizzle: (line * 2) as u32,
+        },
+        row_dim: dim(row_pos),
+        k_dim: dim(k_pos),
+        boxes: rows / span,
+        box_len: span * tk,
+    })
+}
