@@ -646,6 +646,50 @@ pf_status pf_result_kernel_shared_memory(const struct pf_result *result,
 pf_status pf_result_kernel_dependent(const struct pf_result *result, size_t kernel, int32_t *out);
 
 /**
+ * Number of TMA tensor maps kernel `kernel` takes (0 for a kernel without
+ * Hopper's bulk tensor copies). A kernel with maps takes them after its
+ * pf_result_num_args arguments, in index order, each by value as a
+ * `const __grid_constant__ PfTensorMap` parameter, where
+ * `struct __align__(64) PfTensorMap { unsigned long long opaque[16]; }` is
+ * the driver's 128-byte CUtensorMap. pf_result_launch and its variants
+ * pass them; a caller that launches kernels itself gets each from
+ * pf_result_kernel_tensor_map.
+ *
+ * # Safety
+ * `out` is null or writable for one value.
+ */
+pf_status pf_result_kernel_num_tensor_maps(const struct pf_result *result,
+                                           size_t kernel,
+                                           size_t *out);
+
+/**
+ * Tensor map `index` of kernel `kernel` (see
+ * pf_result_kernel_num_tensor_maps), encoded with cuTensorMapEncodeTiled
+ * for the buffers in `args`: one device pointer per tensor argument, temps
+ * included (a temp at its place in the workspace), in argument order, as
+ * pf_result_launch's device_ptrs; `num_args` is their number. Writes the
+ * map's 128 bytes to `out`, which must be aligned to 64 bytes; pass a
+ * pointer to them as the kernel's parameter after its pf_result_num_args
+ * arguments (cuLaunchKernel's kernelParams). The map depends on its
+ * tensor's pointer alone: encode it again when that pointer changes.
+ * PF_ERR_INVALID_ARGUMENT for an index out of range, a `num_args` that is
+ * not the number of tensor arguments, a NULL pointer for the map's tensor,
+ * or an `out` that is NULL or misaligned; PF_ERR_INPUT when the tensor's
+ * pointer is not 16-byte aligned (TMA needs it); PF_ERR_ENVIRONMENT
+ * without a CUDA driver.
+ *
+ * # Safety
+ * `args` points to `num_args` pointers; `out` is null or writable for 128
+ * bytes.
+ */
+pf_status pf_result_kernel_tensor_map(const struct pf_result *result,
+                                      size_t kernel,
+                                      size_t index,
+                                      const void *const *args,
+                                      size_t num_args,
+                                      void *out);
+
+/**
  * Number of parameters without a compile-time value: the values every
  * `params` array of this result holds.
  *
@@ -666,7 +710,8 @@ pf_status pf_result_param_name(const struct pf_result *result, size_t index, cha
  * Number of kernel arguments, in order: one device pointer per tensor
  * (inputs, outputs, temps), then one per parameter without a compile-time
  * value, then (for a program whose recurrences run on host loops) one per
- * host loop iterator (PF_ARG_STEP).
+ * host loop iterator (PF_ARG_STEP). A kernel with tensor maps takes them
+ * after these (pf_result_kernel_num_tensor_maps).
  *
  * # Safety
  * `out` is null or writable for one value.
@@ -827,6 +872,12 @@ pf_status pf_result_c_source(const struct pf_result *result, char **out);
  * pf_result_workspace_size gives its size, pf_result_arg_workspace_offset
  * where each temp lies. pf_result_launch_workspace takes the caller's
  * workspace, or NULL to use one the result allocates and keeps.
+ *
+ * Tensor maps. A kernel with TMA copies (pf_result_kernel_num_tensor_maps
+ * not 0) takes, after the arguments above, its tensor maps by value
+ * (const __grid_constant__); the launch encodes each from the pointer of
+ * its tensor (or the temp's place in the workspace), which must then be
+ * 16-byte aligned (else PF_ERR_INPUT).
  *
  * # Safety
  * `params` and `device_ptrs` point to as many values as described;

@@ -42,7 +42,8 @@ use cudarc::driver::result as drv;
 use cudarc::driver::sys;
 
 use super::{CUstream, Failure, Outcome};
-use crate::gpu::{CudaProgram, Kernel};
+use crate::gpu::{CudaProgram, Kernel, KernelArg, TensorMap};
+use crate::runtime::cuda::TensorMapValue;
 
 /// One kernel argument, 8 bytes once resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +75,41 @@ fn resolve(args: &[Arg], base: u64) -> Vec<u64> {
             Arg::Workspace(offset) => base + offset as u64,
         })
         .collect()
+}
+
+/// `map` encoded for the buffer at `address`; a misaligned address is the
+/// caller's error (`PF_ERR_INPUT`), no driver `PF_ERR_ENVIRONMENT`.
+pub(crate) fn encode_map(map: &TensorMap, address: u64) -> Outcome<TensorMapValue> {
+    crate::runtime::cuda::check_tensor_address(map, address).map_err(Failure::input)?;
+    crate::runtime::cuda::encode_tensor_map(map, address).map_err(Failure::from)
+}
+
+/// `kernel`'s tensor maps, each encoded from the address its tensor's
+/// argument resolved to (`values`, in `cuda.args` order): the caller's
+/// pointer, or the temp's place in the workspace, known only once the
+/// workspace is. Every address is checked before any is encoded, so a
+/// misaligned one is reported as such whichever map it is.
+fn tensor_maps(
+    cuda: &CudaProgram,
+    kernel: &Kernel,
+    values: &[u64],
+) -> Outcome<Vec<TensorMapValue>> {
+    let mut placed = Vec::with_capacity(kernel.tensor_maps.len());
+    for m in &kernel.tensor_maps {
+        let i = cuda
+            .args
+            .iter()
+            .position(|a| matches!(a, KernelArg::Tensor { name, .. } if *name == m.tensor))
+            .ok_or_else(|| {
+                Failure::internal(format!(
+                    "kernel {} maps {}, no argument",
+                    kernel.name, m.tensor
+                ))
+            })?;
+        crate::runtime::cuda::check_tensor_address(m, values[i]).map_err(Failure::input)?;
+        placed.push((m, values[i]));
+    }
+    placed.into_iter().map(|(m, a)| encode_map(m, a)).collect()
 }
 
 /// One CUDA context's loaded module and its kernels, in kernel order.
@@ -486,6 +522,7 @@ impl Modules {
             Workspace::Own(bytes) => own_workspace(loaded, bytes)?,
         };
         let mut values = resolve(args, base);
+        let mut maps = tensor_maps(cuda, kernel, &values)?;
         let f = loaded.functions[index];
         let dependent = kernel.dependent && loaded.hopper;
         if kernel.dynamic_shared > 48 * 1024 {
@@ -502,8 +539,13 @@ impl Modules {
             .result()
             .map_err(driver_error("cuFuncSetAttribute"))?;
         }
-        let mut params: Vec<*mut c_void> =
-            values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+        // A pointer to each parameter's value: the 8-byte ones, then the
+        // maps' 128 bytes (by value, `const __grid_constant__`).
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| std::ptr::from_mut(v).cast())
+            .chain(maps.iter_mut().map(|m| std::ptr::from_mut(m).cast()))
+            .collect();
         let shared = c_uint::try_from(kernel.dynamic_shared)
             .map_err(|_| Failure::internal("dynamic shared memory size overflows"))?;
         if dependent {
@@ -536,8 +578,9 @@ impl Modules {
             .map_err(driver_error("cuLaunchKernelEx"));
         }
         // SAFETY: `f` is a loaded kernel whose parameters are one 8-byte
-        // value each, in `args` order (gpu::KernelArg); the values live
-        // until the call returns, and the driver copies them at launch.
+        // value each, in `args` order (gpu::KernelArg), then one 128-byte
+        // map per `Kernel::tensor_maps` entry; the values live until the
+        // call returns, and the driver copies them at launch.
         unsafe {
             drv::launch_kernel(
                 f,
@@ -914,6 +957,75 @@ mod tests {
         assert!(!names_the_null_stream(std::ptr::without_provenance_mut(
             0x7f00_0000
         )));
+    }
+
+    /// A program of tensors A and B around a parameter, whose one kernel
+    /// maps B, then A.
+    fn mapped_program() -> CudaProgram {
+        use crate::frontend::ast::DType;
+        use crate::isl::ast::Expr;
+        let tensor = |name: &str| KernelArg::Tensor {
+            name: name.into(),
+            dtype: DType::F16,
+            shape: vec!["64".into(), "64".into()],
+        };
+        let map = |tensor: &str| TensorMap {
+            tensor: tensor.into(),
+            dtype: DType::F16,
+            dims: vec![64, 64],
+            strides: vec![128],
+            boxes: vec![64, 64],
+            swizzle: 128,
+        };
+        CudaProgram {
+            source: String::new(),
+            kernels: vec![Kernel {
+                name: "k".into(),
+                grid: [Expr::Int(1), Expr::Int(1), Expr::Int(1)],
+                block: [128, 1, 1],
+                dynamic_shared: 0,
+                static_shared: 0,
+                dependent: false,
+                globals: vec!["A".into(), "B".into()],
+                tensor_maps: vec![map("B"), map("A")],
+            }],
+            args: vec![
+                tensor("A"),
+                KernelArg::Param { name: "N".into() },
+                tensor("B"),
+            ],
+            host_loops: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn each_map_is_encoded_from_its_own_tensors_address() {
+        let p = mapped_program();
+        let k = &p.kernels[0];
+        // B's resolved address is misaligned: its map is refused as the
+        // caller's error, before any driver call.
+        let e = tensor_maps(&p, k, &[0x1000, 7, 0x2008]).unwrap_err();
+        assert_eq!(e.status, super::super::PF_ERR_INPUT);
+        assert!(
+            e.message.contains("tensor B's buffer at 0x2008"),
+            "{}",
+            e.message
+        );
+        let e = tensor_maps(&p, k, &[0x1004, 7, 0x2000]).unwrap_err();
+        assert!(
+            e.message.contains("tensor A's buffer at 0x1004"),
+            "{}",
+            e.message
+        );
+        // Aligned: encoded where there is a driver (the address is only
+        // recorded), an environment error where there is none.
+        match tensor_maps(&p, k, &[0x1000, 7, 0x2000]) {
+            Ok(maps) => {
+                assert_eq!(maps.len(), 2);
+                assert_ne!(maps[0], maps[1], "B's map and A's differ in the address");
+            }
+            Err(e) => assert_eq!(e.status, super::super::PF_ERR_ENVIRONMENT, "{}", e.message),
+        }
     }
 
     #[test]

@@ -439,6 +439,36 @@ impl ResultState {
             .ok_or_else(|| Failure::argument(format!("kernel index {k} is out of range (0..{n})")))
     }
 
+    /// Tensor map `index` of kernel `k`, and the place of its tensor among
+    /// the tensor arguments (its index in a `device_ptrs` array).
+    fn tensor_map(&self, k: usize, index: usize) -> Outcome<(&crate::gpu::TensorMap, usize)> {
+        let kernel = self.kernel(k)?;
+        let map = kernel.tensor_maps.get(index).ok_or_else(|| {
+            Failure::argument(format!(
+                "tensor map index {index} is out of range (0..{}) for kernel {k}",
+                kernel.tensor_maps.len()
+            ))
+        })?;
+        let at = self
+            .args
+            .iter()
+            .filter(|a| matches!(a, KernelArg::Tensor { .. }))
+            .position(|a| matches!(a, KernelArg::Tensor { name, .. } if *name == map.tensor))
+            .ok_or_else(|| {
+                Failure::internal(format!("kernel {k} maps {}, no argument", map.tensor))
+            })?;
+        Ok((map, at))
+    }
+
+    /// The number of tensor arguments: the pointers `pf_result_launch`
+    /// takes.
+    fn tensor_count(&self) -> usize {
+        self.args
+            .iter()
+            .filter(|a| matches!(a, KernelArg::Tensor { .. }))
+            .count()
+    }
+
     fn arg(&self, i: usize) -> Outcome<&KernelArg> {
         self.args.get(i).ok_or_else(|| {
             Failure::argument(format!(
@@ -1672,6 +1702,88 @@ pub unsafe extern "C" fn pf_result_kernel_dependent(
     })
 }
 
+/// Number of TMA tensor maps kernel `kernel` takes (0 for a kernel without
+/// Hopper's bulk tensor copies). A kernel with maps takes them after its
+/// pf_result_num_args arguments, in index order, each by value as a
+/// `const __grid_constant__ PfTensorMap` parameter, where
+/// `struct __align__(64) PfTensorMap { unsigned long long opaque[16]; }` is
+/// the driver's 128-byte CUtensorMap. pf_result_launch and its variants
+/// pass them; a caller that launches kernels itself gets each from
+/// pf_result_kernel_tensor_map.
+///
+/// # Safety
+/// `out` is null or writable for one value.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_kernel_num_tensor_maps(
+    result: *const pf_result,
+    kernel: usize,
+    out: *mut usize,
+) -> pf_status {
+    with_result(result, |r| {
+        let k = r.kernel(kernel)?;
+        // SAFETY: the header's contract for `out`.
+        unsafe { put(out, k.tensor_maps.len(), "out") }
+    })
+}
+
+/// Tensor map `index` of kernel `kernel` (see
+/// pf_result_kernel_num_tensor_maps), encoded with cuTensorMapEncodeTiled
+/// for the buffers in `args`: one device pointer per tensor argument, temps
+/// included (a temp at its place in the workspace), in argument order, as
+/// pf_result_launch's device_ptrs; `num_args` is their number. Writes the
+/// map's 128 bytes to `out`, which must be aligned to 64 bytes; pass a
+/// pointer to them as the kernel's parameter after its pf_result_num_args
+/// arguments (cuLaunchKernel's kernelParams). The map depends on its
+/// tensor's pointer alone: encode it again when that pointer changes.
+/// PF_ERR_INVALID_ARGUMENT for an index out of range, a `num_args` that is
+/// not the number of tensor arguments, a NULL pointer for the map's tensor,
+/// or an `out` that is NULL or misaligned; PF_ERR_INPUT when the tensor's
+/// pointer is not 16-byte aligned (TMA needs it); PF_ERR_ENVIRONMENT
+/// without a CUDA driver.
+///
+/// # Safety
+/// `args` points to `num_args` pointers; `out` is null or writable for 128
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pf_result_kernel_tensor_map(
+    result: *const pf_result,
+    kernel: usize,
+    index: usize,
+    args: *const *const c_void,
+    num_args: usize,
+    out: *mut c_void,
+) -> pf_status {
+    with_result(result, |r| {
+        let (map, at) = r.tensor_map(kernel, index)?;
+        // SAFETY: the header's contract for `args`.
+        let ptrs = unsafe { array(args, num_args, "args") }?;
+        let tensors = r.tensor_count();
+        if num_args != tensors {
+            return Err(Failure::argument(format!(
+                "{num_args} pointers given; the result has {tensors} tensor arguments"
+            )));
+        }
+        let address = ptrs[at].addr() as u64;
+        if address == 0 {
+            return Err(Failure::argument(format!(
+                "the pointer for tensor {} is null, and kernel {kernel}'s map {index} maps it",
+                map.tensor
+            )));
+        }
+        if out.is_null() || !out.addr().is_multiple_of(64) {
+            return Err(Failure::argument(format!(
+                "out at {:#x} is null or not aligned to 64 bytes, as a CUtensorMap is",
+                out.addr()
+            )));
+        }
+        let value = launch::encode_map(map, address)?;
+        // SAFETY: non-null and aligned (checked above), writable for 128
+        // bytes by the header's contract.
+        unsafe { out.cast::<[u64; 16]>().write(value.0) };
+        Ok(())
+    })
+}
+
 /// Number of parameters without a compile-time value: the values every
 /// `params` array of this result holds.
 ///
@@ -1713,7 +1825,8 @@ pub unsafe extern "C" fn pf_result_param_name(
 /// Number of kernel arguments, in order: one device pointer per tensor
 /// (inputs, outputs, temps), then one per parameter without a compile-time
 /// value, then (for a program whose recurrences run on host loops) one per
-/// host loop iterator (PF_ARG_STEP).
+/// host loop iterator (PF_ARG_STEP). A kernel with tensor maps takes them
+/// after these (pf_result_kernel_num_tensor_maps).
 ///
 /// # Safety
 /// `out` is null or writable for one value.
@@ -2041,6 +2154,12 @@ pub unsafe extern "C" fn pf_result_c_source(
 /// pf_result_workspace_size gives its size, pf_result_arg_workspace_offset
 /// where each temp lies. pf_result_launch_workspace takes the caller's
 /// workspace, or NULL to use one the result allocates and keeps.
+///
+/// Tensor maps. A kernel with TMA copies (pf_result_kernel_num_tensor_maps
+/// not 0) takes, after the arguments above, its tensor maps by value
+/// (const __grid_constant__); the launch encodes each from the pointer of
+/// its tensor (or the temp's place in the workspace), which must then be
+/// 16-byte aligned (else PF_ERR_INPUT).
 ///
 /// # Safety
 /// `params` and `device_ptrs` point to as many values as described;
@@ -2381,13 +2500,8 @@ unsafe fn launch_inputs(
     // SAFETY: the caller's contract for `params`.
     let values = unsafe { array(params, r.symbolic.len(), "params") }?;
     let map = r.param_map(values)?;
-    let tensors = r
-        .args
-        .iter()
-        .filter(|a| matches!(a, KernelArg::Tensor { .. }))
-        .count();
     // SAFETY: the caller's contract for `device_ptrs`.
-    let ptrs = unsafe { array(device_ptrs.cast_const(), tensors, "device_ptrs") }?;
+    let ptrs = unsafe { array(device_ptrs.cast_const(), r.tensor_count(), "device_ptrs") }?;
     Ok((map, ptrs.iter().map(|p| Ok(p.addr() as u64)).collect()))
 }
 
@@ -2427,6 +2541,7 @@ mod tests {
     //! result compiled here (no GPU needed: the arguments are built before
     //! the driver is called).
     use super::*;
+    use crate::runtime::cuda::TensorMapValue;
 
     fn softmax_result(target: Target) -> ResultState {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/softmax.json");
@@ -2497,6 +2612,80 @@ mod tests {
                 assert_ne!(args[i], launch::Arg::Pointer(0), "kernel {k}, {}", names[i]);
             }
         }
+    }
+
+    #[test]
+    fn a_kernels_tensor_map_is_encoded_from_the_callers_pointer() {
+        let mut r = softmax_result(Target::Cuda);
+        let cuda = r.compiled.cuda.as_mut().unwrap();
+        cuda.kernels[0].tensor_maps.push(crate::gpu::TensorMap {
+            tensor: "Y".into(),
+            dtype: DType::F16,
+            dims: vec![64, 9],
+            strides: vec![128],
+            boxes: vec![64, 9],
+            swizzle: 128,
+        });
+        let r = handles::insert(Object::Result(Arc::new(r)));
+        let r: *const pf_result = std::ptr::without_provenance(r as usize);
+        let ptr = |a: usize| std::ptr::without_provenance::<c_void>(a);
+        let good = [ptr(0xa000), ptr(0xb000), ptr(0), ptr(0), ptr(0)];
+        let mut out = TensorMapValue([0; 16]);
+        let out_ptr: *mut c_void = std::ptr::from_mut(&mut out).cast();
+        let call = |k: usize, i: usize, args: &[*const c_void], out: *mut c_void| {
+            // SAFETY: `args` holds `args.len()` pointers; `out` is null or
+            // 128 writable bytes (the misaligned one is refused unwritten).
+            unsafe { pf_result_kernel_tensor_map(r, k, i, args.as_ptr(), args.len(), out) }
+        };
+        let mut n = 9;
+        // SAFETY: valid handle and output place.
+        assert_eq!(
+            unsafe { pf_result_kernel_num_tensor_maps(r, 0, &mut n) },
+            PF_OK
+        );
+        assert_eq!(n, 1);
+        // Y is the second tensor: its pointer, misaligned, is the input's
+        // fault.
+        let bad = [ptr(0xa000), ptr(0xb008), ptr(0), ptr(0), ptr(0)];
+        assert_eq!(call(0, 0, &bad, out_ptr), PF_ERR_INPUT);
+        let message = take_error();
+        assert!(message.contains("tensor Y's buffer at 0xb008"), "{message}");
+        // The caller's other mistakes, before any driver call.
+        assert_eq!(call(0, 1, &good, out_ptr), PF_ERR_INVALID_ARGUMENT);
+        assert!(take_error().contains("tensor map index 1 is out of range (0..1)"));
+        assert_eq!(call(0, 0, &good[..4], out_ptr), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            call(
+                0,
+                0,
+                &[ptr(0xa000), ptr(0), ptr(0), ptr(0), ptr(0)],
+                out_ptr
+            ),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        let misaligned = out_ptr.wrapping_byte_add(8);
+        assert_eq!(call(0, 0, &good, misaligned), PF_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            call(0, 0, &good, std::ptr::null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        // Encoded where there is a driver, an environment error elsewhere.
+        let st = call(0, 0, &good, out_ptr);
+        if crate::runtime::cuda::probe_driver().is_ok() {
+            assert_eq!(st, PF_OK, "{}", take_error());
+            assert_ne!(out.0, [0; 16]);
+        } else {
+            assert_eq!(st, PF_ERR_ENVIRONMENT);
+        }
+        // SAFETY: destroyed once.
+        assert_eq!(unsafe { pf_result_destroy(r.cast_mut()) }, PF_OK);
+    }
+
+    /// The calling thread's last error message.
+    fn take_error() -> String {
+        LAST_ERROR
+            .with(|l| l.borrow_mut().take())
+            .unwrap_or_default()
     }
 
     #[test]

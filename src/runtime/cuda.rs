@@ -10,7 +10,8 @@
 //! One execution is the program's kernels launched in order on one stream,
 //! those inside host loops once per iteration with the iterator's value
 //! (`CudaProgram::launches`); a kernel whose grid is empty at the run's
-//! parameter values is skipped.
+//! parameter values is skipped. A kernel with TMA copies takes its tensor
+//! maps after the arguments, encoded once for the run's buffers.
 //! Before the checked execution every output and temporary is filled with
 //! 0xFF bytes (NaN in every float type), so an element no kernel writes
 //! fails the check instead of passing by luck.
@@ -30,8 +31,10 @@ use super::data;
 use super::RunReport;
 use crate::error::{Error, Result};
 use crate::frontend::ast::TensorRole;
-use crate::gpu::{CudaProgram, KernelArg};
+use crate::gpu::{CudaProgram, KernelArg, TensorMap};
 use crate::pipeline::Compiled;
+
+pub use sys::TensorMapValue;
 
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_DYNAMIC_SHARED: usize = 48 * 1024;
@@ -69,6 +72,29 @@ pub fn probe_driver() -> Result<()> {
 /// launches, which call the driver directly).
 pub fn describe_driver_error(e: &cudarc::driver::DriverError) -> String {
     sys::describe(e)
+}
+
+/// Checks that a caller's buffer at `address` suits `map` (TMA wants it
+/// 16-byte aligned), so that the C ABI can tell its caller's mistake from
+/// a failure of [`encode_tensor_map`].
+pub fn check_tensor_address(map: &TensorMap, address: u64) -> std::result::Result<(), String> {
+    sys::check_address(map, address)
+}
+
+/// `map` encoded for the buffer at device `address`: the value of a
+/// kernel's `PfTensorMap` parameter. An environment error without a
+/// driver; otherwise an internal one, since polyfuse made the map and the
+/// runtime's own buffers are aligned (the C ABI checks its callers'
+/// addresses first, with [`check_tensor_address`]).
+pub fn encode_tensor_map(map: &TensorMap, address: u64) -> Result<TensorMapValue> {
+    probe_driver()?;
+    // The driver refuses every call before cuInit; a C ABI caller may ask
+    // for a map before anything else.
+    cudarc::driver::result::init()
+        .map_err(|e| Error::Environment(format!("cuInit failed: {}", sys::describe(&e))))?;
+    sys::encode_tensor_map(map, address)
+        .map(TensorMapValue)
+        .map_err(Error::Internal)
 }
 
 /// Loads NVRTC or says where it looked.
@@ -469,18 +495,56 @@ enum ArgSlot {
 }
 
 /// The arguments of one launch: the buffers, the parameters, and the
-/// launch's values of the host loops' iterators.
+/// launch's values of the host loops' iterators, then the kernel's tensor
+/// maps (`maps`, from [`encode_maps`]).
 fn launch_args<'a>(
     slots: &'a [ArgSlot],
     buffers: &'a [CudaSlice<u8>],
     steps: &'a [i64],
+    maps: &[TensorMapValue],
 ) -> Vec<sys::Arg<'a>> {
-    slots
+    let common = slots.iter().map(|s| match s {
+        ArgSlot::Tensor(i) => sys::Arg::Buffer(&buffers[*i]),
+        ArgSlot::Long(v) => sys::Arg::Long(v),
+        ArgSlot::Step(j) => sys::Arg::Long(&steps[*j]),
+    });
+    common
+        .chain(maps.iter().map(|m| sys::Arg::TensorMap(*m)))
+        .collect()
+}
+
+/// Each kernel's tensor maps, encoded from the buffer its tensor's pointer
+/// argument gets; once per run's buffers rather than per launch, as timed
+/// executions and host loops launch a kernel many times on the same
+/// buffers. Empty for a kernel not launched (`launches`' `None`).
+fn encode_maps(
+    gpu: &Gpu,
+    program: &CudaProgram,
+    compiled: &Compiled,
+    buffers: &[CudaSlice<u8>],
+    launches: &[Option<Launch>],
+) -> Result<Vec<Vec<TensorMapValue>>> {
+    use cudarc::driver::DevicePtr;
+    let encode = |kernel: &str, map: &TensorMap| {
+        let i = compiled
+            .tensors
+            .iter()
+            .position(|t| t.name == map.tensor)
+            .ok_or_else(|| {
+                Error::Internal(format!("kernel {kernel} maps {}, no tensor", map.tensor))
+            })?;
+        let (address, _) = buffers[i].device_ptr(&gpu.stream);
+        sys::encode_tensor_map(map, address)
+            .map(TensorMapValue)
+            .map_err(|e| Error::Internal(format!("kernel {kernel}: {e}")))
+    };
+    program
+        .kernels
         .iter()
-        .map(|s| match s {
-            ArgSlot::Tensor(i) => sys::Arg::Buffer(&buffers[*i]),
-            ArgSlot::Long(v) => sys::Arg::Long(v),
-            ArgSlot::Step(j) => sys::Arg::Long(&steps[*j]),
+        .zip(launches)
+        .map(|(k, l)| match l {
+            Some(_) => k.tensor_maps.iter().map(|m| encode(&k.name, m)).collect(),
+            None => Ok(Vec::new()),
         })
         .collect()
 }
@@ -655,6 +719,7 @@ fn execute(
     let (ptx, arch) = compile_for(gpu, &program.source)?;
     let launches = prepare(gpu, program, compiled, ptx)?;
     let buffers = fill_buffers(gpu, program, compiled, counts, opts.seed)?;
+    let maps = encode_maps(gpu, program, compiled, &buffers, &launches)?;
     // One execution: the kernels in order, those of host loops once per
     // iteration (`CudaProgram::launches`), each launch with its arguments.
     let plan: Vec<crate::gpu::Launch> = program
@@ -666,7 +731,10 @@ fn execute(
         .iter()
         .filter_map(|l| {
             let prepared = launches.get(l.kernel)?.as_ref()?;
-            Some((prepared, launch_args(slots, &buffers, &l.steps)))
+            Some((
+                prepared,
+                launch_args(slots, &buffers, &l.steps, &maps[l.kernel]),
+            ))
         })
         .collect();
     // The checked execution: synchronize after every kernel so that a
@@ -1093,6 +1161,24 @@ mod tests {
         // The C ABI compiles PTX: the architecture's virtual form keeps
         // the Hopper-only path.
         assert_eq!(virtual_arch("sm_90a").unwrap(), "compute_90a");
+    }
+
+    #[test]
+    fn a_kernels_tensor_maps_follow_its_common_arguments() {
+        let slots = [ArgSlot::Long(5), ArgSlot::Step(0)];
+        let maps = [TensorMapValue([1; 16]), TensorMapValue([2; 16])];
+        let args = launch_args(&slots, &[], &[9], &maps);
+        let kinds: Vec<String> = args
+            .iter()
+            .map(|a| match a {
+                sys::Arg::Buffer(_) => "buffer".to_string(),
+                sys::Arg::Long(v) => format!("long {v}"),
+                sys::Arg::TensorMap(m) => format!("map {}", m.0[0]),
+            })
+            .collect();
+        assert_eq!(kinds, ["long 5", "long 9", "map 1", "map 2"]);
+        // A kernel without maps takes the common arguments alone.
+        assert_eq!(launch_args(&slots, &[], &[9], &[]).len(), 2);
     }
 
     #[test]

@@ -230,6 +230,65 @@ fn cuda_result_describes_kernels_and_launch() {
 }
 
 #[test]
+fn kernels_without_tma_copies_take_no_tensor_maps() {
+    let ctx = context("gemm.json");
+    // SAFETY: valid handles and output places throughout; `ptrs` holds the
+    // three pointers passed, `out` 128 aligned bytes.
+    unsafe {
+        assert_eq!(pf_context_set_target(ctx, c("cuda").as_ptr()), PF_OK);
+        let Some(r) = compile_unless_environment(ctx) else {
+            return;
+        };
+        let mut n = 0;
+        assert_eq!(pf_result_num_kernels(r, &mut n), PF_OK);
+        for k in 0..n {
+            let mut maps = 9;
+            assert_eq!(pf_result_kernel_num_tensor_maps(r, k, &mut maps), PF_OK);
+            assert_eq!(maps, 0, "kernel {k} of an f32 gemm");
+        }
+        let mut maps = 0;
+        assert_eq!(
+            pf_result_kernel_num_tensor_maps(r, n, &mut maps),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(
+            take(pf_result_error_message(r)).contains(&format!("kernel index {n} is out of range"))
+        );
+        assert_eq!(
+            pf_result_kernel_num_tensor_maps(r, 0, null_mut()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        // No map to encode: refused before the driver is asked.
+        #[repr(C, align(64))]
+        struct Map([u64; 16]);
+        let mut out = Map([0; 16]);
+        let ptrs = [std::ptr::without_provenance::<std::ffi::c_void>(0x1000); 3];
+        assert_eq!(
+            pf_result_kernel_tensor_map(r, 0, 0, ptrs.as_ptr(), 3, (&raw mut out).cast()),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert!(
+            take(pf_result_error_message(r)).contains("tensor map index 0 is out of range (0..0)")
+        );
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+    // A cpu result has no kernels to ask about.
+    let ctx = context("gemm.json");
+    let r = compile_ok(ctx);
+    let mut maps = 0;
+    // SAFETY: valid handles and output place.
+    unsafe {
+        assert_eq!(
+            pf_result_kernel_num_tensor_maps(r, 0, &mut maps),
+            PF_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(pf_result_destroy(r), PF_OK);
+        assert_eq!(pf_context_destroy(ctx), PF_OK);
+    }
+}
+
+#[test]
 fn destroying_a_result_after_a_failed_launch_touches_no_driver() {
     // pf_result_destroy unloads the modules a result loaded, each in its
     // context, and releases the primary contexts it retained (issue 30;

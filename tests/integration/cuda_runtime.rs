@@ -255,6 +255,7 @@ fn grids_evaluate_in_the_parameters() {
         static_shared: 0,
         dependent: false,
         globals: Vec::new(),
+        tensor_maps: Vec::new(),
     };
     let p = |n: i64, m: i64| HashMap::from([("N".to_string(), n), ("M".to_string(), m)]);
     assert_eq!(k.grid_dims(&p(100, 9)).unwrap(), [4, 4, 1]);
@@ -336,6 +337,7 @@ fn scale_program(n: i64, body: &str) -> polyfuse::Compiled {
             static_shared: 0,
             dependent: false,
             globals: vec!["X".into(), "Y".into()],
+            tensor_maps: Vec::new(),
         }],
         args: vec![
             KernelArg::Tensor {
