@@ -225,3 +225,146 @@ fn map_operand(
         box_len: span * tk,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::test_support::Analysed;
+    use crate::gpu::GpuOptions;
+
+    /// A product `body` of f16 operands `A` (`a_shape`) and `B` (`b_shape`)
+    /// into an f32 `C` of `c_shape`, at `params` (a JSON object's members).
+    fn program(params: &str, shapes: [&str; 3], body: &str) -> String {
+        format!(
+            r#"{{"name": "mm", "params": {{ {params} }},
+                "inputs": {{"A": {{"dtype": "f16", "shape": {}}},
+                           "B": {{"dtype": "f16", "shape": {}}}}},
+                "outputs": {{"C": {{"dtype": "f32", "shape": {}}}}},
+                "body": ["{body}"]}}"#,
+            shapes[0], shapes[1], shapes[2]
+        )
+    }
+
+    const MNK: &str = r#""M": 256, "N": 192, "K": 160"#;
+    const ROW_MAJOR: [&str; 3] = [r#"["M", "K"]"#, r#"["K", "N"]"#, r#"["M", "N"]"#];
+    const GEMM: &str = "C(i, j) +=! A(i, k) * B(k, j)";
+
+    /// The contraction of `json`'s kernels under the automatic tiles (the
+    /// `wgmma` tiles), with the copy engine on or off.
+    fn contraction(json: &str, tma: bool) -> Contraction {
+        let options = GpuOptions {
+            auto_tile: true,
+            tma,
+            ..GpuOptions::default()
+        };
+        Analysed::new(json)
+            .plans(&[32], &options)
+            .into_iter()
+            .find_map(|p| p.contraction().cloned())
+            .expect("a contraction on tensor cores")
+    }
+
+    #[test]
+    fn a_row_major_product_copies_both_operands_by_the_engine() {
+        let c = contraction(&program(MNK, ROW_MAJOR, GEMM), true);
+        assert!(c.wgmma);
+        let [a, b] = c.copies.tma().expect("copied by the engine").clone();
+        let [tm, tn, tk] = c.tile;
+        // A (M x K, K-major): dimensions k then i; one box of the tile's
+        // rows and the k tile, in the 128-byte swizzle.
+        assert_eq!((a.map.tensor.as_str(), a.map.dtype), ("A", DType::F16));
+        assert_eq!(
+            (a.map.dims.clone(), a.map.strides.clone()),
+            (vec![160, 256], vec![320])
+        );
+        assert_eq!((a.k_dim, a.row_dim, a.boxes), (0, 1, 1));
+        assert_eq!(a.map.boxes, vec![tk as u32, tm as u32]);
+        assert_eq!(a.map.swizzle, 128);
+        // B (K x N, MN-major): dimensions j then k; a box per group of
+        // columns the swizzle's line holds.
+        assert_eq!(
+            (b.map.dims.clone(), b.map.strides.clone()),
+            (vec![192, 160], vec![384])
+        );
+        assert_eq!((b.k_dim, b.row_dim), (1, 0));
+        let span = if tn == 32 { 32 } else { 64 };
+        assert_eq!(b.map.boxes, vec![span as u32, tk as u32]);
+        assert_eq!((b.boxes, b.map.swizzle), (tn / span, 2 * span as u32));
+        // What a stage's barrier expects: both tiles, zero fill included.
+        assert_eq!(a.stage_bytes() + b.stage_bytes(), (tm + tn) * tk * 2);
+        assert_eq!(c.copies.maps(), vec![a.map, b.map]);
+    }
+
+    #[test]
+    fn without_the_engine_the_threads_copy() {
+        let c = contraction(&program(MNK, ROW_MAJOR, GEMM), false);
+        assert!(c.wgmma);
+        assert_eq!(c.copies, Copies::CpAsync);
+    }
+
+    #[test]
+    fn rows_off_sixteen_bytes_keep_the_threads_copies() {
+        // A's rows are 2 * 1001 bytes: no map can describe them.
+        let json = program(r#""M": 256, "N": 192, "K": 1001"#, ROW_MAJOR, GEMM);
+        let c = contraction(&json, true);
+        assert!(c.wgmma);
+        assert_eq!(c.copies, Copies::CpAsync);
+    }
+
+    #[test]
+    fn a_reduction_over_part_of_a_tensor_keeps_the_threads_copies() {
+        // k runs over 100 of A's 160 columns: a box past k = 100 would read
+        // elements of A that the statement does not sum, and the engine
+        // fills zeros only past the tensor.
+        let json = program(
+            MNK,
+            ROW_MAJOR,
+            "C(i, j) +=! A(i, k) * B(k, j) where k < 100",
+        );
+        let c = contraction(&json, true);
+        assert!(c.wgmma);
+        assert_eq!(c.copies, Copies::CpAsync);
+    }
+
+    #[test]
+    fn a_batch_index_is_a_dimension_of_box_one() {
+        let json = program(
+            r#""Z": 3, "M": 1024, "N": 1024, "K": 160"#,
+            [
+                r#"["Z", "M", "K"]"#,
+                r#"["Z", "K", "N"]"#,
+                r#"["Z", "M", "N"]"#,
+            ],
+            "C(z, i, j) +=! A(z, i, k) * B(z, k, j)",
+        );
+        let c = contraction(&json, true);
+        eprintln!(
+            "wgmma {} split {} tile {:?} batch {:?} a {:?}",
+            c.wgmma, c.split, c.tile, c.batch, c.a
+        );
+        let [a, b] = c.copies.tma().expect("copied by the engine").clone();
+        assert_eq!(a.map.dims, vec![160, 1024, 3]);
+        assert_eq!(a.map.strides, vec![320, 320 * 1024]);
+        assert_eq!(a.map.boxes[2], 1);
+        assert_eq!(b.map.dims, vec![1024, 160, 3]);
+        assert_eq!(b.map.boxes[2], 1);
+    }
+
+    #[test]
+    fn an_mn_major_a_is_boxed_along_its_rows() {
+        // A stored k-major-last (K x M): m is contiguous.
+        let json = program(
+            MNK,
+            [r#"["K", "M"]"#, r#"["K", "N"]"#, r#"["M", "N"]"#],
+            "C(i, j) +=! A(k, i) * B(k, j)",
+        );
+        let c = contraction(&json, true);
+        if !c.wgmma {
+            return; // no wgmma tile for two MN-major operands here
+        }
+        let [a, _] = c.copies.tma().expect("copied by the engine").clone();
+        assert_eq!((a.row_dim, a.k_dim), (0, 1));
+        assert_eq!(a.map.dims, vec![256, 160]);
+        assert_eq!(a.boxes, c.tile[0] / 64);
+    }
+}

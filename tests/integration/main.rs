@@ -39,6 +39,7 @@ mod siblings;
 mod soundness;
 mod suite;
 mod sums;
+mod tma;
 mod triangles;
 mod tune;
 mod watch;
