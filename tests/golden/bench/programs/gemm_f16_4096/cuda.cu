@@ -80,6 +80,42 @@ static __device__ __forceinline__ void pf_wgmma_commit() { asm volatile("wgmma.c
 static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 #endif
+struct __align__(64) PfTensorMap { unsigned long long opaque[16]; };
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void pf_mbar_init(unsigned long long *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void pf_mbar_expect_tx(unsigned long long *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void pf_mbar_arrive(unsigned long long *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+}
+/* Returns once the barrier's phase of parity `parity` has completed. */
+static __device__ __forceinline__ void pf_mbar_wait(unsigned long long *bar, unsigned parity) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+static __device__ __forceinline__ void pf_tma_load2(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1) : "memory");
+}
+static __device__ __forceinline__ void pf_tma_load3(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void pf_tma_load4(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+static __device__ __forceinline__ void pf_tma_load5(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
+#endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 static __device__ __forceinline__ void pf_wgmma_f16_n256_t01(float *d, unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -89,7 +125,7 @@ static __device__ __forceinline__ void pf_wgmma_f16_n256_t01(float *d, unsigned 
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256, 1) kernel_0(unsigned short *__restrict__ t_A, unsigned short *__restrict__ t_B, unsigned short *__restrict__ t_C) {
+extern "C" __global__ void __launch_bounds__(256, 1) kernel_0(unsigned short *__restrict__ t_A, unsigned short *__restrict__ t_B, unsigned short *__restrict__ t_C, const __grid_constant__ PfTensorMap pf_map_a, const __grid_constant__ PfTensorMap pf_map_b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -107,6 +143,15 @@ asm volatile("griddepcontrol.launch_dependents;");
   #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const unsigned long long pf_mma_kernel_0_A_desc = pf_wgmma_desc(pf_mma_kernel_0_A, 16, 1024);
   const unsigned long long pf_mma_kernel_0_B_desc = pf_wgmma_desc(pf_mma_kernel_0_B, 8192, 1024);
+  #endif
+  #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ __align__(8) unsigned long long pf_bar_kernel_0[8];
+  unsigned pf_full_kernel_0 = 0, pf_empty_kernel_0 = 0;
+  if (threadIdx.x == 0) {
+    for (int pf_s = 0; pf_s < 4; pf_s++) { pf_mbar_init(&pf_bar_kernel_0[pf_s], 1); pf_mbar_init(&pf_bar_kernel_0[4 + pf_s], 8); }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
   #endif
   for (pf_i c0 = 0 + (pf_i)blockIdx.y * 128; (c0 <= 4095); c0 += (pf_i)gridDim.y * 128) {
     for (pf_i c1 = 0 + (pf_i)blockIdx.x * 256; (c1 <= 4095); c1 += (pf_i)gridDim.x * 256) {
@@ -134,608 +179,43 @@ asm volatile("griddepcontrol.launch_dependents;");
             const int pf_in = 1;
             pf_acc[pf_mt][pf_nt][pf_r] = 0.0f; (void)pf_in;
           }
-          const pf_i pf_A0_e = pf_tid + 0;
-          const int pf_A0_live = pf_A0_e < 1024;
-          const pf_i pf_A0_line = pf_A0_e / 8;
-          const pf_i pf_A0_col = (pf_A0_e % 8) * 8;
-          const pf_i pf_A0_dst = pf_A0_line * 64 + (((pf_A0_col / 8) ^ (pf_A0_line % 8)) * 8);
-          const pf_i pf_A0_row = pf_m0 + pf_A0_line;
-          const pf_i pf_A0_k = pf_A0_col;
-          const unsigned short *const pf_A0_src = (const unsigned short *)&t_A[(((pf_A0_row)) * (p_K) + ((pf_A0_k)))];
-          const pf_i pf_A0_ks = (pf_i)((const unsigned short *)&t_A[(((pf_A0_row)) * (p_K) + ((pf_A0_k + 1)))] - (const unsigned short *)&t_A[(((pf_A0_row)) * (p_K) + ((pf_A0_k)))]);
-          const pf_i pf_A0_ls = (pf_i)((const unsigned short *)&t_A[(((pf_A0_row + 1)) * (p_K) + ((pf_A0_k)))] - (const unsigned short *)&t_A[(((pf_A0_row)) * (p_K) + ((pf_A0_k)))]);
-          const int pf_A0_rows = pf_A0_live && pf_A0_row < pf_em;
-          const int pf_A0_aligned = (((unsigned long long)pf_A0_src) & 15) == 0;
-          const int pf_A0_fast = pf_A0_live && pf_A0_aligned && pf_A0_rows;
-          const int pf_A_all = (1) && pf_A0_aligned && ((pf_i)(32 * pf_A0_ls)) % 8 == 0 && pf_A0_row + 96 < pf_em;
-          const pf_i pf_B0_e = pf_tid + 0;
-          const int pf_B0_live = pf_B0_e < 2048;
-          const pf_i pf_B0_line = pf_B0_e / 32;
-          const pf_i pf_B0_col = (pf_B0_e % 32) * 8;
-          const pf_i pf_B0_dst = (pf_B0_col / 64) * 4096 + pf_B0_line * 64 + ((((pf_B0_col % 64) / 8) ^ (pf_B0_line % 8)) * 8);
-          const pf_i pf_B0_row = pf_n0 + pf_B0_col;
-          const pf_i pf_B0_k = pf_B0_line;
-          const unsigned short *const pf_B0_src = (const unsigned short *)&t_B[(((pf_B0_k)) * (p_N) + ((((pf_B0_row) >= (pf_en) && (pf_en) >= 8 ? ((pf_en) / 8 - 1) * 8 : (pf_B0_row)))))];
-          const pf_i pf_B0_ks = (pf_i)((const unsigned short *)&t_B[(((pf_B0_k + 1)) * (p_N) + ((((pf_B0_row) >= (pf_en) && (pf_en) >= 8 ? ((pf_en) / 8 - 1) * 8 : (pf_B0_row)))))] - (const unsigned short *)&t_B[(((pf_B0_k)) * (p_N) + ((((pf_B0_row) >= (pf_en) && (pf_en) >= 8 ? ((pf_en) / 8 - 1) * 8 : (pf_B0_row)))))]);
-          const pf_i pf_B0_ls = (pf_i)((const unsigned short *)&t_B[(((pf_B0_k + 1)) * (p_N) + ((((pf_B0_row) >= (pf_en) && (pf_en) >= 8 ? ((pf_en) / 8 - 1) * 8 : (pf_B0_row)))))] - (const unsigned short *)&t_B[(((pf_B0_k)) * (p_N) + ((((pf_B0_row) >= (pf_en) && (pf_en) >= 8 ? ((pf_en) / 8 - 1) * 8 : (pf_B0_row)))))]);
-          const int pf_B0_rows = pf_B0_live ? (pf_B0_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B0_row, (pf_i)8), (pf_i)0)) : 0;
-          const int pf_B0_aligned = (((unsigned long long)pf_B0_src) & 15) == 0;
-          const int pf_B0_fast = pf_B0_live && pf_B0_aligned && pf_B0_rows == 8;
-          const int pf_B_all = (1) && pf_B0_aligned && ((pf_i)(8 * pf_B0_ls)) % 8 == 0 && pf_B0_rows == 8;
-          if (pf_A_all && pf_B_all) {
-            #pragma unroll
-            for (int pf_s = 0; pf_s < 2; pf_s++) {
-              if (pf_kb + pf_s * 64 < pf_ke) {
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 8192 + pf_A0_dst + 0], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 0 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 8192 + pf_A0_dst + 2048], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 32 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 8192 + pf_A0_dst + 4096], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 64 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_s) * 8192 + pf_A0_dst + 6144], (pf_A0_src + (pf_kb + pf_s * 64) * pf_A0_ks + 96 * pf_A0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 0], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 0 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 512], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 8 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 1024], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 16 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 1536], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 24 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 2048], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 32 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 2560], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 40 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 3072], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 48 * pf_B0_ls));
-                pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_s) * 16384 + pf_B0_dst + 3584], (pf_B0_src + (pf_kb + pf_s * 64) * pf_B0_ks + 56 * pf_B0_ls));
-              }
-              pf_cp_async_commit();
+          const long pf_A_at = (long)(&t_A[(((c0)) * (p_K) + ((0)))] - t_A);
+          const int pf_A_c1 = (int)((pf_A_at / 4096) % 4096);
+          const long pf_B_at = (long)(&t_B[(((0)) * (p_N) + ((c1)))] - t_B);
+          const int pf_B_c0 = (int)((pf_B_at / 1) % 4096);
+          if (pf_tid == 0) {
+            if (pf_kb + 0 < pf_ke) {
+              pf_mbar_expect_tx(&pf_bar_kernel_0[0], 49152);
+              pf_tma_load2(&pf_mma_kernel_0_A[(0) * 8192 + 0], &pf_map_a, &pf_bar_kernel_0[0], (int)(pf_kb + 0), pf_A_c1);
+              pf_tma_load2(&pf_mma_kernel_0_B[(0) * 16384 + 0], &pf_map_b, &pf_bar_kernel_0[0], pf_B_c0, (int)(pf_kb + 0));
+              pf_tma_load2(&pf_mma_kernel_0_B[(0) * 16384 + 4096], &pf_map_b, &pf_bar_kernel_0[0], pf_B_c0 + 64, (int)(pf_kb + 0));
+              pf_tma_load2(&pf_mma_kernel_0_B[(0) * 16384 + 8192], &pf_map_b, &pf_bar_kernel_0[0], pf_B_c0 + 128, (int)(pf_kb + 0));
+              pf_tma_load2(&pf_mma_kernel_0_B[(0) * 16384 + 12288], &pf_map_b, &pf_bar_kernel_0[0], pf_B_c0 + 192, (int)(pf_kb + 0));
             }
-          } else {
-          if (pf_kb + 0 < pf_ke) {
-            const int pf_full = 1;
-            if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks + 96 * pf_A0_ls));
-            } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks));
-              else if (pf_A0_live) {
-                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 8192 + pf_A0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 0)) * pf_A0_ks);
-                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_A1_live = pf_tid + 256 < 1024;
-                const pf_i pf_A1_dst = pf_A0_dst + 2048;
-                const pf_i pf_A1_row = pf_A0_row + 32;
-                const pf_i pf_A1_k = pf_A0_k;
-                const unsigned short *const pf_A1_src = pf_A0_src + 32 * pf_A0_ls;
-                const pf_i pf_A1_ks = pf_A0_ks;
-                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks));
-                else if (pf_A1_live) {
-                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 8192 + pf_A1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 0)) * pf_A1_ks);
-                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A2_live = pf_tid + 512 < 1024;
-                const pf_i pf_A2_dst = pf_A0_dst + 4096;
-                const pf_i pf_A2_row = pf_A0_row + 64;
-                const pf_i pf_A2_k = pf_A0_k;
-                const unsigned short *const pf_A2_src = pf_A0_src + 64 * pf_A0_ls;
-                const pf_i pf_A2_ks = pf_A0_ks;
-                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks));
-                else if (pf_A2_live) {
-                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 8192 + pf_A2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 0)) * pf_A2_ks);
-                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A3_live = pf_tid + 768 < 1024;
-                const pf_i pf_A3_dst = pf_A0_dst + 6144;
-                const pf_i pf_A3_row = pf_A0_row + 96;
-                const pf_i pf_A3_k = pf_A0_k;
-                const unsigned short *const pf_A3_src = pf_A0_src + 96 * pf_A0_ls;
-                const pf_i pf_A3_ks = pf_A0_ks;
-                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(0) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks));
-                else if (pf_A3_live) {
-                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 0) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(0) * 8192 + pf_A3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 0)) * pf_A3_ks);
-                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
+            if (pf_kb + 64 < pf_ke) {
+              pf_mbar_expect_tx(&pf_bar_kernel_0[1], 49152);
+              pf_tma_load2(&pf_mma_kernel_0_A[(1) * 8192 + 0], &pf_map_a, &pf_bar_kernel_0[1], (int)(pf_kb + 64), pf_A_c1);
+              pf_tma_load2(&pf_mma_kernel_0_B[(1) * 16384 + 0], &pf_map_b, &pf_bar_kernel_0[1], pf_B_c0, (int)(pf_kb + 64));
+              pf_tma_load2(&pf_mma_kernel_0_B[(1) * 16384 + 4096], &pf_map_b, &pf_bar_kernel_0[1], pf_B_c0 + 64, (int)(pf_kb + 64));
+              pf_tma_load2(&pf_mma_kernel_0_B[(1) * 16384 + 8192], &pf_map_b, &pf_bar_kernel_0[1], pf_B_c0 + 128, (int)(pf_kb + 64));
+              pf_tma_load2(&pf_mma_kernel_0_B[(1) * 16384 + 12288], &pf_map_b, &pf_bar_kernel_0[1], pf_B_c0 + 192, (int)(pf_kb + 64));
             }
-            if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks + 56 * pf_B0_ls));
-            } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks));
-              else if (pf_B0_live) {
-                const int pf_count = ((pf_kb + 0) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 0)) * pf_B0_ks);
-                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
-                const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
-                const pf_i pf_B1_ks = pf_B0_ks;
-                const int pf_B1_rows = pf_B1_live ? (pf_B1_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks));
-                else if (pf_B1_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 0)) * pf_B1_ks);
-                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
-                const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
-                const pf_i pf_B2_ks = pf_B0_ks;
-                const int pf_B2_rows = pf_B2_live ? (pf_B2_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
-                const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks));
-                else if (pf_B2_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 0)) * pf_B2_ks);
-                    if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
-                const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
-                const pf_i pf_B3_ks = pf_B0_ks;
-                const int pf_B3_rows = pf_B3_live ? (pf_B3_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
-                const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks));
-                else if (pf_B3_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 0)) * pf_B3_ks);
-                    if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (pf_B4_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 0)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (pf_B5_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 0)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (pf_B6_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 0)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (pf_B7_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(0) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 0) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(0) * 16384 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 0)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
+            if (pf_kb + 128 < pf_ke) {
+              pf_mbar_expect_tx(&pf_bar_kernel_0[2], 49152);
+              pf_tma_load2(&pf_mma_kernel_0_A[(2) * 8192 + 0], &pf_map_a, &pf_bar_kernel_0[2], (int)(pf_kb + 128), pf_A_c1);
+              pf_tma_load2(&pf_mma_kernel_0_B[(2) * 16384 + 0], &pf_map_b, &pf_bar_kernel_0[2], pf_B_c0, (int)(pf_kb + 128));
+              pf_tma_load2(&pf_mma_kernel_0_B[(2) * 16384 + 4096], &pf_map_b, &pf_bar_kernel_0[2], pf_B_c0 + 64, (int)(pf_kb + 128));
+              pf_tma_load2(&pf_mma_kernel_0_B[(2) * 16384 + 8192], &pf_map_b, &pf_bar_kernel_0[2], pf_B_c0 + 128, (int)(pf_kb + 128));
+              pf_tma_load2(&pf_mma_kernel_0_B[(2) * 16384 + 12288], &pf_map_b, &pf_bar_kernel_0[2], pf_B_c0 + 192, (int)(pf_kb + 128));
             }
-            pf_cp_async_commit();
-          }
-          else pf_cp_async_commit();
-          if (pf_kb + 64 < pf_ke) {
-            const int pf_full = 1;
-            if (pf_full && pf_A_all) {
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 0 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 32 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 64 * pf_A0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks + 96 * pf_A0_ls));
-            } else {
-              if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks));
-              else if (pf_A0_live) {
-                const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 8192 + pf_A0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_A0_src + ((pf_kb + 64)) * pf_A0_ks);
-                  if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_A1_live = pf_tid + 256 < 1024;
-                const pf_i pf_A1_dst = pf_A0_dst + 2048;
-                const pf_i pf_A1_row = pf_A0_row + 32;
-                const pf_i pf_A1_k = pf_A0_k;
-                const unsigned short *const pf_A1_src = pf_A0_src + 32 * pf_A0_ls;
-                const pf_i pf_A1_ks = pf_A0_ks;
-                const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks));
-                else if (pf_A1_live) {
-                  const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 8192 + pf_A1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A1_src + ((pf_kb + 64)) * pf_A1_ks);
-                    if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A2_live = pf_tid + 512 < 1024;
-                const pf_i pf_A2_dst = pf_A0_dst + 4096;
-                const pf_i pf_A2_row = pf_A0_row + 64;
-                const pf_i pf_A2_k = pf_A0_k;
-                const unsigned short *const pf_A2_src = pf_A0_src + 64 * pf_A0_ls;
-                const pf_i pf_A2_ks = pf_A0_ks;
-                const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks));
-                else if (pf_A2_live) {
-                  const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 8192 + pf_A2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A2_src + ((pf_kb + 64)) * pf_A2_ks);
-                    if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_A3_live = pf_tid + 768 < 1024;
-                const pf_i pf_A3_dst = pf_A0_dst + 6144;
-                const pf_i pf_A3_row = pf_A0_row + 96;
-                const pf_i pf_A3_k = pf_A0_k;
-                const unsigned short *const pf_A3_src = pf_A0_src + 96 * pf_A0_ls;
-                const pf_i pf_A3_ks = pf_A0_ks;
-                const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(1) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks));
-                else if (pf_A3_live) {
-                  const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kb + 64) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_A[(1) * 8192 + pf_A3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_A3_src + ((pf_kb + 64)) * pf_A3_ks);
-                    if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
+            if (pf_kb + 192 < pf_ke) {
+              pf_mbar_expect_tx(&pf_bar_kernel_0[3], 49152);
+              pf_tma_load2(&pf_mma_kernel_0_A[(3) * 8192 + 0], &pf_map_a, &pf_bar_kernel_0[3], (int)(pf_kb + 192), pf_A_c1);
+              pf_tma_load2(&pf_mma_kernel_0_B[(3) * 16384 + 0], &pf_map_b, &pf_bar_kernel_0[3], pf_B_c0, (int)(pf_kb + 192));
+              pf_tma_load2(&pf_mma_kernel_0_B[(3) * 16384 + 4096], &pf_map_b, &pf_bar_kernel_0[3], pf_B_c0 + 64, (int)(pf_kb + 192));
+              pf_tma_load2(&pf_mma_kernel_0_B[(3) * 16384 + 8192], &pf_map_b, &pf_bar_kernel_0[3], pf_B_c0 + 128, (int)(pf_kb + 192));
+              pf_tma_load2(&pf_mma_kernel_0_B[(3) * 16384 + 12288], &pf_map_b, &pf_bar_kernel_0[3], pf_B_c0 + 192, (int)(pf_kb + 192));
             }
-            if (pf_full && pf_B_all) {
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 0 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 8 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 16 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 24 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 32 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 40 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 48 * pf_B0_ls));
-              pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks + 56 * pf_B0_ls));
-            } else {
-              if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks));
-              else if (pf_B0_live) {
-                const int pf_count = ((pf_kb + 64) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B0_dst];
-                if (pf_count > 0) {
-                  const unsigned short *pf_src = (pf_B0_src + ((pf_kb + 64)) * pf_B0_ks);
-                  if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                  else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                } else {
-                  *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                }
-              }
-              {
-                const int pf_B1_live = pf_tid + 256 < 2048;
-                const pf_i pf_B1_dst = pf_B0_dst + 512;
-                const pf_i pf_B1_row = pf_B0_row;
-                const pf_i pf_B1_k = pf_B0_k + 8;
-                const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
-                const pf_i pf_B1_ks = pf_B0_ks;
-                const int pf_B1_rows = pf_B1_live ? (pf_B1_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks));
-                else if (pf_B1_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B1_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B1_src + ((pf_kb + 64)) * pf_B1_ks);
-                    if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B2_live = pf_tid + 512 < 2048;
-                const pf_i pf_B2_dst = pf_B0_dst + 1024;
-                const pf_i pf_B2_row = pf_B0_row;
-                const pf_i pf_B2_k = pf_B0_k + 16;
-                const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
-                const pf_i pf_B2_ks = pf_B0_ks;
-                const int pf_B2_rows = pf_B2_live ? (pf_B2_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
-                const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks));
-                else if (pf_B2_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B2_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B2_src + ((pf_kb + 64)) * pf_B2_ks);
-                    if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B3_live = pf_tid + 768 < 2048;
-                const pf_i pf_B3_dst = pf_B0_dst + 1536;
-                const pf_i pf_B3_row = pf_B0_row;
-                const pf_i pf_B3_k = pf_B0_k + 24;
-                const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
-                const pf_i pf_B3_ks = pf_B0_ks;
-                const int pf_B3_rows = pf_B3_live ? (pf_B3_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
-                const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks));
-                else if (pf_B3_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B3_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B3_src + ((pf_kb + 64)) * pf_B3_ks);
-                    if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B4_live = pf_tid + 1024 < 2048;
-                const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                const pf_i pf_B4_row = pf_B0_row;
-                const pf_i pf_B4_k = pf_B0_k + 32;
-                const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                const pf_i pf_B4_ks = pf_B0_ks;
-                const int pf_B4_rows = pf_B4_live ? (pf_B4_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks));
-                else if (pf_B4_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B4_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B4_src + ((pf_kb + 64)) * pf_B4_ks);
-                    if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B5_live = pf_tid + 1280 < 2048;
-                const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                const pf_i pf_B5_row = pf_B0_row;
-                const pf_i pf_B5_k = pf_B0_k + 40;
-                const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                const pf_i pf_B5_ks = pf_B0_ks;
-                const int pf_B5_rows = pf_B5_live ? (pf_B5_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks));
-                else if (pf_B5_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B5_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B5_src + ((pf_kb + 64)) * pf_B5_ks);
-                    if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B6_live = pf_tid + 1536 < 2048;
-                const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                const pf_i pf_B6_row = pf_B0_row;
-                const pf_i pf_B6_k = pf_B0_k + 48;
-                const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                const pf_i pf_B6_ks = pf_B0_ks;
-                const int pf_B6_rows = pf_B6_live ? (pf_B6_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks));
-                else if (pf_B6_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B6_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B6_src + ((pf_kb + 64)) * pf_B6_ks);
-                    if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-              {
-                const int pf_B7_live = pf_tid + 1792 < 2048;
-                const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                const pf_i pf_B7_row = pf_B0_row;
-                const pf_i pf_B7_k = pf_B0_k + 56;
-                const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                const pf_i pf_B7_ks = pf_B0_ks;
-                const int pf_B7_rows = pf_B7_live ? (pf_B7_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0)) : 0;
-                const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(1) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks));
-                else if (pf_B7_live) {
-                  const int pf_count = ((pf_kb + 64) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                  unsigned short *pf_dst = &pf_mma_kernel_0_B[(1) * 16384 + pf_B7_dst];
-                  if (pf_count > 0) {
-                    const unsigned short *pf_src = (pf_B7_src + ((pf_kb + 64)) * pf_B7_ks);
-                    if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                    else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                  } else {
-                    *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                  }
-                }
-              }
-            }
-            pf_cp_async_commit();
-          }
-          else pf_cp_async_commit();
           }
           for (pf_i pf_k0 = pf_kb; pf_k0 < pf_ke; pf_k0 += 256) {
             #pragma unroll
@@ -743,10 +223,8 @@ asm volatile("griddepcontrol.launch_dependents;");
               const pf_i pf_kt = pf_k0 + pf_u * 64;
               if (pf_kt < pf_ke) {
                 const int pf_stage = pf_u;
-                const int pf_next = (pf_u + 2) % 4;
-                pf_cp_async_wait<1>();
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                __syncthreads();
+                pf_mbar_wait(&pf_bar_kernel_0[pf_stage], (pf_full_kernel_0 >> pf_stage) & 1u);
+                pf_full_kernel_0 ^= 1u << pf_stage;
                 const int pf_wg = pf_tid / 128;
                 pf_wgmma_fence();
                 #pragma unroll
@@ -756,289 +234,26 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_wgmma_f16_n256_t01(&pf_acc[0][0][0], pf_da, pf_db, 1);
                 }
                 pf_wgmma_commit();
-                if (pf_kt + 128 < pf_ke) {
-                  const int pf_full = 1;
-                  if (pf_full && pf_A_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A0_dst + 0], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 0 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A0_dst + 2048], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 32 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A0_dst + 4096], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 64 * pf_A0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A0_dst + 6144], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks + 96 * pf_A0_ls));
-                  } else {
-                    if (pf_full && pf_A0_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A0_dst], (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks));
-                    else if (pf_A0_live) {
-                      const int pf_count = pf_A0_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A0_k), (pf_i)8), (pf_i)0) : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A0_dst];
-                      if (pf_count > 0) {
-                        const unsigned short *pf_src = (pf_A0_src + ((pf_kt + 128)) * pf_A0_ks);
-                        if (pf_A0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                      } else {
-                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                      }
-                    }
-                    {
-                      const int pf_A1_live = pf_tid + 256 < 1024;
-                      const pf_i pf_A1_dst = pf_A0_dst + 2048;
-                      const pf_i pf_A1_row = pf_A0_row + 32;
-                      const pf_i pf_A1_k = pf_A0_k;
-                      const unsigned short *const pf_A1_src = pf_A0_src + 32 * pf_A0_ls;
-                      const pf_i pf_A1_ks = pf_A0_ks;
-                      const int pf_A1_rows = pf_A1_live && pf_A1_row < pf_em;
-                      const int pf_A1_aligned = (((unsigned long long)pf_A1_src) & 15) == 0;
-                      const int pf_A1_fast = pf_A1_live && pf_A1_aligned && pf_A1_rows;
-                      if (pf_full && pf_A1_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A1_dst], (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks));
-                      else if (pf_A1_live) {
-                        const int pf_count = pf_A1_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A1_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A1_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_A1_src + ((pf_kt + 128)) * pf_A1_ks);
-                          if (pf_A1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_A2_live = pf_tid + 512 < 1024;
-                      const pf_i pf_A2_dst = pf_A0_dst + 4096;
-                      const pf_i pf_A2_row = pf_A0_row + 64;
-                      const pf_i pf_A2_k = pf_A0_k;
-                      const unsigned short *const pf_A2_src = pf_A0_src + 64 * pf_A0_ls;
-                      const pf_i pf_A2_ks = pf_A0_ks;
-                      const int pf_A2_rows = pf_A2_live && pf_A2_row < pf_em;
-                      const int pf_A2_aligned = (((unsigned long long)pf_A2_src) & 15) == 0;
-                      const int pf_A2_fast = pf_A2_live && pf_A2_aligned && pf_A2_rows;
-                      if (pf_full && pf_A2_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A2_dst], (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks));
-                      else if (pf_A2_live) {
-                        const int pf_count = pf_A2_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A2_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A2_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_A2_src + ((pf_kt + 128)) * pf_A2_ks);
-                          if (pf_A2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_A3_live = pf_tid + 768 < 1024;
-                      const pf_i pf_A3_dst = pf_A0_dst + 6144;
-                      const pf_i pf_A3_row = pf_A0_row + 96;
-                      const pf_i pf_A3_k = pf_A0_k;
-                      const unsigned short *const pf_A3_src = pf_A0_src + 96 * pf_A0_ls;
-                      const pf_i pf_A3_ks = pf_A0_ks;
-                      const int pf_A3_rows = pf_A3_live && pf_A3_row < pf_em;
-                      const int pf_A3_aligned = (((unsigned long long)pf_A3_src) & 15) == 0;
-                      const int pf_A3_fast = pf_A3_live && pf_A3_aligned && pf_A3_rows;
-                      if (pf_full && pf_A3_fast) pf_cp_async16_full(&pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A3_dst], (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks));
-                      else if (pf_A3_live) {
-                        const int pf_count = pf_A3_rows ? (int)pf_max(pf_min(pf_ek - ((pf_kt + 128) + pf_A3_k), (pf_i)8), (pf_i)0) : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_A[(pf_next) * 8192 + pf_A3_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_A3_src + ((pf_kt + 128)) * pf_A3_ks);
-                          if (pf_A3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                  }
-                  if (pf_full && pf_B_all) {
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 0], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 0 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 512], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 8 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 1024], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 16 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 1536], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 24 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 2048], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 32 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 2560], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 40 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 3072], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 48 * pf_B0_ls));
-                    pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst + 3584], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks + 56 * pf_B0_ls));
-                  } else {
-                    if (pf_full && pf_B0_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst], (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks));
-                    else if (pf_B0_live) {
-                      const int pf_count = ((pf_kt + 128) + pf_B0_k < pf_ek) ? pf_B0_rows : 0;
-                      unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B0_dst];
-                      if (pf_count > 0) {
-                        const unsigned short *pf_src = (pf_B0_src + ((pf_kt + 128)) * pf_B0_ks);
-                        if (pf_B0_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                        else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                      } else {
-                        *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                      }
-                    }
-                    {
-                      const int pf_B1_live = pf_tid + 256 < 2048;
-                      const pf_i pf_B1_dst = pf_B0_dst + 512;
-                      const pf_i pf_B1_row = pf_B0_row;
-                      const pf_i pf_B1_k = pf_B0_k + 8;
-                      const unsigned short *const pf_B1_src = pf_B0_src + 8 * pf_B0_ls;
-                      const pf_i pf_B1_ks = pf_B0_ks;
-                      const int pf_B1_rows = pf_B1_live ? (pf_B1_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B1_row, (pf_i)8), (pf_i)0)) : 0;
-                      const int pf_B1_aligned = (((unsigned long long)pf_B1_src) & 15) == 0;
-                      const int pf_B1_fast = pf_B1_live && pf_B1_aligned && pf_B1_rows == 8;
-                      if (pf_full && pf_B1_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B1_dst], (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks));
-                      else if (pf_B1_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B1_k < pf_ek) ? pf_B1_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B1_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B1_src + ((pf_kt + 128)) * pf_B1_ks);
-                          if (pf_B1_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B2_live = pf_tid + 512 < 2048;
-                      const pf_i pf_B2_dst = pf_B0_dst + 1024;
-                      const pf_i pf_B2_row = pf_B0_row;
-                      const pf_i pf_B2_k = pf_B0_k + 16;
-                      const unsigned short *const pf_B2_src = pf_B0_src + 16 * pf_B0_ls;
-                      const pf_i pf_B2_ks = pf_B0_ks;
-                      const int pf_B2_rows = pf_B2_live ? (pf_B2_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B2_row, (pf_i)8), (pf_i)0)) : 0;
-                      const int pf_B2_aligned = (((unsigned long long)pf_B2_src) & 15) == 0;
-                      const int pf_B2_fast = pf_B2_live && pf_B2_aligned && pf_B2_rows == 8;
-                      if (pf_full && pf_B2_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B2_dst], (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks));
-                      else if (pf_B2_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B2_k < pf_ek) ? pf_B2_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B2_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B2_src + ((pf_kt + 128)) * pf_B2_ks);
-                          if (pf_B2_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B3_live = pf_tid + 768 < 2048;
-                      const pf_i pf_B3_dst = pf_B0_dst + 1536;
-                      const pf_i pf_B3_row = pf_B0_row;
-                      const pf_i pf_B3_k = pf_B0_k + 24;
-                      const unsigned short *const pf_B3_src = pf_B0_src + 24 * pf_B0_ls;
-                      const pf_i pf_B3_ks = pf_B0_ks;
-                      const int pf_B3_rows = pf_B3_live ? (pf_B3_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B3_row, (pf_i)8), (pf_i)0)) : 0;
-                      const int pf_B3_aligned = (((unsigned long long)pf_B3_src) & 15) == 0;
-                      const int pf_B3_fast = pf_B3_live && pf_B3_aligned && pf_B3_rows == 8;
-                      if (pf_full && pf_B3_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B3_dst], (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks));
-                      else if (pf_B3_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B3_k < pf_ek) ? pf_B3_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B3_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B3_src + ((pf_kt + 128)) * pf_B3_ks);
-                          if (pf_B3_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B4_live = pf_tid + 1024 < 2048;
-                      const pf_i pf_B4_dst = pf_B0_dst + 2048;
-                      const pf_i pf_B4_row = pf_B0_row;
-                      const pf_i pf_B4_k = pf_B0_k + 32;
-                      const unsigned short *const pf_B4_src = pf_B0_src + 32 * pf_B0_ls;
-                      const pf_i pf_B4_ks = pf_B0_ks;
-                      const int pf_B4_rows = pf_B4_live ? (pf_B4_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B4_row, (pf_i)8), (pf_i)0)) : 0;
-                      const int pf_B4_aligned = (((unsigned long long)pf_B4_src) & 15) == 0;
-                      const int pf_B4_fast = pf_B4_live && pf_B4_aligned && pf_B4_rows == 8;
-                      if (pf_full && pf_B4_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B4_dst], (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks));
-                      else if (pf_B4_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B4_k < pf_ek) ? pf_B4_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B4_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B4_src + ((pf_kt + 128)) * pf_B4_ks);
-                          if (pf_B4_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B5_live = pf_tid + 1280 < 2048;
-                      const pf_i pf_B5_dst = pf_B0_dst + 2560;
-                      const pf_i pf_B5_row = pf_B0_row;
-                      const pf_i pf_B5_k = pf_B0_k + 40;
-                      const unsigned short *const pf_B5_src = pf_B0_src + 40 * pf_B0_ls;
-                      const pf_i pf_B5_ks = pf_B0_ks;
-                      const int pf_B5_rows = pf_B5_live ? (pf_B5_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B5_row, (pf_i)8), (pf_i)0)) : 0;
-                      const int pf_B5_aligned = (((unsigned long long)pf_B5_src) & 15) == 0;
-                      const int pf_B5_fast = pf_B5_live && pf_B5_aligned && pf_B5_rows == 8;
-                      if (pf_full && pf_B5_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B5_dst], (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks));
-                      else if (pf_B5_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B5_k < pf_ek) ? pf_B5_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B5_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B5_src + ((pf_kt + 128)) * pf_B5_ks);
-                          if (pf_B5_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B6_live = pf_tid + 1536 < 2048;
-                      const pf_i pf_B6_dst = pf_B0_dst + 3072;
-                      const pf_i pf_B6_row = pf_B0_row;
-                      const pf_i pf_B6_k = pf_B0_k + 48;
-                      const unsigned short *const pf_B6_src = pf_B0_src + 48 * pf_B0_ls;
-                      const pf_i pf_B6_ks = pf_B0_ks;
-                      const int pf_B6_rows = pf_B6_live ? (pf_B6_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B6_row, (pf_i)8), (pf_i)0)) : 0;
-                      const int pf_B6_aligned = (((unsigned long long)pf_B6_src) & 15) == 0;
-                      const int pf_B6_fast = pf_B6_live && pf_B6_aligned && pf_B6_rows == 8;
-                      if (pf_full && pf_B6_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B6_dst], (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks));
-                      else if (pf_B6_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B6_k < pf_ek) ? pf_B6_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B6_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B6_src + ((pf_kt + 128)) * pf_B6_ks);
-                          if (pf_B6_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                    {
-                      const int pf_B7_live = pf_tid + 1792 < 2048;
-                      const pf_i pf_B7_dst = pf_B0_dst + 3584;
-                      const pf_i pf_B7_row = pf_B0_row;
-                      const pf_i pf_B7_k = pf_B0_k + 56;
-                      const unsigned short *const pf_B7_src = pf_B0_src + 56 * pf_B0_ls;
-                      const pf_i pf_B7_ks = pf_B0_ks;
-                      const int pf_B7_rows = pf_B7_live ? (pf_B7_row >= pf_en && pf_en >= 8 ? 8 : (int)pf_max(pf_min(pf_en - pf_B7_row, (pf_i)8), (pf_i)0)) : 0;
-                      const int pf_B7_aligned = (((unsigned long long)pf_B7_src) & 15) == 0;
-                      const int pf_B7_fast = pf_B7_live && pf_B7_aligned && pf_B7_rows == 8;
-                      if (pf_full && pf_B7_fast) pf_cp_async16_full(&pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B7_dst], (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks));
-                      else if (pf_B7_live) {
-                        const int pf_count = ((pf_kt + 128) + pf_B7_k < pf_ek) ? pf_B7_rows : 0;
-                        unsigned short *pf_dst = &pf_mma_kernel_0_B[(pf_next) * 16384 + pf_B7_dst];
-                        if (pf_count > 0) {
-                          const unsigned short *pf_src = (pf_B7_src + ((pf_kt + 128)) * pf_B7_ks);
-                          if (pf_B7_aligned && pf_count == 8) pf_cp_async16_full(pf_dst, pf_src);
-                          else for (int pf_q = 0; pf_q < 8; pf_q++) pf_dst[pf_q] = pf_q < pf_count ? pf_src[pf_q] : (unsigned short)0;
-                        } else {
-                          *(uint4 *)pf_dst = make_uint4(0, 0, 0, 0);
-                        }
-                      }
-                    }
-                  }
-                  pf_cp_async_commit();
-                }
-                else pf_cp_async_commit();
                 pf_wgmma_wait1();
+                const int pf_prev = (pf_u + 3) % 4;
+                if (pf_kt > pf_kb && pf_kt + 192 < pf_ke) {
+                  __syncwarp();
+                  if (pf_tid % 32 == 0) pf_mbar_arrive(&pf_bar_kernel_0[4 + pf_prev]);
+                  if (pf_tid == 0) {
+                    pf_mbar_wait(&pf_bar_kernel_0[4 + pf_prev], (pf_empty_kernel_0 >> pf_prev) & 1u);
+                    pf_empty_kernel_0 ^= 1u << pf_prev;
+                    pf_mbar_expect_tx(&pf_bar_kernel_0[pf_prev], 49152);
+                    pf_tma_load2(&pf_mma_kernel_0_A[(pf_prev) * 8192 + 0], &pf_map_a, &pf_bar_kernel_0[pf_prev], (int)(pf_kt + 192), pf_A_c1);
+                    pf_tma_load2(&pf_mma_kernel_0_B[(pf_prev) * 16384 + 0], &pf_map_b, &pf_bar_kernel_0[pf_prev], pf_B_c0, (int)(pf_kt + 192));
+                    pf_tma_load2(&pf_mma_kernel_0_B[(pf_prev) * 16384 + 4096], &pf_map_b, &pf_bar_kernel_0[pf_prev], pf_B_c0 + 64, (int)(pf_kt + 192));
+                    pf_tma_load2(&pf_mma_kernel_0_B[(pf_prev) * 16384 + 8192], &pf_map_b, &pf_bar_kernel_0[pf_prev], pf_B_c0 + 128, (int)(pf_kt + 192));
+                    pf_tma_load2(&pf_mma_kernel_0_B[(pf_prev) * 16384 + 12288], &pf_map_b, &pf_bar_kernel_0[pf_prev], pf_B_c0 + 192, (int)(pf_kt + 192));
+                  }
+                }
               }
             }
           }
           pf_wgmma_wait0();
-          pf_cp_async_wait<0>();
           __syncthreads();
           #pragma unroll
           for (int pf_mt = 0; pf_mt < 1; pf_mt++)
