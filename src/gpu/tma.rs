@@ -355,10 +355,6 @@ mod tests {
             "C(z, i, j) +=! A(z, i, k) * B(z, k, j)",
         );
         let c = contraction(&json, true);
-        eprintln!(
-            "wgmma {} split {} tile {:?} batch {:?} a {:?}",
-            c.wgmma, c.split, c.tile, c.batch, c.a
-        );
         let [a, b] = c.copies.tma().expect("copied by the engine").clone();
         assert_eq!(a.map.dims, vec![160, 1024, 3]);
         assert_eq!(a.map.strides, vec![320, 320 * 1024]);

@@ -10,6 +10,9 @@
 //   tma      256 threads, one tile a block: thread 0 issues the TMA copies
 //            (full barrier a stage, tx-counted), each warp releases a stage
 //            on an empty barrier once its wgmma on it is done.
+//   ws_mc    ws in clusters of two blocks along m that share B's tile:
+//            each copies half of B's boxes, multicast into both, and a
+//            stage is refilled once both blocks' consumers released it.
 //   ws       384 threads, persistent: warpgroup 0 is the producer (one
 //            thread issues the copies, setmaxnreg 40), warpgroups 1 and 2
 //            consume (setmaxnreg 232); the producer runs on into the next
@@ -53,6 +56,31 @@ static __device__ __forceinline__ void pf_tma_load_2d(unsigned dst, const PfTens
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
         "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
+}
+
+// Cluster of two blocks along m sharing B: each block's producer copies its
+// own A box and half of B's boxes, multicast into both blocks; a stage is
+// refilled once the consumers of both blocks released it.
+static __device__ __forceinline__ void pf_tma_load_2d_mc(unsigned dst, const PfTensorMap *map, int c0, int c1, unsigned bar,
+                                                         unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+        "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+        : "memory");
+}
+static __device__ __forceinline__ void pf_mbar_arrive_cluster(unsigned bar, unsigned rank) {
+    asm volatile(
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+        "r"(rank)
+        : "memory");
+}
+static __device__ __forceinline__ void pf_cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ unsigned pf_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
 }
 #endif
 
@@ -211,6 +239,88 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_ws_mc(const __grid_constant__ PfTensorMap ma, const __grid_constant__ PfTensorMap mb, unsigned short *C, int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
+    unsigned short *sA = pf_dynamic_shared;
+    unsigned short *sB = sA + STAGES * A_STAGE;
+    unsigned long long *bars = (unsigned long long *)(sB + STAGES * B_STAGE);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const unsigned rank = pf_cluster_rank(), peer = rank ^ 1u;
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            pf_mbar_init(pf_smem(&bars[s]), 1);
+            pf_mbar_init(pf_smem(&bars[STAGES + s]), 16);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    pf_cluster_sync_all();
+    // Tiles in pairs along m: the cluster's two blocks take the pair's two
+    // row tiles of one column tile.
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int pairs_m = (tiles_m + 1) / 2, pairs = pairs_m * tiles_n;
+    const int kts = (K + BK - 1) / BK;
+    const int cluster = blockIdx.x / 2, clusters = gridDim.x / 2;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            int it = 0;
+            for (int p = cluster; p < pairs; p += clusters) {
+                const int m0 = (2 * (p % pairs_m) + (int)rank) * BM, n0 = (p / pairs_m) * BN;
+                for (int t = 0; t < kts; t++, it++) {
+                    const int st = it % STAGES;
+                    if (it >= STAGES) pf_mbar_wait(pf_smem(&bars[STAGES + st]), ((it / STAGES) - 1) & 1);
+                    const unsigned bar = pf_smem(&bars[st]);
+                    pf_mbar_expect_tx(bar, STAGE_BYTES);
+                    pf_tma_load_2d(pf_smem(sA + st * A_STAGE), &ma, t * BK, m0, bar);
+#pragma unroll
+                    for (int j = 2 * (int)rank; j < 2 * (int)rank + 2; j++)
+                        pf_tma_load_2d_mc(pf_smem(sB + st * B_STAGE + j * 4096), &mb, n0 + 64 * j, t * BK, bar, (unsigned short)3);
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int cw = wg - 1, t128 = tid % 128;
+        const unsigned long long da0 = pf_wgmma_desc(sA, 16, 1024), db0 = pf_wgmma_desc(sB, 8192, 1024);
+        int it = 0;
+        for (int p = cluster; p < pairs; p += clusters) {
+            const int m0 = (2 * (p % pairs_m) + (int)rank) * BM, n0 = (p / pairs_m) * BN;
+            float acc[128];
+#pragma unroll
+            for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+            for (int t = 0; t < kts; t++, it++) {
+                const int st = it % STAGES;
+                pf_mbar_wait(pf_smem(&bars[st]), (it / STAGES) & 1);
+                pf_consume(acc, da0, db0, st, cw);
+                pf_wgmma_wait1();
+                if (t > 0) {
+                    __syncwarp();
+                    if (tid % 32 == 0) {
+                        const unsigned e = pf_smem(&bars[STAGES + (it - 1) % STAGES]);
+                        pf_mbar_arrive(e);
+                        pf_mbar_arrive_cluster(e, peer);
+                    }
+                }
+            }
+            pf_wgmma_wait0();
+            __syncwarp();
+            if (tid % 32 == 0) {
+                const unsigned e = pf_smem(&bars[STAGES + (it - 1) % STAGES]);
+                pf_mbar_arrive(e);
+                pf_mbar_arrive_cluster(e, peer);
+            }
+            pf_store(acc, C, M, N, m0, n0, cw, t128);
+        }
+    }
+    // No block leaves while its peer may still copy into it or arrive on it.
+    pf_cluster_sync_all();
+#endif
+}
+
 #ifndef __CUDACC_RTC__
 #include <cublas_v2.h>
 #include <cuda.h>
@@ -322,11 +432,15 @@ int main(int argc, char **argv) {
     PfTensorMap ma = make_map(dA, M, K, BM, BK), mb = make_map(dB, K, N, BK, 64);
     CK(cudaFuncSetAttribute(gemm_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     CK(cudaFuncSetAttribute(gemm_ws, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    CK(cudaFuncSetAttribute(gemm_ws_mc, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     dim3 grid_tma((N + BN - 1) / BN, (M + BM - 1) / BM);
     const int grid_ws = std::min(tiles, prop.multiProcessorCount);
     auto tma = [&]() { gemm_tma<<<grid_tma, 256, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K); };
     auto ws = [&]() { gemm_ws<<<grid_ws, 384, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K); };
+    // Clusters of two: an even grid, at most one block a multiprocessor.
+    const int grid_mc = std::min(2 * ((tiles + 1) / 2), prop.multiProcessorCount / 2 * 2);
+    auto ws_mc = [&]() { gemm_ws_mc<<<grid_mc, 384, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K); };
 
     struct V {
         const char *name;
@@ -335,7 +449,7 @@ int main(int argc, char **argv) {
     double flop = 2.0 * M * N * K;
     float t_cublas = median_us(cublas, 20, 100);
     printf("%-8s M %d N %d K %d: %8.1f us %6.1f TFLOP/s\n", "cublas", M, N, K, t_cublas, flop / t_cublas * 1e-6);
-    for (auto v : {V{"tma", tma}, V{"ws", ws}}) {
+    for (auto v : {V{"tma", tma}, V{"ws", ws}, V{"ws_mc", ws_mc}}) {
         CK(cudaMemset(dC, 0xff, (size_t)M * N * 2));  // poison: NaN
         v.f();
         CK(cudaGetLastError());
