@@ -179,26 +179,37 @@ impl Engine<'_, '_> {
                 o.line(4, "else pf_cp_async_commit();");
             }
         }
-        if !self.wg {
+        if self.wg {
+            self.wgmma_waits(o, 4);
+        } else {
             self.mma_sync_step(o, 4);
-        } else if let (true, Some((_, last))) = (gpu, self.promotion_run()) {
-            // A run's sums must be complete before they are added (and
-            // before the next run's first step overwrites them): its last
-            // group is waited for at its own step; its other steps wait as
-            // chained ones do.
-            o.line(4, format!("if {last} {{"));
-            o.line(5, "pf_wgmma_wait0();");
-            self.add_part(o, 5);
-            if !self.c.whole_k {
-                o.line(4, "} else {");
-                o.line(5, "pf_wgmma_wait1();");
-            }
-            o.line(4, "}");
-        } else if gpu && !self.c.whole_k {
-            o.line(4, "pf_wgmma_wait1();");
         }
         o.line(3, "}");
         o.line(2, "}");
         o.line(1, "}");
+    }
+
+    /// The waits for earlier steps' `wgmma` at the end of a step (GPU): a
+    /// promoted run's sums must be complete before they are added (and
+    /// before the next run's first step overwrites them), so its last step
+    /// waits for its own group and adds it; other steps wait for the step
+    /// before only, and with a stage per k tile every step stays in
+    /// flight.
+    pub(super) fn wgmma_waits(&self, o: &mut Lines, d: usize) {
+        if self.emulated() {
+            return;
+        }
+        if let Some((_, last)) = self.promotion_run() {
+            o.line(d, format!("if {last} {{"));
+            o.line(d + 1, "pf_wgmma_wait0();");
+            self.add_part(o, d + 1);
+            if !self.c.whole_k {
+                o.line(d, "} else {");
+                o.line(d + 1, "pf_wgmma_wait1();");
+            }
+            o.line(d, "}");
+        } else if !self.c.whole_k {
+            o.line(d, "pf_wgmma_wait1();");
+        }
     }
 }

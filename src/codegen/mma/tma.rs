@@ -255,34 +255,13 @@ impl Engine<'_, '_> {
         );
         o.line(4, format!("{full} ^= 1u << pf_stage;"));
         self.wgmma_step(o, 4);
-        self.tma_step_waits(o, 4);
+        self.wgmma_waits(o, 4);
         if !self.c.whole_k {
             self.tma_refill(o, 4);
         }
         o.line(3, "}");
         o.line(2, "}");
         o.line(1, "}");
-    }
-
-    /// The waits for earlier steps' `wgmma` (GPU): a promoted run's last
-    /// step waits for its own and adds it, other steps for the step
-    /// before; with a stage per k tile every step stays in flight.
-    fn tma_step_waits(&self, o: &mut Lines, d: usize) {
-        if self.emulated() {
-            return;
-        }
-        if let Some((_, last)) = self.promotion_run() {
-            o.line(d, format!("if {last} {{"));
-            o.line(d + 1, "pf_wgmma_wait0();");
-            self.add_part(o, d + 1);
-            if !self.c.whole_k {
-                o.line(d, "} else {");
-                o.line(d + 1, "pf_wgmma_wait1();");
-            }
-            o.line(d, "}");
-        } else if !self.c.whole_k {
-            o.line(d, "pf_wgmma_wait1();");
-        }
     }
 
     /// The release of the step before's stage (its `wgmma` are done: one
