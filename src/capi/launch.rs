@@ -84,15 +84,24 @@ pub(crate) fn encode_map(map: &TensorMap, address: u64) -> Outcome<TensorMapValu
     crate::runtime::cuda::encode_tensor_map(map, address).map_err(Failure::from)
 }
 
-/// `kernel`'s tensor maps, each encoded from the address its tensor's
-/// argument resolved to (`values`, in `cuda.args` order): the caller's
-/// pointer, or the temp's place in the workspace, known only once the
-/// workspace is. Every address is checked before any is encoded, so a
-/// misaligned one is reported as such whichever map it is.
+/// Encoded tensor maps by (kernel index, map index), with the address each
+/// was encoded for: a launch whose tensor sits where it did last time
+/// reuses the map instead of encoding it again (a host call per map and
+/// launch; a framework often launches a result on the same buffers).
+pub(crate) type MapCache = HashMap<(usize, usize), (u64, TensorMapValue)>;
+
+/// Kernel `index`'s (`kernel`'s) tensor maps, each for the address its
+/// tensor's argument resolved to (`values`, in `cuda.args` order): the
+/// caller's pointer, or the temp's place in the workspace, known only once
+/// the workspace is; from `cache` where it holds the map for that address,
+/// else encoded and kept there. Every address is checked before any is
+/// encoded, so a misaligned one is reported as such whichever map it is.
 fn tensor_maps(
     cuda: &CudaProgram,
+    index: usize,
     kernel: &Kernel,
     values: &[u64],
+    cache: &mut MapCache,
 ) -> Outcome<Vec<TensorMapValue>> {
     let mut placed = Vec::with_capacity(kernel.tensor_maps.len());
     for m in &kernel.tensor_maps {
@@ -109,7 +118,19 @@ fn tensor_maps(
         crate::runtime::cuda::check_tensor_address(m, values[i]).map_err(Failure::input)?;
         placed.push((m, values[i]));
     }
-    placed.into_iter().map(|(m, a)| encode_map(m, a)).collect()
+    let mut maps = Vec::with_capacity(placed.len());
+    for (j, (m, address)) in placed.into_iter().enumerate() {
+        let map = match cache.get(&(index, j)) {
+            Some((at, map)) if *at == address => *map,
+            _ => {
+                let map = encode_map(m, address)?;
+                cache.insert((index, j), (address, map));
+                map
+            }
+        };
+        maps.push(map);
+    }
+    Ok(maps)
 }
 
 /// One CUDA context's loaded module and its kernels, in kernel order.
@@ -126,6 +147,8 @@ struct Loaded {
     /// The result's own workspace in `ctx` (address, bytes), for launches
     /// whose caller passed none; freed with the module.
     workspace: Option<(u64, usize)>,
+    /// The kernels' tensor maps last encoded in this context.
+    maps: MapCache,
 }
 
 /// The driver calls that tie a loaded module to its context's life. The
@@ -522,7 +545,7 @@ impl Modules {
             Workspace::Own(bytes) => own_workspace(loaded, bytes)?,
         };
         let mut values = resolve(args, base);
-        let mut maps = tensor_maps(cuda, kernel, &values)?;
+        let mut maps = tensor_maps(cuda, index, kernel, &values, &mut loaded.maps)?;
         let f = loaded.functions[index];
         let dependent = kernel.dependent && loaded.hopper;
         if kernel.dynamic_shared > 48 * 1024 {
@@ -650,6 +673,7 @@ impl Modules {
             hopper: cc.0 >= 9,
             retained,
             workspace: None,
+            maps: MapCache::new(),
         })
     }
 
@@ -820,6 +844,7 @@ mod tests {
             hopper: false,
             retained,
             workspace: None,
+            maps: MapCache::new(),
         }
     }
 
@@ -1004,14 +1029,15 @@ mod tests {
         let k = &p.kernels[0];
         // B's resolved address is misaligned: its map is refused as the
         // caller's error, before any driver call.
-        let e = tensor_maps(&p, k, &[0x1000, 7, 0x2008]).unwrap_err();
+        let mut cache = MapCache::new();
+        let e = tensor_maps(&p, 0, k, &[0x1000, 7, 0x2008], &mut cache).unwrap_err();
         assert_eq!(e.status, super::super::PF_ERR_INPUT);
         assert!(
             e.message.contains("tensor B's buffer at 0x2008"),
             "{}",
             e.message
         );
-        let e = tensor_maps(&p, k, &[0x1004, 7, 0x2000]).unwrap_err();
+        let e = tensor_maps(&p, 0, k, &[0x1004, 7, 0x2000], &mut cache).unwrap_err();
         assert!(
             e.message.contains("tensor A's buffer at 0x1004"),
             "{}",
@@ -1019,13 +1045,37 @@ mod tests {
         );
         // Aligned: encoded where there is a driver (the address is only
         // recorded), an environment error where there is none.
-        match tensor_maps(&p, k, &[0x1000, 7, 0x2000]) {
+        match tensor_maps(&p, 0, k, &[0x1000, 7, 0x2000], &mut cache) {
             Ok(maps) => {
                 assert_eq!(maps.len(), 2);
                 assert_ne!(maps[0], maps[1], "B's map and A's differ in the address");
             }
             Err(e) => assert_eq!(e.status, super::super::PF_ERR_ENVIRONMENT, "{}", e.message),
         }
+    }
+
+    #[test]
+    fn a_map_encoded_for_the_same_address_is_reused() {
+        let p = mapped_program();
+        let k = &p.kernels[0];
+        // The kernel maps B, then A. Maps kept for these addresses
+        // (stand-ins no driver made): used as they are, no driver call.
+        let (b, a) = (TensorMapValue([2; 16]), TensorMapValue([1; 16]));
+        let mut cache = MapCache::from([((0, 0), (0x2000, b)), ((0, 1), (0x1000, a))]);
+        let maps = tensor_maps(&p, 0, k, &[0x1000, 7, 0x2000], &mut cache).unwrap();
+        assert_eq!(maps, vec![b, a]);
+        // B moved: its map is encoded again (an environment error without
+        // a driver), A's is not asked for.
+        match tensor_maps(&p, 0, k, &[0x1000, 7, 0x3000], &mut cache) {
+            Ok(maps) => {
+                assert_ne!(maps[0], b);
+                assert_eq!(maps[1], a);
+                assert_eq!(cache[&(0, 0)].0, 0x3000);
+            }
+            Err(e) => assert_eq!(e.status, super::super::PF_ERR_ENVIRONMENT, "{}", e.message),
+        }
+        // Another kernel's maps are its own.
+        assert!(!cache.contains_key(&(1, 0)));
     }
 
     #[test]

@@ -2159,7 +2159,8 @@ pub unsafe extern "C" fn pf_result_c_source(
 /// not 0) takes, after the arguments above, its tensor maps by value
 /// (const __grid_constant__); the launch encodes each from the pointer of
 /// its tensor (or the temp's place in the workspace), which must then be
-/// 16-byte aligned (else PF_ERR_INPUT).
+/// 16-byte aligned (else PF_ERR_INPUT), and keeps it: a later launch of
+/// the kernel with that tensor at the same address reuses the map.
 ///
 /// # Safety
 /// `params` and `device_ptrs` point to as many values as described;
