@@ -353,7 +353,7 @@ fn tensor_core_helpers(plans: &[KernelPlan]) -> String {
     }
     source.push_str(super::mma::GPU_HELPERS);
     source.push_str(super::mma::WGMMA_HELPERS);
-    if contractions().any(|c| c.copies.tma().is_some()) {
+    if plans.iter().any(|p| !p.tensor_maps().is_empty()) {
         source.push_str(&super::mma::tma_gpu_helpers());
     }
     if contractions().any(|c| c.split > 1) {
@@ -401,11 +401,7 @@ fn emulation_head(
     if tensor_cores {
         emulation.push_str(super::mma::EMULATION_HELPERS);
     }
-    if plans
-        .iter()
-        .filter_map(KernelPlan::contraction)
-        .any(|c| c.copies.tma().is_some())
-    {
+    if plans.iter().any(|p| !p.tensor_maps().is_empty()) {
         emulation.push_str(super::mma::TMA_EMULATION_HELPERS);
     }
     if attention {
@@ -485,13 +481,16 @@ impl Printed<'_> {
         // The copy engine's tensor maps follow the arguments (see
         // `gpu::Kernel::tensor_maps`).
         let mut signature = self.signature.clone();
-        if let Some(c) = plan.contraction().filter(|c| c.copies.tma().is_some()) {
-            for (which, _) in c.copies.maps().iter().enumerate() {
-                signature.push(format!(
-                    "const __grid_constant__ PfTensorMap {}",
-                    super::mma::map_param(which)
-                ));
-            }
+        let names: fn(usize) -> String = if plan.attention().is_some() {
+            super::flash::map_param
+        } else {
+            |which| super::mma::map_param(which).to_string()
+        };
+        for which in 0..plan.tensor_maps().len() {
+            signature.push(format!(
+                "const __grid_constant__ PfTensorMap {}",
+                names(which)
+            ));
         }
         kernel_head(
             &mut self.source,
@@ -542,7 +541,14 @@ impl Printed<'_> {
         self.source
             .push_str(&super::flash::body(a, program, scop, false, globals));
         let shared = [plan.dynamic_shared, plan.static_shared];
-        self.record(mark, &plan.grid, plan.block, shared, start, Vec::new())?;
+        self.record(
+            mark,
+            &plan.grid,
+            plan.block,
+            shared,
+            start,
+            plan.tensor_maps(),
+        )?;
         self.source.push_str("}\n");
         let _ = writeln!(self.emulation, "  {{ /* {mark} */");
         let emulated = super::flash::body(a, program, scop, true, &self.printer.globals);
@@ -674,11 +680,14 @@ impl Printed<'_> {
         let start = self.source.len();
         ctx.node(body, 1, &[], false, &mut self.source);
         let shared = [plan.dynamic_shared, plan.static_shared];
-        let maps = plan
-            .contraction()
-            .map(|c| c.copies.maps())
-            .unwrap_or_default();
-        self.record(mark, &plan.grid, plan.block, shared, start, maps)?;
+        self.record(
+            mark,
+            &plan.grid,
+            plan.block,
+            shared,
+            start,
+            plan.tensor_maps(),
+        )?;
         self.source.push_str("}\n");
         let _ = writeln!(self.emulation, "  {{ /* {mark} */");
         // The race detector watches the kernels printed here statement by

@@ -98,6 +98,10 @@ pub struct AttentionPlan {
     /// A split attention's second kernel (`Attention::split`): the
     /// combination of the slices' local states and the epilogue.
     pub combine: Option<CombineKernel>,
+    /// The key and value tiles' copies by the copy engine (`gpu::tma`):
+    /// the key operand's, then each value operand's, the kernel's tensor
+    /// maps in this order; empty where the threads copy them.
+    pub copies: Vec<super::tma::TmaOperand>,
 }
 
 /// A split attention's second kernel, which has no subtree of its own: a
@@ -113,9 +117,15 @@ pub struct CombineKernel {
 }
 
 impl AttentionPlan {
-    /// The plan of attention `a` in kernel `mark`, with its second kernel
-    /// where it is split.
-    fn new(a: Attention, mark: &str) -> AttentionPlan {
+    /// The plan of attention `a` in kernel `mark` of `program`, with its
+    /// second kernel where it is split, and its tiles copied by the copy
+    /// engine where `tma` allows it and the tiles do.
+    fn new(a: Attention, mark: &str, program: &Program, tma: bool) -> AttentionPlan {
+        let copies = if tma {
+            super::tma::attention_copies(&a, program)
+        } else {
+            Vec::new()
+        };
         let combine = a.split.is_some().then(|| CombineKernel {
             name: format!("{mark}_combine"),
             grid: [
@@ -129,6 +139,7 @@ impl AttentionPlan {
             score_scale: a.score_scale(),
             attention: a,
             combine,
+            copies,
         }
     }
 }
@@ -215,6 +226,19 @@ impl KernelPlan {
         }
     }
 
+    /// The tensor maps the kernel takes after the arguments (its copies by
+    /// the copy engine, `gpu::tma`): a contraction's operands', an
+    /// attention's key and value tiles'; empty for most kernels.
+    pub fn tensor_maps(&self) -> Vec<super::TensorMap> {
+        match &self.body {
+            KernelBody::Attention(a) => a.copies.iter().map(|o| o.map.clone()).collect(),
+            KernelBody::Threads(_) => self
+                .contraction()
+                .map(|c| c.copies.maps())
+                .unwrap_or_default(),
+        }
+    }
+
     /// The kernel's register tile (of either engine), if any.
     pub fn register_tile(&self) -> Option<&super::registers::RegisterTile> {
         self.threads()?.registers.as_ref().map(Registers::tile)
@@ -287,7 +311,7 @@ pub fn map(
                 block: [a.threads(), 1, 1],
                 min_blocks: Some(a.min_blocks()),
                 dynamic_shared: a.shared_bytes(),
-                body: KernelBody::Attention(AttentionPlan::new(*a, &name)),
+                body: KernelBody::Attention(AttentionPlan::new(*a, &name, program, opts.tma)),
                 ..KernelPlan::one_thread(name)
             };
             return Ok((node.get_schedule()?, vec![plan]));

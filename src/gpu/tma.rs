@@ -35,6 +35,7 @@
 //! where one producer would issue every box alone (H200, f16 128 x 1024 x
 //! 1024, 16 stages: 4.5 us with `cp.async`, 4.7 and 4.8 us with TMA).
 
+use super::attention::{Attention, TileOperand};
 use super::contraction::{narrow, Contraction, Operand};
 use super::TensorMap;
 use crate::frontend::ast::{Affine, DType, Program};
@@ -125,6 +126,84 @@ pub fn copies(c: &Contraction, program: &Program) -> Copies {
     }
 }
 
+/// The copies of an attention kernel's key and value tiles (`a`'s key
+/// operand, then each contraction's value operand; `codegen::flash`) by
+/// the copy engine, where the kernel runs on `wgmma` and every such
+/// operand allows it: as for a product's K-major operand (module doc),
+/// with the tile's row iterator (`j`) for the row and its column iterator
+/// (`d`, `e`) for `k`; a tile of [`BLOCK_KEYS`] rows is one box per
+/// 64-column atom. Rows past the tensor are zeros, as the threads' copies
+/// fill them; the columns are the operand's own width. Empty: the
+/// threads copy.
+///
+/// [`BLOCK_KEYS`]: super::attention::BLOCK_KEYS
+pub fn attention_copies(a: &Attention, program: &Program) -> Vec<TmaOperand> {
+    if !a.wgmma() {
+        return Vec::new();
+    }
+    let values = program.known_params();
+    let tiles = std::iter::once((&a.key_operand, a.depth))
+        .chain(a.contractions.iter().map(|c| (&c.value, c.width)));
+    let mut copies = Vec::new();
+    for (x, width) in tiles {
+        match attention_tile(x, width, a.dtype, program, &values) {
+            Some(op) => copies.push(op),
+            None => return Vec::new(),
+        }
+    }
+    copies
+}
+
+/// The map and boxes of one key or value tile of `width` columns.
+fn attention_tile(
+    x: &TileOperand,
+    width: i64,
+    dtype: DType,
+    program: &Program,
+    values: &std::collections::HashMap<String, i64>,
+) -> Option<TmaOperand> {
+    let operand = Operand {
+        tensor: x.tensor.clone(),
+        subscripts: x.subscripts.clone(),
+        k_contiguous: true,
+    };
+    let shape = known_shape(program, &operand, dtype, values)?;
+    let rank = shape.len();
+    if !(2..=5).contains(&rank) || x.subscripts.len() != rank || width % 64 != 0 {
+        return None;
+    }
+    let unit = |a: &Affine, v: &str| a.terms.len() == 1 && a.coeff(v) == 1;
+    let row_pos = x.subscripts.iter().position(|s| unit(s, &x.row))?;
+    let col_pos = rank - 1;
+    let col = &x.subscripts[col_pos];
+    let others_free =
+        x.subscripts.iter().enumerate().all(|(i, s)| {
+            i == row_pos || i == col_pos || s.names().all(|n| n != x.row && n != x.col)
+        });
+    if row_pos == col_pos || !unit(col, &x.col) || col.constant != 0 || !others_free {
+        return None;
+    }
+    let (dims, strides) = dims_and_strides(&shape)?;
+    let rows = super::attention::BLOCK_KEYS;
+    let mut boxes = vec![1u32; rank];
+    boxes[0] = 64;
+    boxes[rank - 1 - row_pos] = rows as u32;
+    Some(TmaOperand {
+        map: TensorMap {
+            tensor: x.tensor.clone(),
+            dtype,
+            dims,
+            strides,
+            boxes,
+            swizzle: 128,
+        },
+        row_dim: rank - 1 - row_pos,
+        k_dim: 0,
+        boxes: width / 64,
+        box_len: rows * 64,
+    })
+}
+
 /// The extents of operand `x`'s tensor, where they are constants and its
 /// elements are `dtype`.
 fn known_shape(
@@ -148,6 +227,25 @@ fn known_shape(
                 .map(|s| s + a.constant)
         })
         .collect()
+}
+
+/// A row-major tensor of 2-byte elements with extents `shape` as a map's
+/// dimensions (the contiguous one first: shape position p is map dimension
+/// rank - 1 - p) and byte strides, where a map can describe it: every
+/// extent positive, every stride a multiple of 16 under 2^40.
+fn dims_and_strides(shape: &[i64]) -> Option<(Vec<u64>, Vec<u64>)> {
+    let rank = shape.len();
+    let dims: Vec<u64> = shape.iter().rev().map(|&e| e.max(0) as u64).collect();
+    let mut strides = Vec::with_capacity(rank.saturating_sub(1));
+    let mut bytes = 2u64;
+    for d in &dims[..rank.saturating_sub(1)] {
+        bytes = bytes.checked_mul(*d)?;
+        strides.push(bytes);
+    }
+    if dims.contains(&0) || strides.iter().any(|s| s % 16 != 0 || *s >= 1 << 40) {
+        return None;
+    }
+    Some((dims, strides))
 }
 
 /// The map and boxes of operand `x` (tensor extents `shape`, tile of
@@ -183,19 +281,8 @@ fn map_operand(
     if row_pos == k_pos || !others_free || contiguous != rank - 1 || shape[k_pos] != k_extent {
         return None;
     }
-    // Map dimensions run from the contiguous one: shape position p is map
-    // dimension rank - 1 - p.
     let dim = |p: usize| rank - 1 - p;
-    let dims: Vec<u64> = shape.iter().rev().map(|&e| e.max(0) as u64).collect();
-    let mut strides = Vec::with_capacity(rank - 1);
-    let mut bytes = 2u64;
-    for d in &dims[..rank - 1] {
-        bytes = bytes.checked_mul(*d)?;
-        strides.push(bytes);
-    }
-    if dims.contains(&0) || strides.iter().any(|s| s % 16 != 0 || *s >= 1 << 40) {
-        return None;
-    }
+    let (dims, strides) = dims_and_strides(shape)?;
     // The box: a K-major tile is one box of `rows` lines of the k tile
     // (64 elements, the 128-byte swizzle); an MN-major one a box of `tk`
     // lines of `span` row elements per group of `span` rows.

@@ -168,3 +168,60 @@ fn without_the_engine_or_a_map_the_threads_copy() {
     assert!(!cuda.contains("pf_tma_load"));
     assert!(!cuda.contains("PfTensorMap pf_map"));
 }
+
+/// An attention's key and value tiles by the copy engine: the prefill
+/// bench programs (D = 64, so the kernel has its `wgmma` path) at 200 rows
+/// (off the 64-row tiles: the last tile's rows past the tensor are the
+/// engine's zeros), global and causal, f32 and f16 weights, checked in the
+/// emulation, which runs the boxes and the tile barriers' phases.
+#[test]
+fn attention_tiles_copy_by_the_engine_and_check() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for name in [
+        "attention_global_b4h16s4096d64",
+        "attention_causal_b4h16s4096d64",
+        "attention_causal_f16w_b4h16s4096d64",
+    ] {
+        let file = format!("{root}/bench/programs/{name}.json");
+        let sizes = ["--param", "B=1", "--param", "H=2", "--param", "S=200"];
+        let out = polyfuse(&[&["schedule", file.as_str(), "--emit", "cuda"], &sizes[..]].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let cuda = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            cuda.contains("pf_tma_load4(&pf_fa_k"),
+            "{name}: the key tile by the engine"
+        );
+        assert!(
+            cuda.contains("pf_tma_load4(&pf_fa_v0"),
+            "{name}: the value tile by the engine"
+        );
+        assert!(
+            cuda.contains("const __grid_constant__ PfTensorMap pf_map_1"),
+            "{name}"
+        );
+        let out = polyfuse(
+            &[
+                &["run", file.as_str(), "--target", "emulate", "--check"],
+                &sizes[..],
+            ]
+            .concat(),
+        );
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("check: ok"),
+            "{name}: {}",
+            text(&out)
+        );
+        let out = polyfuse(
+            &[
+                &["schedule", file.as_str(), "--emit", "cuda", "--no-tma"],
+                &sizes[..],
+            ]
+            .concat(),
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("pf_tma_load"),
+            "{name}"
+        );
+    }
+}

@@ -177,6 +177,29 @@ impl FlashTarget for Emulation {
 
     fn beside_wgmma<'a>(&self, _e: &mut Emit<'a>, _mma_sync: fn(&mut Emit<'a>)) {}
 
+    fn emulated(&self) -> bool {
+        true
+    }
+
+    fn tile_barriers(&self, name: &str, stages: i64) -> String {
+        format!(
+            "static pf_emu_mbar {name}[{stages}];\n\
+             for (int pf_s = 0; pf_s < {stages}; pf_s++) pf_emu_mbar_init(&{name}[pf_s], 1);\n"
+        )
+    }
+
+    fn tma_or(&self, tma: &str, _threads: &str) -> String {
+        tma.to_string()
+    }
+
+    fn expect_bytes(&self, bar: &str, bytes: i64) -> String {
+        format!("pf_emu_mbar_expect_tx({bar}, {bytes});\n")
+    }
+
+    fn tile_landed(&self, _n: i32, bar: &str, parity: &str) -> String {
+        format!("pf_emu_mbar_wait({bar}, {parity});\n")
+    }
+
     /// The scores zeroed, then `pf_emu_wgmma` per warpgroup and step,
     /// reading both operands at the swizzled addresses the GPU's
     /// descriptors name.

@@ -202,6 +202,43 @@ impl FlashTarget for Gpu {
          #endif\n"
     }
 
+    fn emulated(&self) -> bool {
+        false
+    }
+
+    fn tile_barriers(&self, name: &str, stages: i64) -> String {
+        format!(
+            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
+             __shared__ __align__(8) unsigned long long {name}[{stages}];\n\
+             if (threadIdx.x == 0) {{\n\
+             for (int pf_s = 0; pf_s < {stages}; pf_s++) pf_mbar_init(&{name}[pf_s], 1);\n\
+             asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n\
+             }}\n\
+             __syncthreads();\n\
+             #endif\n"
+        )
+    }
+
+    fn tma_or(&self, tma: &str, threads: &str) -> String {
+        format!("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n{tma}#else\n{threads}#endif\n")
+    }
+
+    fn expect_bytes(&self, bar: &str, bytes: i64) -> String {
+        format!("pf_mbar_expect_tx({bar}, {bytes});\n")
+    }
+
+    fn tile_landed(&self, n: i32, bar: &str, parity: &str) -> String {
+        format!(
+            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n\
+             pf_cp_async_wait<0>();\n\
+             asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n\
+             pf_mbar_wait({bar}, {parity});\n\
+             #else\n\
+             pf_cp_async_wait<{n}>();\n\
+             #endif\n"
+        )
+    }
+
     fn beside_wgmma<'a>(&self, e: &mut Emit<'a>, mma_sync: fn(&mut Emit<'a>)) {
         e.line("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)");
         mma_sync(e);

@@ -51,6 +51,7 @@ use crate::gpu::attention::{
     COMBINE_WARPS, SPLIT_ROWS, THREADS, WARPS, WARP_TILES,
 };
 use crate::gpu::mapping::AttentionPlan;
+use crate::gpu::tma::TmaOperand;
 use crate::model::{AccessKey, Scop, StmtKind};
 
 use super::expr::{GlobalAccesses, Mode, Printer};
@@ -62,6 +63,16 @@ mod target;
 pub use emulation::EMULATION_HELPERS;
 pub use gpu::gpu_helpers;
 use target::{FlashTarget, Fragment};
+
+/// The kernel parameter of tensor map `which` (the key tile's, then each
+/// value tile's; `gpu::mapping::AttentionPlan::copies`).
+pub fn map_param(which: usize) -> String {
+    format!("pf_map_{which}")
+}
+
+/// The full barriers of the key and value tiles' stages, where the copy
+/// engine copies them.
+const TILE_BARRIERS: &str = "pf_fa_bar";
 
 /// The leading byte offset of a value tile's `wgmma` descriptor (MN-major
 /// in the 128-byte swizzle): groups of 64 columns a whole atom apart, the
@@ -96,6 +107,10 @@ struct Emit<'a> {
     /// Where the global accesses printed are noted (the kernel's launch
     /// record, `gpu::Kernel::globals`).
     globals: GlobalAccesses,
+    /// The key and value tiles' copies by the copy engine (the key
+    /// operand's, then each value operand's; `AttentionPlan::copies`), or
+    /// none: the threads copy them with `cp.async`.
+    copies: &'a [TmaOperand],
 }
 
 /// The kernel body (CUDA) or its emulation (C), for the kernel whose
@@ -115,6 +130,7 @@ pub fn body(
         t: target::of(emu),
         out: String::new(),
         globals: globals.clone(),
+        copies: &plan.copies,
     };
     e.kernel();
     e.out
@@ -148,6 +164,7 @@ pub fn combine_body(
         t: target::of(emu),
         out: String::new(),
         globals: globals.clone(),
+        copies: &[],
     };
     e.combine();
     e.out
@@ -414,8 +431,10 @@ impl Emit<'_> {
 
     /// The copies of key tile `tile` (when it is below `pf_khi`): the key
     /// operand into `key_buf`, value operand `k` into `{value_buf}{k}`;
-    /// one committed `cp.async` group.
-    fn copy_key_tile(&self, tile: &str, key_buf: &str, value_buf: &str) -> String {
+    /// one committed `cp.async` group. Where the copy engine copies the
+    /// tiles (on the `wgmma` path), thread 0 asks for their boxes instead,
+    /// counted on stage `stage`'s barrier; the group is then empty.
+    fn copy_key_tile(&self, tile: &str, key_buf: &str, value_buf: &str, stage: &str) -> String {
         let a = self.a;
         let first = format!("{} * {BLOCK_KEYS}", self.tile_of(tile));
         let mut c = format!("if ({tile} < pf_khi) {{\n");
@@ -430,8 +449,100 @@ impl Emit<'_> {
             ));
         }
         c.push_str("}\n");
+        if !self.copies.is_empty() {
+            let boxes = self.tile_boxes(tile, &first, key_buf, value_buf, stage);
+            c = self.t.tma_or(&boxes, &c);
+        }
         c.push_str(self.t.commit());
         c
+    }
+
+    /// Thread 0's copies of key tile `tile` (its first key `first`) by the
+    /// copy engine: the bytes its stage's barrier expects, then each
+    /// operand's boxes, one per 64-column atom, at the operand's
+    /// coordinates (from its element at the tile's first row and column
+    /// 0: the map's dimensions are the tensor's, contiguous first).
+    fn tile_boxes(
+        &self,
+        tile: &str,
+        first: &str,
+        key_buf: &str,
+        value_buf: &str,
+        stage: &str,
+    ) -> String {
+        let a = self.a;
+        let bar = format!("&{TILE_BARRIERS}[{stage}]");
+        let bytes: i64 = self.copies.iter().map(TmaOperand::stage_bytes).sum();
+        let mut c = format!("if ({tile} < pf_khi && pf_t == 0) {{\n");
+        c.push_str(&self.t.expect_bytes(&bar, bytes));
+        let operands =
+            std::iter::once(&a.key_operand).chain(a.contractions.iter().map(|x| &x.value));
+        for (which, (op, x)) in self.copies.iter().zip(operands).enumerate() {
+            let buf = if which == 0 {
+                key_buf.to_string()
+            } else {
+                format!("{value_buf}{}", which - 1)
+            };
+            let mut env = self.env();
+            env.insert(x.row.clone(), format!("({first})"));
+            env.insert(x.col.clone(), "0".into());
+            let element =
+                self.printer(HashMap::new(), false)
+                    .element(&x.tensor, &x.subscripts, &env);
+            let tensor = super::expr::tensor_name(&x.tensor);
+            let _ = writeln!(c, "{{ const long pf_at = (long)(&{element} - {tensor});");
+            let mut elements = 1u64;
+            let mut coords = Vec::new();
+            for (d, extent) in op.map.dims.iter().enumerate() {
+                let _ = writeln!(
+                    c,
+                    "const int pf_c{d} = (int)((pf_at / {elements}) % {extent});"
+                );
+                coords.push(format!("pf_c{d}"));
+                elements *= extent;
+            }
+            for g in 0..op.boxes {
+                let mut at = coords.clone();
+                at[op.k_dim] = format!("pf_c{} + {}", op.k_dim, 64 * g);
+                let dst = format!("&{buf}[{}]", g * op.box_len);
+                let load = crate::codegen::mma::box_copy(
+                    &op.map,
+                    &map_param(which),
+                    &dst,
+                    &bar,
+                    &at,
+                    self.t.emulated(),
+                );
+                let _ = writeln!(c, "{load}");
+            }
+            c.push_str("}\n");
+        }
+        c.push_str("}\n");
+        c
+    }
+
+    /// The key and value tiles of the current tile have landed (the
+    /// prologue's first tile, or the rolling loop's `pf_kt`), with all but
+    /// the newest `n` `cp.async` groups: where the copy engine copies the
+    /// tiles, once the stage's barrier has completed the tile's phase
+    /// (`(tile / stages) % 2`), the query's `cp.async` group (the
+    /// prologue's only one) waited for; then the block's barrier.
+    fn tile_landed(&mut self, n: i32, in_loop: bool) {
+        if self.copies.is_empty() {
+            return self.landed(n);
+        }
+        let (stage, parity) = if in_loop {
+            (
+                "pf_st".to_string(),
+                format!("(unsigned)(((pf_kt - pf_klo) / {}) & 1)", self.a.stages()),
+            )
+        } else {
+            ("0".to_string(), "0u".to_string())
+        };
+        let bar = format!("&{TILE_BARRIERS}[{stage}]");
+        let w = self.t.tile_landed(n, &bar, &parity);
+        self.out.push_str(&w);
+        self.sync();
     }
 
     /// The copies of all but the newest `n` `cp.async` groups have landed
@@ -481,6 +592,10 @@ impl Emit<'_> {
         // One array, the buffers at the layout's offsets (the same on the
         // CPU, so a layout whose buffers overlap fails there too).
         self.out.push_str(&self.t.shared_memory(a));
+        if !self.copies.is_empty() {
+            self.out
+                .push_str(&self.t.tile_barriers(TILE_BARRIERS, a.stages()));
+        }
         let ty = self.t.u16();
         for b in layout.all() {
             let _ = writeln!(
@@ -694,7 +809,7 @@ impl Emit<'_> {
         let stages = layout.keys.stages;
         let ptr = self.t.u16();
         let mut c = self.copy(&a.query, "pf_i0", a.block_rows(), a.depth, "pf_fa_q");
-        c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v"));
+        c.push_str(&self.copy_key_tile("pf_klo", "pf_fa_k", "pf_fa_v", "0"));
         for st in 1..stages - 1 {
             let _ = writeln!(
                 self.out,
@@ -712,12 +827,13 @@ impl Emit<'_> {
                 &format!("(pf_klo + {st})"),
                 &format!("pf_kpre{st}"),
                 &format!("pf_vpre{st}_"),
+                &st.to_string(),
             ));
         }
         self.threads(&c);
         self.init_states();
         // The query and the first key tile have landed.
-        self.landed((stages - 2) as i32);
+        self.tile_landed((stages - 2) as i32, false);
     }
 
     /// The query fragments, for `mma.sync` (`wgmma` reads the query tile
@@ -767,7 +883,12 @@ impl Emit<'_> {
         let wg = a.wgmma();
         let stages = a.stages();
         self.tile_stages();
-        let c = self.copy_key_tile(&format!("(pf_kt + {})", stages - 1), "pf_knext", "pf_vnext");
+        let c = self.copy_key_tile(
+            &format!("(pf_kt + {})", stages - 1),
+            "pf_knext",
+            "pf_vnext",
+            &self.next_stage(),
+        );
         if wg {
             // This tile's copies land and are ordered before the tensor
             // cores' reads (the proxy fence) before the next ones are
@@ -775,11 +896,11 @@ impl Emit<'_> {
             // into the stage the previous tile took, which every warp is
             // done with once past the barrier (its `wgmma` waited for), so
             // the loop needs one barrier a tile.
-            self.landed((stages - 2) as i32);
+            self.tile_landed((stages - 2) as i32, true);
             self.threads(&c);
         } else {
             self.threads(&c);
-            self.landed((stages - 1) as i32);
+            self.tile_landed((stages - 1) as i32, true);
         }
         self.either(Self::wgmma_scores, Self::mma_scores);
         // Whole tiles (the test `pf_full`, uniform in the block) skip the
@@ -802,6 +923,17 @@ impl Emit<'_> {
         self.line("}");
     }
 
+    /// The stage the tile `stages - 1` ahead of `pf_kt` (at stage
+    /// `pf_st`) is copied into.
+    fn next_stage(&self) -> String {
+        let stages = self.a.stages();
+        if stages == 2 {
+            "(pf_st ^ 1)".to_string()
+        } else {
+            format!("((pf_st + {}) % {stages})", stages - 1)
+        }
+    }
+
     /// The rolling loop's head: the key tile `pf_kt`, whether it is whole
     /// (`pf_full`), and the stages it is read from (`pf_kcur`, `pf_vcurK`)
     /// and the tile ahead is copied into (`pf_knext`, `pf_vnextK`).
@@ -812,17 +944,12 @@ impl Emit<'_> {
         let ptr = self.t.u16();
         let full = self.cond(&a.full_tile);
         let kl = layout.keys.stage_len;
-        let (cur, next) = if stages == 2 {
-            (
-                "(int)((pf_kt - pf_klo) & 1)".to_string(),
-                "(pf_st ^ 1)".to_string(),
-            )
+        let cur = if stages == 2 {
+            "(int)((pf_kt - pf_klo) & 1)".to_string()
         } else {
-            (
-                format!("(int)((pf_kt - pf_klo) % {stages})"),
-                format!("((pf_st + {}) % {stages})", stages - 1),
-            )
+            format!("(int)((pf_kt - pf_klo) % {stages})")
         };
+        let next = self.next_stage();
         let _ = writeln!(
             self.out,
             "for (pf_i pf_kt = pf_klo; pf_kt < pf_khi; pf_kt++) {{\n\

@@ -98,6 +98,29 @@ pub(super) trait FlashTarget {
     /// not sm_90a, in the emulation none (it runs the `wgmma` path alone).
     fn beside_wgmma<'a>(&self, e: &mut Emit<'a>, mma_sync: fn(&mut Emit<'a>));
 
+    /// Whether this is the CPU emulation.
+    fn emulated(&self) -> bool;
+
+    /// The full barriers `name` of `stages` tile stages copied by the copy
+    /// engine, declared and initialised (one arrival each) at the block's
+    /// start.
+    fn tile_barriers(&self, name: &str, stages: i64) -> String;
+
+    /// `tma`, the copy engine's copies, where the kernel runs its `wgmma`
+    /// path, and `threads`, the threads' copies, where it does not (the
+    /// emulation runs the former).
+    fn tma_or(&self, tma: &str, threads: &str) -> String;
+
+    /// The producer's arrival on barrier `bar` (an address), expecting
+    /// `bytes` more bytes of copies.
+    fn expect_bytes(&self, bar: &str, bytes: i64) -> String;
+
+    /// The wait for a tile copied by the copy engine: barrier `bar`'s
+    /// phase of parity `parity` completed, and the query's `cp.async`
+    /// copies ordered before the tensor cores' reads; where the kernel
+    /// runs `mma.sync`, all but the newest `n` `cp.async` groups.
+    fn tile_landed(&self, n: i32, bar: &str, parity: &str) -> String;
+
     /// The scores of a key tile on `wgmma` (`Emit::wgmma_scores`).
     fn wgmma_scores(&self, e: &mut Emit<'_>);
 

@@ -21,6 +21,7 @@
 use super::engine::Engine;
 use super::writer::Lines;
 use crate::gpu::tma::TmaOperand;
+use crate::gpu::TensorMap;
 
 /// The barriers', phases' and maps' names of region `mark`.
 pub(super) fn barriers(mark: &str) -> String {
@@ -63,6 +64,43 @@ pub fn declare_barriers(mark: &str, stages: i64, warps: i64, emulate: bool, pad:
              {pad}__syncthreads();\n\
              {pad}#endif\n",
             2 * stages
+        )
+    }
+}
+
+/// One box's copy of `map` (the kernel's parameter `param`) into `dst` at
+/// `coords` (map dimensions, contiguous first), counted on barrier `bar`
+/// (an address): the TMA instruction on the GPU; in the emulation its
+/// model, the box read from the tensor at the map's extents and pitches,
+/// zeros past them, written in the swizzle, and its bytes completed on the
+/// barrier.
+pub fn box_copy(
+    map: &TensorMap,
+    param: &str,
+    dst: &str,
+    bar: &str,
+    coords: &[String],
+    emulate: bool,
+) -> String {
+    let rank = map.dims.len();
+    if emulate {
+        let list = |v: Vec<String>| v.join(", ");
+        let pitches: Vec<String> = std::iter::once("1".to_string())
+            .chain(map.strides.iter().map(|s| (s / 2).to_string()))
+            .collect();
+        format!(
+            "pf_emu_tma_load({dst}, {}, {rank}, (const long[]){{{}}}, (const long[]){{{}}}, (const long[]){{{}}}, (const long[]){{{}}}, {}, {bar});",
+            crate::codegen::expr::tensor_name(&map.tensor),
+            list(map.dims.iter().map(u64::to_string).collect()),
+            list(pitches),
+            list(map.boxes.iter().map(u32::to_string).collect()),
+            list(coords.to_vec()),
+            map.swizzle
+        )
+    } else {
+        format!(
+            "pf_tma_load{rank}({dst}, &{param}, {bar}, {});",
+            coords.join(", ")
         )
     }
 }
@@ -172,46 +210,17 @@ impl Engine<'_, '_> {
                     tile.stage_len,
                     j * op.box_len
                 );
-                o.line(d, self.tma_load(op, which, &dst, &bar, stage, &coords));
+                let bar = format!("&{bar}[{stage}]");
+                let load = box_copy(
+                    &op.map,
+                    map_param(which),
+                    &dst,
+                    &bar,
+                    &coords,
+                    self.emulated(),
+                );
+                o.line(d, load);
             }
-        }
-    }
-
-    /// One box's copy: the TMA instruction on the GPU, its emulation (the
-    /// box read from the tensor at the map's extents and strides, zeros
-    /// past them, written in the swizzle, and its bytes counted on the
-    /// barrier) on the CPU.
-    fn tma_load(
-        &self,
-        op: &TmaOperand,
-        which: usize,
-        dst: &str,
-        bar: &str,
-        stage: &str,
-        coords: &[String],
-    ) -> String {
-        let m = &op.map;
-        let rank = m.dims.len();
-        if self.emulated() {
-            let list = |v: Vec<String>| v.join(", ");
-            let pitches: Vec<String> = std::iter::once("1".to_string())
-                .chain(m.strides.iter().map(|s| (s / 2).to_string()))
-                .collect();
-            format!(
-                "pf_emu_tma_load({dst}, {}, {rank}, (const long[]){{{}}}, (const long[]){{{}}}, (const long[]){{{}}}, (const long[]){{{}}}, {}, &{bar}[{stage}]);",
-                crate::codegen::expr::tensor_name(&m.tensor),
-                list(m.dims.iter().map(u64::to_string).collect()),
-                list(pitches),
-                list(m.boxes.iter().map(u32::to_string).collect()),
-                list(coords.to_vec()),
-                m.swizzle
-            )
-        } else {
-            format!(
-                "pf_tma_load{rank}({dst}, &{}, &{bar}[{stage}], {});",
-                map_param(which),
-                coords.join(", ")
-            )
         }
     }
 
