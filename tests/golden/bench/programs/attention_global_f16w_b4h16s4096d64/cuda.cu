@@ -80,6 +80,42 @@ static __device__ __forceinline__ void pf_wgmma_commit() { asm volatile("wgmma.c
 static __device__ __forceinline__ void pf_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 static __device__ __forceinline__ void pf_wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 #endif
+struct __align__(64) PfTensorMap { unsigned long long opaque[16]; };
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void pf_mbar_init(unsigned long long *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void pf_mbar_expect_tx(unsigned long long *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void pf_mbar_arrive(unsigned long long *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+}
+/* Returns once the barrier's phase of parity `parity` has completed. */
+static __device__ __forceinline__ void pf_mbar_wait(unsigned long long *bar, unsigned parity) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+static __device__ __forceinline__ void pf_tma_load2(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1) : "memory");
+}
+static __device__ __forceinline__ void pf_tma_load3(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void pf_tma_load4(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+static __device__ __forceinline__ void pf_tma_load5(void *dst, const PfTensorMap *map, unsigned long long *bar, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"((unsigned long long)map), "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
+#endif
 static __device__ __forceinline__ float pf_exp2_ftz(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 static __device__ __forceinline__ void pf_split2(float a, float b, unsigned *hi, unsigned *lo) {
   __half2 h = __floats2half2_rn(a, b);
@@ -109,7 +145,7 @@ static __device__ __forceinline__ void pf_fa_keep_n64(float *d) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(128, 4) kernel_0(unsigned short *__restrict__ t_Q, unsigned short *__restrict__ t_K, unsigned short *__restrict__ t_V, unsigned short *__restrict__ t_Y, float *__restrict__ t_P, float *__restrict__ t_T, float *__restrict__ t_M, unsigned short *__restrict__ t_E, float *__restrict__ t_L, float *__restrict__ t_O, float *__restrict__ t_M_prev) {
+extern "C" __global__ void __launch_bounds__(128, 4) kernel_0(unsigned short *__restrict__ t_Q, unsigned short *__restrict__ t_K, unsigned short *__restrict__ t_V, unsigned short *__restrict__ t_Y, float *__restrict__ t_P, float *__restrict__ t_T, float *__restrict__ t_M, unsigned short *__restrict__ t_E, float *__restrict__ t_L, float *__restrict__ t_O, float *__restrict__ t_M_prev, const __grid_constant__ PfTensorMap pf_map_0, const __grid_constant__ PfTensorMap pf_map_1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 asm volatile("griddepcontrol.wait;" ::: "memory");
 asm volatile("griddepcontrol.launch_dependents;");
@@ -126,6 +162,14 @@ const pf_i pf_b0 = (pf_bt / 16) % 4; (void)pf_b0;
 const pf_i pf_i0 = (pf_bx % 64) * 64; (void)pf_i0;
 
 extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__shared__ __align__(8) unsigned long long pf_fa_bar[2];
+if (threadIdx.x == 0) {
+for (int pf_s = 0; pf_s < 2; pf_s++) pf_mbar_init(&pf_fa_bar[pf_s], 1);
+asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__syncthreads();
+#endif
 unsigned short *const pf_fa_q = pf_dynamic_shared + 0;
 unsigned short *const pf_fa_k = pf_dynamic_shared + 4096;
 unsigned short *const pf_fa_v0 = pf_dynamic_shared + 12288;
@@ -156,6 +200,25 @@ const pf_i pf_gr = pf_i0 + pf_r;
 unsigned short *pf_dst = &pf_fa_q[((pf_q) / 64) * 4096 + (pf_r) * 64 + ((((pf_q) % 64) / 8) ^ ((pf_r) % 8)) * 8];
 pf_cp_async16_line(pf_dst, &t_Q[(((((pf_b0)) * (p_H) + ((pf_b1))) * (p_S) + ((pf_gr))) * (p_D) + ((pf_q)))]);
 }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+if (pf_klo < pf_khi && pf_t == 0) {
+pf_mbar_expect_tx(&pf_fa_bar[0], 16384);
+{ const long pf_at = (long)(&t_K[(((((pf_b0)) * (p_H) + ((pf_b1))) * (p_S) + (((pf_klo * 64)))) * (p_D) + ((0)))] - t_K);
+const int pf_c0 = (int)((pf_at / 1) % 64);
+const int pf_c1 = (int)((pf_at / 64) % 4096);
+const int pf_c2 = (int)((pf_at / 262144) % 16);
+const int pf_c3 = (int)((pf_at / 4194304) % 4);
+pf_tma_load4(&pf_fa_k[0], &pf_map_0, &pf_fa_bar[0], pf_c0 + 0, pf_c1, pf_c2, pf_c3);
+}
+{ const long pf_at = (long)(&t_V[(((((pf_b0)) * (p_H) + ((pf_b1))) * (p_S) + (((pf_klo * 64)))) * (p_D) + ((0)))] - t_V);
+const int pf_c0 = (int)((pf_at / 1) % 64);
+const int pf_c1 = (int)((pf_at / 64) % 4096);
+const int pf_c2 = (int)((pf_at / 262144) % 16);
+const int pf_c3 = (int)((pf_at / 4194304) % 4);
+pf_tma_load4(&pf_fa_v0[0], &pf_map_1, &pf_fa_bar[0], pf_c0 + 0, pf_c1, pf_c2, pf_c3);
+}
+}
+#else
 if (pf_klo < pf_khi) {
 #pragma unroll
 for (int pf_n = 0; pf_n < 4; pf_n++) {
@@ -172,6 +235,7 @@ unsigned short *pf_dst = &pf_fa_v0[((pf_q) / 64) * 4096 + (pf_r) * 64 + ((((pf_q
 pf_cp_async16_line(pf_dst, &t_V[(((((pf_b0)) * (p_H) + ((pf_b1))) * (p_S) + ((pf_gr))) * (p_D) + ((pf_q)))]);
 }
 }
+#endif
 pf_cp_async_commit();
 }
 {
@@ -186,9 +250,12 @@ const pf_i pf_ee = pf_n * 8 + 2 * pf_c + pf_h; (void)pf_ee;
 pf_o0[((pf_r / 2) * 8 + pf_n) * 4 + 2 * (pf_r % 2) + pf_h] = 0.0f; }
 (void)pf_ei; }
 }
-pf_cp_async_wait<0>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+pf_cp_async_wait<0>();
 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+pf_mbar_wait(&pf_fa_bar[0], 0u);
+#else
+pf_cp_async_wait<0>();
 #endif
 __syncthreads();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -209,12 +276,34 @@ unsigned short *const pf_kcur = pf_fa_k + pf_st * 4096;
 unsigned short *const pf_knext = pf_fa_k + (pf_st ^ 1) * 4096;
 unsigned short *const pf_vcur0 = pf_fa_v0 + pf_st * 4096;
 unsigned short *const pf_vnext0 = pf_fa_v0 + (pf_st ^ 1) * 4096;
-pf_cp_async_wait<0>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+pf_cp_async_wait<0>();
 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+pf_mbar_wait(&pf_fa_bar[pf_st], (unsigned)(((pf_kt - pf_klo) / 2) & 1));
+#else
+pf_cp_async_wait<0>();
 #endif
 __syncthreads();
 {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+if ((pf_kt + 1) < pf_khi && pf_t == 0) {
+pf_mbar_expect_tx(&pf_fa_bar[(pf_st ^ 1)], 16384);
+{ const long pf_at = (long)(&t_K[(((((pf_b0)) * (p_H) + ((pf_b1))) * (p_S) + ((((pf_kt + 1) * 64)))) * (p_D) + ((0)))] - t_K);
+const int pf_c0 = (int)((pf_at / 1) % 64);
+const int pf_c1 = (int)((pf_at / 64) % 4096);
+const int pf_c2 = (int)((pf_at / 262144) % 16);
+const int pf_c3 = (int)((pf_at / 4194304) % 4);
+pf_tma_load4(&pf_knext[0], &pf_map_0, &pf_fa_bar[(pf_st ^ 1)], pf_c0 + 0, pf_c1, pf_c2, pf_c3);
+}
+{ const long pf_at = (long)(&t_V[(((((pf_b0)) * (p_H) + ((pf_b1))) * (p_S) + ((((pf_kt + 1) * 64)))) * (p_D) + ((0)))] - t_V);
+const int pf_c0 = (int)((pf_at / 1) % 64);
+const int pf_c1 = (int)((pf_at / 64) % 4096);
+const int pf_c2 = (int)((pf_at / 262144) % 16);
+const int pf_c3 = (int)((pf_at / 4194304) % 4);
+pf_tma_load4(&pf_vnext0[0], &pf_map_1, &pf_fa_bar[(pf_st ^ 1)], pf_c0 + 0, pf_c1, pf_c2, pf_c3);
+}
+}
+#else
 if ((pf_kt + 1) < pf_khi) {
 #pragma unroll
 for (int pf_n = 0; pf_n < 4; pf_n++) {
@@ -231,6 +320,7 @@ unsigned short *pf_dst = &pf_vnext0[((pf_q) / 64) * 4096 + (pf_r) * 64 + ((((pf_
 pf_cp_async16_line(pf_dst, &t_V[(((((pf_b0)) * (p_H) + ((pf_b1))) * (p_S) + ((pf_gr))) * (p_D) + ((pf_q)))]);
 }
 }
+#endif
 pf_cp_async_commit();
 }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
