@@ -7,6 +7,8 @@
 //! sizes off every tile; the stage refills run (a reduction of 25 k tiles
 //! over 4 or 6 stages, unsplit). Where a map cannot describe the operand
 //! (`--no-tma`, or rows of 2 x 1543 bytes) the threads copy, as before.
+//! An attention's key and value tiles take the same copies
+//! (`codegen::flash`), also run in the emulation.
 
 use std::process::{Command, Output};
 
