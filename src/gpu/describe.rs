@@ -16,6 +16,7 @@ use super::mapping::{AttentionPlan, CombineKernel, KernelBody, KernelPlan, Regis
 use super::private::PrivateRegion;
 use super::promote::Promotion;
 use super::registers::RegisterTile;
+use super::tma::TmaOperand;
 use super::{HostLoop, KernelArg};
 use crate::isl::ast::{c_expr, Expr};
 
@@ -180,7 +181,30 @@ fn tensor_cores(f: &mut fmt::Formatter<'_>, c: &Contraction) -> fmt::Result {
             k_tiles * c.tile[2]
         )?;
     }
-    writeln!(f)
+    writeln!(f)?;
+    if let Some(ops) = c.copies.tma() {
+        tma_copies(f, ops)?;
+    }
+    Ok(())
+}
+
+/// Tiles copied by the copy engine: each operand's map, box (times the
+/// boxes of a stage) and swizzle.
+fn tma_copies(f: &mut fmt::Formatter<'_>, ops: &[TmaOperand]) -> fmt::Result {
+    let parts: Vec<String> = ops
+        .iter()
+        .map(|o| {
+            format!(
+                "{} dims {} box {} x {} ({}-byte swizzle)",
+                o.map.tensor,
+                list(&o.map.dims),
+                list(&o.map.boxes),
+                o.boxes,
+                o.map.swizzle
+            )
+        })
+        .collect();
+    writeln!(f, "  copies by the copy engine (TMA): {}", parts.join("; "))
 }
 
 /// Tensors kept in registers inside a region's thread loops.
@@ -252,6 +276,9 @@ fn attention(f: &mut fmt::Formatter<'_>, p: &AttentionPlan) -> fmt::Result {
     }
     if let Some(c) = &p.combine {
         combine(f, c)?;
+    }
+    if !p.copies.is_empty() {
+        tma_copies(f, &p.copies)?;
     }
     Ok(())
 }

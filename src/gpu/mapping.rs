@@ -306,12 +306,21 @@ pub fn map(
         Kernels::Whole(a) => {
             let name = "kernel_0".to_string();
             let node = root.child(0)?.insert_mark(mark(isl, &name)?)?;
+            let attention = AttentionPlan::new(*a, &name, program, opts.tma);
+            let a = &attention.attention;
+            // The copy engine's barriers: one a stage, 8 bytes each.
+            let barriers = if attention.copies.is_empty() {
+                0
+            } else {
+                8 * a.stages() as usize
+            };
             let plan = KernelPlan {
+                static_shared: barriers,
                 grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
                 block: [a.threads(), 1, 1],
                 min_blocks: Some(a.min_blocks()),
                 dynamic_shared: a.shared_bytes(),
-                body: KernelBody::Attention(AttentionPlan::new(*a, &name, program, opts.tma)),
+                body: KernelBody::Attention(attention),
                 ..KernelPlan::one_thread(name)
             };
             return Ok((node.get_schedule()?, vec![plan]));

@@ -60,6 +60,15 @@ impl Copies {
         }
     }
 
+    /// Bytes of the kernel's mbarriers for `stages` stages (a full and an
+    /// empty one each, 8 bytes), declared statically beside the tiles.
+    pub fn barrier_bytes(&self, stages: i64) -> usize {
+        match self {
+            Copies::CpAsync => 0,
+            Copies::Tma(_) => 16 * stages as usize,
+        }
+    }
+
     /// The operands' copies, where the copy engine makes them.
     pub fn tma(&self) -> Option<&[TmaOperand; 2]> {
         match self {
@@ -387,6 +396,30 @@ mod tests {
         // What a stage's barrier expects: both tiles, zero fill included.
         assert_eq!(a.stage_bytes() + b.stage_bytes(), (tm + tn) * tk * 2);
         assert_eq!(c.copies.maps(), vec![a.map, b.map]);
+    }
+
+    #[test]
+    fn the_plan_counts_the_barriers_and_says_what_the_engine_copies() {
+        let options = GpuOptions {
+            auto_tile: true,
+            k_split: Some(1),
+            ..GpuOptions::default()
+        };
+        let plans = Analysed::new(&program(MNK, ROW_MAJOR, GEMM)).plans(&[32], &options);
+        let plan = plans
+            .iter()
+            .find(|p| p.contraction().is_some())
+            .expect("a contraction");
+        let c = plan.contraction().unwrap();
+        // A full and an empty barrier a stage, 8 bytes each, static.
+        assert_eq!(c.copies.barrier_bytes(c.stages), 16 * c.stages as usize);
+        assert_eq!(plan.static_shared, 16 * c.stages as usize);
+        assert_eq!(plan.tensor_maps(), c.copies.maps());
+        let text = plan.to_string();
+        assert!(
+            text.contains("copies by the copy engine (TMA): A dims [4000, 1024] box [64, "),
+            "{text}"
+        );
     }
 
     #[test]

@@ -133,7 +133,14 @@ pub(super) fn map_kernel(
         let unroll = opts.unroll.unwrap_or(simt_tile);
         r.unrolled_steps = unroll.then(|| r.unrollable_steps(plan.block));
     }
-    plan.static_shared = thread_plan.scope.as_ref().map_or(0, |s| s.bytes());
+    // The shared copies, and the copy engine's barriers.
+    let barriers = match &thread_plan.registers {
+        Some(Registers::TensorCores { contraction, .. }) => {
+            contraction.copies.barrier_bytes(contraction.stages)
+        }
+        _ => 0,
+    };
+    plan.static_shared = thread_plan.scope.as_ref().map_or(0, |s| s.bytes()) + barriers;
     plan.body = KernelBody::Threads(thread_plan);
     Ok((node, plan))
 }
