@@ -60,7 +60,7 @@ mod tma;
 mod wgmma;
 mod writer;
 
-pub use tma::{box_copy, map_param};
+pub use tma::{box_copy, coordinate_lines, map_param};
 
 use engine::Engine;
 

@@ -115,16 +115,17 @@ pub fn copies(c: &Contraction, program: &Program) -> Copies {
     if !c.wgmma || c.split != 1 || !c.terms.is_empty() || c.whole_k {
         return Copies::CpAsync;
     }
-    let values = program.known_params();
-    let Ok(k_extent) = super::eval(&c.extents[2], &values) else {
+    let Ok(k_extent) = super::eval(&c.extents[2], &program.known_params()) else {
         return Copies::CpAsync;
     };
-    let iterators = [c.m.as_str(), c.n.as_str(), c.k.as_str()];
+    let iterators = [c.m.as_str(), c.n.as_str()];
     let operand = |x: &Operand, row: &str, rows: i64| {
-        let shape = known_shape(program, x, c.dtype, &values)?;
-        let mut op = map_operand(x, &shape, row, &c.k, &iterators, rows, c.tile[2], k_extent)?;
-        op.map.dtype = c.dtype;
-        Some(op)
+        let shape = known_shape(program, &x.tensor, c.dtype)?;
+        let (row_pos, k_pos) = row_and_k(&x.subscripts, shape.len(), row, &c.k, &iterators)?;
+        if shape[k_pos] != k_extent {
+            return None;
+        }
+        map_operand(x, c.dtype, &shape, [row_pos, k_pos], rows, c.tile[2])
     };
     match (
         operand(&c.a, &c.m, c.tile[0]),
@@ -150,12 +151,11 @@ pub fn attention_copies(a: &Attention, program: &Program) -> Vec<TmaOperand> {
     if !a.wgmma() {
         return Vec::new();
     }
-    let values = program.known_params();
     let tiles = std::iter::once((&a.key_operand, a.depth))
         .chain(a.contractions.iter().map(|c| (&c.value, c.width)));
     let mut copies = Vec::new();
     for (x, width) in tiles {
-        match attention_tile(x, width, a.dtype, program, &values) {
+        match attention_tile(x, width, a.dtype, program) {
             Some(op) => copies.push(op),
             None => return Vec::new(),
         }
@@ -169,27 +169,11 @@ fn attention_tile(
     width: i64,
     dtype: DType,
     program: &Program,
-    values: &std::collections::HashMap<String, i64>,
 ) -> Option<TmaOperand> {
-    let operand = Operand {
-        tensor: x.tensor.clone(),
-        subscripts: x.subscripts.clone(),
-        k_contiguous: true,
-    };
-    let shape = known_shape(program, &operand, dtype, values)?;
+    let shape = known_shape(program, &x.tensor, dtype)?;
     let rank = shape.len();
-    if !(2..=5).contains(&rank) || x.subscripts.len() != rank || width % 64 != 0 {
-        return None;
-    }
-    let unit = |a: &Affine, v: &str| a.terms.len() == 1 && a.coeff(v) == 1;
-    let row_pos = x.subscripts.iter().position(|s| unit(s, &x.row))?;
-    let col_pos = rank - 1;
-    let col = &x.subscripts[col_pos];
-    let others_free =
-        x.subscripts.iter().enumerate().all(|(i, s)| {
-            i == row_pos || i == col_pos || s.names().all(|n| n != x.row && n != x.col)
-        });
-    if row_pos == col_pos || !unit(col, &x.col) || col.constant != 0 || !others_free {
+    let (row_pos, col_pos) = row_and_k(&x.subscripts, rank, &x.row, &x.col, &[])?;
+    if col_pos != rank - 1 || width % 64 != 0 {
         return None;
     }
     let (dims, strides) = dims_and_strides(&shape)?;
@@ -213,29 +197,46 @@ fn attention_tile(
     })
 }
 
-/// The extents of operand `x`'s tensor, where they are constants and its
-/// elements are `dtype`.
-fn known_shape(
-    program: &Program,
-    x: &Operand,
-    dtype: DType,
-    values: &std::collections::HashMap<String, i64>,
-) -> Option<Vec<i64>> {
-    let t = program.tensor(&x.tensor)?;
+/// The extents of `tensor`, where they are constants and its elements
+/// are `dtype` (2-byte).
+fn known_shape(program: &Program, tensor: &str, dtype: DType) -> Option<Vec<i64>> {
+    let t = program.tensor(tensor)?;
     if t.dtype != dtype || !matches!(dtype, DType::F16 | DType::BF16) {
         return None;
     }
     t.shape
         .as_ref()?
         .iter()
-        .map(|a| {
-            a.terms
-                .iter()
-                .map(|(p, c)| values.get(p).map(|v| c * v))
-                .sum::<Option<i64>>()
-                .map(|s| s + a.constant)
-        })
+        .map(|a| program.evaluate(a))
         .collect()
+}
+
+/// Where `row` and `k` stand among `subscripts` (a tensor of `rank`
+/// dimensions): each exactly its iterator (coefficient 1, `k` without an
+/// offset), neither in any other subscript, and no other subscript naming
+/// one of `iterators` (a batch index is fixed in a block).
+fn row_and_k(
+    subscripts: &[Affine],
+    rank: usize,
+    row: &str,
+    k: &str,
+    iterators: &[&str],
+) -> Option<(usize, usize)> {
+    if !(2..=5).contains(&rank) || subscripts.len() != rank {
+        return None;
+    }
+    let unit = |a: &Affine, v: &str| a.terms.len() == 1 && a.coeff(v) == 1;
+    let row_pos = subscripts.iter().position(|s| unit(s, row))?;
+    let k_pos = subscripts
+        .iter()
+        .position(|s| unit(s, k) && s.constant == 0)?;
+    let others_free = subscripts.iter().enumerate().all(|(i, s)| {
+        i == row_pos
+            || i == k_pos
+            || s.names()
+                .all(|n| n != row && n != k && !iterators.contains(&n))
+    });
+    (row_pos != k_pos && others_free).then_some((row_pos, k_pos))
 }
 
 /// A row-major tensor of 2-byte elements with extents `shape` as a map's
@@ -257,37 +258,21 @@ fn dims_and_strides(shape: &[i64]) -> Option<(Vec<u64>, Vec<u64>)> {
     Some((dims, strides))
 }
 
-/// The map and boxes of operand `x` (tensor extents `shape`, tile of
-/// `rows` rows by `tk`), or `None` where the copy engine cannot copy its
-/// tile (see the module doc).
-#[allow(clippy::too_many_arguments)]
+/// The map and boxes of operand `x` of `dtype` (tensor extents `shape`,
+/// the row and `k` at subscripts `[row_pos, k_pos]`, a tile of `rows`
+/// rows by `tk`), or `None` where the copy engine cannot copy its tile
+/// (see the module doc).
 fn map_operand(
     x: &Operand,
+    dtype: DType,
     shape: &[i64],
-    row: &str,
-    k: &str,
-    iterators: &[&str; 3],
+    [row_pos, k_pos]: [usize; 2],
     rows: i64,
     tk: i64,
-    k_extent: i64,
 ) -> Option<TmaOperand> {
     let rank = shape.len();
-    if !(2..=5).contains(&rank) || x.subscripts.len() != rank {
-        return None;
-    }
-    let unit = |a: &Affine, v: &str| a.terms.len() == 1 && a.coeff(v) == 1;
-    let row_pos = x.subscripts.iter().position(|s| unit(s, row))?;
-    let k_pos = x
-        .subscripts
-        .iter()
-        .position(|s| unit(s, k) && s.constant == 0)?;
-    let others_free = x
-        .subscripts
-        .iter()
-        .enumerate()
-        .all(|(i, s)| i == row_pos || i == k_pos || s.names().all(|n| !iterators.contains(&n)));
     let contiguous = if x.k_contiguous { k_pos } else { row_pos };
-    if row_pos == k_pos || !others_free || contiguous != rank - 1 || shape[k_pos] != k_extent {
+    if contiguous != rank - 1 {
         return None;
     }
     let dim = |p: usize| rank - 1 - p;
@@ -312,8 +297,7 @@ fn map_operand(
     Some(TmaOperand {
         map: TensorMap {
             tensor: x.tensor.clone(),
-            // The caller sets the operand's type (checked 2-byte).
-            dtype: DType::F16,
+            dtype,
             dims,
             strides,
             boxes,

@@ -491,16 +491,10 @@ impl Emit<'_> {
                     .element(&x.tensor, &x.subscripts, &env);
             let tensor = super::expr::tensor_name(&x.tensor);
             let _ = writeln!(c, "{{ const long pf_at = (long)(&{element} - {tensor});");
-            let mut elements = 1u64;
-            let mut coords = Vec::new();
-            for (d, extent) in op.map.dims.iter().enumerate() {
-                let _ = writeln!(
-                    c,
-                    "const int pf_c{d} = (int)((pf_at / {elements}) % {extent});"
-                );
-                coords.push(format!("pf_c{d}"));
-                elements *= extent;
+            for line in crate::codegen::mma::coordinate_lines(&op.map, "pf_at", "pf_c", None) {
+                let _ = writeln!(c, "{line}");
             }
+            let coords: Vec<String> = (0..op.map.dims.len()).map(|d| format!("pf_c{d}")).collect();
             for g in 0..op.boxes {
                 let mut at = coords.clone();
                 at[op.k_dim] = format!("pf_c{} + {}", op.k_dim, 64 * g);

@@ -68,6 +68,30 @@ pub fn declare_barriers(mark: &str, stages: i64, warps: i64, emulate: bool, pad:
     }
 }
 
+/// The coordinates along `map`'s dimensions (contiguous first) of the
+/// element at offset `at` (a C variable, elements from the tensor's
+/// start), each declared as `{prefix}{d}`, except dimension `skip` (one
+/// the caller sets itself): the offset's digits in the tensor's extents.
+/// The element must lie inside the tensor.
+pub fn coordinate_lines(
+    map: &TensorMap,
+    at: &str,
+    prefix: &str,
+    skip: Option<usize>,
+) -> Vec<String> {
+    let mut elements = 1u64;
+    let mut lines = Vec::new();
+    for (d, extent) in map.dims.iter().enumerate() {
+        if Some(d) != skip {
+            lines.push(format!(
+                "const int {prefix}{d} = (int)(({at} / {elements}) % {extent});"
+            ));
+        }
+        elements *= extent;
+    }
+    lines
+}
+
 /// One box's copy of `map` (the kernel's parameter `param`) into `dst` at
 /// `coords` (map dimensions, contiguous first), counted on barrier `bar`
 /// (an address): the TMA instruction on the GPU; in the emulation its
@@ -161,15 +185,9 @@ impl Engine<'_, '_> {
                     address(row, "0")
                 ),
             );
-            let mut elements = 1u64;
-            for (d, extent) in op.map.dims.iter().enumerate() {
-                if d != op.k_dim {
-                    o.line(
-                        1,
-                        format!("const int pf_{name}_c{d} = (int)((pf_{name}_at / {elements}) % {extent});"),
-                    );
-                }
-                elements *= extent;
+            let at = format!("pf_{name}_at");
+            for line in coordinate_lines(&op.map, &at, &format!("pf_{name}_c"), Some(op.k_dim)) {
+                o.line(1, line);
             }
         }
     }
