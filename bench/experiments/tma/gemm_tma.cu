@@ -439,7 +439,20 @@ int main(int argc, char **argv) {
     auto tma = [&]() { gemm_tma<<<grid_tma, 256, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K); };
     auto ws = [&]() { gemm_ws<<<grid_ws, 384, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K); };
     // Clusters of two: an even grid, at most one block a multiprocessor.
-    const int grid_mc = std::min(2 * ((tiles + 1) / 2), prop.multiProcessorCount / 2 * 2);
+    // As many clusters as fit at once: a GPC's multiprocessors pair up, and
+    // an odd one out (or one the driver keeps back) hosts no cluster, so
+    // half the multiprocessor count can be more than fit and would leave a
+    // second, nearly empty wave.
+    int max_clusters = 0;
+    {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(2 * ((tiles + 1) / 2));
+        cfg.blockDim = dim3(384);
+        cfg.dynamicSmemBytes = SMEM_BYTES;
+        CK(cudaOccupancyMaxActiveClusters(&max_clusters, (void *)gemm_ws_mc, &cfg));
+    }
+    printf("clusters of two at once: %d (multiprocessors %d)\n", max_clusters, prop.multiProcessorCount);
+    const int grid_mc = std::min(2 * ((tiles + 1) / 2), 2 * max_clusters);
     auto ws_mc = [&]() { gemm_ws_mc<<<grid_mc, 384, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K); };
 
     struct V {
