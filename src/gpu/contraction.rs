@@ -145,6 +145,9 @@ pub struct Contraction {
     /// How the operand tiles reach shared memory (`gpu::tma`): decided by
     /// the mapping once the tile is final.
     pub copies: super::tma::Copies,
+    /// How the results leave the registers (`gpu::stores`): decided by
+    /// the mapping once the tile is final.
+    pub stores: super::stores::Stores,
 }
 
 /// How a contraction's products are summed into its f32 accumulators.
@@ -1268,6 +1271,7 @@ pub fn recognise(
         terms,
         accumulation: Accumulation::for_stored(stored_dtype, k_sums, tile[2]),
         copies: super::tma::Copies::CpAsync,
+        stores: super::stores::Stores::Pairs,
     };
     // The latency regime sizes the stages by the update's k tiles alone.
     let latency = if c.terms.is_empty() {

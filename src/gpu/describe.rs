@@ -16,6 +16,7 @@ use super::mapping::{AttentionPlan, CombineKernel, KernelBody, KernelPlan, Regis
 use super::private::PrivateRegion;
 use super::promote::Promotion;
 use super::registers::RegisterTile;
+use super::stores::Stores;
 use super::tma::TmaOperand;
 use super::{HostLoop, KernelArg};
 use crate::isl::ast::{c_expr, Expr};
@@ -184,6 +185,13 @@ fn tensor_cores(f: &mut fmt::Formatter<'_>, c: &Contraction) -> fmt::Result {
     writeln!(f)?;
     if let Some(ops) = c.copies.tma() {
         tma_copies(f, ops)?;
+    }
+    if let Stores::Staged { pitch, piece } = c.stores {
+        writeln!(
+            f,
+            "  stores of {} through shared memory: {} rows of {pitch}, copied out {piece} elements a thread",
+            c.stored, c.tile[0]
+        )?;
     }
     Ok(())
 }

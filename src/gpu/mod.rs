@@ -22,6 +22,7 @@ pub mod private;
 pub mod promote;
 pub mod race;
 pub mod registers;
+pub mod stores;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod tma;
@@ -126,6 +127,10 @@ pub struct GpuOptions {
     /// engine where they allow it (see [`tma`]); off: `cp.async` copies
     /// by every thread, as before (`--no-tma`).
     pub tma: bool,
+    /// Store a tensor-core contraction's tile through shared memory where
+    /// it fits in the stages (see [`stores`]); off: each thread stores its
+    /// own accumulators (`--no-staged-stores`).
+    pub staged_stores: bool,
 }
 
 impl Default for GpuOptions {
@@ -149,6 +154,7 @@ impl Default for GpuOptions {
             estimate: false,
             chained_accumulation: false,
             tma: true,
+            staged_stores: true,
         }
     }
 }

@@ -37,6 +37,7 @@ mod repair;
 mod row_chains;
 mod siblings;
 mod soundness;
+mod stores;
 mod suite;
 mod sums;
 mod tma;

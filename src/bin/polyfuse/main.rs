@@ -241,6 +241,13 @@ struct Common {
     /// 2-byte elements, constant extents, rows a multiple of 16 bytes)
     #[arg(long)]
     no_tma: bool,
+    /// GPU: store the tiles of tensor-core products from each thread's
+    /// registers, not through shared memory (the default where the tile
+    /// fits in the pipeline's stages: each thread writes its values there,
+    /// then the block copies the tile out a row at a time, 16 bytes a
+    /// thread)
+    #[arg(long)]
+    no_staged_stores: bool,
     /// Algebraic repair of reduction chains (softmax, attention): program
     /// (the file's "schedule" key, or polyfuse's choice without one: rolling
     /// update for long reductions with many rows, split-k for few rows),
@@ -284,6 +291,7 @@ impl Common {
             || self.recurrence.is_some()
             || self.no_fuse_step_sums
             || self.no_tma
+            || self.no_staged_stores
             || self.repair.is_some()
             || self.split.is_some()
     }
@@ -346,6 +354,7 @@ impl Common {
                 .unwrap_or(polyfuse::gpu::Recurrences::Wavefront),
             fuse_step_sums: !self.no_fuse_step_sums,
             tma: !self.no_tma,
+            staged_stores: !self.no_staged_stores,
             ..Default::default()
         }
     }

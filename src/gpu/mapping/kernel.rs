@@ -407,6 +407,11 @@ impl Mapper<'_> {
             if opts.tma {
                 c.copies = crate::gpu::tma::copies(&c, self.program);
             }
+            if opts.staged_stores {
+                if let Some(t) = self.program.tensor(&c.stored) {
+                    c.stores = crate::gpu::stores::choose(&c, t.dtype);
+                }
+            }
             c
         }))
     }
