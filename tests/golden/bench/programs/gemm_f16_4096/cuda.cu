@@ -255,34 +255,48 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
           pf_wgmma_wait0();
           __syncthreads();
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 1; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 32; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r += 2) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) unsigned short pf_two[2];
-            int pf_inside[2];
+          { /* the stores through shared memory: 128 rows of 264, copied out 8 elements a thread */
+            unsigned short *const pf_staged = (unsigned short *)pf_dynamic_shared;
             #pragma unroll
-            for (int pf_c = 0; pf_c < 2; pf_c++) {
-              const int pf_r2 = pf_r + pf_c;
-              const pf_i pf_ln2 = pf_ln + pf_c;
-              pf_inside[pf_c] = 1;
-              if (pf_inside[pf_c]) {
-                const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
-                unsigned short pf_cv = pf_f2h(pf_acc[pf_mt][pf_nt][pf_r]);
-                pf_two[pf_c] = pf_cv;
+            for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+            #pragma unroll
+            for (int pf_nt = 0; pf_nt < 32; pf_nt++)
+            #pragma unroll
+            for (int pf_r = 0; pf_r < 4; pf_r += 2) {
+              const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
+              const pf_i pf_lm = (pf_warp / 4) * 64 + (pf_warp % 4) * 16 + pf_lane / 4 + (pf_r / 2) * 8;
+              const pf_i pf_ln = pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+              __align__(8) unsigned short pf_two[2];
+              int pf_inside[2];
+              #pragma unroll
+              for (int pf_c = 0; pf_c < 2; pf_c++) {
+                const int pf_r2 = pf_r + pf_c;
+                const pf_i pf_ln2 = pf_ln + pf_c;
+                pf_inside[pf_c] = 1;
+                if (pf_inside[pf_c]) {
+                  const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
+                  unsigned short pf_cv = pf_f2h(pf_acc[pf_mt][pf_nt][pf_r]);
+                  pf_two[pf_c] = pf_cv;
+                }
+              }
+              if (pf_inside[0] && pf_inside[1]) {
+                *(unsigned int *)&pf_staged[pf_lm * 264 + pf_ln] = *(unsigned int *)pf_two;
+              } else {
+                if (pf_inside[0]) pf_staged[pf_lm * 264 + pf_ln] = pf_two[0];
+                if (pf_inside[1]) pf_staged[pf_lm * 264 + pf_ln + 1] = pf_two[1];
               }
             }
-            if (pf_inside[0] && pf_inside[1] && &t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + 1)] == &t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)]) % sizeof(unsigned int) == 0) {
-              *(unsigned int *)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] = *(unsigned int *)pf_two;
-            } else {
-              if (pf_inside[0]) t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + 1)] = pf_two[1];
+            __syncthreads();
+            for (int pf_q = pf_tid; pf_q < 4096; pf_q += 256) {
+              const pf_i pf_lm = pf_q / 32, pf_ln = (pf_q % 32) * 8;
+              const unsigned short *const pf_src = &pf_staged[pf_lm * 264 + pf_ln];
+              if (&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + 7)] == &t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] + 7 && ((unsigned long long)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)]) % 16 == 0) {
+                *(uint4 *)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] = *(const uint4 *)pf_src;
+              } else {
+                for (int pf_j = 0; pf_j < 8; pf_j++) t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + pf_j)] = pf_src[pf_j];
+              }
             }
+            __syncthreads();
           }
         }
 #else
@@ -1524,34 +1538,48 @@ asm volatile("griddepcontrol.launch_dependents;");
           }
           pf_cp_async_wait<0>();
           __syncthreads();
-          #pragma unroll
-          for (int pf_mt = 0; pf_mt < 4; pf_mt++)
-          #pragma unroll
-          for (int pf_nt = 0; pf_nt < 8; pf_nt++)
-          #pragma unroll
-          for (int pf_r = 0; pf_r < 4; pf_r += 2) {
-            const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
-            const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
-            const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
-            __align__(8) unsigned short pf_two[2];
-            int pf_inside[2];
+          { /* the stores through shared memory: 128 rows of 264, copied out 8 elements a thread */
+            unsigned short *const pf_staged = (unsigned short *)pf_dynamic_shared;
             #pragma unroll
-            for (int pf_c = 0; pf_c < 2; pf_c++) {
-              const int pf_r2 = pf_r + pf_c;
-              const pf_i pf_ln2 = pf_ln + pf_c;
-              pf_inside[pf_c] = 1;
-              if (pf_inside[pf_c]) {
-                const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
-                unsigned short pf_cv = pf_f2h(pf_acc[pf_mt][pf_nt][pf_r]);
-                pf_two[pf_c] = pf_cv;
+            for (int pf_mt = 0; pf_mt < 4; pf_mt++)
+            #pragma unroll
+            for (int pf_nt = 0; pf_nt < 8; pf_nt++)
+            #pragma unroll
+            for (int pf_r = 0; pf_r < 4; pf_r += 2) {
+              const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
+              const pf_i pf_lm = (pf_warp / 4) * 64 + pf_mt * 16 + pf_lane / 4 + (pf_r / 2) * 8;
+              const pf_i pf_ln = (pf_warp % 4) * 64 + pf_nt * 8 + (pf_lane % 4) * 2 + pf_r % 2;
+              __align__(8) unsigned short pf_two[2];
+              int pf_inside[2];
+              #pragma unroll
+              for (int pf_c = 0; pf_c < 2; pf_c++) {
+                const int pf_r2 = pf_r + pf_c;
+                const pf_i pf_ln2 = pf_ln + pf_c;
+                pf_inside[pf_c] = 1;
+                if (pf_inside[pf_c]) {
+                  const int pf_r = pf_r2; const pf_i pf_ln = pf_ln2;
+                  unsigned short pf_cv = pf_f2h(pf_acc[pf_mt][pf_nt][pf_r]);
+                  pf_two[pf_c] = pf_cv;
+                }
+              }
+              if (pf_inside[0] && pf_inside[1]) {
+                *(unsigned int *)&pf_staged[pf_lm * 264 + pf_ln] = *(unsigned int *)pf_two;
+              } else {
+                if (pf_inside[0]) pf_staged[pf_lm * 264 + pf_ln] = pf_two[0];
+                if (pf_inside[1]) pf_staged[pf_lm * 264 + pf_ln + 1] = pf_two[1];
               }
             }
-            if (pf_inside[0] && pf_inside[1] && &t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + 1)] == &t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] + 1 && ((unsigned long long)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)]) % sizeof(unsigned int) == 0) {
-              *(unsigned int *)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] = *(unsigned int *)pf_two;
-            } else {
-              if (pf_inside[0]) t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] = pf_two[0];
-              if (pf_inside[1]) t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + 1)] = pf_two[1];
+            __syncthreads();
+            for (int pf_q = pf_tid; pf_q < 4096; pf_q += 256) {
+              const pf_i pf_lm = pf_q / 32, pf_ln = (pf_q % 32) * 8;
+              const unsigned short *const pf_src = &pf_staged[pf_lm * 264 + pf_ln];
+              if (&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + 7)] == &t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] + 7 && ((unsigned long long)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)]) % 16 == 0) {
+                *(uint4 *)&t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln)] = *(const uint4 *)pf_src;
+              } else {
+                for (int pf_j = 0; pf_j < 8; pf_j++) t_C[((c0 + pf_lm)) * (p_N) + (c1 + pf_ln + pf_j)] = pf_src[pf_j];
+              }
             }
+            __syncthreads();
           }
         }
 #endif
