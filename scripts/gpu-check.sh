@@ -367,13 +367,14 @@ for name in "${bench_run[@]}"; do
 done
 
 # 3. The PyTorch peers of every program at the same sizes, and the copy
-# bandwidth, in one process (torch.compile for the programs named). Its
-# JSON lines go to peers.jsonl as they come, so a time-out keeps the rest.
+# bandwidth, in one process (torch.compile for the programs named, or for
+# PEERS_COMPILE's list). Its JSON lines go to peers.jsonl as they come, so
+# a time-out keeps the rest.
 peer_specs=()
 for name in "${examples[@]}"; do peer_specs+=("examples/$name.json"); done
 for name in "${benches[@]}"; do peer_specs+=("bench/programs/$name.json"); done
 ((${#peer_specs[@]} == 0)) || ! part peers || step peers peers 420 "$L/peers.log" "$PYTHON" scripts/peers.py --out "$OUT/peers.jsonl" \
-    --target-ms 200 --compile softmax,layernorm,scale_add,transpose,rowsum,softmax_16k,layernorm_16k,softmax_fused_16k \
+    --target-ms 200 --compile "${PEERS_COMPILE:-softmax,layernorm,scale_add,transpose,rowsum,softmax_16k,layernorm_16k,softmax_fused_16k,gemm_bias_gelu_f16_4096,layernorm_matmul_f16_4096,rmsnorm_ffn_swiglu_f16_t4096d4096f11008}" \
     copy@MIB=256 copy@MIB=1024 "${peer_specs[@]}"
 
 # 4. compute-sanitizer on every example at the odd sizes.

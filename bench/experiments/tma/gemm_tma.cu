@@ -288,6 +288,253 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 }
 
 
+// ws with its tile staged in shared memory of its own (3 stages, so that
+// the stages and the staged tile fit: 3 x 48 KB + 128 x 264 x 2 bytes):
+// the producer refills the stages for the next tile while the consumers
+// store this one, each warpgroup its own 64 rows behind a named barrier.
+#define WS_ST_STAGES 3
+#define WS_ST_SMEM (WS_ST_STAGES * STAGE_BYTES + BM * C_PITCH * 2 + 2 * WS_ST_STAGES * 8)
+static __device__ __forceinline__ void pf_bar_named(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_ws_st(const __grid_constant__ PfTensorMap ma, const __grid_constant__ PfTensorMap mb, unsigned short *C, int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
+    unsigned short *sA = pf_dynamic_shared;
+    unsigned short *sB = sA + WS_ST_STAGES * A_STAGE;
+    unsigned short *sC = sB + WS_ST_STAGES * B_STAGE;
+    unsigned long long *bars = (unsigned long long *)(sC + BM * C_PITCH);
+    const int tid = threadIdx.x, wg = tid / 128;
+    if (tid == 0) {
+        for (int s = 0; s < WS_ST_STAGES; s++) {
+            pf_mbar_init(pf_smem(&bars[s]), 1);
+            pf_mbar_init(pf_smem(&bars[WS_ST_STAGES + s]), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+    const int kts = (K + BK - 1) / BK;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+                for (int t = 0; t < kts; t++, it++) {
+                    const int st = it % WS_ST_STAGES;
+                    if (it >= WS_ST_STAGES) pf_mbar_wait(pf_smem(&bars[WS_ST_STAGES + st]), ((it / WS_ST_STAGES) - 1) & 1);
+                    pf_produce(&ma, &mb, sA, sB, pf_smem(&bars[st]), st, m0, n0, t * BK);
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int cw = wg - 1, t128 = tid % 128, lane = t128 % 32, warp = t128 / 32;
+        const unsigned long long da0 = pf_wgmma_desc(sA, 16, 1024), db0 = pf_wgmma_desc(sB, 8192, 1024);
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+            float acc[128];
+#pragma unroll
+            for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+            for (int t = 0; t < kts; t++, it++) {
+                const int st = it % WS_ST_STAGES;
+                pf_mbar_wait(pf_smem(&bars[st]), (it / WS_ST_STAGES) & 1);
+                pf_consume(acc, da0, db0, st, cw);
+                pf_wgmma_wait1();
+                if (t > 0) {
+                    __syncwarp();
+                    if (tid % 32 == 0) pf_mbar_arrive(pf_smem(&bars[WS_ST_STAGES + (it - 1) % WS_ST_STAGES]));
+                }
+            }
+            pf_wgmma_wait0();
+            __syncwarp();
+            if (tid % 32 == 0) pf_mbar_arrive(pf_smem(&bars[WS_ST_STAGES + (it - 1) % WS_ST_STAGES]));
+            // This warpgroup's 64 rows: staged, then copied out.
+            pf_bar_named(1 + cw, 128);
+#pragma unroll
+            for (int nt = 0; nt < 32; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r += 2) {
+                    const int row = cw * 64 + warp * 16 + lane / 4 + (r / 2) * 8, col = nt * 8 + (lane % 4) * 2;
+                    *(__half2 *)&sC[row * C_PITCH + col] = __floats2half2_rn(acc[nt * 4 + r], acc[nt * 4 + r + 1]);
+                }
+            pf_bar_named(1 + cw, 128);
+            for (int i = t128; i < 64 * (BN / 8); i += 128) {
+                const int row = cw * 64 + i / (BN / 8), ch = i % (BN / 8), m = m0 + row, n = n0 + ch * 8;
+                if (m >= M) continue;
+                const unsigned short *src = &sC[row * C_PITCH + ch * 8];
+                unsigned short *dst = &C[(size_t)m * N + n];
+                if (n + 7 < N && ((unsigned long long)dst) % 16 == 0)
+                    *(uint4 *)dst = *(const uint4 *)src;
+                else
+                    for (int j = 0; j < 8 && n + j < N; j++) dst[j] = src[j];
+            }
+        }
+    }
+#endif
+}
+
+// The tile stored by the copy engine (TMA store): each thread writes its
+// values as f16 into the tile in shared memory, laid out as the 128-byte
+// swizzle of 64 x 64 boxes (a warpgroup's 64 rows, four boxes along n),
+// fences the writes for the async proxy, and after the warpgroup's barrier
+// one thread issues the four boxes' stores; the engine clips what lies
+// past the tensor. The consumers go on at once; the buffer is reused once
+// the engine has read it (wait_group.read).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void pf_tma_store_2d(const PfTensorMap *map, unsigned src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"((unsigned long long)map),
+                 "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+}
+static __device__ __forceinline__ void pf_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void pf_bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+static __device__ __forceinline__ void pf_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+static __device__ __forceinline__ void pf_fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Warpgroup cw's 64 x 256 accumulators into its four swizzled boxes at sW.
+static __device__ __forceinline__ void pf_stage_swizzled(const float *acc, unsigned char *sW, int t128) {
+    const int lane = t128 % 32, warp = t128 / 32;
+#pragma unroll
+    for (int nt = 0; nt < 32; nt++)
+#pragma unroll
+        for (int r = 0; r < 4; r += 2) {
+            const int row = warp * 16 + lane / 4 + (r / 2) * 8, col = nt * 8 + (lane % 4) * 2;
+            const int box = col / 64, chunk = (col % 64) / 8, byte = (col % 8) * 2;
+            unsigned char *p = sW + box * 8192 + row * 128 + ((chunk ^ (row % 8)) * 16) + byte;
+            *(__half2 *)p = __floats2half2_rn(acc[nt * 4 + r], acc[nt * 4 + r + 1]);
+        }
+}
+static __device__ __forceinline__ void pf_store_boxes(const PfTensorMap *mc, const unsigned char *sW, int m0, int n0) {
+#pragma unroll
+    for (int b = 0; b < 4; b++) pf_tma_store_2d(mc, pf_smem(sW + b * 8192), n0 + 64 * b, m0);
+    pf_bulk_commit();
+}
+
+#endif
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_tma_tst(const __grid_constant__ PfTensorMap ma, const __grid_constant__ PfTensorMap mb, const __grid_constant__ PfTensorMap mc,
+                 int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
+    unsigned short *sA = pf_dynamic_shared;
+    unsigned short *sB = sA + STAGES * A_STAGE;
+    unsigned long long *bars = (unsigned long long *)(sB + STAGES * B_STAGE);
+    const int tid = threadIdx.x, wg = tid / 128;
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            pf_mbar_init(pf_smem(&bars[s]), 1);
+            pf_mbar_init(pf_smem(&bars[STAGES + s]), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int kts = (K + BK - 1) / BK;
+    const unsigned long long da0 = pf_wgmma_desc(sA, 16, 1024), db0 = pf_wgmma_desc(sB, 8192, 1024);
+    if (tid == 0)
+        for (int t = 0; t < STAGES && t < kts; t++) pf_produce(&ma, &mb, sA, sB, pf_smem(&bars[t]), t, m0, n0, t * BK);
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    for (int t = 0; t < kts; t++) {
+        const int st = t % STAGES;
+        pf_mbar_wait(pf_smem(&bars[st]), (t / STAGES) & 1);
+        pf_consume(acc, da0, db0, st, wg);
+        pf_wgmma_wait1();
+        if (t > 0) {
+            const int ps = (t - 1) % STAGES;
+            __syncwarp();
+            if (tid % 32 == 0) pf_mbar_arrive(pf_smem(&bars[STAGES + ps]));
+            if (tid == 0 && t - 1 + STAGES < kts) {
+                pf_mbar_wait(pf_smem(&bars[STAGES + ps]), ((t - 1) / STAGES) & 1);
+                pf_produce(&ma, &mb, sA, sB, pf_smem(&bars[ps]), ps, m0, n0, (t - 1 + STAGES) * BK);
+            }
+        }
+    }
+    pf_wgmma_wait0();
+    __syncthreads();
+    unsigned char *sW = (unsigned char *)pf_dynamic_shared + wg * 32768;
+    pf_stage_swizzled(acc, sW, tid % 128);
+    pf_fence_async_shared();
+    pf_bar_named(1 + wg, 128);
+    if (tid % 128 == 0) {
+        pf_store_boxes(&mc, sW, m0 + wg * 64, n0);
+        pf_bulk_wait_read0();
+    }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_ws_tst(const __grid_constant__ PfTensorMap ma, const __grid_constant__ PfTensorMap mb, const __grid_constant__ PfTensorMap mc,
+                int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
+    unsigned short *sA = pf_dynamic_shared;
+    unsigned short *sB = sA + WS_ST_STAGES * A_STAGE;
+    unsigned char *sC = (unsigned char *)(sB + WS_ST_STAGES * B_STAGE);
+    unsigned long long *bars = (unsigned long long *)(sC + BM * BN * 2);
+    const int tid = threadIdx.x, wg = tid / 128;
+    if (tid == 0) {
+        for (int s = 0; s < WS_ST_STAGES; s++) {
+            pf_mbar_init(pf_smem(&bars[s]), 1);
+            pf_mbar_init(pf_smem(&bars[WS_ST_STAGES + s]), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+    const int kts = (K + BK - 1) / BK;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+                for (int t = 0; t < kts; t++, it++) {
+                    const int st = it % WS_ST_STAGES;
+                    if (it >= WS_ST_STAGES) pf_mbar_wait(pf_smem(&bars[WS_ST_STAGES + st]), ((it / WS_ST_STAGES) - 1) & 1);
+                    pf_produce(&ma, &mb, sA, sB, pf_smem(&bars[st]), st, m0, n0, t * BK);
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int cw = wg - 1, t128 = tid % 128;
+        unsigned char *sW = sC + cw * 32768;
+        const unsigned long long da0 = pf_wgmma_desc(sA, 16, 1024), db0 = pf_wgmma_desc(sB, 8192, 1024);
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+            float acc[128];
+#pragma unroll
+            for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+            for (int t = 0; t < kts; t++, it++) {
+                const int st = it % WS_ST_STAGES;
+                pf_mbar_wait(pf_smem(&bars[st]), (it / WS_ST_STAGES) & 1);
+                pf_consume(acc, da0, db0, st, cw);
+                pf_wgmma_wait1();
+                if (t > 0) {
+                    __syncwarp();
+                    if (tid % 32 == 0) pf_mbar_arrive(pf_smem(&bars[WS_ST_STAGES + (it - 1) % WS_ST_STAGES]));
+                }
+            }
+            pf_wgmma_wait0();
+            __syncwarp();
+            if (tid % 32 == 0) pf_mbar_arrive(pf_smem(&bars[WS_ST_STAGES + (it - 1) % WS_ST_STAGES]));
+            if (t128 == 0) pf_bulk_wait_read0();
+            pf_bar_named(1 + cw, 128);
+            pf_stage_swizzled(acc, sW, t128);
+            pf_fence_async_shared();
+            pf_bar_named(1 + cw, 128);
+            if (t128 == 0) pf_store_boxes(&mc, sW, m0 + cw * 64, n0);
+        }
+        if (t128 == 0) pf_bulk_wait0();
+    }
+#endif
+}
+
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_ws_mc(const __grid_constant__ PfTensorMap ma, const __grid_constant__ PfTensorMap mb, unsigned short *C, int M, int N, int K,
                int store, int plain_arrive) {
@@ -483,12 +730,19 @@ int main(int argc, char **argv) {
     CK(cudaFuncSetAttribute(gemm_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     CK(cudaFuncSetAttribute(gemm_ws, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     CK(cudaFuncSetAttribute(gemm_ws_mc, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    CK(cudaFuncSetAttribute(gemm_ws_st, cudaFuncAttributeMaxDynamicSharedMemorySize, WS_ST_SMEM));
+    CK(cudaFuncSetAttribute(gemm_tma_tst, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    CK(cudaFuncSetAttribute(gemm_ws_tst, cudaFuncAttributeMaxDynamicSharedMemorySize, WS_ST_SMEM));
+    PfTensorMap mc = make_map(dC, M, N, 64, 64);
     const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     dim3 grid_tma((N + BN - 1) / BN, (M + BM - 1) / BM);
     const int grid_ws = std::min(tiles, prop.multiProcessorCount);
     auto tma = [&]() { gemm_tma<<<grid_tma, 256, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K, 0); };
     auto tma_staged = [&]() { gemm_tma<<<grid_tma, 256, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K, 1); };
     auto ws = [&]() { gemm_ws<<<grid_ws, 384, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K, 1); };
+    auto ws_st = [&]() { gemm_ws_st<<<grid_ws, 384, WS_ST_SMEM>>>(ma, mb, (unsigned short *)dC, M, N, K); };
+    auto tma_tst = [&]() { gemm_tma_tst<<<grid_tma, 256, SMEM_BYTES>>>(ma, mb, mc, M, N, K); };
+    auto ws_tst = [&]() { gemm_ws_tst<<<grid_ws, 384, WS_ST_SMEM>>>(ma, mb, mc, M, N, K); };
     auto ws_nostore = [&]() { gemm_ws<<<grid_ws, 384, SMEM_BYTES>>>(ma, mb, (unsigned short *)dC, M, N, K, 0); };
     // Clusters of two: an even grid, at most one block a multiprocessor.
     // As many clusters as fit at once: a GPC's multiprocessors pair up, and
@@ -516,7 +770,7 @@ int main(int argc, char **argv) {
     double flop = 2.0 * M * N * K;
     float t_cublas = median_us(cublas, 20, 100);
     printf("%-8s M %d N %d K %d: %8.1f us %6.1f TFLOP/s\n", "cublas", M, N, K, t_cublas, flop / t_cublas * 1e-6);
-    for (auto v : {V{"tma", tma}, V{"tma_st", tma_staged}, V{"ws", ws}, V{"ws_mc", ws_mc}, V{"ws_mc_pl", ws_mc_plain}, V{"ws_ns", ws_nostore},
+    for (auto v : {V{"tma", tma}, V{"tma_st", tma_staged}, V{"tma_tst", tma_tst}, V{"ws", ws}, V{"ws_st", ws_st}, V{"ws_tst", ws_tst}, V{"ws_mc", ws_mc}, V{"ws_mc_pl", ws_mc_plain}, V{"ws_ns", ws_nostore},
                    V{"ws_mc_ns", ws_mc_plain_nostore}}) {
         CK(cudaMemset(dC, 0xff, (size_t)M * N * 2));  // poison: NaN
         v.f();
