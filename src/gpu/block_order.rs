@@ -21,7 +21,12 @@
 //! The decision is the gpu stage's (`KernelPlan::reversed`); the printer
 //! only prints the index it gives.
 
+use std::collections::HashMap;
+
+use crate::frontend::ast::Program;
 use crate::isl::{DimType, Set, UnionMap};
+
+use super::attention::{Attention, KeyTiles, BLOCK_KEYS};
 
 use crate::error::Result;
 use crate::isl::val_to_i64;
@@ -80,6 +85,43 @@ pub fn heaviest_last(scop: &Scop, blocks: &UnionMap, member: usize) -> Result<bo
     Ok(last > first.saturating_mul(HEAVIER))
 }
 
+/// Whether an attention kernel's row tiles should start at the last one:
+/// where the block of the last row tile visits more than [`HEAVIER`] times
+/// the key tiles of the first (causal attention: 1 key tile against
+/// `S / 64`). The heaviest blocks then start first and the last wave is
+/// the lightest, as FlashAttention orders a causal grid. Only a plain
+/// range of key tiles with its bounds constant in the parameters is
+/// counted (the batch iterators at 0); anything else keeps the order.
+pub fn attention_rows_reversed(a: &Attention, program: &Program) -> bool {
+    let KeyTiles::Range { any, lo, hi } = &a.key_tiles else {
+        return false;
+    };
+    if a.split.is_some() || a.row_tiles() < 2 {
+        return false;
+    }
+    let params = program.known_params();
+    let tiles_at = |row: i64| -> Option<i64> {
+        let mut values: HashMap<String, i64> = [any, lo, hi]
+            .iter()
+            .flat_map(|e| e.ids())
+            .map(|id| (id, 0))
+            .collect();
+        values.extend(params.iter().map(|(k, v)| (k.clone(), *v)));
+        values.insert("pf_i0".into(), row);
+        if super::eval(any, &values).ok()? == 0 {
+            return Some(0);
+        }
+        let lo = super::eval(lo, &values).ok()?;
+        let hi = super::eval(hi, &values).ok()?;
+        Some((hi.div_euclid(BLOCK_KEYS) - lo.div_euclid(BLOCK_KEYS) + 1).max(0))
+    };
+    let last = (a.row_tiles() - 1) * a.block_rows();
+    match (tiles_at(0), tiles_at(last)) {
+        (Some(first), Some(last)) => last > first.max(1).saturating_mul(HEAVIER as i64),
+        _ => false,
+    }
+}
+
 /// The instances `blocks` sends to value `value` of block member
 /// `member`, over all its statements; `None` where one cannot be counted.
 fn instances_at(blocks: &UnionMap, member: usize, value: i32) -> Option<u64> {
@@ -100,7 +142,30 @@ fn instances_at(blocks: &UnionMap, member: usize, value: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::test_support::Analysed;
     use crate::isl::Isl;
+
+    /// Whether the attention of example `name` at `S = 320` (five row
+    /// tiles) runs its row tiles last first.
+    fn rows_reversed(name: &str) -> bool {
+        let path = format!("{}/examples/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let json = std::fs::read_to_string(path).unwrap();
+        let json = json.replacen("\"S\": 32,", "\"S\": 320,", 1);
+        assert!(json.contains("\"S\": 320"), "{name}: no S to set");
+        let a = Analysed::new(&json);
+        let attention = crate::gpu::attention::recognise(&a.isl, &a.program, &a.scop, &a.deps)
+            .unwrap()
+            .expect("an attention");
+        attention_rows_reversed(&attention, &a.program)
+    }
+
+    #[test]
+    fn causal_attention_starts_at_its_last_row_tile() {
+        // Row tile 4 visits 5 key tiles, tile 0 one.
+        assert!(rows_reversed("attention_causal"));
+        // Every row tile visits every key tile.
+        assert!(!rows_reversed("attention_global"));
+    }
 
     #[test]
     fn instances_at_counts_a_triangle_by_rows() {

@@ -102,6 +102,10 @@ pub struct AttentionPlan {
     /// the key operand's, then each value operand's, the kernel's tensor
     /// maps in this order; empty where the threads copy them.
     pub copies: Vec<super::tma::TmaOperand>,
+    /// The blocks take the row tiles last first (block `b` runs row tile
+    /// `T - 1 - b % T`): the last tiles have the most keys
+    /// (`gpu::block_order::attention_rows_reversed`).
+    pub rows_reversed: bool,
 }
 
 /// A split attention's second kernel, which has no subtree of its own: a
@@ -137,6 +141,7 @@ impl AttentionPlan {
         });
         AttentionPlan {
             score_scale: a.score_scale(),
+            rows_reversed: super::block_order::attention_rows_reversed(&a, program),
             attention: a,
             combine,
             copies,

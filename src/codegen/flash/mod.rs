@@ -111,6 +111,8 @@ struct Emit<'a> {
     /// operand's, then each value operand's; `AttentionPlan::copies`), or
     /// none: the threads copy them with `cp.async`.
     copies: &'a [TmaOperand],
+    /// The row tiles run last first (`AttentionPlan::rows_reversed`).
+    rows_reversed: bool,
 }
 
 /// The kernel body (CUDA) or its emulation (C), for the kernel whose
@@ -131,6 +133,7 @@ pub fn body(
         out: String::new(),
         globals: globals.clone(),
         copies: &plan.copies,
+        rows_reversed: plan.rows_reversed,
     };
     e.kernel();
     e.out
@@ -165,6 +168,7 @@ pub fn combine_body(
         out: String::new(),
         globals: globals.clone(),
         copies: &[],
+        rows_reversed: false,
     };
     e.combine();
     e.out
@@ -715,10 +719,14 @@ impl Emit<'_> {
     fn open_block(&mut self) {
         let a = self.a;
         let mut batch_decl = self.batch_values();
+        let tile = if self.rows_reversed {
+            format!("({} - pf_bx % {})", a.row_tiles() - 1, a.row_tiles())
+        } else {
+            format!("(pf_bx % {})", a.row_tiles())
+        };
         let _ = writeln!(
             batch_decl,
-            "const pf_i pf_i0 = (pf_bx % {}) * {}; (void)pf_i0;",
-            a.row_tiles(),
+            "const pf_i pf_i0 = {tile} * {}; (void)pf_i0;",
             a.block_rows()
         );
         if a.split.is_some() {
