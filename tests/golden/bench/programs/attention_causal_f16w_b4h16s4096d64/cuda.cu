@@ -159,7 +159,7 @@ const int pf_t = threadIdx.x, pf_w = pf_t / 32, pf_l = pf_t % 32, pf_g = pf_l / 
 const pf_i pf_bx = blockIdx.x, pf_bt = blockIdx.y;
 const pf_i pf_b1 = (pf_bt / 1) % 16; (void)pf_b1;
 const pf_i pf_b0 = (pf_bt / 16) % 4; (void)pf_b0;
-const pf_i pf_i0 = (pf_bx % 64) * 64; (void)pf_i0;
+const pf_i pf_i0 = (63 - pf_bx % 64) * 64; (void)pf_i0;
 
 extern __shared__ __align__(1024) unsigned short pf_dynamic_shared[];
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
