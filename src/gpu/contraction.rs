@@ -1244,6 +1244,15 @@ pub fn recognise(
     } else {
         tile
     };
+    // A short reduction: two blocks a multiprocessor (see
+    // `two_blocks_per_sm`).
+    let output = [&extents[0], &extents[1]].map(|e| super::eval(e, &values).ok());
+    let two_blocks = wgmma
+        && auto
+        && !promoted
+        && it.batch.is_empty()
+        && two_blocks_per_sm(tile, output, k_sums);
+    let tile = if two_blocks { TWO_BLOCKS_TILE } else { tile };
     let (split, e) = reduction_split(band, nb, !it.batch.is_empty(), k_split, unsplit, tile)?;
     // Several reduction loops run one after the other, unsplit.
     let split = if terms.is_empty() { split } else { 1 };
@@ -1262,7 +1271,11 @@ pub fn recognise(
         // wgmma keeps a step's instructions in flight across the next
         // barrier: a fourth stage keeps two tiles copied ahead (see
         // `codegen::mma`).
-        stages: if wgmma { 4 } else { STAGES },
+        stages: match (wgmma, two_blocks) {
+            (true, true) => TWO_BLOCKS_STAGES,
+            (true, false) => 4,
+            (false, _) => STAGES,
+        },
         split,
         whole_k: false,
         wgmma,
@@ -1288,6 +1301,42 @@ pub fn recognise(
         None => {}
     }
     Ok(Some(c))
+}
+
+/// The tile of [`two_blocks_per_sm`]: 64 accumulators a thread (two
+/// warpgroups of `wgmma.m64n128k16`), so two blocks' registers fit.
+const TWO_BLOCKS_TILE: [i64; 3] = [128, 128, WGMMA_TILE_K];
+
+/// Its stages: 3 x 32 KB, so two blocks' stages fit in shared memory.
+const TWO_BLOCKS_STAGES: i64 = 3;
+
+/// The longest reduction of [`two_blocks_per_sm`]: 16 k tiles of 64.
+const SHORT_K: i64 = 1024;
+
+/// Whether a `wgmma` product with the automatic `tile`, output extents
+/// `output` (`m`, `n`; `None` where unknown) and a reduction of `k`
+/// elements in all (`None`: unknown) should run 128 x 128 tiles, 3 stages
+/// deep, two blocks a multiprocessor, instead of one block of 128 x 256
+/// tiles: where the reduction is short ([`SHORT_K`] or less) and the
+/// output has tiles for two waves of two blocks. A block spends a larger
+/// share of its time outside its main loop when its k is short (filling
+/// its pipeline, its epilogue, its stores), and with one block a
+/// multiprocessor the tensor cores idle meanwhile; a second block runs its
+/// products then. Measured on the H200 (`bench/experiments/two_blocks`,
+/// against the 128 x 256 tiles in the same call): the MLP's first product
+/// (4000 x 4096 x 1024, GELU epilogue into f16) 96 us against 125; a
+/// product with a bias and GELU at 4096 x 4096 x 1024 68.7 us against
+/// 70.7, with a bias and tanh 65.1 against 67.3; plain products at k =
+/// 1024 and 512 level or 2.5% faster. Products with k = 4096 lost
+/// (4096^3: 204.7 us against 192.6; with a bias and GELU 224.9 against
+/// 204.9): they keep one block of 128 x 256.
+fn two_blocks_per_sm(tile: [i64; 3], output: [Option<i64>; 2], k: Option<i64>) -> bool {
+    let ([Some(m), Some(n)], Some(k)) = (output, k) else {
+        return false;
+    };
+    let [tm, tn, _] = TWO_BLOCKS_TILE;
+    let tiles = ((m + tm - 1) / tm) * ((n + tn - 1) / tn);
+    tile[..2] == [128, 256] && k <= SHORT_K && tiles >= 4 * ENOUGH_BLOCKS
 }
 
 /// Shared memory the automatic stage count may fill (of the H100's 227 KB
@@ -1602,6 +1651,36 @@ mod tests {
     use super::*;
     use crate::gpu::test_support::Analysed;
     use crate::gpu::GpuOptions;
+
+    #[test]
+    fn short_reductions_with_many_tiles_run_two_blocks_a_multiprocessor() {
+        let wide = [128, 256, 64];
+        // The MLP's first product: 32 x 32 tiles of 128 x 128, k 1024.
+        assert!(two_blocks_per_sm(
+            wide,
+            [Some(4000), Some(4096)],
+            Some(1024)
+        ));
+        // A long reduction, too few tiles, an unknown extent, or another
+        // automatic tile keep one block.
+        assert!(!two_blocks_per_sm(
+            wide,
+            [Some(4000), Some(4096)],
+            Some(1025)
+        ));
+        assert!(!two_blocks_per_sm(
+            wide,
+            [Some(2048), Some(2048)],
+            Some(1024)
+        ));
+        assert!(!two_blocks_per_sm(wide, [None, Some(4096)], Some(1024)));
+        assert!(!two_blocks_per_sm(wide, [Some(4000), Some(4096)], None));
+        assert!(!two_blocks_per_sm(
+            [64, 128, 64],
+            [Some(4000), Some(4096)],
+            Some(1024)
+        ));
+    }
 
     /// A product of `dtype` operands `A` (`a_shape`) and `B` (`b_shape`)
     /// over `M = 256, N = 192, K = 160` (off every automatic tile), with

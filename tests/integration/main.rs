@@ -40,6 +40,7 @@ mod soundness;
 mod stores;
 mod suite;
 mod sums;
+mod tiles;
 mod tma;
 mod triangles;
 mod tune;

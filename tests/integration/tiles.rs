@@ -1,0 +1,42 @@
+//! The automatic tiles of `wgmma` products by the length of their
+//! reduction (`gpu::contraction::two_blocks_per_sm`): the MLP's first
+//! product (k = 1024, 4000 x 4096) runs 128 x 128 tiles three stages deep,
+//! two blocks a multiprocessor (`__launch_bounds__(256, 2)`); its second
+//! (k = 4096) keeps one block of 128 x 256 tiles and four stages. Both
+//! tiles' pipelines and stores run in the emulation elsewhere
+//! (`tma.rs`, `stores.rs`); the three-stage kernel checked on the GPU at
+//! 2051 x 4099 x 1000 (`bench/experiments/two_blocks/ab.sh`).
+
+use std::process::Command;
+
+#[test]
+fn a_short_reduction_runs_two_blocks_of_three_stages() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/suite/mlp_gelu_f16.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .args(["schedule", file, "--emit", "cuda"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let cuda = String::from_utf8_lossy(&out.stdout);
+    let regions: Vec<&str> = cuda
+        .lines()
+        .filter(|l| l.contains("/* tensor cores:") && l.contains("wgmma"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        regions,
+        [
+            "/* tensor cores: 128 x 128 x 64 tiles, 2 warpgroups of 64 x 128 (wgmma.m64n128k16) (3 stages) */",
+            "/* tensor cores: 128 x 256 x 64 tiles, 2 warpgroups of 64 x 256 (wgmma.m64n256k16) (4 stages) */",
+        ]
+    );
+    assert!(cuda.contains("__launch_bounds__(256, 2) kernel_0("));
+    assert!(cuda.contains("__launch_bounds__(256, 1) kernel_1("));
+    // A user's tile keeps four stages.
+    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
+        .args(["schedule", file, "--emit", "cuda", "--tile", "128,128,64"])
+        .output()
+        .unwrap();
+    let cuda = String::from_utf8_lossy(&out.stdout);
+    assert!(cuda.contains("(wgmma.m64n128k16) (4 stages)"), "{cuda}");
+}
