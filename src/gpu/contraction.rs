@@ -1300,8 +1300,22 @@ pub fn recognise(
         Some(Latency::Deeper(stages)) => c.stages = stages,
         None => {}
     }
+    if c.wgmma && !c.whole_k && c.stages < MIN_REFILLED_WGMMA_STAGES {
+        return Err(crate::error::Error::Internal(format!(
+            "{}: a refilled wgmma pipeline of {} stages (at least {MIN_REFILLED_WGMMA_STAGES})",
+            c.statement, c.stages
+        )));
+    }
     Ok(Some(c))
 }
+
+/// Fewest stages of a `wgmma` pipeline whose stages are refilled: with
+/// two, the `cp.async` path copies no tile ahead (wrong in the
+/// emulation), and the copy engine's path failed its check on the H200
+/// (f16 1000^3, 128 x 128 tiles; cause not found). polyfuse makes 3, 4
+/// or 6, or holds every k tile at once (`whole_k`, no refill); the check
+/// keeps it so.
+const MIN_REFILLED_WGMMA_STAGES: i64 = 3;
 
 /// The tile of [`two_blocks_per_sm`]: 64 accumulators a thread (two
 /// warpgroups of `wgmma.m64n128k16`), so two blocks' registers fit.

@@ -11,23 +11,7 @@
 //! A copy-out shifted by one element fails these checks (tried by hand
 //! when the staging landed).
 
-use std::process::{Command, Output};
-
-fn polyfuse(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_polyfuse"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::common::cli::{polyfuse, text};
 
 /// `f16` products accumulated in an f32 temp, `C` (of `out`) their value
 /// after a bias and tanh, at `M`, `N`, `K`.

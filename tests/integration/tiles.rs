@@ -7,16 +7,13 @@
 //! (`tma.rs`, `stores.rs`); the three-stage kernel checked on the GPU at
 //! 2051 x 4099 x 1000 (`bench/experiments/two_blocks/ab.sh`).
 
-use std::process::Command;
+use crate::common::cli::{polyfuse, text};
 
 #[test]
 fn a_short_reduction_runs_two_blocks_of_three_stages() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/suite/mlp_gelu_f16.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
-        .args(["schedule", file, "--emit", "cuda"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    let out = polyfuse(&["schedule", file, "--emit", "cuda"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let cuda = String::from_utf8_lossy(&out.stdout);
     let regions: Vec<&str> = cuda
         .lines()
@@ -33,10 +30,7 @@ fn a_short_reduction_runs_two_blocks_of_three_stages() {
     assert!(cuda.contains("__launch_bounds__(256, 2) kernel_0("));
     assert!(cuda.contains("__launch_bounds__(256, 1) kernel_1("));
     // A user's tile keeps four stages.
-    let out = Command::new(env!("CARGO_BIN_EXE_polyfuse"))
-        .args(["schedule", file, "--emit", "cuda", "--tile", "128,128,64"])
-        .output()
-        .unwrap();
+    let out = polyfuse(&["schedule", file, "--emit", "cuda", "--tile", "128,128,64"]);
     let cuda = String::from_utf8_lossy(&out.stdout);
     assert!(cuda.contains("(wgmma.m64n128k16) (4 stages)"), "{cuda}");
 }
