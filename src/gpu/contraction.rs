@@ -406,6 +406,18 @@ impl Contraction {
 }
 
 impl Contraction {
+    /// An internal error where a refilled `wgmma` pipeline has fewer than
+    /// [`MIN_REFILLED_WGMMA_STAGES`] stages.
+    pub fn check_stages(&self) -> Result<()> {
+        if self.wgmma && !self.whole_k && self.stages < MIN_REFILLED_WGMMA_STAGES {
+            return Err(crate::error::Error::Internal(format!(
+                "{}: a refilled wgmma pipeline of {} stages (at least {MIN_REFILLED_WGMMA_STAGES})",
+                self.statement, self.stages
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether operand B's shared tile is in the 64-byte swizzle: an
     /// MN-major tile 32 wide (one 64-byte line per k), where the 128-byte
     /// swizzle's atom (64 wide) does not fit.
@@ -1300,12 +1312,7 @@ pub fn recognise(
         Some(Latency::Deeper(stages)) => c.stages = stages,
         None => {}
     }
-    if c.wgmma && !c.whole_k && c.stages < MIN_REFILLED_WGMMA_STAGES {
-        return Err(crate::error::Error::Internal(format!(
-            "{}: a refilled wgmma pipeline of {} stages (at least {MIN_REFILLED_WGMMA_STAGES})",
-            c.statement, c.stages
-        )));
-    }
+    c.check_stages()?;
     Ok(Some(c))
 }
 

@@ -131,6 +131,13 @@ pub struct GpuOptions {
     /// it fits in the stages (see [`stores`]); off: each thread stores its
     /// own accumulators (`--no-staged-stores`).
     pub staged_stores: bool,
+    /// Stages of every refilled `wgmma` pipeline, in place of the
+    /// mapping's choice (4, or 3 for two blocks a multiprocessor, see
+    /// `contraction::two_blocks_per_sm`): for tests that run a pipeline
+    /// depth in the emulation at sizes where the mapping would not choose
+    /// it; no command-line flag sets it. Values below the fewest a
+    /// refilled pipeline may have (3) are refused by the mapping.
+    pub wgmma_stages: Option<i64>,
 }
 
 impl Default for GpuOptions {
@@ -155,6 +162,7 @@ impl Default for GpuOptions {
             chained_accumulation: false,
             tma: true,
             staged_stores: true,
+            wgmma_stages: None,
         }
     }
 }

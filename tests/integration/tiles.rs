@@ -34,3 +34,57 @@ fn a_short_reduction_runs_two_blocks_of_three_stages() {
     let cuda = String::from_utf8_lossy(&out.stdout);
     assert!(cuda.contains("(wgmma.m64n128k16) (4 stages)"), "{cuda}");
 }
+
+/// The three-stage pipeline of two blocks a multiprocessor, run in the
+/// emulation at sizes off the tiles (the rule itself takes it only on
+/// outputs too large to emulate): through `GpuOptions::wgmma_stages`, with
+/// the copy engine (rows of 2000 and 528 bytes) and with `cp.async`, the
+/// tile of the rule (128 x 128 x 64), unsplit so the stages are refilled.
+/// Two stages are refused.
+#[test]
+fn a_three_stage_wgmma_pipeline_checks_in_the_emulation() {
+    use polyfuse::gpu::GpuOptions;
+    use polyfuse::runtime::cpu::{run, RunOptions};
+    use polyfuse::{compile, Options};
+    let json = r#"{"name": "three_stages", "params": {"M": 136, "N": 264, "K": 1000},
+        "inputs": {"A": {"dtype": "f16", "shape": ["M", "K"]},
+                   "B": {"dtype": "f16", "shape": ["K", "N"]}},
+        "outputs": {"C": {"dtype": "f16", "shape": ["M", "N"]}},
+        "body": ["C(i, j) +=! A(i, k) * B(k, j)"]}"#;
+    let program = polyfuse::frontend::load_str(json, "three_stages.json").unwrap();
+    let options = |tma: bool, stages: i64| Options {
+        tile: vec![128, 128, 64],
+        gpu: Some(GpuOptions {
+            k_split: Some(1),
+            tma,
+            wgmma_stages: Some(stages),
+            ..GpuOptions::default()
+        }),
+        ..Options::default()
+    };
+    for tma in [true, false] {
+        let mut c = compile(&program, &options(tma, 3)).unwrap();
+        let source = &c.cuda.as_ref().unwrap().source;
+        assert!(source.contains("(wgmma.m64n128k16) (3 stages)"), "{source}");
+        assert_eq!(source.contains("pf_tma_load2(&"), tma);
+        c.kernel_c = c.emulation_c.clone().unwrap();
+        let r = run(
+            &c,
+            &RunOptions {
+                check: true,
+                bench_runs: 0,
+                seed: 5,
+            },
+        )
+        .unwrap();
+        let check = r.check.unwrap();
+        assert!(check.ok, "tma {tma}: {}", check.line());
+    }
+    let refused = compile(&program, &options(true, 2)).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("a refilled wgmma pipeline of 2 stages"),
+        "{refused}"
+    );
+}

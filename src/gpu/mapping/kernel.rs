@@ -383,7 +383,7 @@ impl Mapper<'_> {
             let t = member_tile_of(self.tile, n);
             ([t[n - 3], t[n - 2], t[n - 1]], threads)
         });
-        let c = crate::gpu::contraction::recognise(
+        let mut c = crate::gpu::contraction::recognise(
             self.isl,
             self.program,
             self.scop,
@@ -393,6 +393,13 @@ impl Mapper<'_> {
             user,
             opts.k_split,
         )?;
+        // The tests' pipeline depth (`GpuOptions::wgmma_stages`).
+        if let (Some(stages), Some(c)) = (opts.wgmma_stages, c.as_mut()) {
+            if c.wgmma && !c.whole_k {
+                c.stages = stages;
+                c.check_stages()?;
+            }
+        }
         // An initialisation left inside the loops has no fragment form.
         let init_inside = r.init.is_none()
             && self
