@@ -538,8 +538,14 @@ impl Printed<'_> {
         let mark = &plan.mark;
         globals.take();
         let start = self.source.len();
-        self.source
-            .push_str(&super::flash::body(a, program, scop, false, globals));
+        self.source.push_str(&super::flash::body(
+            a,
+            plan.reversed[0],
+            program,
+            scop,
+            false,
+            globals,
+        ));
         let shared = [plan.dynamic_shared, plan.static_shared];
         self.record(
             mark,
@@ -551,7 +557,14 @@ impl Printed<'_> {
         )?;
         self.source.push_str("}\n");
         let _ = writeln!(self.emulation, "  {{ /* {mark} */");
-        let emulated = super::flash::body(a, program, scop, true, &self.printer.globals);
+        let emulated = super::flash::body(
+            a,
+            plan.reversed[0],
+            program,
+            scop,
+            true,
+            &self.printer.globals,
+        );
         self.emulation.push_str(&emulated);
         let _ = writeln!(self.emulation, "  }}");
         Ok(())

@@ -19,7 +19,8 @@
 //! `j <= i`) has more blocks at the last row tile, not heavier ones: the
 //! average keeps its order (reversed, syr2k took 3% longer on the H200).
 //! The decision is the gpu stage's (`KernelPlan::reversed`); the printer
-//! only prints the index it gives.
+//! only prints the index it gives. An attention kernel's row tiles along x
+//! are weighed by the key tiles each visits ([`attention_rows_reversed`]).
 
 use std::collections::HashMap;
 

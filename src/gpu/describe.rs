@@ -288,12 +288,6 @@ fn attention(f: &mut fmt::Formatter<'_>, p: &AttentionPlan) -> fmt::Result {
     if !p.copies.is_empty() {
         tma_copies(f, &p.copies)?;
     }
-    if p.rows_reversed {
-        writeln!(
-            f,
-            "  row tiles last first: the last tile visits the most keys"
-        )?;
-    }
     Ok(())
 }
 

@@ -102,10 +102,6 @@ pub struct AttentionPlan {
     /// the key operand's, then each value operand's, the kernel's tensor
     /// maps in this order; empty where the threads copy them.
     pub copies: Vec<super::tma::TmaOperand>,
-    /// The blocks take the row tiles last first (block `b` runs row tile
-    /// `T - 1 - b % T`): the last tiles have the most keys
-    /// (`gpu::block_order::attention_rows_reversed`).
-    pub rows_reversed: bool,
 }
 
 /// A split attention's second kernel, which has no subtree of its own: a
@@ -141,7 +137,6 @@ impl AttentionPlan {
         });
         AttentionPlan {
             score_scale: a.score_scale(),
-            rows_reversed: super::block_order::attention_rows_reversed(&a, program),
             attention: a,
             combine,
             copies,
@@ -319,9 +314,13 @@ pub fn map(
             } else {
                 8 * a.stages() as usize
             };
+            // Row tiles along x, last first where the last has the most
+            // keys (causal attention).
+            let rows_reversed = super::block_order::attention_rows_reversed(a, program);
             let plan = KernelPlan {
                 static_shared: barriers,
                 grid: [Expr::Int(a.grid_x()), Expr::Int(a.batches()), Expr::Int(1)],
+                reversed: [rows_reversed, false, false],
                 block: [a.threads(), 1, 1],
                 min_blocks: Some(a.min_blocks()),
                 dynamic_shared: a.shared_bytes(),

@@ -70,11 +70,10 @@ pub const STAGED_MIN_THREADS: u32 = 256;
 /// pieces, the block has at least `STAGED_MIN_THREADS` threads and the
 /// reduction is not split; pairs otherwise.
 pub fn choose(c: &Contraction, stored: DType) -> Stores {
-    let size = match stored {
-        DType::F16 | DType::BF16 => 2,
-        DType::F32 => 4,
-        _ => return Stores::Pairs,
-    };
+    if !matches!(stored, DType::F16 | DType::BF16 | DType::F32) {
+        return Stores::Pairs;
+    }
+    let size = stored.size() as i64;
     let piece = PIECE_BYTES / size;
     let [tm, tn, _] = c.tile;
     if c.split > 1 || tn % piece != 0 || c.threads() < STAGED_MIN_THREADS {

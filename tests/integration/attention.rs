@@ -94,6 +94,36 @@ fn every_prefill_example_runs_on_tensor_cores_and_matches_the_reference_off_the_
     }
 }
 
+/// Causal attention's blocks take the row tiles last first
+/// (`gpu::block_order::attention_rows_reversed`): at S = 300 (five row
+/// tiles, the last partial) the last visits five key tiles, the first one,
+/// so grid x is reversed in the CUDA and in the emulation, which matches
+/// the reference; global attention, whose tiles all visit every key tile,
+/// keeps the index order.
+#[test]
+fn causal_row_tiles_run_last_first_and_match_the_reference() {
+    for (name, reversed) in [("attention_causal", true), ("attention_global", false)] {
+        let p = load(&format!("examples/{name}.json"), &[("S", 300), ("D", 32)]);
+        let mut c = compiled(&p, true);
+        assert!(on_tensor_cores(&c), "{name}");
+        let source = &c.cuda.as_ref().unwrap().source;
+        let emulation = c.emulation_c.as_ref().unwrap();
+        for text in [source, emulation] {
+            assert_eq!(
+                text.contains("pf_i0 = (4 - pf_bx % 5) * 64;"),
+                reversed,
+                "{name}"
+            );
+            assert_eq!(
+                text.contains("pf_i0 = (pf_bx % 5) * 64;"),
+                !reversed,
+                "{name}"
+            );
+        }
+        emulation_check(&mut c, 300);
+    }
+}
+
 #[test]
 fn the_bf16_form_splits_its_weights_in_bf16() {
     let json = std::fs::read_to_string(

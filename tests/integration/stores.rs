@@ -6,8 +6,9 @@
 //! the output (the copy-out's bounds), with rows whose length in bytes is
 //! not a multiple of 16 (its element-wise path), with an epilogue that
 //! moves the value into another tensor, and with f32 outputs (pieces of 4
-//! elements). Without the staging (`--no-staged-stores`, a split
-//! reduction, a block of one warpgroup) each thread stores its own pairs.
+//! elements), on `wgmma` and on `mma.sync` fragments. Without the staging
+//! (`--no-staged-stores`, a split reduction, a block of one warpgroup)
+//! each thread stores its own pairs.
 //! A copy-out shifted by one element fails these checks (tried by hand
 //! when the staging landed).
 
@@ -76,6 +77,30 @@ fn an_epilogue_into_another_tensor_is_staged_and_checks_off_the_tiles() {
         &program("f16", [130, 263, 200]),
         &TWO_WARPGROUPS,
     );
+}
+
+#[test]
+fn mma_sync_fragments_are_staged_and_check() {
+    // k tiles of 32: no wgmma path, the mma.sync fragments (4 x 2 warps
+    // of 32 x 32) are staged; f16 and f32 outputs. (K = 72: at K = 200
+    // the f32 output exceeds twice the declared-precision run's error
+    // with the pairs too, at one element on the default seed: the tensor
+    // cores' chained sums, not the stores.)
+    let flags = ["--k-split", "1", "--tile", "128,64,32"];
+    for (out, pitch, piece) in [("f16", 72, 8), ("f32", 68, 4)] {
+        let cuda = cuda_and_check(
+            &format!("sync_{out}.json"),
+            &program(out, [130, 264, 72]),
+            &flags,
+        );
+        assert!(!cuda.contains("wgmma.m64"), "{out}: a wgmma path");
+        assert!(
+            cuda.contains(&format!(
+                "{STAGED}: 128 rows of {pitch}, copied out {piece} elements a thread"
+            )),
+            "{out}"
+        );
+    }
 }
 
 #[test]

@@ -111,7 +111,8 @@ struct Emit<'a> {
     /// operand's, then each value operand's; `AttentionPlan::copies`), or
     /// none: the threads copy them with `cp.async`.
     copies: &'a [TmaOperand],
-    /// The row tiles run last first (`AttentionPlan::rows_reversed`).
+    /// The row tiles run last first (the kernel's grid x reversed,
+    /// `KernelPlan::reversed`).
     rows_reversed: bool,
 }
 
@@ -119,6 +120,7 @@ struct Emit<'a> {
 /// signature and parameter constants the caller printed.
 pub fn body(
     plan: &AttentionPlan,
+    rows_reversed: bool,
     program: &Program,
     scop: &Scop,
     emu: bool,
@@ -133,7 +135,7 @@ pub fn body(
         out: String::new(),
         globals: globals.clone(),
         copies: &plan.copies,
-        rows_reversed: plan.rows_reversed,
+        rows_reversed,
     };
     e.kernel();
     e.out

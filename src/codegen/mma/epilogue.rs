@@ -8,7 +8,7 @@
 use super::engine::Engine;
 use super::writer::Lines;
 use crate::frontend::ast::DType;
-use crate::gpu::stores::Stores;
+use crate::gpu::stores::{Stores, PIECE_BYTES};
 
 impl Engine<'_, '_> {
     /// The stores. The value stored is `pf_cv` into the update's tensor,
@@ -123,7 +123,10 @@ impl Engine<'_, '_> {
         if !full {
             o.line(d + 1, "if (pf_m0 + pf_lm >= pf_em) continue;");
         }
-        let ty = self.target.storage_type(self.stored_dtype());
+        let stored = self.stored_dtype();
+        // The gpu stage sized the pieces for this type.
+        debug_assert_eq!(piece * stored.size() as i64, PIECE_BYTES);
+        let ty = self.target.storage_type(stored);
         o.line(
             d + 1,
             format!("const {ty} *const pf_src = &pf_staged[pf_lm * {pitch} + pf_ln];"),
@@ -138,12 +141,12 @@ impl Engine<'_, '_> {
         o.line(
             d + 1,
             format!(
-                "if ({inside}&{last} == &{first} + {} && ((unsigned long long)&{first}) % 16 == 0) {{",
+                "if ({inside}&{last} == &{first} + {} && ((unsigned long long)&{first}) % {PIECE_BYTES} == 0) {{",
                 piece - 1
             ),
         );
         if self.emulated() {
-            o.line(d + 2, format!("memcpy(&{first}, pf_src, 16);"));
+            o.line(d + 2, format!("memcpy(&{first}, pf_src, {PIECE_BYTES});"));
         } else {
             o.line(
                 d + 2,
