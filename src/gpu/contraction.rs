@@ -187,13 +187,46 @@ pub enum Accumulation {
     Promoted { k_tiles: i64 },
 }
 
-/// Elements of k a promoted contraction sums before each IEEE add: within
-/// the model's 0.41 times the declared run's error above (the check
-/// admits 2). Measured on the H200 (f16 4096^3 into f32, wgmma 128 x 128
-/// x 64): runs of 256 and of 512 both took 283 us (the drain once a run
-/// costs nothing visible), against 213 us for the chained sum's 128 x 256
-/// tiles.
-const PROMOTED_RUN_K: i64 = 512;
+/// The longest run of k a promoted contraction sums before an IEEE add,
+/// as a multiple of the square root of the reduction's length.
+///
+/// Why a root: a run of `r` products chains `r / 16` truncating
+/// instructions, each off by up to a unit in the last place of the run's
+/// partial sum (about `sqrt(r)` products' size), with one sign; the runs'
+/// signs differ, so over `k / r` runs the truncations add as a random
+/// walk, about `sqrt(k) * r / 16` units of a product's size. The
+/// declared-precision run's sequential f32 sum rounds `k` times to nearest
+/// on partial sums of `sqrt(k)`: about `k` such units. Their ratio grows
+/// as `r / sqrt(k)`, so a run bounded by `c * sqrt(k)` keeps the tensor
+/// cores' sum a fixed fraction of the declared run's error at every k.
+///
+/// Measured in the emulation (`pf_emu_tc_sum`, f16 products into an f32
+/// temp then `tanh(acc + bias)`, 130 x 264, 31 seeds; the check's ratio
+/// of errors, largest and mean): k 200, runs of 64 1.06 and 0.59, runs
+/// of 128 1.32 and 0.75, chained 2.40 (failed) and 0.96; k 512, runs of
+/// 64 0.55 and 0.33, 128 0.84 and 0.50, 256 1.66 and 0.81; k 1024, runs of
+/// 128 0.77 and 0.39. The check admits 2: a run of at most `4 sqrt(k)`
+/// (a power of two) keeps the worst seed about half of that.
+const RUN_PER_ROOT_K: f64 = 4.0;
+
+/// The shortest run: one wgmma k tile. A reduction no longer than this is
+/// one chain (k 64 chained: at most 1.2 times the declared run's error
+/// over the emulation's seeds).
+const MIN_PROMOTED_RUN_K: i64 = 64;
+
+/// A run's elements of k for a reduction of `k_sums` (unknown: 128, the
+/// run of a reduction of 1024 to 4095).
+fn promoted_run_k(k_sums: Option<i64>) -> i64 {
+    let Some(k) = k_sums else {
+        return 128;
+    };
+    let bound = (RUN_PER_ROOT_K * (k.max(1) as f64).sqrt()) as i64;
+    let mut run = MIN_PROMOTED_RUN_K;
+    while run * 2 <= bound {
+        run *= 2;
+    }
+    run
+}
 
 impl Accumulation {
     /// Whether a contraction whose region stores a value of dtype
@@ -201,18 +234,20 @@ impl Accumulation {
     /// and its further terms' reductions, where known), needs its sums
     /// promoted: where the stored value is f32 or wider, so that the
     /// tensor cores' truncation would reach memory, and the reduction is
-    /// longer than one run. A reduction within one run would be one run
-    /// promoted: the same truncated sums, for a second register set and
-    /// a narrower tile.
+    /// longer than one run ([`promoted_run_k`]). A reduction within one
+    /// run would be one run promoted: the same truncated sums, for a
+    /// second register set and a narrower tile.
     pub fn promotes(stored_dtype: DType, k_sums: Option<i64>) -> bool {
-        matches!(stored_dtype, DType::F32 | DType::F64) && k_sums.is_none_or(|k| k > PROMOTED_RUN_K)
+        matches!(stored_dtype, DType::F32 | DType::F64)
+            && k_sums.is_none_or(|k| k > promoted_run_k(k_sums))
     }
 
-    /// The accumulation of such a contraction with k tiles of `tile_k`.
+    /// The accumulation of such a contraction with k tiles of `tile_k`:
+    /// runs of [`promoted_run_k`] elements, at least one k tile.
     pub fn for_stored(stored_dtype: DType, k_sums: Option<i64>, tile_k: i64) -> Self {
         if Self::promotes(stored_dtype, k_sums) {
             Accumulation::Promoted {
-                k_tiles: (PROMOTED_RUN_K / tile_k.max(1)).max(1),
+                k_tiles: (promoted_run_k(k_sums) / tile_k.max(1)).max(1),
             }
         } else {
             Accumulation::Chained

@@ -403,8 +403,8 @@ mod tests {
             include_str!("../../examples/gemm_f16.json").replace("\"K\": 160", "\"K\": 1600");
         let a = Analysed::new(&json);
         for (tile, every) in [
-            ([64, 64, 64], "every 512 of k (8 k tiles"),
-            ([32, 32, 32], "every 512 of k (16 k tiles"),
+            ([64, 64, 64], "every 128 of k (2 k tiles"),
+            ([32, 32, 32], "every 128 of k (4 k tiles"),
         ] {
             let plans = a.plans(&tile, &GpuOptions::default());
             let text: String = plans.iter().map(|p| p.to_string()).collect();
