@@ -122,6 +122,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_ek = (127 + 1);
         const pf_i pf_kb = 0, pf_ke = pf_ek;
         float pf_acc[1][4][4];
+        float pf_step[1][4][4] = {};
         const int pf_tid = (int)threadIdx.x;
         #pragma unroll
         for (int pf_mt = 0; pf_mt < 1; pf_mt++)
@@ -330,10 +331,20 @@ asm volatile("griddepcontrol.launch_dependents;");
               for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                 const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_0_A_desc, 2u * (unsigned)(pf_stage * 4096 + pf_wg * 4096 + pf_ks * 16));
                 const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_0_B_desc, 2u * (unsigned)(pf_stage * 2048 + 0 * 4096 + pf_ks * 16));
-                pf_wgmma_f16_n32_t00(&pf_acc[0][0][0], pf_da, pf_db, 1);
+                pf_wgmma_f16_n32_t00(&pf_step[0][0][0], pf_da, pf_db, !((pf_kt - pf_kb) % 64 == 0) || pf_ks > 0);
               }
               pf_wgmma_commit();
               pf_cp_async_commit();
+              if ((pf_kt - pf_kb + 64) % 64 == 0 || pf_kt + 64 >= pf_ke) {
+                pf_wgmma_wait0();
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 1; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 4; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
+              }
             }
           }
         }
@@ -381,6 +392,7 @@ asm volatile("griddepcontrol.launch_dependents;");
         const pf_i pf_ek = (127 + 1);
         const pf_i pf_kb = 0, pf_ke = pf_ek;
         float pf_acc[2][2][4];
+        float pf_step[2][2][4] = {};
         const int pf_tid = (int)threadIdx.x;
         #pragma unroll
         for (int pf_mt = 0; pf_mt < 2; pf_mt++)
@@ -583,6 +595,13 @@ asm volatile("griddepcontrol.launch_dependents;");
               pf_cp_async_wait<1>();
               __syncthreads();
               pf_cp_async_commit();
+              if ((pf_kt - pf_kb) % 64 == 0)
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 2; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 2; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++) pf_step[pf_mt][pf_nt][pf_r] = 0.0f;
               const int pf_lane = pf_tid % 32, pf_warp = pf_tid / 32;
               const pf_i pf_wr = (pf_warp / 2) * 32;
               const pf_i pf_wc = (pf_warp % 2) * 16;
@@ -626,8 +645,16 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_mt = 0; pf_mt < 2; pf_mt++)
                 #pragma unroll
                 for (int pf_nt = 0; pf_nt < 2; pf_nt++)
-                  pf_mma_f16(pf_acc[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
+                  pf_mma_f16(pf_step[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
               }
+              if ((pf_kt - pf_kb + 64) % 64 == 0 || pf_kt + 64 >= pf_ke)
+                #pragma unroll
+                for (int pf_mt = 0; pf_mt < 2; pf_mt++)
+                #pragma unroll
+                for (int pf_nt = 0; pf_nt < 2; pf_nt++)
+                #pragma unroll
+                for (int pf_r = 0; pf_r < 4; pf_r++)
+                  pf_acc[pf_mt][pf_nt][pf_r] += pf_step[pf_mt][pf_nt][pf_r];
             }
           }
         }

@@ -317,10 +317,10 @@ asm volatile("griddepcontrol.launch_dependents;");
                 for (int pf_ks = 0; pf_ks < 4; pf_ks++) {
                   const unsigned long long pf_da = pf_wgmma_desc_at(pf_mma_kernel_1_A_desc, 2u * (unsigned)(pf_stage * 8192 + pf_wg * 4096 + pf_ks * 16));
                   const unsigned long long pf_db = pf_wgmma_desc_at(pf_mma_kernel_1_B_desc, 2u * (unsigned)(pf_stage * 8192 + 0 * 4096 + pf_ks * 1024));
-                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !((pf_kt - pf_kb) % 512 == 0) || pf_ks > 0);
+                  pf_wgmma_f16_n128_t01(&pf_step[0][0][0], pf_da, pf_db, !((pf_kt - pf_kb) % 256 == 0) || pf_ks > 0);
                 }
                 pf_wgmma_commit();
-                if ((pf_kt - pf_kb + 64) % 512 == 0 || pf_kt + 64 >= pf_ke) {
+                if ((pf_kt - pf_kb + 64) % 256 == 0 || pf_kt + 64 >= pf_ke) {
                   pf_wgmma_wait0();
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 1; pf_mt++)
@@ -1196,7 +1196,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                   pf_cp_async_commit();
                 }
                 else pf_cp_async_commit();
-                if ((pf_kt - pf_kb) % 512 == 0)
+                if ((pf_kt - pf_kb) % 256 == 0)
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++)
                   #pragma unroll
@@ -1248,7 +1248,7 @@ asm volatile("griddepcontrol.launch_dependents;");
                   for (int pf_nt = 0; pf_nt < 4; pf_nt++)
                     pf_mma_f16(pf_step[pf_mt][pf_nt], pf_fa[pf_ks % 2][pf_mt], pf_fb[pf_ks % 2][pf_nt]);
                 }
-                if ((pf_kt - pf_kb + 64) % 512 == 0 || pf_kt + 64 >= pf_ke)
+                if ((pf_kt - pf_kb + 64) % 256 == 0 || pf_kt + 64 >= pf_ke)
                   #pragma unroll
                   for (int pf_mt = 0; pf_mt < 4; pf_mt++)
                   #pragma unroll
