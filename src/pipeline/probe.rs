@@ -212,7 +212,10 @@ pub(crate) fn choose_by_cost(
     // `GpuOptions::estimate`, and `compile` then makes the same one of the
     // same mapping. Without it the default stays, as the estimate gives
     // none where a size has no value.
-    if !gpu::cost::estimable(program) {
+    // One statement has one grouping: minimal fusion and the epilogues'
+    // would schedule it again (a fifth of a gemm's compile time) to find
+    // the default's.
+    if !gpu::cost::estimable(program) || program.statements.len() < 2 {
         return Ok((default, None));
     }
     let Ok(min) = schedule::compute(isl, scop, deps, Strategy::Min) else {
