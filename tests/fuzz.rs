@@ -295,6 +295,18 @@ fn long() {
 /// move to `FIXED` (then a regression fails the test).
 const FOUND: &[(&str, &[&str], &str, Option<&str>)] = &[
     (
+        "factor_temp_before_inferred_temp.json",
+        &["--target", "cpu", "--check"],
+        "ok",
+        None,
+    ),
+    (
+        "factor_temp_before_inferred_temp.json",
+        &["--target", "emulate", "--check"],
+        "ok",
+        None,
+    ),
+    (
         "f16_reduction_outside_thread_loops_in_host_steps.json",
         &["--target", "emulate", "--check"],
         "ok",

@@ -381,6 +381,15 @@ pub(crate) struct CpuKernel {
     pub reference_c: Option<String>,
 }
 
+/// Tensor names, comma-separated, for a message.
+fn names(tensors: &[model::ModelTensor]) -> String {
+    tensors
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl CpuKernel {
     pub fn new(
         isl: &Isl,
@@ -404,7 +413,23 @@ impl CpuKernel {
         let values = program.known_params();
         let reference_c = if values.len() == program.params.len() {
             // The reference is the original program's, whatever was
-            // repaired.
+            // repaired. The runtime gives it the compiled program's
+            // tensors, so the original's must be their prefix, each at
+            // the same position (a repair appends its temps).
+            let original = r.original.tensors.iter().map(|t| &t.name);
+            if !original.eq(r
+                .scop
+                .tensors
+                .iter()
+                .take(r.original.tensors.len())
+                .map(|t| &t.name))
+            {
+                return Err(Error::Internal(format!(
+                    "the repaired program's tensors ({}) do not start with the original's ({})",
+                    names(&r.scop.tensors),
+                    names(&r.original.tensors)
+                )));
+            }
             let boxes = bounding_boxes(&r.original, &values)?;
             Some(codegen::c::reference(program, &r.original, &boxes))
         } else {
