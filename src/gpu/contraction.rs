@@ -1709,6 +1709,45 @@ mod tests {
     use crate::gpu::GpuOptions;
 
     #[test]
+    fn promotion_runs_grow_with_the_root_of_the_reduction() {
+        // The largest power of two at most 4 sqrt(k), at least 64.
+        for (k, run) in [
+            (65, 64),
+            (200, 64),
+            (512, 64),
+            (1023, 64),
+            (1024, 128),
+            (4095, 128),
+            (4096, 256),
+            (16383, 256),
+            (16384, 512),
+        ] {
+            assert_eq!(promoted_run_k(Some(k)), run, "k = {k}");
+        }
+        assert_eq!(promoted_run_k(None), 128);
+        // One run is chained; longer reductions of an f32 store are
+        // promoted, an f16 or bf16 store never.
+        assert!(!Accumulation::promotes(DType::F32, Some(64)));
+        assert!(Accumulation::promotes(DType::F32, Some(65)));
+        assert!(Accumulation::promotes(DType::F64, None));
+        assert!(!Accumulation::promotes(DType::F16, Some(8192)));
+        assert!(!Accumulation::promotes(DType::BF16, Some(8192)));
+        // Runs in whole k tiles, at least one.
+        assert_eq!(
+            Accumulation::for_stored(DType::F32, Some(1100), 32),
+            Accumulation::Promoted { k_tiles: 4 }
+        );
+        assert_eq!(
+            Accumulation::for_stored(DType::F32, Some(200), 128),
+            Accumulation::Promoted { k_tiles: 1 }
+        );
+        assert_eq!(
+            Accumulation::for_stored(DType::F32, Some(64), 32),
+            Accumulation::Chained
+        );
+    }
+
+    #[test]
     fn short_reductions_with_many_tiles_run_two_blocks_a_multiprocessor() {
         let wide = [128, 256, 64];
         // The MLP's first product: 32 x 32 tiles of 128 x 128, k 1024.
