@@ -214,11 +214,11 @@ const RUN_PER_ROOT_K: f64 = 4.0;
 /// over the emulation's seeds).
 const MIN_PROMOTED_RUN_K: i64 = 64;
 
-/// A run's elements of k for a reduction of `k_sums` (unknown: 128, the
-/// run of a reduction of 1024 to 4095).
+/// A run's elements of k for a reduction of `k_sums` (unknown: the
+/// shortest, which holds at every k).
 fn promoted_run_k(k_sums: Option<i64>) -> i64 {
     let Some(k) = k_sums else {
-        return 128;
+        return MIN_PROMOTED_RUN_K;
     };
     let bound = (RUN_PER_ROOT_K * (k.max(1) as f64).sqrt()) as i64;
     let mut run = MIN_PROMOTED_RUN_K;
@@ -1724,7 +1724,7 @@ mod tests {
         ] {
             assert_eq!(promoted_run_k(Some(k)), run, "k = {k}");
         }
-        assert_eq!(promoted_run_k(None), 128);
+        assert_eq!(promoted_run_k(None), 64);
         // One run is chained; longer reductions of an f32 store are
         // promoted, an f16 or bf16 store never.
         assert!(!Accumulation::promotes(DType::F32, Some(64)));

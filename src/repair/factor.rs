@@ -88,11 +88,7 @@ pub fn hoist(isl: &Isl, program: &Program, scop: &Scop) -> Result<Hoisted> {
             report,
         });
     }
-    // Shapes resolved in the model's order, so that a temp this adds comes
-    // after every tensor of the original (an inferred temp too): the
-    // reference keeps the original's positions (`pipeline::stages`).
     let mut current = program.clone();
-    current.tensors = super::rolling::resolved_tensors(program, scop);
     let mut k = 0;
     let mut current_scop: Option<Scop> = None;
     while k < current.statements.len() {
