@@ -431,7 +431,14 @@ fn emulation_head(
         .max()
         .unwrap_or(0);
     emulation.push_str(&super::race::helpers(&names, shared, EMULATED_BLOCKS));
-    super::c::header(program, scop, "pf_kernel", Mode::Native, &mut emulation);
+    super::c::header(
+        program,
+        scop,
+        None,
+        "pf_kernel",
+        Mode::Native,
+        &mut emulation,
+    );
     emulation.push_str("  typedef long pf_i;\n");
     // The element count of each tensor, for the race detector's shadows.
     let counts: Vec<String> = scop

@@ -413,25 +413,28 @@ impl CpuKernel {
         let values = program.known_params();
         let reference_c = if values.len() == program.params.len() {
             // The reference is the original program's, whatever was
-            // repaired. The runtime gives it the compiled program's
-            // tensors, so the original's must be their prefix, each at
-            // the same position (a repair appends its temps).
-            let original = r.original.tensors.iter().map(|t| &t.name);
-            if !original.eq(r
-                .scop
+            // repaired, run on the compiled program's tensors: each of the
+            // original's at its position there.
+            let slots = r
+                .original
                 .tensors
                 .iter()
-                .take(r.original.tensors.len())
-                .map(|t| &t.name))
-            {
-                return Err(Error::Internal(format!(
-                    "the repaired program's tensors ({}) do not start with the original's ({})",
-                    names(&r.scop.tensors),
-                    names(&r.original.tensors)
-                )));
-            }
+                .map(|t| {
+                    r.scop
+                        .tensors
+                        .iter()
+                        .position(|c| c.name == t.name)
+                        .ok_or_else(|| {
+                            Error::Internal(format!(
+                                "tensor {} of the program is not among the repaired program's ({})",
+                                t.name,
+                                names(&r.scop.tensors)
+                            ))
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?;
             let boxes = bounding_boxes(&r.original, &values)?;
-            Some(codegen::c::reference(program, &r.original, &boxes))
+            Some(codegen::c::reference(program, &r.original, &slots, &boxes))
         } else {
             None
         };

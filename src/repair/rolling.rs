@@ -98,8 +98,7 @@ fn ast_reducer(op: AstReducer) -> Reducer {
 }
 
 /// The program's tensors, every shape resolved as the model inferred it and
-/// in the model's order, so that the original reference's tensor list is a
-/// prefix of the rewritten program's.
+/// in the model's order, so that the temps a rewrite adds come after them.
 pub fn resolved_tensors(program: &Program, scop: &Scop) -> Vec<Tensor> {
     scop.tensors
         .iter()

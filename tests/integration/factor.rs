@@ -212,3 +212,38 @@ fn refusals() {
         assert!(h.report.is_empty(), "{tag}: {}", h.report);
     }
 }
+
+#[test]
+fn the_reference_finds_the_original_tensors_where_the_repair_put_them() {
+    // Moving `* s()` out of Y's sum adds a temp `Y_sum`, which the model
+    // lists before `T`, a temp whose shape is inferred (listed last). The
+    // f64 reference, printed from the original program, binds each of its
+    // tensors to that tensor's position among the compiled program's, not
+    // to its own: by its own it wrote T (N x N) into Y_sum (N), a heap
+    // corruption (tests/fuzz/found/factor_temp_before_inferred_temp.json).
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz/found/factor_temp_before_inferred_temp.json");
+    let program = frontend::load_file(&path).unwrap();
+    let c = polyfuse::compile(&program, &polyfuse::Options::default()).unwrap();
+    let position = |name: &str| c.tensors.iter().position(|t| t.name == name).unwrap();
+    assert!(
+        position("Y_sum") < position("T"),
+        "the premise: {:?}",
+        c.tensors.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    let reference = c.reference_c.as_ref().unwrap();
+    for name in ["A", "s", "Y", "Z", "T"] {
+        let binding = format!(
+            "double *restrict t_{name} = (double *)pf_tensors[{}];",
+            position(name)
+        );
+        assert!(reference.contains(&binding), "{binding}\n{reference}");
+    }
+    assert!(
+        !reference.contains("t_Y_sum"),
+        "the reference is the original program's"
+    );
+    let (code, out, err) = polyfuse(&["run", path.to_str().unwrap(), "--target", "cpu", "--check"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("check: ok"), "{out}");
+}
